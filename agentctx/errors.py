@@ -1,0 +1,97 @@
+"""Errors raised by agentctx. Every one of them derives from `AgentCtxError`.
+
+```
+AgentCtxError
+├── ConfigError                 a setting that cannot work (your code, fix it)
+├── UnsupportedMessageError     a message, block or field agentctx cannot carry (index, kind)
+├── TranscriptFormatError       a transcript file that is not what its format says (file, line)
+├── BudgetExceededError         the budget cannot be met without dropping the task
+└── StoreError                  a store could not read or write
+```
+
+Cancellation is never wrapped: an outside ``CancelledError`` always propagates as is.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from agentctx.messages import Message
+
+__all__ = [
+    "AgentCtxError",
+    "BudgetExceededError",
+    "ConfigError",
+    "StoreError",
+    "TranscriptFormatError",
+    "UnsupportedMessageError",
+]
+
+
+class AgentCtxError(Exception):
+    """Root of every error agentctx raises."""
+
+
+class ConfigError(AgentCtxError, ValueError):
+    """A configuration value that cannot work."""
+
+
+class UnsupportedMessageError(AgentCtxError, TypeError):
+    """A history item agentctx cannot represent.
+
+    Attributes:
+        index: position of the offending message in the history, when known.
+        kind: what was found (type name, role, block type).
+    """
+
+    def __init__(self, index: int | None, kind: str) -> None:
+        self.index = index
+        self.kind = kind
+        where = f"message {index}: " if index is not None else ""
+        super().__init__(f"{where}unsupported {kind}")
+
+
+class TranscriptFormatError(AgentCtxError, ValueError):
+    """A transcript file that does not parse as its format.
+
+    Attributes:
+        path: the file.
+        line: 1-based line number (0 when the problem is the whole file).
+        expected: what the parser expected to find there.
+    """
+
+    def __init__(self, path: str, line: int, expected: str) -> None:
+        self.path = path
+        self.line = line
+        self.expected = expected
+        where = f"{path}:{line}" if line else path
+        super().__init__(f"{where}: expected {expected}")
+
+
+class BudgetExceededError(AgentCtxError):
+    """The view is still over the hard budget after every allowed compaction.
+
+    agentctx never drops the task, the latest user message or the newest complete turn
+    to fit. The best view it could make is attached, so a caller may still send it.
+
+    Attributes:
+        tokens: estimated tokens of ``view``.
+        budget: the hard budget in tokens.
+        view: the most compact provider-valid view that keeps the task.
+    """
+
+    def __init__(self, tokens: int, budget: int, view: Sequence[Message]) -> None:
+        self.tokens = tokens
+        self.budget = budget
+        self.view = list(view)
+        super().__init__(
+            f"history needs {tokens} tokens after compaction, budget is {budget}; "
+            "the task, the latest user message and the newest turn alone do not fit"
+        )
+
+
+class StoreError(AgentCtxError):
+    """A store failed to read or write."""

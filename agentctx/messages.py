@@ -1,0 +1,408 @@
+"""The neutral message model every other part of agentctx works on.
+
+A history is a ``Sequence[Message]``. Messages and blocks are frozen, slotted dataclasses:
+build them once, never mutate them, share them freely between the raw history and views.
+
+```python
+from agentctx import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
+
+history = [
+    UserMessage.of("Fix the failing test in tests/test_io.py"),
+    AssistantMessage.of(tool_calls=[ToolCall("call_1", "read", {"path": "tests/test_io.py"})]),
+    ToolResultMessage.of("call_1", "def test_io(): ...", tool_name="read"),
+]
+```
+
+Provider fields agentctx does not model (timestamps, ``cache_control``, citations, ids) ride
+in each object's ``extra`` mapping, and whole blocks it does not know ride as
+``OpaqueBlock``; adapters put them back, so a round trip is lossless.
+
+`to_dict` / `from_dict` give the canonical JSON form; `fingerprint` hashes it. Both are what
+the ledger, the stores and the tests use to name a message without trusting object identity.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, ClassVar, TypeAlias
+
+from agentctx.errors import UnsupportedMessageError
+
+__all__ = [
+    "AssistantContent",
+    "AssistantMessage",
+    "Block",
+    "ImageBlock",
+    "Message",
+    "OpaqueBlock",
+    "RedactedThinkingBlock",
+    "SummaryMessage",
+    "TextBlock",
+    "ThinkingBlock",
+    "ToolCall",
+    "ToolResultContent",
+    "ToolResultMessage",
+    "Usage",
+    "UserContent",
+    "UserMessage",
+    "canonical_json",
+    "fingerprint",
+    "from_dict",
+    "text_of",
+    "to_dict",
+]
+
+JSONMap: TypeAlias = Mapping[str, Any]
+_EMPTY: JSONMap = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class TextBlock:
+    """Plain text."""
+
+    text: str
+    extra: JSONMap = field(default_factory=lambda: _EMPTY)
+    type: ClassVar[str] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class ImageBlock:
+    """An image, base64 ``data`` or a ``url`` (then ``data`` holds the URL)."""
+
+    media_type: str
+    data: str
+    source: str = "base64"
+    extra: JSONMap = field(default_factory=lambda: _EMPTY)
+    type: ClassVar[str] = "image"
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingBlock:
+    """Provider reasoning. ``signature`` is opaque and must go back byte for byte."""
+
+    thinking: str
+    signature: str | None = None
+    extra: JSONMap = field(default_factory=lambda: _EMPTY)
+    type: ClassVar[str] = "thinking"
+
+
+@dataclass(frozen=True, slots=True)
+class RedactedThinkingBlock:
+    """Encrypted reasoning (Anthropic ``redacted_thinking``, OpenAI ``encrypted_content``)."""
+
+    data: str
+    extra: JSONMap = field(default_factory=lambda: _EMPTY)
+    type: ClassVar[str] = "redacted_thinking"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A call the assistant asked for; ``arguments`` is the parsed JSON object."""
+
+    id: str
+    name: str
+    arguments: JSONMap
+    extra: JSONMap = field(default_factory=lambda: _EMPTY)
+    type: ClassVar[str] = "tool_call"
+
+
+@dataclass(frozen=True, slots=True)
+class OpaqueBlock:
+    """A provider block agentctx carries through untouched (server tools, compaction, ...)."""
+
+    provider: str
+    payload: JSONMap
+    type: ClassVar[str] = "opaque"
+
+
+UserContent: TypeAlias = TextBlock | ImageBlock | OpaqueBlock
+ToolResultContent: TypeAlias = TextBlock | ImageBlock | OpaqueBlock
+AssistantContent: TypeAlias = (
+    TextBlock | ThinkingBlock | RedactedThinkingBlock | ToolCall | OpaqueBlock
+)
+Block: TypeAlias = (
+    TextBlock | ImageBlock | ThinkingBlock | RedactedThinkingBlock | ToolCall | OpaqueBlock
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage of one model response, Anthropic-style: ``input_tokens`` is uncached.
+
+    OpenAI reports cached tokens inside its prompt count; adapters subtract them so that
+    `prompt_tokens` means the same thing for every provider.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Everything the model read: uncached input plus cache reads and writes."""
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+
+# Each message caches its fingerprint in a private slot: computing it means serializing the
+# message, and the hot path asks for it on every call.
+_NO_FP = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UserMessage:
+    """A message from the user (or the host, speaking as the user)."""
+
+    content: tuple[UserContent, ...]
+    extra: JSONMap = field(default_factory=lambda: _EMPTY)
+    _fp: str = field(default=_NO_FP, init=False, repr=False, compare=False)
+    role: ClassVar[str] = "user"
+
+    @classmethod
+    def of(cls, text: str, **extra: Any) -> UserMessage:
+        """A user message holding one text block."""
+        return cls((TextBlock(text),), MappingProxyType(extra) if extra else _EMPTY)
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantMessage:
+    """A model response. ``stop_reason`` is the neutral one: stop, tool_use, length, ..."""
+
+    content: tuple[AssistantContent, ...]
+    stop_reason: str | None = None
+    usage: Usage | None = None
+    model: str | None = None
+    extra: JSONMap = field(default_factory=lambda: _EMPTY)
+    _fp: str = field(default=_NO_FP, init=False, repr=False, compare=False)
+    role: ClassVar[str] = "assistant"
+
+    @classmethod
+    def of(
+        cls,
+        text: str = "",
+        *,
+        tool_calls: Iterable[ToolCall] = (),
+        stop_reason: str | None = None,
+        usage: Usage | None = None,
+    ) -> AssistantMessage:
+        """An assistant message from text and tool calls."""
+        calls = tuple(tool_calls)
+        blocks: tuple[AssistantContent, ...] = ((TextBlock(text),) if text else ()) + calls
+        reason = stop_reason or ("tool_use" if calls else "stop")
+        return cls(blocks, reason, usage)
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls of this message, in order."""
+        return tuple(b for b in self.content if isinstance(b, ToolCall))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultMessage:
+    """The result of one tool call, linked by ``tool_call_id``."""
+
+    tool_call_id: str
+    content: tuple[ToolResultContent, ...]
+    tool_name: str | None = None
+    is_error: bool = False
+    extra: JSONMap = field(default_factory=lambda: _EMPTY)
+    _fp: str = field(default=_NO_FP, init=False, repr=False, compare=False)
+    role: ClassVar[str] = "tool"
+
+    @classmethod
+    def of(
+        cls, tool_call_id: str, text: str, *, tool_name: str | None = None, is_error: bool = False
+    ) -> ToolResultMessage:
+        """A tool result holding one text block."""
+        return cls(tool_call_id, (TextBlock(text),), tool_name, is_error)
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryMessage:
+    """Text that stands in for compacted history; sent to the model as a user message."""
+
+    text: str
+    extra: JSONMap = field(default_factory=lambda: _EMPTY)
+    _fp: str = field(default=_NO_FP, init=False, repr=False, compare=False)
+    role: ClassVar[str] = "summary"
+
+
+Message: TypeAlias = UserMessage | AssistantMessage | ToolResultMessage | SummaryMessage
+_MESSAGE_TYPES = (UserMessage, AssistantMessage, ToolResultMessage, SummaryMessage)
+
+
+def text_of(blocks: Iterable[Block]) -> str:
+    """The text of the text blocks, joined by newlines."""
+    return "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
+
+
+# ---------------------------------------------------------------------------------------
+# Canonical serialization
+
+
+def _extra(d: dict[str, Any], extra: JSONMap) -> dict[str, Any]:
+    if extra:
+        d["extra"] = dict(extra)
+    return d
+
+
+def _block_to_dict(block: Block) -> dict[str, Any]:
+    match block:
+        case TextBlock(text, extra):
+            return _extra({"type": "text", "text": text}, extra)
+        case ImageBlock(media_type, data, source, extra):
+            image = {"type": "image", "media_type": media_type, "data": data, "source": source}
+            return _extra(image, extra)
+        case ThinkingBlock(thinking, signature, extra):
+            return _extra({"type": "thinking", "thinking": thinking, "signature": signature}, extra)
+        case RedactedThinkingBlock(data, extra):
+            return _extra({"type": "redacted_thinking", "data": data}, extra)
+        case ToolCall(id_, name, arguments, extra):
+            call = {"type": "tool_call", "id": id_, "name": name, "arguments": dict(arguments)}
+            return _extra(call, extra)
+        case OpaqueBlock(provider, payload):
+            return {"type": "opaque", "provider": provider, "payload": dict(payload)}
+    raise UnsupportedMessageError(None, type(block).__name__)
+
+
+def _usage_to_dict(usage: Usage) -> dict[str, int]:
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+    }
+
+
+def to_dict(message: Message) -> dict[str, Any]:
+    """The canonical JSON-compatible form of a message (the inverse of `from_dict`)."""
+    match message:
+        case UserMessage(content, extra):
+            d: dict[str, Any] = {"role": "user", "content": [_block_to_dict(b) for b in content]}
+        case AssistantMessage(content, stop_reason, usage, model, extra):
+            d = {"role": "assistant", "content": [_block_to_dict(b) for b in content]}
+            if stop_reason is not None:
+                d["stop_reason"] = stop_reason
+            if usage is not None:
+                d["usage"] = _usage_to_dict(usage)
+            if model is not None:
+                d["model"] = model
+        case ToolResultMessage(call_id, content, tool_name, is_error, extra):
+            d = {
+                "role": "tool",
+                "tool_call_id": call_id,
+                "content": [_block_to_dict(b) for b in content],
+            }
+            if tool_name is not None:
+                d["tool_name"] = tool_name
+            if is_error:
+                d["is_error"] = True
+        case SummaryMessage(text, extra):
+            d = {"role": "summary", "text": text}
+        case _:
+            raise UnsupportedMessageError(None, type(message).__name__)
+    return _extra(d, extra)
+
+
+def _want(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    value = d.get(key)
+    if not isinstance(value, kind):
+        raise UnsupportedMessageError(None, f"{where}: field {key!r} missing or not {kind}")
+    return value
+
+
+def _block_from_dict(d: Any) -> Block:
+    if not isinstance(d, Mapping):
+        raise UnsupportedMessageError(None, f"block is {type(d).__name__}, not an object")
+    extra = MappingProxyType(dict(d.get("extra") or {}))
+    kind = d.get("type")
+    where = f"{kind} block"
+    if kind == "text":
+        return TextBlock(_want(d, "text", str, where), extra)
+    if kind == "image":
+        return ImageBlock(
+            _want(d, "media_type", str, where),
+            _want(d, "data", str, where),
+            d.get("source", "base64"),
+            extra,
+        )
+    if kind == "thinking":
+        return ThinkingBlock(_want(d, "thinking", str, where), d.get("signature"), extra)
+    if kind == "redacted_thinking":
+        return RedactedThinkingBlock(_want(d, "data", str, where), extra)
+    if kind == "tool_call":
+        return ToolCall(
+            _want(d, "id", str, where),
+            _want(d, "name", str, where),
+            _want(d, "arguments", Mapping, where),
+            extra,
+        )
+    if kind == "opaque":
+        return OpaqueBlock(_want(d, "provider", str, where), _want(d, "payload", Mapping, where))
+    raise UnsupportedMessageError(None, f"block type {kind!r}")
+
+
+def from_dict(d: Mapping[str, Any]) -> Message:
+    """Rebuild a message from `to_dict` output; raises `UnsupportedMessageError` otherwise."""
+    if not isinstance(d, Mapping):
+        raise UnsupportedMessageError(None, f"message is {type(d).__name__}, not an object")
+    extra = MappingProxyType(dict(d.get("extra") or {}))
+    role = d.get("role")
+    if role == "summary":
+        return SummaryMessage(_want(d, "text", str, "summary message"), extra)
+    blocks = tuple(_block_from_dict(b) for b in _want(d, "content", list, f"{role} message"))
+    if role == "user":
+        return UserMessage(blocks, extra)  # type: ignore[arg-type]
+    if role == "assistant":
+        u = d.get("usage")
+        usage = Usage(**u) if isinstance(u, Mapping) else None
+        return AssistantMessage(blocks, d.get("stop_reason"), usage, d.get("model"), extra)  # type: ignore[arg-type]
+    if role == "tool":
+        return ToolResultMessage(
+            _want(d, "tool_call_id", str, "tool message"),
+            blocks,  # type: ignore[arg-type]
+            d.get("tool_name"),
+            bool(d.get("is_error", False)),
+            extra,
+        )
+    raise UnsupportedMessageError(None, f"role {role!r}")
+
+
+def canonical_json(message: Message) -> str:
+    """Deterministic JSON text of a message: sorted keys, no whitespace, UTF-8 kept."""
+    return json.dumps(to_dict(message), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def fingerprint(message: Message) -> str:
+    """A stable 128-bit hex digest of the message's canonical form, cached on the message."""
+    fp = message._fp
+    if fp:
+        return fp
+    data = canonical_json(message).encode("utf-8", "surrogatepass")
+    fp = hashlib.blake2b(data, digest_size=16).hexdigest()
+    object.__setattr__(message, "_fp", fp)
+    return fp
+
+
+def is_message(value: object) -> bool:
+    """Whether ``value`` is one of the four neutral message classes."""
+    return isinstance(value, _MESSAGE_TYPES)
+
+
+def check_history(history: Sequence[object]) -> None:
+    """Raise `UnsupportedMessageError` naming the first item that is not a neutral message."""
+    for i, m in enumerate(history):
+        if not isinstance(m, _MESSAGE_TYPES):
+            raise UnsupportedMessageError(i, type(m).__name__)
