@@ -49,9 +49,13 @@ __all__ = [
     "Usage",
     "UserContent",
     "UserMessage",
+    "block_from_dict",
+    "block_to_dict",
     "canonical_json",
+    "check_history",
     "fingerprint",
     "from_dict",
+    "is_message",
     "text_of",
     "to_dict",
 ]
@@ -258,7 +262,7 @@ def _extra(d: dict[str, Any], extra: JSONMap) -> dict[str, Any]:
     return d
 
 
-def _block_to_dict(block: Block) -> dict[str, Any]:
+def block_to_dict(block: Block) -> dict[str, Any]:
     match block:
         case TextBlock(text, extra):
             return _extra({"type": "text", "text": text}, extra)
@@ -290,9 +294,9 @@ def to_dict(message: Message) -> dict[str, Any]:
     """The canonical JSON-compatible form of a message (the inverse of `from_dict`)."""
     match message:
         case UserMessage(content, extra):
-            d: dict[str, Any] = {"role": "user", "content": [_block_to_dict(b) for b in content]}
+            d: dict[str, Any] = {"role": "user", "content": [block_to_dict(b) for b in content]}
         case AssistantMessage(content, stop_reason, usage, model, extra):
-            d = {"role": "assistant", "content": [_block_to_dict(b) for b in content]}
+            d = {"role": "assistant", "content": [block_to_dict(b) for b in content]}
             if stop_reason is not None:
                 d["stop_reason"] = stop_reason
             if usage is not None:
@@ -303,7 +307,7 @@ def to_dict(message: Message) -> dict[str, Any]:
             d = {
                 "role": "tool",
                 "tool_call_id": call_id,
-                "content": [_block_to_dict(b) for b in content],
+                "content": [block_to_dict(b) for b in content],
             }
             if tool_name is not None:
                 d["tool_name"] = tool_name
@@ -323,7 +327,7 @@ def _want(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: 
     return value
 
 
-def _block_from_dict(d: Any) -> Block:
+def block_from_dict(d: Any) -> Block:
     if not isinstance(d, Mapping):
         raise UnsupportedMessageError(None, f"block is {type(d).__name__}, not an object")
     extra = MappingProxyType(dict(d.get("extra") or {}))
@@ -362,7 +366,7 @@ def from_dict(d: Mapping[str, Any]) -> Message:
     role = d.get("role")
     if role == "summary":
         return SummaryMessage(_want(d, "text", str, "summary message"), extra)
-    blocks = tuple(_block_from_dict(b) for b in _want(d, "content", list, f"{role} message"))
+    blocks = tuple(block_from_dict(b) for b in _want(d, "content", list, f"{role} message"))
     if role == "user":
         return UserMessage(blocks, extra)  # type: ignore[arg-type]
     if role == "assistant":
@@ -401,8 +405,11 @@ def is_message(value: object) -> bool:
     return isinstance(value, _MESSAGE_TYPES)
 
 
-def check_history(history: Sequence[object]) -> None:
-    """Raise `UnsupportedMessageError` naming the first item that is not a neutral message."""
+def check_history(history: Sequence[object], offset: int = 0) -> None:
+    """Raise `UnsupportedMessageError` naming the first item that is not a neutral message.
+
+    ``offset`` is added to the reported index (for checking the new tail of a history).
+    """
     for i, m in enumerate(history):
         if not isinstance(m, _MESSAGE_TYPES):
-            raise UnsupportedMessageError(i, type(m).__name__)
+            raise UnsupportedMessageError(i + offset, f"item of type {type(m).__name__}")

@@ -1,0 +1,20 @@
+"""The package logger: structlog over the stdlib ``agentctx`` logger.
+
+Silent unless the application configures logging; key-value lines when it does.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import structlog
+
+log: structlog.stdlib.BoundLogger = structlog.wrap_logger(
+    logging.getLogger("agentctx"),
+    wrapper_class=structlog.stdlib.BoundLogger,
+    processors=[
+        structlog.stdlib.filter_by_level,
+        structlog.processors.format_exc_info,
+        structlog.processors.KeyValueRenderer(key_order=["event"], sort_keys=True),
+    ],
+)

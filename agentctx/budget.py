@@ -1,0 +1,80 @@
+"""How many tokens a session may send, and where compaction starts and aims.
+
+```python
+Budget(context_window=200_000)                      # 200k window, 16k kept for output
+Budget(context_window=128_000, reserve_output=8_000, trigger_ratio=0.8, target_ratio=0.5)
+```
+
+All ratios are 0-1 fractions of `limit`, the hard budget: the prompt (system prompt, tools and
+messages) never goes over it when it can be met without dropping the task.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from agentctx.errors import ConfigError
+
+__all__ = ["Budget", "fraction_from_percent"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Budget:
+    """Token budget of one session.
+
+    Attributes:
+        context_window: the model's context window in tokens.
+        reserve_output: tokens kept free for the response.
+        trigger_ratio: usage fraction of `limit` where background work (summaries) starts.
+        target_ratio: usage fraction of `limit` that lossy compaction brings the prompt down to,
+            so the next compaction, and the next prefix-cache break, is many turns away.
+        hard_budget: an explicit hard limit below ``context_window - reserve_output``.
+    """
+
+    context_window: int
+    reserve_output: int = 16_000
+    trigger_ratio: float = 0.75
+    target_ratio: float = 0.5
+    hard_budget: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.context_window <= 0:
+            raise ConfigError(f"context_window must be positive, got {self.context_window}")
+        if not 0 <= self.reserve_output < self.context_window:
+            raise ConfigError("reserve_output must be >= 0 and smaller than context_window")
+        for name in ("trigger_ratio", "target_ratio"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and 0 < value <= 1):
+                raise ConfigError(f"{name} is a 0-1 fraction, got {value!r}")
+        if self.target_ratio > self.trigger_ratio:
+            raise ConfigError("target_ratio must not be above trigger_ratio")
+        if self.hard_budget is not None and not self.hard_budget > 0:
+            raise ConfigError(f"hard_budget must be positive, got {self.hard_budget}")
+
+    @property
+    def limit(self) -> int:
+        """The hard budget in tokens."""
+        cap = self.context_window - self.reserve_output
+        return cap if self.hard_budget is None else min(cap, self.hard_budget)
+
+    @property
+    def trigger_tokens(self) -> int:
+        """Prompt size where background work starts."""
+        return int(self.limit * self.trigger_ratio)
+
+    @property
+    def target_tokens(self) -> int:
+        """Prompt size lossy compaction aims at."""
+        return int(self.limit * self.target_ratio)
+
+    def usage_fraction(self, tokens: int) -> float:
+        """``tokens`` as a 0-1 (or above, when over) fraction of `limit`."""
+        return tokens / self.limit
+
+
+def fraction_from_percent(percent: float) -> float:
+    """Convert a host's 0-100 usage percentage to agentctx's 0-1 fraction."""
+    if not math.isfinite(percent) or percent < 0:
+        raise ConfigError(f"usage percentage must be a finite number >= 0, got {percent!r}")
+    return percent / 100.0

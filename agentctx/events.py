@@ -1,0 +1,213 @@
+"""Typed events, and the hub that delivers them without ever letting a subscriber reach the loop.
+
+```python
+async with ContextManager(...) as ctx:
+    ctx.subscribe(lambda e: print(e.to_json()))          # callback, sync or async
+    async for event in ctx.events():                    # or an async iterator
+        if isinstance(event, ContextCompacted): ...
+```
+
+Every event has a frozen JSON shape (``to_json()``): ``{"type": "<camelCase name>", ...}`` with
+camelCase fields. Token counts are ints, fractions are 0-1 floats, money is USD with unknown
+as ``null``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import anyio
+
+from agentctx._log import log
+from agentctx.messages import Usage
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+    from anyio.streams.memory import MemoryObjectSendStream
+
+__all__ = [
+    "BudgetExceeded",
+    "ContextCompacted",
+    "Event",
+    "EventHub",
+    "HistoryResynced",
+    "Subscriber",
+    "SummaryStats",
+    "TranscriptRepaired",
+]
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, Usage):
+        return {
+            "inputTokens": value.input_tokens,
+            "outputTokens": value.output_tokens,
+            "cacheReadTokens": value.cache_read_tokens,
+            "cacheWriteTokens": value.cache_write_tokens,
+        }
+    if isinstance(value, SummaryStats):
+        return _fields_json(value)
+    if isinstance(value, tuple):
+        return [_json_value(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _fields_json(obj: Any) -> dict[str, Any]:
+    return {_camel(f.name): _json_value(getattr(obj, f.name)) for f in fields(obj)}
+
+
+class _Event:
+    __slots__ = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The event's frozen JSON shape."""
+        name = type(self).__name__
+        return {"type": name[0].lower() + name[1:], **_fields_json(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryStats:
+    """What one summarizer request cost, whether or not its briefing was used."""
+
+    messages_summarized: int
+    usage: Usage
+    cost_usd: float | None
+    model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextCompacted(_Event):
+    """A compaction changed the view.
+
+    ``method`` is ``deterministic``, ``pipeline``, ``summarized`` or ``provider``; ``actions``
+    says in a few words each what was done (``truncated read(path=a.py) 48213->9880 chars``);
+    ``summary`` is set when a summarizer request was made, even if its briefing was not used.
+    """
+
+    method: str
+    strategy: str
+    messages_before: int
+    messages_after: int
+    tokens_before: int
+    tokens_after: int
+    decisions: int
+    actions: tuple[str, ...] = ()
+    summary: SummaryStats | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetExceeded(_Event):
+    """The view is over the hard budget and could not be brought under it without dropping
+    the task, the latest user message or the newest complete turn."""
+
+    tokens: int
+    budget: int
+    usage_fraction: float
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptRepaired(_Event):
+    """The view was repaired so the provider accepts it (see `agentctx.boundaries.repair`).
+
+    ``repairs`` are ``"<kind>@<raw index>[:<tool call id>]"`` strings, reported once each.
+    """
+
+    repairs: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryResynced(_Event):
+    """The history passed in did not extend the known one (rewound or edited): the session
+    resynchronized at ``index`` and dropped the decisions anchored after it."""
+
+    index: int
+    dropped_decisions: int
+
+
+Event: TypeAlias = ContextCompacted | BudgetExceeded | TranscriptRepaired | HistoryResynced
+Subscriber: TypeAlias = Callable[[Event], None | Awaitable[None]]
+
+
+class EventHub:
+    """Fans events out to callbacks and iterators; nothing a subscriber does reaches the emitter.
+
+    Sync callbacks run inline and must be quick; async callbacks run as tasks in the owning
+    task group. Iterators get a bounded buffer; when a reader falls that far behind, further
+    events for it are dropped and logged.
+    """
+
+    def __init__(self, buffer: int = 1024) -> None:
+        self._callbacks: list[Subscriber] = []
+        self._streams: list[MemoryObjectSendStream[Event]] = []
+        self._buffer = buffer
+        self._tasks: TaskGroup | None = None
+
+    def bind(self, tasks: TaskGroup | None) -> None:
+        """Run async callbacks in ``tasks`` (the manager's task group); ``None`` unbinds."""
+        self._tasks = tasks
+
+    def subscribe(self, callback: Subscriber) -> Callable[[], None]:
+        """Call ``callback`` with every event; returns a function that unsubscribes it."""
+        self._callbacks.append(callback)
+        return lambda: self._callbacks.remove(callback) if callback in self._callbacks else None
+
+    async def stream(self) -> AsyncIterator[Event]:
+        """Iterate over events emitted from now on, until the hub closes."""
+        send, receive = anyio.create_memory_object_stream[Event](self._buffer)
+        self._streams.append(send)
+        try:
+            async with receive:
+                async for event in receive:
+                    yield event
+        finally:
+            if send in self._streams:
+                self._streams.remove(send)
+            send.close()
+
+    def emit(self, event: Event) -> None:
+        """Deliver ``event`` to every subscriber; never raises."""
+        log.debug(type(event).__name__, **event.to_json())
+        for callback in list(self._callbacks):
+            try:
+                result = callback(event)
+            except Exception:
+                log.exception("event subscriber raised", subscriber=repr(callback))
+                continue
+            if inspect.isawaitable(result):
+                if self._tasks is None:
+                    if inspect.iscoroutine(result):
+                        result.close()
+                    log.error("async subscriber needs `async with ContextManager(...)`")
+                else:
+                    self._tasks.start_soon(self._run_async, result, callback)
+        for send in list(self._streams):
+            try:
+                send.send_nowait(event)
+            except anyio.WouldBlock:
+                log.warning("event iterator is full; event dropped", dropped=type(event).__name__)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self._streams.remove(send)
+
+    @staticmethod
+    async def _run_async(awaitable: Awaitable[None], callback: Subscriber) -> None:
+        try:
+            await awaitable
+        except Exception:
+            log.exception("event subscriber raised", subscriber=repr(callback))
+
+    def close(self) -> None:
+        """End every iterator."""
+        for send in self._streams:
+            send.close()
+        self._streams.clear()

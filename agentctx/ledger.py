@@ -1,0 +1,331 @@
+"""The ledger of compaction decisions, and `render`, the pure function that applies them.
+
+Strategies never edit bytes: they add decisions, anchored to a raw message by its position
+and fingerprint. ``render(raw, ledger)`` turns the raw history into the view the model sees,
+deterministically, so the same raw history and ledger always give identical bytes, and a new
+decision changes the view only from its own position on.
+
+A decision is never revisited: the replacement bytes are fixed when the decision is taken
+(that is what keeps the provider's prefix cache warm). When the raw history is rewound or
+edited, the decisions anchored at or after the change are dropped as stale.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from agentctx.boundaries import Repair, repair
+from agentctx.errors import ConfigError
+from agentctx.messages import (
+    AssistantContent,
+    AssistantMessage,
+    JSONMap,
+    Message,
+    RedactedThinkingBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResultContent,
+    ToolResultMessage,
+    block_from_dict,
+    block_to_dict,
+    fingerprint,
+    from_dict,
+    to_dict,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+__all__ = [
+    "Anchor",
+    "Decision",
+    "DropThinking",
+    "Keep",
+    "Ledger",
+    "Rendered",
+    "ReplaceArguments",
+    "ReplaceResult",
+    "ReplaceSpan",
+    "anchor",
+    "render",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Anchor:
+    """A raw message named by position and content: both must still match to apply."""
+
+    index: int
+    fingerprint: str
+
+
+def anchor(raw: Sequence[Message], index: int) -> Anchor:
+    """The anchor of ``raw[index]``."""
+    return Anchor(index, fingerprint(raw[index]))
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaceResult:
+    """Send the tool result at ``at`` with ``content`` instead of its own."""
+
+    at: Anchor
+    content: tuple[ToolResultContent, ...]
+    reason: str
+    recall_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaceArguments:
+    """Send the arguments of call ``call_id`` of the assistant message at ``at`` instead."""
+
+    at: Anchor
+    call_id: str
+    arguments: JSONMap
+    reason: str
+    recall_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DropThinking:
+    """Leave out every thinking block of the (completed) assistant message at ``at``."""
+
+    at: Anchor
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Keep:
+    """Keep the message at ``at`` as it is; strategies that see this never revisit it."""
+
+    at: Anchor
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaceSpan:
+    """Send ``replacement`` in place of raw messages ``[at.index, end)``.
+
+    ``last`` anchors ``raw[end - 1]`` so an edit anywhere inside the span is detected.
+    A span may contain older spans whole (it then hides them) but never overlap one partly.
+    """
+
+    at: Anchor
+    end: int
+    last: Anchor
+    replacement: tuple[Message, ...]
+    reason: str
+
+
+Decision: TypeAlias = ReplaceResult | ReplaceArguments | DropThinking | Keep | ReplaceSpan
+_PerMessage: TypeAlias = ReplaceResult | ReplaceArguments | DropThinking | Keep
+
+
+class Ledger:
+    """Decisions for one session, in the order they were taken.
+
+    ``version`` changes whenever a decision is added or dropped, so callers can cache
+    renders by it.
+    """
+
+    __slots__ = ("_decisions", "_per_message", "_spans", "version")
+
+    def __init__(self, decisions: Iterable[Decision] = ()) -> None:
+        self._decisions: list[Decision] = []
+        self._per_message: dict[int, list[_PerMessage]] = {}
+        self._spans: dict[int, ReplaceSpan] = {}  # start -> outermost span starting there
+        self.version = 0
+        for d in decisions:
+            self.add(d)
+
+    def __len__(self) -> int:
+        return len(self._decisions)
+
+    @property
+    def decisions(self) -> tuple[Decision, ...]:
+        """All decisions, oldest first."""
+        return tuple(self._decisions)
+
+    def decided(self, index: int) -> bool:
+        """Whether a per-message decision (including `Keep`) exists for raw ``index``."""
+        return index in self._per_message
+
+    def decisions_at(self, index: int) -> tuple[_PerMessage, ...]:
+        """The per-message decisions anchored at raw ``index``."""
+        return tuple(self._per_message.get(index, ()))
+
+    def span_covering(self, index: int) -> ReplaceSpan | None:
+        """The visible span that hides raw ``index``, if any."""
+        for span in self._spans.values():
+            if span.at.index <= index < span.end:
+                return span
+        return None
+
+    @property
+    def spans(self) -> tuple[ReplaceSpan, ...]:
+        """The visible (outermost) spans, by position."""
+        return tuple(self._spans[k] for k in sorted(self._spans))
+
+    def add(self, decision: Decision) -> None:
+        """Record ``decision``; raises `ConfigError` for a span that partly overlaps another."""
+        if isinstance(decision, ReplaceSpan):
+            a, b = decision.at.index, decision.end
+            if b <= a:
+                raise ConfigError(f"empty span [{a}, {b})")
+            inner = []
+            for start, span in self._spans.items():
+                if a <= start and span.end <= b:
+                    inner.append(start)
+                elif start < b and a < span.end:
+                    raise ConfigError(
+                        f"span [{a}, {b}) partly overlaps [{start}, {span.end}) of an earlier one"
+                    )
+            for start in inner:
+                del self._spans[start]
+            self._spans[a] = decision
+        else:
+            self._per_message.setdefault(decision.at.index, []).append(decision)
+        self._decisions.append(decision)
+        self.version += 1
+
+    def drop_from(self, index: int) -> list[Decision]:
+        """Drop decisions that touch raw messages at or after ``index``; return them."""
+        return self._rebuild(
+            lambda d: (d.end if isinstance(d, ReplaceSpan) else d.at.index + 1) > index
+        )
+
+    def drop_stale(self, raw: Sequence[Message]) -> list[Decision]:
+        """Drop decisions whose anchors no longer match ``raw``; return them."""
+
+        def stale(d: Decision) -> bool:
+            anchors = (d.at, d.last) if isinstance(d, ReplaceSpan) else (d.at,)
+            return any(
+                a.index >= len(raw) or fingerprint(raw[a.index]) != a.fingerprint for a in anchors
+            )
+
+        return self._rebuild(stale)
+
+    def _rebuild(self, drop: Any) -> list[Decision]:
+        dropped = [d for d in self._decisions if drop(d)]
+        if dropped:
+            kept = [d for d in self._decisions if not drop(d)]
+            version = self.version
+            self.__init__(kept)  # type: ignore[misc]
+            self.version = version + 1
+        return dropped
+
+    # -- serialization ------------------------------------------------------------------
+
+    def to_json(self) -> str:
+        """The decisions as JSON text (the form stores keep)."""
+        return json.dumps([_decision_to_dict(d) for d in self._decisions], ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> Ledger:
+        """Rebuild a ledger from `to_json` output."""
+        return cls(_decision_from_dict(d) for d in json.loads(text))
+
+
+def _anchor_dict(a: Anchor) -> list[Any]:
+    return [a.index, a.fingerprint]
+
+
+def _decision_to_dict(d: Decision) -> dict[str, Any]:
+    match d:
+        case ReplaceResult(content=content, recall_id=recall_id):
+            body: dict[str, Any] = {"content": [block_to_dict(b) for b in content]}
+            body["recall_id"] = recall_id
+        case ReplaceArguments(call_id=call_id, arguments=arguments, recall_id=recall_id):
+            body = {"call_id": call_id, "arguments": dict(arguments), "recall_id": recall_id}
+        case DropThinking() | Keep():
+            body = {}
+        case ReplaceSpan(end=end, last=last, replacement=replacement):
+            body = {"end": end, "last": _anchor_dict(last)}
+            body["replacement"] = [to_dict(m) for m in replacement]
+    return {"kind": type(d).__name__, "at": _anchor_dict(d.at), "reason": d.reason, **body}
+
+
+def _decision_from_dict(d: Mapping[str, Any]) -> Decision:
+    at = Anchor(*d["at"])
+    kind, reason = d["kind"], d["reason"]
+    if kind == "ReplaceResult":
+        content = tuple(block_from_dict(b) for b in d["content"])
+        return ReplaceResult(at, content, reason, d.get("recall_id"))  # type: ignore[arg-type]
+    if kind == "ReplaceArguments":
+        args = MappingProxyType(dict(d["arguments"]))
+        return ReplaceArguments(at, d["call_id"], args, reason, d.get("recall_id"))
+    if kind == "DropThinking":
+        return DropThinking(at, reason)
+    if kind == "Keep":
+        return Keep(at, reason)
+    if kind == "ReplaceSpan":
+        replacement = tuple(from_dict(m) for m in d["replacement"])
+        return ReplaceSpan(at, d["end"], Anchor(*d["last"]), replacement, reason)
+    raise ConfigError(f"unknown decision kind {kind!r}")
+
+
+# ---------------------------------------------------------------------------------------
+# Rendering
+
+
+def _apply(message: Message, decisions: Sequence[_PerMessage]) -> Message:
+    for d in decisions:
+        if isinstance(d, ReplaceResult) and isinstance(message, ToolResultMessage):
+            m = message
+            message = ToolResultMessage(m.tool_call_id, d.content, m.tool_name, m.is_error, m.extra)
+        elif isinstance(d, ReplaceArguments | DropThinking) and isinstance(
+            message, AssistantMessage
+        ):
+            blocks: list[AssistantContent] = []
+            for b in message.content:
+                if isinstance(d, DropThinking) and isinstance(
+                    b, ThinkingBlock | RedactedThinkingBlock
+                ):
+                    continue
+                if (
+                    isinstance(d, ReplaceArguments)
+                    and isinstance(b, ToolCall)
+                    and b.id == d.call_id
+                ):
+                    b = ToolCall(b.id, b.name, d.arguments, b.extra)
+                blocks.append(b)
+            m2 = message
+            message = AssistantMessage(tuple(blocks), m2.stop_reason, m2.usage, m2.model, m2.extra)
+    return message
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """A rendered view: the messages, the raw index each came from, and the repairs made."""
+
+    messages: list[Message]
+    origins: list[int]
+    repairs: list[Repair]
+
+
+def render(raw: Sequence[Message], ledger: Ledger, start: int = 0) -> Rendered:
+    """The view of ``raw[start:]`` under ``ledger``: decisions applied, then `repair`.
+
+    Pure and deterministic. ``start`` must not fall inside a span; rendering a suffix gives
+    the same messages as the matching suffix of a full render when ``start`` is a safe cut.
+    """
+    out: list[Message] = []
+    origins: list[int] = []
+    spans = ledger._spans
+    per_message = ledger._per_message
+    i, n = start, len(raw)
+    while i < n:
+        span = spans.get(i)
+        if span is not None:
+            out.extend(span.replacement)
+            origins.extend([i] * len(span.replacement))
+            i = span.end
+            continue
+        decisions = per_message.get(i)
+        out.append(_apply(raw[i], decisions) if decisions else raw[i])
+        origins.append(i)
+        i += 1
+    messages, origins, repairs = repair(out, origins)
+    return Rendered(messages, origins, repairs)

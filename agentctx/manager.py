@@ -1,0 +1,295 @@
+"""`ContextManager`: one session's history, decisions, events and background work.
+
+```python
+async with ContextManager(Budget(context_window=200_000)) as ctx:
+    while True:
+        view = await ctx.prepare(history)      # before each model call; never waits on I/O
+        response = await client.messages.create(messages=to_provider(view), ...)
+        ctx.observe(usage)                     # after it: calibrates the token accounting
+        history.append(...)
+```
+
+``prepare`` works in both modes. **Projection mode**: keep your full history and pass all of
+it every time; agentctx returns the compacted view for this call. **Owned mode**: keep what
+``prepare`` returned, append to it, and pass that back. Either way it finds the new messages
+by comparing the input with what it already knows, in O(new messages); if the input extends
+neither (you rewound or edited history), it resynchronizes at the longest common prefix,
+drops the decisions after it and emits `HistoryResynced`.
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+import uuid
+from typing import TYPE_CHECKING, Any, Self
+
+import anyio
+
+from agentctx.budget import Budget
+from agentctx.errors import BudgetExceededError, ConfigError
+from agentctx.events import (
+    BudgetExceeded,
+    Event,
+    EventHub,
+    HistoryResynced,
+    Subscriber,
+    TranscriptRepaired,
+)
+from agentctx.messages import AssistantMessage, Message, Usage, check_history, fingerprint
+from agentctx.strategies.deterministic import DeterministicCompaction
+from agentctx.strategy import CompactionContext
+from agentctx.tokens import MessageCounter
+from agentctx.view import ViewState
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Sequence
+    from types import TracebackType
+
+    from anyio.abc import TaskGroup
+
+    from agentctx.ledger import Ledger
+    from agentctx.recall import RecallStore
+    from agentctx.strategy import CompactionStrategy
+
+__all__ = ["ContextManager"]
+
+
+def _common_prefix(a: Sequence[Message], b: Sequence[Message]) -> int:
+    """Length of the common prefix, by identity first and fingerprint where objects differ."""
+    n = min(len(a), len(b))
+    if all(map(operator.is_, a[:n], b[:n])):
+        return n
+    i = 0
+    while i < n and (a[i] is b[i] or fingerprint(a[i]) == fingerprint(b[i])):
+        i += 1
+    return i
+
+
+class ContextManager:
+    """Keeps one agent session inside its budget.
+
+    Args:
+        budget: the token budget; a bare int is a context window with default ratios.
+        strategy: what compacts; default `DeterministicCompaction()`.
+        counter: token accounting; default `MessageCounter()` (content-aware estimator).
+        recall: where cleared content is kept so `recall` can return it.
+        session_id: scopes recall ids; a random one by default.
+        ledger: decisions to resume from (e.g. ``Ledger.from_json(saved)``).
+        on_over_budget: ``"raise"`` (default) raises `BudgetExceededError` carrying the best
+            view; ``"send"`` returns that view anyway. Both emit `BudgetExceeded`.
+        clock: seconds; ``time.monotonic`` by default (tests pass a fake).
+    """
+
+    def __init__(
+        self,
+        budget: Budget | int,
+        *,
+        strategy: CompactionStrategy | None = None,
+        counter: MessageCounter | None = None,
+        recall: RecallStore | None = None,
+        session_id: str | None = None,
+        ledger: Ledger | None = None,
+        on_over_budget: str = "raise",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if on_over_budget not in ("raise", "send"):
+            raise ConfigError(f"on_over_budget is 'raise' or 'send', got {on_over_budget!r}")
+        self.budget = budget if isinstance(budget, Budget) else Budget(context_window=budget)
+        self.strategy: CompactionStrategy = strategy or DeterministicCompaction()
+        self.counter = counter or MessageCounter()
+        self.recall_store = recall
+        self.session_id = session_id or uuid.uuid4().hex
+        self.usage = Usage()
+        self._on_over_budget = on_over_budget
+        self._clock = clock
+        self._state = ViewState(self.counter, ledger)
+        self._hub = EventHub()
+        self._tasks: TaskGroup | None = None
+        self._repairs_seen = -1
+        self._last_call: float | None = None
+        self._reported: set[tuple[str, int, str | None]] = set()
+        self._rendered_version = self._state.ledger.version
+        self._closed = False
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        self._task_group = anyio.create_task_group()
+        self._tasks = await self._task_group.__aenter__()
+        self._hub.bind(self._tasks)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        self._tasks_cancel()
+        try:
+            return await self._task_group.__aexit__(exc_type, exc, tb)
+        finally:
+            self._hub.bind(None)
+            self._hub.close()
+            self._tasks = None
+            self._closed = True
+
+    def _tasks_cancel(self) -> None:
+        if self._tasks is not None:
+            self._tasks.cancel_scope.cancel()
+
+    async def aclose(self) -> None:
+        """Cancel background work and end event iterators (``async with`` does this)."""
+        self._tasks_cancel()
+        self._hub.close()
+        self._closed = True
+
+    # -- events -------------------------------------------------------------------------
+
+    def subscribe(self, callback: Subscriber) -> Callable[[], None]:
+        """Call ``callback`` with every event; returns an unsubscribe function."""
+        return self._hub.subscribe(callback)
+
+    def events(self) -> AsyncIterator[Event]:
+        """Async iterator over the events emitted from now on."""
+        return self._hub.stream()
+
+    def emit(self, event: Event) -> None:
+        """Send ``event`` to the subscribers (strategies use this through their context)."""
+        self._hub.emit(event)
+
+    # -- the hot path -------------------------------------------------------------------
+
+    @property
+    def ledger(self) -> Ledger:
+        """The session's decisions."""
+        return self._state.ledger
+
+    @property
+    def raw(self) -> Sequence[Message]:
+        """The complete raw history as agentctx recorded it."""
+        return self._state.raw
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Estimated prompt size of the current view, system prompt and tools included."""
+        return self.counter.overhead + self._state.tokens
+
+    async def prepare(self, history: Sequence[Message]) -> list[Message]:
+        """The view to send for ``history``: compacted, provider-valid, within the budget.
+
+        Never mutates ``history`` and never awaits network I/O. Raises
+        `UnsupportedMessageError` for an item that is not a neutral message, and
+        `BudgetExceededError` (with the best view attached) when the budget cannot be met
+        without dropping the task (unless ``on_over_budget="send"``).
+        """
+        if self._closed:
+            raise ConfigError("this ContextManager is closed")
+        self._sync(history)
+        state = self._state
+        now = self._clock()
+        idle = None if self._last_call is None else now - self._last_call
+        ctx = CompactionContext(
+            session_id=self.session_id,
+            raw=state.raw,
+            budget=self.budget,
+            counter=self.counter,
+            ledger=state.ledger,
+            recall=self.recall_store,
+            clock=self._clock,
+            idle_seconds=idle,
+            emit=self._hub.emit,
+            tasks=self._tasks,
+            _view=self._current_view,
+            _view_tokens=lambda: self._state.tokens,
+        )
+        await self.strategy.compact(ctx)
+        self._current_view()
+        if state.repairs_version != self._repairs_seen:
+            self._report_repairs()
+        self._last_call = now
+        view = list(state.view)
+        tokens = self.prompt_tokens
+        if tokens > self.budget.limit:
+            fraction = self.budget.usage_fraction(tokens)
+            self._hub.emit(BudgetExceeded(tokens, self.budget.limit, fraction))
+            if self._on_over_budget == "raise":
+                raise BudgetExceededError(tokens, self.budget.limit, view)
+        return view
+
+    def _current_view(self) -> tuple[Sequence[Message], Sequence[int]]:
+        state = self._state
+        if state.ledger.version != self._rendered_version:
+            state.rebuild()
+            self._rendered_version = state.ledger.version
+        return state.view, state.origins
+
+    def _sync(self, history: Sequence[Message]) -> None:
+        state = self._state
+        # When the input extends both the view and the raw history (the view can be a prefix
+        # of the raw history, e.g. when repair left out a trailing orphan result), the longer
+        # of the two is what the caller holds.
+        raw, view = state.raw, state.view
+        for seq in (raw, view) if len(raw) >= len(view) else (view, raw):
+            if len(history) >= len(seq) and _common_prefix(history, seq) == len(seq):
+                new = history[len(seq) :]
+                break
+        else:
+            self._resync(history)
+            return
+        check_history(new, len(history) - len(new))
+        state.append(new)
+        self._rendered_version = state.ledger.version
+
+    def _resync(self, history: Sequence[Message]) -> None:
+        state = self._state
+        in_view = _common_prefix(history, state.view)
+        in_raw = _common_prefix(history, state.raw)
+        view_cut = state.origins[in_view] if in_view < len(state.origins) else len(state.raw)
+        if in_raw >= view_cut:
+            cut, new = in_raw, history[in_raw:]
+        else:
+            cut, new = view_cut, history[in_view:]
+        check_history(new, len(history) - len(new))
+        dropped = state.truncate(cut)
+        state.append(new)
+        self._rendered_version = state.ledger.version
+        self._reported = {r for r in self._reported if r[1] < cut}
+        self._hub.emit(HistoryResynced(cut, dropped))
+
+    def _report_repairs(self) -> None:
+        state = self._state
+        self._repairs_seen = state.repairs_version
+        fresh = []
+        for r in state.repairs:
+            key = (
+                r.kind,
+                state.origins[r.index] if r.index < len(state.origins) else -1,
+                r.tool_call_id,
+            )
+            if key not in self._reported:
+                self._reported.add(key)
+                fresh.append(
+                    f"{r.kind}@{key[1]}" + (f":{r.tool_call_id}" if r.tool_call_id else "")
+                )
+        if fresh:
+            self._hub.emit(TranscriptRepaired(tuple(fresh)))
+
+    # -- after the model call -----------------------------------------------------------
+
+    def observe(self, response: Usage | AssistantMessage | Any) -> None:
+        """Record what the provider reported for the last view sent.
+
+        Accepts a `Usage`, an `AssistantMessage` carrying one, or any object with a
+        ``usage`` attribute holding one. Calibrates the token estimate from it.
+        """
+        usage = response if isinstance(response, Usage) else getattr(response, "usage", None)
+        if not isinstance(usage, Usage):
+            raise ConfigError(
+                f"observe() needs a Usage or a message with one, got {type(response).__name__}"
+            )
+        self.usage = self.usage + usage
+        self._last_call = self._clock()
+        if usage.prompt_tokens > 0 and self._state.view:
+            self.counter.observe(self._state.view, usage.prompt_tokens)

@@ -1,0 +1,169 @@
+"""Replay a recorded session request by request through a strategy, against a simulated cache.
+
+```python
+report = await replay(load_transcript(path).messages, budget=Budget(context_window=50_000))
+print(report.cost_with, report.cost_without, report.cache_breaks)
+```
+
+Each assistant message of the transcript marks one model call; the request for it is every
+message before it. The same requests are priced twice, with compaction and without, against
+an ideal provider prefix cache: what the previous request already sent (byte-identical
+messages from the start) is a cache read, the rest a cache write. A *cache break* is a
+request that does not start with everything the previous one sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from agentctx.events import ContextCompacted, Event
+from agentctx.manager import ContextManager
+from agentctx.messages import AssistantMessage, Message, Usage, fingerprint
+from agentctx.pricing import Price
+from agentctx.recall import MemoryRecallStore
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from agentctx.budget import Budget
+    from agentctx.strategy import CompactionStrategy
+    from agentctx.tokens import MessageCounter
+
+__all__ = ["ReplayReport", "RequestRow", "SONNET_PRICE", "replay"]
+
+SONNET_PRICE = Price(3.0, 15.0, 0.3, 3.75)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRow:
+    """One model call of the replay."""
+
+    number: int
+    raw_messages: int
+    view_messages: int
+    tokens_without: int
+    tokens_with: int
+    cache_read: int
+    cache_write: int
+    cache_break: bool
+    over_budget: bool
+    actions: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayReport:
+    """Per-request rows and session totals of a replay."""
+
+    rows: tuple[RequestRow, ...]
+    budget_tokens: int
+    cost_with: float
+    cost_without: float
+    compactions: int
+    cache_breaks: int
+    final_view: tuple[Message, ...]
+
+    @property
+    def tokens_with(self) -> int:
+        """Prompt tokens sent over the session with compaction."""
+        return sum(r.tokens_with for r in self.rows)
+
+    @property
+    def tokens_without(self) -> int:
+        """Prompt tokens sent over the session without compaction."""
+        return sum(r.tokens_without for r in self.rows)
+
+    @property
+    def over_budget(self) -> int:
+        """Requests that went over the hard budget."""
+        return sum(r.over_budget for r in self.rows)
+
+
+class _PrefixCache:
+    """An ideal prefix cache: reads what the previous request sent unchanged from the start."""
+
+    def __init__(self, counter: MessageCounter) -> None:
+        self._count = counter.count
+        self._previous: list[str] = []
+
+    def send(self, messages: Sequence[Message], overhead: int) -> tuple[int, int, bool]:
+        prints = [fingerprint(m) for m in messages]
+        same = 0
+        for a, b in zip(prints, self._previous, strict=False):
+            if a != b:
+                break
+            same += 1
+        broke = same < len(self._previous)
+        read = sum(self._count(m) for m in messages[:same]) + (overhead if self._previous else 0)
+        write = sum(self._count(m) for m in messages[same:]) + (0 if self._previous else overhead)
+        self._previous = prints
+        return read, write, broke
+
+
+async def replay(
+    messages: Sequence[Message],
+    *,
+    budget: Budget,
+    strategy: CompactionStrategy | None = None,
+    price: Price = SONNET_PRICE,
+    session_id: str = "replay",
+) -> ReplayReport:
+    """Replay ``messages`` call by call through ``strategy`` and price both ways.
+
+    Recorded usage on assistant messages calibrates the token accounting (the system prompt
+    and tool schemas the transcript does not contain are measured from it).
+    """
+    rows: list[RequestRow] = []
+    events: list[Event] = []
+    cost_with = cost_without = 0.0
+    view: list[Message] = []
+    async with ContextManager(
+        budget,
+        strategy=strategy,
+        recall=MemoryRecallStore(),
+        session_id=session_id,
+        on_over_budget="send",
+    ) as ctx:
+        ctx.subscribe(events.append)
+        cache_with, cache_without = _PrefixCache(ctx.counter), _PrefixCache(ctx.counter)
+        calls = [i for i, m in enumerate(messages) if isinstance(m, AssistantMessage) and i > 0]
+        for number, i in enumerate(calls, start=1):
+            request = messages[:i]
+            seen = len(events)
+            view = await ctx.prepare(request)
+            overhead = ctx.counter.overhead
+            tokens_with = ctx.prompt_tokens
+            tokens_without = overhead + ctx.counter.count_many(request)
+            read, write, broke = cache_with.send(view, overhead)
+            read0, write0, _ = cache_without.send(request, overhead)
+            cost_with += price.cost(Usage(cache_read_tokens=read, cache_write_tokens=write))
+            cost_without += price.cost(Usage(cache_read_tokens=read0, cache_write_tokens=write0))
+            actions = tuple(
+                a for e in events[seen:] if isinstance(e, ContextCompacted) for a in e.actions
+            )
+            rows.append(
+                RequestRow(
+                    number=number,
+                    raw_messages=len(request),
+                    view_messages=len(view),
+                    tokens_without=tokens_without,
+                    tokens_with=tokens_with,
+                    cache_read=read,
+                    cache_write=write,
+                    cache_break=broke,
+                    over_budget=tokens_with > budget.limit,
+                    actions=actions,
+                )
+            )
+            usage = messages[i].usage  # type: ignore[union-attr]
+            if usage is not None and usage.prompt_tokens > 0:
+                ctx.counter.observe(request, usage.prompt_tokens)
+    return ReplayReport(
+        rows=tuple(rows),
+        budget_tokens=budget.limit,
+        cost_with=cost_with,
+        cost_without=cost_without,
+        compactions=sum(isinstance(e, ContextCompacted) for e in events),
+        cache_breaks=sum(r.cache_break for r in rows),
+        final_view=tuple(view),
+    )

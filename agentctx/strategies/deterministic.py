@@ -1,0 +1,354 @@
+"""`DeterministicCompaction`: three cheap, lossy-in-order tiers that need no model.
+
+1. **Truncate** long tool output and long string arguments of completed tool calls to head
+   and tail. The marker counts against the line budget, so truncating again is a no-op.
+2. **Condense** old completed turns: the assistant part of a turn becomes one line naming
+   what it did (its text, the tools it called with their paths and commands).
+3. **Drop** the smallest middle span that reaches the target, behind one constant marker.
+
+Tiers run only when the prompt is over the hard budget (or, when the provider cache has gone
+cold anyway, over the trigger), and then aim at the budget's target ratio, so the prefix
+cache breaks rarely. The task (first user message), the latest user message and the newest
+complete turn are never condensed or dropped; nor is signed thinking of the in-flight tool
+loop. When the budget cannot be met even so, the manager reports it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agentctx import boundaries as b
+from agentctx.events import ContextCompacted
+from agentctx.ledger import ReplaceArguments, ReplaceResult, ReplaceSpan, anchor
+from agentctx.messages import (
+    AssistantMessage,
+    Message,
+    SummaryMessage,
+    TextBlock,
+    ToolCall,
+    ToolResultMessage,
+    text_of,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from agentctx.strategy import CompactionContext
+
+__all__ = ["COMPACTION_MARKER", "DeterministicCompaction", "describe_call", "truncate_text"]
+
+COMPACTION_MARKER = "[Context compacted: earlier messages were removed to fit the context window]"
+_ID_KEYS = ("path", "file_path", "file", "filename", "command", "cmd", "pattern", "query", "url")
+
+
+def truncate_text(text: str, max_lines: int, max_chars: int, note: str = "") -> str:
+    """Head and tail of ``text`` within ``max_lines`` lines and ``max_chars`` characters.
+
+    The marker line says how much was cut and is counted in both limits, so applying the
+    function to its own output returns it unchanged. ``note`` (e.g. a recall hint) is added
+    to the marker.
+    """
+    lines = text.split("\n")
+    suffix = f"; {note}" if note else ""
+    if len(lines) > max_lines and max_lines >= 3:
+        keep = max_lines - 1
+        head, tail = (keep + 1) // 2, keep // 2
+        cut = lines[head : len(lines) - tail]
+        marker = (
+            f"[... {len(cut)} lines ({sum(map(len, cut)) + len(cut)} chars) truncated{suffix} ...]"
+        )
+        lines = lines[:head] + [marker] + (lines[len(lines) - tail :] if tail else [])
+        text = "\n".join(lines)
+    if len(text) > max_chars:
+        marker_room = 80 + len(suffix)
+        keep = max(0, max_chars - marker_room)
+        head, tail = (keep + 1) // 2, keep // 2
+        removed = len(text) - head - tail
+        marker = f"\n[... {removed} chars truncated{suffix} ...]\n"
+        text = text[:head] + marker + (text[len(text) - tail :] if tail else "")
+    return text
+
+
+def describe_call(call: ToolCall, width: int = 80) -> str:
+    """``name(key=value)`` with the argument that identifies what the call touched."""
+    args = call.arguments
+    for key in _ID_KEYS:
+        value = args.get(key)
+        if isinstance(value, str) and value:
+            return f"{call.name}({key}={_clip(value, width)})"
+    for key, value in args.items():
+        if isinstance(value, str) and value:
+            return f"{call.name}({key}={_clip(value, width)})"
+    return f"{call.name}()"
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _result_text(m: ToolResultMessage) -> str:
+    return text_of(m.content)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeterministicCompaction:
+    """Truncate, condense, drop; aimed at the budget's target ratio.
+
+    Attributes:
+        max_lines: tool output longer than this is cut to head and tail (tier 1).
+        max_chars: ... and so is output longer than this many characters.
+        max_argument_chars: string arguments of completed calls longer than this are cut.
+        keep_recent_steps: the newest assistant steps never condensed or dropped.
+        exempt_tools: tools whose output is never truncated (e.g. the recall tool itself).
+        cold_cache_seconds: when the last call is older than this the provider cache is cold,
+            so compacting above the trigger costs no extra cache write; ``None`` disables.
+    """
+
+    max_lines: int = 200
+    max_chars: int = 20_000
+    max_argument_chars: int = 2_000
+    keep_recent_steps: int = 3
+    exempt_tools: frozenset[str] = frozenset({"recall_context"})
+    cold_cache_seconds: float | None = 300.0
+
+    async def compact(self, ctx: CompactionContext) -> None:
+        """Add the decisions needed to bring the prompt to the target, if it is due."""
+        tokens = ctx.prompt_tokens
+        budget = ctx.budget
+        cold = (
+            self.cold_cache_seconds is not None
+            and ctx.idle_seconds is not None
+            and ctx.idle_seconds > self.cold_cache_seconds
+        )
+        if tokens <= budget.limit and not (cold and tokens > budget.trigger_tokens):
+            return
+        before_messages = len(ctx.view)
+        actions: list[str] = []
+        target = budget.target_tokens
+        # Repeat to a fixed point, so calling again with the same history takes nothing new.
+        while True:
+            taken = len(ctx.taken)
+            self._truncate(ctx, actions, in_flight=False)
+            if ctx.prompt_tokens > target:
+                self._condense(ctx, actions, target)
+            if ctx.prompt_tokens > target:
+                self._drop_middle(ctx, actions, target)
+            if ctx.prompt_tokens > budget.limit:
+                self._truncate(ctx, actions, in_flight=True)
+            if len(ctx.taken) == taken or ctx.prompt_tokens <= target:
+                break
+        if actions:
+            ctx.emit(
+                ContextCompacted(
+                    method="deterministic",
+                    strategy=type(self).__name__,
+                    messages_before=before_messages,
+                    messages_after=len(ctx.view),
+                    tokens_before=tokens,
+                    tokens_after=ctx.prompt_tokens,
+                    decisions=len(ctx.taken),
+                    actions=tuple(actions),
+                )
+            )
+
+    # -- tier 1 -------------------------------------------------------------------------
+
+    def _truncate(self, ctx: CompactionContext, actions: list[str], *, in_flight: bool) -> None:
+        view, origins, raw = ctx.view, ctx.origins, ctx.raw
+        loop_start = b.in_flight_start(view)
+        lo, hi = (loop_start, len(view)) if in_flight else (0, loop_start)
+        names = {
+            c.id: c.name for m in view if isinstance(m, AssistantMessage) for c in m.tool_calls
+        }
+        pending: list[Any] = []
+        for j in range(lo, hi):
+            m, i = view[j], origins[j]
+            if ctx.ledger.decided(i) or ctx.ledger.span_covering(i) or raw[i] is not m:
+                continue
+            if isinstance(m, ToolResultMessage):
+                name = m.tool_name or names.get(m.tool_call_id, "tool")
+                if name in self.exempt_tools or len(m.content) != 1:
+                    continue
+                text = _result_text(m)
+                if text.count("\n") < self.max_lines and len(text) <= self.max_chars:
+                    continue
+                note = self._recall_note(ctx, text)
+                short = truncate_text(text, self.max_lines, self.max_chars, note)
+                if len(short) >= len(text):
+                    continue
+                rid = note.removeprefix("recall_context id=") or None
+                pending.append(ReplaceResult(anchor(raw, i), (TextBlock(short),), "truncate", rid))
+                actions.append(f"truncated {name} result {len(text)}->{len(short)} chars")
+            elif isinstance(m, AssistantMessage) and not in_flight:
+                for call in m.tool_calls:
+                    new_args, cut = self._shrink_arguments(ctx, call)
+                    if cut:
+                        rid = self._recall_id(
+                            ctx, json.dumps(dict(call.arguments), ensure_ascii=False)
+                        )
+                        pending.append(
+                            ReplaceArguments(anchor(raw, i), call.id, new_args, "truncate", rid)
+                        )
+                        actions.append(f"truncated arguments of {describe_call(call)}")
+        for decision in pending:
+            ctx.take(decision)
+
+    def _shrink_arguments(
+        self, ctx: CompactionContext, call: ToolCall
+    ) -> tuple[dict[str, Any], bool]:
+        limit = self.max_argument_chars
+        out: dict[str, Any] = {}
+        cut = False
+        for key, value in call.arguments.items():
+            if isinstance(value, str) and len(value) > limit:
+                out[key] = truncate_text(value, max(3, limit // 80), limit)
+                cut = True
+            else:
+                out[key] = value
+        return out, cut
+
+    def _recall_note(self, ctx: CompactionContext, text: str) -> str:
+        rid = self._recall_id(ctx, text)
+        return f"recall_context id={rid}" if rid else ""
+
+    @staticmethod
+    def _recall_id(ctx: CompactionContext, text: str) -> str | None:
+        return ctx.recall.put(ctx.session_id, text) if ctx.recall is not None else None
+
+    # -- protected positions ------------------------------------------------------------
+
+    def _recent_start(self, view: Sequence[Message]) -> int:
+        """View index of the oldest of the ``keep_recent_steps`` newest assistant steps."""
+        if self.keep_recent_steps == 0:
+            return len(view)
+        steps = [j for j, m in enumerate(view) if isinstance(m, AssistantMessage)]
+        return steps[-self.keep_recent_steps] if len(steps) >= self.keep_recent_steps else 0
+
+    # -- tier 2 -------------------------------------------------------------------------
+
+    def _condense(self, ctx: CompactionContext, actions: list[str], target: int) -> None:
+        view, origins = ctx.view, ctx.origins
+        tail = min(self._recent_start(view), b.in_flight_start(view) - 1)
+        protected = b.newest_complete_turn(view)
+        starts = b.turn_starts(view)
+        count = ctx.counter.count
+        pending: list[tuple[int, int, AssistantMessage]] = []
+        freed = 0
+        need = ctx.prompt_tokens - target
+        for k, s in enumerate(starts):
+            e = starts[k + 1] if k + 1 < len(starts) else len(view)
+            if e > tail or freed >= need:
+                break
+            part = view[s + 1 : e]
+            if not part or (s, e) == protected:
+                continue
+            line = self._one_line(part)
+            replacement = AssistantMessage((TextBlock(line),), "stop")
+            gain = sum(map(count, part)) - count(replacement)
+            if gain <= 0 or (len(part) == 1 and ctx.ledger.span_covering(origins[s + 1])):
+                continue
+            pending.append((s + 1, e, replacement))
+            freed += gain
+        raw = ctx.raw
+        for s, e, replacement in pending:
+            a, z = origins[s], (origins[e] if e < len(view) else len(raw))
+            ctx.take(ReplaceSpan(anchor(raw, a), z, anchor(raw, z - 1), (replacement,), "condense"))
+        if pending:
+            actions.append(f"condensed {len(pending)} old turns to one line each")
+
+    @staticmethod
+    def _one_line(part: Sequence[Message]) -> str:
+        texts: list[str] = []
+        calls: list[str] = []
+        errors = 0
+        for m in part:
+            if isinstance(m, AssistantMessage):
+                t = text_of(m.content).strip()
+                if t:
+                    texts.append(t)
+                calls.extend(describe_call(c) for c in m.tool_calls)
+            elif isinstance(m, ToolResultMessage) and m.is_error:
+                errors += 1
+        line = "[Earlier turn, condensed]"
+        if texts:
+            line += " " + _clip(" ".join(texts), 200)
+        if calls:
+            shown = ", ".join(calls[:12]) + (
+                f", +{len(calls) - 12} more" if len(calls) > 12 else ""
+            )
+            line += f" Tools: {shown}."
+        if errors:
+            line += f" {errors} call(s) failed."
+        return line
+
+    # -- tier 3 -------------------------------------------------------------------------
+
+    def _drop_middle(self, ctx: CompactionContext, actions: list[str], target: int) -> None:
+        view, origins, raw = ctx.view, ctx.origins, ctx.raw
+        task = b.task_index(view)
+        latest = b.latest_user_index(view)
+        if task is None:
+            return
+        tail = self._recent_start(view)
+        complete = b.newest_complete_turn(view) or (0, 0)
+        loop_start = b.in_flight_start(view)
+        count = ctx.counter.count
+        marker = SummaryMessage(COMPACTION_MARKER)
+        marker_cost = count(marker)
+        # Segments of droppable view positions, split at protected messages.
+        segments: list[list[int]] = [[]]
+        for j in range(task + 1, tail):
+            m = view[j]
+            barrier = (
+                j == latest
+                or complete[0] <= j < complete[1]
+                or (j >= loop_start and b.has_thinking(m))
+            )
+            if barrier:
+                segments.append([])
+                continue
+            segments[-1].append(j)
+        need = ctx.prompt_tokens - target
+        best: tuple[int, int, int] | None = None  # (freed, start, end) of the smallest sufficient
+        whole: list[tuple[int, int, int]] = []
+        for seg in segments:
+            if not seg:
+                continue
+            cuts = [j for j in seg if not isinstance(view[j], ToolResultMessage)]
+            end_limit = seg[-1] + 1
+            if not cuts:
+                continue
+            prefix = [0]
+            for j in range(seg[0], end_limit):
+                prefix.append(prefix[-1] + count(view[j]))
+            base = seg[0]
+            ends = [c for c in cuts if c > cuts[0]] + [end_limit]
+            if end_limit < len(view) and isinstance(view[end_limit], ToolResultMessage):
+                ends = ends[:-1]
+            if not ends:
+                continue
+            whole.append(
+                (prefix[ends[-1] - base] - prefix[cuts[0] - base] - marker_cost, cuts[0], ends[-1])
+            )
+            e_idx = 0
+            for a in cuts:
+                while e_idx < len(ends) and (
+                    ends[e_idx] <= a
+                    or prefix[ends[e_idx] - base] - prefix[a - base] - marker_cost < need
+                ):
+                    e_idx += 1
+                if e_idx == len(ends):
+                    break
+                freed = prefix[ends[e_idx] - base] - prefix[a - base] - marker_cost
+                if best is None or freed < best[0]:
+                    best = (freed, a, ends[e_idx])
+        chosen = [best] if best is not None else [w for w in whole if w[0] > 0]
+        for freed, a, e in chosen:
+            if a > 0 and view[a - 1] == marker:
+                a -= 1  # grow the earlier marker's span instead of adding a second marker
+            start, end = origins[a], (origins[e] if e < len(view) else len(raw))
+            ctx.take(ReplaceSpan(anchor(raw, start), end, anchor(raw, end - 1), (marker,), "drop"))
+            actions.append(f"dropped {e - a} messages ({freed} tokens) behind the marker")

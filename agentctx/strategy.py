@@ -1,0 +1,112 @@
+"""The `CompactionStrategy` extension point and the context every strategy works with.
+
+A strategy looks at the current view and the token accounting and *adds decisions* to the
+ledger; it never edits messages. The manager renders the view again after it returns.
+
+```python
+class DropOldImages:
+    async def compact(self, ctx: CompactionContext) -> None:
+        if ctx.prompt_tokens <= ctx.budget.limit:
+            return
+        ...
+        ctx.take(ReplaceResult(anchor(ctx.raw, i), (TextBlock("[image removed]"),), "images"))
+```
+
+`compact` runs on the hot path: return quickly when there is nothing to do, and never await
+network I/O (start background work in ``ctx.tasks`` instead).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from anyio.abc import TaskGroup
+
+    from agentctx.budget import Budget
+    from agentctx.events import Event
+    from agentctx.ledger import Decision, Ledger
+    from agentctx.messages import Message
+    from agentctx.recall import RecallStore
+    from agentctx.tokens import MessageCounter
+
+__all__ = ["Chain", "CompactionContext", "CompactionStrategy"]
+
+
+@dataclass(slots=True, kw_only=True)
+class CompactionContext:
+    """What a strategy sees and may do during one `ContextManager.prepare` call.
+
+    Attributes:
+        session_id: the session's id (recall ids are scoped by it).
+        raw: the complete raw history; decisions anchor to its positions.
+        budget: the session's budget.
+        counter: counts message tokens (memoized, calibrated from reported usage).
+        ledger: the session's decisions; add to it with `take`.
+        recall: where cleared content is kept, if anywhere.
+        clock: seconds, monotonic or wall, consistent within a session.
+        idle_seconds: time since the previous model call; ``None`` on the first.
+        emit: sends an event to the session's subscribers.
+        tasks: the manager's task group, for background work; ``None`` outside ``async with``.
+    """
+
+    session_id: str
+    raw: Sequence[Message]
+    budget: Budget
+    counter: MessageCounter
+    ledger: Ledger
+    recall: RecallStore | None
+    clock: Callable[[], float]
+    idle_seconds: float | None
+    emit: Callable[[Event], None]
+    tasks: TaskGroup | None
+    _view: Callable[[], tuple[Sequence[Message], Sequence[int]]]
+    _view_tokens: Callable[[], int]
+    taken: list[Decision] = field(default_factory=list)
+
+    @property
+    def view(self) -> Sequence[Message]:
+        """The view as it would be sent now (rendered again after each `take`)."""
+        return self._view()[0]
+
+    @property
+    def origins(self) -> Sequence[int]:
+        """For each view message, the raw index it stands for."""
+        return self._view()[1]
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Estimated prompt size of the current view, system prompt and tools included."""
+        return self.counter.overhead + self._view_tokens()
+
+    def take(self, decision: Decision) -> None:
+        """Add ``decision`` to the ledger."""
+        self.ledger.add(decision)
+        self.taken.append(decision)
+
+
+@runtime_checkable
+class CompactionStrategy(Protocol):
+    """Decides what to compact. One required method."""
+
+    async def compact(self, ctx: CompactionContext) -> None:
+        """Add decisions to ``ctx`` (or none); must not await network I/O."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """Runs strategies in order, cheapest first; each sees the decisions of those before it."""
+
+    strategies: tuple[CompactionStrategy, ...]
+
+    def __init__(self, strategies: Sequence[CompactionStrategy]) -> None:
+        object.__setattr__(self, "strategies", tuple(strategies))
+
+    async def compact(self, ctx: CompactionContext) -> None:
+        """Run each strategy in turn."""
+        for strategy in self.strategies:
+            await strategy.compact(ctx)

@@ -1,0 +1,95 @@
+"""Test helpers users need too: the invariant checker and the `drive` harness.
+
+```python
+from agentctx.testing import check_view, drive
+
+views = await drive(manager, turns, mode="owned")   # feeds each view back as the caller would
+```
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from agentctx._synthetic import synthetic_session
+from agentctx.boundaries import in_flight_start, latest_user_index, task_index, validate
+from agentctx.messages import (
+    AssistantMessage,
+    RedactedThinkingBlock,
+    ThinkingBlock,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from agentctx.manager import ContextManager
+    from agentctx.messages import Message
+
+__all__ = ["assert_view_ok", "check_view", "drive", "synthetic_session"]
+
+
+def _reasoning(messages: Iterable[Message]) -> list[ThinkingBlock | RedactedThinkingBlock]:
+    return [
+        blk
+        for m in messages
+        if isinstance(m, AssistantMessage)
+        for blk in m.content
+        if isinstance(blk, ThinkingBlock | RedactedThinkingBlock)
+    ]
+
+
+def check_view(view: Sequence[Message], raw: Sequence[Message]) -> list[str]:
+    """Every way ``view`` breaks an invariant of DESIGN.md §2 given its ``raw`` history.
+
+    Provider validity for Anthropic and OpenAI; the task and the latest user message present;
+    every reasoning block in the view byte-identical to one in ``raw``; every reasoning block
+    of the raw in-flight tool loop present in the view.
+    """
+    problems = [f"anthropic: {p}" for p in validate(view, "anthropic")]
+    problems += [f"openai: {p}" for p in validate(view, "openai")]
+    for name, index in (("task", task_index(raw)), ("latest user message", latest_user_index(raw))):
+        if index is not None and raw[index] not in view:
+            problems.append(f"{name} (raw message {index}) is missing from the view")
+    raw_reasoning = _reasoning(raw)
+    for blk in _reasoning(view):
+        if blk not in raw_reasoning:
+            problems.append(f"reasoning block not byte-identical to any raw one: {blk!r:.80}")
+    view_reasoning = _reasoning(view)
+    for blk in _reasoning(raw[in_flight_start(raw) :]):
+        if blk not in view_reasoning:
+            problems.append(f"in-flight reasoning block was dropped: {blk!r:.80}")
+    return problems
+
+
+def assert_view_ok(view: Sequence[Message], raw: Sequence[Message]) -> None:
+    """Raise `AssertionError` listing every problem `check_view` finds."""
+    problems = check_view(view, raw)
+    if problems:
+        raise AssertionError("invalid view:\n  " + "\n  ".join(problems))
+
+
+async def drive(
+    manager: ContextManager,
+    turns: Iterable[Sequence[Message]],
+    *,
+    mode: Literal["owned", "projection"] = "owned",
+    check: bool = True,
+) -> list[list[Message]]:
+    """Append each turn, call ``prepare``, and feed the result back as that mode's caller does.
+
+    ``owned``: the caller keeps the returned view and appends the next turn to it.
+    ``projection``: the caller keeps its full history and passes all of it every time.
+    Each view is checked with `assert_view_ok` against the manager's raw history unless
+    ``check`` is false. Returns every view.
+    """
+    history: list[Message] = []
+    views: list[list[Message]] = []
+    for turn in turns:
+        history = [*history, *turn]
+        view = await manager.prepare(history)
+        if check:
+            assert_view_ok(view, manager.raw)
+        views.append(view)
+        if mode == "owned":
+            history = list(view)
+    return views

@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentctx.budget import Budget
+from agentctx.events import ContextCompacted, Event
+from agentctx.manager import ContextManager
+from agentctx.messages import SummaryMessage, ToolResultMessage, text_of
+from agentctx.recall import MemoryRecallStore
+from agentctx.strategies.deterministic import COMPACTION_MARKER, describe_call, truncate_text
+from agentctx.testing import drive
+
+from .helpers import assistant, call, result, tool_turn, user
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    text=st.text(alphabet="ab \n\udcff字", max_size=3000),
+    max_lines=st.integers(3, 50),
+    max_chars=st.integers(200, 2000),
+)
+def test_truncation_is_idempotent_and_bounded(text: str, max_lines: int, max_chars: int) -> None:
+    once = truncate_text(text, max_lines, max_chars, "recall_context id=ctx-1")
+    assert truncate_text(once, max_lines, max_chars, "recall_context id=ctx-1") == once
+    assert len(once) <= max(len(text), max_chars)
+    if once != text:
+        assert "truncated" in once
+
+
+def test_truncation_marker_tells_the_truth() -> None:
+    text = "\n".join(f"line {i}" for i in range(1000))
+    out = truncate_text(text, 10, 100_000)
+    assert out.count("\n") == 9
+    assert "[... 991 lines" in out
+    assert out.startswith("line 0\n") and out.endswith("line 999")
+
+
+def test_ten_megabyte_output_is_bounded() -> None:
+    out = truncate_text("x" * 10_000_000, 200, 20_000)
+    assert len(out) <= 20_000
+    assert "9980" in out  # the marker states how many characters were cut
+
+
+def test_describe_call_names_what_was_touched() -> None:
+    assert describe_call(call("a", path="src/a.py")) == "read(path=src/a.py)"
+    assert describe_call(call("b", "bash", command="ls  -la\nsrc")) == "bash(command=ls -la src)"
+
+
+async def test_tiers_keep_task_latest_user_and_newest_turn() -> None:
+    turns = [[user("task: refactor src/cache.py")]]
+    for n in range(40):
+        turns.append(tool_turn(n, lines=120))
+        if n % 8 == 7:
+            turns.append([assistant(text=f"done {n}"), user(f"now step {n}")])
+    events: list[Event] = []
+    async with ContextManager(
+        Budget(context_window=16_000, reserve_output=1_000), recall=MemoryRecallStore()
+    ) as ctx:
+        ctx.subscribe(events.append)
+        views = await drive(ctx, turns)
+    compactions = [e for e in events if isinstance(e, ContextCompacted)]
+    assert compactions and all(e.tokens_after < e.tokens_before for e in compactions)
+    actions = " ".join(a for e in compactions for a in e.actions)
+    assert "condensed" in actions and "dropped" in actions
+    last = views[-1]
+    assert last[0] == turns[0][0]
+    assert any(isinstance(m, SummaryMessage) and m.text == COMPACTION_MARKER for m in last)
+    assert ctx.prompt_tokens <= ctx.budget.limit
+
+
+async def test_truncated_output_is_recallable() -> None:
+    big = "\n".join(f"row {i}" for i in range(5_000))
+    history = [user("task"), assistant(call("a")), result("a", big), assistant(text="ok"),
+               user("next"), *tool_turn(1, lines=3)]  # fmt: skip
+    store = MemoryRecallStore()
+    async with ContextManager(
+        Budget(context_window=6_000, reserve_output=1_000), recall=store, session_id="s1"
+    ) as ctx:
+        view = await ctx.prepare(history)
+    cut = next(m for m in view if isinstance(m, ToolResultMessage) and m.tool_call_id == "a")
+    text = text_of(cut.content)
+    rid = text.split("recall_context id=")[1].split(" ")[0].split(";")[0]
+    assert store.get("s1", rid) == big
+    assert store.get("other-session", rid) is None

