@@ -14,7 +14,7 @@ size = counter.context_tokens(history)          # reported size + estimate of wh
 `Estimator` does not tokenize. It splits a bounded sample of the text with an ASCII copy of
 the o200k pre-tokenizer and prices each piece from a small table (common short words cost one
 token, rare long ones, escapes and punctuation runs more); non-ASCII characters are priced
-separately. Uncalibrated it is within ~5 % (median) of o200k per text; `MessageCounter.observe`
+separately. Uncalibrated it is within ~4 % (median) of o200k per text; `MessageCounter.observe`
 then fits the provider's real tokenizer and the hidden system-prompt-plus-tools overhead.
 For exact OpenAI counts use `agentctx.tokenizers.ExactCounter`.
 """
@@ -26,7 +26,7 @@ import binascii
 import json
 import math
 import re
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -109,31 +109,72 @@ class ContentClass(StrEnum):
 _CLASSES = tuple(ContentClass)
 _SAMPLE_EDGE = 2048  # classify looks at this many chars from each end
 
-_LS_LINE = re.compile(r"[-dlcbps][rwxsStT-]{9}[@+.]?\s")
-_PATH_LINE = re.compile(r"\s*(?:[\w.~@+-]*/)+[\w.@+-]*/?\s*$")
-_GREP_LINE = re.compile(r"[\w./-]+:\d+[:-]")
-_TABLE_ROW = re.compile(r"\S(?: {2,}|\t)\S.*?\S(?: {2,}|\t)\S")
-_TOTAL_LINE = re.compile(r"total \d+\s*$")
-_LOG_LINE = re.compile(
-    r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d|\b\d\d:\d\d:\d\d\b|\[\s*\d+%\]"
-    r"|\b(?:DEBUG|INFO|NOTICE|WARN(?:ING)?|ERROR|CRITICAL|FATAL|TRACE|PASSED|FAILED|SKIPPED"
-    r"|XFAIL|XPASS)\b|^(?:ok|not ok|PASS|FAIL)\b|^(?:={3,}|_{3,})"
-    r"|^[\s\d\[\]:.-]*(?:info|warn|error|debug|verbose|silly|timing|notice)\b"
+# Line kinds are found with a few passes over the whole sample (MULTILINE; no pattern
+# crosses a newline) and identified by the offset of the newline before the match.
+_SHELL_LINE_START = re.compile(
+    r"^(?:[-dlcbps][rwxsStT-]{9}[@+.]?[ \t]"  # ls -l
+    r"|total \d+[ \t]*$"
+    r"|[ \t]*(?:[\w.~@+-]*/)+[\w.@+-]*/?[ \t]*$"  # a path (find, glob)
+    r"|[\w./-]+:\d+[:-])",  # grep -n
+    re.MULTILINE,
 )
-_NUMBERED_LINE = re.compile(r"\s*\d+(?:→|\t|: |\| )")  # cat -n / Read-tool line numbers
-_CODE_LINE = re.compile(
-    r"\s*(?:def |class |import |from \S+ import|function\b|const |let |var |return\b"
-    r"|if\b.*[:{(]|for\b.*[:{(]|while\b|export |#include|#define|fn |pub |func |package "
-    r"|public |private |static |async |await |@\w|[{}]|//|/\*|\*/|#!|elif |else\b|try\b"
-    r"|except\b|switch\b|case\b)"
+_COLUMN_GAPS = (re.compile(r"  +(?=\S)"), re.compile(r"\t(?=\S)"))  # after a non-space
+_TABLE_ROW = re.compile(r"\S(?: {2,}|\t)\S.*?\S(?: {2,}|\t)\S")  # 3+ columns
+# Python's re only skips ahead fast for patterns that start with a literal, so these are
+# separate passes, each led by one.
+_LOG_ANYWHERE = (
+    re.compile(r"-\d\d-\d\d[T ]\d\d:\d\d"),  # ISO date and time
+    re.compile(r":\d\d:\d\d"),  # hh:mm:ss
+    re.compile(r"\[\s*\d+%\]"),  # pytest progress
+    re.compile(
+        r"(?:DEBUG|INFO|NOTICE|WARN(?:ING)?|ERROR|CRITICAL|FATAL|TRACE|PASSED|FAILED|SKIPPED"
+        r"|XFAIL|XPASS)\b"
+    ),
 )
-_CODE_END = re.compile(r"(?:[;{}(),:\[\]]|=>)\s*$")
+_LOG_LINE_START = re.compile(
+    r"^(?:(?:ok|not ok|PASS|FAIL)\b|={3,}|_{3,}"
+    r"|[ \t\d\[\]:.-]*(?:info|warn|error|debug|verbose|silly|timing|notice)\b)",
+    re.MULTILINE,
+)
+_CODE_LINES = re.compile(
+    r"^(?:[ \t]*\d+(?:→|\t|: |\| ))?"  # cat -n / Read-tool line numbers
+    r"(?:[ \t]+(?![-*•\s])"  # indented, but not a list item
+    r"|(?:def |class |import |from \S+ import|function\b|const |let |var |return\b"
+    r"|if\b[^\n]*[:{(]|for\b[^\n]*[:{(]|while\b|export |#include|#define|fn |pub |func "
+    r"|package |public |private |static |async |await |@\w|[{}]|//|/\*|\*/|#!|elif |else\b"
+    r"|try\b|except\b|switch\b|case\b)"
+    r"|[^\n]*(?:[;{}(),:\[\]]|=>)[ \t]*$)",
+    re.MULTILINE,
+)
+_NONBLANK_LINE = re.compile(r"^[ \t]*\S", re.MULTILINE)
 
 
 def _sample(text: str) -> str:
     if len(text) <= 2 * _SAMPLE_EDGE:
         return text
     return text[:_SAMPLE_EDGE] + "\n" + text[-_SAMPLE_EDGE:]
+
+
+def _lines_of(pattern: re.Pattern[str], sample: str) -> list[int]:
+    """For each match, the line it is on (as the offset of the preceding newline)."""
+    rfind = sample.rfind
+    return [rfind("\n", 0, m.start()) for m in pattern.finditer(sample)]
+
+
+def _table_rows(sample: str) -> set[int]:
+    """Lines of three or more columns (separated by runs of spaces or a tab)."""
+    gaps: Counter[int] = Counter()
+    for pattern in _COLUMN_GAPS:
+        for m in pattern.finditer(sample):
+            i = m.start()
+            if i and not sample[i - 1].isspace():  # spaces after a newline are indentation
+                gaps[sample.rfind("\n", 0, i)] += 1
+    rows = set()
+    for line, k in gaps.items():
+        end = sample.find("\n", line + 1)
+        if k >= 2 and _TABLE_ROW.search(sample, line + 1, end if end >= 0 else len(sample)):
+            rows.add(line)
+    return rows
 
 
 def _looks_like_json(sample: str, whole: str) -> bool:
@@ -152,37 +193,25 @@ def _looks_like_json(sample: str, whole: str) -> bool:
 
 
 def classify(text: str) -> ContentClass:
-    """The content class of ``text``, from its first and last 2 KB only (cost independent of size).
+    """The content class of ``text``, from its first and last 2 KB (cost bounded by size).
 
-    json: a parseable (or, for big texts, quote/colon-dense) object or array. shell: most lines
-    are ``ls -l`` rows, paths, ``grep -n`` hits or column tables. log: timestamps, levels, test
-    outcomes. code: indentation, keywords and line-final punctuation plus symbol density.
-    Anything else is prose.
+    json: an object or array that parses (texts up to 64 KB) or, beyond that, whose sample is
+    dense in quotes and ``":``. shell: most lines are ``ls -l`` rows, paths, ``grep -n`` hits
+    or column tables. log: timestamps, levels, test outcomes. code: indentation, keywords and
+    line-final punctuation plus symbol density. Anything else is prose.
     """
     sample = _sample(text)
     if _looks_like_json(sample, text):
         return ContentClass.JSON
-    lines = [ln for ln in sample.splitlines() if ln.strip()]
-    if not lines:
+    n = len(_NONBLANK_LINE.findall(sample))
+    if not n:
         return ContentClass.PROSE
-    shell = log = code = 0
-    for ln in lines:
-        if (
-            _LS_LINE.match(ln)
-            or _TOTAL_LINE.match(ln)
-            or _PATH_LINE.match(ln)
-            or _GREP_LINE.match(ln)
-            or _TABLE_ROW.search(ln)
-        ):
-            shell += 1
-        if _LOG_LINE.search(ln):
-            log += 1
-        numbered = _NUMBERED_LINE.match(ln)
-        body = ln[numbered.end() :] if numbered else ln
-        indented = body[:1] in (" ", "\t") and body.lstrip()[:1] not in ("-", "*", "•")
-        if indented or _CODE_LINE.match(body) or _CODE_END.search(body):
-            code += 1
-    n = len(lines)
+    shell = len(_table_rows(sample).union(_lines_of(_SHELL_LINE_START, sample)))
+    log_lines = set(_lines_of(_LOG_LINE_START, sample))
+    for pattern in _LOG_ANYWHERE:
+        log_lines.update(_lines_of(pattern, sample))
+    log = len(log_lines)
+    code = len(_CODE_LINES.findall(sample))
     symbols = sum(sample.count(c) for c in "{}();=<>[]") / len(sample)
     # Each class has its own threshold (share of lines); the one furthest above it wins.
     scores: list[tuple[float, ContentClass]] = []
@@ -295,7 +324,7 @@ def _word_shape(p: str) -> tuple[str, int]:
 def _piece_cost(p: str) -> float:
     """Estimated o200k tokens of one ASCII pre-token."""
     last = p[-1]
-    if last.isalpha() or (last in "sdtm" and "'" in p):
+    if last.isalpha():  # a letter run, maybe with a prefix char and a contraction
         key, n = _word_shape(p)
         costs, per_letter = _WORD_COST.get(key) or _WORD_COST["o" + key[1]]
         return costs[n - 1] if n <= 12 else costs[11] + per_letter * (n - 12)
@@ -727,10 +756,18 @@ class MessageCounter:
         for i, (w, units) in enumerate(zip(features.weights, f, strict=True)):
             vec[i] += w * units
 
+    def _identifier_tokens(self, text: str) -> float:
+        """Tokens of a tool name or call id, which need no content classification."""
+        features = self._features
+        if features is None:
+            return self._counter.count(text)
+        f = features.features(text, ContentClass.PROSE)
+        return sum(w * units for w, units in zip(features.weights, f, strict=True))
+
     def _base(self, message: Message) -> tuple[float, ...]:
         vec = [0.0] * len(self._slots)
         fixed = float(self._message_overhead)
-        count = self._counter.count
+        count = self._identifier_tokens
         if isinstance(message, SummaryMessage):
             self._add_text(vec, message.text)
             blocks: tuple[Any, ...] = ()

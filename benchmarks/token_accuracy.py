@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 FAKE_OVERHEAD = 3000
 TARGET = 0.05
+MIN_N = 30
 # o200k chars/token per class, papers.md section 6.1 (first corpus draw).
 PAPER_RATIO = {
     ContentClass.CODE: 3.91,
@@ -246,6 +247,8 @@ def main() -> int:
         )
         med = statistics.median(row["calibrated"])
         verdict = "met" if med <= TARGET else f"MISSED ({med * 100:.1f}%)"
+        if len(row["calibrated"]) < MIN_N:
+            verdict += f" (n < {MIN_N}: too few texts to judge)"
         if med > TARGET:
             missed.append(cls.value)
         print(f"{cls.value:<6} {len(row['chars/4']):>5}{cells}   {verdict}")
