@@ -26,8 +26,8 @@ def corpus_files(kind: str) -> list[Path]:
 
 
 def corpus_file(kind: str, name: str) -> Path:
-    """One corpus file; skips the calling test when the corpus is not next to the repo."""
+    """One corpus file; fails the calling test when the corpus is not next to the repo."""
     path = CORPUS / kind / name
     if not path.is_file():
-        pytest.skip(f"corpus file {path} not found")
+        pytest.fail(f"corpus file {path} not found (the corpus belongs at ../shared/corpus)")
     return path
