@@ -211,6 +211,8 @@ class ContextManager:
         self._last_call = now
         view = list(state.view)
         tokens = self.prompt_tokens
+        if tokens > self.budget.limit and self.counter.refine(view):
+            tokens = self.prompt_tokens
         if tokens > self.budget.limit:
             fraction = self.budget.usage_fraction(tokens)
             self._hub.emit(BudgetExceeded(tokens, self.budget.limit, fraction))

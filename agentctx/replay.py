@@ -131,6 +131,8 @@ async def replay(
             request = messages[:i]
             seen = len(events)
             view = await ctx.prepare(request)
+            ctx.counter.refine(request)  # full estimates for the accounting below
+            ctx.counter.refine(view)
             overhead = ctx.counter.overhead
             tokens_with = ctx.prompt_tokens
             tokens_without = overhead + ctx.counter.count_many(request)

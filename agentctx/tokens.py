@@ -498,14 +498,20 @@ def image_tokens(block: ImageBlock) -> int:
 
 
 class _Entry:
-    """Memo entry: the uncalibrated per-slot vector and the count at one generation."""
+    """Memo entry: the uncalibrated per-slot vector and the count at one generation.
 
-    __slots__ = ("base", "count", "generation")
+    ``exact`` is false while ``base`` is the quick first estimate (see `MessageCounter.refine`).
+    """
 
-    def __init__(self, base: tuple[float, ...], count: int, generation: int) -> None:
+    __slots__ = ("base", "count", "exact", "generation")
+
+    def __init__(
+        self, base: tuple[float, ...], count: int, generation: int, exact: bool = True
+    ) -> None:
         self.base = base
         self.count = count
         self.generation = generation
+        self.exact = exact
 
 
 def _compact_json(value: Any) -> str:
@@ -565,6 +571,7 @@ class MessageCounter:
         max_observations: int = 16,
         decay: float = 0.9,
         prior: float = 1e-3,
+        lazy: bool = True,
     ) -> None:
         if max_entries < 1 or max_observations < 1 or not 0 < decay <= 1 or prior <= 0:
             raise ConfigError(
@@ -586,6 +593,8 @@ class MessageCounter:
         self._generation = 0
         self._observations: deque[tuple[tuple[float, ...], int]] = deque(maxlen=max_observations)
         self._anchor: tuple[tuple[str, ...], int] | None = None
+        self._lazy = lazy
+        self.refined: list[tuple[str, tuple[float, ...]]] = []
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -685,6 +694,8 @@ class MessageCounter:
         for message in messages:
             fps.append(fingerprint(message))
             entry = self._memo.get(fps[-1]) or self._refresh(message, None)
+            if not entry.exact:
+                self._make_exact(fps[-1], message, entry)
             for i, v in enumerate(entry.base):
                 x[i] += v
         self._observations.append((tuple(x), prompt_tokens))
@@ -739,11 +750,84 @@ class MessageCounter:
             memo = self._memo
             if len(memo) >= self._max_entries:
                 del memo[next(iter(memo))]  # FIFO: oldest first, O(1)
-            entry = _Entry(self._base(message), 0, -1)
+            if self._lazy:
+                entry = _Entry(self._quick_base(message), 0, -1, exact=False)
+            else:
+                entry = _Entry(self._base(message), 0, -1)
             memo[fingerprint(message)] = entry
         entry.count = round(sum(m * x for m, x in zip(self._mult, entry.base, strict=True)))
         entry.generation = self._generation
         return entry
+
+    def refine(self, messages: Iterable[Message]) -> int:
+        """Replace quick first estimates of ``messages`` with full ones; returns how many.
+
+        With ``lazy=True`` (the default) a message seen for the first time gets a quick
+        estimate (characters over a conservative ratio), so `ContextManager.prepare` stays
+        cheap on the hot path; the full content-aware estimate follows when it matters: in
+        `observe` (after the model call, for what was sent) and before a strategy decides.
+        """
+        changed = 0
+        for message in messages:
+            fp = fingerprint(message)
+            entry = self._memo.get(fp)
+            if entry is not None and not entry.exact:
+                self._make_exact(fp, message, entry)
+                changed += 1
+        if changed:
+            self._generation += 1
+        return changed
+
+    def _make_exact(self, fp: str, message: Message, entry: _Entry) -> None:
+        base = self._base(message)
+        self.refined.append((fp, tuple(b - a for a, b in zip(entry.base, base, strict=True))))
+        entry.base, entry.exact = base, True
+
+    def vector(self, message: Message) -> tuple[float, ...]:
+        """The uncalibrated per-slot vector of a message (memoized, quick first if lazy).
+
+        Sum vectors and pass the sum to `total` to count many messages in O(slots) after a
+        calibration change; `refined` lists ``(fingerprint, delta)`` of every vector that
+        `refine` or `observe` replaced, so a cached sum can be kept up to date.
+        """
+        entry = self._memo.get(fingerprint(message))
+        if entry is None:
+            entry = self._refresh(message, None)
+        return entry.base
+
+    def total(self, vector: Sequence[float]) -> int:
+        """Calibrated tokens of a summed per-slot vector (see `vector`)."""
+        return round(sum(m * x for m, x in zip(self._mult, vector, strict=True)))
+
+    def _quick_base(self, message: Message) -> tuple[float, ...]:
+        """A cheap, deliberately high first estimate: characters / 3 (JSON arguments / 3.5)."""
+        vec = [0.0] * len(self._slots)
+        prose = _CLASSES.index(ContentClass.PROSE) if self._features is not None else 0
+        json_slot = _CLASSES.index(ContentClass.JSON) if self._features is not None else 0
+        fixed = float(self._message_overhead)
+        if isinstance(message, SummaryMessage):
+            vec[prose] += len(message.text) / 3.0
+            blocks: tuple[Any, ...] = ()
+        else:
+            blocks = message.content
+            if isinstance(message, ToolResultMessage):
+                fixed += len(message.tool_call_id) / 2
+        for block in blocks:
+            if isinstance(block, TextBlock):
+                vec[prose] += len(block.text) / 3.0
+            elif isinstance(block, ThinkingBlock):
+                vec[prose] += len(block.thinking) / 3.0
+            elif isinstance(block, ToolCall):
+                fixed += (len(block.name) + len(block.id)) / 2
+                vec[json_slot] += len(_compact_json(dict(block.arguments))) / 3.5
+            elif isinstance(block, ImageBlock):
+                vec[self._fixed + 1] += image_tokens(block)
+            elif isinstance(block, OpaqueBlock):
+                vec[json_slot] += len(_compact_json(dict(block.payload))) / 3.5
+            elif isinstance(block, RedactedThinkingBlock):
+                fixed += len(block.data) // 6
+        vec[self._fixed] += fixed
+        return tuple(vec)
 
     def _add_text(self, vec: list[float], text: str, kind: ContentClass | None = None) -> None:
         if not text:

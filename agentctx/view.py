@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agentctx.ledger import Ledger, Rendered, render
-from agentctx.messages import AssistantMessage, Message, ToolResultMessage
+from agentctx.messages import AssistantMessage, Message, ToolResultMessage, fingerprint
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -42,10 +42,10 @@ class ViewState:
 
     __slots__ = (
         "_counter",
-        "_counter_generation",
+        "_prefix_fps",
         "_prefix_len",
-        "_prefix_origin_len",
-        "_prefix_tokens",
+        "_prefix_vec",
+        "_refined_seen",
         "_settled_raw",
         "ledger",
         "origins",
@@ -63,11 +63,13 @@ class ViewState:
         self.repairs: list[Repair] = []
         self.repairs_version = 0
         self._counter = counter
-        self._counter_generation = counter.generation
         self._settled_raw = 0  # raw[:_settled_raw] renders to view[:_prefix_len] for good
         self._prefix_len = 0
-        self._prefix_origin_len = 0
-        self._prefix_tokens = 0
+        # Token accounting of the settled prefix as a per-slot vector sum, so calibration
+        # changes cost O(slots) and refined estimates are applied as deltas.
+        self._prefix_vec = [0.0] * len(counter.slots)
+        self._prefix_fps: dict[str, int] = {}
+        self._refined_seen = len(counter.refined)
 
     # -- changes ------------------------------------------------------------------------
 
@@ -89,7 +91,9 @@ class ViewState:
         """Render everything again (after new decisions)."""
         self._settled_raw = 0
         self._prefix_len = 0
-        self._prefix_tokens = 0
+        self._prefix_vec = [0.0] * len(self._counter.slots)
+        self._prefix_fps = {}
+        self._refined_seen = len(self._counter.refined)
         self.view, self.origins, self.repairs = [], [], []
         self.repairs_version += 1
         self._render_tail()
@@ -116,13 +120,30 @@ class ViewState:
         if span is not None:
             settle = span.at.index
         if settle > self._settled_raw:
-            count = self._counter.count
+            self._apply_refined()  # before adding vectors that already include them
+            vector = self._counter.vector
+            vec, fps = self._prefix_vec, self._prefix_fps
             new_len = keep
             while new_len < len(self.view) and self.origins[new_len] < settle:
-                self._prefix_tokens += count(self.view[new_len])
+                m = self.view[new_len]
+                for i, v in enumerate(vector(m)):
+                    vec[i] += v
+                fp = fingerprint(m)
+                fps[fp] = fps.get(fp, 0) + 1
                 new_len += 1
             self._prefix_len = new_len
             self._settled_raw = settle
+
+    def _apply_refined(self) -> None:
+        refined = self._counter.refined
+        if len(refined) != self._refined_seen:
+            vec, fps = self._prefix_vec, self._prefix_fps
+            for fp, delta in refined[self._refined_seen :]:
+                times = fps.get(fp)
+                if times:
+                    for i, d in enumerate(delta):
+                        vec[i] += d * times
+            self._refined_seen = len(refined)
 
     # -- reading ------------------------------------------------------------------------
 
@@ -130,8 +151,6 @@ class ViewState:
     def tokens(self) -> int:
         """Estimated tokens of the view's messages (no system prompt or tools)."""
         counter = self._counter
-        if counter.generation != self._counter_generation:
-            self._counter_generation = counter.generation
-            self._prefix_tokens = counter.count_many(self.view[: self._prefix_len])
+        self._apply_refined()
         tail = self.view[self._prefix_len :]
-        return self._prefix_tokens + (counter.count_many(tail) if tail else 0)
+        return counter.total(self._prefix_vec) + (counter.count_many(tail) if tail else 0)

@@ -18,7 +18,7 @@ import anyio
 
 from agentctx.budget import Budget
 from agentctx.manager import ContextManager
-from agentctx.messages import Message, to_dict
+from agentctx.messages import Message, Usage, to_dict
 from agentctx.recall import MemoryRecallStore
 from agentctx.testing import synthetic_session
 
@@ -28,11 +28,14 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-async def run(seed: int, window: int) -> tuple[list[float], list[float], list[float], int]:
+async def run(
+    seed: int, window: int
+) -> tuple[list[float], list[float], list[float], list[float], int]:
     groups = synthetic_session(seed, 200, mean_output_lines=35)
     idle: list[float] = []
     decided: list[float] = []
     ratios: list[float] = []
+    observed: list[float] = []
     async with ContextManager(
         Budget(context_window=window, reserve_output=8_000),
         recall=MemoryRecallStore(),
@@ -55,9 +58,15 @@ async def run(seed: int, window: int) -> tuple[list[float], list[float], list[fl
                 ratios.append(elapsed / dumps)
             else:
                 decided.append(elapsed)
+            # The provider's reported usage after the call: here the counter's own estimate
+            # plus a 3k-token system prompt (observe() refines what was sent; timed apart).
+            t2 = time.perf_counter()
+            ctx.observe(Usage(input_tokens=ctx.counter.count_many(view) + 3_000))
+            observed.append(time.perf_counter() - t2)
             history = view
+        ctx.counter.refine(ctx.raw)
         total = ctx.counter.count_many(ctx.raw)
-    return idle, decided, ratios, total
+    return idle, decided, ratios, observed, total
 
 
 def main() -> None:
@@ -69,13 +78,15 @@ def main() -> None:
     idle: list[float] = []
     decided: list[float] = []
     ratios: list[float] = []
+    observed: list[float] = []
     total = 0
     for r in range(args.repeat):
-        i, d, q, total = anyio.run(run, args.seed, args.window)
+        i, d, q, o, total = anyio.run(run, args.seed, args.window)
         if r:  # the first run warms caches and the interpreter
             idle += i
             decided += d
             ratios += q
+            observed += o
     ms = 1000.0
     print(f"workload: 200 model calls, {total} tokens of raw history (seed {args.seed})")
     print(
@@ -89,6 +100,10 @@ def main() -> None:
     print(
         f"ratio to json.dumps of the same history: median {statistics.median(ratios):.4f}  "
         f"p99 {pct(ratios, 0.99):.4f} (target <= 0.05)"
+    )
+    print(
+        f"observe() after each call (full estimate of what was sent, calibration): "
+        f"p50 {pct(observed, 0.5) * ms:.3f} ms  p99 {pct(observed, 0.99) * ms:.3f} ms"
     )
     if decided:
         print(

@@ -175,7 +175,7 @@ def calibrate(messages: Sequence[Message], exact: MessageCounter) -> MessageCoun
     points = sorted({turns[round(f * (len(turns) - 1))] for f in (1 / 3, 2 / 3, 1.0)})
     if len(points) < 3:
         points = turns[-3:]
-    counter = MessageCounter(Estimator())
+    counter = MessageCounter(Estimator(), lazy=False)
     for end in points:
         sent = messages[:end]
         counter.observe(sent, exact.count_many(sent) + FAKE_OVERHEAD)
@@ -189,7 +189,7 @@ def pct(values: list[float], q: float) -> float:
 
 def main() -> int:
     exact_counter = ExactCounter("o200k_base")
-    exact_messages = MessageCounter(exact_counter)
+    exact_messages = MessageCounter(exact_counter, lazy=False)
     estimator = Estimator()
     methods = ("chars/4", "class ratio", "Estimator", "calibrated")
     errors: dict[ContentClass, dict[str, list[float]]] = {

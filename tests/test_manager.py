@@ -208,3 +208,16 @@ async def test_event_iterator_receives_events() -> None:
         await anyio.sleep(0.01)
         await ctx.aclose()
     assert any(isinstance(e, ContextCompacted) for e in received)
+
+
+async def test_running_token_total_matches_a_fresh_count() -> None:
+    """The view's cached token total (vector sums, refined deltas) equals a recount."""
+    turns = [[user("task")]] + [tool_turn(n, lines=40 + n) for n in range(50)]
+    async with ContextManager(small_budget(20_000), on_over_budget="send") as ctx:
+        history: list[Any] = []
+        for turn in turns:
+            history = [*history, *turn]
+            view = await ctx.prepare(history)
+            ctx.observe(Usage(input_tokens=ctx.counter.count_many(view) + 500))
+            fresh = ctx.counter.count_many(view)
+            assert abs(ctx.prompt_tokens - ctx.counter.overhead - fresh) <= len(view)

@@ -213,7 +213,7 @@ def test_bounded_work_on_10mb_of_surrogates_and_binary() -> None:
 
 def test_memo_hit_does_not_call_the_counter_again() -> None:
     inner = CountingCounter()
-    counter = MessageCounter(inner)
+    counter = MessageCounter(inner, lazy=False)
     first = counter.count(ToolResultMessage.of("call_1", "one two three", tool_name="bash"))
     calls = inner.calls
     assert calls > 0
@@ -226,7 +226,7 @@ def test_memo_hit_does_not_call_the_counter_again() -> None:
 
 def test_memo_is_bounded() -> None:
     inner = CountingCounter()
-    counter = MessageCounter(inner, max_entries=2)
+    counter = MessageCounter(inner, max_entries=2, lazy=False)
     messages = [UserMessage.of(f"message {i}") for i in range(3)]
     for m in messages:
         counter.count(m)
@@ -236,13 +236,13 @@ def test_memo_is_bounded() -> None:
 
 
 def test_generic_counter_has_one_text_slot() -> None:
-    counter = MessageCounter(CountingCounter())
+    counter = MessageCounter(CountingCounter(), lazy=False)
     assert counter.slots == ("text", "fixed", "image")
     assert counter.count(UserMessage.of("a b c")) == 4 + 4  # overhead + words + 1
 
 
 def test_message_parts_are_counted() -> None:
-    counter = MessageCounter()
+    counter = MessageCounter(lazy=False)
     call = ToolCall("toolu_01", "read", {"path": "README.md", "limit": 200})
     with_call = AssistantMessage.of("Reading it.", tool_calls=[call])
     assert counter.count(with_call) > counter.count(AssistantMessage.of("Reading it."))
@@ -291,7 +291,7 @@ def test_calibration_converges_to_overhead_and_class_scales() -> None:
         return round(total)
 
     history = _conversation(12)
-    counter = MessageCounter()
+    counter = MessageCounter(lazy=False)
     generation = counter.generation
     for end in (7, 15, 25):
         counter.observe(history[:end], truth(history[:end], 3000))
@@ -305,7 +305,7 @@ def test_calibration_converges_to_overhead_and_class_scales() -> None:
 
 def test_one_observation_reproduces_the_report() -> None:
     history = _conversation(4)
-    counter = MessageCounter()
+    counter = MessageCounter(lazy=False)
     counter.observe(history, 9000)
     assert counter.estimate_prompt(history) == pytest.approx(9000, rel=0.01)
     assert counter.overhead > 0
@@ -313,7 +313,7 @@ def test_one_observation_reproduces_the_report() -> None:
 
 def test_observe_ignores_empty_reports_and_floors_overhead() -> None:
     history = _conversation(3)
-    counter = MessageCounter()
+    counter = MessageCounter(lazy=False)
     counter.observe(history, 0)
     assert counter.generation == 0
     assert counter.observations == 0
@@ -327,7 +327,7 @@ def test_observe_ignores_empty_reports_and_floors_overhead() -> None:
 def test_context_tokens_anchors_on_the_last_report() -> None:
     history = _conversation(6)
     sent, new = history[:9], history[9:]
-    counter = MessageCounter()
+    counter = MessageCounter(lazy=False)
     counter.observe(sent, 12_345)
     expected = 12_345 + counter.count_many(new)
     assert counter.context_tokens(history) == expected
@@ -340,7 +340,7 @@ def test_context_tokens_anchors_on_the_last_report() -> None:
 
 
 def test_count_text_is_calibrated() -> None:
-    counter = MessageCounter()
+    counter = MessageCounter(lazy=False)
     before = counter.count_text(PROSE)
     assert before == Estimator().count(PROSE)
     history = [SummaryMessage(PROSE * 5)]
@@ -395,3 +395,28 @@ def test_tokenizers_not_imported_by_the_package() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_lazy_counting_is_quick_first_then_refined() -> None:
+    inner = CountingCounter()
+    counter = MessageCounter(inner)  # lazy by default: the hot path does not scan new text
+    message = ToolResultMessage.of("call_1", "one two three " * 50, tool_name="bash")
+    quick = counter.count(message)
+    assert inner.calls == 0
+    assert quick >= len("one two three " * 50) // 4  # deliberately high: chars / 3
+    generation = counter.generation
+    assert counter.refine([message]) == 1
+    assert counter.generation == generation + 1
+    assert inner.calls > 0
+    assert counter.count(message) < quick
+    assert counter.refine([message]) == 0  # already full
+
+
+def test_observe_refines_what_was_sent() -> None:
+    inner = CountingCounter()
+    counter = MessageCounter(inner)
+    sent = [UserMessage.of("alpha beta gamma " * 20)]
+    counter.count(sent[0])
+    counter.observe(sent, 500)
+    assert inner.calls > 0
+    assert counter.refine(sent) == 0

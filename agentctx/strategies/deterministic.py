@@ -123,7 +123,12 @@ class DeterministicCompaction:
             and ctx.idle_seconds is not None
             and ctx.idle_seconds > self.cold_cache_seconds
         )
-        if tokens <= budget.limit and not (cold and tokens > budget.trigger_tokens):
+        due = tokens > budget.limit or (cold and tokens > budget.trigger_tokens)
+        if due and ctx.counter.refine(ctx.view):
+            # New messages carry a quick, high estimate until now: decide on the full one.
+            tokens = ctx.prompt_tokens
+            due = tokens > budget.limit or (cold and tokens > budget.trigger_tokens)
+        if not due:
             return
         before_messages = len(ctx.view)
         actions: list[str] = []
