@@ -78,7 +78,8 @@ class ContextManager:
         ledger: decisions to resume from (e.g. ``Ledger.from_json(saved)``).
         on_over_budget: ``"raise"`` (default) raises `BudgetExceededError` carrying the best
             view; ``"send"`` returns that view anyway. Both emit `BudgetExceeded`.
-        clock: seconds; ``time.monotonic`` by default (tests pass a fake).
+        clock: wall-clock seconds (``time.time``; replays and tests pass their own). Message
+            ages come from it and from ``extra["timestamp"]`` (epoch milliseconds).
     """
 
     def __init__(
@@ -91,7 +92,7 @@ class ContextManager:
         session_id: str | None = None,
         ledger: Ledger | None = None,
         on_over_budget: str = "raise",
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if on_over_budget not in ("raise", "send"):
             raise ConfigError(f"on_over_budget is 'raise' or 'send', got {on_over_budget!r}")
@@ -107,6 +108,7 @@ class ContextManager:
         self._hub = EventHub()
         self._tasks: TaskGroup | None = None
         self._repairs_seen = -1
+        self._sent = 0
         self._last_call: float | None = None
         self._reported: set[tuple[str, int, str | None]] = set()
         self._rendered_version = self._state.ledger.version
@@ -201,6 +203,7 @@ class ContextManager:
             idle_seconds=idle,
             emit=self._hub.emit,
             tasks=self._tasks,
+            sent=self._sent,
             _view=self._current_view,
             _view_tokens=lambda: self._state.tokens,
         )
@@ -209,6 +212,7 @@ class ContextManager:
         if state.repairs_version != self._repairs_seen:
             self._report_repairs()
         self._last_call = now
+        self._sent = len(state.raw)
         view = list(state.view)
         tokens = self.prompt_tokens
         if tokens > self.budget.limit and self.counter.refine(view):
@@ -258,6 +262,7 @@ class ContextManager:
         state.append(new)
         self._rendered_version = state.ledger.version
         self._reported = {r for r in self._reported if r[1] < cut}
+        self._sent = min(self._sent, cut)
         self._hub.emit(HistoryResynced(cut, dropped))
 
     def _report_repairs(self) -> None:

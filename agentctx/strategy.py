@@ -51,6 +51,8 @@ class CompactionContext:
         idle_seconds: time since the previous model call; ``None`` on the first.
         emit: sends an event to the session's subscribers.
         tasks: the manager's task group, for background work; ``None`` outside ``async with``.
+        sent: how many raw messages an earlier request already sent; decisions about the
+            messages after them cost no prefix-cache write.
     """
 
     session_id: str
@@ -63,6 +65,7 @@ class CompactionContext:
     idle_seconds: float | None
     emit: Callable[[Event], None]
     tasks: TaskGroup | None
+    sent: int
     _view: Callable[[], tuple[Sequence[Message], Sequence[int]]]
     _view_tokens: Callable[[], int]
     taken: list[Decision] = field(default_factory=list)

@@ -778,6 +778,11 @@ class MessageCounter:
             self._generation += 1
         return changed
 
+    def count_full(self, message: Message) -> int:
+        """Calibrated tokens of one message from the full estimate (refined if quick)."""
+        self.refine((message,))
+        return self.count(message)
+
     def _make_exact(self, fp: str, message: Message, entry: _Entry) -> None:
         base = self._base(message)
         self.refined.append((fp, tuple(b - a for a, b in zip(entry.base, base, strict=True))))

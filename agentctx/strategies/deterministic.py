@@ -136,6 +136,7 @@ class DeterministicCompaction:
         # Repeat to a fixed point, so calling again with the same history takes nothing new.
         while True:
             taken = len(ctx.taken)
+            ctx.counter.refine(ctx.view)  # replacements start with quick estimates
             self._truncate(ctx, actions, in_flight=False)
             if ctx.prompt_tokens > target:
                 self._condense(ctx, actions, target)
@@ -171,7 +172,7 @@ class DeterministicCompaction:
         pending: list[Any] = []
         for j in range(lo, hi):
             m, i = view[j], origins[j]
-            if ctx.ledger.decided(i) or ctx.ledger.span_covering(i) or raw[i] is not m:
+            if raw[i] is not m or ctx.ledger.span_covering(i):
                 continue
             if isinstance(m, ToolResultMessage):
                 name = m.tool_name or names.get(m.tool_call_id, "tool")
@@ -252,7 +253,7 @@ class DeterministicCompaction:
                 continue
             line = self._one_line(part)
             replacement = AssistantMessage((TextBlock(line),), "stop")
-            gain = sum(map(count, part)) - count(replacement)
+            gain = sum(map(count, part)) - ctx.counter.count_full(replacement)
             if gain <= 0 or (len(part) == 1 and ctx.ledger.span_covering(origins[s + 1])):
                 continue
             pending.append((s + 1, e, replacement))
@@ -302,7 +303,7 @@ class DeterministicCompaction:
         loop_start = b.in_flight_start(view)
         count = ctx.counter.count
         marker = SummaryMessage(COMPACTION_MARKER)
-        marker_cost = count(marker)
+        marker_cost = ctx.counter.count_full(marker)
         # Segments of droppable view positions, split at protected messages.
         segments: list[list[int]] = [[]]
         for j in range(task + 1, tail):
