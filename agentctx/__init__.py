@@ -33,8 +33,9 @@ from agentctx.messages import (
     Usage,
     UserMessage,
 )
-from agentctx.recall import MemoryRecallStore, RecallStore
-from agentctx.strategies import DeterministicCompaction
+from agentctx.recall import LedgerStore, MemoryRecallStore, RecallStore, SQLiteRecallStore
+from agentctx.recall_tool import RECALL_TOOL_NAME, recall_tool
+from agentctx.strategies import DeterministicCompaction, ToolOutputPipeline
 from agentctx.strategy import Chain, CompactionContext, CompactionStrategy
 from agentctx.tokens import MessageCounter, TokenCounter
 
@@ -55,12 +56,15 @@ __all__ = [
     "HistoryResynced",
     "ImageBlock",
     "Ledger",
+    "LedgerStore",
     "MemoryRecallStore",
     "Message",
     "MessageCounter",
     "OpaqueBlock",
+    "RECALL_TOOL_NAME",
     "RecallStore",
     "RedactedThinkingBlock",
+    "SQLiteRecallStore",
     "StoreError",
     "SummaryMessage",
     "SummaryStats",
@@ -68,10 +72,12 @@ __all__ = [
     "ThinkingBlock",
     "TokenCounter",
     "ToolCall",
+    "ToolOutputPipeline",
     "ToolResultMessage",
     "TranscriptFormatError",
     "TranscriptRepaired",
     "UnsupportedMessageError",
     "Usage",
     "UserMessage",
+    "recall_tool",
 ]

@@ -20,6 +20,7 @@ drops the decisions after it and emits `HistoryResynced`.
 from __future__ import annotations
 
 import operator
+import re
 import time
 import uuid
 from typing import TYPE_CHECKING, Any, Self
@@ -36,7 +37,10 @@ from agentctx.events import (
     Subscriber,
     TranscriptRepaired,
 )
+from agentctx.ledger import Ledger
 from agentctx.messages import AssistantMessage, Message, Usage, check_history, fingerprint
+from agentctx.recall import LedgerStore
+from agentctx.recall_tool import recall_page
 from agentctx.strategies.deterministic import DeterministicCompaction
 from agentctx.strategy import CompactionContext
 from agentctx.tokens import MessageCounter
@@ -48,11 +52,12 @@ if TYPE_CHECKING:
 
     from anyio.abc import TaskGroup
 
-    from agentctx.ledger import Ledger
     from agentctx.recall import RecallStore
     from agentctx.strategy import CompactionStrategy
 
 __all__ = ["ContextManager"]
+
+_RECALL_ID = re.compile(r"ctx-[0-9a-f]{16}")
 
 
 def _common_prefix(a: Sequence[Message], b: Sequence[Message]) -> int:
@@ -104,6 +109,12 @@ class ContextManager:
         self.usage = Usage()
         self._on_over_budget = on_over_budget
         self._clock = clock
+        self._resumed = False
+        if ledger is None and isinstance(recall, LedgerStore):
+            saved = recall.load_ledger(self.session_id)
+            if saved is not None:
+                ledger = Ledger.from_json(saved)
+                self._resumed = True
         self._state = ViewState(self.counter, ledger)
         self._hub = EventHub()
         self._tasks: TaskGroup | None = None
@@ -190,6 +201,12 @@ class ContextManager:
             raise ConfigError("this ContextManager is closed")
         self._sync(history)
         state = self._state
+        if self._resumed:
+            # A resumed ledger must match the history it is applied to, anchor by anchor.
+            self._resumed = False
+            if state.ledger.drop_stale(state.raw):
+                state.rebuild()
+        version = state.ledger.version
         now = self._clock()
         idle = None if self._last_call is None else now - self._last_call
         ctx = CompactionContext(
@@ -209,6 +226,8 @@ class ContextManager:
         )
         await self.strategy.compact(ctx)
         self._current_view()
+        if state.ledger.version != version:
+            self._persist()
         if state.repairs_version != self._repairs_seen:
             self._report_repairs()
         self._last_call = now
@@ -223,6 +242,24 @@ class ContextManager:
             if self._on_over_budget == "raise":
                 raise BudgetExceededError(tokens, self.budget.limit, view)
         return view
+
+    def _persist(self) -> None:
+        """Save the ledger where it is kept, and tell the recall store what is referenced."""
+        recall = self.recall_store
+        if recall is None:
+            return
+        ledger_json = self._state.ledger.to_json()
+        if isinstance(recall, LedgerStore):
+            recall.save_ledger(self.session_id, ledger_json)
+        pin = getattr(recall, "pin", None)
+        if callable(pin):
+            pin(self.session_id, set(_RECALL_ID.findall(ledger_json)))
+
+    def recall(
+        self, id: str, offset: int = 0, limit: int = 8000, pattern: str | None = None
+    ) -> str:
+        """What the ``recall_context`` tool returns for these arguments (see `recall_page`)."""
+        return recall_page(self.recall_store, self.session_id, id, offset, limit, pattern)
 
     def _current_view(self) -> tuple[Sequence[Message], Sequence[int]]:
         state = self._state

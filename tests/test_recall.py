@@ -1,0 +1,128 @@
+"""Recall: every placeholder resolves to the original bytes, also after a restart; the memory
+store never evicts what the view references; the tool reads 50k-char outputs in pages."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from agentctx import recall_tool
+from agentctx.budget import Budget
+from agentctx.ledger import ReplaceArguments, ReplaceResult
+from agentctx.manager import ContextManager
+from agentctx.messages import Message, canonical_json, text_of
+from agentctx.recall import MemoryRecallStore, SQLiteRecallStore
+from agentctx.recall_tool import recall_page
+from agentctx.strategies import ExpiryPass, ToolOutputPipeline
+from agentctx.testing import synthetic_session
+
+from .test_pipeline import NOW
+
+RID = re.compile(r"ctx-[0-9a-f]{16}")
+
+
+def aged_session() -> list[Message]:
+    """A 60-call synthetic session; the replay clock runs ten days later, so all of it is old."""
+    return [m for g in synthetic_session(3, 60, mean_output_lines=30) for m in g]
+
+
+async def replay(store: Any, history: list[Message], session: str) -> tuple[list[Message], Any]:
+    cfg = ToolOutputPipeline(l0=ExpiryPass(keep_recent=2, protect_recent_turns=1), clear_at_least=0)
+    async with ContextManager(
+        Budget(context_window=40_000, reserve_output=4_000),
+        strategy=cfg,
+        recall=store,
+        session_id=session,
+        clock=lambda: NOW + 10 * 86_400,
+        on_over_budget="send",
+    ) as ctx:
+        view = await ctx.prepare(history)
+        return view, ctx.ledger
+
+
+def check_round_trip(store: Any, session: str, history: list[Message], ledger: Any) -> int:
+    checked = 0
+    for d in ledger.decisions:
+        if isinstance(d, ReplaceResult) and d.recall_id:
+            assert store.get(session, d.recall_id) == text_of(history[d.at.index].content)  # type: ignore[union-attr]
+            checked += 1
+        if isinstance(d, ReplaceArguments) and d.recall_id:
+            assert store.get(session, d.recall_id) is not None
+            checked += 1
+    return checked
+
+
+async def test_every_placeholder_resolves_from_memory() -> None:
+    history = aged_session()
+    store = MemoryRecallStore()
+    view, ledger = await replay(store, history, "mem")
+    assert check_round_trip(store, "mem", history, ledger) > 5
+    for m in view:
+        for rid in RID.findall(canonical_json(m)):
+            assert store.get("mem", rid) is not None
+
+
+async def test_sqlite_store_survives_a_restart(tmp_path: Path) -> None:
+    history = aged_session()
+    path = tmp_path / "agent.db"
+    store = SQLiteRecallStore(path)
+    view, ledger = await replay(store, history, "run-1")
+    store.close()
+    reopened = SQLiteRecallStore(path)
+    assert check_round_trip(reopened, "run-1", history, ledger) > 5
+    # a new manager on the same session resumes the ledger and renders the same view
+    async with ContextManager(
+        Budget(context_window=40_000, reserve_output=4_000),
+        strategy=ToolOutputPipeline(mc=None, budget=None, l0=None, l1=None, l2=None),
+        recall=reopened,
+        session_id="run-1",
+        on_over_budget="send",
+    ) as again:
+        resumed = await again.prepare(history)
+    assert [canonical_json(m) for m in resumed] == [canonical_json(m) for m in view]
+    assert (
+        reopened.get(
+            "other-session",
+            RID.findall(canonical_json(view[2]))[0]
+            if RID.findall(canonical_json(view[2]))
+            else "ctx-0",
+        )
+        is None
+    )
+    reopened.close()
+
+
+def test_memory_store_never_evicts_pinned_entries() -> None:
+    store = MemoryRecallStore(max_bytes=1_000)
+    keep = store.put("s", "k" * 600)
+    store.pin("s", {keep})
+    others = [store.put("s", str(i) * 300) for i in range(5)]
+    store.pin("s", {keep})
+    assert store.get("s", keep) == "k" * 600
+    assert sum(store.get("s", r) is not None for r in others) < 5
+
+
+def test_recall_pages_and_grep_a_50k_output() -> None:
+    store = MemoryRecallStore()
+    content = "\n".join(f"line {i}: {'error' if i % 97 == 0 else 'ok'}" for i in range(4000))
+    rid = store.put("s", content)
+    pages, offset = [], 0
+    while True:
+        page = recall_page(store, "s", rid, offset=offset, limit=8000)
+        head, body = page.split("\n", 1)
+        pages.append(body)
+        if head.endswith("; end]"):
+            break
+        offset = int(re.search(r"next offset=(\d+)", head).group(1))  # type: ignore[union-attr]
+    assert "".join(pages) == content and len(pages) == len(content) // 8000 + 1
+    grep = recall_page(store, "s", rid, pattern=r"error")
+    assert grep.splitlines()[1] == "1: line 0: error" and "42 lines match" in grep
+    assert "not found" in recall_page(store, "other", rid)
+    assert "invalid pattern" in recall_page(store, "s", rid, pattern="(")
+
+
+def test_tool_definitions() -> None:
+    assert recall_tool("anthropic")["input_schema"]["required"] == ["id"]
+    assert recall_tool("openai-chat")["function"]["name"] == "recall_context"
+    assert recall_tool("openai-responses")["type"] == "function"
