@@ -117,18 +117,23 @@ async def replay(
     events: list[Event] = []
     cost_with = cost_without = 0.0
     view: list[Message] = []
+    now = [0.0]
     async with ContextManager(
         budget,
         strategy=strategy,
         recall=MemoryRecallStore(),
         session_id=session_id,
         on_over_budget="send",
+        clock=lambda: now[0],
     ) as ctx:
         ctx.subscribe(events.append)
         cache_with, cache_without = _PrefixCache(ctx.counter), _PrefixCache(ctx.counter)
         calls = [i for i, m in enumerate(messages) if isinstance(m, AssistantMessage) and i > 0]
         for number, i in enumerate(calls, start=1):
             request = messages[:i]
+            stamp = messages[i].extra.get("timestamp")
+            # The transcript's own clock, so ages and idle gaps are the session's.
+            now[0] = stamp / 1000 if isinstance(stamp, int | float) else now[0] + 30.0
             seen = len(events)
             view = await ctx.prepare(request)
             ctx.counter.refine(request)  # full estimates for the accounting below
