@@ -58,7 +58,6 @@ async def cell(name: str, messages: list[Message], window: int) -> None:
         rows = report.rows
         s0 = rows[0].tokens_without
         growth = rows[-1].tokens_without - s0
-        after = [r.tokens_with for r, nxt in zip(rows, rows[1:], strict=False) if nxt.cache_break]
         after = [r.tokens_with for r in rows if r.cache_break] or [budget.target_tokens]
         smallest = min(after)
         b = budget.limit
