@@ -26,7 +26,6 @@ from agentctx.recall import MemoryRecallStore
 from agentctx.strategies.pipeline import (
     BudgetPass,
     CondensePass,
-    EmergencyPass,
     ExpiryPass,
     MicroCompact,
     ToolOutputPipeline,
@@ -81,8 +80,15 @@ def txt(m: Message) -> str:
 
 
 async def test_ac1_expired_results_are_replaced_protected_turns_kept() -> None:
-    history = [u("task 1", 40), a("c1", age=40), r("c1", "content of file A", 35),
-               u("task 2", 20), a("c2", age=20), r("c2", "content of file B", 15), u("task 3", 1)]  # fmt: skip
+    history = [
+        u("task 1", 40),
+        a("c1", age=40),
+        r("c1", "content of file A", 35),
+        u("task 2", 20),
+        a("c2", age=20),
+        r("c2", "content of file B", 15),
+        u("task 3", 1),
+    ]
     store = MemoryRecallStore()
     view = await run(history, pipeline(l0=ExpiryPass(keep_recent=0)), recall=store)
     expired = txt(view[2])
@@ -110,8 +116,15 @@ async def test_ac3_thinking_of_completed_turns_is_dropped_whole_never_edited() -
     """Changed: the seed rewrote thinking text in the running tool loop and kept the old
     signature (pi.md §1.5.4); here signed thinking is dropped whole, only in completed turns,
     and the in-flight loop's thinking goes back byte for byte."""
-    history = [u("task", 30), a("c1", age=20, thinking="deep analysis"), r("c1", "x", 20),
-               a(age=19), u("next", 10), a("c2", age=6, thinking="current analysis"), r("c2", "y", 6)]  # fmt: skip
+    history = [
+        u("task", 30),
+        a("c1", age=20, thinking="deep analysis"),
+        r("c1", "x", 20),
+        a(age=19),
+        u("next", 10),
+        a("c2", age=6, thinking="current analysis"),
+        r("c2", "y", 6),
+    ]
     view = await run(history, pipeline())
     assert not any(isinstance(blk, ThinkingBlock) for blk in view[1].content)  # type: ignore[union-attr]
     assert view[5] is history[5]
@@ -120,8 +133,17 @@ async def test_ac3_thinking_of_completed_turns_is_dropped_whole_never_edited() -
 async def test_ac4_broken_pairing_is_repaired_not_a_reason_to_stop() -> None:
     """Changed: the seed returned the original messages whenever pairing failed, switching
     every pass off for the whole session; here the view is repaired and compaction goes on."""
-    history = [u("task", 60), a("c1", "c2", age=59), r("c1", "A" * 100, 58), u("t2", 50),
-               r("ghost", "orphan", 50), a(age=49), u("t3", 1), a(age=1), u("t4", 0)]  # fmt: skip
+    history = [
+        u("task", 60),
+        a("c1", "c2", age=59),
+        r("c1", "A" * 100, 58),
+        u("t2", 50),
+        r("ghost", "orphan", 50),
+        a(age=49),
+        u("t3", 1),
+        a(age=1),
+        u("t4", 0),
+    ]
     view = await run(history, pipeline(l0=ExpiryPass(keep_recent=0)))
     assert "Tool result expired" in txt(view[2])
 
@@ -149,9 +171,18 @@ async def test_ac7_condensation_keeps_imports_and_definitions() -> None:
 async def test_ac8_emergency_expiry_at_a_usage_fraction() -> None:
     """Changed: the seed compared pi's 0-100 percentage with 0.9, so L2 fired on almost every
     call (pi.md §1.5.2); usage here is the 0-1 fraction of the budget, computed by agentctx."""
-    history = [u("t1", 20), a("c1", age=20), r("c1", "content-1 " * 400, 20),
-               u("t2", 10), a("c2", age=10), r("c2", "content-2", 10),
-               u("t3", 5), a("c3", age=5), r("c3", "content-3", 5), u("t4", 1)]  # fmt: skip
+    history = [
+        u("t1", 20),
+        a("c1", age=20),
+        r("c1", "content-1 " * 400, 20),
+        u("t2", 10),
+        a("c2", age=10),
+        r("c2", "content-2", 10),
+        u("t3", 5),
+        a("c3", age=5),
+        r("c3", "content-3", 5),
+        u("t4", 1),
+    ]
     async with ContextManager(BIG, strategy=pipeline(l2=None), clock=lambda: NOW) as probe:
         await probe.prepare(history)
         tokens = probe.prompt_tokens
@@ -209,15 +240,26 @@ async def test_recall_results_are_never_compacted() -> None:
             r(f"c{k}", "recalled " * 3000, 67, "recall_context"),
         ]
     history.append(a(age=65))
-    view = await run(history, pipeline(l0=ExpiryPass(keep_recent=0, protect_recent_turns=0),
-                                       l1=CondensePass(protect_recent_turns=0)))  # fmt: skip
+    view = await run(
+        history,
+        pipeline(
+            l0=ExpiryPass(keep_recent=0, protect_recent_turns=0),
+            l1=CondensePass(protect_recent_turns=0),
+        ),
+    )
     assert all(x is y for x, y in zip(view, history, strict=True))
 
 
 async def test_budget_persists_the_largest_result_of_a_turn() -> None:
     small, big = "a" * 20_000, "B" * 170_000
-    history = [u("task"), a("c1", "c2", "c3", "c4", "c5"), *(r(f"c{k}", small) for k in range(1, 5)),
-               r("c5", big), a(), u("next")]  # fmt: skip
+    history = [
+        u("task"),
+        a("c1", "c2", "c3", "c4", "c5"),
+        *(r(f"c{k}", small) for k in range(1, 5)),
+        r("c5", big),
+        a(),
+        u("next"),
+    ]
     store = MemoryRecallStore()
     view = await run(history, pipeline(l1=None), recall=store)
     text = txt(view[6])
@@ -228,8 +270,14 @@ async def test_budget_persists_the_largest_result_of_a_turn() -> None:
 
 async def test_budget_is_per_turn() -> None:
     small = "a" * 20_000
-    history = [u("t1"), a("c1", "c2", "c3"), *(r(f"c{k}", small) for k in (1, 2, 3)),
-               u("t2"), a("c4", "c5", "c6"), *(r(f"c{k}", small) for k in (4, 5, 6))]  # fmt: skip
+    history = [
+        u("t1"),
+        a("c1", "c2", "c3"),
+        *(r(f"c{k}", small) for k in (1, 2, 3)),
+        u("t2"),
+        a("c4", "c5", "c6"),
+        *(r(f"c{k}", small) for k in (4, 5, 6)),
+    ]
     budget_only = pipeline(mc=None, l0=None, l1=None, l2=None)
     view = await run(history, budget_only)
     assert all(x is y for x, y in zip(view, history, strict=True))
@@ -249,10 +297,20 @@ async def test_persisted_output_is_byte_identical_on_later_turns() -> None:
 
 
 async def test_compact_boundary_shields_what_came_before_it() -> None:
-    history = [u("t0", 120), a("c0", age=119), r("c0", "old-1", 119), u("t1", 110), a(age=109),
-               SummaryMessage("summary of prior work"), a("c3", "c4", "c5", "c6", age=80),
-               r("c3", "fresh-1", 79), r("c4", "fresh-2", 78), r("c5", "fresh-3", 77),
-               r("c6", "fresh-4", 76), a(age=65)]  # fmt: skip
+    history = [
+        u("t0", 120),
+        a("c0", age=119),
+        r("c0", "old-1", 119),
+        u("t1", 110),
+        a(age=109),
+        SummaryMessage("summary of prior work"),
+        a("c3", "c4", "c5", "c6", age=80),
+        r("c3", "fresh-1", 79),
+        r("c4", "fresh-2", 78),
+        r("c5", "fresh-3", 77),
+        r("c6", "fresh-4", 76),
+        a(age=65),
+    ]
     view = await run(history, pipeline(mc=MicroCompact(keep_recent=1), l0=None, l2=None))
     assert txt(view[2]) == "old-1"
     assert [("expired" in txt(view[j])) for j in (7, 8, 9, 10)] == [True, True, True, False]
@@ -262,8 +320,15 @@ async def test_l1_protects_recent_turns() -> None:
     big = "line\n" * 3000
     inside = [u("task", 1), a("c1", age=1), r("c1", big), u("followup")]
     assert txt((await run(inside, pipeline()))[2]) == big
-    outside = [u("task1", 10), a("c1", age=10), r("c1", big, 9), u("task2", 5), a("c2", age=5),
-               r("c2", "small", 4), u("task3", 1)]  # fmt: skip
+    outside = [
+        u("task1", 10),
+        a("c1", age=10),
+        r("c1", big, 9),
+        u("task2", 5),
+        a("c2", age=5),
+        r("c2", "small", 4),
+        u("task3", 1),
+    ]
     assert txt((await run(outside, pipeline()))[2]).startswith("[Condensed")
 
 
@@ -278,9 +343,16 @@ async def test_l0_keeps_the_newest_results() -> None:
 
 async def test_arguments_of_completed_calls_are_cleared_with_their_results() -> None:
     body = "x = 1\n" * 2000
-    history = [u("task", 60), AssistantMessage((ToolCall("w1", "write", {"path": "a.py", "content": body}),),
-               "tool_use", extra=ts(59)), r("w1", "wrote a.py", 58, "write"), u("t2", 40), a(age=39),
-               u("t3", 1)]  # fmt: skip
+    history = [
+        u("task", 60),
+        AssistantMessage(
+            (ToolCall("w1", "write", {"path": "a.py", "content": body}),), "tool_use", extra=ts(59)
+        ),
+        r("w1", "wrote a.py", 58, "write"),
+        u("t2", 40),
+        a(age=39),
+        u("t3", 1),
+    ]
     view = await run(history, pipeline(l0=ExpiryPass(keep_recent=0)))
     args = view[1].tool_calls[0].arguments  # type: ignore[union-attr]
     assert args["path"] == "a.py" and args["content"].startswith("[cleared: 12000 chars")
