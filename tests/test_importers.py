@@ -684,11 +684,7 @@ def test_malformed_files_name_the_line(
     assert expected in info.value.expected
 
 
-OTHER_FORMATS = [
-    p
-    for kind in ("anthropic-api", "openai-api", "openhands", "swe-agent")
-    for p in corpus_files(kind)
-]
+OTHER_FORMATS = [p for kind in ("anthropic-api", "openai-api") for p in corpus_files(kind)]
 
 
 @pytest.mark.parametrize("path", OTHER_FORMATS, ids=lambda p: p.name)

@@ -3,15 +3,17 @@
 ```python
 from agentctx.importers import load_transcript
 
-transcript = load_transcript("session.jsonl")  # pi or Claude Code JSONL, found by content
+transcript = load_transcript("session.jsonl")  # the format is found from the content
 print(transcript.format, len(transcript.messages), transcript.compactions)
 ```
 
-`load_transcript` recognises pi sessions, Claude Code sessions and a JSON list of messages in
-agentctx's own form (`agentctx.messages.to_dict`). Anything else, and any line that is not what
-its format needs, raises `TranscriptFormatError` with the file and line. To choose the format
-yourself, or Claude Code's ``thread``, call `agentctx.importers.pi.load` or
-`agentctx.importers.claude_code.load`.
+`load_transcript` recognises pi sessions, Claude Code sessions, SWE-agent trajectories
+(``.traj``), OpenHands event lists, evaluation outputs and V1 event logs, and a JSON list of
+messages in agentctx's own form (`agentctx.messages.to_dict`). Anything else, and any line that
+is not what its format needs, raises `TranscriptFormatError` with the file and line. To choose
+the format yourself, or options such as Claude Code's ``thread`` or the ``instance`` of an
+OpenHands evaluation output, call the format's module: `agentctx.importers.pi.load`,
+`claude_code.load`, `swe_agent.load`, `openhands.load` / `openhands.load_instances`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import os
 from typing import Any
 
 from agentctx.errors import UnsupportedMessageError
-from agentctx.importers import claude_code, pi
+from agentctx.importers import claude_code, openhands, pi, swe_agent
 from agentctx.importers._common import RecordedCompaction, Source, Transcript
 from agentctx.messages import from_dict
 
@@ -52,7 +54,10 @@ _CLAUDE_CODE_TYPES = frozenset(
         "queue-operation",
     }
 )
-_EXPECTED = "a pi or Claude Code JSONL transcript, or a JSON list of agentctx messages"
+_EXPECTED = (
+    "a pi or Claude Code JSONL transcript, a SWE-agent trajectory, OpenHands events, "
+    "or a JSON list of agentctx messages"
+)
 
 
 def load_transcript(path: str | os.PathLike[str]) -> Transcript:
@@ -62,11 +67,18 @@ def load_transcript(path: str | os.PathLike[str]) -> Transcript:
         return pi.load(path)
     if fmt == "claude-code":
         return claude_code.load(path)
+    if fmt == "swe-agent":
+        return swe_agent.load(path)
+    if fmt == "openhands":
+        return openhands.load(path)
     return _load_neutral(Source(os.fspath(path)))
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
-    """``"pi"``, ``"claude-code"`` or ``"neutral"``; raises `TranscriptFormatError` otherwise."""
+    """``"pi"``, ``"claude-code"``, ``"swe-agent"``, ``"openhands"`` or ``"neutral"``.
+
+    Raises `TranscriptFormatError` when the content is none of them.
+    """
     src = Source(os.fspath(path))
     text = _text(src)
     for number, raw in enumerate(text.split("\n"), start=1):
@@ -85,6 +97,9 @@ def detect_format(path: str | os.PathLike[str]) -> str:
             return "pi"
         if kind in _CLAUDE_CODE_TYPES or "sessionId" in record or "parentUuid" in record:
             return "claude-code"
+        fmt = _object_format(record)
+        if fmt is not None:
+            return fmt
         # An unknown record type: a newer format revision may start with one, so look further.
     raise src.error(0, f"{_EXPECTED} (no record of a known type)")
 
@@ -105,13 +120,40 @@ def _whole_file_format(src: Source, text: str) -> str:
         value = json.loads(text)
     except json.JSONDecodeError as e:
         raise src.error(e.lineno, f"{_EXPECTED} ({e.msg})") from None
+    fmt = _object_format(value) if isinstance(value, dict) else None
+    if fmt is not None:
+        return fmt
     if not isinstance(value, list):
         found = "object" if isinstance(value, dict) else type(value).__name__
         raise src.error(0, f"{_EXPECTED}; found a single JSON {found}")
+    if value and _is_openhands_event(value[0]):
+        return "openhands"  # its loader names the line of any bad event after the first
     for i, item in enumerate(value):
         if not (isinstance(item, dict) and "role" in item):
             raise src.error(0, f"{_EXPECTED}; item {i} of the list is not an object with a role")
     return "neutral"
+
+
+def _object_format(record: dict[str, Any]) -> str | None:
+    """The format of a JSON object that is not a pi or Claude Code record, if it has one."""
+    history = record.get("history")
+    if isinstance(history, list):
+        first = history[0] if history else None
+        if "trajectory" in record or (isinstance(first, dict) and "role" in first):
+            return "swe-agent"
+        # Evaluation output: one task instance, its events in `history` (early: as pairs).
+        if isinstance(first, list) or _is_openhands_event(first) or "instance_id" in record:
+            return "openhands"
+        return None
+    if isinstance(record.get("kind"), str) and "source" in record:  # a V1 SDK event
+        return "openhands"
+    if _is_openhands_event(record) and ("source" in record or "cause" in record):
+        return "openhands"  # a V0 event on a line of its own
+    return None
+
+
+def _is_openhands_event(item: object) -> bool:
+    return isinstance(item, dict) and ("action" in item or "observation" in item)
 
 
 def _load_neutral(src: Source) -> Transcript:

@@ -44,14 +44,22 @@ class Transcript:
     """A transcript file read into neutral messages.
 
     ``messages`` is the full raw history in conversation order; compactions the agent did are
-    listed in ``compactions`` and not applied. ``format`` is ``"pi"``, ``"claude-code"`` or
-    ``"neutral"``.
+    listed in ``compactions`` and not applied. ``format`` is ``"pi"``, ``"claude-code"``,
+    ``"swe-agent"``, ``"openhands"`` or ``"neutral"``.
+
+    Formats that record what the agent sent ahead of the conversation fill in ``system`` (the
+    system prompt) and ``demonstrations`` (example exchanges placed before ``messages`` on every
+    request, SWE-agent's ``is_demo`` messages); neither is part of ``messages``. ``extra`` holds
+    file-level details (run statistics, instance id, tool schemas).
     """
 
     path: str
     format: str
     messages: tuple[Message, ...]
     compactions: tuple[RecordedCompaction, ...] = ()
+    system: str | None = None
+    demonstrations: tuple[Message, ...] = ()
+    extra: JSONMap = field(default_factory=lambda: _EMPTY)
 
 
 @dataclass(frozen=True, slots=True)
