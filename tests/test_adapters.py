@@ -1,0 +1,1117 @@
+"""Provider adapters: exact round trips over the recorded API traffic, edge cases, properties."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentctx.adapters import (
+    assemble_anthropic_stream,
+    assemble_openai_chat_stream,
+    assemble_openai_responses_stream,
+    from_anthropic,
+    from_openai_chat,
+    from_openai_responses,
+    message_from_anthropic_response,
+    message_from_openai_chat_response,
+    message_from_openai_response,
+    split_openai_chat_system,
+    split_openai_responses_system,
+    to_anthropic,
+    to_openai_chat,
+    to_openai_responses,
+)
+from agentctx.errors import UnsupportedMessageError
+from agentctx.messages import (
+    AssistantMessage,
+    ImageBlock,
+    Message,
+    OpaqueBlock,
+    RedactedThinkingBlock,
+    SummaryMessage,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+    canonical_json,
+    from_dict,
+    to_dict,
+)
+
+from .corpus import corpus_file, corpus_files
+
+# ---------------------------------------------------------------------------------------
+# The recorded traffic, read into one shape
+
+
+@dataclass
+class Exchange:
+    """One recorded API call: what was sent, and what came back (whole or streamed)."""
+
+    api: str  # "anthropic", "chat", "responses" or "compact"
+    request: dict[str, Any] | None = None
+    response: dict[str, Any] | None = None
+    stream: list[dict[str, Any]] | None = None
+    where: str = ""
+    next_request: dict[str, Any] | None = field(default=None, repr=False)
+
+
+def sse_data(text: str) -> list[dict[str, Any]]:
+    """The JSON ``data:`` payloads of an SSE body (``event:`` lines and ``[DONE]`` skipped)."""
+    return [
+        json.loads(line[5:])
+        for line in text.splitlines()
+        if line.startswith("data:") and line[5:].strip() != "[DONE]"
+    ]
+
+
+def _api(uri: str) -> str:
+    if uri.endswith("/responses/compact"):
+        return "compact"
+    if "/responses" in uri:
+        return "responses"
+    return "chat" if "/chat/completions" in uri else "anthropic"
+
+
+def exchanges(path: Path) -> list[Exchange]:
+    name = path.name
+    anthropic = path.parent.name == "anthropic-api"
+    found: list[Exchange] = []
+    if name.endswith(".yaml"):
+        for it in yaml.safe_load(path.read_text())["interactions"]:
+            resp = it["response"]
+            body = resp.get("parsed_body")
+            stream = None if body is not None else sse_data(resp["body"]["string"])
+            found.append(
+                Exchange(_api(it["request"]["uri"]), it["request"]["parsed_body"], body, stream)
+            )
+    elif name.startswith("sdk-runtools"):
+        for it in json.loads(path.read_text()):
+            body = it["response"]["body"]
+            stream = sse_data(body) if isinstance(body, str) else None
+            found.append(
+                Exchange("anthropic", it["request"]["body"], None if stream else body, stream)
+            )
+    elif name.endswith(".sse.txt"):
+        found.append(Exchange("anthropic", stream=sse_data(path.read_text())))
+    elif name.endswith(".chunks.txt"):
+        events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if anthropic:
+            found.append(Exchange("anthropic", stream=events))
+        else:  # several Responses streams back to back
+            starts = [i for i, e in enumerate(events) if e["type"] == "response.created"]
+            for a, b in zip(starts, [*starts[1:], len(events)], strict=True):
+                found.append(Exchange("responses", stream=events[a:b]))
+    elif name.startswith("openhands-litellm"):
+        log = json.loads(path.read_text())
+        found.append(Exchange("chat", {"messages": log["messages"]}, log["response"]))
+    elif name.endswith(".json"):
+        found.append(
+            Exchange(
+                "anthropic" if anthropic else "responses", response=json.loads(path.read_text())
+            )
+        )
+    else:
+        raise AssertionError(f"corpus file {name} has no reader here")
+    for n, ex in enumerate(found):
+        ex.where = f"{name}#{n}"
+        ex.next_request = found[n + 1].request if n + 1 < len(found) else None
+    return found
+
+
+API_FILES = corpus_files("anthropic-api") + corpus_files("openai-api")
+
+
+def test_the_corpus_is_there() -> None:
+    corpus_file("anthropic-api", "FORMAT.md")
+    assert len(corpus_files("anthropic-api")) >= 10 and len(corpus_files("openai-api")) >= 8
+
+
+# ---------------------------------------------------------------------------------------
+# Corpus round trips
+
+
+def _known_never_opaque(history: list[Message], modeled: set[str]) -> None:
+    """Known block kinds must be modeled, not carried opaque (that would hide them)."""
+    for m in history:
+        for b in getattr(m, "content", ()):
+            if isinstance(b, OpaqueBlock):
+                assert b.payload.get("type") not in modeled, b.payload
+
+
+def _request_round_trip(ex: Exchange) -> list[Message]:
+    assert ex.request is not None
+    if ex.api == "anthropic":
+        params = ex.request["messages"]
+        history = from_anthropic(params)
+        assert to_anthropic(history) == params
+        assert from_anthropic(to_anthropic(history)) == history
+        modeled = {"text", "image", "thinking", "redacted_thinking", "tool_use", "tool_result"}
+    elif ex.api == "chat":
+        params = ex.request["messages"]
+        system, rest = split_openai_chat_system(params)
+        history = from_openai_chat(rest)
+        assert system + to_openai_chat(history) == params
+        assert to_openai_chat(from_openai_chat(params)) == params  # unsplit, too
+        assert from_openai_chat(to_openai_chat(history)) == history
+        modeled = {"text", "image_url"}
+    else:
+        params = ex.request["input"]
+        system, rest = split_openai_responses_system(params)
+        history = from_openai_responses(rest)
+        assert system + to_openai_responses(history) == params
+        assert from_openai_responses(to_openai_responses(history)) == history
+        modeled = {"input_text", "output_text", "function_call", "function_call_output"}
+        modeled |= {"reasoning", "message"}
+    _known_never_opaque(history, modeled)
+    for m in history:  # the extras stay JSON, so the canonical form and stores still work
+        assert from_dict(json.loads(canonical_json(m))) == m
+    return history
+
+
+def _response_message(ex: Exchange) -> tuple[AssistantMessage, dict[str, Any]]:
+    """The response (assembled when streamed) and its neutral message."""
+    if ex.api == "anthropic":
+        resp = ex.response if ex.stream is None else assemble_anthropic_stream(ex.stream)
+        return message_from_anthropic_response(resp), resp
+    if ex.api == "chat":
+        resp = ex.response if ex.stream is None else assemble_openai_chat_stream(ex.stream)
+        return message_from_openai_chat_response(resp), resp
+    resp = ex.response if ex.stream is None else assemble_openai_responses_stream(ex.stream)
+    assert resp is not None
+    return message_from_openai_response(resp), resp
+
+
+def _rendered(ex: Exchange, m: Message) -> list[dict[str, Any]]:
+    if ex.api == "anthropic":
+        return to_anthropic([m])
+    if ex.api == "chat":
+        return to_openai_chat([m])
+    return to_openai_responses([m])
+
+
+@pytest.mark.parametrize("path", API_FILES, ids=lambda p: p.name)
+def test_every_recorded_request_round_trips_exactly(path: Path) -> None:
+    requests = [ex for ex in exchanges(path) if ex.request is not None]
+    for ex in requests:
+        _request_round_trip(ex)
+    if path.name.startswith(("pydai", "sdk-runtools", "openhands")):
+        assert requests, "this file records requests"
+
+
+@pytest.mark.parametrize("path", API_FILES, ids=lambda p: p.name)
+def test_every_recorded_response_maps_to_the_same_blocks(path: Path) -> None:
+    replies = [ex for ex in exchanges(path) if ex.response is not None or ex.stream is not None]
+    assert replies, "every file records responses or streams"
+    echoes = 0
+    for ex in replies:
+        m, resp = _response_message(ex)
+        assert m.model == resp.get("model")
+        if ex.api == "anthropic":
+            (sent,) = to_anthropic([m])
+            assert sent["content"] == resp["content"], ex.where
+            usage = resp["usage"]
+            assert m.usage == Usage(
+                usage["input_tokens"],
+                usage["output_tokens"],
+                usage.get("cache_read_input_tokens") or 0,
+                usage.get("cache_creation_input_tokens") or 0,
+            )
+        elif ex.api == "chat":
+            (sent,) = to_openai_chat([m])
+            reply = resp["choices"][0]["message"]
+            assert sent.get("content") == reply.get("content"), ex.where
+            assert sent.get("tool_calls") == reply.get("tool_calls"), ex.where
+        else:  # Responses items are the same shape in output and input
+            assert to_openai_responses([m]) == resp["output"], ex.where
+        # The reply as the client sent it back next turn, where the recording has that turn.
+        if ex.next_request and ex.request and ex.api in ("anthropic", "chat"):
+            echoed = ex.next_request["messages"][len(ex.request["messages"])]
+            assert [echoed] == _rendered(ex, m), ex.where
+            echoes += 1
+    if path.name.startswith(("pydai-anthropic", "sdk-runtools", "pydai-chat")):
+        assert echoes == len(replies) - 1
+
+
+def test_anthropic_streams_agree_with_the_sdk_accumulator() -> None:
+    from anthropic.lib.streaming._messages import accumulate_event
+
+    def no_nulls(o: Any) -> Any:
+        if isinstance(o, dict):
+            return {k: no_nulls(v) for k, v in o.items() if v is not None}
+        return [no_nulls(v) for v in o] if isinstance(o, list) else o
+
+    streams = [ex.stream for p in corpus_files("anthropic-api") for ex in exchanges(p) if ex.stream]
+    assert len(streams) == 5
+    for events in streams:
+        snapshot: Any = None
+        buffers: dict[int, bytes] = {}
+        for event in events:
+            if event["type"] != "ping":
+                snapshot = accumulate_event(
+                    event=event, current_snapshot=snapshot, json_bufs=buffers
+                )
+        ours = no_nulls(assemble_anthropic_stream(events))
+        ours.pop("context_management", None)  # the SDK's accumulator drops it
+        assert ours == snapshot.to_dict(mode="json", exclude_none=True)
+
+
+def test_anthropic_stream_details() -> None:
+    path = corpus_file("anthropic-api", "vercel-anthropic-code-execution-prompt-cache.1.chunks.txt")
+    (ex,) = exchanges(path)
+    m, resp = _response_message(ex)
+    assert m.usage == Usage(6, 198, 6289, 3337)  # message_delta's cumulative counts win
+    assert resp["container"]["id"].startswith("container_")
+    kinds = [b.payload["type"] if isinstance(b, OpaqueBlock) else b.type for b in m.content]
+    assert kinds == [
+        "server_tool_use",
+        "bash_code_execution_tool_result",
+        "server_tool_use",
+        "bash_code_execution_tool_result",
+        "text",
+    ]
+    assert m.content[0].payload["input"] == {  # type: ignore[union-attr]
+        "command": 'for n in $(seq 1 12); do echo "$n: $((n*n))"; done'
+    }
+    path = corpus_file("anthropic-api", "vercel-anthropic-clear-thinking.1.chunks.txt")
+    (ex,) = exchanges(path)
+    m, resp = _response_message(ex)
+    thinking = m.content[0]
+    assert isinstance(thinking, ThinkingBlock) and thinking.signature
+    assert thinking.signature.startswith("EvQBCkYICxgCKkAxhD4N")
+    assert resp["context_management"] == {"applied_edits": []}
+    assert m.extra["anthropic"]["response"]["context_management"] == {"applied_edits": []}
+
+
+def test_chat_streams_agree_with_the_sdk_accumulator() -> None:
+    from openai.lib.streaming.chat._completions import ChatCompletionStreamState
+    from openai.types.chat import ChatCompletionChunk
+
+    path = corpus_file("openai-api", "pydai-chat-stream-tool-call.yaml")
+    for ex in exchanges(path):
+        assert ex.stream is not None
+        state = ChatCompletionStreamState()
+        for chunk in ex.stream:
+            state.handle_chunk(ChatCompletionChunk.model_validate(chunk))
+        sdk = state.get_final_completion().to_dict(mode="json", exclude_none=True)
+        ours = assemble_openai_chat_stream(ex.stream)
+        for call in sdk["choices"][0]["message"].get("tool_calls", []):
+            del call["index"]  # a stream artifact the SDK keeps
+        sdk_message = sdk["choices"][0]["message"]
+        ours_message = {k: v for k, v in ours["choices"][0]["message"].items() if v is not None}
+        assert ours_message == sdk_message
+        assert ours["usage"] == sdk["usage"]
+        assert ours["choices"][0]["finish_reason"] == sdk["choices"][0]["finish_reason"]
+
+
+def test_responses_streams_rebuild_the_output_from_events() -> None:
+    path = corpus_file("openai-api", "vercel-responses-reasoning-encrypted-content.1.chunks.txt")
+    streams = exchanges(path)
+    reasons = [_response_message(ex)[0].stop_reason for ex in streams]
+    assert reasons == ["tool_use", "tool_use", "tool_use", "stop"]
+    for ex in streams:
+        assert ex.stream is not None
+        final = ex.stream[-1]["response"]
+        assert assemble_openai_responses_stream(ex.stream) == final
+        # Without the final output, and without the output_item.done events, the deltas
+        # alone give the same text, arguments and reasoning summaries.
+        cut = [e for e in ex.stream if e["type"] != "response.output_item.done"]
+        cut[-1] = {**cut[-1], "response": {**final, "output": []}}
+        rebuilt = assemble_openai_responses_stream(cut)["output"]
+        assert len(rebuilt) == len(final["output"])
+        for got, want in zip(rebuilt, final["output"], strict=True):
+            for key in ("type", "id", "call_id", "arguments", "summary", "content"):
+                assert got.get(key) == want.get(key), key
+    m = _response_message(streams[0])[0]
+    assert [type(b) for b in m.content] == [ThinkingBlock, ToolCall]
+    assert m.usage == Usage(134, 28, 0)
+
+
+def test_responses_usage_takes_cached_tokens_out() -> None:
+    path = corpus_file("openai-api", "pydai-responses-thinking-with-tool-calls.yaml")
+    m, _ = _response_message(exchanges(path)[1])
+    assert m.usage == Usage(2087 - 2048, 124, 2048, 0)
+    assert m.usage.prompt_tokens == 2087
+
+
+def test_responses_compaction_items_ride_opaque() -> None:
+    path = corpus_file("openai-api", "pydai-responses-compact.yaml")
+    compact, after = exchanges(path)[2:]
+    assert compact.api == "compact" and compact.response is not None
+    output = compact.response["output"]
+    history = from_openai_responses(output)
+    assert to_openai_responses(history) == output
+    assert isinstance(history[-1], AssistantMessage)
+    assert history[-1].content == (OpaqueBlock("openai_responses", output[-1]),)
+    assert after.request is not None
+    assert [type(m) for m in _request_round_trip(after)] == [AssistantMessage, UserMessage]
+
+
+# ---------------------------------------------------------------------------------------
+# Anthropic edge cases
+
+
+def test_anthropic_parallel_results_split_and_rejoin() -> None:
+    path = corpus_file("anthropic-api", "pydai-anthropic_multiple_parallel_tool_calls.yaml")
+    history = _request_round_trip(exchanges(path)[1])
+    results = [m for m in history if isinstance(m, ToolResultMessage)]
+    assert [r.tool_name for r in results] == ["retrieve_entity_info"] * 4
+    assert [r.content for r in results][3] == (
+        TextBlock("daisy is bob's daughter and charlie's younger sister"),
+    )
+    assert len(to_anthropic(history)) == 3
+
+
+def test_anthropic_mixed_user_message_round_trips() -> None:
+    params = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "t1", "name": "read", "input": {"p": 1}},
+                {"type": "tool_use", "id": "t2", "name": "ls", "input": {}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "before"},
+                {"type": "tool_result", "tool_use_id": "t1", "content": "one", "is_error": True},
+                {"type": "tool_result", "tool_use_id": "t2", "is_error": False},
+                {"type": "text", "text": "after", "cache_control": {"type": "ephemeral"}},
+            ],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t3"}]},
+        {"role": "user", "content": [{"type": "text", "text": "lone list"}]},
+    ]
+    history = from_anthropic(params)
+    assert [type(m).__name__ for m in history] == [
+        "UserMessage",
+        "AssistantMessage",
+        "UserMessage",
+        "ToolResultMessage",
+        "ToolResultMessage",
+        "UserMessage",
+        "ToolResultMessage",
+        "UserMessage",
+    ]
+    one, two = history[3], history[4]
+    assert isinstance(one, ToolResultMessage) and one.is_error and one.tool_name == "read"
+    assert isinstance(two, ToolResultMessage) and two.content == () and not two.is_error
+    assert history[5].content[0].extra == {"cache_control": {"type": "ephemeral"}}  # type: ignore[union-attr]
+    assert to_anthropic(history) == params
+    assert from_anthropic(to_anthropic(history)) == history
+
+
+def test_anthropic_blocks_it_does_not_model_ride_opaque() -> None:
+    doc = {"type": "document", "source": {"type": "text", "data": "x", "media_type": "text/plain"}}
+    image = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": "aGk="},
+    }
+    url = {"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}
+    odd = {"type": "image", "source": {"type": "file", "file_id": "f1"}}
+    cited = {
+        "type": "text",
+        "text": "t",
+        "citations": [{"type": "char_location", "cited_text": "t"}],
+    }
+    params = [
+        {"role": "user", "content": [doc, image, url, odd, cited]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "redacted_thinking", "data": "ENC"},
+                {"type": "thinking", "thinking": "hm", "signature": "SIG"},
+                {"type": "compaction", "content": "summary"},
+                {"type": "server_tool_use", "id": "srv_1", "name": "web_search", "input": {}},
+                {"type": "web_search_tool_result", "tool_use_id": "srv_1", "content": []},
+                {"type": "text", "text": "ok", "citations": None},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "t9",
+                    "content": [{"type": "text", "text": "shot"}, image, doc],
+                    "cache_control": {"type": "ephemeral", "ttl": "1h"},
+                }
+            ],
+        },
+    ]
+    history = from_anthropic(params)
+    user, assistant, result = history
+    assert user.content[1] == ImageBlock("image/png", "aGk=")  # type: ignore[union-attr]
+    assert user.content[2] == ImageBlock("", "https://x/y.png", "url")  # type: ignore[union-attr]
+    assert user.content[3] == OpaqueBlock("anthropic", odd)  # type: ignore[union-attr]
+    assert user.content[4].extra["citations"] == cited["citations"]  # type: ignore[union-attr]
+    assert isinstance(assistant, AssistantMessage)
+    assert assistant.content[:2] == (RedactedThinkingBlock("ENC"), ThinkingBlock("hm", "SIG"))
+    assert [type(b) for b in assistant.content[2:5]] == [OpaqueBlock] * 3
+    assert isinstance(result, ToolResultMessage) and result.tool_name is None
+    assert result.extra["anthropic"]["block"] == {
+        "cache_control": {"type": "ephemeral", "ttl": "1h"}
+    }
+    assert to_anthropic(history) == params
+
+
+def test_anthropic_stop_reasons() -> None:
+    def reason(raw: str | None) -> str | None:
+        resp = {"content": [], "stop_reason": raw, "usage": {"input_tokens": 1}}
+        return message_from_anthropic_response(resp).stop_reason
+
+    assert [reason(r) for r in ("end_turn", "tool_use", "max_tokens")] == [
+        "stop",
+        "tool_use",
+        "length",
+    ]
+    assert reason("model_context_window_exceeded") == "length"
+    for kept in ("refusal", "pause_turn", "stop_sequence", "brand_new_reason"):
+        assert reason(kept) == kept
+    assert reason(None) is None
+
+
+def test_anthropic_stream_deltas_it_has_no_recording_of() -> None:
+    events: list[dict[str, Any]] = [
+        {
+            "type": "message_start",
+            "message": {"id": "m", "content": [], "usage": {"input_tokens": 5}},
+        },
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "a"}},
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "citations_delta", "citation": {"cited_text": "c"}},
+        },
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "content_block_start",
+            "index": 1,
+            "content_block": {"type": "compaction", "content": None},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 1,
+            "delta": {"type": "compaction_delta", "content": "sum"},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 1,
+            "delta": {"type": "compaction_delta", "content": "mary", "encrypted_content": "E"},
+        },
+        {"type": "content_block_stop", "index": 1},
+        {
+            "type": "content_block_start",
+            "index": 2,
+            "content_block": {"type": "tool_use", "id": "t", "name": "n", "input": {}},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 2,
+            "delta": {"type": "input_json_delta", "partial_json": '{"a": '},
+        },
+        {"type": "content_block_stop", "index": 2},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "max_tokens"},
+            "usage": {"output_tokens": 9},
+        },
+        {"type": "message_stop"},
+    ]
+    resp = assemble_anthropic_stream(events)
+    assert resp["content"] == [
+        {"type": "text", "text": "a", "citations": [{"cited_text": "c"}]},
+        {"type": "compaction", "content": "summary", "encrypted_content": "E"},
+        {"type": "tool_use", "id": "t", "name": "n", "input": {}},  # cut off: input stays {}
+    ]
+    m = message_from_anthropic_response(resp)
+    assert m.stop_reason == "length" and m.usage == Usage(5, 9)
+    with pytest.raises(UnsupportedMessageError, match="before message_start"):
+        assemble_anthropic_stream(events[1:])
+    with pytest.raises(UnsupportedMessageError, match="overloaded"):
+        assemble_anthropic_stream([*events[:2], {"type": "error", "error": {"type": "overloaded"}}])
+
+
+def test_anthropic_rejects_what_it_cannot_carry() -> None:
+    with pytest.raises(UnsupportedMessageError) as err:
+        from_anthropic([{"role": "user", "content": "a"}, {"role": "system", "content": "b"}])
+    assert err.value.index == 1 and "system" in err.value.kind
+    with pytest.raises(UnsupportedMessageError) as err:
+        from_anthropic([{"role": "user", "content": 3}])
+    assert err.value.index == 0
+    foreign = UserMessage((OpaqueBlock("openai_chat", {"type": "input_audio"}),))
+    with pytest.raises(UnsupportedMessageError) as err:
+        to_anthropic([UserMessage.of("a"), foreign])
+    assert err.value.index == 1 and "openai_chat" in err.value.kind
+
+
+def test_anthropic_summary_goes_as_a_user_message() -> None:
+    sent = to_anthropic([SummaryMessage("what happened"), UserMessage.of("go on")])
+    assert sent == [
+        {"role": "user", "content": "what happened"},
+        {"role": "user", "content": "go on"},
+    ]
+
+
+# ---------------------------------------------------------------------------------------
+# OpenAI Chat edge cases
+
+
+def test_chat_arguments_go_back_byte_for_byte_until_edited() -> None:
+    raw = ['{"b": 1,  "a":"\\u00e9"}', '{"cut": "off', "[1, 2]", '{"x":1}']
+    params = [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": f"c{i}", "type": "function", "function": {"name": "f", "arguments": a}}
+                for i, a in enumerate(raw)
+            ],
+        }
+    ]
+    (m,) = from_openai_chat(params)
+    assert isinstance(m, AssistantMessage)
+    calls = m.tool_calls
+    assert [c.arguments for c in calls] == [{"b": 1, "a": "é"}, {}, {}, {"x": 1}]
+    assert [c.extra.get("arguments") for c in calls] == [raw[0], raw[1], raw[2], None]
+    assert to_openai_chat([m]) == params
+    # Compaction rewrote the arguments (same extra): the stale string must not go out.
+    edited = ToolCall("c0", "f", {"b": 1, "a": "[truncated]"}, calls[0].extra)
+    sent = to_openai_chat([AssistantMessage((edited,))])
+    assert sent[0]["tool_calls"][0]["function"]["arguments"] == '{"b":1,"a":"[truncated]"}'
+
+
+def test_chat_message_forms_names_refusals_and_system_roles() -> None:
+    params: list[dict[str, Any]] = [
+        {"role": "developer", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "hi"}], "name": "ann"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,aGk="}},
+                {"type": "image_url", "image_url": {"url": "https://x/y.png", "detail": "low"}},
+                {"type": "input_audio", "input_audio": {"data": "AA", "format": "wav"}},
+            ],
+        },
+        {"role": "assistant", "content": None, "refusal": "I can't.", "reasoning_content": "no"},
+        {"role": "system", "content": "mid-history instruction"},
+        {
+            "role": "assistant",
+            "content": [],
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+                {"id": "c2", "type": "custom", "custom": {"name": "g", "input": "free text"}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "r1"},
+        {
+            "role": "tool",
+            "tool_call_id": "c2",
+            "content": [{"type": "text", "text": "r2"}],
+            "name": "g",
+        },
+        {"role": "assistant", "content": "done", "tool_calls": []},
+    ]
+    system, rest = split_openai_chat_system(params)
+    assert system == params[:1]
+    history = from_openai_chat(rest)
+    assert to_openai_chat(history) == rest
+    assert history[0].extra["openai_chat"] == {"content": "list", "fields": {"name": "ann"}}
+    user2 = history[1]
+    assert isinstance(user2, UserMessage)
+    assert user2.content[0] == ImageBlock("image/png", "aGk=")
+    assert user2.content[1] == ImageBlock(
+        "", "https://x/y.png", "url", {"image_url": {"detail": "low"}}
+    )
+    assert isinstance(user2.content[2], OpaqueBlock)
+    refusing = history[2]
+    assert isinstance(refusing, AssistantMessage)
+    assert refusing.content == (ThinkingBlock("no"), TextBlock("I can't.", {"refusal": True}))
+    assert history[3].extra["openai_chat"]["role"] == "system"
+    calls = history[4]
+    assert isinstance(calls, AssistantMessage) and isinstance(calls.content[1], OpaqueBlock)
+    r1, r2 = history[5], history[6]
+    assert isinstance(r1, ToolResultMessage) and r1.tool_name == "f"
+    assert isinstance(r2, ToolResultMessage) and r2.tool_name == "g"
+
+
+def test_chat_usage_and_finish_reasons() -> None:
+    def message(reason: str, usage: dict[str, Any]) -> AssistantMessage:
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": "x"},
+            "finish_reason": reason,
+        }
+        return message_from_openai_chat_response({"choices": [choice], "usage": usage})
+
+    m = message(
+        "stop",
+        {
+            "prompt_tokens": 100,
+            "completion_tokens": 5,
+            "prompt_tokens_details": {"cached_tokens": 60},
+        },
+    )
+    assert m.usage == Usage(40, 5, 60, 0) and m.stop_reason == "stop"
+    litellm = {
+        "prompt_tokens": 100,
+        "completion_tokens": 5,
+        "prompt_tokens_details": {"cached_tokens": None},
+        "cache_read_input_tokens": 30,
+        "cache_creation_input_tokens": 20,
+    }
+    assert message("length", litellm).usage == Usage(50, 5, 30, 20)
+    reasons = {
+        r: message(r, {}).stop_reason for r in ("tool_calls", "length", "content_filter", "odd")
+    }
+    assert reasons == {
+        "tool_calls": "tool_use",
+        "length": "length",
+        "content_filter": "refusal",
+        "odd": "odd",
+    }
+    with pytest.raises(UnsupportedMessageError):
+        message_from_openai_chat_response({"choices": []})
+
+
+def test_chat_stream_with_parallel_calls_and_several_pieces() -> None:
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            "id": "x",
+            "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+
+    chunks = [
+        chunk({"role": "assistant", "content": "Let "}),
+        chunk({"content": "me."}),
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "a",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": ""},
+                    }
+                ]
+            }
+        ),
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 1,
+                        "id": "b",
+                        "type": "function",
+                        "function": {"name": "g", "arguments": "{}"},
+                    }
+                ]
+            }
+        ),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"q":'}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}),
+        chunk({}, "tool_calls"),
+        {"id": "x", "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3}},
+    ]
+    m = message_from_openai_chat_response(assemble_openai_chat_stream(chunks))
+    assert m.content == (TextBlock("Let me."), ToolCall("a", "f", {"q": 1}), ToolCall("b", "g", {}))
+    assert m.stop_reason == "tool_use" and m.usage == Usage(9, 3)
+
+
+def test_chat_rejects_what_it_cannot_carry() -> None:
+    with pytest.raises(UnsupportedMessageError) as err:
+        from_openai_chat(
+            [{"role": "user", "content": "a"}, {"role": "function", "name": "f", "content": "x"}]
+        )
+    assert err.value.index == 1 and "function" in err.value.kind
+    with pytest.raises(UnsupportedMessageError) as err:
+        from_openai_chat([{"role": "tool", "content": "x"}])
+    assert err.value.index == 0
+    with pytest.raises(UnsupportedMessageError) as err:
+        to_openai_chat([UserMessage.of("a"), AssistantMessage((ThinkingBlock("t", "sig"),))])
+    assert err.value.index == 1
+    with pytest.raises(UnsupportedMessageError):
+        to_openai_chat([AssistantMessage((RedactedThinkingBlock("x"),))])
+
+
+# ---------------------------------------------------------------------------------------
+# OpenAI Responses edge cases
+
+
+def test_responses_function_calls_link_by_call_id_and_reasoning_goes_back_whole() -> None:
+    path = corpus_file("openai-api", "pydai-responses-thinking-with-tool-calls.yaml")
+    ex = exchanges(path)[1]
+    assert ex.request is not None
+    items = ex.request["input"]
+    history = _request_round_trip(ex)
+    user, assistant, result = history
+    assert isinstance(assistant, AssistantMessage)
+    thinking, call = assistant.content
+    assert (
+        isinstance(thinking, ThinkingBlock) and thinking.signature == items[1]["encrypted_content"]
+    )
+    assert thinking.thinking.startswith("**Creating a structured poem**")
+    assert thinking.extra["id"] == items[1]["id"]
+    assert isinstance(call, ToolCall) and call.id == items[2]["call_id"] != items[2]["id"]
+    assert call.extra["id"] == items[2]["id"]
+    assert isinstance(result, ToolResultMessage) and result.tool_call_id == call.id
+    assert result.tool_name == "update_plan"
+    # Reasoning rewritten by compaction: a fresh single summary, the same encrypted content.
+    edited = ThinkingBlock("short", thinking.signature, thinking.extra)
+    (item,) = to_openai_responses([AssistantMessage((edited,))])
+    assert item["summary"] == [{"type": "summary_text", "text": "short"}]
+    assert item["encrypted_content"] == thinking.signature and item["id"] == items[1]["id"]
+
+
+def test_responses_items_of_every_shape() -> None:
+    items: list[dict[str, Any]] = [
+        {"role": "system", "content": "sys"},
+        {
+            "type": "message",
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "look"},
+                {
+                    "type": "input_image",
+                    "image_url": "data:image/jpeg;base64,/9j/",
+                    "detail": "auto",
+                },
+                {"type": "input_file", "file_id": "file_1"},
+            ],
+        },
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "ENC"},
+        {
+            "type": "message",
+            "id": "msg_1",
+            "role": "assistant",
+            "status": "completed",
+            "content": [
+                {"type": "output_text", "text": "a", "annotations": []},
+                {"type": "refusal", "refusal": "no"},
+            ],
+        },
+        {"role": "assistant", "content": "plain"},
+        {"type": "message", "role": "assistant", "content": []},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{ }"},
+        {
+            "type": "function_call_output",
+            "call_id": "c1",
+            "output": [{"type": "input_text", "text": "r"}],
+        },
+        {"type": "item_reference", "id": "msg_0"},
+        {"role": "developer", "content": "late"},
+    ]
+    system, rest = split_openai_responses_system(items)
+    assert system == items[:1]
+    history = from_openai_responses(rest)
+    assert to_openai_responses(history) == rest
+    user, assistant, result, reference, late = history
+    assert isinstance(user, UserMessage) and user.content[1] == ImageBlock(
+        "image/jpeg", "/9j/", extra={"detail": "auto"}
+    )
+    assert isinstance(assistant, AssistantMessage)
+    redacted, text, refusal, plain, empty, search, call = assistant.content
+    assert redacted == RedactedThinkingBlock("ENC", {"id": "rs_1"})
+    assert text.extra["item"]["id"] == "msg_1" and refusal.extra["item"] == "continue"  # type: ignore[union-attr]
+    assert refusal.extra["refusal"] is True  # type: ignore[union-attr]
+    assert plain == TextBlock("plain")
+    assert isinstance(empty, OpaqueBlock) and isinstance(search, OpaqueBlock)
+    assert (
+        isinstance(call, ToolCall) and call.arguments == {} and call.extra == {"arguments": "{ }"}
+    )
+    assert isinstance(result, ToolResultMessage) and result.tool_name == "f"
+    assert isinstance(reference, AssistantMessage)  # unknown items ride in an assistant run
+    assert late.extra["openai_responses"]["role"] == "developer"
+    assert from_openai_responses("hi") == [UserMessage.of("hi")]
+    with pytest.raises(UnsupportedMessageError) as err:
+        from_openai_responses(
+            [{"role": "user", "content": "a"}, {"role": "critic", "content": "b"}]
+        )
+    assert err.value.index == 1
+
+
+def test_responses_stop_reasons() -> None:
+    def reason(**resp: Any) -> str | None:
+        return message_from_openai_response({"output": [], **resp}).stop_reason
+
+    assert reason(status="completed") == "stop"
+    assert (
+        reason(status="incomplete", incomplete_details={"reason": "max_output_tokens"}) == "length"
+    )
+    assert reason(status="incomplete", incomplete_details={"reason": "content_filter"}) == "refusal"
+    assert reason(status="failed") == "failed"
+    refusal = {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "refusal", "refusal": "no"}],
+    }
+    assert (
+        message_from_openai_response({"output": [refusal], "status": "completed"}).stop_reason
+        == "refusal"
+    )
+
+
+def test_responses_stream_cut_off_before_completion() -> None:
+    events = [
+        {
+            "type": "response.created",
+            "response": {"id": "r", "status": "in_progress", "output": []},
+        },
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {"type": "message", "role": "assistant", "content": []},
+        },
+        {
+            "type": "response.content_part.added",
+            "output_index": 0,
+            "content_index": 0,
+            "part": {"type": "output_text", "text": ""},
+        },
+        {
+            "type": "response.output_text.delta",
+            "output_index": 0,
+            "content_index": 0,
+            "delta": "Hel",
+        },
+        {
+            "type": "response.output_text.delta",
+            "output_index": 0,
+            "content_index": 0,
+            "delta": "lo",
+        },
+        {
+            "type": "response.output_item.added",
+            "output_index": 1,
+            "item": {"type": "function_call", "call_id": "c", "name": "f", "arguments": ""},
+        },
+        {"type": "response.function_call_arguments.delta", "output_index": 1, "delta": '{"a":1}'},
+    ]
+    resp = assemble_openai_responses_stream(events)
+    assert resp["output"][0]["content"] == [{"type": "output_text", "text": "Hello"}]
+    m = message_from_openai_response(resp)
+    assert m.stop_reason == "in_progress"
+    assert [b.text if isinstance(b, TextBlock) else b for b in m.content][0] == "Hello"
+    assert m.tool_calls == (ToolCall("c", "f", {"a": 1}),)
+    assert events[1]["item"]["content"] == []  # the caller's events are left alone
+    with pytest.raises(UnsupportedMessageError):
+        assemble_openai_responses_stream([*events, {"type": "error", "message": "boom"}])
+
+
+def test_malformed_stream_events_name_the_stream() -> None:
+    start = {"type": "message_start", "message": {"content": []}}
+    bad_delta = {"type": "content_block_delta", "delta": {"type": "text_delta", "text": "x"}}
+    with pytest.raises(UnsupportedMessageError, match="malformed Anthropic stream"):
+        assemble_anthropic_stream([start, bad_delta])
+    with pytest.raises(UnsupportedMessageError, match="malformed Chat Completions stream"):
+        assemble_openai_chat_stream([{"choices": [{"delta": {"tool_calls": [{"function": 3}]}}]}])
+    with pytest.raises(UnsupportedMessageError, match="malformed Responses stream"):
+        assemble_openai_responses_stream(
+            [{"type": "response.output_item.added", "output_index": 0}]
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# Properties: from_x(to_x(h)) == h for generated neutral histories
+
+
+_words = st.text(alphabet=st.sampled_from('ab \n{}"é字\\'), max_size=12)
+_args = st.dictionaries(
+    st.sampled_from(["path", "n", "flag", "items", "nested"]),
+    st.one_of(
+        _words,
+        st.integers(-5, 10**12),
+        st.booleans(),
+        st.none(),
+        st.lists(st.integers(0, 3), max_size=2),
+        st.fixed_dictionaries({"k": _words}),
+    ),
+    max_size=3,
+)
+_b64 = st.sampled_from(["aGk=", "iVBORw0KGgo=", ""])
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    to: Callable[[list[Message]], list[dict[str, Any]]]
+    back: Callable[[list[dict[str, Any]]], list[Message]]
+    user: Callable[[st.DrawFn], tuple[Any, ...]]
+    assistant: Callable[[st.DrawFn, list[ToolCall]], tuple[Any, ...]]
+    result: Callable[[st.DrawFn], tuple[Any, ...]]
+    is_error: bool = False
+
+
+def _text(draw: st.DrawFn) -> TextBlock:
+    return TextBlock(draw(_words))
+
+
+def _image(draw: st.DrawFn) -> ImageBlock:
+    if draw(st.booleans()):
+        return ImageBlock(draw(st.sampled_from(["image/png", "image/jpeg"])), draw(_b64))
+    return ImageBlock("", "https://example.com/" + draw(_words).replace("\\", ""), "url")
+
+
+def _some(draw: st.DrawFn, *makers: Callable[[st.DrawFn], Any], most: int = 3) -> list[Any]:
+    picks = draw(st.lists(st.sampled_from(makers), max_size=most))
+    return [make(draw) for make in picks]
+
+
+def _cached(draw: st.DrawFn) -> TextBlock:
+    return TextBlock(draw(_words), {"cache_control": {"type": "ephemeral"}})
+
+
+def _document(draw: st.DrawFn) -> OpaqueBlock:
+    return OpaqueBlock("anthropic", {"type": "document", "title": draw(_words)})
+
+
+def _signed(draw: st.DrawFn) -> ThinkingBlock:
+    return ThinkingBlock(draw(_words), draw(_b64))
+
+
+def _redacted(draw: st.DrawFn) -> RedactedThinkingBlock:
+    return RedactedThinkingBlock(draw(_b64))
+
+
+def _server_tool(draw: st.DrawFn) -> OpaqueBlock:
+    payload = {"type": "server_tool_use", "id": "srv_" + draw(_words), "name": "x", "input": {}}
+    return OpaqueBlock("anthropic", payload)
+
+
+def _audio(draw: st.DrawFn) -> OpaqueBlock:
+    part = {"type": "input_audio", "input_audio": {"data": draw(_b64), "format": "wav"}}
+    return OpaqueBlock("openai_chat", part)
+
+
+def _file(draw: st.DrawFn) -> OpaqueBlock:
+    return OpaqueBlock("openai_responses", {"type": "input_file", "file_id": draw(_words)})
+
+
+def _summary(draw: st.DrawFn) -> ThinkingBlock:
+    # A reasoning item with an empty summary reads back as redacted: give it text.
+    return ThinkingBlock(draw(_words.filter(bool)), draw(st.none() | _b64))
+
+
+def _refusal(draw: st.DrawFn) -> TextBlock:
+    return TextBlock(draw(_words), {"refusal": True})
+
+
+def _search(draw: st.DrawFn) -> OpaqueBlock:
+    item = {"type": "web_search_call", "id": "ws_" + draw(_words), "status": "completed"}
+    return OpaqueBlock("openai_responses", item)
+
+
+def _anthropic_assistant(draw: st.DrawFn, calls: list[ToolCall]) -> tuple[Any, ...]:
+    blocks = _some(draw, _signed, _redacted, _text, _server_tool) + calls
+    return tuple(draw(st.permutations(blocks)))
+
+
+def _chat_assistant(draw: st.DrawFn, calls: list[ToolCall]) -> tuple[Any, ...]:
+    # The order Chat Completions can express: reasoning, text, refusal, calls.
+    blocks: list[Any] = [ThinkingBlock(draw(_words))] if draw(st.booleans()) else []
+    blocks += _some(draw, _text)
+    if draw(st.booleans()):
+        blocks.append(_refusal(draw))
+    return (*blocks, *calls)
+
+
+def _responses_assistant(draw: st.DrawFn, calls: list[ToolCall]) -> tuple[Any, ...]:
+    blocks = _some(draw, _summary, _redacted, _text, _refusal, _search) + calls
+    if not blocks:  # an empty run of items would vanish
+        blocks = [_text(draw)]
+    return tuple(draw(st.permutations(blocks)))
+
+
+def _results(*makers: Callable[[st.DrawFn], Any]) -> Callable[[st.DrawFn], tuple[Any, ...]]:
+    return lambda draw: tuple(_some(draw, *makers))
+
+
+FORMATS = [
+    Format(
+        "anthropic",
+        to_anthropic,
+        from_anthropic,
+        _results(_text, _text, _cached, _image, _document),
+        _anthropic_assistant,
+        _results(_text, _image),
+        is_error=True,
+    ),
+    Format(
+        "openai_chat",
+        to_openai_chat,
+        from_openai_chat,
+        _results(_text, _image, _audio),
+        _chat_assistant,
+        _results(_text),
+    ),
+    Format(
+        "openai_responses",
+        to_openai_responses,
+        from_openai_responses,
+        _results(_text, _image, _file),
+        _responses_assistant,
+        _results(_text, _image),
+    ),
+]
+
+
+@st.composite
+def histories(draw: st.DrawFn, fmt: Format) -> list[Message]:
+    """User turns, assistant turns with parallel calls, results in call order."""
+    history: list[Message] = [UserMessage(fmt.user(draw))]
+    for turn in range(draw(st.integers(0, 5))):
+        width = draw(st.integers(0, 3))
+        names = draw(
+            st.lists(st.sampled_from(["read", "bash", "edit"]), min_size=width, max_size=width)
+        )
+        calls = [ToolCall(f"call_{turn}_{k}", name, draw(_args)) for k, name in enumerate(names)]
+        history.append(AssistantMessage(fmt.assistant(draw, calls)))
+        for c in calls:
+            error = fmt.is_error and draw(st.booleans())
+            history.append(ToolResultMessage(c.id, fmt.result(draw), c.name, error))
+        if not calls or draw(st.booleans()):  # never two assistant messages in a row
+            history.append(UserMessage(fmt.user(draw)))
+    return history
+
+
+_property = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_neutral_histories_round_trip(fmt: Format) -> None:
+    @_property
+    @given(histories(fmt))
+    def check(history: list[Message]) -> None:
+        sent = fmt.to(history)
+        json.dumps(sent)  # what goes out is plain JSON
+        assert fmt.back(sent) == history
+        assert fmt.to(fmt.back(sent)) == sent
+        assert [to_dict(m) for m in fmt.back(sent)] == [to_dict(m) for m in history]
+
+    check()
+
+
+def test_adapters_import_without_the_vendor_sdks() -> None:
+    code = (
+        "import sys; sys.modules['anthropic'] = None; sys.modules['openai'] = None\n"
+        "import agentctx.adapters.anthropic, agentctx.adapters.openai_chat\n"
+        "import agentctx.adapters.openai_responses, agentctx.adapters\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
