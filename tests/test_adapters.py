@@ -485,47 +485,35 @@ def test_anthropic_stop_reasons() -> None:
     assert reason(None) is None
 
 
+def _start(i: int, **block: Any) -> dict[str, Any]:
+    return {"type": "content_block_start", "index": i, "content_block": block}
+
+
+def _delta(i: int, kind: str, **fields: Any) -> dict[str, Any]:
+    return {"type": "content_block_delta", "index": i, "delta": {"type": kind, **fields}}
+
+
+def _stop(i: int) -> dict[str, Any]:
+    return {"type": "content_block_stop", "index": i}
+
+
 def test_anthropic_stream_deltas_it_has_no_recording_of() -> None:
     events: list[dict[str, Any]] = [
         {
             "type": "message_start",
             "message": {"id": "m", "content": [], "usage": {"input_tokens": 5}},
         },
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "a"}},
-        {
-            "type": "content_block_delta",
-            "index": 0,
-            "delta": {"type": "citations_delta", "citation": {"cited_text": "c"}},
-        },
-        {"type": "content_block_stop", "index": 0},
-        {
-            "type": "content_block_start",
-            "index": 1,
-            "content_block": {"type": "compaction", "content": None},
-        },
-        {
-            "type": "content_block_delta",
-            "index": 1,
-            "delta": {"type": "compaction_delta", "content": "sum"},
-        },
-        {
-            "type": "content_block_delta",
-            "index": 1,
-            "delta": {"type": "compaction_delta", "content": "mary", "encrypted_content": "E"},
-        },
-        {"type": "content_block_stop", "index": 1},
-        {
-            "type": "content_block_start",
-            "index": 2,
-            "content_block": {"type": "tool_use", "id": "t", "name": "n", "input": {}},
-        },
-        {
-            "type": "content_block_delta",
-            "index": 2,
-            "delta": {"type": "input_json_delta", "partial_json": '{"a": '},
-        },
-        {"type": "content_block_stop", "index": 2},
+        _start(0, type="text", text=""),
+        _delta(0, "text_delta", text="a"),
+        _delta(0, "citations_delta", citation={"cited_text": "c"}),
+        _stop(0),
+        _start(1, type="compaction", content=None),
+        _delta(1, "compaction_delta", content="sum"),
+        _delta(1, "compaction_delta", content="mary", encrypted_content="E"),
+        _stop(1),
+        _start(2, type="tool_use", id="t", name="n", input={}),
+        _delta(2, "input_json_delta", partial_json='{"a": '),
+        _stop(2),
         {
             "type": "message_delta",
             "delta": {"stop_reason": "max_tokens"},
@@ -644,7 +632,8 @@ def test_chat_message_forms_names_refusals_and_system_roles() -> None:
     assert refusing.content == (ThinkingBlock("no"), TextBlock("I can't.", {"refusal": True}))
     assert history[3].extra["openai_chat"]["role"] == "system"
     calls = history[4]
-    assert isinstance(calls, AssistantMessage) and isinstance(calls.content[1], OpaqueBlock)
+    assert isinstance(calls, AssistantMessage)
+    assert calls.content[1] == OpaqueBlock("openai_chat.tool_call", rest[4]["tool_calls"][1])
     r1, r2 = history[5], history[6]
     assert isinstance(r1, ToolResultMessage) and r1.tool_name == "f"
     assert isinstance(r2, ToolResultMessage) and r2.tool_name == "g"
@@ -869,40 +858,22 @@ def test_responses_stop_reasons() -> None:
 
 
 def test_responses_stream_cut_off_before_completion() -> None:
+    def event(kind: str, at: int, **fields: Any) -> dict[str, Any]:
+        return {"type": f"response.{kind}", "output_index": at, **fields}
+
+    message = {"type": "message", "role": "assistant", "content": []}
+    call = {"type": "function_call", "call_id": "c", "name": "f", "arguments": ""}
     events = [
         {
             "type": "response.created",
             "response": {"id": "r", "status": "in_progress", "output": []},
         },
-        {
-            "type": "response.output_item.added",
-            "output_index": 0,
-            "item": {"type": "message", "role": "assistant", "content": []},
-        },
-        {
-            "type": "response.content_part.added",
-            "output_index": 0,
-            "content_index": 0,
-            "part": {"type": "output_text", "text": ""},
-        },
-        {
-            "type": "response.output_text.delta",
-            "output_index": 0,
-            "content_index": 0,
-            "delta": "Hel",
-        },
-        {
-            "type": "response.output_text.delta",
-            "output_index": 0,
-            "content_index": 0,
-            "delta": "lo",
-        },
-        {
-            "type": "response.output_item.added",
-            "output_index": 1,
-            "item": {"type": "function_call", "call_id": "c", "name": "f", "arguments": ""},
-        },
-        {"type": "response.function_call_arguments.delta", "output_index": 1, "delta": '{"a":1}'},
+        event("output_item.added", 0, item=message),
+        event("content_part.added", 0, content_index=0, part={"type": "output_text", "text": ""}),
+        event("output_text.delta", 0, content_index=0, delta="Hel"),
+        event("output_text.delta", 0, content_index=0, delta="lo"),
+        event("output_item.added", 1, item=call),
+        event("function_call_arguments.delta", 1, delta='{"a":1}'),
     ]
     resp = assemble_openai_responses_stream(events)
     assert resp["output"][0]["content"] == [{"type": "output_text", "text": "Hello"}]
@@ -1104,6 +1075,63 @@ def test_neutral_histories_round_trip(fmt: Format) -> None:
         assert fmt.back(sent) == history
         assert fmt.to(fmt.back(sent)) == sent
         assert [to_dict(m) for m in fmt.back(sent)] == [to_dict(m) for m in history]
+
+    check()
+
+
+_KEYS = (
+    "role content type text tool_use_id tool_call_id is_error id name input source media_type "
+    "data url signature thinking tool_calls function arguments call_id output summary "
+    "encrypted_content refusal image_url reasoning_content cache_control detail"
+)
+_VALUES = (
+    "user assistant tool system text image tool_use tool_result thinking base64 url function "
+    "function_call function_call_output reasoning message input_text output_text input_image "
+    "summary_text refusal image_url image/png data:image/png;base64,aGk= {} [] x"
+)
+_keys = st.sampled_from(_KEYS.split())
+_values = st.sampled_from([*_VALUES.split(), ""])
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-2, 2) | _values,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_keys, inner, max_size=4),
+    max_leaves=20,
+)
+_block = st.builds(
+    lambda t, more: {**more, "type": t}, _values, st.dictionaries(_keys, _json, max_size=4)
+)
+_message = st.builds(
+    lambda role, content, more: {**more, "role": role, "content": content},
+    st.sampled_from(["user", "assistant", "tool", "developer"]),
+    st.none() | _values | st.lists(_block, max_size=4),
+    st.dictionaries(_keys, _json, max_size=3),
+)
+
+
+@pytest.mark.parametrize(
+    ("to", "back", "items"),
+    [
+        (to_anthropic, from_anthropic, _message),
+        (to_openai_chat, from_openai_chat, _message),
+        (to_openai_responses, from_openai_responses, _message | _block),
+    ],
+    ids=["anthropic", "openai_chat", "openai_responses"],
+)
+def test_whatever_is_accepted_goes_back_exactly(
+    to: Callable[[list[Message]], list[dict[str, Any]]],
+    back: Callable[[list[dict[str, Any]]], list[Message]],
+    items: st.SearchStrategy[dict[str, Any]],
+) -> None:
+    """Odd shapes either raise UnsupportedMessageError or round trip exactly, never half."""
+
+    @_property
+    @given(st.lists(items, max_size=5))
+    def check(params: list[dict[str, Any]]) -> None:
+        try:
+            history = back(params)
+        except UnsupportedMessageError:
+            return
+        assert to(history) == params
+        assert back(to(history)) == history
 
     check()
 

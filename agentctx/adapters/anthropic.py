@@ -291,7 +291,7 @@ def _tool_result(
     content = b.get("content")
     info: JSON = {}
     blocks: tuple[UserContent, ...]
-    if content is None:  # absent, or an explicit null that rides in "fields"
+    if content is None:  # absent, or an explicit null that rides in "block"
         blocks, form = (), "absent"
     elif isinstance(content, str):
         blocks, form = (TextBlock(content),), "string"

@@ -19,11 +19,12 @@ reach `from_openai_chat` (say in the middle of a history) becomes a `UserMessage
 with its role, and goes back as what it was.
 
 Mapping: ``text`` / ``image_url`` parts become `TextBlock` / `ImageBlock` (data URLs as
-base64 images), other parts ``OpaqueBlock("openai_chat", part)``; ``tool_calls`` become
-`ToolCall` (a non-function call stays opaque); ``tool`` messages become `ToolResultMessage`
-(``tool_name`` from the ``name`` field, else from the call); an assistant ``refusal`` string
-is a `TextBlock` with ``extra["refusal"] = True``; a ``reasoning_content`` string (vLLM,
-DeepSeek and other compatible servers) is a `ThinkingBlock` without signature.
+base64 images), other parts ``OpaqueBlock("openai_chat", part)``; function ``tool_calls``
+become `ToolCall`, other calls ``OpaqueBlock("openai_chat.tool_call", call)``; ``tool``
+messages become `ToolResultMessage` (``tool_name`` from the ``name`` field, else from the
+call); an assistant ``refusal`` string is a `TextBlock` with ``extra["refusal"] = True``; a
+``reasoning_content`` string (vLLM, DeepSeek and other compatible servers) is a
+`ThinkingBlock` without signature.
 
 ``arguments`` is a JSON string on the wire and a parsed object in `ToolCall`: when the
 string is not what ``json.dumps`` would write (spacing, escapes, invalid JSON), the original
@@ -63,6 +64,7 @@ from agentctx.messages import (
 )
 
 __all__ = [
+    "CALL_PROVIDER",
     "KEY",
     "PROVIDER",
     "assemble_openai_chat_stream",
@@ -73,7 +75,9 @@ __all__ = [
 ]
 
 PROVIDER = "openai_chat"
-"""The ``provider`` of the `OpaqueBlock` this adapter makes and accepts."""
+"""The ``provider`` of the `OpaqueBlock` holding a content part this adapter does not model."""
+CALL_PROVIDER = "openai_chat.tool_call"
+"""The ``provider`` of the `OpaqueBlock` holding a tool call that is not a function call."""
 KEY = "openai_chat"
 """The message ``extra`` key holding this adapter's message-level details."""
 
@@ -261,7 +265,7 @@ def _call(tc: Mapping[str, Any]) -> ToolCall | OpaqueBlock:
         call = ToolCall(tc["id"], fn["name"], arguments, freeze(extra))
         if _render_call(call) == tc:
             return call
-    return OpaqueBlock(PROVIDER, tc)
+    return OpaqueBlock(CALL_PROVIDER, tc)
 
 
 def _render_call(call: ToolCall) -> JSON:
@@ -272,11 +276,6 @@ def _render_call(call: ToolCall) -> JSON:
         "arguments": render_arguments(call.arguments, call.extra.get("arguments")),
     }
     return {**extra, "id": call.id, "type": "function", "function": fn}
-
-
-def _is_call(payload: Mapping[str, Any]) -> bool:
-    # Content parts never have an id; tool calls of any type do.
-    return "id" in payload and ("function" in payload or payload.get("type") == "custom")
 
 
 # ---------------------------------------------------------------------------------------
@@ -451,7 +450,7 @@ def _render_assistant(d: JSON, m: AssistantMessage, info: Mapping[str, Any], ind
             texts.append(b)
         elif isinstance(b, ToolCall):
             calls.append(_render_call(b))
-        elif isinstance(b, OpaqueBlock) and b.provider == PROVIDER and _is_call(b.payload):
+        elif isinstance(b, OpaqueBlock) and b.provider == CALL_PROVIDER:
             calls.append(dict(b.payload))
         elif isinstance(b, OpaqueBlock):
             texts.append(b)
