@@ -224,7 +224,13 @@ class ContextManager:
             _view=self._current_view,
             _view_tokens=lambda: self._state.tokens,
         )
-        await self.strategy.compact(ctx)
+        # Run to a fixed point, so calling prepare() again on the same history takes nothing
+        # new (a strategy's decisions can make room for another's, or for its own next step).
+        for _ in range(4):
+            taken = len(ctx.taken)
+            await self.strategy.compact(ctx)
+            if len(ctx.taken) == taken:
+                break
         self._current_view()
         if state.ledger.version != version:
             self._persist()

@@ -47,6 +47,7 @@ class RequestRow:
     cache_read: int
     cache_write: int
     cache_break: bool
+    cold_rewrite: bool
     over_budget: bool
     actions: tuple[str, ...]
 
@@ -61,6 +62,7 @@ class ReplayReport:
     cost_without: float
     compactions: int
     cache_breaks: int
+    cold_rewrites: int
     final_view: tuple[Message, ...]
 
     @property
@@ -80,24 +82,35 @@ class ReplayReport:
 
 
 class _PrefixCache:
-    """An ideal prefix cache: reads what the previous request sent unchanged from the start."""
+    """An ideal prefix cache with a TTL: reads what the previous request sent unchanged from
+    the start, unless more than ``ttl`` seconds passed, when everything is written again."""
 
-    def __init__(self, counter: MessageCounter) -> None:
+    def __init__(self, counter: MessageCounter, ttl: float) -> None:
         self._count = counter.count
+        self._ttl = ttl
         self._previous: list[str] = []
+        self._at: float | None = None
 
-    def send(self, messages: Sequence[Message], overhead: int) -> tuple[int, int, bool]:
+    def send(
+        self, messages: Sequence[Message], overhead: int, now: float
+    ) -> tuple[int, int, bool, bool]:
+        """``(read, write, broke, cold)``: ``broke`` only when a warm prefix was rewritten."""
+        cold = self._at is not None and now - self._at > self._ttl
+        self._at = now
         prints = [fingerprint(m) for m in messages]
         same = 0
         for a, b in zip(prints, self._previous, strict=False):
             if a != b:
                 break
             same += 1
-        broke = same < len(self._previous)
-        read = sum(self._count(m) for m in messages[:same]) + (overhead if self._previous else 0)
-        write = sum(self._count(m) for m in messages[same:]) + (0 if self._previous else overhead)
+        rewrote = same < len(self._previous)
+        warm = bool(self._previous) and not cold
+        if not warm:
+            same = 0
+        read = sum(self._count(m) for m in messages[:same]) + (overhead if warm else 0)
+        write = sum(self._count(m) for m in messages[same:]) + (0 if warm else overhead)
         self._previous = prints
-        return read, write, broke
+        return read, write, rewrote and not cold, rewrote and cold
 
 
 async def replay(
@@ -107,11 +120,14 @@ async def replay(
     strategy: CompactionStrategy | None = None,
     price: Price = SONNET_PRICE,
     session_id: str = "replay",
+    cache_ttl: float = 300.0,
 ) -> ReplayReport:
     """Replay ``messages`` call by call through ``strategy`` and price both ways.
 
     Recorded usage on assistant messages calibrates the token accounting (the system prompt
-    and tool schemas the transcript does not contain are measured from it).
+    and tool schemas the transcript does not contain are measured from it). The simulated
+    cache expires after ``cache_ttl`` seconds of the transcript's own time; a rewrite after
+    that is a cold rewrite (nothing cached is lost), not a cache break.
     """
     rows: list[RequestRow] = []
     events: list[Event] = []
@@ -127,7 +143,8 @@ async def replay(
         clock=lambda: now[0],
     ) as ctx:
         ctx.subscribe(events.append)
-        cache_with, cache_without = _PrefixCache(ctx.counter), _PrefixCache(ctx.counter)
+        cache_with = _PrefixCache(ctx.counter, cache_ttl)
+        cache_without = _PrefixCache(ctx.counter, cache_ttl)
         calls = [i for i, m in enumerate(messages) if isinstance(m, AssistantMessage) and i > 0]
         for number, i in enumerate(calls, start=1):
             request = messages[:i]
@@ -141,8 +158,8 @@ async def replay(
             overhead = ctx.counter.overhead
             tokens_with = ctx.prompt_tokens
             tokens_without = overhead + ctx.counter.count_many(request)
-            read, write, broke = cache_with.send(view, overhead)
-            read0, write0, _ = cache_without.send(request, overhead)
+            read, write, broke, cold = cache_with.send(view, overhead, now[0])
+            read0, write0, _, _ = cache_without.send(request, overhead, now[0])
             cost_with += price.cost(Usage(cache_read_tokens=read, cache_write_tokens=write))
             cost_without += price.cost(Usage(cache_read_tokens=read0, cache_write_tokens=write0))
             actions = tuple(
@@ -158,12 +175,16 @@ async def replay(
                     cache_read=read,
                     cache_write=write,
                     cache_break=broke,
+                    cold_rewrite=cold,
                     over_budget=tokens_with > budget.limit,
                     actions=actions,
                 )
             )
             usage = messages[i].usage  # type: ignore[union-attr]
-            if usage is not None and usage.prompt_tokens > 0:
+            messages_only = tokens_without - overhead
+            if usage is not None and 0.8 * messages_only < usage.prompt_tokens < 3 * messages_only:
+                # Only reports that can describe this request: after the recorded agent
+                # compacted on its own, its requests were much smaller than the raw history.
                 ctx.counter.observe(request, usage.prompt_tokens)
     return ReplayReport(
         rows=tuple(rows),
@@ -172,5 +193,6 @@ async def replay(
         cost_without=cost_without,
         compactions=sum(isinstance(e, ContextCompacted) for e in events),
         cache_breaks=sum(r.cache_break for r in rows),
+        cold_rewrites=sum(r.cold_rewrite for r in rows),
         final_view=tuple(view),
     )

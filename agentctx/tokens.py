@@ -741,7 +741,10 @@ class MessageCounter:
             min(4.0, max(0.25, 1.0 + d + (g if i != image else 0.0)))
             for i, d in enumerate(theta[:k])
         ]
-        self._overhead = theta[k + 1] * scale if free_overhead else 0.0
+        # The overhead is part of every report, so no report can be smaller than it; this keeps
+        # inconsistent reports (a host that compacted on its own) from running away with it.
+        overhead = theta[k + 1] * scale if free_overhead else 0.0
+        self._overhead = min(max(0.0, overhead), float(min(y for _, y in obs)))
 
     # -- internals -------------------------------------------------------------------------
 

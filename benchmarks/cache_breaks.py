@@ -31,16 +31,20 @@ PATH = re.compile(r"(?:[\w.-]+/)+[\w.-]+\.\w{1,5}")
 
 
 def early_paths(messages: list[Message]) -> set[str]:
-    third = messages[: len(messages) // 3]
-    return {
-        p
-        for m in third
-        if isinstance(m, AssistantMessage)
-        for c in m.tool_calls
-        for v in c.arguments.values()
-        if isinstance(v, str)
-        for p in PATH.findall(v[:300])
-    }
+    """Paths touched in the first third of the assistant turns: values of ``*path*`` arguments
+    and path-like tokens of shell commands (as reference/peer-baselines.md counts them)."""
+    turns = [m for m in messages if isinstance(m, AssistantMessage)]
+    found: set[str] = set()
+    for m in turns[: len(turns) // 3]:
+        for call in m.tool_calls:
+            for key, value in call.arguments.items():
+                if not isinstance(value, str):
+                    continue
+                if "path" in key.lower():
+                    found.add(value)
+                elif key in ("command", "cmd"):
+                    found.update(PATH.findall(value.split("\n", 1)[0]))
+    return found
 
 
 def strategies() -> dict[str, object]:
@@ -67,7 +71,8 @@ async def cell(name: str, messages: list[Message], window: int) -> None:
         ratio = report.cost_with / report.cost_without
         print(
             f"{name:<26} {window // 1000:>4}k {label:<15} breaks {report.cache_breaks:>3} "
-            f"(min {minimum:>2})  cost x{ratio:.2f}  over budget {report.over_budget:>2}  "
+            f"(min {minimum:>2}, +{report.cold_rewrites} cold)  cost x{ratio:.2f}  "
+            f"over budget {report.over_budget:>2}  "
             f"early paths {kept:.0%} of {len(paths)}"
         )
 

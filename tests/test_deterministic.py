@@ -65,7 +65,7 @@ async def test_tiers_keep_task_latest_user_and_newest_turn() -> None:
     assert "condensed" in actions and "dropped" in actions
     last = views[-1]
     assert last[0] == turns[0][0]
-    assert any(isinstance(m, SummaryMessage) and m.text == COMPACTION_MARKER for m in last)
+    assert any(isinstance(m, SummaryMessage) and m.text.startswith(COMPACTION_MARKER) for m in last)
     assert ctx.prompt_tokens <= ctx.budget.limit
 
 

@@ -16,6 +16,7 @@ loop. When the budget cannot be met even so, the manager reports it.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +90,57 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+_MIN_DROP_GAIN = 64  # tokens; below this a drop only churns the marker and the cache
+_TRAIL_HEADER = "Files and commands touched in that part:"
+_TRAIL_LIMIT = 4000
+
+
+def _is_marker(m: Message) -> bool:
+    return isinstance(m, SummaryMessage) and m.text.startswith(COMPACTION_MARKER)
+
+
+def _marker_with_trail(dropped: Sequence[Message]) -> SummaryMessage:
+    """The constant marker, then what the dropped span touched, so the artifact trail stays.
+
+    Its bytes are fixed when the decision is taken, like every replacement; an earlier marker
+    inside the span passes its own trail on.
+    """
+    seen: dict[str, None] = {}
+    for m in dropped:
+        if _is_marker(m):
+            assert isinstance(m, SummaryMessage)
+            for line in m.text.split("\n")[2:]:
+                seen.setdefault(line.removeprefix("- "), None)
+        elif isinstance(m, AssistantMessage):
+            for call in m.tool_calls:
+                seen.setdefault(describe_call(call, width=200), None)
+            for item in _condensed_tools(text_of(m.content)):
+                seen.setdefault(item, None)
+    lines: list[str] = []
+    size = 0
+    for item in seen:
+        if size + len(item) > _TRAIL_LIMIT:
+            lines.append(f"- ... and {len(seen) - len(lines)} more")
+            break
+        lines.append(f"- {item}")
+        size += len(item) + 3
+    if not lines:
+        return SummaryMessage(COMPACTION_MARKER)
+    return SummaryMessage("\n".join([COMPACTION_MARKER, _TRAIL_HEADER, *lines]))
+
+
+_CONDENSED = "[Earlier turn, condensed]"
+_FAILED_SUFFIX = re.compile(r" \d+ call\(s\) failed\.$")
+
+
+def _condensed_tools(text: str) -> list[str]:
+    """The tool list of a tier-2 one-liner, so dropping the line keeps its trail."""
+    if not text.startswith(_CONDENSED) or " Tools: " not in text:
+        return []
+    listed = _FAILED_SUFFIX.sub("", text).split(" Tools: ", 1)[1].removesuffix(".")
+    return [item for item in listed.split(", ") if not item.startswith("+")]
+
+
 def _result_text(m: ToolResultMessage) -> str:
     return text_of(m.content)
 
@@ -144,6 +196,7 @@ class DeterministicCompaction:
                 self._drop_middle(ctx, actions, target)
             if ctx.prompt_tokens > budget.limit:
                 self._truncate(ctx, actions, in_flight=True)
+            ctx.counter.refine(ctx.view)  # judge the round on full estimates
             if len(ctx.taken) == taken or ctx.prompt_tokens <= target:
                 break
         if actions:
@@ -275,17 +328,21 @@ class DeterministicCompaction:
                 t = text_of(m.content).strip()
                 if t:
                     texts.append(t)
-                calls.extend(describe_call(c) for c in m.tool_calls)
+                calls.extend(describe_call(c, width=200) for c in m.tool_calls)
             elif isinstance(m, ToolResultMessage) and m.is_error:
                 errors += 1
-        line = "[Earlier turn, condensed]"
+        line = _CONDENSED
         if texts:
             line += " " + _clip(" ".join(texts), 200)
         if calls:
-            shown = ", ".join(calls[:12]) + (
-                f", +{len(calls) - 12} more" if len(calls) > 12 else ""
-            )
-            line += f" Tools: {shown}."
+            unique = list(dict.fromkeys(calls))
+            shown: list[str] = []
+            for call in unique:
+                if sum(map(len, shown)) + len(call) > _TRAIL_LIMIT:
+                    shown.append(f"+{len(unique) - len(shown)} more")
+                    break
+                shown.append(call)
+            line += f" Tools: {', '.join(shown)}."
         if errors:
             line += f" {errors} call(s) failed."
         return line
@@ -318,6 +375,8 @@ class DeterministicCompaction:
                 continue
             segments[-1].append(j)
         need = ctx.prompt_tokens - target
+        if need <= 0:
+            return
         best: tuple[int, int, int] | None = None  # (freed, start, end) of the smallest sufficient
         whole: list[tuple[int, int, int]] = []
         for seg in segments:
@@ -353,8 +412,12 @@ class DeterministicCompaction:
                     best = (freed, a, ends[e_idx])
         chosen = [best] if best is not None else [w for w in whole if w[0] > 0]
         for freed, a, e in chosen:
-            if a > 0 and view[a - 1] == marker:
+            if a > 0 and _is_marker(view[a - 1]):
                 a -= 1  # grow the earlier marker's span instead of adding a second marker
             start, end = origins[a], (origins[e] if e < len(view) else len(raw))
-            ctx.take(ReplaceSpan(anchor(raw, start), end, anchor(raw, end - 1), (marker,), "drop"))
+            trail = _marker_with_trail(view[a:e])
+            freed = sum(map(count, view[a:e])) - ctx.counter.count_full(trail)
+            if freed < min(need, _MIN_DROP_GAIN):
+                continue  # the trail would cost about what the span frees
+            ctx.take(ReplaceSpan(anchor(raw, start), end, anchor(raw, end - 1), (trail,), "drop"))
             actions.append(f"dropped {e - a} messages ({freed} tokens) behind the marker")

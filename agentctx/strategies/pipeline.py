@@ -150,7 +150,8 @@ class ToolOutputPipeline:
             list was one agent's tool names; by default every tool not excluded counts).
         argument_chars: string arguments longer than this of a completed call are cleared
             together with its result.
-        clear_at_least: tokens a batch of cache-breaking decisions must free to be taken.
+        clear_at_least: tokens a batch of cache-breaking decisions must free to be taken;
+            ``None`` means a quarter of the hard budget, so rewrites stay rare.
         cache_ttl_seconds: the provider's prefix-cache lifetime (Anthropic 300 or 3600,
             OpenAI 300-600); after it the cache is cold and compaction is free.
     """
@@ -163,7 +164,7 @@ class ToolOutputPipeline:
     exclude_tools: frozenset[str] = frozenset({RECALL_TOOL, "memory"})
     compactable_tools: frozenset[str] | None = None
     argument_chars: int = 1000
-    clear_at_least: int = 4000
+    clear_at_least: int | None = None
     cache_ttl_seconds: float = 300.0
 
     async def compact(self, ctx: CompactionContext) -> None:
@@ -174,10 +175,18 @@ class ToolOutputPipeline:
             return
         tokens_before = ctx.prompt_tokens
         messages_before = len(ctx.view)
-        forced = tokens_before > ctx.budget.limit
+        # Reaching the emergency fraction is treated like the budget forcing it: compact down to
+        # the target in one batch, so the next rewrite is far away rather than one turn off.
+        emergency = (
+            self.l2 is not None and tokens_before >= self.l2.usage_fraction * ctx.budget.limit
+        )
+        forced = tokens_before > ctx.budget.limit or emergency
         cold = ctx.idle_seconds is not None and ctx.idle_seconds > self.cache_ttl_seconds
         stale = [p for p in run.proposals if not p.fresh]
-        paying = sum(p.freed for p in stale) >= self.clear_at_least
+        threshold = (
+            self.clear_at_least if self.clear_at_least is not None else ctx.budget.limit // 4
+        )
+        paying = sum(p.freed for p in stale) >= threshold
         take = (
             run.proposals if (forced or cold or paying) else [p for p in run.proposals if p.fresh]
         )
