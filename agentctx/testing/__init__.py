@@ -18,6 +18,14 @@ from agentctx.messages import (
     RedactedThinkingBlock,
     ThinkingBlock,
 )
+from agentctx.testing.servers import (
+    Billing,
+    FakeAnthropic,
+    FakeOpenAI,
+    FakeToolCall,
+    RecordedRequest,
+    Reply,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -25,7 +33,18 @@ if TYPE_CHECKING:
     from agentctx.manager import ContextManager
     from agentctx.messages import Message
 
-__all__ = ["assert_view_ok", "check_view", "drive", "synthetic_session"]
+__all__ = [
+    "Billing",
+    "FakeAnthropic",
+    "FakeOpenAI",
+    "FakeToolCall",
+    "RecordedRequest",
+    "Reply",
+    "assert_view_ok",
+    "check_view",
+    "drive",
+    "synthetic_session",
+]
 
 
 def _reasoning(messages: Iterable[Message]) -> list[ThinkingBlock | RedactedThinkingBlock]:
