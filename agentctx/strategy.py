@@ -85,6 +85,11 @@ class CompactionContext:
         """Estimated prompt size of the current view, system prompt and tools included."""
         return self.counter.overhead + self._view_tokens()
 
+    @property
+    def breaking_cache(self) -> bool:
+        """Whether a decision taken in this call already rewrites what was sent before."""
+        return any(d.at.index < self.sent for d in self.taken)
+
     def take(self, decision: Decision) -> None:
         """Add ``decision`` to the ledger."""
         self.ledger.add(decision)

@@ -175,11 +175,17 @@ class DeterministicCompaction:
             and ctx.idle_seconds is not None
             and ctx.idle_seconds > self.cold_cache_seconds
         )
-        due = tokens > budget.limit or (cold and tokens > budget.trigger_tokens)
+        # Above the trigger, a call whose prefix is already being rewritten (cold cache, or an
+        # earlier strategy in the chain broke it) goes all the way to the target: same break.
+        due = tokens > budget.limit or (
+            (cold or ctx.breaking_cache) and tokens > budget.trigger_tokens
+        )
         if due and ctx.counter.refine(ctx.view):
             # New messages carry a quick, high estimate until now: decide on the full one.
             tokens = ctx.prompt_tokens
-            due = tokens > budget.limit or (cold and tokens > budget.trigger_tokens)
+            due = tokens > budget.limit or (
+                (cold or ctx.breaking_cache) and tokens > budget.trigger_tokens
+            )
         if not due:
             return
         before_messages = len(ctx.view)

@@ -151,7 +151,7 @@ class ToolOutputPipeline:
         argument_chars: string arguments longer than this of a completed call are cleared
             together with its result.
         clear_at_least: tokens a batch of cache-breaking decisions must free to be taken;
-            ``None`` means a quarter of the hard budget, so rewrites stay rare.
+            ``None`` means half the hard budget, so rewrites stay rare.
         cache_ttl_seconds: the provider's prefix-cache lifetime (Anthropic 300 or 3600,
             OpenAI 300-600); after it the cache is cold and compaction is free.
     """
@@ -184,7 +184,7 @@ class ToolOutputPipeline:
         cold = ctx.idle_seconds is not None and ctx.idle_seconds > self.cache_ttl_seconds
         stale = [p for p in run.proposals if not p.fresh]
         threshold = (
-            self.clear_at_least if self.clear_at_least is not None else ctx.budget.limit // 4
+            self.clear_at_least if self.clear_at_least is not None else ctx.budget.limit // 2
         )
         paying = sum(p.freed for p in stale) >= threshold
         take = (
