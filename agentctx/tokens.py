@@ -783,6 +783,7 @@ class MessageCounter:
 
     def count_full(self, message: Message) -> int:
         """Calibrated tokens of one message from the full estimate (refined if quick)."""
+        self.count(message)  # creates the memo entry a first-seen message needs to be refined
         self.refine((message,))
         return self.count(message)
 

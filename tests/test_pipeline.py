@@ -185,6 +185,7 @@ async def test_ac8_emergency_expiry_at_a_usage_fraction() -> None:
     ]
     async with ContextManager(BIG, strategy=pipeline(l2=None), clock=lambda: NOW) as probe:
         await probe.prepare(history)
+        probe.counter.refine(probe.raw)  # full estimates, as the manager uses near the budget
         tokens = probe.prompt_tokens
     under = Budget(context_window=2_000_000, hard_budget=int(tokens / 0.95))
     view = await run(history, pipeline(), budget=under)

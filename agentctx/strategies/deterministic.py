@@ -72,7 +72,7 @@ def truncate_text(text: str, max_lines: int, max_chars: int, note: str = "") -> 
     return text
 
 
-def describe_call(call: ToolCall, width: int = 80) -> str:
+def describe_call(call: ToolCall, width: int = 200) -> str:
     """``name(key=value)`` with the argument that identifies what the call touched."""
     args = call.arguments
     for key in _ID_KEYS:

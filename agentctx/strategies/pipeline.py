@@ -193,7 +193,10 @@ class ToolOutputPipeline:
         for p in take:
             ctx.take(p.decision)
         if forced and ctx.prompt_tokens > ctx.budget.target_tokens:
-            run.expire_to_target()
+            over = tokens_before > ctx.budget.limit
+            # Over the hard budget only the newest turn is spared; at the emergency fraction,
+            # the turns L2 protects are.
+            run.expire_to_target(1 if over or self.l2 is None else self.l2.protect_recent_turns)
             take = take + run.extra
         if take:
             ctx.emit(
@@ -477,13 +480,13 @@ class _Run:
             if not self._protected(j, cfg.protect_recent_turns) and self._open(j):
                 self._expire(j, "Tool result expired", "l2")
 
-    def expire_to_target(self) -> None:
+    def expire_to_target(self, protect_turns: int) -> None:
         """Forced by the budget: expire oldest results outside the newest turn until target."""
         target = self.ctx.budget.target_tokens
         for j in self.results:
             if self.ctx.prompt_tokens <= target:
                 return
-            if self._protected(j, 1) or j >= self.loop_start or not self._open(j):
+            if self._protected(j, protect_turns) or j >= self.loop_start or not self._open(j):
                 continue
             self._expire(j, "Tool result expired", "budget-forced", extra=True)
             for p in self.extra:
