@@ -6,7 +6,8 @@ AgentCtxError
 ├── UnsupportedMessageError     a message, block or field agentctx cannot carry (index, kind)
 ├── TranscriptFormatError       a transcript file that is not what its format says (file, line)
 ├── BudgetExceededError         the budget cannot be met without dropping the task
-└── StoreError                  a store could not read or write
+├── StoreError                  a store could not read or write
+└── SummarizerError             a summarizer request failed (retryable?, HTTP status, Retry-After)
 ```
 
 Cancellation is never wrapped: an outside ``CancelledError`` always propagates as is.
@@ -26,6 +27,7 @@ __all__ = [
     "BudgetExceededError",
     "ConfigError",
     "StoreError",
+    "SummarizerError",
     "TranscriptFormatError",
     "UnsupportedMessageError",
 ]
@@ -95,3 +97,28 @@ class BudgetExceededError(AgentCtxError):
 
 class StoreError(AgentCtxError):
     """A store failed to read or write."""
+
+
+class SummarizerError(AgentCtxError):
+    """A summarizer request failed. Summarizers raise it; `LlmCompaction` decides on retries.
+
+    Attributes:
+        retryable: whether the same request may succeed later (429, 529/overloaded, 5xx,
+            connection errors, timeouts). Only retryable errors are retried.
+        status: the HTTP status, when there was one.
+        retry_after: seconds the provider asked to wait (``Retry-After``), when it did; the
+            caller clamps it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        self.retryable = retryable
+        self.status = status
+        self.retry_after = retry_after
+        super().__init__(message)

@@ -31,11 +31,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BudgetExceeded",
+    "CompactionWarning",
     "ContextCompacted",
     "Event",
     "EventHub",
     "HistoryResynced",
     "Subscriber",
+    "SummaryRejected",
+    "SummaryStale",
     "SummaryStats",
     "TranscriptRepaired",
 ]
@@ -135,7 +138,58 @@ class HistoryResynced(_Event):
     dropped_decisions: int
 
 
-Event: TypeAlias = ContextCompacted | BudgetExceeded | TranscriptRepaired | HistoryResynced
+@dataclass(frozen=True, slots=True)
+class SummaryRejected(_Event):
+    """A summarizer request produced no usable briefing; nothing was spliced.
+
+    ``reason`` is ``stop_reason`` (the model stopped on length, refusal or error), ``empty``,
+    ``malformed`` (a required section is missing), ``failed`` (the request raised),
+    ``timeout`` (the last attempt timed out) or ``deadline`` (the overall deadline, backoff
+    included, ran out). ``summary`` carries the usage and cost when a response was billed
+    (``messagesSummarized`` is then 0), ``None`` when no response arrived.
+    """
+
+    reason: str
+    detail: str
+    attempts: int
+    summary: SummaryStats | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryStale(_Event):
+    """A finished briefing was discarded unspliced because it no longer fits the history.
+
+    ``reason`` is ``history_changed`` (the history it summarized was rewound or edited) or
+    ``superseded`` (other compaction already replaced that part of the view). ``summary``
+    carries what the request cost (``messagesSummarized`` 0).
+    """
+
+    reason: str
+    summary: SummaryStats | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionWarning(_Event):
+    """A strategy is configured or running in a way that makes it useless; said once.
+
+    ``code`` is e.g. ``inert`` (no span can ever be summarized under these settings),
+    ``losing_race`` (briefings keep arriving too late: use a faster summarizer) or
+    ``no_task_group`` (background work needs ``async with ContextManager(...)``).
+    """
+
+    code: str
+    message: str
+
+
+Event: TypeAlias = (
+    ContextCompacted
+    | BudgetExceeded
+    | TranscriptRepaired
+    | HistoryResynced
+    | SummaryRejected
+    | SummaryStale
+    | CompactionWarning
+)
 Subscriber: TypeAlias = Callable[[Event], None | Awaitable[None]]
 
 

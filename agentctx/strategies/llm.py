@@ -105,6 +105,7 @@ __all__ = [
     "LlmCompactionConfig",
     "RetryPolicy",
     "SummarizerSpend",
+    "is_briefing",
 ]
 
 SUMMARY_MARKER = "[Context compacted: a briefing on the earlier conversation, which it replaces]"
@@ -373,6 +374,7 @@ class LlmCompaction:
             if self._fell_back:  # the tiers after this strategy compacted in the last call
                 self._count_fallback(ctx.emit)
             self._check_superseded(ctx)
+            self._next_arm_tokens = 0  # a different view: arming may be worth trying again
         self._fell_back = False
         limit = ctx.budget.limit
         tokens = ctx.prompt_tokens
@@ -681,11 +683,11 @@ class LlmCompaction:
     def _check_superseded(self, ctx: CompactionContext) -> None:
         """Other decisions replaced part of a pending span: that briefing can never splice."""
         ready = self._ready
-        if ready is not None and _overlaps(ctx, ready.job):
+        if ready is not None and _extent(ctx, ready.job) is None:
             self._ready = None
             ctx.emit(SummaryStale("superseded", ready.stats(0)))
         job = self._inflight
-        if job is not None and job.stale is None and _overlaps(ctx, job):
+        if job is not None and job.stale is None and _extent(ctx, job) is None:
             job.stale = "superseded"
 
     async def _splice(self, ctx: CompactionContext, ready: _Ready, tokens: int) -> bool:
@@ -693,18 +695,20 @@ class LlmCompaction:
         if not _intact(ctx.raw, job):
             ctx.emit(SummaryStale("history_changed", ready.stats(0)))
             return False
-        a, cut = job.start, job.cut
+        a = job.start
         view, origins = ctx.view, ctx.origins
+        extent = _extent(ctx, job)
         va = bisect.bisect_left(origins, a)
-        vc = bisect.bisect_left(origins, cut)
-        if _overlaps(ctx, job) or va >= len(view) or origins[va] != a or vc <= va:
+        if extent is None or va >= len(view) or origins[va] != a:
             ctx.emit(SummaryStale("superseded", ready.stats(0)))
             return False
+        cut, carried = extent
+        vc = bisect.bisect_left(origins, cut)
         counter = ctx.counter
         region = counter.count_many(view[va:vc])
         message = SummaryMessage(f"{SUMMARY_MARKER}\n\n{ready.text}")
-        size = counter.count_full(message)
-        if size >= region:  # other compaction already shrank that part below the briefing
+        size = counter.count_full(message) + counter.count_many(carried)
+        if vc <= va or size >= region:  # other compaction shrank that part below the briefing
             ctx.emit(SummaryStale("superseded", ready.stats(0)))
             return False
         budget = ctx.budget
@@ -734,7 +738,11 @@ class LlmCompaction:
         try:
             ctx.take(
                 ReplaceSpan(
-                    anchor(ctx.raw, a), cut, anchor(ctx.raw, cut - 1), (message,), "summarize"
+                    anchor(ctx.raw, a),
+                    cut,
+                    anchor(ctx.raw, cut - 1),
+                    (message, *carried),
+                    "summarize",
                 )
             )
         except ConfigError:  # pragma: no cover - the overlap check above rules this out
@@ -770,11 +778,18 @@ class LlmCompaction:
         before = len(ctx.view)
         actions: list[str] = []
         job = self._inflight
-        if job is not None and job.stale is None and not _overlaps(ctx, job):
-            end = bisect.bisect_left(ctx.origins, job.cut)
-            if 0 < end < len(ctx.view) and ctx.origins[end] == job.cut:
+        extent = _extent(ctx, job) if job is not None and job.stale is None else None
+        if extent is not None:
+            end = bisect.bisect_left(ctx.origins, extent[0])
+            if 0 < end < len(ctx.view) and ctx.origins[end] == extent[0]:
+                # Just under the trigger, not the limit: once this call rewrites the sent
+                # prefix, tiers chained after this strategy compact anything above the trigger
+                # all the way to the target, which would take the span in flight with it.
                 just_under = Budget(
-                    context_window=limit, reserve_output=0, trigger_ratio=1.0, target_ratio=1.0
+                    context_window=max(1, ctx.budget.trigger_tokens),
+                    reserve_output=0,
+                    trigger_ratio=1.0,
+                    target_ratio=1.0,
                 )
                 actions = await self._run_fallback(ctx, end, 0, just_under)
         head = self._head(ctx.view)
@@ -890,7 +905,19 @@ def _intact(raw: Sequence[Message], job: _Job) -> bool:
     )
 
 
-def _overlaps(ctx: CompactionContext, job: _Job) -> bool:
-    """Whether a visible span cuts across the job's span (which then cannot be taken)."""
+def _extent(ctx: CompactionContext, job: _Job) -> tuple[int, tuple[Message, ...]] | None:
+    """Where a splice of the job's span ends now, and the replacement it carries on.
+
+    A visible span that starts inside the job's span and runs past its cut (the tiers dropped
+    or condensed there while the request ran) is taken in whole: the splice ends where it ends
+    and sends its replacement after the briefing, byte for byte, so nothing it stood for is
+    lost. A span across the job's start cannot be merged: ``None``, the briefing is stale.
+    """
     a, cut = job.start, job.cut
-    return any(s.at.index < a < s.end or s.at.index < cut < s.end for s in ctx.ledger.spans)
+    for span in ctx.ledger.spans:
+        x, y = span.at.index, span.end
+        if x < a < y:
+            return None
+        if x < cut < y:
+            return y, span.replacement
+    return cut, ()

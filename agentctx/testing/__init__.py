@@ -18,6 +18,7 @@ from agentctx.messages import (
     RedactedThinkingBlock,
     ThinkingBlock,
 )
+from agentctx.testing.scripted import Outcome, ScriptedSummarizer
 from agentctx.testing.servers import (
     Billing,
     FakeAnthropic,
@@ -38,8 +39,10 @@ __all__ = [
     "FakeAnthropic",
     "FakeOpenAI",
     "FakeToolCall",
+    "Outcome",
     "RecordedRequest",
     "Reply",
+    "ScriptedSummarizer",
     "assert_view_ok",
     "check_view",
     "drive",

@@ -1,0 +1,375 @@
+"""The `Summarizer` protocol: one standalone request that turns a transcript into a briefing.
+
+`LlmCompaction` builds the request (system prompt, the span as plain text, the instruction)
+and decides about timeouts, retries and validation; a summarizer only sends it to a model.
+
+```python
+class MySummarizer:
+    model = "my-cheap-model"            # optional: used for pricing when the result names none
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        try:
+            reply = await client.complete(
+                system=request.system, prompt=request.prompt, max_tokens=request.max_tokens
+            )
+        except RateLimited as e:
+            raise SummarizerError(str(e), retryable=True, status=429, retry_after=e.wait) from e
+        return SummaryResult(
+            text=reply.text,
+            stop_reason=normalize_stop_reason(reply.finish_reason),
+            usage=Usage(input_tokens=reply.prompt_tokens, output_tokens=reply.completion_tokens),
+            model=reply.model,
+        )
+```
+
+Rules for implementations: turn off the SDK's own retries (agentctx's guards are the only
+ones), raise `SummarizerError` with ``retryable`` set by `is_retryable_status` for HTTP
+errors, let cancellation propagate untouched, and report the provider's usage as it was
+billed (Anthropic-style: ``input_tokens`` uncached).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
+
+from agentctx.messages import (
+    ImageBlock,
+    RedactedThinkingBlock,
+    SummaryMessage,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from agentctx.messages import Message
+
+__all__ = [
+    "DEFAULT_INSTRUCTION",
+    "DEFAULT_SYSTEM_PROMPT",
+    "DEFAULT_UPDATE_INSTRUCTION",
+    "REQUIRED_SECTIONS",
+    "RETRYABLE_STATUS",
+    "StopReason",
+    "Summarizer",
+    "SummaryRequest",
+    "SummaryResult",
+    "build_prompt",
+    "check_briefing",
+    "is_retryable_status",
+    "missing_sections",
+    "normalize_stop_reason",
+    "serialize_transcript",
+]
+
+StopReason: TypeAlias = Literal["stop", "length", "refusal", "error"]
+"""Why the model stopped, in neutral terms. Only ``stop`` means a complete briefing."""
+
+RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+"""HTTP statuses worth retrying: timeouts, conflicts, rate limits, overload, server errors."""
+
+
+def is_retryable_status(status: int | None) -> bool:
+    """Whether an HTTP error with ``status`` may succeed if sent again (any 5xx does)."""
+    return status is not None and (status in RETRYABLE_STATUS or 500 <= status < 600)
+
+
+_STOP_REASONS: dict[str, StopReason] = {
+    # complete
+    "stop": "stop",
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "completed": "stop",
+    "eos": "stop",
+    # truncated
+    "length": "length",
+    "max_tokens": "length",
+    "max_output_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "incomplete": "length",
+    # declined
+    "refusal": "refusal",
+    "content_filter": "refusal",
+    "safety": "refusal",
+}
+
+
+def normalize_stop_reason(raw: str | None) -> StopReason:
+    """Map a provider's stop / finish reason to `StopReason`; anything unknown is ``error``.
+
+    ``end_turn`` / ``stop_sequence`` (Anthropic), ``stop`` (OpenAI Chat), ``completed``
+    (OpenAI Responses) give ``stop``; ``max_tokens`` / ``length`` / ``max_output_tokens`` give
+    ``length``; ``refusal`` / ``content_filter`` give ``refusal``. A missing reason, a tool
+    call or a pause is not a finished briefing, so it is ``error``.
+    """
+    if raw is None:
+        return "error"
+    return _STOP_REASONS.get(raw.strip().lower(), "error")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SummaryRequest:
+    """One summarization request, ready to send.
+
+    Send ``system`` as the system prompt and ``prompt`` as the only user message, with at
+    most ``max_tokens`` output tokens, no tools, no prompt caching. The other fields say what
+    ``prompt`` is made of, for logging and tests.
+
+    Attributes:
+        system: the system prompt.
+        prompt: the user message: the previous briefing (if any), the transcript, the
+            instruction.
+        max_tokens: cap on the briefing's length in output tokens.
+        transcript: the summarized span as plain text (capped per block and in total).
+        previous_briefing: the briefing this request updates, for an incremental summary.
+        messages: how many view messages the span holds (a previous briefing counts as one).
+        attempt: 1 for the first attempt, 2 for the first retry, and so on.
+    """
+
+    system: str
+    prompt: str
+    max_tokens: int
+    transcript: str = ""
+    previous_briefing: str | None = None
+    messages: int = 0
+    attempt: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SummaryResult:
+    """What the model returned.
+
+    Attributes:
+        text: the briefing (the concatenated text of the response).
+        stop_reason: why it stopped; see `normalize_stop_reason`.
+        usage: the tokens the request was billed for.
+        model: the model that answered, as the provider named it (used for pricing).
+    """
+
+    text: str
+    stop_reason: StopReason
+    usage: Usage = field(default_factory=Usage)
+    model: str | None = None
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """Sends a `SummaryRequest` to a model. One required method.
+
+    An implementation may also have a ``model`` attribute (``str``); `LlmCompaction` prices
+    a result that names no model with it.
+    """
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        """Send ``request`` once (no retries of its own); raise `SummarizerError` on failure."""
+        ...
+
+
+# ---------------------------------------------------------------------------------------
+# What `LlmCompaction` sends: prompts, the transcript, and the checks a briefing must pass
+
+REQUIRED_SECTIONS: tuple[str, ...] = (
+    "Goal",
+    "Constraints",
+    "Decisions",
+    "Files touched",
+    "Open items",
+)
+"""The markdown headings a briefing must have before it may replace history."""
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a context summarization assistant. You write structured handoff briefings of "
+    "agent conversations, so that the work can continue with the briefing in place of the "
+    "original messages."
+)
+
+_SECTION_GUIDE = (
+    "## Goal\n"
+    "What the user is trying to accomplish, verbatim where possible, and where the work "
+    "stands.\n"
+    "## Constraints\n"
+    "The conditions the agent was given: requirements, limits, hard dependencies, things "
+    "ruled out, stated preferences. A reader who keeps the decisions but loses the conditions "
+    "that forced them cannot tell which decisions still bind.\n"
+    "## Decisions\n"
+    "What was decided, and why.\n"
+    "## Files touched\n"
+    "Every file path, command, URL and identifier the work touched, and what was done to it.\n"
+    "## Open items\n"
+    "Unresolved questions and the concrete next steps.\n"
+)
+
+DEFAULT_INSTRUCTION = (
+    "Summarize the conversation above as a handoff briefing for an agent that will continue "
+    "this work without access to the original messages. Use exactly these markdown headings, "
+    'in this order, and write "None." under a heading with nothing to report:\n'
+    + _SECTION_GUIDE
+    + "Be dense and factual. Keep exact identifiers (paths, names, versions, numbers, error "
+    "codes): they are what the next agent cannot reconstruct."
+)
+
+DEFAULT_UPDATE_INSTRUCTION = (
+    "UPDATE the previous briefing above with the conversation that followed it. Keep "
+    "everything in the previous briefing that still holds, add what the new messages add, "
+    "change what they changed, and drop only what is resolved or superseded. Answer with the "
+    "complete updated briefing, using exactly these markdown headings, in this order, and "
+    'write "None." under a heading with nothing to report:\n'
+    + _SECTION_GUIDE
+    + "Be dense and factual. Keep exact identifiers (paths, names, versions, numbers, error "
+    "codes): they are what the next agent cannot reconstruct."
+)
+
+TRANSCRIPT_BLOCK_CHARS = 2_000
+"""Cap on the characters of one block (text, tool result) in the transcript."""
+
+TRANSCRIPT_ARGUMENT_CHARS = 300
+"""Cap on the characters of one tool call's arguments in the transcript."""
+
+TRANSCRIPT_TOTAL_CHARS = 480_000
+"""Cap on the whole transcript (about 120k tokens: it fits the smallest summarizer anyone
+routes this at). The span grows with the main model's window, so per-block caps alone let a
+1M-context session hand a small summarizer more than it can read; every request would fail."""
+
+_OMITTED = "[... {n} earlier messages omitted: transcript size cap ...]"
+
+
+def _clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]} [... {len(text) - limit} chars cut]"
+
+
+def _arguments(arguments: Mapping[str, Any], limit: int) -> str:
+    # Clip long strings before serializing, so a 10 MB argument costs no more than a short one.
+    clipped = {k: v[: limit + 1] if isinstance(v, str) else v for k, v in arguments.items()}
+    try:
+        text = json.dumps(clipped, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):  # pragma: no cover - arguments are parsed JSON
+        text = repr(clipped)
+    return _clip(text, limit)
+
+
+def _message_text(m: Message, block: int, argument: int) -> str:
+    lines: list[str] = []
+    if isinstance(m, SummaryMessage):
+        lines.append(f"Summary: {_clip(m.text, block)}")
+    elif isinstance(m, ToolResultMessage):
+        label = "tool error" if m.is_error else "tool result"
+        name = m.tool_name or "tool"
+        for r in m.content:
+            if isinstance(r, TextBlock):
+                lines.append(f"[{label}: {name}] {_clip(r.text, block)}")
+            else:
+                lines.append(f"[{label}: {name}] [{r.type} omitted]")
+    else:
+        speaker = "User" if isinstance(m, UserMessage) else "Assistant"
+        for b in m.content:
+            if isinstance(b, TextBlock):
+                lines.append(f"{speaker}: {_clip(b.text, block)}")
+            elif isinstance(b, ToolCall):
+                lines.append(f"[tool call] {b.name}({_arguments(b.arguments, argument)})")
+            elif isinstance(b, ThinkingBlock | RedactedThinkingBlock):
+                lines.append("[thinking omitted]")
+            elif isinstance(b, ImageBlock):
+                lines.append("[image omitted]")
+            else:
+                lines.append(f"[{b.provider} block omitted]")
+    return "\n".join(lines)
+
+
+def serialize_transcript(
+    messages: Sequence[Message],
+    *,
+    block_chars: int = TRANSCRIPT_BLOCK_CHARS,
+    argument_chars: int = TRANSCRIPT_ARGUMENT_CHARS,
+    total_chars: int = TRANSCRIPT_TOTAL_CHARS,
+) -> str:
+    """``messages`` as plain text for a summarization request, capped per block and in total.
+
+    Text and tool results are clipped to ``block_chars`` each and tool arguments to
+    ``argument_chars`` (identifiers matter, repetition does not); thinking, images and opaque
+    blocks become placeholders. Past ``total_chars`` the oldest messages are dropped first and
+    one line says how many; only a single newest message larger than the cap can overshoot it.
+    Work is bounded by the caps, not by the size of the messages.
+    """
+    parts: list[str] = []
+    size = 0
+    omitted = 0
+    for i in range(len(messages) - 1, -1, -1):
+        text = _message_text(messages[i], block_chars, argument_chars)
+        if not text:
+            continue
+        if parts and size + len(text) + 1 > total_chars:
+            omitted = i + 1
+            break
+        parts.append(text)
+        size += len(text) + 1
+    parts.reverse()
+    if omitted:
+        parts.insert(0, _OMITTED.format(n=omitted))
+    return "\n".join(parts)
+
+
+def build_prompt(
+    transcript: str,
+    previous_briefing: str | None,
+    *,
+    instruction: str = DEFAULT_INSTRUCTION,
+    update_instruction: str = DEFAULT_UPDATE_INSTRUCTION,
+) -> str:
+    """The user message of a request: a fresh summary, or an update of ``previous_briefing``."""
+    conversation = f"<conversation>\n{transcript}\n</conversation>"
+    if previous_briefing is None:
+        return f"{conversation}\n\n{instruction}"
+    previous = f"<previous-briefing>\n{previous_briefing}\n</previous-briefing>"
+    return f"{previous}\n\n{conversation}\n\n{update_instruction}"
+
+
+_HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.*?)[ \t#]*$", re.MULTILINE)
+
+
+def _norm(title: str) -> str:
+    return " ".join(re.sub(r"[^a-z0-9]+", " ", title.lower()).split())
+
+
+def missing_sections(text: str, required: Sequence[str] = REQUIRED_SECTIONS) -> list[str]:
+    """The ``required`` section names with no markdown heading in ``text``.
+
+    A heading matches a name case-insensitively, ignoring punctuation; a plural or a longer
+    title that starts with the name counts (``## Open items and next steps``).
+    """
+    headings = [_norm(h) for h in _HEADING.findall(text)]
+    missing = []
+    for name in required:
+        want = _norm(name)
+        if not any(h == want or h == want + "s" or h.startswith(want + " ") for h in headings):
+            missing.append(name)
+    return missing
+
+
+def check_briefing(
+    result: SummaryResult, required: Sequence[str] = REQUIRED_SECTIONS
+) -> tuple[str, str] | None:
+    """``(reason, detail)`` when ``result`` must not replace history, ``None`` when it may.
+
+    Splicing deletes the span it replaces, so a briefing is checked first: the model must
+    have stopped on its own (a ``length`` stop lost the sections at the end, a ``refusal`` is
+    not a briefing), the text must not be empty, and every ``required`` heading must be there.
+    Reasons: ``stop_reason``, ``empty``, ``malformed``.
+    """
+    if result.stop_reason != "stop":
+        return "stop_reason", f"the summarizer stopped with {result.stop_reason!r}"
+    if not result.text.strip():
+        return "empty", "the summarizer returned no text"
+    missing = missing_sections(result.text, required)
+    if missing:
+        return "malformed", "missing sections: " + ", ".join(missing)
+    return None

@@ -1,0 +1,793 @@
+"""LlmCompaction: the Rust seed's scenarios (002_*.txt), each driven through `drive()`.
+
+Every turn goes through ``drive(manager, [caller_history + new_messages])``: drive appends, calls
+``prepare`` and checks the view, and the test keeps what that mode's caller keeps (the view in
+owned mode, its full history in projection mode) for the next turn. Between turns the test
+lets the event loop run a little, as the model call would; nothing re-passes pristine input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from agentctx import (
+    AssistantMessage,
+    Budget,
+    Chain,
+    ContextManager,
+    DeterministicCompaction,
+    Message,
+    SummaryMessage,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from agentctx.errors import ConfigError, SummarizerError
+from agentctx.events import (
+    CompactionWarning,
+    ContextCompacted,
+    Event,
+    HistoryResynced,
+    SummaryRejected,
+    SummaryStale,
+    SummaryStats,
+    TranscriptRepaired,
+)
+from agentctx.messages import TextBlock, text_of
+from agentctx.pricing import Price
+from agentctx.strategies.deterministic import truncate_text
+from agentctx.strategies.llm import (
+    SUMMARY_MARKER,
+    LlmCompaction,
+    LlmCompactionConfig,
+    RetryPolicy,
+)
+from agentctx.summarizer import (
+    TRANSCRIPT_BLOCK_CHARS,
+    TRANSCRIPT_TOTAL_CHARS,
+    StopReason,
+    Summarizer,
+    SummaryRequest,
+    SummaryResult,
+    check_briefing,
+    missing_sections,
+    normalize_stop_reason,
+    serialize_transcript,
+)
+from agentctx.testing import drive
+from agentctx.testing.scripted import Outcome, ScriptedSummarizer
+
+from .helpers import assistant, call, result
+
+LIMIT = 2_000
+WORDS = ["alpha", "beta", "gamma", "delta", "parser", "cache", "config", "token", "budget", "retry"]
+
+
+def briefing(tag: str = "Ship the parser.", body: str = "") -> str:
+    return (
+        f"## Goal\n{tag}\n## Constraints\nKeep the API.\n## Decisions\nUse LALR. {body}\n"
+        "## Files touched\nsrc/parser.py\n## Open items\nWrite tests."
+    )
+
+
+def prose(i: int, words: int) -> str:
+    return " ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(words))
+
+
+def turn(i: int, words: int = 60) -> list[Message]:
+    return [
+        UserMessage.of(f"user message {i}: {prose(i, words)}"),
+        AssistantMessage.of(f"assistant reply {i}: {prose(i + 1, words)}"),
+    ]
+
+
+def tool_turn(i: int, lines: int) -> list[Message]:
+    body = "\n".join(f"ok {n}" for n in range(lines))
+    return [
+        UserMessage.of(f"run command {i}"),
+        assistant(call(f"call-{i}", "bash", command=f"cmd {i}")),
+        result(f"call-{i}", body, "bash"),
+    ]
+
+
+def parallel_turn(i: int) -> list[Message]:
+    return [
+        UserMessage.of(f"do {i}"),
+        assistant(call(f"call-{i}a", "bash", c=str(i)), call(f"call-{i}b", "bash", c=str(i))),
+        result(f"call-{i}a", f"out a {i}: {prose(i, 40)}", "bash"),
+        result(f"call-{i}b", f"out b {i}: {prose(i, 40)}", "bash"),
+    ]
+
+
+def budget(limit: int = LIMIT) -> Budget:
+    return Budget(context_window=limit + 1_000, reserve_output=1_000)
+
+
+def strategy(summarizer: ScriptedSummarizer, **config: Any) -> tuple[Chain, LlmCompaction]:
+    llm = LlmCompaction(summarizer, LlmCompactionConfig(**config))
+    return Chain([llm, DeterministicCompaction()]), llm
+
+
+def has_briefing(view: Sequence[Message], text: str = "") -> bool:
+    return any(
+        isinstance(m, SummaryMessage) and m.text.startswith(SUMMARY_MARKER) and text in m.text
+        for m in view
+    )
+
+
+async def settle(seconds: float = 0.0) -> None:
+    """Let background tasks run, as the model call between two turns would."""
+    for _ in range(3):
+        await anyio.lowlevel.checkpoint()
+    if seconds:
+        await anyio.sleep(seconds)
+
+
+class Caller:
+    """An agent loop in owned or projection mode, one `drive()` call per turn."""
+
+    def __init__(
+        self, manager: ContextManager, mode: Literal["owned", "projection"] = "owned"
+    ) -> None:
+        self.manager = manager
+        self.mode = mode
+        self.history: list[Message] = []
+        self.views: list[list[Message]] = []
+        self.events: list[Event] = []
+        manager.subscribe(self.events.append)
+
+    async def turn(self, messages: Sequence[Message]) -> list[Message]:
+        history = [*self.history, *messages]
+        view = (await drive(self.manager, [history], mode=self.mode))[-1]
+        assert self.manager.prompt_tokens <= self.manager.budget.limit
+        # The model call reports its usage; here the full estimate of what was sent.
+        self.manager.counter.refine(view)
+        self.manager.observe(Usage(input_tokens=self.manager.counter.count_many(view)))
+        self.history = view if self.mode == "owned" else history
+        self.views.append(view)
+        await settle()
+        return view
+
+    async def run(self, turns: Sequence[Sequence[Message]]) -> None:
+        for messages in turns:
+            await self.turn(messages)
+
+    def of(self, kind: type[Any]) -> list[Any]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+    def compactions(self, method: str) -> list[ContextCompacted]:
+        return [e for e in self.of(ContextCompacted) if e.method == method]
+
+    @property
+    def spliced_rounds(self) -> int:
+        return sum(has_briefing(v) for v in self.views)
+
+
+# ---------------------------------------------------------------------------------------
+# Splicing
+
+
+@pytest.mark.parametrize("mode", ["owned", "projection"])
+async def test_splices_when_over_budget_and_holds_the_budget(mode: str) -> None:
+    summarizer = ScriptedSummarizer(default=briefing())
+    chain, llm = strategy(summarizer)
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m, mode)  # type: ignore[arg-type]
+        await caller.run([turn(i) for i in range(40)])
+    spliced = caller.compactions("summarized")
+    assert spliced and caller.spliced_rounds > 0
+    assert has_briefing(caller.views[-1], "Ship the parser.")
+    assert all(e.tokens_after <= LIMIT < e.tokens_before for e in spliced)
+    assert not caller.of(SummaryStale) and not caller.of(TranscriptRepaired)
+    assert llm.spend.requests == len(summarizer.requests) >= len(spliced)
+
+
+async def test_under_the_trigger_nothing_happens() -> None:
+    summarizer = ScriptedSummarizer(default=briefing())
+    chain, llm = strategy(summarizer)
+    turns = [turn(i, 10) for i in range(3)]
+    async with ContextManager(budget(1_000_000), strategy=chain) as m:
+        caller = Caller(m)
+        await caller.run(turns)
+    assert caller.views[-1] == [msg for t in turns for msg in t]
+    assert summarizer.requests == [] and llm.phase == "idle" and caller.events == []
+
+
+@pytest.mark.parametrize("edit", ["rewrite the task", "same-shape edit inside the span"])
+async def test_a_rewound_history_never_gets_a_stale_splice(edit: str) -> None:
+    summarizer = ScriptedSummarizer([briefing("FIRST")], default=briefing("LATER"))
+    chain, llm = strategy(summarizer, trigger_ratio=0.3)
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        i = 0
+        while llm.phase != "ready":
+            await caller.turn(turn(i))
+            i += 1
+        assert not caller.compactions("summarized"), "armed early, so not spliced yet"
+        index = 0 if edit == "rewrite the task" else 3
+        old = caller.history[index]
+        text = text_of(old.content)  # type: ignore[union-attr]
+        same_shape = text[:-5] + "zzzzz"  # same length, same role, same fields
+        edited = dataclasses.replace(old, content=(TextBlock(same_shape),))  # type: ignore[arg-type]
+        caller.history = [*caller.history[:index], edited, *caller.history[index + 1 :]]
+        await caller.run([turn(j) for j in range(i, i + 30)])
+    assert caller.of(HistoryResynced)
+    stale = caller.of(SummaryStale)
+    assert [s.reason for s in stale] == ["history_changed"]
+    assert stale[0].summary is not None and stale[0].summary.usage.input_tokens > 0
+    assert not any(has_briefing(v, "FIRST") for v in caller.views)
+    assert has_briefing(caller.views[-1], "LATER")
+
+
+async def test_the_default_tail_scales_to_a_small_budget_and_still_splices() -> None:
+    summarizer = ScriptedSummarizer(default=briefing())
+    chain, llm = strategy(summarizer)  # all defaults
+    assert llm.retain_tail_for(2_000) == 500
+    assert llm.retain_tail_for(1_000_000) == 20_000
+    assert (
+        LlmCompaction(summarizer, LlmCompactionConfig(retain_tail_tokens=7)).retain_tail_for(
+            1_000_000
+        )
+        == 7
+    )
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        await caller.run([turn(i) for i in range(40)])
+    assert caller.spliced_rounds > 0
+
+
+async def test_impossible_settings_warn_once_and_a_short_history_does_not() -> None:
+    summarizer = ScriptedSummarizer(default=briefing())
+    chain, llm = strategy(summarizer, trigger_ratio=0.1, retain_tail_tokens=10_000_000)
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        await caller.run([turn(i) for i in range(30)])
+    warnings = caller.of(CompactionWarning)
+    assert [w.code for w in warnings] == ["inert"] and "retain_tail_tokens" in warnings[0].message
+    assert summarizer.requests == [] and llm.phase == "idle"
+
+    chain, llm = strategy(summarizer, trigger_ratio=0.1)
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        await caller.turn(turn(0, 150))  # past the trigger, but two messages only
+    assert m.prompt_tokens > 200 and not caller.of(CompactionWarning)
+
+
+async def test_events_on_both_paths_for_a_session_that_starts_over_budget() -> None:
+    summarizer = ScriptedSummarizer(default=briefing("Recovered."))
+    chain, llm = strategy(summarizer, retain_tail_tokens=200)
+    restored = [msg for i in range(20) for msg in turn(i)]
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        await caller.turn(restored)  # a restored session, far over the budget
+        await caller.run([turn(i) for i in range(100, 130)])
+    deterministic = caller.compactions("deterministic")
+    summarized = caller.compactions("summarized")
+    assert deterministic and summarized, "both paths must emit"
+    assert caller.events.index(deterministic[0]) < caller.events.index(summarized[0])
+    for e in caller.of(ContextCompacted):
+        assert e.tokens_after <= e.tokens_before
+    for e in summarized:
+        assert e.summary is not None and e.summary.messages_summarized >= 4
+        assert e.summary.cost_usd is None  # the scripted model has no price
+        assert e.summary.usage.input_tokens > 0
+    assert has_briefing(caller.views[-1], "Recovered.")
+
+
+@pytest.mark.parametrize("keep_first", [1, 3])
+async def test_the_head_is_kept_verbatim_or_summarized_never_both(keep_first: int) -> None:
+    summarizer = ScriptedSummarizer(default=briefing())
+    chain, llm = strategy(summarizer, keep_first=keep_first, trigger_ratio=0.3)
+    turns: list[list[Message]] = [[UserMessage.of("TASK-7f3: port the parser; keep the API.")]]
+    turns += [turn(i) for i in range(40)]
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        await caller.run(turns)
+        raw_head = list(m.raw[:keep_first])
+    assert caller.spliced_rounds > 0 and summarizer.requests
+    for request in summarizer.requests:
+        assert "TASK-7f3" not in request.prompt
+        for message in raw_head:
+            if isinstance(message, UserMessage | AssistantMessage):
+                assert text_of(message.content) not in request.transcript
+    for view in caller.views:
+        assert view[:keep_first] == raw_head[: len(view)]
+
+
+async def test_spliced_history_is_stable_under_the_deterministic_tiers() -> None:
+    summarizer = ScriptedSummarizer(default=briefing(body="verbose " * 300))
+    chain, llm = strategy(summarizer, trigger_ratio=0.1, retain_tail_tokens=200)
+    async with ContextManager(budget(4_000), strategy=chain) as m:
+        caller = Caller(m)
+        await caller.run([tool_turn(i, 260) for i in range(30)])
+        assert caller.spliced_rounds > 0
+        version = m.ledger.version
+        again = await m.prepare(caller.views[-1])  # owned mode, nothing new
+        assert m.ledger.version == version and again == caller.views[-1]
+    # Truncated outputs stay as they are (tier 1 is idempotent), and once a briefing is in the
+    # view the tiers never take it out again: only a newer briefing replaces it.
+    for message in caller.views[-1]:
+        if isinstance(message, ToolResultMessage) and "truncated" in text_of(message.content):
+            text = text_of(message.content)
+            assert truncate_text(text, 200, 20_000) == text
+    first = next(k for k, v in enumerate(caller.views) if has_briefing(v))
+    assert all(has_briefing(v) for v in caller.views[first:])
+    assert not caller.of(TranscriptRepaired)
+
+
+async def test_the_briefing_survives_the_safety_net() -> None:
+    # A long briefing, then a big turn right when it is ready: head + briefing + tail overflow
+    # the budget, head + briefing fit. Only the tail may be compacted.
+    summarizer = ScriptedSummarizer(default=briefing(body="verbose " * 150))
+    chain, llm = strategy(summarizer, retain_tail_tokens=200)
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        i = 0
+        while llm.phase != "ready":
+            await caller.turn(turn(i))
+            i += 1
+        await caller.turn(tool_turn(i, 500))  # crosses the limit by more than the splice saves
+        await caller.run([turn(j) for j in range(i + 1, i + 20)])
+    summarized = caller.compactions("summarized")
+    assert summarized, "the briefing was paid for but never reported as spliced"
+    actions = summarized[0].actions
+    assert actions[0].startswith("spliced") and "truncated bash result" in actions[1]
+    for e in summarized:
+        assert e.summary is not None and e.summary.messages_summarized > 0
+        assert e.tokens_after <= LIMIT
+    after = caller.views[caller.views.index(next(v for v in caller.views if has_briefing(v))) :]
+    assert all(has_briefing(v, "verbose") for v in after), "the briefing stayed"
+
+
+async def test_a_briefing_that_cannot_fit_is_reported_as_deterministic() -> None:
+    summarizer = ScriptedSummarizer(default=briefing(body="verbose " * 250))
+    chain, llm = strategy(summarizer, retain_tail_tokens=200)
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        i = 0
+        while llm.phase != "ready":
+            await caller.turn(turn(i))
+            i += 1
+        # A complete turn too big to share the budget with head and briefing (it is the
+        # newest complete turn, which nothing may drop or summarize).
+        await caller.turn(turn(i, 700))
+    discarded = [e for e in caller.compactions("deterministic") if e.strategy == "LlmCompaction"]
+    assert len(discarded) == 1 and "discarded a briefing" in discarded[0].actions[0]
+    stats = discarded[0].summary
+    assert stats is not None and stats.messages_summarized == 0 and stats.usage.input_tokens > 0
+    assert not has_briefing(caller.views[-1])
+
+
+@pytest.mark.parametrize("keep_first", range(1, 7))
+async def test_a_splice_never_orphans_a_parallel_tool_call(keep_first: int) -> None:
+    summarizer = ScriptedSummarizer(default=briefing())
+    chain, llm = strategy(
+        summarizer, trigger_ratio=0.1, retain_tail_tokens=300, keep_first=keep_first
+    )
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        await caller.run([parallel_turn(i) for i in range(30)])
+    assert caller.spliced_rounds > 0, f"keep_first={keep_first}: expected a splice"
+    assert not caller.of(TranscriptRepaired)  # drive() checked every view as well
+
+
+async def test_a_ready_briefing_is_spliced_early_when_the_cache_is_cold() -> None:
+    now = [1_000.0]
+    summarizer = ScriptedSummarizer(default=briefing("COLD"))
+    chain, llm = strategy(summarizer, trigger_ratio=0.3)
+    async with ContextManager(budget(), strategy=chain, clock=lambda: now[0]) as m:
+        caller = Caller(m)
+        i = 0
+        while llm.phase != "ready":
+            await caller.turn(turn(i))
+            i += 1
+        await caller.turn(turn(i))
+        assert not caller.compactions("summarized"), "a warm cache waits for the limit"
+        now[0] += 301.0  # longer than the provider's cache lifetime
+        await caller.turn(turn(i + 1))
+    (spliced,) = caller.compactions("summarized")
+    assert spliced.tokens_before <= LIMIT and has_briefing(caller.views[-1], "COLD")
+
+
+# ---------------------------------------------------------------------------------------
+# Validation, guards, failures
+
+
+@pytest.mark.parametrize(
+    ("outcome", "reason"),
+    [
+        (Outcome.reply(briefing(), stop_reason="length"), "stop_reason"),
+        (Outcome.reply(briefing(), stop_reason="refusal"), "stop_reason"),
+        (Outcome.reply(briefing(), stop_reason="error"), "stop_reason"),
+        (Outcome.reply("   \n"), "empty"),
+        (Outcome.reply("## Goal\nTruncated mid-"), "malformed"),
+    ],
+)
+async def test_a_bad_briefing_is_rejected_not_spliced(outcome: Outcome, reason: str) -> None:
+    summarizer = ScriptedSummarizer(default=outcome)
+    chain, llm = strategy(summarizer, trigger_ratio=0.1, retain_tail_tokens=200)
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        await caller.run([turn(i) for i in range(15)])
+        await settle()
+        assert llm.phase == "idle", "a rejected briefing must leave the slot idle"
+    assert caller.spliced_rounds == 0
+    rejected = caller.of(SummaryRejected)
+    assert rejected and {r.reason for r in rejected} == {reason}
+    assert all(r.summary is not None and r.summary.usage.output_tokens > 0 for r in rejected)
+    assert caller.compactions("deterministic"), "the tiers held the budget instead"
+
+
+async def test_a_hung_request_releases_the_slot() -> None:
+    summarizer = ScriptedSummarizer([Outcome.hang()], default=briefing())
+    chain, llm = strategy(
+        summarizer,
+        trigger_ratio=0.1,
+        retain_tail_tokens=200,
+        timeout=0.05,
+        retry=RetryPolicy(max_attempts=1),
+    )
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        i = 0
+        while llm.phase != "in_flight":
+            await caller.turn(turn(i))
+            i += 1
+        await anyio.sleep(0.15)
+        assert str(llm.phase) == "idle", "a hung request must not pin the slot"
+        assert summarizer.cancelled == 1
+        await caller.run([turn(j) for j in range(i, i + 25)])
+    assert [r.reason for r in caller.of(SummaryRejected)] == ["timeout"]
+    assert caller.spliced_rounds > 0, "the next request went through"
+
+
+async def test_the_transcript_is_capped_in_total_oldest_first() -> None:
+    huge = [msg for i in range(4_000) for msg in turn(i, 200)]
+    transcript = serialize_transcript(huge)
+    assert len(transcript) <= TRANSCRIPT_TOTAL_CHARS + 2 * TRANSCRIPT_BLOCK_CHARS
+    assert transcript.startswith("[... ") and "transcript size cap" in transcript
+    assert "user message 3999:" in transcript and "user message 0:" not in transcript
+    big: list[Message] = [
+        assistant(call("c", "write", path="a.py", content="x" * 10_000_000)),
+        result("c", "y" * 10_000_000),
+    ]
+    assert len(serialize_transcript(big)) < 3 * TRANSCRIPT_BLOCK_CHARS
+
+    summarizer = ScriptedSummarizer(default=briefing())
+    chain, llm = strategy(summarizer, transcript_total_chars=1_500, trigger_ratio=0.5)
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        await caller.run([turn(i) for i in range(20)])
+    assert summarizer.requests
+    for request in summarizer.requests:
+        assert len(request.transcript) <= 1_500 + 1_000
+        assert request.transcript.startswith("[... ")
+
+
+async def test_a_provider_failure_falls_back_to_the_deterministic_tiers() -> None:
+    summarizer = ScriptedSummarizer(default=Outcome.fail(status=400))
+    chain, llm = strategy(summarizer, trigger_ratio=0.1, retain_tail_tokens=200)
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        await caller.run([turn(i) for i in range(30)])
+        await settle()
+        assert llm.phase == "idle"
+    rejected = caller.of(SummaryRejected)
+    assert rejected and all(r.reason == "failed" and r.attempts == 1 for r in rejected)
+    assert all(r.summary is None for r in rejected), "nothing was billed"
+    assert [r.attempt for r in summarizer.requests] == [1] * len(summarizer.requests)
+    assert caller.spliced_rounds == 0 and caller.compactions("deterministic")
+    assert len(summarizer.requests) < 30, "a failing summarizer is not asked every turn"
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+        await anyio.lowlevel.checkpoint()
+
+
+async def run_with_fake_time(
+    script: list[Outcome], retry: RetryPolicy, deadline: float = 1_000.0, turns: int = 20
+) -> tuple[Caller, ScriptedSummarizer, FakeTime]:
+    time = FakeTime()
+    summarizer = ScriptedSummarizer(script)
+    llm = LlmCompaction(
+        summarizer,
+        LlmCompactionConfig(trigger_ratio=0.3, retry=retry, deadline=deadline),
+        clock=time.clock,
+        sleep=time.sleep,
+        random=lambda: 0.5,
+    )
+    async with ContextManager(budget(), strategy=Chain([llm, DeterministicCompaction()])) as m:
+        caller = Caller(m)
+        await caller.run([turn(i) for i in range(turns)])
+    return caller, summarizer, time
+
+
+async def test_retries_are_numbered_from_one_with_backoff_and_clamped_retry_after() -> None:
+    retry = RetryPolicy(max_attempts=4, base_delay=1.0, jitter=0.5, max_retry_after=20.0)
+    script = [
+        Outcome.fail(status=429, retry_after=1_000.0),
+        Outcome.fail(status=529),
+        Outcome.fail(status=503),
+        Outcome.reply(briefing("RETRIED")),
+    ]
+    caller, summarizer, time = await run_with_fake_time(script, retry)
+    assert [r.attempt for r in summarizer.requests[:4]] == [1, 2, 3, 4]
+    # Retry-After clamped to 20; then 1 * 2**1 and 1 * 2**2, shortened by jitter 0.5 * 0.5.
+    assert time.sleeps == [20.0, 1.5, 3.0]
+    assert has_briefing(caller.views[-1], "RETRIED")
+
+    caller, summarizer, time = await run_with_fake_time([Outcome.fail(status=400)], retry)
+    assert summarizer.requests[0].attempt == 1 and summarizer.requests[1].attempt == 1
+    assert time.sleeps == [], "a 400 is not retried"
+    assert caller.of(SummaryRejected)[0].reason == "failed"
+
+
+async def test_the_overall_deadline_includes_the_backoff_sleeps() -> None:
+    retry = RetryPolicy(max_attempts=5)
+    script = [Outcome.fail(status=429, retry_after=8.0)] * 2
+    caller, summarizer, time = await run_with_fake_time(script, retry, deadline=10.0)
+    assert time.sleeps == [8.0], "a second 8 s wait would end past the 10 s deadline"
+    rejected = caller.of(SummaryRejected)
+    assert rejected[0].reason == "deadline" and rejected[0].attempts == 2
+
+
+async def test_closing_the_manager_cancels_the_request_and_leaves_no_task() -> None:
+    before = len(asyncio.all_tasks())
+    summarizer = ScriptedSummarizer(default=Outcome.hang())
+    chain, llm = strategy(summarizer, trigger_ratio=0.3)
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        i = 0
+        while llm.phase != "in_flight":
+            await caller.turn(turn(i))
+            i += 1
+        await settle()
+        assert summarizer.in_flight == 1
+    assert summarizer.cancelled == 1 and summarizer.in_flight == 0
+    assert str(llm.phase) == "idle"
+    assert len(asyncio.all_tasks()) == before
+
+    summarizer = ScriptedSummarizer([Outcome.hang()], default=briefing())
+    chain, llm = strategy(summarizer, trigger_ratio=0.3)
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        while llm.phase != "in_flight":
+            await caller.turn(turn(len(caller.views)))
+        await settle()
+        llm.cancel()  # dropping the strategy's work by hand
+        await settle()
+        assert str(llm.phase) == "idle" and summarizer.cancelled == 1
+        await m.aclose()
+    assert len(asyncio.all_tasks()) == before
+
+
+async def test_an_incremental_summary_updates_the_previous_briefing() -> None:
+    summarizer = ScriptedSummarizer([briefing("FIRST")], default=briefing("SECOND"))
+    chain, llm = strategy(summarizer)
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        i = 0
+        while not caller.compactions("summarized") or len(summarizer.requests) < 2:
+            await caller.turn(turn(i))
+            i += 1
+            assert i < 80
+        await caller.run([turn(j) for j in range(i, i + 12)])
+    first, second = summarizer.requests[:2]
+    assert first.previous_briefing is None and "<previous-briefing>" not in first.prompt
+    assert second.previous_briefing is not None and "FIRST" in second.previous_briefing
+    assert "<previous-briefing>" in second.prompt and "UPDATE" in second.prompt
+    assert SUMMARY_MARKER not in second.transcript, "a summary is not summarized again"
+    final = caller.views[-1]
+    assert has_briefing(final, "SECOND") and not has_briefing(final, "FIRST")
+    assert sum(has_briefing([msg]) for msg in final) == 1
+
+
+async def test_cost_is_reported_for_rejected_briefings_and_in_the_session_total() -> None:
+    price = Price(1.0, 5.0, 0.1, 1.25)
+    script = [
+        Outcome.reply("## Goal\nno other sections", usage=Usage(1_000, 200)),
+        Outcome.reply(briefing("PAID"), usage=Usage(2_000, 100)),
+    ]
+    summarizer = ScriptedSummarizer(script, default=Outcome.reply(briefing(), usage=Usage(500, 50)))
+    chain, llm = strategy(summarizer, price=price, trigger_ratio=0.3)
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        await caller.run([turn(i) for i in range(30)])
+    rejected = caller.of(SummaryRejected)
+    assert [r.reason for r in rejected] == ["malformed"]
+    assert rejected[0].summary is not None
+    assert rejected[0].summary.cost_usd == pytest.approx(0.002)
+    spliced = caller.compactions("summarized")
+    assert spliced[0].summary is not None
+    assert spliced[0].summary.cost_usd == pytest.approx(0.0025)
+    assert rejected[0].to_json()["summary"]["costUsd"] == pytest.approx(0.002)
+    # Every billed response is in exactly one event; one may still wait, unspliced.
+    reported = [
+        e.summary
+        for e in caller.events
+        if isinstance(e, ContextCompacted | SummaryRejected | SummaryStale) and e.summary
+    ]
+    waiting = 1 if llm.phase == "ready" else 0
+    spend = llm.spend
+    assert spend.requests == len(reported) + waiting == len(summarizer.requests)
+    total = sum(r.cost_usd for r in reported if r.cost_usd is not None)
+    assert spend.cost_usd == pytest.approx(total + waiting * 0.00075)
+
+    unknown = LlmCompaction(ScriptedSummarizer(model=None))
+    assert unknown.spend.cost_usd == 0.0 and unknown.spend.requests == 0
+
+
+@pytest.mark.parametrize("words", [40, 120, 300])
+async def test_feeding_the_result_back_never_pays_without_splicing(words: int) -> None:
+    """The seed's livelock: a briefing anchored on the input was invalidated by the fallback
+    of the same call, 22 requests paid and 0 spliced. Either splices happen, or no request."""
+    summarizer = ScriptedSummarizer(default=briefing())
+    chain, llm = strategy(summarizer, retain_tail_tokens=200)
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        await caller.run([turn(i, words) for i in range(30)])
+    requests = len(summarizer.requests)
+    assert caller.spliced_rounds > 0 or requests == 0, f"{requests} paid, never spliced"
+    assert len(caller.of(SummaryStale)) <= 1
+
+
+async def test_losing_the_race_warns_once_and_rearms_after_a_splice() -> None:
+    summarizer = ScriptedSummarizer([Outcome.hang()])
+    chain, llm = strategy(summarizer, trigger_ratio=0.5, warn_after_fallbacks=2)
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        i = 0
+
+        async def until(done: Callable[[], bool]) -> None:
+            nonlocal i
+            while not done():
+                await caller.turn(turn(i))
+                i += 1
+                assert i < 200
+
+        await until(lambda: bool(caller.of(CompactionWarning)))
+        await caller.run([turn(j) for j in range(i, i + 20)])
+        i += 20
+        assert len(caller.of(CompactionWarning)) == 1, "said once per losing streak"
+        llm.cancel()
+        summarizer.push(briefing("WON"), Outcome.hang())
+        await until(lambda: bool(caller.compactions("summarized")))
+        await until(lambda: len(caller.of(CompactionWarning)) == 2)
+    assert [w.code for w in caller.of(CompactionWarning)] == ["losing_race"] * 2
+
+
+async def test_without_a_task_group_it_warns_and_the_tiers_hold_the_budget() -> None:
+    summarizer = ScriptedSummarizer(default=briefing())
+    chain, llm = strategy(summarizer)
+    m = ContextManager(budget(), strategy=chain)  # no `async with`
+    caller = Caller(m)
+    await caller.run([turn(i) for i in range(30)])
+    assert [w.code for w in caller.of(CompactionWarning)] == ["no_task_group"]
+    assert summarizer.requests == [] and caller.compactions("deterministic")
+
+
+async def test_a_summarizer_bug_does_not_reach_the_loop() -> None:
+    class Broken:
+        async def summarize(self, request: object) -> Any:
+            raise RuntimeError("bug in a summarizer")
+
+    llm = LlmCompaction(Broken(), LlmCompactionConfig(trigger_ratio=0.3))
+    async with ContextManager(budget(), strategy=Chain([llm, DeterministicCompaction()])) as m:
+        caller = Caller(m)
+        await caller.run([turn(i) for i in range(30)])
+    rejected = caller.of(SummaryRejected)
+    assert rejected and "RuntimeError" in rejected[0].detail and rejected[0].attempts == 1
+
+
+# ---------------------------------------------------------------------------------------
+# The pieces
+
+
+def test_briefing_checks_and_stop_reasons() -> None:
+    assert missing_sections("## goal\n# Constraints:\n### Decisions made\n") == [
+        "Files touched",
+        "Open items",
+    ]
+    assert missing_sections("**Goal** only bold") == list(missing_sections(""))
+    assert check_briefing(summary_result(briefing())) is None
+    assert check_briefing(summary_result("x", stop="length")) == (
+        "stop_reason",
+        "the summarizer stopped with 'length'",
+    )
+    assert [normalize_stop_reason(r) for r in ("end_turn", "max_tokens", "refusal", None)] == [
+        "stop",
+        "length",
+        "refusal",
+        "error",
+    ]
+    assert normalize_stop_reason("tool_use") == "error"
+
+
+def summary_result(text: str, stop: StopReason = "stop") -> SummaryResult:
+    return SummaryResult(text=text, stop_reason=stop)
+
+
+def test_settings_are_validated() -> None:
+    with pytest.raises(ConfigError):
+        LlmCompactionConfig(trigger_ratio=1.5)
+    with pytest.raises(ConfigError):
+        RetryPolicy(max_attempts=0)
+    with pytest.raises(ConfigError):
+        LlmCompactionConfig(timeout=0)
+    assert LlmCompactionConfig(max_summary_tokens=10).max_summary_tokens == 256
+    policy = RetryPolicy(base_delay=1.0, max_delay=5.0, jitter=0.0)
+    assert [policy.delay(n, None, 0.9) for n in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 5.0]
+    assert policy.delay(1, -3.0, 0.0) == 0.0
+
+
+def test_the_new_events_have_a_frozen_json_shape() -> None:
+    stats = SummaryStats(0, Usage(1_000, 200), 0.002, "claude-haiku-4-5")
+    assert SummaryRejected("malformed", "missing sections: Goal", 1, stats).to_json() == {
+        "type": "summaryRejected",
+        "reason": "malformed",
+        "detail": "missing sections: Goal",
+        "attempts": 1,
+        "summary": {
+            "messagesSummarized": 0,
+            "usage": {
+                "inputTokens": 1_000,
+                "outputTokens": 200,
+                "cacheReadTokens": 0,
+                "cacheWriteTokens": 0,
+            },
+            "costUsd": 0.002,
+            "model": "claude-haiku-4-5",
+        },
+    }
+    assert SummaryStale("history_changed", None).to_json() == {
+        "type": "summaryStale",
+        "reason": "history_changed",
+        "summary": None,
+    }
+    assert CompactionWarning("inert", "why").to_json() == {
+        "type": "compactionWarning",
+        "code": "inert",
+        "message": "why",
+    }
+
+
+def test_the_scripted_summarizer_is_a_summarizer() -> None:
+    summarizer = ScriptedSummarizer(["a"], default=None)
+    assert isinstance(summarizer, Summarizer)
+    summarizer.push(Outcome.fail(status=429, retry_after=3.0))
+    assert summarizer.pending == 2
+
+    async def play() -> list[Any]:
+        got: list[Any] = []
+        for _ in range(3):
+            try:
+                got.append(
+                    await summarizer.summarize(
+                        SummaryRequest(system="s", prompt="p" * 40, max_tokens=256)
+                    )
+                )
+            except SummarizerError as e:
+                got.append((e.retryable, e.status, e.retry_after))
+        return got
+
+    first, second, third = anyio.run(play)
+    assert first.text == "a" and first.usage.input_tokens == 11
+    assert second == (True, 429, 3.0) and third == (False, None, None)
+    assert summarizer.completed == 1 and summarizer.failed == 2 and len(summarizer.requests) == 3
