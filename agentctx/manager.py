@@ -224,10 +224,6 @@ class ContextManager:
             _view=self._current_view,
             _view_tokens=lambda: self._state.tokens,
         )
-        if self.prompt_tokens > self.budget.trigger_tokens:
-            # Near the budget every strategy decides on the full estimates, so the same history
-            # always leads to the same decisions (new messages start with quick ones).
-            self.counter.refine(state.view)
         # Run to a fixed point, so calling prepare() again on the same history takes nothing
         # new (a strategy's decisions can make room for another's, or for its own next step).
         for _ in range(4):
