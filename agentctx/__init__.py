@@ -6,14 +6,18 @@ from agentctx.errors import (
     BudgetExceededError,
     ConfigError,
     StoreError,
+    SummarizerError,
     TranscriptFormatError,
     UnsupportedMessageError,
 )
 from agentctx.events import (
     BudgetExceeded,
+    CompactionWarning,
     ContextCompacted,
     Event,
     HistoryResynced,
+    SummaryRejected,
+    SummaryStale,
     SummaryStats,
     TranscriptRepaired,
 )
@@ -36,7 +40,9 @@ from agentctx.messages import (
 from agentctx.recall import LedgerStore, MemoryRecallStore, RecallStore, SQLiteRecallStore
 from agentctx.recall_tool import RECALL_TOOL_NAME, recall_tool
 from agentctx.strategies import DeterministicCompaction, ToolOutputPipeline
+from agentctx.strategies.llm import LlmCompaction, LlmCompactionConfig, RetryPolicy
 from agentctx.strategy import Chain, CompactionContext, CompactionStrategy
+from agentctx.summarizer import Summarizer, SummaryRequest, SummaryResult
 from agentctx.tokens import MessageCounter, TokenCounter
 
 __all__ = [
@@ -48,6 +54,7 @@ __all__ = [
     "Chain",
     "CompactionContext",
     "CompactionStrategy",
+    "CompactionWarning",
     "ConfigError",
     "ContextCompacted",
     "ContextManager",
@@ -57,6 +64,8 @@ __all__ = [
     "ImageBlock",
     "Ledger",
     "LedgerStore",
+    "LlmCompaction",
+    "LlmCompactionConfig",
     "MemoryRecallStore",
     "Message",
     "MessageCounter",
@@ -64,9 +73,16 @@ __all__ = [
     "RECALL_TOOL_NAME",
     "RecallStore",
     "RedactedThinkingBlock",
+    "RetryPolicy",
     "SQLiteRecallStore",
     "StoreError",
+    "Summarizer",
+    "SummarizerError",
     "SummaryMessage",
+    "SummaryRejected",
+    "SummaryRequest",
+    "SummaryResult",
+    "SummaryStale",
     "SummaryStats",
     "TextBlock",
     "ThinkingBlock",

@@ -40,6 +40,7 @@ from agentctx.events import (
     SummaryStats,
     TranscriptRepaired,
 )
+from agentctx.ledger import ReplaceSpan, anchor
 from agentctx.messages import TextBlock, text_of
 from agentctx.pricing import Price
 from agentctx.strategies.deterministic import truncate_text
@@ -356,8 +357,17 @@ async def test_a_briefing_that_cannot_fit_is_reported_as_deterministic() -> None
             await caller.turn(turn(i))
             i += 1
         # A complete turn too big to share the budget with head and briefing (it is the
-        # newest complete turn, which nothing may drop or summarize).
-        await caller.turn(turn(i, 700))
+        # newest complete turn, which nothing may drop or summarize), though it fits alone.
+        count = m.counter.count_full
+        text = briefing(body="verbose " * 250)
+        fixed = count(m.raw[0]) + count(SummaryMessage(f"{SUMMARY_MARKER}\n\n{text}"))
+        big = next(
+            t
+            for w in range(300, 2_000, 10)
+            if sum(map(count, t := turn(i, w))) + fixed > LIMIT + 50
+        )
+        assert sum(map(count, big)) + count(m.raw[0]) + 150 < LIMIT
+        await caller.turn(big)
     discarded = [e for e in caller.compactions("deterministic") if e.strategy == "LlmCompaction"]
     assert len(discarded) == 1 and "discarded a briefing" in discarded[0].actions[0]
     stats = discarded[0].summary
@@ -394,6 +404,34 @@ async def test_a_ready_briefing_is_spliced_early_when_the_cache_is_cold() -> Non
         await caller.turn(turn(i + 1))
     (spliced,) = caller.compactions("summarized")
     assert spliced.tokens_before <= LIMIT and has_briefing(caller.views[-1], "COLD")
+
+
+async def test_a_stretch_compacted_across_the_cut_meanwhile_is_taken_along() -> None:
+    """While the request runs, other compaction replaces a stretch that starts inside the
+    summarized span and ends after it: the splice takes the stretch whole and sends its
+    replacement right after the briefing, instead of throwing the paid briefing away."""
+    summarizer = ScriptedSummarizer(default=Outcome.reply(briefing("MERGED"), delay=0.05))
+    chain, llm = strategy(summarizer, trigger_ratio=0.5)
+    marker = SummaryMessage("[compacted meanwhile]")
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        i = 0
+        while llm.phase != "in_flight":
+            await caller.turn(turn(i))
+            i += 1
+        cut = llm._inflight.cut  # type: ignore[union-attr]
+        raw = m.raw
+        m.ledger.add(ReplaceSpan(anchor(raw, cut - 1), cut + 1, anchor(raw, cut), (marker,), "x"))
+        await anyio.sleep(0.1)
+        while not caller.compactions("summarized"):
+            await caller.turn(turn(i))
+            i += 1
+            assert i < 60
+    (spliced,) = caller.compactions("summarized")
+    assert "and the compacted stretch after it" in spliced.actions[0]
+    view = caller.views[-1]
+    k = next(j for j, msg in enumerate(view) if has_briefing([msg], "MERGED"))
+    assert view[k + 1] == marker and not caller.of(SummaryStale)
 
 
 # ---------------------------------------------------------------------------------------

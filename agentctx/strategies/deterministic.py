@@ -99,6 +99,11 @@ def _is_marker(m: Message) -> bool:
     return isinstance(m, SummaryMessage) and m.text.startswith(COMPACTION_MARKER)
 
 
+def _is_paid_summary(m: Message) -> bool:
+    """A summary that is not this strategy's own marker (a briefing someone paid for)."""
+    return isinstance(m, SummaryMessage) and not _is_marker(m)
+
+
 def _marker_with_trail(dropped: Sequence[Message]) -> SummaryMessage:
     """The constant marker, then what the dropped span touched, so the artifact trail stays.
 
@@ -308,7 +313,7 @@ class DeterministicCompaction:
             if e > tail or freed >= need:
                 break
             part = view[s + 1 : e]
-            if not part or (s, e) == protected:
+            if not part or (s, e) == protected or any(map(_is_paid_summary, part)):
                 continue
             line = self._one_line(part)
             replacement = AssistantMessage((TextBlock(line),), "stop")
@@ -373,6 +378,7 @@ class DeterministicCompaction:
             m = view[j]
             barrier = (
                 j == latest
+                or _is_paid_summary(m)
                 or complete[0] <= j < complete[1]
                 or (j >= loop_start and b.has_thinking(m))
             )

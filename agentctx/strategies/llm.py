@@ -32,8 +32,10 @@ turn M   view above the limit and the briefing is back and valid
   the tiers after this strategy are about to rewrite it, so arming waits one call. One
   request at a time; retries, timeouts and an overall deadline bound it.
 - A briefing is spliced only if the raw history it summarized is unchanged (rewinds and
-  edits make it stale), its part of the view was not replaced meanwhile, it ends on ``stop``,
-  is not empty, and has every required section. Otherwise it is reported and dropped.
+  edits make it stale), it ends on ``stop``, is not empty, has every required section, and
+  still saves tokens. Otherwise it is reported and dropped. If the tiers dropped or condensed
+  a stretch running from inside its span past the cut meanwhile, the splice takes that
+  stretch too and sends its replacement right after the briefing, byte for byte.
 - If the splice is still over the limit, the ``fallback`` tiers run on the tail only, so the
   briefing that was paid for survives; if head and briefing cannot fit at all, the briefing
   is discarded and the event says ``method="deterministic"``.
@@ -748,7 +750,10 @@ class LlmCompaction:
         except ConfigError:  # pragma: no cover - the overlap check above rules this out
             ctx.emit(SummaryStale("superseded", ready.stats(0)))
             return False
-        actions.insert(0, f"spliced a briefing over {vc - va} messages ({region}->{size} tokens)")
+        merged = " and the compacted stretch after it" if carried else ""
+        actions.insert(
+            0, f"spliced a briefing over {vc - va} messages{merged} ({region}->{size} tokens)"
+        )
         stats = ready.stats(job.span_messages)
         self._emit_compacted(ctx, "summarized", tokens, before, actions, stats)
         log.info(
