@@ -1,0 +1,148 @@
+"""`AnthropicSummarizer`: a `Summarizer` on the Anthropic Messages API.
+
+```python
+from agentctx.providers.anthropic_summarizer import AnthropicSummarizer
+from agentctx.strategies.llm import LlmCompaction
+
+summarizer = AnthropicSummarizer("claude-haiku-4-5")
+strategy = Chain([LlmCompaction(summarizer), DeterministicCompaction()])
+```
+
+One non-streamed ``messages.create`` per request: the request's system prompt, its prompt as
+the only user message, no tools, no prompt caching. The SDK's own retries are off
+(``max_retries=0``, also on a client you pass in, through ``with_options``): `LlmCompaction`
+decides about retries. SDK errors become `SummarizerError` in `_to_summarizer_error`;
+cancellation is never caught.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Self
+
+import anthropic
+from anthropic import AsyncAnthropic
+
+from agentctx.errors import SummarizerError
+from agentctx.messages import Usage
+from agentctx.providers._retry_after import retry_after_seconds
+from agentctx.summarizer import SummaryResult, is_retryable_status, normalize_stop_reason
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from anthropic.types import Message as SDKMessage
+
+    from agentctx.summarizer import SummaryRequest
+
+__all__ = ["DEFAULT_MODEL", "AnthropicSummarizer"]
+
+DEFAULT_MODEL = "claude-haiku-4-5"
+
+
+class AnthropicSummarizer:
+    """Summarizes on an Anthropic model (default ``claude-haiku-4-5``).
+
+    Args:
+        model: the model to send requests to; also used for pricing.
+        client: an `anthropic.AsyncAnthropic` to use (a copy with ``max_retries=0`` is made;
+            the caller keeps ownership and closes it). Default: one made from ``api_key``,
+            ``base_url`` and ``timeout``, closed by `aclose`.
+        api_key, base_url: for the client made here (``None``: the SDK's environment
+            defaults).
+        max_tokens: cap on the briefing's output tokens; ``None`` uses the request's
+            ``max_tokens`` (`LlmCompactionConfig.max_summary_tokens`).
+        timeout: the HTTP timeout in seconds (``None``: the SDK's default). `LlmCompaction`
+            bounds every attempt with its own ``timeout`` too.
+    """
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        *,
+        client: AsyncAnthropic | None = None,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        max_tokens: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        self.model = model
+        self.max_tokens = max_tokens
+        self._owned = client is None
+        options: dict[str, Any] = {"max_retries": 0}
+        if timeout is not None:
+            options["timeout"] = timeout
+        if client is None:
+            self.client = AsyncAnthropic(api_key=api_key, base_url=base_url, **options)
+        else:
+            self.client = client.with_options(**options)
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        """Send ``request`` once; raise `SummarizerError` when the API call fails."""
+        try:
+            message = await self.client.messages.create(
+                model=self.model,
+                max_tokens=self.max_tokens if self.max_tokens is not None else request.max_tokens,
+                system=request.system,
+                messages=[{"role": "user", "content": request.prompt}],
+            )
+        except (anthropic.APIError, json.JSONDecodeError) as exc:
+            raise _to_summarizer_error(exc) from exc
+        return _to_result(message)
+
+    async def aclose(self) -> None:
+        """Close the client if this summarizer made it (a client passed in is the caller's)."""
+        if self._owned:
+            await self.client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+def _to_result(message: SDKMessage) -> SummaryResult:
+    text = "".join(block.text for block in message.content if block.type == "text")
+    u = message.usage
+    usage = Usage(
+        input_tokens=u.input_tokens,
+        output_tokens=u.output_tokens,
+        cache_read_tokens=u.cache_read_input_tokens or 0,
+        cache_write_tokens=u.cache_creation_input_tokens or 0,
+    )
+    return SummaryResult(
+        text=text,
+        stop_reason=normalize_stop_reason(message.stop_reason),
+        usage=usage,
+        model=message.model,
+    )
+
+
+def _to_summarizer_error(exc: anthropic.APIError | json.JSONDecodeError) -> SummarizerError:
+    """The one place SDK errors become `SummarizerError`.
+
+    Rate limits (429, with ``Retry-After``), overload (529), 408/409 and every 5xx, connection
+    errors and timeouts are retryable; other HTTP errors (400, 401, 403, 404, 413, ...) are not.
+    A 200 response the SDK could not read (invalid JSON) is retryable, a server fault like a 5xx.
+    """
+    if isinstance(exc, anthropic.APITimeoutError):
+        return SummarizerError(f"anthropic: request timed out: {exc}", retryable=True)
+    if isinstance(exc, anthropic.APIConnectionError):
+        return SummarizerError(f"anthropic: connection failed: {exc}", retryable=True)
+    if isinstance(exc, anthropic.APIStatusError):
+        status = exc.status_code
+        return SummarizerError(
+            f"anthropic: HTTP {status}: {exc.message}",
+            retryable=is_retryable_status(status),
+            status=status,
+            retry_after=retry_after_seconds(exc.response.headers),
+        )
+    if isinstance(exc, anthropic.APIResponseValidationError | json.JSONDecodeError):
+        return SummarizerError(f"anthropic: unreadable response: {exc}", retryable=True)
+    return SummarizerError(f"anthropic: {type(exc).__name__}: {exc}", retryable=False)

@@ -1,0 +1,267 @@
+"""Summarizers on OpenAI APIs: `OpenAIChatSummarizer` (Chat Completions, so any
+OpenAI-compatible server: vLLM, llama.cpp, Ollama, ... through ``base_url``) and
+`OpenAIResponsesSummarizer` (the Responses API).
+
+```python
+from agentctx.providers.openai_summarizer import OpenAIChatSummarizer
+
+local = OpenAIChatSummarizer("qwen2.5-7b-instruct", base_url="http://127.0.0.1:8000/v1",
+                             api_key="none", token_limit_param="max_tokens")
+```
+
+One non-streamed request per summary: the request's system prompt, its prompt as the only
+user message, no tools, nothing stored. The SDK's own retries are off (``max_retries=0``,
+also on a client you pass in, through ``with_options``): `LlmCompaction` decides about
+retries. SDK errors become `SummarizerError` in `_to_summarizer_error`; cancellation is
+never caught. Usage is reported Anthropic-style: OpenAI counts cached tokens inside the
+prompt, so ``input_tokens`` is the prompt minus the cached tokens, which are
+``cache_read_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Literal, Self
+
+import openai
+from openai import AsyncOpenAI
+
+from agentctx.errors import SummarizerError
+from agentctx.messages import Usage
+from agentctx.providers._retry_after import retry_after_seconds
+from agentctx.summarizer import SummaryResult, is_retryable_status, normalize_stop_reason
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from openai.types.chat import ChatCompletion
+    from openai.types.responses import Response
+
+    from agentctx.summarizer import StopReason, SummaryRequest
+
+__all__ = ["OpenAIChatSummarizer", "OpenAIResponsesSummarizer"]
+
+
+class _OpenAISummarizer:
+    """Client handling shared by both summarizers."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        client: AsyncOpenAI | None = None,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        max_tokens: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        self.model = model
+        self.max_tokens = max_tokens
+        self._owned = client is None
+        options: dict[str, Any] = {"max_retries": 0}
+        if timeout is not None:
+            options["timeout"] = timeout
+        if client is None:
+            self.client = AsyncOpenAI(api_key=api_key, base_url=base_url, **options)
+        else:
+            self.client = client.with_options(**options)
+
+    def _limit(self, request: SummaryRequest) -> int:
+        return self.max_tokens if self.max_tokens is not None else request.max_tokens
+
+    async def aclose(self) -> None:
+        """Close the client if this summarizer made it (a client passed in is the caller's)."""
+        if self._owned:
+            await self.client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class OpenAIChatSummarizer(_OpenAISummarizer):
+    """Summarizes through Chat Completions, on OpenAI or any compatible server.
+
+    Args:
+        model: the model to send requests to; also used for pricing.
+        client: an `openai.AsyncOpenAI` to use (a copy with ``max_retries=0`` is made; the
+            caller keeps ownership and closes it). Default: one made from ``api_key``,
+            ``base_url`` and ``timeout``, closed by `aclose`.
+        api_key, base_url: for the client made here (``None``: the SDK's environment
+            defaults). Point ``base_url`` at any OpenAI-compatible server (``.../v1``).
+        max_tokens: cap on the briefing's output tokens; ``None`` uses the request's.
+        timeout: the HTTP timeout in seconds (``None``: the SDK's default).
+        token_limit_param: the request field carrying the cap: ``max_completion_tokens``
+            (OpenAI's current name, required by its reasoning models) or ``max_tokens``
+            (older OpenAI-compatible servers).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        client: AsyncOpenAI | None = None,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        max_tokens: int | None = None,
+        timeout: float | None = None,
+        token_limit_param: Literal["max_completion_tokens", "max_tokens"] = (
+            "max_completion_tokens"
+        ),
+    ) -> None:
+        super().__init__(
+            model,
+            client=client,
+            api_key=api_key,
+            base_url=base_url,
+            max_tokens=max_tokens,
+            timeout=timeout,
+        )
+        self.token_limit_param = token_limit_param
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        """Send ``request`` once; raise `SummarizerError` when the API call fails."""
+        limit = self._limit(request)
+        try:
+            if self.token_limit_param == "max_tokens":
+                completion = await self.client.chat.completions.create(
+                    model=self.model,
+                    messages=[
+                        {"role": "system", "content": request.system},
+                        {"role": "user", "content": request.prompt},
+                    ],
+                    max_tokens=limit,
+                )
+            else:
+                completion = await self.client.chat.completions.create(
+                    model=self.model,
+                    messages=[
+                        {"role": "system", "content": request.system},
+                        {"role": "user", "content": request.prompt},
+                    ],
+                    max_completion_tokens=limit,
+                )
+        except (openai.APIError, json.JSONDecodeError) as exc:
+            raise _to_summarizer_error(exc) from exc
+        return _chat_result(completion)
+
+
+class OpenAIResponsesSummarizer(_OpenAISummarizer):
+    """Summarizes through the OpenAI Responses API (``store=False``: nothing is kept).
+
+    Arguments as for `OpenAIChatSummarizer`, without ``token_limit_param`` (the cap is sent
+    as ``max_output_tokens``; a reasoning model's reasoning counts against it).
+    """
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        """Send ``request`` once; raise `SummarizerError` when the API call fails."""
+        try:
+            response = await self.client.responses.create(
+                model=self.model,
+                instructions=request.system,
+                input=request.prompt,
+                max_output_tokens=self._limit(request),
+                store=False,
+            )
+        except (openai.APIError, json.JSONDecodeError) as exc:
+            raise _to_summarizer_error(exc) from exc
+        return _responses_result(response)
+
+
+def _usage(prompt: int | None, cached: int | None, output: int | None) -> Usage:
+    cached = cached or 0
+    return Usage(
+        input_tokens=max(0, (prompt or 0) - cached),
+        output_tokens=output or 0,
+        cache_read_tokens=cached,
+    )
+
+
+def _chat_result(completion: ChatCompletion) -> SummaryResult:
+    u = completion.usage
+    if u is None:
+        usage = Usage()
+    else:
+        details = u.prompt_tokens_details
+        cached = details.cached_tokens if details is not None else None
+        usage = _usage(u.prompt_tokens, cached, u.completion_tokens)
+    if not completion.choices:
+        return SummaryResult(text="", stop_reason="error", usage=usage, model=completion.model)
+    choice = completion.choices[0]
+    message = choice.message
+    stop: StopReason = normalize_stop_reason(choice.finish_reason)
+    if message.refusal:
+        stop = "refusal"
+    return SummaryResult(
+        text=message.content or message.refusal or "",
+        stop_reason=stop,
+        usage=usage,
+        model=completion.model,
+    )
+
+
+def _responses_result(response: Response) -> SummaryResult:
+    u = response.usage
+    if u is None:
+        usage = Usage()
+    else:
+        details = u.input_tokens_details
+        cached = details.cached_tokens if details is not None else None
+        usage = _usage(u.input_tokens, cached, u.output_tokens)
+    texts: list[str] = []
+    refused: list[str] = []
+    for item in response.output:
+        if item.type != "message":
+            continue
+        for part in item.content:
+            if part.type == "output_text":
+                texts.append(part.text)
+            elif part.type == "refusal":
+                refused.append(part.refusal)
+    stop: StopReason
+    if refused:
+        stop = "refusal"
+    elif response.status == "incomplete":
+        details_ = response.incomplete_details
+        reason = details_.reason if details_ is not None else None
+        stop = normalize_stop_reason(reason or "incomplete")
+    else:
+        stop = normalize_stop_reason(response.status)
+    return SummaryResult(
+        text="".join(texts) or "".join(refused),
+        stop_reason=stop,
+        usage=usage,
+        model=response.model,
+    )
+
+
+def _to_summarizer_error(exc: openai.APIError | json.JSONDecodeError) -> SummarizerError:
+    """The one place SDK errors become `SummarizerError`.
+
+    Rate limits (429, with ``Retry-After``), 408/409 and every 5xx (503 is OpenAI's
+    overload), connection errors and timeouts are retryable; other HTTP errors (400, 401,
+    403, 404, ...) are not. A 200 response the SDK could not read (invalid JSON) is retryable,
+    a server fault like a 5xx.
+    """
+    if isinstance(exc, openai.APITimeoutError):
+        return SummarizerError(f"openai: request timed out: {exc}", retryable=True)
+    if isinstance(exc, openai.APIConnectionError):
+        return SummarizerError(f"openai: connection failed: {exc}", retryable=True)
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        return SummarizerError(
+            f"openai: HTTP {status}: {exc.message}",
+            retryable=is_retryable_status(status),
+            status=status,
+            retry_after=retry_after_seconds(exc.response.headers),
+        )
+    if isinstance(exc, openai.APIResponseValidationError | json.JSONDecodeError):
+        return SummarizerError(f"openai: unreadable response: {exc}", retryable=True)
+    return SummarizerError(f"openai: {type(exc).__name__}: {exc}", retryable=False)

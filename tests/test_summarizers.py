@@ -1,0 +1,330 @@
+"""The provider summarizers, through the real `anthropic` and `openai` SDKs over sockets."""
+
+from __future__ import annotations
+
+import gc
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import anthropic
+import anyio
+import openai
+import pytest
+
+from agentctx import Budget, Chain, ContextManager, DeterministicCompaction, Usage
+from agentctx.errors import SummarizerError
+from agentctx.events import ContextCompacted, Event, SummaryRejected
+from agentctx.messages import Message
+from agentctx.providers._retry_after import retry_after_seconds
+from agentctx.providers.anthropic_summarizer import AnthropicSummarizer
+from agentctx.providers.openai_summarizer import OpenAIChatSummarizer, OpenAIResponsesSummarizer
+from agentctx.strategies.llm import SUMMARY_MARKER, LlmCompaction, LlmCompactionConfig
+from agentctx.summarizer import REQUIRED_SECTIONS, Summarizer, SummaryRequest, missing_sections
+from agentctx.testing import drive, synthetic_session
+from agentctx.testing.servers import FakeAnthropic, FakeOpenAI, FakeServer, Reply
+
+KINDS = ["anthropic", "chat", "responses"]
+REQUEST = SummaryRequest(system="You summarize.", prompt="Summarize: hello.", max_tokens=300)
+
+
+def briefing(goal: str = "Refactor the session cache in src/cache/file_0.py.") -> str:
+    bodies = {
+        "Goal": goal,
+        "Constraints": "Keep the API.",
+        "Decisions": "Use an LRU cache.",
+        "Files touched": "src/cache/file_0.py",
+        "Open items": "Write tests.",
+    }
+    return "\n".join(f"## {name}\n{bodies.get(name, 'None.')}" for name in REQUIRED_SECTIONS)
+
+
+@pytest.fixture(autouse=True)
+def no_leaks() -> Iterator[None]:
+    """Unclosed clients or sockets warn when collected, and warnings are errors."""
+    yield
+    gc.collect(1)  # young garbage, cheap
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_cyclic_leaks() -> Iterator[None]:
+    yield
+    gc.collect()
+
+
+def test_briefing_is_valid() -> None:
+    assert missing_sections(briefing()) == []
+
+
+@dataclass
+class Setup:
+    server: FakeServer
+    summarizer: AnthropicSummarizer | OpenAIChatSummarizer | OpenAIResponsesSummarizer
+    kind: str
+
+
+@asynccontextmanager
+async def setup(kind: str, *replies: Reply, http_timeout: float = 10.0) -> AsyncIterator[Setup]:
+    """A fake server with ``replies`` queued and a summarizer on a caller-owned client."""
+    if kind == "anthropic":
+        async with (
+            FakeAnthropic(list(replies)) as server,
+            anthropic.AsyncAnthropic(
+                base_url=server.url, api_key="test", max_retries=5, timeout=http_timeout
+            ) as client,
+        ):
+            yield Setup(server, AnthropicSummarizer("claude-haiku-4-5", client=client), kind)
+        return
+    async with (
+        FakeOpenAI(list(replies)) as oserver,
+        openai.AsyncOpenAI(
+            base_url=oserver.url + "/v1", api_key="test", max_retries=5, timeout=http_timeout
+        ) as oclient,
+    ):
+        cls = OpenAIChatSummarizer if kind == "chat" else OpenAIResponsesSummarizer
+        yield Setup(oserver, cls("gpt-test-mini", client=oclient), kind)
+
+
+# ---------------------------------------------------------------------------------------
+# Normal replies
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_normal_reply_text_usage_stop_reason(kind: str) -> None:
+    reply = Reply.text(briefing(), input_tokens=100, output_tokens=7, cache_read=40, cache_write=10)
+    async with setup(kind, reply) as s:
+        assert isinstance(s.summarizer, Summarizer)
+        result = await s.summarizer.summarize(REQUEST)
+        body = s.server.requests[-1].json
+    assert result.text == briefing()
+    assert result.stop_reason == "stop"
+    assert result.model == s.summarizer.model
+    if kind == "anthropic":
+        assert result.usage == Usage(100, 7, 40, 10)
+        assert body["system"] == REQUEST.system
+        assert body["messages"] == [{"role": "user", "content": REQUEST.prompt}]
+        assert body["max_tokens"] == 300
+        assert "tools" not in body
+    else:
+        # OpenAI's prompt count (150) includes the 40 cached tokens: input is the rest
+        assert result.usage == Usage(110, 7, 40, 0)
+        assert result.usage.prompt_tokens == 150
+    if kind == "chat":
+        assert body["messages"] == [
+            {"role": "system", "content": REQUEST.system},
+            {"role": "user", "content": REQUEST.prompt},
+        ]
+        assert body["max_completion_tokens"] == 300
+    if kind == "responses":
+        assert body["instructions"] == REQUEST.system
+        assert body["input"] == REQUEST.prompt
+        assert body["max_output_tokens"] == 300
+        assert body["store"] is False
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_simulated_cache_usage_adds_up(kind: str) -> None:
+    async with setup(kind, Reply.text("a"), Reply.text("b")) as s:
+        first = await s.summarizer.summarize(REQUEST)
+        second = await s.summarizer.summarize(REQUEST)
+        billed = [r.usage for r in s.server.requests]
+    for result, bill in zip((first, second), billed, strict=True):
+        assert bill is not None
+        assert result.usage.prompt_tokens == bill.prompt_tokens
+        assert result.usage.cache_read_tokens == bill.cache_read
+        assert result.usage.output_tokens == bill.output_tokens
+    assert second.usage.cache_read_tokens > 0
+
+
+async def test_max_tokens_override_and_max_tokens_param() -> None:
+    async with FakeAnthropic([Reply.text("x")]) as server:
+        async with AnthropicSummarizer(
+            "claude-haiku-4-5", api_key="k", base_url=server.url, max_tokens=1234
+        ) as summarizer:
+            await summarizer.summarize(REQUEST)
+        assert server.requests[-1].json["max_tokens"] == 1234
+    async with FakeOpenAI([Reply.text("x")]) as oserver:
+        async with OpenAIChatSummarizer(
+            "local-model", api_key="k", base_url=oserver.url + "/v1", token_limit_param="max_tokens"
+        ) as chat:
+            await chat.summarize(REQUEST)
+        sent = oserver.requests[-1].json
+        assert sent["max_tokens"] == 300 and "max_completion_tokens" not in sent
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_max_tokens_is_length(kind: str) -> None:
+    async with setup(kind, Reply.max_tokens("## Goal\ncut")) as s:
+        result = await s.summarizer.summarize(REQUEST)
+    assert result.stop_reason == "length"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_refusal(kind: str) -> None:
+    async with setup(kind, Reply.refusal("I can't help with that.")) as s:
+        result = await s.summarizer.summarize(REQUEST)
+    assert result.stop_reason == "refusal"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_empty(kind: str) -> None:
+    async with setup(kind, Reply.empty()) as s:
+        result = await s.summarizer.summarize(REQUEST)
+    assert result.text == ""
+
+
+# ---------------------------------------------------------------------------------------
+# Errors: one SummarizerError each, retryable as documented, no SDK retries
+
+
+async def failure(kind: str, reply: Reply, *, http_timeout: float = 10.0) -> SummarizerError:
+    async with setup(kind, reply, Reply.text("never reached"), http_timeout=http_timeout) as s:
+        with pytest.raises(SummarizerError) as info:
+            await s.summarizer.summarize(REQUEST)
+        # SDK retries are off although the caller's client had max_retries=5
+        assert len(s.server.requests) == 1
+    error = info.value
+    assert isinstance(error.__cause__, anthropic.APIError | openai.APIError | json.JSONDecodeError)
+    return error
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_rate_limited_is_retryable_with_retry_after(kind: str) -> None:
+    error = await failure(kind, Reply.rate_limited(retry_after=2))
+    assert (error.retryable, error.status, error.retry_after) == (True, 429, 2.0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_overloaded_is_retryable(kind: str) -> None:
+    error = await failure(kind, Reply.overloaded())
+    assert error.retryable
+    assert error.status == (529 if kind == "anthropic" else 503)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("status", [500, 502, 503])
+async def test_server_error_is_retryable(kind: str, status: int) -> None:
+    error = await failure(kind, Reply.server_error(status))
+    assert (error.retryable, error.status) == (True, status)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("status", [400, 401, 403, 404])
+async def test_client_errors_are_not_retryable(kind: str, status: int) -> None:
+    error = await failure(kind, Reply.error(status))
+    assert (error.retryable, error.status) == (False, status)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_hang_times_out_retryable(kind: str) -> None:
+    error = await failure(kind, Reply.hang(), http_timeout=0.2)
+    assert error.retryable and error.status is None
+    assert isinstance(error.__cause__, anthropic.APITimeoutError | openai.APITimeoutError)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_reset_is_retryable(kind: str) -> None:
+    error = await failure(kind, Reply.reset())
+    assert error.retryable and error.status is None
+    assert isinstance(error.__cause__, anthropic.APIConnectionError | openai.APIConnectionError)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_malformed_body_is_retryable(kind: str) -> None:
+    error = await failure(kind, Reply.malformed())
+    assert error.retryable
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_cancellation_propagates_untouched(kind: str) -> None:
+    async with setup(kind, Reply.hang()) as s:
+        with anyio.move_on_after(0.1) as scope:
+            await s.summarizer.summarize(REQUEST)
+        assert scope.cancelled_caught
+
+
+def test_retry_after_forms() -> None:
+    assert retry_after_seconds({"retry-after": "2"}) == 2.0
+    assert retry_after_seconds({"retry-after": "0.05"}) == 0.05
+    assert retry_after_seconds({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
+    assert retry_after_seconds({"retry-after": "Thu, 01 Jan 1970 00:00:00 GMT"}) == 0.0
+    assert retry_after_seconds({"retry-after": "soon"}) is None
+    assert retry_after_seconds({"retry-after": "-1"}) is None
+    assert retry_after_seconds({}) is None
+
+
+async def test_owned_client_is_made_without_sdk_retries() -> None:
+    async with FakeOpenAI([Reply.server_error(500)]) as server:
+        summarizer = OpenAIResponsesSummarizer("m", api_key="k", base_url=server.url + "/v1")
+        assert summarizer.client.max_retries == 0
+        with pytest.raises(SummarizerError):
+            await summarizer.summarize(REQUEST)
+        await summarizer.aclose()
+        assert len(server.requests) == 1
+    ant = AnthropicSummarizer(api_key="k", base_url="http://127.0.0.1:9")
+    assert ant.client.max_retries == 0 and ant.model == "claude-haiku-4-5"
+    await ant.aclose()
+
+
+# ---------------------------------------------------------------------------------------
+# End to end: LlmCompaction on a real SDK against the fake server
+
+LIMIT = 12_000
+
+
+async def run_session(*replies: Reply) -> tuple[list[Event], list[list[Message]], FakeAnthropic]:
+    events: list[Event] = []
+    views: list[list[Message]] = []
+    budget = Budget(context_window=LIMIT + 1_000, reserve_output=1_000)
+    async with (
+        FakeAnthropic(list(replies), default=Reply.text(briefing())) as server,
+        anthropic.AsyncAnthropic(base_url=server.url, api_key="test", timeout=5) as client,
+    ):
+        llm = LlmCompaction(AnthropicSummarizer(client=client), LlmCompactionConfig(timeout=5))
+        chain = Chain([llm, DeterministicCompaction()])
+        async with ContextManager(budget, strategy=chain) as manager:
+            manager.subscribe(events.append)
+            history: list[Message] = []
+            for group in synthetic_session(seed=3, calls=60, mean_output_lines=10):
+                view = (await drive(manager, [[*history, *group]]))[-1]
+                assert manager.prompt_tokens <= LIMIT
+                manager.observe(Usage(input_tokens=manager.counter.count_many(view)))
+                history = view
+                views.append(view)
+                await anyio.sleep(0.02)  # the model call of this turn
+        assert llm.spend.requests >= 1
+    return events, views, server
+
+
+def summarized(events: list[Event]) -> list[ContextCompacted]:
+    return [e for e in events if isinstance(e, ContextCompacted) and e.method == "summarized"]
+
+
+def has_briefing(view: list[Message]) -> bool:
+    return any(SUMMARY_MARKER in getattr(m, "text", "") for m in view)
+
+
+async def test_end_to_end_splices_a_briefing() -> None:
+    events, views, server = await run_session()
+    spliced = summarized(events)
+    assert spliced, [type(e).__name__ for e in events]
+    stats = spliced[0].summary
+    assert stats is not None
+    assert stats.usage.prompt_tokens > 0 and stats.usage.output_tokens > 0
+    assert stats.model == "claude-haiku-4-5"
+    assert any(has_briefing(v) for v in views)
+    assert not [e for e in events if isinstance(e, SummaryRejected)]
+    first = server.requests[0].json
+    assert first["model"] == "claude-haiku-4-5" and "<conversation>" in str(first["messages"])
+
+
+async def test_end_to_end_retries_a_rate_limit_then_splices() -> None:
+    events, views, server = await run_session(Reply.rate_limited(retry_after=0.05))
+    assert server.requests[0].status == 429
+    assert len(server.requests) >= 2
+    spliced = summarized(events)
+    assert spliced and spliced[0].summary is not None
+    assert spliced[0].summary.usage.output_tokens > 0
+    assert not [e for e in events if isinstance(e, SummaryRejected)]
+    assert any(has_briefing(v) for v in views)
