@@ -40,12 +40,10 @@ __all__ = [
     "Repair",
     "has_thinking",
     "in_flight_start",
-    "is_turn_start",
     "latest_user_index",
     "newest_complete_turn",
     "repair",
     "safe_cut",
-    "step_starts",
     "task_index",
     "turn_starts",
     "validate",
@@ -56,19 +54,9 @@ Provider = Literal["anthropic", "openai"]
 MISSING_RESULT_TEXT = "[agentctx: no result was recorded for this tool call; it was interrupted]"
 
 
-def is_turn_start(message: Message) -> bool:
-    """Whether ``message`` opens a turn (a user message)."""
-    return isinstance(message, UserMessage)
-
-
 def turn_starts(messages: Sequence[Message]) -> list[int]:
     """Indexes of the messages that open a turn, in order."""
     return [i for i, m in enumerate(messages) if isinstance(m, UserMessage)]
-
-
-def step_starts(messages: Sequence[Message]) -> list[int]:
-    """Indexes of every safe cut point of a repaired history (all but tool results)."""
-    return [i for i, m in enumerate(messages) if not isinstance(m, ToolResultMessage)]
 
 
 def safe_cut(messages: Sequence[Message], index: int) -> int:

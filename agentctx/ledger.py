@@ -148,14 +148,6 @@ class Ledger:
         """All decisions, oldest first."""
         return tuple(self._decisions)
 
-    def decided(self, index: int) -> bool:
-        """Whether a per-message decision (including `Keep`) exists for raw ``index``."""
-        return index in self._per_message
-
-    def kept(self, index: int, reason: str) -> bool:
-        """Whether raw ``index`` has a `Keep` decision with ``reason``."""
-        return any(isinstance(d, Keep) and d.reason == reason for d in self.decisions_at(index))
-
     def decisions_at(self, index: int) -> tuple[_PerMessage, ...]:
         """The per-message decisions anchored at raw ``index``."""
         return tuple(self._per_message.get(index, ()))

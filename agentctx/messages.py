@@ -55,7 +55,6 @@ __all__ = [
     "check_history",
     "fingerprint",
     "from_dict",
-    "is_message",
     "text_of",
     "to_dict",
 ]
@@ -398,11 +397,6 @@ def fingerprint(message: Message) -> str:
     fp = hashlib.blake2b(data, digest_size=16).hexdigest()
     object.__setattr__(message, "_fp", fp)
     return fp
-
-
-def is_message(value: object) -> bool:
-    """Whether ``value`` is one of the four neutral message classes."""
-    return isinstance(value, _MESSAGE_TYPES)
 
 
 def check_history(history: Sequence[object], offset: int = 0) -> None:
