@@ -261,7 +261,7 @@ class ContextManager:
         if callable(pin):
             pin(self.session_id, set(_RECALL_ID.findall(ledger_json)))
 
-    def as_middleware(self, provider: str) -> Any:
+    def as_middleware(self, provider: str, *, cache_breakpoints: bool = False) -> Any:
         """``(request, call_next) -> response`` middleware for ``provider``'s request format.
 
         ``provider`` is ``anthropic``, ``openai-chat`` or ``openai-responses``; see
@@ -269,7 +269,7 @@ class ContextManager:
         """
         from agentctx.providers.middleware import as_middleware
 
-        return as_middleware(self, provider)  # type: ignore[arg-type]
+        return as_middleware(self, provider, cache_breakpoints=cache_breakpoints)  # type: ignore[arg-type]
 
     def recall(
         self, id: str, offset: int = 0, limit: int = 8000, pattern: str | None = None

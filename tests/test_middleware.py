@@ -18,12 +18,14 @@ def body(i: int) -> str:
     return "\n".join(f"def f{i}_{n}(x):\n    return x + {n}" for n in range(60))
 
 
-async def test_anthropic_middleware_compacts_observes_and_passes_params() -> None:
+@pytest.mark.parametrize("breakpoints", [False, True])
+async def test_anthropic_middleware_compacts_observes_and_passes_params(breakpoints: bool) -> None:
     replies = [Reply.tool_call("read", {"path": f"a{i}.py"}) for i in range(12)]
-    with FakeAnthropic(replies, default=Reply.text("done")) as srv:
+    caching = "breakpoints" if breakpoints else False
+    with FakeAnthropic(replies, default=Reply.text("done"), caching=caching) as srv:
         client = anthropic.AsyncAnthropic(base_url=srv.url, api_key="test", max_retries=0)
         async with client, ContextManager(Budget(context_window=6_000, reserve_output=500)) as ctx:
-            middleware = ctx.as_middleware("anthropic")
+            middleware = ctx.as_middleware("anthropic", cache_breakpoints=breakpoints)
 
             async def call(request: dict[str, Any]) -> Any:
                 return await client.messages.create(**request)
@@ -49,6 +51,8 @@ async def test_anthropic_middleware_compacts_observes_and_passes_params() -> Non
     sent = [len(json.dumps(r.json["messages"])) for r in srv.requests]
     assert sent[-1] < len(json.dumps(history))  # compacted
     assert ctx.usage.output_tokens > 0 and ctx.usage.prompt_tokens > 0
+    # with breakpoints the fake server (caching only at breakpoints) reads a cached prefix
+    assert (ctx.usage.cache_read_tokens > 0) == breakpoints
 
 
 async def test_openai_chat_middleware_keeps_the_system_message() -> None:

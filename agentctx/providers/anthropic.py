@@ -1,4 +1,4 @@
-"""`wrap` an ``anthropic.AsyncAnthropic`` client so ``messages.create`` sends compacted views.
+"""`wrap` an ``anthropic`` client so ``messages.create`` / ``messages.stream`` send compacted views.
 
 ```python
 client = wrap(anthropic.AsyncAnthropic(), manager)
@@ -13,21 +13,24 @@ call's plus the new messages, so the provider's prompt cache keeps hitting. ``sy
 ``tools`` and every other argument go through untouched. The response's usage is given to
 ``manager.observe``; ``stream=True`` returns the SDK stream wrapped so that its usage is
 recorded when it has been read to the end, and ``messages.stream(...)`` works the same way.
+
+With ``cache_breakpoints=True`` the wrapper also marks up to the API's four ``cache_control``
+breakpoints, counting the caller's own (see `place_breakpoints`).
+
+The blocking ``anthropic.Anthropic`` works the same way: ``with wrap(anthropic.Anthropic(),
+manager) as client:`` runs the manager on an event loop of its own in a daemon thread (its
+background summaries included) until the ``with`` block ends or ``client.close()``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, overload
 
-from anthropic import AsyncAnthropic
+from anthropic import Anthropic, AsyncAnthropic
 
-from agentctx.adapters import (
-    assemble_anthropic_stream,
-    from_anthropic,
-    message_from_anthropic_response,
-    to_anthropic,
-)
-from agentctx.providers._stream import ObservedStream, event_dict
+from agentctx.providers._blocking import LoopThread
+from agentctx.providers._convert import Compactor, place_breakpoints
+from agentctx.providers._stream import ObservedStream, ObservedSyncStream
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -38,39 +41,30 @@ if TYPE_CHECKING:
 
     from agentctx.manager import ContextManager
 
-__all__ = ["WrappedAsyncAnthropic", "wrap"]
+__all__ = ["WrappedAnthropic", "WrappedAsyncAnthropic", "place_breakpoints", "wrap"]
 
-C = TypeVar("C", bound=AsyncAnthropic)
-
-
-async def _view(manager: ContextManager, messages: Iterable[Mapping[str, Any]]) -> list[Any]:
-    return to_anthropic(await manager.prepare(from_anthropic(list(messages))))
+A = TypeVar("A", bound=AsyncAnthropic)
+S = TypeVar("S", bound=Anthropic)
 
 
-def _observe(manager: ContextManager, response: Mapping[str, Any]) -> None:
-    usage = message_from_anthropic_response(response).usage
-    if usage is not None:
-        manager.observe(usage)
-
-
-def _observe_events(manager: ContextManager, events: list[Mapping[str, Any]]) -> None:
-    _observe(manager, assemble_anthropic_stream(events))
+def _record_snapshot(compactor: Compactor, stream: Any) -> None:
+    snapshot = stream.current_message_snapshot
+    if snapshot is not None and getattr(snapshot, "usage", None) is not None:
+        compactor.record(snapshot)
 
 
 class _StreamManager:
     """``messages.stream(...)``: prepares the view on entry, records the usage on a clean exit."""
 
-    def __init__(self, inner: Any, manager: ContextManager, messages: Any, kwargs: Any) -> None:
+    def __init__(self, inner: Any, compactor: Compactor, kwargs: dict[str, Any]) -> None:
         self._inner = inner
-        self._manager = manager
-        self._messages = messages
+        self._compactor = compactor
         self._kwargs = kwargs
         self._cm: Any = None
         self._stream: Any = None
 
     async def __aenter__(self) -> Any:
-        view = await _view(self._manager, self._messages)
-        self._cm = self._inner.stream(messages=view, **self._kwargs)
+        self._cm = self._inner.stream(**await self._compactor.request(self._kwargs))
         self._stream = await self._cm.__aenter__()
         return self._stream
 
@@ -82,25 +76,19 @@ class _StreamManager:
     ) -> None:
         try:
             if exc_type is None:
-                snapshot = self._stream.current_message_snapshot
-                if snapshot is not None and getattr(snapshot, "usage", None) is not None:
-                    _observe(self._manager, snapshot.to_dict())
+                _record_snapshot(self._compactor, self._stream)
         finally:
             await self._cm.__aexit__(exc_type, exc, tb)
 
 
 class _Messages:
-    def __init__(self, inner: Any, manager: ContextManager) -> None:
+    def __init__(self, inner: Any, compactor: Compactor) -> None:
         self._inner = inner
-        self._manager = manager
+        self._compactor = compactor
 
     @overload
     async def create(
-        self,
-        *,
-        messages: Iterable[Mapping[str, Any]],
-        stream: Literal[True],
-        **kwargs: Any,
+        self, *, messages: Iterable[Mapping[str, Any]], stream: Literal[True], **kwargs: Any
     ) -> ObservedStream[RawMessageStreamEvent]: ...
 
     @overload
@@ -113,39 +101,35 @@ class _Messages:
     ) -> SDKMessage: ...
 
     async def create(
-        self,
-        *,
-        messages: Iterable[Mapping[str, Any]],
-        stream: bool | None = None,
-        **kwargs: Any,
+        self, *, messages: Iterable[Mapping[str, Any]], stream: bool | None = None, **kwargs: Any
     ) -> SDKMessage | ObservedStream[RawMessageStreamEvent]:
         """``messages.create`` with ``messages`` compacted; returns the SDK's own object
         (with ``stream=True``, its stream, which records the usage when read to the end)."""
-        view = await _view(self._manager, messages)
         if stream is not None:
             kwargs["stream"] = stream
-        result = await self._inner.create(messages=view, **kwargs)
+        kwargs["messages"] = list(messages)
+        result = await self._inner.create(**await self._compactor.request(kwargs))
         if stream:
-            manager = self._manager
-            return ObservedStream(result, lambda events: _observe_events(manager, events))
-        _observe(self._manager, event_dict(result))
+            return ObservedStream(result, self._compactor.record_stream)
+        self._compactor.record(result)
         return result  # type: ignore[no-any-return]
 
     def stream(self, *, messages: Iterable[Mapping[str, Any]], **kwargs: Any) -> _StreamManager:
         """``async with client.messages.stream(messages=history, ...) as stream:``."""
-        return _StreamManager(self._inner, self._manager, messages, kwargs)
+        return _StreamManager(self._inner, self._compactor, {**kwargs, "messages": list(messages)})
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
 
-class WrappedAsyncAnthropic(Generic[C]):
+class WrappedAsyncAnthropic(Generic[A]):
     """An ``AsyncAnthropic`` whose ``messages`` compact; everything else is the client's."""
 
-    def __init__(self, client: C, manager: ContextManager) -> None:
+    def __init__(self, client: A, manager: ContextManager, *, cache_breakpoints: bool) -> None:
         self.client = client
         self.manager = manager
-        self.messages = _Messages(client.messages, manager)
+        compactor = Compactor(manager, "anthropic", cache_breakpoints=cache_breakpoints)
+        self.messages = _Messages(client.messages, compactor)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
@@ -163,9 +147,141 @@ class WrappedAsyncAnthropic(Generic[C]):
         await self.client.__aexit__(exc_type, exc, tb)
 
 
-def wrap(client: C, manager: ContextManager) -> WrappedAsyncAnthropic[C]:
+# ------------------------------------------------------------------- the blocking client
+
+
+class _SyncStreamManager:
+    def __init__(
+        self, inner: Any, compactor: Compactor, loop: LoopThread, kwargs: dict[str, Any]
+    ) -> None:
+        self._inner = inner
+        self._compactor = compactor
+        self._loop = loop
+        self._kwargs = kwargs
+        self._cm: Any = None
+        self._stream: Any = None
+
+    def __enter__(self) -> Any:
+        self._cm = self._inner.stream(**self._loop.call(self._compactor.request, self._kwargs))
+        self._stream = self._cm.__enter__()
+        return self._stream
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if exc_type is None:
+                self._loop.call(_record_snapshot, self._compactor, self._stream)
+        finally:
+            self._cm.__exit__(exc_type, exc, tb)
+
+
+class _SyncMessages:
+    def __init__(self, inner: Any, compactor: Compactor, loop: LoopThread) -> None:
+        self._inner = inner
+        self._compactor = compactor
+        self._loop = loop
+
+    @overload
+    def create(
+        self, *, messages: Iterable[Mapping[str, Any]], stream: Literal[True], **kwargs: Any
+    ) -> ObservedSyncStream[RawMessageStreamEvent]: ...
+
+    @overload
+    def create(
+        self,
+        *,
+        messages: Iterable[Mapping[str, Any]],
+        stream: Literal[False] | None = None,
+        **kwargs: Any,
+    ) -> SDKMessage: ...
+
+    def create(
+        self, *, messages: Iterable[Mapping[str, Any]], stream: bool | None = None, **kwargs: Any
+    ) -> SDKMessage | ObservedSyncStream[RawMessageStreamEvent]:
+        """``messages.create`` with ``messages`` compacted (see `_Messages.create`)."""
+        if stream is not None:
+            kwargs["stream"] = stream
+        kwargs["messages"] = list(messages)
+        result = self._inner.create(**self._loop.call(self._compactor.request, kwargs))
+        loop, compactor = self._loop, self._compactor
+        if stream:
+            return ObservedSyncStream(result, lambda ev: loop.call(compactor.record_stream, ev))
+        loop.call(compactor.record, result)
+        return result  # type: ignore[no-any-return]
+
+    def stream(self, *, messages: Iterable[Mapping[str, Any]], **kwargs: Any) -> _SyncStreamManager:
+        """``with client.messages.stream(messages=history, ...) as stream:``."""
+        kwargs["messages"] = list(messages)
+        return _SyncStreamManager(self._inner, self._compactor, self._loop, kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class WrappedAnthropic(Generic[S]):
+    """An ``Anthropic`` whose ``messages`` compact; everything else is the client's.
+
+    Use it in a ``with`` block or call `close`: it owns the loop the manager runs on.
+    """
+
+    def __init__(self, client: S, manager: ContextManager, *, cache_breakpoints: bool) -> None:
+        self.client = client
+        self.manager = manager
+        self._loop = LoopThread(manager)
+        compactor = Compactor(manager, "anthropic", cache_breakpoints=cache_breakpoints)
+        self.messages = _SyncMessages(client.messages, compactor, self._loop)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    def close(self) -> None:
+        """Close the manager (cancelling background summaries) and the client."""
+        try:
+            self._loop.close()
+        finally:
+            self.client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+@overload
+def wrap(
+    client: A, manager: ContextManager, *, cache_breakpoints: bool = False
+) -> WrappedAsyncAnthropic[A]: ...
+
+
+@overload
+def wrap(
+    client: S, manager: ContextManager, *, cache_breakpoints: bool = False
+) -> WrappedAnthropic[S]: ...
+
+
+def wrap(
+    client: A | S, manager: ContextManager, *, cache_breakpoints: bool = False
+) -> WrappedAsyncAnthropic[A] | WrappedAnthropic[S]:
     """A thin proxy of ``client`` whose ``messages.create`` / ``messages.stream`` send the
-    compacted view of the full history they are given and record usage in ``manager``."""
-    if not isinstance(client, AsyncAnthropic):
-        raise TypeError(f"wrap() takes an anthropic.AsyncAnthropic, got {type(client).__name__}")
-    return WrappedAsyncAnthropic(client, manager)
+    compacted view of the full history they are given and record usage in ``manager``.
+
+    ``client`` is an ``AsyncAnthropic`` or an ``Anthropic``; ``cache_breakpoints=True``
+    places ``cache_control`` breakpoints where they pay (see `place_breakpoints`).
+    """
+    if isinstance(client, AsyncAnthropic):
+        return WrappedAsyncAnthropic(client, manager, cache_breakpoints=cache_breakpoints)
+    if isinstance(client, Anthropic):
+        return WrappedAnthropic(client, manager, cache_breakpoints=cache_breakpoints)
+    raise TypeError(
+        f"wrap() takes an anthropic.AsyncAnthropic or Anthropic, got {type(client).__name__}"
+    )

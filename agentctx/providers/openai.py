@@ -1,5 +1,5 @@
-"""`wrap` an ``openai.AsyncOpenAI`` client so ``chat.completions.create`` and
-``responses.create`` send compacted views.
+"""`wrap` an ``openai`` client so ``chat.completions.create`` and ``responses.create`` send
+compacted views.
 
 ```python
 client = wrap(openai.AsyncOpenAI(), manager)
@@ -17,80 +17,59 @@ with ``stream_options={"include_usage": True}``, which is the caller's to pass).
 
 A Responses call that continues server-side state (``previous_response_id`` or
 ``conversation``) holds only the new items, so it is sent as it is.
+
+The blocking ``openai.OpenAI`` works the same way: ``with wrap(openai.OpenAI(), manager) as
+client:`` runs the manager on an event loop of its own in a daemon thread (its background
+summaries included) until the ``with`` block ends or ``client.close()``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, overload
 
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, OpenAI
 
-from agentctx.adapters import (
-    assemble_openai_chat_stream,
-    assemble_openai_responses_stream,
-    from_openai_chat,
-    from_openai_responses,
-    message_from_openai_chat_response,
-    message_from_openai_response,
-    split_openai_chat_system,
-    split_openai_responses_system,
-    to_openai_chat,
-    to_openai_responses,
-)
-from agentctx.errors import UnsupportedMessageError
-from agentctx.providers._stream import ObservedStream, event_dict
+from agentctx.providers._blocking import LoopThread
+from agentctx.providers._convert import Compactor
+from agentctx.providers._stream import ObservedStream, ObservedSyncStream
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
     from types import TracebackType
 
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
     from openai.types.responses import Response, ResponseStreamEvent
 
     from agentctx.manager import ContextManager
-    from agentctx.messages import AssistantMessage
 
-__all__ = ["WrappedAsyncOpenAI", "wrap"]
+__all__ = ["WrappedAsyncOpenAI", "WrappedOpenAI", "wrap"]
 
-C = TypeVar("C", bound=AsyncOpenAI)
-_Reader = Callable[[Mapping[str, Any]], "AssistantMessage"]
-
-
-def _observe(manager: ContextManager, response: Mapping[str, Any], read: _Reader) -> None:
-    try:
-        usage = read(response).usage
-    except UnsupportedMessageError:  # e.g. a stream without choices: nothing to learn from
-        return
-    if usage is not None:
-        manager.observe(usage)
+A = TypeVar("A", bound=AsyncOpenAI)
+S = TypeVar("S", bound=OpenAI)
 
 
-async def _call(
-    manager: ContextManager,
-    method: Any,
-    kwargs: dict[str, Any],
-    read: _Reader,
-    assemble: Callable[[list[Mapping[str, Any]]], Mapping[str, Any]],
-) -> Any:
-    result = await method(**kwargs)
-    if kwargs.get("stream"):
-        return ObservedStream[Any](result, lambda events: _observe(manager, assemble(events), read))
-    _observe(manager, event_dict(result), read)
-    return result
+class _Endpoint:
+    """One ``create`` method of the async client: compacts, calls, records the usage."""
 
-
-class _Completions:
-    def __init__(self, inner: Any, manager: ContextManager) -> None:
+    def __init__(self, inner: Any, compactor: Compactor) -> None:
         self._inner = inner
-        self._manager = manager
+        self._compactor = compactor
 
+    async def _create(self, kwargs: dict[str, Any]) -> Any:
+        result = await self._inner.create(**await self._compactor.request(kwargs))
+        if kwargs.get("stream"):
+            return ObservedStream[Any](result, self._compactor.record_stream)
+        self._compactor.record(result)
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _Completions(_Endpoint):
     @overload
     async def create(
-        self,
-        *,
-        messages: Iterable[Mapping[str, Any]],
-        stream: Literal[True],
-        **kwargs: Any,
+        self, *, messages: Iterable[Mapping[str, Any]], stream: Literal[True], **kwargs: Any
     ) -> ObservedStream[ChatCompletionChunk]: ...
 
     @overload
@@ -103,44 +82,25 @@ class _Completions:
     ) -> ChatCompletion: ...
 
     async def create(
-        self,
-        *,
-        messages: Iterable[Mapping[str, Any]],
-        stream: bool | None = None,
-        **kwargs: Any,
+        self, *, messages: Iterable[Mapping[str, Any]], stream: bool | None = None, **kwargs: Any
     ) -> ChatCompletion | ObservedStream[ChatCompletionChunk]:
         """``chat.completions.create`` with ``messages`` compacted; the SDK's own result."""
-        system, rest = split_openai_chat_system(list(messages))
-        view = await self._manager.prepare(from_openai_chat(rest))
-        kwargs["messages"] = [*system, *to_openai_chat(view)]
         if stream is not None:
             kwargs["stream"] = stream
-        return await _call(  # type: ignore[no-any-return]
-            self._manager,
-            self._inner.create,
-            kwargs,
-            message_from_openai_chat_response,
-            assemble_openai_chat_stream,
-        )
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+        kwargs["messages"] = list(messages)
+        return await self._create(kwargs)  # type: ignore[no-any-return]
 
 
 class _Chat:
-    def __init__(self, inner: Any, manager: ContextManager) -> None:
+    def __init__(self, inner: Any, completions: Any) -> None:
         self._inner = inner
-        self.completions = _Completions(inner.completions, manager)
+        self.completions = completions
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
 
-class _Responses:
-    def __init__(self, inner: Any, manager: ContextManager) -> None:
-        self._inner = inner
-        self._manager = manager
-
+class _Responses(_Endpoint):
     @overload
     async def create(
         self, *, stream: Literal[True], **kwargs: Any
@@ -155,33 +115,19 @@ class _Responses:
         """``responses.create`` with ``input`` compacted; the SDK's own result."""
         if stream is not None:
             kwargs["stream"] = stream
-        items = kwargs.get("input")
-        stateful = kwargs.get("previous_response_id") or kwargs.get("conversation")
-        if isinstance(items, Sequence) and not isinstance(items, str) and not stateful:
-            system, rest = split_openai_responses_system(items)
-            view = await self._manager.prepare(from_openai_responses(rest))
-            kwargs["input"] = [*system, *to_openai_responses(view)]
-        return await _call(  # type: ignore[no-any-return]
-            self._manager,
-            self._inner.create,
-            kwargs,
-            message_from_openai_response,
-            assemble_openai_responses_stream,
-        )
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+        return await self._create(kwargs)  # type: ignore[no-any-return]
 
 
-class WrappedAsyncOpenAI(Generic[C]):
+class WrappedAsyncOpenAI(Generic[A]):
     """An ``AsyncOpenAI`` whose ``chat.completions`` and ``responses`` compact; everything
     else is the client's."""
 
-    def __init__(self, client: C, manager: ContextManager) -> None:
+    def __init__(self, client: A, manager: ContextManager) -> None:
         self.client = client
         self.manager = manager
-        self.chat = _Chat(client.chat, manager)
-        self.responses = _Responses(client.responses, manager)
+        completions = _Completions(client.chat.completions, Compactor(manager, "openai-chat"))
+        self.chat = _Chat(client.chat, completions)
+        self.responses = _Responses(client.responses, Compactor(manager, "openai-responses"))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
@@ -199,9 +145,121 @@ class WrappedAsyncOpenAI(Generic[C]):
         await self.client.__aexit__(exc_type, exc, tb)
 
 
-def wrap(client: C, manager: ContextManager) -> WrappedAsyncOpenAI[C]:
-    """A thin proxy of ``client`` whose ``chat.completions.create`` and ``responses.create``
-    send the compacted view of the full history they are given and record usage."""
-    if not isinstance(client, AsyncOpenAI):
-        raise TypeError(f"wrap() takes an openai.AsyncOpenAI, got {type(client).__name__}")
-    return WrappedAsyncOpenAI(client, manager)
+# ------------------------------------------------------------------- the blocking client
+
+
+class _SyncEndpoint:
+    def __init__(self, inner: Any, compactor: Compactor, loop: LoopThread) -> None:
+        self._inner = inner
+        self._compactor = compactor
+        self._loop = loop
+
+    def _create(self, kwargs: dict[str, Any]) -> Any:
+        loop, compactor = self._loop, self._compactor
+        result = self._inner.create(**loop.call(compactor.request, kwargs))
+        if kwargs.get("stream"):
+            return ObservedSyncStream[Any](
+                result, lambda events: loop.call(compactor.record_stream, events)
+            )
+        loop.call(compactor.record, result)
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _SyncCompletions(_SyncEndpoint):
+    @overload
+    def create(
+        self, *, messages: Iterable[Mapping[str, Any]], stream: Literal[True], **kwargs: Any
+    ) -> ObservedSyncStream[ChatCompletionChunk]: ...
+
+    @overload
+    def create(
+        self,
+        *,
+        messages: Iterable[Mapping[str, Any]],
+        stream: Literal[False] | None = None,
+        **kwargs: Any,
+    ) -> ChatCompletion: ...
+
+    def create(
+        self, *, messages: Iterable[Mapping[str, Any]], stream: bool | None = None, **kwargs: Any
+    ) -> ChatCompletion | ObservedSyncStream[ChatCompletionChunk]:
+        """``chat.completions.create`` with ``messages`` compacted; the SDK's own result."""
+        if stream is not None:
+            kwargs["stream"] = stream
+        kwargs["messages"] = list(messages)
+        return self._create(kwargs)  # type: ignore[no-any-return]
+
+
+class _SyncResponses(_SyncEndpoint):
+    @overload
+    def create(
+        self, *, stream: Literal[True], **kwargs: Any
+    ) -> ObservedSyncStream[ResponseStreamEvent]: ...
+
+    @overload
+    def create(self, *, stream: Literal[False] | None = None, **kwargs: Any) -> Response: ...
+
+    def create(
+        self, *, stream: bool | None = None, **kwargs: Any
+    ) -> Response | ObservedSyncStream[ResponseStreamEvent]:
+        """``responses.create`` with ``input`` compacted; the SDK's own result."""
+        if stream is not None:
+            kwargs["stream"] = stream
+        return self._create(kwargs)  # type: ignore[no-any-return]
+
+
+class WrappedOpenAI(Generic[S]):
+    """An ``OpenAI`` whose ``chat.completions`` and ``responses`` compact; everything else is
+    the client's. Use it in a ``with`` block or call `close`: it owns the manager's loop."""
+
+    def __init__(self, client: S, manager: ContextManager) -> None:
+        self.client = client
+        self.manager = manager
+        self._loop = loop = LoopThread(manager)
+        chat = Compactor(manager, "openai-chat")
+        self.chat = _Chat(client.chat, _SyncCompletions(client.chat.completions, chat, loop))
+        responses = Compactor(manager, "openai-responses")
+        self.responses = _SyncResponses(client.responses, responses, loop)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    def close(self) -> None:
+        """Close the manager (cancelling background summaries) and the client."""
+        try:
+            self._loop.close()
+        finally:
+            self.client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+@overload
+def wrap(client: A, manager: ContextManager) -> WrappedAsyncOpenAI[A]: ...
+
+
+@overload
+def wrap(client: S, manager: ContextManager) -> WrappedOpenAI[S]: ...
+
+
+def wrap(client: A | S, manager: ContextManager) -> WrappedAsyncOpenAI[A] | WrappedOpenAI[S]:
+    """A thin proxy of ``client`` (``AsyncOpenAI`` or ``OpenAI``) whose
+    ``chat.completions.create`` and ``responses.create`` send the compacted view of the full
+    history they are given and record usage."""
+    if isinstance(client, AsyncOpenAI):
+        return WrappedAsyncOpenAI(client, manager)
+    if isinstance(client, OpenAI):
+        return WrappedOpenAI(client, manager)
+    raise TypeError(f"wrap() takes an openai.AsyncOpenAI or OpenAI, got {type(client).__name__}")

@@ -6,7 +6,7 @@ import json
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import anyio
 
@@ -69,7 +69,7 @@ class FakeServer:
         validate: bool = True,
         check_signatures: bool = True,
         context_window: int | None = None,
-        caching: bool = True,
+        caching: bool | Literal["breakpoints"] = True,
         cache_ttl: float | None = None,
         require_auth: bool = True,
     ) -> None:
@@ -204,6 +204,11 @@ class FakeServer:
     def _count_tokens(self, path: str, body: Any) -> dict[str, Any] | None:
         return None
 
+    def _cache_points(self, body: Any) -> list[int] | None:
+        """Indices of the segments holding an explicit cache breakpoint (None: this API
+        caches automatically)."""
+        return None
+
     def _sse_headers(self) -> list[tuple[str, str]]:
         return [("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache")]
 
@@ -246,7 +251,8 @@ class FakeServer:
         reply = self._next_reply(body)
         if reply.delay > 0:
             await anyio.sleep(reply.delay)
-        await self._answer(call, reply, segments)
+        points = self._cache_points(body) if self.caching == "breakpoints" else None
+        await self._answer(call, reply, segments, points)
 
     def _too_long(self, path: str, total: int, window: int) -> Invalid:
         raise NotImplementedError
@@ -259,7 +265,9 @@ class FakeServer:
         default = self.default
         return default if isinstance(default, Reply) else default(body)
 
-    async def _answer(self, call: _Call, reply: Reply, segments: list[str]) -> None:
+    async def _answer(
+        self, call: _Call, reply: Reply, segments: list[str], points: list[int] | None
+    ) -> None:
         kind, exchange = reply.kind, call.exchange
         if kind == "error":
             return await call.fail(
@@ -273,7 +281,7 @@ class FakeServer:
             if kind == "hang":
                 return await exchange.wait_for_disconnect()
             return await exchange.reset()
-        billing = self._bill(reply, segments)
+        billing = self._bill(reply, segments, points)
         rendered = self._render(call.request.path, call.body, reply, billing)
         call.record(200, reply, usage=billing)
         if call.stream:
@@ -305,9 +313,12 @@ class FakeServer:
             await exchange.send_event(self._stream_fault(reply, path, cut))
         await exchange.end_stream()
 
-    def _bill(self, reply: Reply, segments: list[str]) -> Billing:
+    def _bill(self, reply: Reply, segments: list[str], points: list[int] | None) -> Billing:
         with self._lock:
-            if self.caching:
+            if points is not None:
+                cached, written, total = self._cache.lookup_breakpoints(segments, points)
+                uncached = total - cached - written
+            elif self.caching:
                 cached, total = self._cache.lookup(segments, store=True)
                 uncached, written = 0, total - cached
             else:

@@ -139,20 +139,20 @@ def _anthropic_params(body: Mapping[str, Any]) -> str | None:
         max_tokens = body.get("max_tokens")
         if isinstance(max_tokens, int) and max_tokens <= budget:
             return "`max_tokens` must be greater than `thinking.budget_tokens`."
-    breakpoints = _count_key(body.get("system"), "cache_control") + _count_key(
+    breakpoints = count_key(body.get("system"), "cache_control") + count_key(
         body.get("tools"), "cache_control"
     )
-    breakpoints += _count_key(body.get("messages"), "cache_control")
+    breakpoints += count_key(body.get("messages"), "cache_control")
     if breakpoints > 4:
         return f"A maximum of 4 blocks with cache_control may be provided. Found {breakpoints}."
     return None
 
 
-def _count_key(value: object, key: str) -> int:
+def count_key(value: object, key: str) -> int:
     if isinstance(value, dict):
-        return (key in value) + sum(_count_key(v, key) for k, v in value.items() if k != key)
+        return (key in value) + sum(count_key(v, key) for k, v in value.items() if k != key)
     if isinstance(value, list):
-        return sum(_count_key(v, key) for v in value)
+        return sum(count_key(v, key) for v in value)
     return 0
 
 
@@ -265,6 +265,8 @@ def _anthropic_block(
                         return problem
         if "is_error" in block and not isinstance(block["is_error"], bool):
             return f"{where}.tool_result.is_error: Input should be a valid boolean"
+    elif kind in ("thinking", "redacted_thinking") and "cache_control" in block:
+        return f"{where}.{kind}.cache_control: Extra inputs are not permitted"
     elif kind == "thinking":
         if not isinstance(block.get("thinking"), str):
             return f"{where}.thinking.thinking: Field required"

@@ -128,6 +128,36 @@ class PrefixCache:
                 self._expiry[digest] = expiry
         return cached, total
 
+    def lookup_breakpoints(
+        self, segments: Sequence[str], points: Sequence[int], lookback: int = 20
+    ) -> tuple[int, int, int]:
+        """Explicit breakpoints (segment indices holding a ``cache_control``): return
+        ``(cached, written, total)`` tokens. A breakpoint reads the longest stored prefix ending
+        at most ``lookback`` segments before it, and writes the prefix it ends."""
+        now = time.monotonic()
+        expiry = math.inf if self.ttl is None else now + self.ttl
+        digests: list[bytes] = []
+        ends: list[int] = []  # tokens of each prefix
+        digest, total = b"", 0
+        for segment in segments:
+            digest = hashlib.sha256(digest + segment.encode("utf-8")).digest()
+            total += estimate_tokens(segment)
+            digests.append(digest)
+            ends.append(total)
+        hit = -1
+        for point in points:
+            for k in range(point, max(point - lookback, -1), -1):
+                if self._expiry.get(digests[k], -1.0) >= now:
+                    hit = max(hit, k)
+                    break
+        if hit >= 0:
+            self._expiry[digests[hit]] = expiry
+        for point in points:
+            self._expiry[digests[point]] = expiry
+        cached = ends[hit] if hit >= 0 else 0
+        written = max(0, (ends[max(points)] if points else 0) - cached)
+        return cached, written, total
+
 
 # --------------------------------------------------------------------------- shared pieces
 

@@ -39,6 +39,7 @@ from agentctx.testing._base import FakeServer, RecordedRequest, Rendered
 from agentctx.testing._reply import FakeToolCall, Reply, ReplyKind
 from agentctx.testing._validate import (
     Invalid,
+    count_key,
     validate_anthropic,
     validate_chat,
     validate_responses,
@@ -72,9 +73,12 @@ class FakeAnthropic(FakeServer):
     request validation; ``check_signatures=False`` accepts thinking blocks whose signature
     this server did not issue (the real API rejects them; use `signature_for` to make valid
     ones); ``context_window`` answers "prompt is too long" above that many estimated tokens;
-    ``caching=False`` reports everything as uncached input; ``cache_ttl`` (seconds) expires
-    cached prefixes not hit for that long; ``require_auth=False`` accepts requests without
-    an API key or ``anthropic-version`` header.
+    ``caching=False`` reports everything as uncached input; ``caching="breakpoints"`` caches
+    only at explicit ``cache_control`` breakpoints, as the API does without automatic caching
+    (a breakpoint writes the prefix it ends and reads the longest cached prefix ending at most
+    20 segments — here, messages — before it; the rest is uncached input); ``cache_ttl``
+    (seconds) expires cached prefixes not hit for that long; ``require_auth=False`` accepts
+    requests without an API key or ``anthropic-version`` header.
 
     Validation (HTTP 400 ``invalid_request_error``, with the real API's wording where known):
     ``model`` and ``max_tokens`` present; roles ``user``/``assistant``; consecutive
@@ -86,7 +90,8 @@ class FakeAnthropic(FakeServer):
     ``tool_result`` without a ``tool_use`` in the previous assistant turn, none twice;
     ``tools`` defined when the transcript has tool blocks; thinking blocks signed by this
     server; with ``thinking`` enabled, the assistant turn of an in-flight tool loop starts
-    with its thinking block; at most 4 ``cache_control`` breakpoints; thinking budget rules.
+    with its thinking block; at most 4 ``cache_control`` breakpoints, none on a thinking
+    block; thinking budget rules.
     """
 
     _request_id_header = "request-id"
@@ -115,6 +120,11 @@ class FakeAnthropic(FakeServer):
 
     def _segments(self, path: str, body: Any) -> list[str]:
         return wire.anthropic_segments(body)
+
+    def _cache_points(self, body: Any) -> list[int] | None:
+        head = {"system": body.get("system"), "tools": body.get("tools")}
+        marked = [head, *(body.get("messages") or [])]
+        return [i for i, part in enumerate(marked) if count_key(part, "cache_control")]
 
     def _too_long(self, path: str, total: int, window: int) -> Invalid:
         return Invalid(f"prompt is too long: {total} tokens > {window} maximum")

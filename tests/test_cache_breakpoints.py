@@ -1,0 +1,159 @@
+"""Anthropic ``cache_control`` breakpoints placed by the wrapper: where they pay, never more
+than the API allows, checked against a fake server that caches only at breakpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+import pytest
+
+from agentctx import Budget, ContextManager, MemoryRecallStore
+from agentctx.errors import ConfigError
+from agentctx.providers import anthropic as ant_provider
+from agentctx.providers._convert import MAX_BREAKPOINTS, Compactor, place_breakpoints
+from agentctx.testing.servers import FakeAnthropic
+from tests.test_wrappers import (
+    MODEL,
+    SYSTEM,
+    TOOLS,
+    anthropic_loop,
+    assert_all_ok,
+    compactions,
+    script,
+)
+
+EPHEMERAL = {"type": "ephemeral"}
+
+
+def marks(messages: list[Any]) -> list[int]:
+    """Indices of the messages holding a breakpoint."""
+    return [
+        i
+        for i, m in enumerate(messages)
+        if isinstance(m["content"], list) and any("cache_control" in b for b in m["content"])
+    ]
+
+
+def test_place_breakpoints_order_room_and_eligible_blocks() -> None:
+    messages: list[Any] = [
+        {"role": "user", "content": "the task"},
+        {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "hm", "signature": "s"},
+                {"type": "text", "text": "answer"},
+                {"type": "redacted_thinking", "data": "x"},
+            ],
+        },
+    ]
+    assert place_breakpoints(messages, 0) is messages
+    one = place_breakpoints(messages, 1)
+    assert marks(one) == [2]
+    # the last block is redacted thinking, so the breakpoint goes on the text before it
+    assert one[2]["content"][1]["cache_control"] == EPHEMERAL
+    assert "cache_control" not in one[2]["content"][2]
+    assert one[0] is messages[0] and one[1] is messages[1]  # untouched messages are shared
+    assert messages[2]["content"][1] == {"type": "text", "text": "answer"}  # input not mutated
+    two = place_breakpoints(messages, 2)
+    assert marks(two) == [0, 2]
+    assert two[0]["content"] == [{"type": "text", "text": "the task", "cache_control": EPHEMERAL}]
+    # the previous request's end gets one only when the new turn outgrew the cache's lookback
+    assert marks(place_breakpoints(messages, 3, previous_end=1)) == [0, 2]
+    wide = [
+        *messages[:2],
+        {"role": "user", "content": [{"type": "text", "text": f"r{i}"} for i in range(25)]},
+    ]
+    assert marks(place_breakpoints(wide, 3, previous_end=1)) == [0, 1, 2]
+    assert marks(place_breakpoints(wide, 2, previous_end=1)) == [1, 2]
+
+
+def test_only_thinking_or_empty_text_gets_no_breakpoint() -> None:
+    messages: list[Any] = [
+        {"role": "user", "content": ""},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"}]},
+    ]
+    assert place_breakpoints(messages, 4) == messages
+
+
+def test_cache_breakpoints_are_anthropic_only() -> None:
+    with pytest.raises(ConfigError):
+        Compactor(ContextManager(10_000), "openai-chat", cache_breakpoints=True)
+
+
+async def run_loop(breakpoints: bool, turns: int = 10, **params: Any) -> tuple[FakeAnthropic, int]:
+    manager = ContextManager(
+        Budget(context_window=9_000, reserve_output=1_000), recall=MemoryRecallStore()
+    )
+    seen = compactions(manager)
+    async with FakeAnthropic(script(turns), caching="breakpoints") as srv:
+        raw = anthropic.AsyncAnthropic(base_url=srv.url, api_key="test", max_retries=0)
+        async with ant_provider.wrap(raw, manager, cache_breakpoints=breakpoints) as client:
+            await anthropic_loop(client, turns, model=MODEL, max_tokens=512, **params)
+    await manager.aclose()
+    assert_all_ok(srv.requests)
+    return srv, len(seen)
+
+
+async def test_breakpoints_turn_on_caching_and_survive_compaction() -> None:
+    plain, _ = await run_loop(False, system=SYSTEM, tools=TOOLS)
+    assert sum(r.usage.cache_read for r in plain.requests if r.usage) == 0
+
+    srv, compacted = await run_loop(True, system=SYSTEM, tools=TOOLS)
+    assert compacted > 0
+    usage = [r.usage for r in srv.requests if r.usage]
+    reads = [u.cache_read for u in usage]
+    # every request after the first reads a cached prefix, including the ones right after a
+    # compaction rewrote the middle of the view (the head breakpoint keeps tools+system+task)
+    assert reads[0] == 0 and all(r > 0 for r in reads[1:]), reads
+    assert sum(reads) > 0.5 * sum(u.prompt_tokens for u in usage[1:])
+    for r in srv.requests:
+        assert marks(r.json["messages"])[-1] == len(r.json["messages"]) - 1
+        assert 0 in marks(r.json["messages"])
+
+
+async def test_caller_breakpoints_are_counted_never_more_than_four() -> None:
+    system = [{"type": "text", "text": SYSTEM, "cache_control": EPHEMERAL}]
+    tools = [{**TOOLS[0], "cache_control": EPHEMERAL}]
+    srv, _ = await run_loop(True, system=system, tools=tools)
+    for r in srv.requests:
+        used = sum(
+            "cache_control" in b
+            for m in r.json["messages"]
+            if isinstance(m["content"], list)
+            for b in m["content"]
+        )
+        # the first request is the task alone: its one message gets one breakpoint
+        assert used == (1 if len(r.json["messages"]) == 1 else MAX_BREAKPOINTS - 2)
+    assert marks(srv.requests[-1].json["messages"]) == [
+        0,
+        len(srv.requests[-1].json["messages"]) - 1,
+    ]
+
+
+async def test_fake_server_rejects_five_breakpoints_and_thinking_breakpoints() -> None:
+    block = {"type": "text", "text": "x", "cache_control": EPHEMERAL}
+    async with FakeAnthropic(caching="breakpoints") as srv:
+        client = anthropic.AsyncAnthropic(base_url=srv.url, api_key="test", max_retries=0)
+        with pytest.raises(anthropic.BadRequestError, match="maximum of 4"):
+            await client.messages.create(
+                model=MODEL, max_tokens=8, messages=[{"role": "user", "content": [block] * 5}]
+            )
+        thinking = {
+            "type": "thinking",
+            "thinking": "t",
+            "signature": "s",
+            "cache_control": EPHEMERAL,
+        }
+        with pytest.raises(anthropic.BadRequestError, match="cache_control"):
+            await client.messages.create(
+                model=MODEL,
+                max_tokens=8,
+                messages=[
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": [thinking, {"type": "text", "text": "ok"}]},
+                    {"role": "user", "content": "go on"},
+                ],
+            )
+        await client.close()
