@@ -9,8 +9,13 @@ import logging
 
 import structlog
 
+_logger = logging.getLogger("agentctx")
+# A library's logger stays quiet until the application configures logging; without this the
+# stdlib's last-resort handler would print warnings to stderr.
+_logger.addHandler(logging.NullHandler())
+
 log: structlog.stdlib.BoundLogger = structlog.wrap_logger(
-    logging.getLogger("agentctx"),
+    _logger,
     wrapper_class=structlog.stdlib.BoundLogger,
     processors=[
         structlog.stdlib.filter_by_level,

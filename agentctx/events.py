@@ -27,7 +27,7 @@ from agentctx.messages import Usage
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
-    from anyio.streams.memory import MemoryObjectSendStream
+    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 __all__ = [
     "BudgetExceeded",
@@ -216,10 +216,16 @@ class EventHub:
         self._callbacks.append(callback)
         return lambda: self._callbacks.remove(callback) if callback in self._callbacks else None
 
-    async def stream(self) -> AsyncIterator[Event]:
-        """Iterate over events emitted from now on, until the hub closes."""
+    def stream(self) -> AsyncIterator[Event]:
+        """Iterate over events emitted from this call on (not from the first read), until
+        the hub closes."""
         send, receive = anyio.create_memory_object_stream[Event](self._buffer)
         self._streams.append(send)
+        return self._iterate(send, receive)
+
+    async def _iterate(
+        self, send: MemoryObjectSendStream[Event], receive: MemoryObjectReceiveStream[Event]
+    ) -> AsyncIterator[Event]:
         try:
             async with receive:
                 async for event in receive:

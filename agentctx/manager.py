@@ -40,7 +40,7 @@ from agentctx.events import (
 from agentctx.ledger import Ledger
 from agentctx.messages import AssistantMessage, Message, Usage, check_history, fingerprint
 from agentctx.recall import LedgerStore
-from agentctx.recall_tool import recall_page
+from agentctx.recall_tool import recall_arguments, recall_page
 from agentctx.strategies.deterministic import DeterministicCompaction
 from agentctx.strategy import CompactionContext
 from agentctx.tokens import MessageCounter
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
     from types import TracebackType
 
-    from anyio.abc import TaskGroup
+    from anyio.abc import TaskGroup, TaskStatus
 
     from agentctx.recall import RecallStore
     from agentctx.strategy import CompactionStrategy
@@ -129,9 +129,23 @@ class ContextManager:
 
     async def __aenter__(self) -> Self:
         self._task_group = anyio.create_task_group()
-        self._tasks = await self._task_group.__aenter__()
+        outer = await self._task_group.__aenter__()
+        try:
+            self._tasks = await outer.start(self._own_background_work)
+        except BaseException:
+            await self._task_group.__aexit__(None, None, None)
+            raise
         self._hub.bind(self._tasks)
         return self
+
+    async def _own_background_work(
+        self, *, task_status: TaskStatus[TaskGroup] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        # Background work lives in a task group of its own, so that cancelling it (aclose)
+        # never cancels the caller's code inside ``async with``.
+        async with anyio.create_task_group() as tasks:
+            task_status.started(tasks)
+            await anyio.sleep_forever()
 
     async def __aexit__(
         self,
@@ -153,8 +167,11 @@ class ContextManager:
             self._tasks.cancel_scope.cancel()
 
     async def aclose(self) -> None:
-        """Cancel background work and end event iterators (``async with`` does this)."""
+        """Cancel background work and end event iterators (``async with`` does this).
+
+        Inside ``async with`` only the manager's own work is cancelled, never the caller's."""
         self._tasks_cancel()
+        self._hub.bind(None)
         self._hub.close()
         self._closed = True
 
@@ -165,7 +182,7 @@ class ContextManager:
         return self._hub.subscribe(callback)
 
     def events(self) -> AsyncIterator[Event]:
-        """Async iterator over the events emitted from now on."""
+        """Async iterator over the events emitted from this call on."""
         return self._hub.stream()
 
     def emit(self, event: Event) -> None:
@@ -276,6 +293,12 @@ class ContextManager:
     ) -> str:
         """What the ``recall_context`` tool returns for these arguments (see `recall_page`)."""
         return recall_page(self.recall_store, self.session_id, id, offset, limit, pattern)
+
+    def handle_recall(self, arguments: object) -> str:
+        """The ``recall_context`` tool's result for the model's raw ``arguments`` (a mapping,
+        as parsed from the tool call); unusable arguments get an explanation, not an error."""
+        parsed = recall_arguments(arguments)
+        return parsed if isinstance(parsed, str) else self.recall(*parsed)
 
     def _current_view(self) -> tuple[Sequence[Message], Sequence[int]]:
         state = self._state

@@ -4,7 +4,7 @@
 tools = [recall_tool("anthropic")]                      # or "openai-chat", "openai-responses"
 ...
 if call.name == RECALL_TOOL_NAME:
-    text = ctx.recall(**call.arguments)                 # pages of 8000 chars, or grep
+    text = ctx.handle_recall(call.arguments)            # pages of 8000 chars, or grep
 ```
 
 Its results are exempt from every compaction pass, so what was recalled is not cleared again.
@@ -13,6 +13,7 @@ Its results are exempt from every compaction pass, so what was recalled is not c
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentctx.errors import ConfigError
@@ -20,7 +21,7 @@ from agentctx.errors import ConfigError
 if TYPE_CHECKING:
     from agentctx.recall import RecallStore
 
-__all__ = ["RECALL_TOOL_NAME", "recall_page", "recall_tool"]
+__all__ = ["RECALL_TOOL_NAME", "recall_arguments", "recall_page", "recall_tool"]
 
 RECALL_TOOL_NAME = "recall_context"
 _DESCRIPTION = (
@@ -90,3 +91,30 @@ def recall_page(
     end = min(total, offset + limit)
     nxt = f"; next offset={end}" if end < total else "; end"
     return f"[recall_context {id}: chars {offset}-{end} of {total}{nxt}]\n{content[offset:end]}"
+
+
+def recall_arguments(arguments: object) -> tuple[str, int, int, str | None] | str:
+    """``(id, offset, limit, pattern)`` from a model's tool-call arguments, or the text to
+    answer the model with when they are unusable (never an exception: models get it wrong).
+
+    Integers may come as digit strings; unknown keys are ignored.
+    """
+    if not isinstance(arguments, Mapping):
+        return "[recall_context] arguments must be an object with an `id`."
+    rid = arguments.get("id")
+    if not isinstance(rid, str) or not rid:
+        return '[recall_context] `id` is required: the "ctx-..." id shown in the placeholder.'
+    numbers = []
+    for key, default in (("offset", 0), ("limit", 8000)):
+        value = arguments.get(key, default)
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        if value is None:
+            value = default
+        if not isinstance(value, int) or isinstance(value, bool):
+            return f"[recall_context] `{key}` must be a whole number, got {value!r}."
+        numbers.append(value)
+    pattern = arguments.get("pattern")
+    if pattern is not None and not isinstance(pattern, str):
+        return f"[recall_context] `pattern` must be a regular expression string, got {pattern!r}."
+    return rid, numbers[0], numbers[1], pattern or None

@@ -210,6 +210,27 @@ async def test_event_iterator_receives_events() -> None:
     assert any(isinstance(e, ContextCompacted) for e in received)
 
 
+async def test_event_iterator_sees_events_from_its_creation() -> None:
+    """``ctx.events()`` subscribes when called, so an event emitted before the first read
+    (e.g. while the reader task has not started yet) is not lost."""
+    turns = [[user("task")]] + [tool_turn(n, lines=80) for n in range(30)]
+    async with ContextManager(small_budget()) as ctx:
+        events = ctx.events()
+        await drive(ctx, turns)  # no read yet
+        await ctx.aclose()
+        received = [event async for event in events]
+    assert any(isinstance(e, ContextCompacted) for e in received)
+
+
+def test_agentctx_logs_nothing_to_stderr_unless_configured() -> None:
+    import subprocess
+    import sys
+
+    code = "from agentctx._log import log; log.warning('briefing rejected', reason='empty')"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stderr == ""
+
+
 async def test_running_token_total_matches_a_fresh_count() -> None:
     """The view's cached token total (vector sums, refined deltas) equals a recount."""
     turns = [[user("task")]] + [tool_turn(n, lines=40 + n) for n in range(50)]

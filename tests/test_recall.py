@@ -126,3 +126,24 @@ def test_tool_definitions() -> None:
     assert recall_tool("anthropic")["input_schema"]["required"] == ["id"]
     assert recall_tool("openai-chat")["function"]["name"] == "recall_context"
     assert recall_tool("openai-responses")["type"] == "function"
+
+
+async def test_handle_recall_takes_the_models_raw_arguments() -> None:
+    store = MemoryRecallStore()
+    async with ContextManager(Budget(context_window=100_000), recall=store) as ctx:
+        rid = store.put(ctx.session_id, "0123456789" * 10)
+        assert ctx.handle_recall({"id": rid, "offset": "10", "limit": 5}).endswith("\n01234")
+        assert ctx.handle_recall({"id": rid, "pattern": "^0", "extra": 1}).startswith(
+            f"[recall_context {rid}: 1 lines match"
+        )
+        assert ctx.handle_recall({"id": rid, "offset": None}) == ctx.recall(rid)
+        for bad, why in [
+            ({}, "`id` is required"),
+            ({"id": 7}, "`id` is required"),
+            ("ctx-1", "must be an object"),
+            ({"id": rid, "limit": "lots"}, "`limit` must be a whole number"),
+            ({"id": rid, "offset": True}, "`offset` must be a whole number"),
+            ({"id": rid, "pattern": ["x"]}, "`pattern` must be a regular expression"),
+        ]:
+            assert why in ctx.handle_recall(bad), bad
+        assert "not found" in ctx.handle_recall({"id": "ctx-0000000000000000"})

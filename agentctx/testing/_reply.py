@@ -104,16 +104,26 @@ class Reply:
         id: str | None = None,
         text: str = "",
         thinking: str | None = None,
+        delay: float = 0.0,
     ) -> Reply:
         """The model calls one tool: ``Reply.tool_call("read", {"path": "a.py"})``."""
-        return cls.tool_calls([FakeToolCall(name, arguments, id)], text=text, thinking=thinking)
+        call = FakeToolCall(name, arguments, id)
+        return cls.tool_calls([call], text=text, thinking=thinking, delay=delay)
 
     @classmethod
     def tool_calls(
-        cls, calls: Sequence[FakeToolCall], *, text: str = "", thinking: str | None = None
+        cls,
+        calls: Sequence[FakeToolCall],
+        *,
+        text: str = "",
+        thinking: str | None = None,
+        delay: float = 0.0,
     ) -> Reply:
-        """The model calls several tools in parallel (one assistant turn)."""
-        return cls(answer=text, thinking=thinking, calls=tuple(calls), stop_reason="tool_use")
+        """The model calls several tools in parallel (one assistant turn), after ``delay``
+        seconds."""
+        return cls(
+            answer=text, thinking=thinking, calls=tuple(calls), stop_reason="tool_use", delay=delay
+        )
 
     @classmethod
     def max_tokens(cls, text: str = "This answer was cut off") -> Reply:
