@@ -138,12 +138,18 @@ class Usage:
 
     OpenAI reports cached tokens inside its prompt count; adapters subtract them so that
     `prompt_tokens` means the same thing for every provider.
+
+    ``cache_write_1h_tokens`` is the part of ``cache_write_tokens`` written with Anthropic's
+    1-hour TTL (``usage.cache_creation.ephemeral_1h_input_tokens``), which costs more than a
+    5-minute write; 0 when there was none or the provider did not say. It is a subset, never
+    added on top: ``cache_write_tokens`` stays the total written.
     """
 
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    cache_write_1h_tokens: int = 0
 
     @property
     def prompt_tokens(self) -> int:
@@ -156,6 +162,7 @@ class Usage:
             self.output_tokens + other.output_tokens,
             self.cache_read_tokens + other.cache_read_tokens,
             self.cache_write_tokens + other.cache_write_tokens,
+            self.cache_write_1h_tokens + other.cache_write_1h_tokens,
         )
 
 
@@ -281,12 +288,17 @@ def block_to_dict(block: Block) -> dict[str, Any]:
 
 
 def _usage_to_dict(usage: Usage) -> dict[str, int]:
-    return {
+    d = {
         "input_tokens": usage.input_tokens,
         "output_tokens": usage.output_tokens,
         "cache_read_tokens": usage.cache_read_tokens,
         "cache_write_tokens": usage.cache_write_tokens,
     }
+    if usage.cache_write_1h_tokens:
+        # Only when there is one, so the canonical JSON (and every fingerprint) of a message
+        # without 1-hour writes is what it was before the field existed.
+        d["cache_write_1h_tokens"] = usage.cache_write_1h_tokens
+    return d
 
 
 def to_dict(message: Message) -> dict[str, Any]:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ReplayReport", "RequestRow", "SONNET_PRICE", "replay"]
 
-SONNET_PRICE = Price(3.0, 15.0, 0.3, 3.75)
+SONNET_PRICE = Price(3.0, 15.0, 0.3, 3.75, 6.0)  # Claude Sonnet 4.x list prices
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +113,16 @@ class _PrefixCache:
         return read, write, rewrote and not cold, rewrote and cold
 
 
+def _cache_usage(read: int, write: int, cache_ttl: float) -> Usage:
+    """A request's simulated cache traffic; writes that must outlive Anthropic's 5-minute TTL
+    are 1-hour writes, which `Price.cost` bills at the 1-hour rate."""
+    return Usage(
+        cache_read_tokens=read,
+        cache_write_tokens=write,
+        cache_write_1h_tokens=write if cache_ttl > 300.0 else 0,
+    )
+
+
 async def replay(
     messages: Sequence[Message],
     *,
@@ -127,7 +137,8 @@ async def replay(
     Recorded usage on assistant messages calibrates the token accounting (the system prompt
     and tool schemas the transcript does not contain are measured from it). The simulated
     cache expires after ``cache_ttl`` seconds of the transcript's own time; a rewrite after
-    that is a cold rewrite (nothing cached is lost), not a cache break.
+    that is a cold rewrite (nothing cached is lost), not a cache break. A ``cache_ttl``
+    above 300 s stands for Anthropic's 1-hour cache: its writes pay ``price.cache_write_1h``.
     """
     rows: list[RequestRow] = []
     events: list[Event] = []
@@ -160,8 +171,8 @@ async def replay(
             tokens_without = overhead + ctx.counter.count_many(request)
             read, write, broke, cold = cache_with.send(view, overhead, now[0])
             read0, write0, _, _ = cache_without.send(request, overhead, now[0])
-            cost_with += price.cost(Usage(cache_read_tokens=read, cache_write_tokens=write))
-            cost_without += price.cost(Usage(cache_read_tokens=read0, cache_write_tokens=write0))
+            cost_with += price.cost(_cache_usage(read, write, cache_ttl))
+            cost_without += price.cost(_cache_usage(read0, write0, cache_ttl))
             actions = tuple(
                 a for e in events[seen:] if isinstance(e, ContextCompacted) for a in e.actions
             )

@@ -38,7 +38,7 @@ from agentctx.providers.anthropic import wrap
 from agentctx.providers.anthropic_summarizer import AnthropicSummarizer
 
 MODEL = os.environ.get("AGENTCTX_MODEL", "claude-sonnet-5-5")
-SUMMARY_MODEL = os.environ.get("AGENTCTX_SUMMARY_MODEL", "claude-haiku-4-5")
+SUMMARY_MODEL = os.environ.get("AGENTCTX_SUMMARY_MODEL", "claude-haiku-5-5")
 OFFLINE = os.environ.get("AGENTCTX_OFFLINE") == "1"
 FILES = 14
 TOOLS: list[Any] = [
@@ -121,9 +121,15 @@ async def main() -> None:
             raw = summary_client = anthropic.AsyncAnthropic()  # one client, two models
 
         # The summarizer gets its own model; a copy of the client with SDK retries off is made
-        # (LlmCompaction does the retrying), and the client stays ours to close.
+        # (LlmCompaction does the retrying), and the client stays ours to close. Low effort:
+        # Haiku 5.5 thinks by default, and thinking counts against the briefing's token cap.
+        summarizer = AnthropicSummarizer(
+            SUMMARY_MODEL,
+            client=summary_client,
+            request_options={"output_config": {"effort": "low"}},
+        )
         llm = LlmCompaction(
-            AnthropicSummarizer(SUMMARY_MODEL, client=summary_client),
+            summarizer,
             LlmCompactionConfig(timeout=30.0),
         )
         strategy = Chain([llm, DeterministicCompaction()])

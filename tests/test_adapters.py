@@ -228,6 +228,7 @@ def test_every_recorded_response_maps_to_the_same_blocks(path: Path) -> None:
                 usage["output_tokens"],
                 usage.get("cache_read_input_tokens") or 0,
                 usage.get("cache_creation_input_tokens") or 0,
+                (usage.get("cache_creation") or {}).get("ephemeral_1h_input_tokens") or 0,
             )
         elif ex.api == "chat":
             (sent,) = to_openai_chat([m])

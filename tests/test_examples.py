@@ -79,7 +79,7 @@ def test_summarize_cheap_model() -> None:
     text = "\n".join(lines)
     assert "briefing not used" not in text, text
     summarizer_line = re.compile(
-        rf"^  summarizer claude-haiku-4-5: (\d+) messages summarized, (\d+) input"
+        rf"^  summarizer claude-haiku-5-5: (\d+) messages summarized, (\d+) input"
         rf" \+ (\d+) output tokens, cost {USD}$"
     )
     spliced = 0
@@ -102,7 +102,7 @@ def test_summarize_cheap_model() -> None:
     assert spliced >= 1, text
     assert "final answer: Fourteen small arithmetic helper modules." in lines
     total = re.search(
-        rf"^summarizer total \(claude-haiku-4-5\): (\d+) requests, (\d+) input \+ (\d+) output"
+        rf"^summarizer total \(claude-haiku-5-5\): (\d+) requests, (\d+) input \+ (\d+) output"
         rf" tokens, cost {USD}; (idle|in_flight|ready) at the end$",
         text,
         re.MULTILINE,

@@ -153,6 +153,33 @@ async def test_max_tokens_override_and_max_tokens_param() -> None:
         assert sent["max_tokens"] == 300 and "max_completion_tokens" not in sent
 
 
+async def test_request_options_reach_the_server() -> None:
+    effort = {"output_config": {"effort": "low"}, "metadata": {"user_id": "u-1"}}
+    async with FakeAnthropic([Reply.text("x")]) as server:
+        async with AnthropicSummarizer(
+            api_key="k", base_url=server.url, request_options=effort
+        ) as summarizer:
+            await summarizer.summarize(REQUEST)
+        sent = server.requests[-1].json
+        assert sent["output_config"] == {"effort": "low"} and sent["metadata"] == {"user_id": "u-1"}
+        assert sent["model"] == "claude-haiku-5-5"  # the default: a current cheap model
+    reasoning = {"reasoning_effort": "low"}
+    async with FakeOpenAI([Reply.text("x"), Reply.text("y")]) as oserver:
+        url = oserver.url + "/v1"
+        async with OpenAIChatSummarizer(
+            "m", api_key="k", base_url=url, request_options=reasoning
+        ) as chat:
+            await chat.summarize(REQUEST)
+        async with OpenAIResponsesSummarizer(
+            "m", api_key="k", base_url=url, request_options={"reasoning": {"effort": "low"}}
+        ) as responses:
+            await responses.summarize(REQUEST)
+        chat_sent, responses_sent = (r.json for r in oserver.requests)
+        assert chat_sent["reasoning_effort"] == "low" and chat_sent["max_completion_tokens"] == 300
+        assert responses_sent["reasoning"] == {"effort": "low"}
+        assert responses_sent["max_output_tokens"] == 300
+
+
 @pytest.mark.parametrize("kind", KINDS)
 async def test_max_tokens_is_length(kind: str) -> None:
     async with setup(kind, Reply.max_tokens("## Goal\ncut")) as s:
@@ -263,7 +290,7 @@ async def test_owned_client_is_made_without_sdk_retries() -> None:
         await summarizer.aclose()
         assert len(server.requests) == 1
     ant = AnthropicSummarizer(api_key="k", base_url="http://127.0.0.1:9")
-    assert ant.client.max_retries == 0 and ant.model == "claude-haiku-4-5"
+    assert ant.client.max_retries == 0 and ant.model == "claude-haiku-5-5"
     await ant.aclose()
 
 
@@ -312,11 +339,11 @@ async def test_end_to_end_splices_a_briefing() -> None:
     stats = spliced[0].summary
     assert stats is not None
     assert stats.usage.prompt_tokens > 0 and stats.usage.output_tokens > 0
-    assert stats.model == "claude-haiku-4-5"
+    assert stats.model == "claude-haiku-5-5"
     assert any(has_briefing(v) for v in views)
     assert not [e for e in events if isinstance(e, SummaryRejected)]
     first = server.requests[0].json
-    assert first["model"] == "claude-haiku-4-5" and "<conversation>" in str(first["messages"])
+    assert first["model"] == "claude-haiku-5-5" and "<conversation>" in str(first["messages"])
 
 
 async def test_end_to_end_retries_a_rate_limit_then_splices() -> None:

@@ -4,7 +4,7 @@
 from agentctx.providers.anthropic_summarizer import AnthropicSummarizer
 from agentctx.strategies.llm import LlmCompaction
 
-summarizer = AnthropicSummarizer("claude-haiku-4-5")
+summarizer = AnthropicSummarizer("claude-haiku-5-5")
 strategy = Chain([LlmCompaction(summarizer), DeterministicCompaction()])
 ```
 
@@ -29,6 +29,7 @@ from agentctx.providers._retry_after import retry_after_seconds
 from agentctx.summarizer import SummaryResult, is_retryable_status, normalize_stop_reason
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from types import TracebackType
 
     from anthropic.types import Message as SDKMessage
@@ -37,11 +38,11 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_MODEL", "AnthropicSummarizer"]
 
-DEFAULT_MODEL = "claude-haiku-4-5"
+DEFAULT_MODEL = "claude-haiku-5-5"
 
 
 class AnthropicSummarizer:
-    """Summarizes on an Anthropic model (default ``claude-haiku-4-5``).
+    """Summarizes on an Anthropic model (default ``claude-haiku-5-5``).
 
     Args:
         model: the model to send requests to; also used for pricing.
@@ -54,6 +55,9 @@ class AnthropicSummarizer:
             ``max_tokens`` (`LlmCompactionConfig.max_summary_tokens`).
         timeout: the HTTP timeout in seconds (``None``: the SDK's default). `LlmCompaction`
             bounds every attempt with its own ``timeout`` too.
+        request_options: more arguments for every request, e.g. ``{"output_config":
+            {"effort": "low"}}``: on models that think by default (Haiku 5.5) thinking counts
+            against the cap, and a briefing cut short is rejected.
     """
 
     def __init__(
@@ -65,9 +69,11 @@ class AnthropicSummarizer:
         base_url: str | None = None,
         max_tokens: int | None = None,
         timeout: float | None = None,
+        request_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.model = model
         self.max_tokens = max_tokens
+        self.request_options = dict(request_options or {})
         self._owned = client is None
         options: dict[str, Any] = {"max_retries": 0}
         if timeout is not None:
@@ -85,6 +91,7 @@ class AnthropicSummarizer:
                 max_tokens=self.max_tokens if self.max_tokens is not None else request.max_tokens,
                 system=request.system,
                 messages=[{"role": "user", "content": request.prompt}],
+                **self.request_options,
             )
         except (anthropic.APIError, json.JSONDecodeError) as exc:
             raise _to_summarizer_error(exc) from exc
@@ -115,6 +122,9 @@ def _to_result(message: SDKMessage) -> SummaryResult:
         output_tokens=u.output_tokens,
         cache_read_tokens=u.cache_read_input_tokens or 0,
         cache_write_tokens=u.cache_creation_input_tokens or 0,
+        cache_write_1h_tokens=(u.cache_creation.ephemeral_1h_input_tokens or 0)
+        if u.cache_creation is not None
+        else 0,
     )
     return SummaryResult(
         text=text,

@@ -32,6 +32,7 @@ from agentctx.providers._retry_after import retry_after_seconds
 from agentctx.summarizer import SummaryResult, is_retryable_status, normalize_stop_reason
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from types import TracebackType
 
     from openai.types.chat import ChatCompletion
@@ -54,9 +55,11 @@ class _OpenAISummarizer:
         base_url: str | None = None,
         max_tokens: int | None = None,
         timeout: float | None = None,
+        request_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.model = model
         self.max_tokens = max_tokens
+        self.request_options = dict(request_options or {})
         self._owned = client is None
         options: dict[str, Any] = {"max_retries": 0}
         if timeout is not None:
@@ -98,6 +101,8 @@ class OpenAIChatSummarizer(_OpenAISummarizer):
             defaults). Point ``base_url`` at any OpenAI-compatible server (``.../v1``).
         max_tokens: cap on the briefing's output tokens; ``None`` uses the request's.
         timeout: the HTTP timeout in seconds (``None``: the SDK's default).
+        request_options: more arguments for every request, e.g. ``{"reasoning_effort":
+            "low"}`` for a reasoning model (whose reasoning counts against the cap).
         token_limit_param: the request field carrying the cap: ``max_completion_tokens``
             (OpenAI's current name, required by its reasoning models) or ``max_tokens``
             (older OpenAI-compatible servers).
@@ -112,6 +117,7 @@ class OpenAIChatSummarizer(_OpenAISummarizer):
         base_url: str | None = None,
         max_tokens: int | None = None,
         timeout: float | None = None,
+        request_options: Mapping[str, Any] | None = None,
         token_limit_param: Literal["max_completion_tokens", "max_tokens"] = (
             "max_completion_tokens"
         ),
@@ -123,31 +129,22 @@ class OpenAIChatSummarizer(_OpenAISummarizer):
             base_url=base_url,
             max_tokens=max_tokens,
             timeout=timeout,
+            request_options=request_options,
         )
         self.token_limit_param = token_limit_param
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
         """Send ``request`` once; raise `SummarizerError` when the API call fails."""
-        limit = self._limit(request)
+        options = {**self.request_options, self.token_limit_param: self._limit(request)}
         try:
-            if self.token_limit_param == "max_tokens":
-                completion = await self.client.chat.completions.create(
-                    model=self.model,
-                    messages=[
-                        {"role": "system", "content": request.system},
-                        {"role": "user", "content": request.prompt},
-                    ],
-                    max_tokens=limit,
-                )
-            else:
-                completion = await self.client.chat.completions.create(
-                    model=self.model,
-                    messages=[
-                        {"role": "system", "content": request.system},
-                        {"role": "user", "content": request.prompt},
-                    ],
-                    max_completion_tokens=limit,
-                )
+            completion = await self.client.chat.completions.create(
+                model=self.model,
+                messages=[
+                    {"role": "system", "content": request.system},
+                    {"role": "user", "content": request.prompt},
+                ],
+                **options,
+            )
         except (openai.APIError, json.JSONDecodeError) as exc:
             raise _to_summarizer_error(exc) from exc
         return _chat_result(completion)
@@ -157,7 +154,8 @@ class OpenAIResponsesSummarizer(_OpenAISummarizer):
     """Summarizes through the OpenAI Responses API (``store=False``: nothing is kept).
 
     Arguments as for `OpenAIChatSummarizer`, without ``token_limit_param`` (the cap is sent
-    as ``max_output_tokens``; a reasoning model's reasoning counts against it).
+    as ``max_output_tokens``; a reasoning model's reasoning counts against it, so pass e.g.
+    ``request_options={"reasoning": {"effort": "low"}}``).
     """
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
@@ -169,6 +167,7 @@ class OpenAIResponsesSummarizer(_OpenAISummarizer):
                 input=request.prompt,
                 max_output_tokens=self._limit(request),
                 store=False,
+                **self.request_options,
             )
         except (openai.APIError, json.JSONDecodeError) as exc:
             raise _to_summarizer_error(exc) from exc
