@@ -3,8 +3,16 @@
 1. **Truncate** long tool output and long string arguments of completed tool calls to head
    and tail. The marker counts against the line budget, so truncating again is a no-op.
 2. **Condense** old completed turns: the assistant part of a turn becomes one line naming
-   what it did (its text, the tools it called with their paths and commands).
-3. **Drop** the smallest middle span that reaches the target, behind one constant marker.
+   what it did (its text, the files it touched and the commands it ran). Oldest first; where
+   one more turn would overshoot the target by over a tenth of it, the smallest turn that is
+   enough, or else the drop tier, so every compaction lands near the target.
+3. **Drop** the smallest middle span that reaches the target, behind one constant marker that
+   lists the files and commands of what it replaced.
+
+The artifact trail survives every tier: a condensed turn or a marker lists each file once,
+with the tools that touched it (``read+edit(path=...)``), including files named in shell
+commands, before the commands themselves; condensing or dropping them again carries their
+lists on, so early file paths stay visible however often a stretch is compacted.
 
 Tiers run only when the prompt is over the hard budget (or, when the provider cache has gone
 cold anyway, over the trigger), and then aim at the budget's target ratio, so the prefix
@@ -108,42 +116,143 @@ def _marker_with_trail(dropped: Sequence[Message]) -> SummaryMessage:
     """The constant marker, then what the dropped span touched, so the artifact trail stays.
 
     Its bytes are fixed when the decision is taken, like every replacement; an earlier marker
-    inside the span passes its own trail on.
+    or condensed turn inside the span passes its own trail on.
     """
-    seen: dict[str, None] = {}
-    for m in dropped:
-        if _is_marker(m):
-            assert isinstance(m, SummaryMessage)
-            for line in m.text.split("\n")[2:]:
-                seen.setdefault(line.removeprefix("- "), None)
-        elif isinstance(m, AssistantMessage):
-            for call in m.tool_calls:
-                seen.setdefault(describe_call(call, width=200), None)
-            for item in _condensed_tools(text_of(m.content)):
-                seen.setdefault(item, None)
-    lines: list[str] = []
-    size = 0
-    for item in seen:
-        if size + len(item) > _TRAIL_LIMIT:
-            lines.append(f"- ... and {len(seen) - len(lines)} more")
-            break
-        lines.append(f"- {item}")
-        size += len(item) + 3
+    lines = [f"- {item}" for item in _fit_trail(_trail_items(dropped))]
     if not lines:
         return SummaryMessage(COMPACTION_MARKER)
     return SummaryMessage("\n".join([COMPACTION_MARKER, _TRAIL_HEADER, *lines]))
 
 
 _CONDENSED = "[Earlier turn, condensed]"
-_FAILED_SUFFIX = re.compile(r" \d+ call\(s\) failed\.$")
+_FAILED_SUFFIX = re.compile(r" (\d+) call\(s\) failed\.$")
+_PATH_KEYS = frozenset({"path", "file_path", "file", "filename"})
+_ITEM = re.compile(r"([\w.-]+(?:\+[\w.-]+)*)\((\w+)=(.*)\)", re.S)
+_ITEM_SEPARATOR = re.compile(r", (?=[\w.-]+(?:\+[\w.-]+)*\()")
+_PATH_TOKEN = re.compile(r"(?:[\w.-]+/)+[\w.-]+\.\w{1,5}")
+_MORE = re.compile(r"\.\.\. and \d+ more|\+\d+ more")
+
+
+def _call_items(call: ToolCall) -> list[str]:
+    """``name(key=value)`` of a call, and ``name(path=p)`` for each file its command names
+    beyond where that description is clipped."""
+    described = describe_call(call, width=200)
+    items = [described]
+    for key, value in call.arguments.items():
+        if key in ("command", "cmd") and isinstance(value, str):
+            first = value.split("\n", 1)[0]
+            items += [
+                f"{call.name}(path={p})"
+                for p in dict.fromkeys(_PATH_TOKEN.findall(first))
+                if p not in described
+            ]
+    return items
+
+
+def _split_condensed(text: str) -> tuple[str, list[str], int]:
+    """Text, trail items and failed-call count of a tier-2 one-liner (``("", [], 0)`` if
+    ``text`` is not one), so condensing or dropping it again keeps all three."""
+    if not text.startswith(_CONDENSED):
+        return "", [], 0
+    body = text.removeprefix(_CONDENSED).strip()
+    failed = _FAILED_SUFFIX.search(body)
+    errors = int(failed.group(1)) if failed else 0
+    if failed:
+        body = body[: failed.start()]
+    body, _, listed = body.partition(" Tools: ") if " Tools: " in body else (body, "", "")
+    if body.startswith("Tools: "):
+        body, listed = "", body.removeprefix("Tools: ")
+    items = [
+        item
+        for item in _ITEM_SEPARATOR.split(listed.removesuffix("."))
+        if item and not _MORE.fullmatch(item)
+    ]
+    return body.strip(), items, errors
 
 
 def _condensed_tools(text: str) -> list[str]:
-    """The tool list of a tier-2 one-liner, so dropping the line keeps its trail."""
-    if not text.startswith(_CONDENSED) or " Tools: " not in text:
-        return []
-    listed = _FAILED_SUFFIX.sub("", text).split(" Tools: ", 1)[1].removesuffix(".")
-    return [item for item in listed.split(", ") if not item.startswith("+")]
+    """The trail items of a tier-2 one-liner."""
+    return _split_condensed(text)[1]
+
+
+def _trail_items(messages: Sequence[Message]) -> list[str]:
+    """What ``messages`` touched, oldest first, including trails that compaction left."""
+    items: list[str] = []
+    for m in messages:
+        if _is_marker(m):
+            assert isinstance(m, SummaryMessage)
+            for line in m.text.split("\n")[2:]:
+                item = line.removeprefix("- ")
+                if not _MORE.match(item):
+                    items.append(item)
+        elif isinstance(m, AssistantMessage):
+            for call in m.tool_calls:
+                items += _call_items(call)
+            items += _condensed_tools(text_of(m.content))
+    return items
+
+
+def _fit_trail(items: Sequence[str], limit: int = _TRAIL_LIMIT) -> list[str]:
+    """Distinct trail items within about ``limit`` characters.
+
+    Files come first, one line each with the tools that touched them merged
+    (``read+edit(path=...)``), since they are the artifact trail; then commands and the
+    rest, oldest first, in what the files leave of ``limit`` (at least a quarter of it). A
+    file that only commands name is listed when one of those commands is not shown. What
+    does not fit is counted.
+    """
+    files: dict[str, list[str]] = {}  # path -> tools that named it as a path argument
+    named: dict[str, list[str]] = {}  # path -> items (commands, ...) whose text names it
+    others: list[str] = []
+    for item in dict.fromkeys(items):
+        m = _ITEM.fullmatch(item)
+        if m and m.group(2) in _PATH_KEYS:
+            names = files.setdefault(m.group(3), [])
+            names += [n for n in m.group(1).split("+") if n not in names]
+            continue
+        others.append(item)
+        for path in _PATH_TOKEN.findall(item):
+            files.setdefault(path, [])
+            named.setdefault(path, []).append(item)
+    room = max(limit // 4, limit - sum(len(p) + 12 for p, n in files.items() if n))
+    shown: list[str] = []
+    for item in others:
+        if len(item) + 3 > room:
+            break
+        shown.append(item)
+        room -= len(item) + 3
+    visible = set(shown)
+    lines: list[str] = []
+    size = 0
+    omitted = len(others) - len(shown)
+    for path, names in files.items():
+        hidden = [i for i in named.get(path, ()) if i not in visible]
+        if not names and not hidden:
+            continue  # only commands that are shown name it
+        names = names + [
+            n for n in dict.fromkeys(i.split("(", 1)[0] for i in hidden) if n not in names
+        ]
+        line = f"{'+'.join(names)}(path={path})"
+        if size + len(line) > limit:
+            omitted += 1
+            continue
+        lines.append(line)
+        size += len(line) + 3
+    lines += shown
+    if omitted:
+        lines.append(f"... and {omitted} more")
+    return lines
+
+
+def _slack(target: int) -> int:
+    """How far from the target a compaction may land: a tenth of it."""
+    return max(_MIN_DROP_GAIN, target // 10)
+
+
+def _tokens(ctx: CompactionContext) -> int:
+    """The prompt size after the decisions taken so far (the view renders first)."""
+    _ = ctx.origins
+    return ctx.prompt_tokens
 
 
 def _result_text(m: ToolResultMessage) -> str:
@@ -201,11 +310,13 @@ class DeterministicCompaction:
             taken = len(ctx.taken)
             ctx.counter.refine(ctx.view)  # replacements start with quick estimates
             self._truncate(ctx, actions, in_flight=False)
-            if ctx.prompt_tokens > target:
-                self._condense(ctx, actions, target)
-            if ctx.prompt_tokens > target:
+            if _tokens(ctx) > target:
+                self._condense(ctx, actions, target, precise=True)
+            if _tokens(ctx) > target:
                 self._drop_middle(ctx, actions, target)
-            if ctx.prompt_tokens > budget.limit:
+            if _tokens(ctx) > target + _slack(target):  # what the drop tier cannot cut
+                self._condense(ctx, actions, target, precise=False)
+            if _tokens(ctx) > budget.limit:
                 self._truncate(ctx, actions, in_flight=True)
             ctx.counter.refine(ctx.view)  # judge the round on full estimates
             if len(ctx.taken) == taken or ctx.prompt_tokens <= target:
@@ -299,28 +410,53 @@ class DeterministicCompaction:
 
     # -- tier 2 -------------------------------------------------------------------------
 
-    def _condense(self, ctx: CompactionContext, actions: list[str], target: int) -> None:
+    def _condense(
+        self, ctx: CompactionContext, actions: list[str], target: int, *, precise: bool
+    ) -> None:
         view, origins = ctx.view, ctx.origins
         tail = min(self._recent_start(view), b.in_flight_start(view) - 1)
         protected = b.newest_complete_turn(view)
         starts = b.turn_starts(view)
         count = ctx.counter.count
-        pending: list[tuple[int, int, AssistantMessage]] = []
-        freed = 0
         need = ctx.prompt_tokens - target
+        # Oldest turns first, and where one turn would overshoot the target, the smallest turn
+        # that is enough instead, so the prompt lands near the target on every compaction
+        # (the next one is then as far away as the target puts it). When ``precise``, an
+        # overshoot of more than a tenth of the target is left to the drop tier, which cuts
+        # finer; this tier runs again without ``precise`` for what that tier cannot cut.
+        slack = _slack(target)
+        eligible: list[tuple[int, int, AssistantMessage, int]] = []
+        available = 0
         for k, s in enumerate(starts):
             e = starts[k + 1] if k + 1 < len(starts) else len(view)
-            if e > tail or freed >= need:
+            if e > tail or (precise and available >= need + slack):
                 break
             part = view[s + 1 : e]
             if not part or (s, e) == protected or any(map(_is_paid_summary, part)):
                 continue
+            if len(part) == 1 and ctx.ledger.span_covering(origins[s + 1]):
+                continue
+            size = sum(map(count, part))
+            if size <= _MIN_DROP_GAIN:
+                continue
             line = self._one_line(part)
             replacement = AssistantMessage((TextBlock(line),), "stop")
-            gain = sum(map(count, part)) - ctx.counter.count_full(replacement)
-            if gain <= 0 or (len(part) == 1 and ctx.ledger.span_covering(origins[s + 1])):
-                continue
-            pending.append((s + 1, e, replacement))
+            gain = size - ctx.counter.count_full(replacement)
+            if gain > 0:
+                eligible.append((s + 1, e, replacement, gain))
+                available += gain
+        pending: list[tuple[int, int, AssistantMessage]] = []
+        freed = 0
+        for k, (s, e, replacement, gain) in enumerate(eligible):
+            rest = need - freed
+            if rest <= 0:
+                break
+            if gain - rest > slack:
+                best = min((x for x in eligible[k:] if x[3] >= rest), key=lambda x: x[3])
+                if not precise or best[3] - rest <= slack:
+                    pending.append(best[:3])
+                break
+            pending.append((s, e, replacement))
             freed += gain
         raw = ctx.raw
         for s, e, replacement in pending:
@@ -332,28 +468,23 @@ class DeterministicCompaction:
     @staticmethod
     def _one_line(part: Sequence[Message]) -> str:
         texts: list[str] = []
-        calls: list[str] = []
         errors = 0
         for m in part:
             if isinstance(m, AssistantMessage):
                 t = text_of(m.content).strip()
+                earlier, _, failed = _split_condensed(t)
+                if t.startswith(_CONDENSED):
+                    t, errors = earlier, errors + failed  # condensed again: keep its trail
                 if t:
                     texts.append(t)
-                calls.extend(describe_call(c, width=200) for c in m.tool_calls)
             elif isinstance(m, ToolResultMessage) and m.is_error:
                 errors += 1
+        items = _trail_items(part)
         line = _CONDENSED
         if texts:
             line += " " + _clip(" ".join(texts), 200)
-        if calls:
-            unique = list(dict.fromkeys(calls))
-            shown: list[str] = []
-            for call in unique:
-                if sum(map(len, shown)) + len(call) > _TRAIL_LIMIT:
-                    shown.append(f"+{len(unique) - len(shown)} more")
-                    break
-                shown.append(call)
-            line += f" Tools: {', '.join(shown)}."
+        if items:
+            line += f" Tools: {', '.join(_fit_trail(items))}."
         if errors:
             line += f" {errors} call(s) failed."
         return line
