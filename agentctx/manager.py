@@ -19,6 +19,7 @@ drops the decisions after it and emits `HistoryResynced`.
 
 from __future__ import annotations
 
+import bisect
 import operator
 import re
 import time
@@ -218,6 +219,7 @@ class ContextManager:
             raise ConfigError("this ContextManager is closed")
         self._sync(history)
         state = self._state
+        self._count_new_near_budget()
         if self._resumed:
             # A resumed ledger must match the history it is applied to, anchor by anchor.
             self._resumed = False
@@ -265,6 +267,23 @@ class ContextManager:
             if self._on_over_budget == "raise":
                 raise BudgetExceededError(tokens, self.budget.limit, view)
         return view
+
+    def _count_new_near_budget(self) -> None:
+        """Count the messages new since the last call in full when their quick estimate could
+        be what keeps the prompt under the budget.
+
+        A new message is first counted at a few characters a token; dense output costs more
+        (hex and paths 1.5-1.6x), so a large new result could pass the budget unseen by every
+        strategy. Only when twice the quick count would cross the budget, so calls far from
+        it stay O(1).
+        """
+        view, origins = self._current_view()
+        k = bisect.bisect_left(origins, self._sent)
+        if k < len(view):
+            new = view[k:]
+            quick = self.counter.count_many(new)
+            if self.prompt_tokens + quick > self.budget.limit:
+                self.counter.refine(new)
 
     def _persist(self) -> None:
         """Save the ledger where it is kept, and tell the recall store what is referenced."""

@@ -28,7 +28,6 @@ budget's headroom on every rewrite.
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
 import re
@@ -209,7 +208,7 @@ class ToolOutputPipeline:
         if self.target_ratio is not None and self.target_ratio < budget.target_ratio:
             budget = replace(budget, target_ratio=self.target_ratio)
         messages_before = len(ctx.view)
-        tokens_before = _decision_tokens(ctx)
+        tokens_before = _tokens(ctx)
         cold = ctx.idle_seconds is not None and ctx.idle_seconds > self.cache_ttl_seconds
         if not run.proposals and tokens_before <= budget.limit and not cold:
             return
@@ -275,25 +274,6 @@ def _tokens(ctx: CompactionContext) -> int:
     """The prompt size after the decisions taken so far (the view renders first)."""
     _ = ctx.origins
     return ctx.prompt_tokens
-
-
-def _decision_tokens(ctx: CompactionContext) -> int:
-    """The prompt size to decide on, from full estimates of the messages new in this call
-    whenever their quick estimates could be what keeps it under the hard budget.
-
-    A message is first counted at a few characters a token; dense output costs more (hex
-    and paths 1.5-1.6x as much), so a new 60 kB result could pass the budget unseen: that
-    was the one request over the budget on pi/before-compaction at 50k. Only the new
-    messages are refined, and only when twice their quick count could cross the budget.
-    """
-    tokens = _tokens(ctx)
-    origins = ctx.origins
-    k = bisect.bisect_left(origins, ctx.sent)
-    if k < len(origins):
-        new = ctx.view[k:]
-        if tokens + ctx.counter.count_many(new) > ctx.budget.limit and ctx.counter.refine(new):
-            tokens = _tokens(ctx)
-    return tokens
 
 
 class _Run:
