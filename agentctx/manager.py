@@ -157,6 +157,12 @@ class ContextManager:
         self._tasks_cancel()
         try:
             return await self._task_group.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            # The caller's own exception leaves ``async with`` as itself, not wrapped in a
+            # group by the task group that owns the background work.
+            if exc is not None and all(e is exc for e in group.exceptions):
+                return False
+            raise
         finally:
             self._hub.bind(None)
             self._hub.close()

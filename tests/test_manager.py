@@ -242,3 +242,20 @@ async def test_running_token_total_matches_a_fresh_count() -> None:
             ctx.observe(Usage(input_tokens=ctx.counter.count_many(view) + 500))
             fresh = ctx.counter.count_many(view)
             assert abs(ctx.prompt_tokens - ctx.counter.overhead - fresh) <= len(view)
+
+
+async def test_the_callers_exception_leaves_async_with_unwrapped() -> None:
+    """The task group that owns background work does not wrap the caller's own exception
+    in an ExceptionGroup: ``except BudgetExceededError`` around ``async with`` works."""
+
+    class Mine(Exception):
+        pass
+
+    cause = KeyError("why")
+    with pytest.raises(Mine) as caught:
+        async with ContextManager(small_budget()):
+            raise Mine("boom") from cause
+    assert caught.value.__cause__ is cause
+    with pytest.raises(BudgetExceededError):
+        async with ContextManager(small_budget()) as ctx:
+            await ctx.prepare([user("x" * 400_000)])

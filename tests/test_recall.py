@@ -11,7 +11,7 @@ from agentctx import recall_tool
 from agentctx.budget import Budget
 from agentctx.ledger import ReplaceArguments, ReplaceResult
 from agentctx.manager import ContextManager
-from agentctx.messages import Message, canonical_json, text_of
+from agentctx.messages import Message, ToolResultMessage, canonical_json, text_of
 from agentctx.recall import MemoryRecallStore, SQLiteRecallStore
 from agentctx.recall_tool import recall_page
 from agentctx.strategies import ExpiryPass, ToolOutputPipeline
@@ -147,3 +147,38 @@ async def test_handle_recall_takes_the_models_raw_arguments() -> None:
         ]:
             assert why in ctx.handle_recall(bad), bad
         assert "not found" in ctx.handle_recall({"id": "ctx-0000000000000000"})
+
+
+async def test_condensed_and_dropped_parts_are_recallable_in_one_call() -> None:
+    """With a recall store the deterministic tiers keep what they condense or drop: each
+    condensed turn and each dropped span names a recall id, and every tool output that left
+    the view is found by one ``recall_context`` call on an id the view shows."""
+    history = aged_session()
+    store = MemoryRecallStore()
+    async with ContextManager(
+        Budget(context_window=12_000, reserve_output=2_000),
+        recall=store,
+        session_id="tiers",
+        on_over_budget="send",
+    ) as ctx:
+        view: list[Message] = []
+        for group in synthetic_session(3, 60, mean_output_lines=30):
+            view = await ctx.prepare([*view, *group])
+        shown = "\n".join(canonical_json(m) for m in view)
+        ids = set(RID.findall(shown))
+        condensed = [m for m in view if text_of(getattr(m, "content", ())).startswith("[Earlier")]
+        markers = [m for m in view if getattr(m, "text", "").startswith("[Context compacted")]
+        assert markers and RID.search(markers[0].text)  # type: ignore[attr-defined]
+        recalled = {rid: ctx.recall(rid, limit=10**9) for rid in ids}
+        assert all("not found" not in page for page in recalled.values())
+        visible = "\n".join(getattr(m, "text", None) or text_of(m.content) for m in view)  # type: ignore[union-attr]
+        gone = [
+            r
+            for r in history
+            if isinstance(r, ToolResultMessage) and text_of(r.content) not in visible
+        ]
+        assert gone, "the small budget should have cleared tool outputs"
+        for r in gone:
+            # the store's own copy of a truncated result also counts: one call either way
+            assert any(text_of(r.content) in page for page in recalled.values()), r.tool_call_id
+    assert condensed or len(markers) >= 1

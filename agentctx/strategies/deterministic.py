@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,7 @@ from agentctx.messages import (
     ToolResultMessage,
     text_of,
 )
+from agentctx.summarizer import serialize_transcript
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -112,19 +114,51 @@ def _is_paid_summary(m: Message) -> bool:
     return isinstance(m, SummaryMessage) and not _is_marker(m)
 
 
-def _marker_with_trail(dropped: Sequence[Message]) -> SummaryMessage:
+def _marker_with_trail(dropped: Sequence[Message], rid: str | None = None) -> SummaryMessage:
     """The constant marker, then what the dropped span touched, so the artifact trail stays.
 
     Its bytes are fixed when the decision is taken, like every replacement; an earlier marker
-    or condensed turn inside the span passes its own trail on.
+    or condensed turn inside the span passes its own trail on. ``rid`` is the recall id of the
+    dropped text; an earlier marker inside the span passes its ids on too, so every dropped
+    part stays one recall call away.
     """
+    ids = [i for m in dropped if _is_marker(m) for i in _marker_ids(m)]
+    if rid is not None:
+        ids.append(rid)
+    head = COMPACTION_MARKER
+    if ids:
+        head += " (" + ", ".join(f"recall_context id={i}" for i in dict.fromkeys(ids)) + ")"
     lines = [f"- {item}" for item in _fit_trail(_trail_items(dropped))]
     if not lines:
-        return SummaryMessage(COMPACTION_MARKER)
-    return SummaryMessage("\n".join([COMPACTION_MARKER, _TRAIL_HEADER, *lines]))
+        return SummaryMessage(head)
+    return SummaryMessage("\n".join([head, _TRAIL_HEADER, *lines]))
+
+
+def _marker_ids(marker: Message) -> list[str]:
+    assert isinstance(marker, SummaryMessage)
+    return _RECALL_ID.findall(marker.text.split("\n", 1)[0])
+
+
+def _span_text(
+    view: Sequence[Message], origins: Sequence[int], raw: Sequence[Message], start: int, end: int
+) -> str:
+    """What a recall of the condensed or dropped view part ``[start, end)`` returns: the raw
+    messages it stands for, in full, as plain text, so one call finds any of them (an earlier
+    marker in the part is left out: the new marker passes its recall ids on)."""
+    originals: list[Message] = []
+    for j in range(start, end):
+        if not _is_marker(view[j]):
+            stop = origins[j + 1] if j + 1 < len(origins) else len(raw)
+            originals += raw[origins[j] : stop]
+    return serialize_transcript(
+        originals, block_chars=sys.maxsize, argument_chars=sys.maxsize, total_chars=sys.maxsize
+    )
 
 
 _CONDENSED = "[Earlier turn, condensed]"
+_RECALL_ID = re.compile(r"ctx-[0-9a-f]{16}")
+_ID_STAND_IN = "ctx-" + "0" * 16  # as long as a real recall id, for sizing a replacement
+_RECALL_NOTE = re.compile(r"\(recall_context id=ctx-[0-9a-f]{16}\) ?")
 _FAILED_SUFFIX = re.compile(r" (\d+) call\(s\) failed\.$")
 _PATH_KEYS = frozenset({"path", "file_path", "file", "filename"})
 _ITEM = re.compile(r"([\w.-]+(?:\+[\w.-]+)*)\((\w+)=(.*)\)", re.S)
@@ -155,6 +189,9 @@ def _split_condensed(text: str) -> tuple[str, list[str], int]:
     if not text.startswith(_CONDENSED):
         return "", [], 0
     body = text.removeprefix(_CONDENSED).strip()
+    note = _RECALL_NOTE.match(body)
+    if note:
+        body = body[note.end() :]
     failed = _FAILED_SUFFIX.search(body)
     errors = int(failed.group(1)) if failed else 0
     if failed:
@@ -425,7 +462,7 @@ class DeterministicCompaction:
         # overshoot of more than a tenth of the target is left to the drop tier, which cuts
         # finer; this tier runs again without ``precise`` for what that tier cannot cut.
         slack = _slack(target)
-        eligible: list[tuple[int, int, AssistantMessage, int]] = []
+        eligible: list[tuple[int, int, AssistantMessage, int]] = []  # start, end, line, gain
         available = 0
         for k, s in enumerate(starts):
             e = starts[k + 1] if k + 1 < len(starts) else len(view)
@@ -439,7 +476,8 @@ class DeterministicCompaction:
             size = sum(map(count, part))
             if size <= _MIN_DROP_GAIN:
                 continue
-            line = self._one_line(part)
+            # Sized with a stand-in id; the real one is made only for the turns condensed.
+            line = self._one_line(part, _ID_STAND_IN if ctx.recall is not None else None)
             replacement = AssistantMessage((TextBlock(line),), "stop")
             gain = size - ctx.counter.count_full(replacement)
             if gain > 0:
@@ -461,12 +499,16 @@ class DeterministicCompaction:
         raw = ctx.raw
         for s, e, replacement in pending:
             a, z = origins[s], (origins[e] if e < len(view) else len(raw))
+            if ctx.recall is not None:
+                rid = ctx.recall.put(ctx.session_id, _span_text(view, origins, raw, s, e))
+                line = self._one_line(view[s:e], rid)
+                replacement = AssistantMessage((TextBlock(line),), "stop")
             ctx.take(ReplaceSpan(anchor(raw, a), z, anchor(raw, z - 1), (replacement,), "condense"))
         if pending:
             actions.append(f"condensed {len(pending)} old turns to one line each")
 
     @staticmethod
-    def _one_line(part: Sequence[Message]) -> str:
+    def _one_line(part: Sequence[Message], rid: str | None = None) -> str:
         texts: list[str] = []
         errors = 0
         for m in part:
@@ -481,6 +523,8 @@ class DeterministicCompaction:
                 errors += 1
         items = _trail_items(part)
         line = _CONDENSED
+        if rid is not None:
+            line += f" (recall_context id={rid})"
         if texts:
             line += " " + _clip(" ".join(texts), 200)
         if items:
@@ -558,9 +602,14 @@ class DeterministicCompaction:
             if a > 0 and _is_marker(view[a - 1]):
                 a -= 1  # grow the earlier marker's span instead of adding a second marker
             start, end = origins[a], (origins[e] if e < len(view) else len(raw))
-            trail = _marker_with_trail(view[a:e])
+            recall = ctx.recall
+            trail = _marker_with_trail(view[a:e], _ID_STAND_IN if recall is not None else None)
             freed = sum(map(count, view[a:e])) - ctx.counter.count_full(trail)
             if freed < min(need, _MIN_DROP_GAIN):
                 continue  # the trail would cost about what the span frees
+            if recall is not None:
+                trail = _marker_with_trail(
+                    view[a:e], recall.put(ctx.session_id, _span_text(view, origins, raw, a, e))
+                )
             ctx.take(ReplaceSpan(anchor(raw, start), end, anchor(raw, end - 1), (trail,), "drop"))
             actions.append(f"dropped {e - a} messages ({freed} tokens) behind the marker")
