@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -31,6 +32,7 @@ from agentctx import (
 )
 from agentctx.errors import ConfigError, SummarizerError
 from agentctx.events import (
+    BudgetExceeded,
     CompactionWarning,
     ContextCompacted,
     Event,
@@ -375,6 +377,26 @@ async def test_a_briefing_that_cannot_fit_is_reported_as_deterministic() -> None
     assert not has_briefing(caller.views[-1])
 
 
+async def test_a_briefing_is_kept_when_discarding_it_could_not_meet_the_budget() -> None:
+    summarizer = ScriptedSummarizer(default=briefing("KEPT"))
+    chain, llm = strategy(summarizer, retain_tail_tokens=200)
+    async with ContextManager(budget(), strategy=chain, on_over_budget="send") as m:
+        caller = Caller(m)
+        i = 0
+        while llm.phase != "ready":
+            await caller.turn(turn(i))
+            i += 1
+        # The latest user message alone is over the limit and nothing may drop it: without
+        # the briefing the view would be over the budget all the same.
+        huge = UserMessage.of(prose(i, 1_800))
+        view = (await drive(m, [[*caller.history, huge]]))[-1]
+    (spliced,) = caller.compactions("summarized")
+    assert "still over the budget" in spliced.actions[-1]
+    assert has_briefing(view, "KEPT") and view[-1] == huge
+    assert not [e for e in caller.compactions("deterministic") if e.strategy == "LlmCompaction"]
+    assert caller.of(BudgetExceeded)
+
+
 @pytest.mark.parametrize("keep_first", range(1, 7))
 async def test_a_splice_never_orphans_a_parallel_tool_call(keep_first: int) -> None:
     summarizer = ScriptedSummarizer(default=briefing())
@@ -419,7 +441,7 @@ async def test_a_stretch_compacted_across_the_cut_meanwhile_is_taken_along() -> 
         while llm.phase != "in_flight":
             await caller.turn(turn(i))
             i += 1
-        cut = llm._inflight.cut  # type: ignore[union-attr]
+        cut = llm._requests.inflight.cut  # type: ignore[union-attr]
         raw = m.raw
         m.ledger.add(ReplaceSpan(anchor(raw, cut - 1), cut + 1, anchor(raw, cut), (marker,), "x"))
         await anyio.sleep(0.1)
@@ -432,6 +454,36 @@ async def test_a_stretch_compacted_across_the_cut_meanwhile_is_taken_along() -> 
     view = caller.views[-1]
     k = next(j for j, msg in enumerate(view) if has_briefing([msg], "MERGED"))
     assert view[k + 1] == marker and not caller.of(SummaryStale)
+
+
+async def test_a_request_in_flight_survives_a_crossing_the_tail_cannot_absorb() -> None:
+    """Over the limit before the briefing is back, with too little after the span to get
+    under the trigger: LlmCompaction compacts inside the span too, never across its ends and
+    only just under the trigger, so the tiers after it do not take the span to the target and
+    the briefing still saves most of it when it arrives."""
+    summarizer = ScriptedSummarizer(default=Outcome.reply(briefing("KEPT"), delay=0.05))
+    chain, llm = strategy(summarizer, retain_tail_tokens=200)
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        i = 0
+        while llm.phase != "in_flight":
+            await caller.turn(turn(i))
+            i += 1
+        job = llm._requests.inflight
+        assert job is not None
+        await caller.turn(turn(i, 400))  # the newest complete turn, too big to compact
+        (crossing,) = caller.compactions("deterministic")
+        assert crossing.strategy == "LlmCompaction" and llm.phase == "in_flight"
+        assert m.budget.target_tokens < m.prompt_tokens <= m.budget.trigger_tokens
+        assert not any(s.at.index < c < s.end for s in m.ledger.spans for c in (job.start, job.cut))
+        await anyio.sleep(0.1)
+        while not caller.compactions("summarized"):
+            i += 1
+            await caller.turn(turn(i))
+            assert i < 80
+    (spliced,) = caller.compactions("summarized")
+    region, size = map(int, re.findall(r"\((\d+)->(\d+) tokens\)", spliced.actions[0])[0])
+    assert region > 4 * size and not caller.of(SummaryStale)
 
 
 # ---------------------------------------------------------------------------------------

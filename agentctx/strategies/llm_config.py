@@ -1,0 +1,174 @@
+"""Settings of `LlmCompaction` (`LlmCompactionConfig`, `RetryPolicy`) and how its briefings
+are recognized in a view (`SUMMARY_MARKER`, `is_briefing`).
+
+```python
+from agentctx.strategies.llm import LlmCompaction, LlmCompactionConfig, RetryPolicy
+
+config = LlmCompactionConfig(trigger_ratio=0.7, retry=RetryPolicy(max_attempts=5), timeout=60)
+strategy = LlmCompaction(summarizer, config)
+```
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from agentctx._log import log
+from agentctx.errors import ConfigError
+from agentctx.messages import SummaryMessage
+from agentctx.summarizer import (
+    DEFAULT_INSTRUCTION,
+    DEFAULT_SYSTEM_PROMPT,
+    DEFAULT_UPDATE_INSTRUCTION,
+    REQUIRED_SECTIONS,
+    TRANSCRIPT_BLOCK_CHARS,
+    TRANSCRIPT_TOTAL_CHARS,
+)
+
+if TYPE_CHECKING:
+    from agentctx.messages import Message
+    from agentctx.pricing import Price
+
+__all__ = [
+    "DEFAULT_RETAIN_TAIL_TOKENS",
+    "MIN_SUMMARY_TOKENS",
+    "SUMMARY_MARKER",
+    "LlmCompactionConfig",
+    "RetryPolicy",
+    "briefing_text",
+    "is_briefing",
+]
+
+SUMMARY_MARKER = "[Context compacted: a briefing on the earlier conversation, which it replaces]"
+"""Constant first line of every spliced briefing, so splices are recognizable."""
+
+DEFAULT_RETAIN_TAIL_TOKENS = 20_000
+"""Ceiling of the default retained tail; the default is ``min(this, limit // 4)``."""
+
+MIN_SUMMARY_TOKENS = 256
+"""Floor of ``max_summary_tokens``: below it no model fits the five sections."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """Retries of one summarization: exponential backoff with jitter, clamped ``Retry-After``.
+
+    Attempts are numbered from 1; after failed attempt ``n`` the wait is
+    ``min(max_delay, base_delay * 2 ** (n - 1))``, shortened by up to ``jitter`` (a 0-1
+    fraction) at random, or the provider's ``Retry-After`` clamped to ``max_retry_after``.
+    Only retryable errors (`SummarizerError.retryable`, timeouts) are retried.
+    """
+
+    max_attempts: int = 3
+    base_delay: float = 1.0
+    max_delay: float = 30.0
+    jitter: float = 0.5
+    max_retry_after: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ConfigError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        for name in ("base_delay", "max_delay", "max_retry_after"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"{name} must be a finite number >= 0, got {value!r}")
+        if not 0 <= self.jitter <= 1:
+            raise ConfigError(f"jitter is a 0-1 fraction, got {self.jitter!r}")
+
+    def delay(self, attempt: int, retry_after: float | None, rand: float) -> float:
+        """Seconds to wait after failed attempt ``attempt`` (1-based); ``rand`` is in [0, 1)."""
+        if retry_after is not None and math.isfinite(retry_after):
+            return min(max(0.0, retry_after), self.max_retry_after)
+        backoff = min(self.max_delay, self.base_delay * 2.0 ** max(0, attempt - 1))
+        return backoff * (1.0 - self.jitter * rand)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LlmCompactionConfig:
+    """Settings of `LlmCompaction`.
+
+    Attributes:
+        trigger_ratio: 0-1 fraction of the limit where a background summary starts;
+            ``None`` uses the budget's ``trigger_ratio``.
+        retain_tail_tokens: tokens of recent messages kept verbatim after the briefing;
+            ``None`` derives ``min(DEFAULT_RETAIN_TAIL_TOKENS, limit // 4)`` on every call (a
+            fixed 20k would silently disable the strategy on small windows). An explicit
+            value is used as given; a one-time `CompactionWarning` says when it leaves
+            nothing to summarize.
+        keep_first: view messages always sent verbatim at the start (at least through the
+            task, the first user message).
+        max_summary_tokens: cap on the briefing (floor 256); a briefing that hits it stops on
+            ``length`` and is rejected.
+        timeout: seconds one attempt may take.
+        deadline: seconds all attempts and the waits between them may take together.
+        retry: the retry policy.
+        price: USD prices of the summarizer model; ``None`` looks the model up in
+            `agentctx.pricing` (unknown models cost ``None``, never 0).
+        system_prompt, instruction, update_instruction: the request's texts; the update
+            instruction is used when a previous briefing is sent along.
+        required_sections: markdown headings a briefing must have (empty: no check).
+        warn_after_fallbacks: consecutive over-limit calls without a splice (after a request
+            was made) before a ``losing_race`` warning; it re-arms after a splice.
+        cold_cache_seconds: after this long without a model call the provider's prefix cache
+            has expired, so a ready briefing is spliced above the trigger already (a rewrite
+            is free then); ``None`` splices only over the limit.
+        protect_paid_work: over the limit with no briefing to splice, first run the fallback
+            tiers on what follows the span in flight (just under the limit) and on what
+            follows an earlier briefing, so neither is lost; ``False`` leaves every fallback
+            to the strategies chained after this one.
+        transcript_block_chars, transcript_total_chars: transcript caps.
+    """
+
+    trigger_ratio: float | None = None
+    retain_tail_tokens: int | None = None
+    keep_first: int = 1
+    max_summary_tokens: int = 2_000
+    timeout: float = 120.0
+    deadline: float = 300.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    price: Price | None = None
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    instruction: str = DEFAULT_INSTRUCTION
+    update_instruction: str = DEFAULT_UPDATE_INSTRUCTION
+    required_sections: tuple[str, ...] = REQUIRED_SECTIONS
+    warn_after_fallbacks: int = 5
+    cold_cache_seconds: float | None = 300.0
+    protect_paid_work: bool = True
+    transcript_block_chars: int = TRANSCRIPT_BLOCK_CHARS
+    transcript_total_chars: int = TRANSCRIPT_TOTAL_CHARS
+
+    def __post_init__(self) -> None:
+        ratio = self.trigger_ratio
+        if ratio is not None and not (math.isfinite(ratio) and 0 < ratio <= 1):
+            raise ConfigError(f"trigger_ratio is a 0-1 fraction, got {ratio!r}")
+        if self.retain_tail_tokens is not None and self.retain_tail_tokens < 0:
+            raise ConfigError("retain_tail_tokens must be >= 0")
+        if self.keep_first < 0 or self.warn_after_fallbacks < 1:
+            raise ConfigError("keep_first must be >= 0 and warn_after_fallbacks >= 1")
+        for name in ("timeout", "deadline"):
+            value = getattr(self, name)
+            if not (value > 0 and not math.isnan(value)):
+                raise ConfigError(f"{name} must be positive seconds, got {value!r}")
+        if self.transcript_block_chars < 1 or self.transcript_total_chars < 1:
+            raise ConfigError("transcript caps must be positive")
+        if self.max_summary_tokens < MIN_SUMMARY_TOKENS:
+            log.warning(
+                "max_summary_tokens below the floor; using the floor",
+                requested=self.max_summary_tokens,
+                floor=MIN_SUMMARY_TOKENS,
+            )
+            object.__setattr__(self, "max_summary_tokens", MIN_SUMMARY_TOKENS)
+
+
+def is_briefing(message: Message) -> bool:
+    """Whether ``message`` is a briefing `LlmCompaction` spliced."""
+    return isinstance(message, SummaryMessage) and message.text.startswith(SUMMARY_MARKER)
+
+
+def briefing_text(message: Message) -> str | None:
+    """The briefing ``message`` carries, without the marker; ``None`` if it is not one."""
+    if isinstance(message, SummaryMessage) and message.text.startswith(SUMMARY_MARKER):
+        return message.text.removeprefix(SUMMARY_MARKER).strip()
+    return None

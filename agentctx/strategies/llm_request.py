@@ -1,0 +1,269 @@
+"""The request side of `LlmCompaction`: one summarization at a time, in the background, under
+its guards, with every billed response accounted for.
+
+```python
+requests = Requester(summarizer, config, on_failure=lambda job: ...)
+if requests.start(job, ctx.tasks, ctx.emit):   # False while one runs or the group is closing
+    ...
+ready = requests.take()                        # a validated briefing, once one is back
+print(requests.spend)                          # usage and cost of every billed response
+```
+
+Guards: a timeout per attempt and a deadline over all attempts and the waits between them;
+retries of retryable errors only (`SummarizerError.retryable`, timeouts) per `RetryPolicy`;
+cancellation (`cancel`, or the task group closing); the slot is free again however the
+request ends. A briefing becomes ready only if it ends on ``stop``, is not empty and has every
+required section; otherwise, or when its span went stale meanwhile, it is reported with its
+cost (`SummaryRejected`, `SummaryStale`) and dropped.
+"""
+
+from __future__ import annotations
+
+import random as _random
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import anyio
+
+from agentctx._log import log
+from agentctx.errors import SummarizerError
+from agentctx.events import SummaryRejected, SummaryStale, SummaryStats
+from agentctx.messages import Usage
+from agentctx.pricing import price_for
+from agentctx.summarizer import SummaryRequest, build_prompt, check_briefing, serialize_transcript
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from anyio.abc import TaskGroup
+
+    from agentctx.events import Event
+    from agentctx.messages import Message
+    from agentctx.strategies.llm_config import LlmCompactionConfig
+    from agentctx.summarizer import Summarizer, SummaryResult
+
+__all__ = ["Job", "Ready", "Requester", "SummarizerSpend"]
+
+
+@dataclass(frozen=True, slots=True)
+class SummarizerSpend:
+    """What the summarizer cost this session: every billed response, used or not.
+
+    ``cost_usd`` is ``None`` once any response had no known price.
+    """
+
+    usage: Usage
+    cost_usd: float | None
+    requests: int
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    """One summarization, from arming to its end.
+
+    Attributes:
+        start: raw index where the span starts (a previous briefing's span start, if any).
+        cut: raw index the span ends before.
+        prefix: ``raw[:cut]`` when armed: what must be unchanged for the briefing to splice.
+        messages: the view messages sent as the transcript.
+        previous: the briefing this job updates, if any.
+        span_messages: view messages the briefing replaces.
+        armed_tokens: prompt size when armed.
+        limit: the hard budget when armed.
+        stale: why its briefing can no longer be spliced, once known (it is then not sent,
+            or reported as stale when it arrives).
+    """
+
+    start: int
+    cut: int
+    prefix: tuple[Message, ...]
+    messages: tuple[Message, ...]
+    previous: str | None
+    span_messages: int
+    armed_tokens: int
+    limit: int
+    stale: str | None = None
+    scope: anyio.CancelScope | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """A validated, billed briefing waiting to be spliced."""
+
+    job: Job
+    text: str
+    usage: Usage
+    cost: float | None
+    model: str | None
+
+    def stats(self, summarized: int) -> SummaryStats:
+        """The event's summary statistics, with ``summarized`` messages replaced."""
+        return SummaryStats(summarized, self.usage, self.cost, self.model)
+
+
+class Requester:
+    """Sends the summary requests of one `LlmCompaction` (see the module docs).
+
+    Args:
+        summarizer: sends each attempt.
+        config: timeout, deadline, retry policy, prompt texts, transcript caps, price.
+        clock, sleep, random: monotonic seconds, an async sleep and a [0, 1) random source
+            (tests inject fakes). Defaults: anyio's clock and sleep, `random.random`.
+        on_failure: called with the job when a request gave no usable briefing (failed,
+            timed out, rejected), so the caller can wait before asking again.
+    """
+
+    def __init__(
+        self,
+        summarizer: Summarizer,
+        config: LlmCompactionConfig,
+        *,
+        clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+        random: Callable[[], float] | None = None,
+        on_failure: Callable[[Job], None] | None = None,
+    ) -> None:
+        self.summarizer = summarizer
+        self.config = config
+        self.inflight: Job | None = None
+        self.ready: Ready | None = None
+        self._clock = clock or anyio.current_time
+        self._sleep = sleep or anyio.sleep
+        self._random = random or _random.random
+        self._on_failure = on_failure or (lambda job: None)
+        self._usage = Usage()
+        self._cost: float | None = 0.0
+        self._billed = 0
+
+    @property
+    def spend(self) -> SummarizerSpend:
+        """Usage and cost of every billed response so far."""
+        return SummarizerSpend(self._usage, self._cost, self._billed)
+
+    def start(self, job: Job, tasks: TaskGroup, emit: Callable[[Event], None]) -> bool:
+        """Run ``job`` in ``tasks``; ``False`` if one is in flight or the group is closing."""
+        if self.inflight is not None:
+            return False
+        self.inflight = job
+        try:
+            tasks.start_soon(self._run, job, emit, name="agentctx-llm-compaction")
+        except RuntimeError:  # the task group is closing
+            self.inflight = None
+            return False
+        return True
+
+    def take(self) -> Ready | None:
+        """The ready briefing, if any; the slot is empty afterwards."""
+        ready, self.ready = self.ready, None
+        return ready
+
+    def cancel(self) -> None:
+        """Cancel the request in flight, if any."""
+        job = self.inflight
+        if job is not None and job.scope is not None:
+            job.scope.cancel()
+
+    async def _run(self, job: Job, emit: Callable[[Event], None]) -> None:
+        try:
+            with anyio.CancelScope() as scope:
+                job.scope = scope
+                try:
+                    await self._summarize(job, emit)
+                except Exception as e:  # a bug here must not take the manager's tasks down
+                    log.exception("llm compaction: background summary failed")
+                    emit(SummaryRejected("failed", f"{type(e).__name__}: {e}", 0, None))
+        finally:
+            # However the task ends (done, failed, timed out, cancelled), the slot is free.
+            if self.inflight is job:
+                self.inflight = None
+
+    async def _summarize(self, job: Job, emit: Callable[[Event], None]) -> None:
+        cfg = self.config
+        transcript = serialize_transcript(
+            job.messages,
+            block_chars=cfg.transcript_block_chars,
+            total_chars=cfg.transcript_total_chars,
+        )
+        request = SummaryRequest(
+            system=cfg.system_prompt,
+            prompt=build_prompt(
+                transcript,
+                job.previous,
+                instruction=cfg.instruction,
+                update_instruction=cfg.update_instruction,
+            ),
+            max_tokens=cfg.max_summary_tokens,
+            transcript=transcript,
+            previous_briefing=job.previous,
+            messages=job.span_messages,
+        )
+        result, attempts, reason, detail = await self._attempts(request, job)
+        if result is None and reason == "stale":
+            log.debug("llm compaction: request dropped before sending", detail=detail)
+            return
+        if result is None:
+            log.warning("llm compaction: no briefing", reason=reason, detail=detail)
+            emit(SummaryRejected(reason, detail, attempts, None))
+            self._on_failure(job)
+            return
+        ready = self._bill(job, result)
+        problem = check_briefing(result, cfg.required_sections)
+        if problem is not None:
+            log.warning("llm compaction: briefing rejected", reason=problem[0], detail=problem[1])
+            emit(SummaryRejected(problem[0], problem[1], attempts, ready.stats(0)))
+            self._on_failure(job)
+            return
+        if job.stale is not None:
+            emit(SummaryStale(job.stale, ready.stats(0)))
+            return
+        self.ready = ready
+
+    async def _attempts(
+        self, request: SummaryRequest, job: Job
+    ) -> tuple[SummaryResult | None, int, str, str]:
+        """Send ``request`` until it succeeds or may not be retried; never past the deadline."""
+        cfg = self.config
+        deadline = self._clock() + cfg.deadline
+        attempt = 0
+        while True:
+            if job.stale is not None:  # known useless before it was sent: not sent
+                return None, attempt, "stale", f"not sent: {job.stale.replace('_', ' ')}"
+            attempt += 1
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                return None, attempt - 1, "deadline", f"deadline of {cfg.deadline:g} s passed"
+            limit = min(cfg.timeout, remaining)
+            retry_after: float | None = None
+            try:
+                with anyio.fail_after(limit):
+                    result = await self.summarizer.summarize(replace(request, attempt=attempt))
+                return result, attempt, "", ""
+            except TimeoutError:
+                reason = "timeout" if limit >= cfg.timeout else "deadline"
+                detail = f"attempt {attempt} had no reply after {limit:g} s"
+                retryable = reason == "timeout"
+            except SummarizerError as e:
+                reason, retryable, retry_after = "failed", e.retryable, e.retry_after
+                status = f" (HTTP {e.status})" if e.status is not None else ""
+                detail = f"attempt {attempt}: {e}{status}"
+            except Exception as e:  # a summarizer bug must not reach the manager's task group
+                log.exception("llm compaction: summarizer raised")
+                reason, retryable = "failed", False
+                detail = f"attempt {attempt}: {type(e).__name__}: {e}"
+            if not retryable or attempt >= cfg.retry.max_attempts:
+                return None, attempt, reason, detail
+            delay = cfg.retry.delay(attempt, retry_after, self._random())
+            if self._clock() + delay >= deadline:
+                return None, attempt, "deadline", f"{detail}; a retry in {delay:g} s would pass it"
+            log.info("llm compaction: retrying", attempt=attempt, delay=delay, detail=detail)
+            await self._sleep(delay)
+
+    def _bill(self, job: Job, result: SummaryResult) -> Ready:
+        model = result.model or getattr(self.summarizer, "model", None)
+        model = model if isinstance(model, str) else None
+        price = self.config.price if self.config.price is not None else price_for(model)
+        cost = price.cost(result.usage) if price is not None else None
+        self._usage = self._usage + result.usage
+        self._billed += 1
+        self._cost = None if self._cost is None or cost is None else self._cost + cost
+        return Ready(job, result.text.strip(), result.usage, cost, model)
