@@ -158,7 +158,9 @@ def _span_text(
 _CONDENSED = "[Earlier turn, condensed]"
 _RECALL_ID = re.compile(r"ctx-[0-9a-f]{16}")
 _ID_STAND_IN = "ctx-" + "0" * 16  # as long as a real recall id, for sizing a replacement
-_RECALL_NOTE = re.compile(r"\(recall_context id=ctx-[0-9a-f]{16}\) ?")
+_RECALL_NOTE = re.compile(
+    r"\(recall_context id=ctx-[0-9a-f]{16}(?:, recall_context id=ctx-[0-9a-f]{16})*\) ?"
+)
 _FAILED_SUFFIX = re.compile(r" (\d+) call\(s\) failed\.$")
 _PATH_KEYS = frozenset({"path", "file_path", "file", "filename"})
 _ITEM = re.compile(r"([\w.-]+(?:\+[\w.-]+)*)\((\w+)=(.*)\)", re.S)
@@ -523,8 +525,12 @@ class DeterministicCompaction:
                 errors += 1
         items = _trail_items(part)
         line = _CONDENSED
+        # A marker the turn absorbed is left out of the turn's recall entry: its ids go on.
+        ids = [i for m in part if _is_marker(m) for i in _marker_ids(m)]
         if rid is not None:
-            line += f" (recall_context id={rid})"
+            ids.append(rid)
+        if ids:
+            line += " (" + ", ".join(f"recall_context id={i}" for i in dict.fromkeys(ids)) + ")"
         if texts:
             line += " " + _clip(" ".join(texts), 200)
         if items:
