@@ -159,9 +159,10 @@ class SummaryRejected(_Event):
 class SummaryStale(_Event):
     """A finished briefing was discarded unspliced because it no longer fits the history.
 
-    ``reason`` is ``history_changed`` (the history it summarized was rewound or edited) or
-    ``superseded`` (other compaction already replaced that part of the view). ``summary``
-    carries what the request cost (``messagesSummarized`` 0).
+    ``reason`` is ``history_changed`` (the history it summarized was rewound or edited),
+    ``superseded`` (other compaction already replaced that part of the view) or ``unused``
+    (the session ended before the briefing was needed). ``summary`` carries what the request
+    cost (``messagesSummarized`` 0).
     """
 
     reason: str

@@ -43,7 +43,7 @@ from agentctx.messages import AssistantMessage, Message, Usage, check_history, f
 from agentctx.recall import LedgerStore
 from agentctx.recall_tool import recall_arguments, recall_page
 from agentctx.strategies.deterministic import DeterministicCompaction
-from agentctx.strategy import CompactionContext
+from agentctx.strategy import CompactionContext, end_session
 from agentctx.tokens import MessageCounter
 from agentctx.view import ViewState
 
@@ -154,6 +154,7 @@ class ContextManager:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
+        self._end_session()
         self._tasks_cancel()
         try:
             return await self._task_group.__aexit__(exc_type, exc, tb)
@@ -169,6 +170,10 @@ class ContextManager:
             self._tasks = None
             self._closed = True
 
+    def _end_session(self) -> None:
+        if not self._closed:
+            end_session(self.strategy, self._hub.emit)
+
     def _tasks_cancel(self) -> None:
         if self._tasks is not None:
             self._tasks.cancel_scope.cancel()
@@ -177,6 +182,7 @@ class ContextManager:
         """Cancel background work and end event iterators (``async with`` does this).
 
         Inside ``async with`` only the manager's own work is cancelled, never the caller's."""
+        self._end_session()
         self._tasks_cancel()
         self._hub.bind(None)
         self._hub.close()

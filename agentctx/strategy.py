@@ -118,3 +118,16 @@ class Chain:
         """Run each strategy in turn."""
         for strategy in self.strategies:
             await strategy.compact(ctx)
+
+    def close(self, emit: Callable[[Event], None]) -> None:
+        """Tell each strategy that has a ``close`` that the session ended."""
+        for strategy in self.strategies:
+            end_session(strategy, emit)
+
+
+def end_session(strategy: CompactionStrategy, emit: Callable[[Event], None]) -> None:
+    """Call ``strategy.close(emit)`` if it has one: the optional hook a strategy with work
+    outstanding (a billed briefing not yet spliced) uses to report it when the session ends."""
+    close = getattr(strategy, "close", None)
+    if callable(close):
+        close(emit)

@@ -81,8 +81,9 @@ def on_event(event: Event) -> None:
                 f" {s.usage.prompt_tokens} input + {s.usage.output_tokens} output tokens,"
                 f" cost {usd(s.cost_usd)}"
             )
-    elif isinstance(event, SummaryRejected | SummaryStale):
-        print(f"briefing not used ({type(event).__name__}): {event.to_json()}")
+    elif isinstance(event, SummaryRejected | SummaryStale):  # paid for, never spliced
+        cost = usd(event.summary.cost_usd) if event.summary else "nothing billed"
+        print(f"briefing not used ({type(event).__name__} {event.reason}): cost {cost}")
 
 
 def briefing() -> str:
@@ -170,6 +171,8 @@ async def main() -> None:
                     ],
                 }
             )
+        # Closing the manager reports a briefing that was paid for but never needed.
+        await ctx.aclose()
         spend = llm.spend  # every billed summarizer response this session, used or not
         print(
             f"summarizer total ({SUMMARY_MODEL}): {spend.requests} requests,"

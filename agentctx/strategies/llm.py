@@ -177,6 +177,14 @@ class LlmCompaction:
         """Cancel the request in flight, if any (the manager's close does this too)."""
         self._requests.cancel()
 
+    def close(self, emit: Callable[[Event], None]) -> None:
+        """The session ended (the manager calls this on close): a briefing that was billed
+        and still waits to be spliced is reported as `SummaryStale` ``unused``, so every
+        paid request shows up in an event."""
+        ready, self._requests.ready = self._requests.ready, None
+        if ready is not None:
+            emit(SummaryStale("unused", ready.stats(0)))
+
     # -- the hot path -------------------------------------------------------------------
 
     async def compact(self, ctx: CompactionContext) -> None:
