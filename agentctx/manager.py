@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 __all__ = ["ContextManager"]
 
 _RECALL_ID = re.compile(r"ctx-[0-9a-f]{16}")
+_DENSEST_OVER_QUICK = 0.6  # how much more than its quick count the densest text costs
 
 
 def _common_prefix(a: Sequence[Message], b: Sequence[Message]) -> int:
@@ -284,17 +285,17 @@ class ContextManager:
         """Count the messages new since the last call in full when their quick estimate could
         be what keeps the prompt under the budget.
 
-        A new message is first counted at a few characters a token; dense output costs more
-        (hex and paths 1.5-1.6x), so a large new result could pass the budget unseen by every
-        strategy. Only when twice the quick count would cross the budget, so calls far from
-        it stay O(1).
+        A new message is first counted at a few characters (UTF-8 bytes beyond ASCII) a
+        token; the densest output measured (hex, paths) costs up to 1.6x that, so a large new
+        result could pass the budget unseen by every strategy. The full count runs only when
+        that much more would cross the budget: calls far from it stay O(1).
         """
         view, origins = self._current_view()
         k = bisect.bisect_left(origins, self._sent)
         if k < len(view):
             new = view[k:]
             quick = self.counter.count_many(new)
-            if self.prompt_tokens + quick > self.budget.limit:
+            if self.prompt_tokens + quick * _DENSEST_OVER_QUICK > self.budget.limit:
                 self.counter.refine(new)
 
     def _persist(self) -> None:

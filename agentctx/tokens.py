@@ -535,6 +535,11 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float]:
     return [m[i][n] / m[i][i] if m[i][i] else 0.0 for i in range(n)]
 
 
+def _quick_len(text: str) -> int:
+    """Characters of ASCII text (``isascii`` is O(1) in CPython), UTF-8 bytes of the rest."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
 class MessageCounter:
     """Counts message tokens (memoized by `fingerprint`) and calibrates from reported usage.
 
@@ -809,13 +814,14 @@ class MessageCounter:
         return round(sum(m * x for m, x in zip(self._mult, vector, strict=True)))
 
     def _quick_base(self, message: Message) -> tuple[float, ...]:
-        """A cheap, deliberately high first estimate: characters / 3 (JSON arguments / 3.5)."""
+        """A cheap, deliberately high first estimate: characters / 3 (JSON arguments / 3.5),
+        counting UTF-8 bytes for text that is not ASCII (CJK runs about a token a character)."""
         vec = [0.0] * len(self._slots)
         prose = _CLASSES.index(ContentClass.PROSE) if self._features is not None else 0
         json_slot = _CLASSES.index(ContentClass.JSON) if self._features is not None else 0
         fixed = float(self._message_overhead)
         if isinstance(message, SummaryMessage):
-            vec[prose] += len(message.text) / 3.0
+            vec[prose] += _quick_len(message.text) / 3.0
             blocks: tuple[Any, ...] = ()
         else:
             blocks = message.content
@@ -823,16 +829,16 @@ class MessageCounter:
                 fixed += len(message.tool_call_id) / 2
         for block in blocks:
             if isinstance(block, TextBlock):
-                vec[prose] += len(block.text) / 3.0
+                vec[prose] += _quick_len(block.text) / 3.0
             elif isinstance(block, ThinkingBlock):
-                vec[prose] += len(block.thinking) / 3.0
+                vec[prose] += _quick_len(block.thinking) / 3.0
             elif isinstance(block, ToolCall):
                 fixed += (len(block.name) + len(block.id)) / 2
-                vec[json_slot] += len(_compact_json(dict(block.arguments))) / 3.5
+                vec[json_slot] += _quick_len(_compact_json(dict(block.arguments))) / 3.5
             elif isinstance(block, ImageBlock):
                 vec[self._fixed + 1] += image_tokens(block)
             elif isinstance(block, OpaqueBlock):
-                vec[json_slot] += len(_compact_json(dict(block.payload))) / 3.5
+                vec[json_slot] += _quick_len(_compact_json(dict(block.payload))) / 3.5
             elif isinstance(block, RedactedThinkingBlock):
                 fixed += len(block.data) // 6
         vec[self._fixed] += fixed

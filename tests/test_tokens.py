@@ -420,3 +420,17 @@ def test_observe_refines_what_was_sent() -> None:
     counter.observe(sent, 500)
     assert inner.calls > 0
     assert counter.refine(sent) == 0
+
+
+def test_the_quick_first_estimate_does_not_undercount_non_ascii_text() -> None:
+    """New messages are first counted quickly; that count decides whether the budget could
+    be crossed, so it must not undercount CJK (about a token a character), where characters
+    over 3 would say a third of it."""
+    from agentctx.messages import ToolResultMessage
+    from agentctx.tokenizers import ExactCounter
+
+    text = "这是一个测试文件，包含了很多中文字符。" * 200
+    quick = MessageCounter().count(ToolResultMessage.of("c1", text, tool_name="read"))
+    assert quick >= ExactCounter().count(text)
+    ascii_text = "def f(x):\n    return x + 1\n" * 200
+    assert MessageCounter().count(ToolResultMessage.of("c2", ascii_text)) >= len(ascii_text) / 4
