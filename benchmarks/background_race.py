@@ -254,11 +254,14 @@ async def run(
             stop.set()
     if llm is not None:
         row.billed = llm.spend.requests
-        row.waiting = 1 if llm.phase == "ready" else 0
+    # A briefing still waiting when the session ended is reported on close as ``unused``.
+    row.waiting = sum(1 for e in events if isinstance(e, SummaryStale) and e.reason == "unused")
     row.spliced = sum(
         1 for e in events if isinstance(e, ContextCompacted) and e.method == "summarized"
     )
-    row.stale_discarded = sum(1 for e in events if isinstance(e, SummaryStale))
+    row.stale_discarded = sum(
+        1 for e in events if isinstance(e, SummaryStale) and e.reason != "unused"
+    )
     row.stale_edited = sum(
         1 for e in events if isinstance(e, SummaryStale) and e.reason == "history_changed"
     )
