@@ -503,7 +503,7 @@ class DeterministicCompaction:
             a, z = origins[s], (origins[e] if e < len(view) else len(raw))
             if ctx.recall is not None:
                 rid = ctx.recall.put(ctx.session_id, _span_text(view, origins, raw, s, e))
-                line = self._one_line(view[s:e], rid)
+                line = text_of(replacement.content).replace(_ID_STAND_IN, rid, 1)
                 replacement = AssistantMessage((TextBlock(line),), "stop")
             ctx.take(ReplaceSpan(anchor(raw, a), z, anchor(raw, z - 1), (replacement,), "condense"))
         if pending:
@@ -614,8 +614,7 @@ class DeterministicCompaction:
             if freed < min(need, _MIN_DROP_GAIN):
                 continue  # the trail would cost about what the span frees
             if recall is not None:
-                trail = _marker_with_trail(
-                    view[a:e], recall.put(ctx.session_id, _span_text(view, origins, raw, a, e))
-                )
+                rid = recall.put(ctx.session_id, _span_text(view, origins, raw, a, e))
+                trail = SummaryMessage(trail.text.replace(_ID_STAND_IN, rid, 1))
             ctx.take(ReplaceSpan(anchor(raw, start), end, anchor(raw, end - 1), (trail,), "drop"))
             actions.append(f"dropped {e - a} messages ({freed} tokens) behind the marker")
