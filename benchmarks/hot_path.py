@@ -21,6 +21,7 @@ from agentctx.manager import ContextManager
 from agentctx.messages import Message, Usage, to_dict
 from agentctx.recall import MemoryRecallStore
 from agentctx.testing import synthetic_session
+from agentctx.tokens import MessageCounter
 
 
 def pct(values: list[float], q: float) -> float:
@@ -64,8 +65,8 @@ async def run(
             ctx.observe(Usage(input_tokens=ctx.counter.count_many(view) + 3_000))
             observed.append(time.perf_counter() - t2)
             history = view
-        ctx.counter.refine(ctx.raw)
-        total = ctx.counter.count_many(ctx.raw)
+        # Sized by a fresh counter: the session's own is calibrated on this run's feedback.
+        total = MessageCounter(lazy=False).count_many(ctx.raw)
     return idle, decided, ratios, observed, total
 
 
