@@ -49,7 +49,10 @@ def loop_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "agentctx"]
 
 
-def anthropic_sync_loop(client: Any, turns: int, stream: bool = False) -> list[dict[str, Any]]:
+def anthropic_sync_loop(
+    client: Any, turns: int, stream: bool = False, gap: float = 0.0
+) -> list[dict[str, Any]]:
+    """The caller's blocking tool loop; ``gap`` seconds pass after each model call."""
     params: dict[str, Any] = {
         "model": MODEL,
         "max_tokens": 512,
@@ -81,6 +84,7 @@ def anthropic_sync_loop(client: Any, turns: int, stream: bool = False) -> list[d
                 ],
             }
         )
+        time.sleep(gap)
     return history
 
 
@@ -208,30 +212,8 @@ def test_sync_wrapper_splices_a_background_summary() -> None:
     with FakeAnthropic(script(14)) as srv:
         raw = anthropic.Anthropic(base_url=srv.url, api_key="test", max_retries=0)
         with ant_provider.wrap(raw, manager) as client:
-            history: list[dict[str, Any]] = [{"role": "user", "content": TASK}]
-            for i in range(15):
-                message = client.messages.create(
-                    model=MODEL, max_tokens=512, tools=TOOLS, messages=history
-                )
-                content = [b.to_dict() for b in message.content]
-                history.append({"role": "assistant", "content": content})
-                uses = [b for b in content if b["type"] == "tool_use"]
-                if not uses:
-                    break
-                history.append(
-                    {
-                        "role": "user",
-                        "content": [
-                            {
-                                "type": "tool_result",
-                                "tool_use_id": u["id"],
-                                "content": file_body(i % 10),
-                            }
-                            for u in uses
-                        ],
-                    }
-                )
-                time.sleep(0.02)  # the model-call gap in which the summary is written
+            # the model-call gap is when the summary is written, on the wrapper's loop
+            anthropic_sync_loop(client, 14, gap=0.02)
     assert_all_ok(srv.requests)
     assert summarizer.requests, "a summary was requested on the wrapper's loop"
     assert any(e.method == "summarized" for e in seen), [e.method for e in seen]

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
 from anyio.from_thread import start_blocking_portal
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+    from types import TracebackType
 
     from agentctx.manager import ContextManager
 
-__all__ = ["LoopThread"]
+__all__ = ["BlockingClient", "LoopThread"]
 
 T = TypeVar("T")
 
@@ -47,3 +48,34 @@ class LoopThread:
 
     def close(self) -> None:
         self._stack.close()
+
+
+class BlockingClient:
+    """What the blocking client wrappers share: the wrapped ``client``, the loop thread the
+    manager runs on, attribute pass-through, and closing both (``with`` or `close`)."""
+
+    def __init__(self, client: Any, manager: ContextManager) -> None:
+        self.client = client
+        self.manager = manager
+        self._loop = LoopThread(manager)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    def close(self) -> None:
+        """Close the manager (cancelling background summaries) and the client."""
+        try:
+            self._loop.close()
+        finally:
+            self.client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, overload
 
 from anthropic import Anthropic, AsyncAnthropic
 
-from agentctx.providers._blocking import LoopThread
+from agentctx.providers._blocking import BlockingClient, LoopThread
 from agentctx.providers._convert import Compactor, place_breakpoints
 from agentctx.providers._stream import ObservedStream, ObservedSyncStream
 
@@ -222,39 +222,18 @@ class _SyncMessages:
         return getattr(self._inner, name)
 
 
-class WrappedAnthropic(Generic[S]):
+class WrappedAnthropic(BlockingClient, Generic[S]):
     """An ``Anthropic`` whose ``messages`` compact; everything else is the client's.
 
     Use it in a ``with`` block or call `close`: it owns the loop the manager runs on.
     """
 
+    client: S
+
     def __init__(self, client: S, manager: ContextManager, *, cache_breakpoints: bool) -> None:
-        self.client = client
-        self.manager = manager
-        self._loop = LoopThread(manager)
+        super().__init__(client, manager)
         compactor = Compactor(manager, "anthropic", cache_breakpoints=cache_breakpoints)
         self.messages = _SyncMessages(client.messages, compactor, self._loop)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.client, name)
-
-    def close(self) -> None:
-        """Close the manager (cancelling background summaries) and the client."""
-        try:
-            self._loop.close()
-        finally:
-            self.client.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 @overload

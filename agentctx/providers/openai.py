@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, overload
 
 from openai import AsyncOpenAI, OpenAI
 
-from agentctx.providers._blocking import LoopThread
+from agentctx.providers._blocking import BlockingClient, LoopThread
 from agentctx.providers._convert import Compactor
 from agentctx.providers._stream import ObservedStream, ObservedSyncStream
 
@@ -211,39 +211,19 @@ class _SyncResponses(_SyncEndpoint):
         return self._create(kwargs)  # type: ignore[no-any-return]
 
 
-class WrappedOpenAI(Generic[S]):
+class WrappedOpenAI(BlockingClient, Generic[S]):
     """An ``OpenAI`` whose ``chat.completions`` and ``responses`` compact; everything else is
     the client's. Use it in a ``with`` block or call `close`: it owns the manager's loop."""
 
+    client: S
+
     def __init__(self, client: S, manager: ContextManager) -> None:
-        self.client = client
-        self.manager = manager
-        self._loop = loop = LoopThread(manager)
+        super().__init__(client, manager)
+        loop = self._loop
         chat = Compactor(manager, "openai-chat")
         self.chat = _Chat(client.chat, _SyncCompletions(client.chat.completions, chat, loop))
         responses = Compactor(manager, "openai-responses")
         self.responses = _SyncResponses(client.responses, responses, loop)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.client, name)
-
-    def close(self) -> None:
-        """Close the manager (cancelling background summaries) and the client."""
-        try:
-            self._loop.close()
-        finally:
-            self.client.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 @overload
