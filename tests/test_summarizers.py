@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from agentctx import Budget, Chain, ContextManager, DeterministicCompaction, Usage
-from agentctx.errors import SummarizerError
+from agentctx.errors import ConfigError, SummarizerError
 from agentctx.events import ContextCompacted, Event, SummaryRejected
 from agentctx.messages import Message
 from agentctx.providers._retry_after import retry_after_seconds
@@ -355,3 +355,16 @@ async def test_end_to_end_retries_a_rate_limit_then_splices() -> None:
     assert spliced[0].summary.usage.output_tokens > 0
     assert not [e for e in events if isinstance(e, SummaryRejected)]
     assert any(has_briefing(v) for v in views)
+
+
+def test_request_options_are_checked_when_the_summarizer_is_made() -> None:
+    with pytest.raises(ConfigError, match="temprature"):
+        AnthropicSummarizer(api_key="k", request_options={"temprature": 0})
+    with pytest.raises(ConfigError, match="max_tokens"):
+        AnthropicSummarizer(api_key="k", request_options={"max_tokens": 9})
+    with pytest.raises(ConfigError, match="store"):
+        OpenAIResponsesSummarizer("m", api_key="k", request_options={"store": True})
+    with pytest.raises(ConfigError, match="reasoning"):
+        OpenAIChatSummarizer("m", api_key="k", request_options={"reasoning": {}})
+    extra = {"extra_body": {"new_field": 1}}  # what the SDK does not know yet goes here
+    assert AnthropicSummarizer(api_key="k", request_options=extra).request_options == extra

@@ -25,6 +25,7 @@ from anthropic import AsyncAnthropic
 
 from agentctx.errors import SummarizerError
 from agentctx.messages import Usage
+from agentctx.providers._request_options import check_request_options
 from agentctx.providers._retry_after import retry_after_seconds
 from agentctx.summarizer import SummaryResult, is_retryable_status, normalize_stop_reason
 
@@ -73,7 +74,7 @@ class AnthropicSummarizer:
     ) -> None:
         self.model = model
         self.max_tokens = max_tokens
-        self.request_options = dict(request_options or {})
+        self.request_options: dict[str, Any] = {}
         self._owned = client is None
         options: dict[str, Any] = {"max_retries": 0}
         if timeout is not None:
@@ -82,6 +83,11 @@ class AnthropicSummarizer:
             self.client = AsyncAnthropic(api_key=api_key, base_url=base_url, **options)
         else:
             self.client = client.with_options(**options)
+        self.request_options = check_request_options(
+            self.client.messages.create,
+            request_options or {},
+            frozenset({"model", "max_tokens", "system", "messages"}),
+        )
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
         """Send ``request`` once; raise `SummarizerError` when the API call fails."""

@@ -28,11 +28,12 @@ from openai import AsyncOpenAI
 
 from agentctx.errors import SummarizerError
 from agentctx.messages import Usage
+from agentctx.providers._request_options import check_request_options
 from agentctx.providers._retry_after import retry_after_seconds
 from agentctx.summarizer import SummaryResult, is_retryable_status, normalize_stop_reason
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from types import TracebackType
 
     from openai.types.chat import ChatCompletion
@@ -59,7 +60,6 @@ class _OpenAISummarizer:
     ) -> None:
         self.model = model
         self.max_tokens = max_tokens
-        self.request_options = dict(request_options or {})
         self._owned = client is None
         options: dict[str, Any] = {"max_retries": 0}
         if timeout is not None:
@@ -68,6 +68,12 @@ class _OpenAISummarizer:
             self.client = AsyncOpenAI(api_key=api_key, base_url=base_url, **options)
         else:
             self.client = client.with_options(**options)
+        method, reserved = self._endpoint()
+        self.request_options = check_request_options(method, request_options or {}, reserved)
+
+    def _endpoint(self) -> tuple[Callable[..., Any], frozenset[str]]:
+        """The SDK method requests go to, and the arguments the summarizer sets itself."""
+        raise NotImplementedError
 
     def _limit(self, request: SummaryRequest) -> int:
         return self.max_tokens if self.max_tokens is not None else request.max_tokens
@@ -133,6 +139,10 @@ class OpenAIChatSummarizer(_OpenAISummarizer):
         )
         self.token_limit_param = token_limit_param
 
+    def _endpoint(self) -> tuple[Callable[..., Any], frozenset[str]]:
+        reserved = frozenset({"model", "messages", "max_tokens", "max_completion_tokens"})
+        return self.client.chat.completions.create, reserved
+
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
         """Send ``request`` once; raise `SummarizerError` when the API call fails."""
         options = {**self.request_options, self.token_limit_param: self._limit(request)}
@@ -157,6 +167,10 @@ class OpenAIResponsesSummarizer(_OpenAISummarizer):
     as ``max_output_tokens``; a reasoning model's reasoning counts against it, so pass e.g.
     ``request_options={"reasoning": {"effort": "low"}}``).
     """
+
+    def _endpoint(self) -> tuple[Callable[..., Any], frozenset[str]]:
+        reserved = frozenset({"model", "instructions", "input", "max_output_tokens", "store"})
+        return self.client.responses.create, reserved
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
         """Send ``request`` once; raise `SummarizerError` when the API call fails."""
