@@ -15,6 +15,7 @@ as ``null``.
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, fields
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import anyio
 
-from agentctx._log import log
+from agentctx._log import log, stdlib_logger
 from agentctx.messages import Usage
 
 if TYPE_CHECKING:
@@ -238,7 +239,8 @@ class EventHub:
 
     def emit(self, event: Event) -> None:
         """Deliver ``event`` to every subscriber; never raises."""
-        log.debug(type(event).__name__, **event.to_json())
+        if stdlib_logger.isEnabledFor(logging.DEBUG):
+            log.debug(type(event).__name__, **event.to_json())
         for callback in list(self._callbacks):
             try:
                 result = callback(event)
