@@ -29,11 +29,7 @@ from agentctx.messages import (
 )
 from agentctx.recall import MemoryRecallStore
 from agentctx.replay import replay
-from agentctx.strategies.deterministic import (
-    COMPACTION_MARKER,
-    DeterministicCompaction,
-    _marker_with_trail,
-)
+from agentctx.strategies.deterministic import COMPACTION_MARKER, DeterministicCompaction
 from agentctx.strategies.pipeline import (
     BudgetPass,
     CondensePass,
@@ -41,6 +37,7 @@ from agentctx.strategies.pipeline import (
     MicroCompact,
     ToolOutputPipeline,
 )
+from agentctx.strategies.trail import condensed_line, marker_with_trail
 from agentctx.strategy import Chain
 from agentctx.testing import assert_view_ok
 
@@ -563,7 +560,7 @@ def test_condensing_a_condensed_turn_again_keeps_its_trail() -> None:
     """A drop can merge two turns, so a one-line turn gets condensed again: it used to be
     clipped as plain text, losing every file it named (7 of 21 early paths on
     pi/before-compaction at 100k)."""
-    first = DeterministicCompaction._one_line(
+    first = condensed_line(
         [
             AssistantMessage(
                 (TextBlock("Reading."), ToolCall("r1", "read", {"path": "src/a.ts"})), "tool_use"
@@ -575,7 +572,7 @@ def test_condensing_a_condensed_turn_again_keeps_its_trail() -> None:
             r("e1", "ok"),
         ]
     )
-    again = DeterministicCompaction._one_line(
+    again = condensed_line(
         [
             AssistantMessage((TextBlock(first),), "stop"),
             AssistantMessage(
@@ -610,12 +607,12 @@ def test_a_marker_lists_every_file_before_the_commands() -> None:
             r(f"r{k}", "x"),
             r(f"b{k}", "ok", name="bash"),
         ]
-    marker = _marker_with_trail(dropped)
+    marker = marker_with_trail(dropped)
     text = marker.text
     assert text.startswith(COMPACTION_MARKER) and "... and" in text
     assert all(f"read(path=src/module_{k}/file_{k}.ts)" in text for k in range(20))
     assert all(f"test/spec_{k}.ts" in text for k in range(60))
-    again = _marker_with_trail([marker, *dropped[:4]])  # an earlier marker passes its trail on
+    again = marker_with_trail([marker, *dropped[:4]])  # an earlier marker passes its trail on
     assert all(f"test/spec_{k}.ts" in again.text for k in range(60))
 
 

@@ -1,0 +1,302 @@
+"""What a compacted part leaves in the view: markers, one-line turns, and their artifact trail.
+
+A dropped span becomes the constant `COMPACTION_MARKER` followed by the files and commands the
+span touched; a condensed turn becomes one line (`condensed_line`). Both name the recall ids
+under which the original messages are kept (`span_text`), and pass on the trails and ids of
+earlier markers and condensed lines they absorb, so the trail survives compaction after
+compaction.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import TYPE_CHECKING
+
+from agentctx.messages import (
+    AssistantMessage,
+    Message,
+    SummaryMessage,
+    ToolCall,
+    ToolResultMessage,
+    text_of,
+)
+from agentctx.summarizer import serialize_transcript
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = [
+    "COMPACTION_MARKER",
+    "ID_STAND_IN",
+    "condensed_line",
+    "describe_call",
+    "is_marker",
+    "is_paid_summary",
+    "marker_with_trail",
+    "span_text",
+    "truncate_text",
+]
+
+COMPACTION_MARKER = "[Context compacted: earlier messages were removed to fit the context window]"
+_ID_KEYS = ("path", "file_path", "file", "filename", "command", "cmd", "pattern", "query", "url")
+
+
+def truncate_text(text: str, max_lines: int, max_chars: int, note: str = "") -> str:
+    """Head and tail of ``text`` within ``max_lines`` lines and ``max_chars`` characters.
+
+    The marker line says how much was cut and is counted in both limits, so applying the
+    function to its own output returns it unchanged. ``note`` (e.g. a recall hint) is added
+    to the marker.
+    """
+    lines = text.split("\n")
+    suffix = f"; {note}" if note else ""
+    if len(lines) > max_lines and max_lines >= 3:
+        keep = max_lines - 1
+        head, tail = (keep + 1) // 2, keep // 2
+        cut = lines[head : len(lines) - tail]
+        marker = (
+            f"[... {len(cut)} lines ({sum(map(len, cut)) + len(cut)} chars) truncated{suffix} ...]"
+        )
+        lines = lines[:head] + [marker] + (lines[len(lines) - tail :] if tail else [])
+        text = "\n".join(lines)
+    if len(text) > max_chars:
+        marker_room = 80 + len(suffix)
+        keep = max(0, max_chars - marker_room)
+        head, tail = (keep + 1) // 2, keep // 2
+        removed = len(text) - head - tail
+        marker = f"\n[... {removed} chars truncated{suffix} ...]\n"
+        text = text[:head] + marker + (text[len(text) - tail :] if tail else "")
+    return text
+
+
+def describe_call(call: ToolCall, width: int = 200) -> str:
+    """``name(key=value)`` with the argument that identifies what the call touched."""
+    args = call.arguments
+    for key in _ID_KEYS:
+        value = args.get(key)
+        if isinstance(value, str) and value:
+            return f"{call.name}({key}={_clip(value, width)})"
+    for key, value in args.items():
+        if isinstance(value, str) and value:
+            return f"{call.name}({key}={_clip(value, width)})"
+    return f"{call.name}()"
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+_TRAIL_HEADER = "Files and commands touched in that part:"
+_TRAIL_LIMIT = 4000
+
+
+def is_marker(m: Message) -> bool:
+    return isinstance(m, SummaryMessage) and m.text.startswith(COMPACTION_MARKER)
+
+
+def is_paid_summary(m: Message) -> bool:
+    """A summary that is not this strategy's own marker (a briefing someone paid for)."""
+    return isinstance(m, SummaryMessage) and not is_marker(m)
+
+
+def marker_with_trail(dropped: Sequence[Message], rid: str | None = None) -> SummaryMessage:
+    """The constant marker, then what the dropped span touched, so the artifact trail stays.
+
+    Its bytes are fixed when the decision is taken, like every replacement; an earlier marker
+    or condensed turn inside the span passes its own trail on. ``rid`` is the recall id of the
+    dropped text; an earlier marker inside the span passes its ids on too, so every dropped
+    part stays one recall call away.
+    """
+    ids = [i for m in dropped if is_marker(m) for i in _marker_ids(m)]
+    if rid is not None:
+        ids.append(rid)
+    head = COMPACTION_MARKER
+    if ids:
+        head += " (" + ", ".join(f"recall_context id={i}" for i in dict.fromkeys(ids)) + ")"
+    lines = [f"- {item}" for item in _fit_trail(_trail_items(dropped))]
+    if not lines:
+        return SummaryMessage(head)
+    return SummaryMessage("\n".join([head, _TRAIL_HEADER, *lines]))
+
+
+def _marker_ids(marker: Message) -> list[str]:
+    assert isinstance(marker, SummaryMessage)
+    return _RECALL_ID.findall(marker.text.split("\n", 1)[0])
+
+
+def span_text(
+    view: Sequence[Message], origins: Sequence[int], raw: Sequence[Message], start: int, end: int
+) -> str:
+    """What a recall of the condensed or dropped view part ``[start, end)`` returns: the raw
+    messages it stands for, in full, as plain text, so one call finds any of them (an earlier
+    marker in the part is left out: the new marker passes its recall ids on)."""
+    originals: list[Message] = []
+    for j in range(start, end):
+        if not is_marker(view[j]):
+            stop = origins[j + 1] if j + 1 < len(origins) else len(raw)
+            originals += raw[origins[j] : stop]
+    return serialize_transcript(
+        originals, block_chars=sys.maxsize, argument_chars=sys.maxsize, total_chars=sys.maxsize
+    )
+
+
+_CONDENSED = "[Earlier turn, condensed]"
+_RECALL_ID = re.compile(r"ctx-[0-9a-f]{16}")
+ID_STAND_IN = "ctx-" + "0" * 16  # as long as a real recall id, for sizing a replacement
+_RECALL_NOTE = re.compile(
+    r"\(recall_context id=ctx-[0-9a-f]{16}(?:, recall_context id=ctx-[0-9a-f]{16})*\) ?"
+)
+_FAILED_SUFFIX = re.compile(r" (\d+) call\(s\) failed\.$")
+_PATH_KEYS = frozenset({"path", "file_path", "file", "filename"})
+_ITEM = re.compile(r"([\w.-]+(?:\+[\w.-]+)*)\((\w+)=(.*)\)", re.S)
+_ITEM_SEPARATOR = re.compile(r", (?=[\w.-]+(?:\+[\w.-]+)*\()")
+_PATH_TOKEN = re.compile(r"(?:[\w.-]+/)+[\w.-]+\.\w{1,5}")
+_MORE = re.compile(r"\.\.\. and \d+ more|\+\d+ more")
+
+
+def _call_items(call: ToolCall) -> list[str]:
+    """``name(key=value)`` of a call, and ``name(path=p)`` for each file its command names
+    beyond where that description is clipped."""
+    described = describe_call(call, width=200)
+    items = [described]
+    for key, value in call.arguments.items():
+        if key in ("command", "cmd") and isinstance(value, str):
+            first = value.split("\n", 1)[0]
+            items += [
+                f"{call.name}(path={p})"
+                for p in dict.fromkeys(_PATH_TOKEN.findall(first))
+                if p not in described
+            ]
+    return items
+
+
+def _split_condensed(text: str) -> tuple[str, list[str], int]:
+    """Text, trail items and failed-call count of a tier-2 one-liner (``("", [], 0)`` if
+    ``text`` is not one), so condensing or dropping it again keeps all three."""
+    if not text.startswith(_CONDENSED):
+        return "", [], 0
+    body = text.removeprefix(_CONDENSED).strip()
+    note = _RECALL_NOTE.match(body)
+    if note:
+        body = body[note.end() :]
+    failed = _FAILED_SUFFIX.search(body)
+    errors = int(failed.group(1)) if failed else 0
+    if failed:
+        body = body[: failed.start()]
+    body, _, listed = body.partition(" Tools: ") if " Tools: " in body else (body, "", "")
+    if body.startswith("Tools: "):
+        body, listed = "", body.removeprefix("Tools: ")
+    items = [
+        item
+        for item in _ITEM_SEPARATOR.split(listed.removesuffix("."))
+        if item and not _MORE.fullmatch(item)
+    ]
+    return body.strip(), items, errors
+
+
+def _condensed_tools(text: str) -> list[str]:
+    """The trail items of a tier-2 one-liner."""
+    return _split_condensed(text)[1]
+
+
+def _trail_items(messages: Sequence[Message]) -> list[str]:
+    """What ``messages`` touched, oldest first, including trails that compaction left."""
+    items: list[str] = []
+    for m in messages:
+        if is_marker(m):
+            assert isinstance(m, SummaryMessage)
+            for line in m.text.split("\n")[2:]:
+                item = line.removeprefix("- ")
+                if not _MORE.match(item):
+                    items.append(item)
+        elif isinstance(m, AssistantMessage):
+            for call in m.tool_calls:
+                items += _call_items(call)
+            items += _condensed_tools(text_of(m.content))
+    return items
+
+
+def _fit_trail(items: Sequence[str], limit: int = _TRAIL_LIMIT) -> list[str]:
+    """Distinct trail items within about ``limit`` characters.
+
+    Files come first, one line each with the tools that touched them merged
+    (``read+edit(path=...)``), since they are the artifact trail; then commands and the
+    rest, oldest first, in what the files leave of ``limit`` (at least a quarter of it). A
+    file that only commands name is listed when one of those commands is not shown. What
+    does not fit is counted.
+    """
+    files: dict[str, list[str]] = {}  # path -> tools that named it as a path argument
+    named: dict[str, list[str]] = {}  # path -> items (commands, ...) whose text names it
+    others: list[str] = []
+    for item in dict.fromkeys(items):
+        m = _ITEM.fullmatch(item)
+        if m and m.group(2) in _PATH_KEYS:
+            names = files.setdefault(m.group(3), [])
+            names += [n for n in m.group(1).split("+") if n not in names]
+            continue
+        others.append(item)
+        for path in _PATH_TOKEN.findall(item):
+            files.setdefault(path, [])
+            named.setdefault(path, []).append(item)
+    room = max(limit // 4, limit - sum(len(p) + 12 for p, n in files.items() if n))
+    shown: list[str] = []
+    for item in others:
+        if len(item) + 3 > room:
+            break
+        shown.append(item)
+        room -= len(item) + 3
+    visible = set(shown)
+    lines: list[str] = []
+    size = 0
+    omitted = len(others) - len(shown)
+    for path, names in files.items():
+        hidden = [i for i in named.get(path, ()) if i not in visible]
+        if not names and not hidden:
+            continue  # only commands that are shown name it
+        names = names + [
+            n for n in dict.fromkeys(i.split("(", 1)[0] for i in hidden) if n not in names
+        ]
+        line = f"{'+'.join(names)}(path={path})"
+        if size + len(line) > limit:
+            omitted += 1
+            continue
+        lines.append(line)
+        size += len(line) + 3
+    lines += shown
+    if omitted:
+        lines.append(f"... and {omitted} more")
+    return lines
+
+
+def condensed_line(part: Sequence[Message], rid: str | None = None) -> str:
+    """The one line a condensed turn becomes: its text, the tools and files it touched, how
+    many calls failed, and the recall ids of what it stands for."""
+    texts: list[str] = []
+    errors = 0
+    for m in part:
+        if isinstance(m, AssistantMessage):
+            t = text_of(m.content).strip()
+            earlier, _, failed = _split_condensed(t)
+            if t.startswith(_CONDENSED):
+                t, errors = earlier, errors + failed  # condensed again: keep its trail
+            if t:
+                texts.append(t)
+        elif isinstance(m, ToolResultMessage) and m.is_error:
+            errors += 1
+    items = _trail_items(part)
+    line = _CONDENSED
+    # A marker the turn absorbed is left out of the turn's recall entry: its ids go on.
+    ids = [i for m in part if is_marker(m) for i in _marker_ids(m)]
+    if rid is not None:
+        ids.append(rid)
+    if ids:
+        line += " (" + ", ".join(f"recall_context id={i}" for i in dict.fromkeys(ids)) + ")"
+    if texts:
+        line += " " + _clip(" ".join(texts), 200)
+    if items:
+        line += f" Tools: {', '.join(_fit_trail(items))}."
+    if errors:
+        line += f" {errors} call(s) failed."
+    return line
