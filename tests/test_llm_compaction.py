@@ -4,6 +4,33 @@ Every turn goes through ``drive(manager, [caller_history + new_messages])``: dri
 ``prepare`` and checks the view, and the test keeps what that mode's caller keeps (the view in
 owned mode, its full history in projection mode) for the next turn. Between turns the test
 lets the event loop run a little, as the model call would; nothing re-passes pristine input.
+
+Backends: every scenario that takes the ``make_summarizer`` fixture runs four times, with the
+summarizer it makes being a `ScriptedSummarizer` (``scripted``) or an `SdkSummarizer` that
+plays the same script through the real ``anthropic`` SDK (``anthropic``) or ``openai`` SDK
+(``openai-chat``, ``openai-responses``) against a fake server on a real socket
+(tests/sdk_summarizer.py). Between turns, ``settle`` also waits until each request that a
+scripted summarizer would answer at once has its answer over the socket, so both kinds see
+turns and replies in the same order. The fixture's teardown fails a test that leaves a
+request hanging on a fake server, a task running, or a client unclosed.
+
+Scripted only, and why:
+- ``test_a_summarizer_bug_does_not_reach_the_loop``: its summarizer is a broken class that
+  raises `RuntimeError`; an SDK summarizer maps every SDK error to `SummarizerError`, so there
+  is no such bug to play through a server.
+- ``test_the_scripted_summarizer_is_a_summarizer``: tests `ScriptedSummarizer` itself (the
+  SDK look-alike has its own test, ``test_the_sdk_summarizer_plays_the_script_over_a_socket``).
+- The ``error`` stop reason of ``test_a_bad_briefing_is_rejected_not_spliced`` on
+  ``openai-responses``: a Responses reply is ``completed`` or ``incomplete`` on the fake
+  server, and neither is an ``error`` stop.
+- The unit tests of the pieces at the end (no summarizer involved).
+Every other scenario runs on all four backends, including those on fake time
+(``run_with_fake_time``: the fake clock and sleep are `LlmCompaction`'s, the request goes over
+the socket in real time, so the waits and the deadline stay exact) and those that poke the
+manager's internals while a request is in flight (the ledger edit of the stretch test, the
+in-flight job of the crossing test: the pokes are on the manager's side, the request is real).
+Timing margins per backend: ``make_summarizer.timeout`` is a per-attempt timeout that ends a
+hang quickly yet lets a request over a socket finish on a loaded machine.
 """
 
 from __future__ import annotations
@@ -11,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal
 
 import anyio
@@ -66,8 +93,20 @@ from agentctx.summarizer import (
 )
 from agentctx.testing import drive
 from agentctx.testing.scripted import Outcome, ScriptedSummarizer
+from agentctx.testing.servers import Reply
 
 from .helpers import assistant, call, result
+from .sdk_summarizer import (
+    BACKENDS,
+    SDK_BACKENDS,
+    Scripted,
+    SdkSummarizer,
+    SummarizerFactory,
+    Unsupported,
+    poll,
+    quiesce,
+    to_reply,
+)
 
 LIMIT = 2_000
 WORDS = ["alpha", "beta", "gamma", "delta", "parser", "cache", "config", "token", "budget", "retry"]
@@ -113,7 +152,7 @@ def budget(limit: int = LIMIT) -> Budget:
     return Budget(context_window=limit + 1_000, reserve_output=1_000)
 
 
-def strategy(summarizer: ScriptedSummarizer, **config: Any) -> tuple[Chain, LlmCompaction]:
+def strategy(summarizer: Summarizer, **config: Any) -> tuple[Chain, LlmCompaction]:
     llm = LlmCompaction(summarizer, LlmCompactionConfig(**config))
     return Chain([llm, DeterministicCompaction()]), llm
 
@@ -125,12 +164,33 @@ def has_briefing(view: Sequence[Message], text: str = "") -> bool:
     )
 
 
+@pytest.fixture(params=BACKENDS)
+async def make_summarizer(request: pytest.FixtureRequest) -> AsyncIterator[SummarizerFactory]:
+    """Makes the test's summarizers on one backend; see the module docs."""
+    factory = SummarizerFactory(request.param)
+    await factory.setup()
+    yield factory
+    await factory.aclose()
+
+
 async def settle(seconds: float = 0.0) -> None:
-    """Let background tasks run, as the model call between two turns would."""
+    """Let background tasks run, as the model call between two turns would: a scripted
+    reply without a delay arrives meanwhile, and so does one over a socket (`quiesce`)."""
     for _ in range(3):
         await anyio.lowlevel.checkpoint()
+    await quiesce()
     if seconds:
         await anyio.sleep(seconds)
+
+
+async def hanging(summarizer: Summarizer, limit: float = 2.0) -> int:
+    """Requests still open on the summarizer's fake server once it had ``limit`` seconds to
+    notice the client is gone (0 for a scripted summarizer: there is no wire)."""
+    if not isinstance(summarizer, SdkSummarizer):
+        return 0
+    server = summarizer.server
+    await poll(lambda: not server.in_progress, limit, 0.005)
+    return server.in_progress
 
 
 class Caller:
@@ -178,8 +238,10 @@ class Caller:
 
 
 @pytest.mark.parametrize("mode", ["owned", "projection"])
-async def test_splices_when_over_budget_and_holds_the_budget(mode: str) -> None:
-    summarizer = ScriptedSummarizer(default=briefing())
+async def test_splices_when_over_budget_and_holds_the_budget(
+    mode: str, make_summarizer: SummarizerFactory
+) -> None:
+    summarizer = make_summarizer(default=briefing())
     chain, llm = strategy(summarizer)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m, mode)  # type: ignore[arg-type]
@@ -195,8 +257,8 @@ async def test_splices_when_over_budget_and_holds_the_budget(mode: str) -> None:
     assert llm.spend.requests == len(summarizer.requests) == len(spliced) + unused
 
 
-async def test_under_the_trigger_nothing_happens() -> None:
-    summarizer = ScriptedSummarizer(default=briefing())
+async def test_under_the_trigger_nothing_happens(make_summarizer: SummarizerFactory) -> None:
+    summarizer = make_summarizer(default=briefing())
     chain, llm = strategy(summarizer)
     turns = [turn(i, 10) for i in range(3)]
     async with ContextManager(budget(1_000_000), strategy=chain) as m:
@@ -207,8 +269,10 @@ async def test_under_the_trigger_nothing_happens() -> None:
 
 
 @pytest.mark.parametrize("edit", ["rewrite the task", "same-shape edit inside the span"])
-async def test_a_rewound_history_never_gets_a_stale_splice(edit: str) -> None:
-    summarizer = ScriptedSummarizer([briefing("FIRST")], default=briefing("LATER"))
+async def test_a_rewound_history_never_gets_a_stale_splice(
+    edit: str, make_summarizer: SummarizerFactory
+) -> None:
+    summarizer = make_summarizer([briefing("FIRST")], default=briefing("LATER"))
     chain, llm = strategy(summarizer, trigger_ratio=0.3)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
@@ -232,10 +296,12 @@ async def test_a_rewound_history_never_gets_a_stale_splice(edit: str) -> None:
     assert has_briefing(caller.views[-1], "LATER")
 
 
-async def test_a_briefing_ready_when_the_session_ends_is_reported_unused() -> None:
+async def test_a_briefing_ready_when_the_session_ends_is_reported_unused(
+    make_summarizer: SummarizerFactory,
+) -> None:
     """Nothing paid for is silently lost: a billed briefing that was never needed shows up
     as `SummaryStale` ``unused`` when the manager closes, cost included."""
-    summarizer = ScriptedSummarizer(default=briefing())
+    summarizer = make_summarizer(default=briefing())
     chain, llm = strategy(summarizer, trigger_ratio=0.3)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
@@ -252,8 +318,10 @@ async def test_a_briefing_ready_when_the_session_ends_is_reported_unused() -> No
     assert len([s for s in caller.of(SummaryStale) if s.reason == "unused"]) == 1
 
 
-async def test_the_default_tail_scales_to_a_small_budget_and_still_splices() -> None:
-    summarizer = ScriptedSummarizer(default=briefing())
+async def test_the_default_tail_scales_to_a_small_budget_and_still_splices(
+    make_summarizer: SummarizerFactory,
+) -> None:
+    summarizer = make_summarizer(default=briefing())
     chain, llm = strategy(summarizer)  # all defaults
     assert llm.retain_tail_for(2_000) == 500
     assert llm.retain_tail_for(1_000_000) == 20_000
@@ -269,8 +337,10 @@ async def test_the_default_tail_scales_to_a_small_budget_and_still_splices() -> 
     assert caller.spliced_rounds > 0
 
 
-async def test_impossible_settings_warn_once_and_a_short_history_does_not() -> None:
-    summarizer = ScriptedSummarizer(default=briefing())
+async def test_impossible_settings_warn_once_and_a_short_history_does_not(
+    make_summarizer: SummarizerFactory,
+) -> None:
+    summarizer = make_summarizer(default=briefing())
     chain, llm = strategy(summarizer, trigger_ratio=0.1, retain_tail_tokens=10_000_000)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
@@ -286,8 +356,10 @@ async def test_impossible_settings_warn_once_and_a_short_history_does_not() -> N
     assert m.prompt_tokens > 200 and not caller.of(CompactionWarning)
 
 
-async def test_events_on_both_paths_for_a_session_that_starts_over_budget() -> None:
-    summarizer = ScriptedSummarizer(default=briefing("Recovered."))
+async def test_events_on_both_paths_for_a_session_that_starts_over_budget(
+    make_summarizer: SummarizerFactory,
+) -> None:
+    summarizer = make_summarizer(default=briefing("Recovered."))
     chain, llm = strategy(summarizer, retain_tail_tokens=200)
     restored = [msg for i in range(20) for msg in turn(i)]
     async with ContextManager(budget(), strategy=chain) as m:
@@ -308,8 +380,10 @@ async def test_events_on_both_paths_for_a_session_that_starts_over_budget() -> N
 
 
 @pytest.mark.parametrize("keep_first", [1, 3])
-async def test_the_head_is_kept_verbatim_or_summarized_never_both(keep_first: int) -> None:
-    summarizer = ScriptedSummarizer(default=briefing())
+async def test_the_head_is_kept_verbatim_or_summarized_never_both(
+    keep_first: int, make_summarizer: SummarizerFactory
+) -> None:
+    summarizer = make_summarizer(default=briefing())
     chain, llm = strategy(summarizer, keep_first=keep_first, trigger_ratio=0.3)
     turns: list[list[Message]] = [[UserMessage.of("TASK-7f3: port the parser; keep the API.")]]
     turns += [turn(i) for i in range(40)]
@@ -327,8 +401,10 @@ async def test_the_head_is_kept_verbatim_or_summarized_never_both(keep_first: in
         assert view[:keep_first] == raw_head[: len(view)]
 
 
-async def test_spliced_history_is_stable_under_the_deterministic_tiers() -> None:
-    summarizer = ScriptedSummarizer(default=briefing(body="verbose " * 300))
+async def test_spliced_history_is_stable_under_the_deterministic_tiers(
+    make_summarizer: SummarizerFactory,
+) -> None:
+    summarizer = make_summarizer(default=briefing(body="verbose " * 300))
     chain, llm = strategy(summarizer, trigger_ratio=0.1, retain_tail_tokens=200)
     async with ContextManager(budget(4_000), strategy=chain) as m:
         caller = Caller(m)
@@ -348,10 +424,10 @@ async def test_spliced_history_is_stable_under_the_deterministic_tiers() -> None
     assert not caller.of(TranscriptRepaired)
 
 
-async def test_the_briefing_survives_the_safety_net() -> None:
+async def test_the_briefing_survives_the_safety_net(make_summarizer: SummarizerFactory) -> None:
     # A long briefing, then a big turn right when it is ready: head + briefing + tail overflow
     # the budget, head + briefing fit. Only the tail may be compacted.
-    summarizer = ScriptedSummarizer(default=briefing(body="verbose " * 150))
+    summarizer = make_summarizer(default=briefing(body="verbose " * 150))
     chain, llm = strategy(summarizer, retain_tail_tokens=200)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
@@ -372,8 +448,10 @@ async def test_the_briefing_survives_the_safety_net() -> None:
     assert all(has_briefing(v, "verbose") for v in after), "the briefing stayed"
 
 
-async def test_a_briefing_that_cannot_fit_is_reported_as_deterministic() -> None:
-    summarizer = ScriptedSummarizer(default=briefing(body="verbose " * 250))
+async def test_a_briefing_that_cannot_fit_is_reported_as_deterministic(
+    make_summarizer: SummarizerFactory,
+) -> None:
+    summarizer = make_summarizer(default=briefing(body="verbose " * 250))
     chain, llm = strategy(summarizer, retain_tail_tokens=200)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
@@ -400,8 +478,10 @@ async def test_a_briefing_that_cannot_fit_is_reported_as_deterministic() -> None
     assert not has_briefing(caller.views[-1])
 
 
-async def test_a_briefing_is_kept_when_discarding_it_could_not_meet_the_budget() -> None:
-    summarizer = ScriptedSummarizer(default=briefing("KEPT"))
+async def test_a_briefing_is_kept_when_discarding_it_could_not_meet_the_budget(
+    make_summarizer: SummarizerFactory,
+) -> None:
+    summarizer = make_summarizer(default=briefing("KEPT"))
     chain, llm = strategy(summarizer, retain_tail_tokens=200)
     async with ContextManager(budget(), strategy=chain, on_over_budget="send") as m:
         caller = Caller(m)
@@ -421,8 +501,10 @@ async def test_a_briefing_is_kept_when_discarding_it_could_not_meet_the_budget()
 
 
 @pytest.mark.parametrize("keep_first", range(1, 7))
-async def test_a_splice_never_orphans_a_parallel_tool_call(keep_first: int) -> None:
-    summarizer = ScriptedSummarizer(default=briefing())
+async def test_a_splice_never_orphans_a_parallel_tool_call(
+    keep_first: int, make_summarizer: SummarizerFactory
+) -> None:
+    summarizer = make_summarizer(default=briefing())
     chain, llm = strategy(
         summarizer, trigger_ratio=0.1, retain_tail_tokens=300, keep_first=keep_first
     )
@@ -433,9 +515,11 @@ async def test_a_splice_never_orphans_a_parallel_tool_call(keep_first: int) -> N
     assert not caller.of(TranscriptRepaired)  # drive() checked every view as well
 
 
-async def test_a_ready_briefing_is_spliced_early_when_the_cache_is_cold() -> None:
+async def test_a_ready_briefing_is_spliced_early_when_the_cache_is_cold(
+    make_summarizer: SummarizerFactory,
+) -> None:
     now = [1_000.0]
-    summarizer = ScriptedSummarizer(default=briefing("COLD"))
+    summarizer = make_summarizer(default=briefing("COLD"))
     chain, llm = strategy(summarizer, trigger_ratio=0.3)
     async with ContextManager(budget(), strategy=chain, clock=lambda: now[0]) as m:
         caller = Caller(m)
@@ -451,11 +535,13 @@ async def test_a_ready_briefing_is_spliced_early_when_the_cache_is_cold() -> Non
     assert spliced.tokens_before <= LIMIT and has_briefing(caller.views[-1], "COLD")
 
 
-async def test_a_stretch_compacted_across_the_cut_meanwhile_is_taken_along() -> None:
+async def test_a_stretch_compacted_across_the_cut_meanwhile_is_taken_along(
+    make_summarizer: SummarizerFactory,
+) -> None:
     """While the request runs, other compaction replaces a stretch that starts inside the
     summarized span and ends after it: the splice takes the stretch whole and sends its
     replacement right after the briefing, instead of throwing the paid briefing away."""
-    summarizer = ScriptedSummarizer(default=Outcome.reply(briefing("MERGED"), delay=0.05))
+    summarizer = make_summarizer(default=Outcome.reply(briefing("MERGED"), delay=0.05))
     chain, llm = strategy(summarizer, trigger_ratio=0.5)
     marker = SummaryMessage("[compacted meanwhile]")
     async with ContextManager(budget(), strategy=chain) as m:
@@ -479,12 +565,14 @@ async def test_a_stretch_compacted_across_the_cut_meanwhile_is_taken_along() -> 
     assert view[k + 1] == marker and not caller.of(SummaryStale)
 
 
-async def test_a_request_in_flight_survives_a_crossing_the_tail_cannot_absorb() -> None:
+async def test_a_request_in_flight_survives_a_crossing_the_tail_cannot_absorb(
+    make_summarizer: SummarizerFactory,
+) -> None:
     """Over the limit before the briefing is back, with too little after the span to get
     under the trigger: LlmCompaction compacts inside the span too, never across its ends and
     only just under the trigger, so the tiers after it do not take the span to the target and
     the briefing still saves most of it when it arrives."""
-    summarizer = ScriptedSummarizer(default=Outcome.reply(briefing("KEPT"), delay=0.05))
+    summarizer = make_summarizer(default=Outcome.reply(briefing("KEPT"), delay=0.05))
     chain, llm = strategy(summarizer, retain_tail_tokens=200)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
@@ -513,18 +601,30 @@ async def test_a_request_in_flight_survives_a_crossing_the_tail_cannot_absorb() 
 # Validation, guards, failures
 
 
+BAD_BRIEFINGS = {
+    "length": (Outcome.reply(briefing(), stop_reason="length"), "stop_reason"),
+    "refusal": (Outcome.reply(briefing(), stop_reason="refusal"), "stop_reason"),
+    "error": (Outcome.reply(briefing(), stop_reason="error"), "stop_reason"),
+    "empty": (Outcome.reply("   \n"), "empty"),
+    "malformed": (Outcome.reply("## Goal\nTruncated mid-"), "malformed"),
+}
+
+
 @pytest.mark.parametrize(
-    ("outcome", "reason"),
+    ("outcome", "reason", "make_summarizer"),
     [
-        (Outcome.reply(briefing(), stop_reason="length"), "stop_reason"),
-        (Outcome.reply(briefing(), stop_reason="refusal"), "stop_reason"),
-        (Outcome.reply(briefing(), stop_reason="error"), "stop_reason"),
-        (Outcome.reply("   \n"), "empty"),
-        (Outcome.reply("## Goal\nTruncated mid-"), "malformed"),
+        pytest.param(outcome, reason, backend, id=f"{name}-{backend}")
+        for name, (outcome, reason) in BAD_BRIEFINGS.items()
+        for backend in BACKENDS
+        # the fake Responses API has no reply that stops on "error" (see the module docs)
+        if (name, backend) != ("error", "openai-responses")
     ],
+    indirect=["make_summarizer"],
 )
-async def test_a_bad_briefing_is_rejected_not_spliced(outcome: Outcome, reason: str) -> None:
-    summarizer = ScriptedSummarizer(default=outcome)
+async def test_a_bad_briefing_is_rejected_not_spliced(
+    outcome: Outcome, reason: str, make_summarizer: SummarizerFactory
+) -> None:
+    summarizer = make_summarizer(default=outcome)
     chain, llm = strategy(summarizer, trigger_ratio=0.1, retain_tail_tokens=200)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
@@ -538,13 +638,13 @@ async def test_a_bad_briefing_is_rejected_not_spliced(outcome: Outcome, reason: 
     assert caller.compactions("deterministic"), "the tiers held the budget instead"
 
 
-async def test_a_hung_request_releases_the_slot() -> None:
-    summarizer = ScriptedSummarizer([Outcome.hang()], default=briefing())
+async def test_a_hung_request_releases_the_slot(make_summarizer: SummarizerFactory) -> None:
+    summarizer = make_summarizer([Outcome.hang()], default=briefing())
     chain, llm = strategy(
         summarizer,
         trigger_ratio=0.1,
         retain_tail_tokens=200,
-        timeout=0.05,
+        timeout=make_summarizer.timeout,
         retry=RetryPolicy(max_attempts=1),
     )
     async with ContextManager(budget(), strategy=chain) as m:
@@ -553,15 +653,19 @@ async def test_a_hung_request_releases_the_slot() -> None:
         while llm.phase != "in_flight":
             await caller.turn(turn(i))
             i += 1
-        await anyio.sleep(0.15)
+        # within three timeouts at most (polled: the slot is free after one)
+        await poll(lambda: str(llm.phase) == "idle", 3 * make_summarizer.timeout, 0.01)
         assert str(llm.phase) == "idle", "a hung request must not pin the slot"
         assert summarizer.cancelled == 1
+        assert await hanging(summarizer) == 0, "the timeout closed the request on the wire"
         await caller.run([turn(j) for j in range(i, i + 25)])
     assert [r.reason for r in caller.of(SummaryRejected)] == ["timeout"]
     assert caller.spliced_rounds > 0, "the next request went through"
 
 
-async def test_the_transcript_is_capped_in_total_oldest_first() -> None:
+async def test_the_transcript_is_capped_in_total_oldest_first(
+    make_summarizer: SummarizerFactory,
+) -> None:
     huge = [msg for i in range(4_000) for msg in turn(i, 200)]
     transcript = serialize_transcript(huge)
     assert len(transcript) <= TRANSCRIPT_TOTAL_CHARS + 2 * TRANSCRIPT_BLOCK_CHARS
@@ -573,7 +677,7 @@ async def test_the_transcript_is_capped_in_total_oldest_first() -> None:
     ]
     assert len(serialize_transcript(big)) < 3 * TRANSCRIPT_BLOCK_CHARS
 
-    summarizer = ScriptedSummarizer(default=briefing())
+    summarizer = make_summarizer(default=briefing())
     chain, llm = strategy(summarizer, transcript_total_chars=1_500, trigger_ratio=0.5)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
@@ -584,8 +688,10 @@ async def test_the_transcript_is_capped_in_total_oldest_first() -> None:
         assert request.transcript.startswith("[... ")
 
 
-async def test_a_provider_failure_falls_back_to_the_deterministic_tiers() -> None:
-    summarizer = ScriptedSummarizer(default=Outcome.fail(status=400))
+async def test_a_provider_failure_falls_back_to_the_deterministic_tiers(
+    make_summarizer: SummarizerFactory,
+) -> None:
+    summarizer = make_summarizer(default=Outcome.fail(status=400))
     chain, llm = strategy(summarizer, trigger_ratio=0.1, retain_tail_tokens=200)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
@@ -615,10 +721,14 @@ class FakeTime:
 
 
 async def run_with_fake_time(
-    script: list[Outcome], retry: RetryPolicy, deadline: float = 1_000.0, turns: int = 20
-) -> tuple[Caller, ScriptedSummarizer, FakeTime]:
+    make_summarizer: SummarizerFactory,
+    script: list[Outcome],
+    retry: RetryPolicy,
+    deadline: float = 1_000.0,
+    turns: int = 20,
+) -> tuple[Caller, Scripted | SdkSummarizer, FakeTime]:
     time = FakeTime()
-    summarizer = ScriptedSummarizer(script)
+    summarizer = make_summarizer(script)
     llm = LlmCompaction(
         summarizer,
         LlmCompactionConfig(trigger_ratio=0.3, retry=retry, deadline=deadline),
@@ -632,7 +742,9 @@ async def run_with_fake_time(
     return caller, summarizer, time
 
 
-async def test_retries_are_numbered_from_one_with_backoff_and_clamped_retry_after() -> None:
+async def test_retries_are_numbered_from_one_with_backoff_and_clamped_retry_after(
+    make_summarizer: SummarizerFactory,
+) -> None:
     retry = RetryPolicy(max_attempts=4, base_delay=1.0, jitter=0.5, max_retry_after=20.0)
     script = [
         Outcome.fail(status=429, retry_after=1_000.0),
@@ -640,30 +752,44 @@ async def test_retries_are_numbered_from_one_with_backoff_and_clamped_retry_afte
         Outcome.fail(status=503),
         Outcome.reply(briefing("RETRIED")),
     ]
-    caller, summarizer, time = await run_with_fake_time(script, retry)
+    caller, summarizer, time = await run_with_fake_time(make_summarizer, script, retry)
     assert [r.attempt for r in summarizer.requests[:4]] == [1, 2, 3, 4]
     # Retry-After clamped to 20; then 1 * 2**1 and 1 * 2**2, shortened by jitter 0.5 * 0.5.
     assert time.sleeps == [20.0, 1.5, 3.0]
     assert has_briefing(caller.views[-1], "RETRIED")
+    if isinstance(summarizer, SdkSummarizer):  # what the SDK saw: 529 is 503 on OpenAI
+        overloaded = 529 if summarizer.backend == "anthropic" else 503
+        statuses = [r.status for r in summarizer.server.requests[:4]]
+        assert statuses == [429, overloaded, 503, 200]
+        assert summarizer.server.requests[0].reply is not None
+        assert ("retry-after", "1000") in summarizer.server.requests[0].reply.headers
 
-    caller, summarizer, time = await run_with_fake_time([Outcome.fail(status=400)], retry)
+    caller, summarizer, time = await run_with_fake_time(
+        make_summarizer, [Outcome.fail(status=400)], retry
+    )
     assert summarizer.requests[0].attempt == 1 and summarizer.requests[1].attempt == 1
     assert time.sleeps == [], "a 400 is not retried"
     assert caller.of(SummaryRejected)[0].reason == "failed"
 
 
-async def test_the_overall_deadline_includes_the_backoff_sleeps() -> None:
+async def test_the_overall_deadline_includes_the_backoff_sleeps(
+    make_summarizer: SummarizerFactory,
+) -> None:
     retry = RetryPolicy(max_attempts=5)
     script = [Outcome.fail(status=429, retry_after=8.0)] * 2
-    caller, summarizer, time = await run_with_fake_time(script, retry, deadline=10.0)
+    caller, summarizer, time = await run_with_fake_time(
+        make_summarizer, script, retry, deadline=10.0
+    )
     assert time.sleeps == [8.0], "a second 8 s wait would end past the 10 s deadline"
     rejected = caller.of(SummaryRejected)
     assert rejected[0].reason == "deadline" and rejected[0].attempts == 2
 
 
-async def test_closing_the_manager_cancels_the_request_and_leaves_no_task() -> None:
+async def test_closing_the_manager_cancels_the_request_and_leaves_no_task(
+    make_summarizer: SummarizerFactory,
+) -> None:
     before = len(asyncio.all_tasks())
-    summarizer = ScriptedSummarizer(default=Outcome.hang())
+    summarizer = make_summarizer(default=Outcome.hang())
     chain, llm = strategy(summarizer, trigger_ratio=0.3)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
@@ -673,11 +799,14 @@ async def test_closing_the_manager_cancels_the_request_and_leaves_no_task() -> N
             i += 1
         await settle()
         assert summarizer.in_flight == 1
+        if isinstance(summarizer, SdkSummarizer):
+            assert summarizer.server.in_progress == 1, "the request hangs on the server"
     assert summarizer.cancelled == 1 and summarizer.in_flight == 0
     assert str(llm.phase) == "idle"
     assert len(asyncio.all_tasks()) == before
+    assert await hanging(summarizer) == 0, "closing the manager ended the request on the wire"
 
-    summarizer = ScriptedSummarizer([Outcome.hang()], default=briefing())
+    summarizer = make_summarizer([Outcome.hang()], default=briefing())
     chain, llm = strategy(summarizer, trigger_ratio=0.3)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
@@ -687,12 +816,15 @@ async def test_closing_the_manager_cancels_the_request_and_leaves_no_task() -> N
         llm.cancel()  # dropping the strategy's work by hand
         await settle()
         assert str(llm.phase) == "idle" and summarizer.cancelled == 1
+        assert await hanging(summarizer) == 0
         await m.aclose()
     assert len(asyncio.all_tasks()) == before
 
 
-async def test_an_incremental_summary_updates_the_previous_briefing() -> None:
-    summarizer = ScriptedSummarizer([briefing("FIRST")], default=briefing("SECOND"))
+async def test_an_incremental_summary_updates_the_previous_briefing(
+    make_summarizer: SummarizerFactory,
+) -> None:
+    summarizer = make_summarizer([briefing("FIRST")], default=briefing("SECOND"))
     chain, llm = strategy(summarizer)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
@@ -712,13 +844,15 @@ async def test_an_incremental_summary_updates_the_previous_briefing() -> None:
     assert sum(has_briefing([msg]) for msg in final) == 1
 
 
-async def test_cost_is_reported_for_rejected_briefings_and_in_the_session_total() -> None:
+async def test_cost_is_reported_for_rejected_briefings_and_in_the_session_total(
+    make_summarizer: SummarizerFactory,
+) -> None:
     price = Price(1.0, 5.0, 0.1, 1.25)
     script = [
         Outcome.reply("## Goal\nno other sections", usage=Usage(1_000, 200)),
         Outcome.reply(briefing("PAID"), usage=Usage(2_000, 100)),
     ]
-    summarizer = ScriptedSummarizer(script, default=Outcome.reply(briefing(), usage=Usage(500, 50)))
+    summarizer = make_summarizer(script, default=Outcome.reply(briefing(), usage=Usage(500, 50)))
     chain, llm = strategy(summarizer, price=price, trigger_ratio=0.3)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
@@ -748,10 +882,12 @@ async def test_cost_is_reported_for_rejected_briefings_and_in_the_session_total(
 
 
 @pytest.mark.parametrize("words", [40, 120, 300])
-async def test_feeding_the_result_back_never_pays_without_splicing(words: int) -> None:
+async def test_feeding_the_result_back_never_pays_without_splicing(
+    words: int, make_summarizer: SummarizerFactory
+) -> None:
     """The seed's livelock: a briefing anchored on the input was invalidated by the fallback
     of the same call, 22 requests paid and 0 spliced. Either splices happen, or no request."""
-    summarizer = ScriptedSummarizer(default=briefing())
+    summarizer = make_summarizer(default=briefing())
     chain, llm = strategy(summarizer, retain_tail_tokens=200)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
@@ -761,8 +897,10 @@ async def test_feeding_the_result_back_never_pays_without_splicing(words: int) -
     assert len(caller.of(SummaryStale)) <= 1
 
 
-async def test_losing_the_race_warns_once_and_rearms_after_a_splice() -> None:
-    summarizer = ScriptedSummarizer([Outcome.hang()])
+async def test_losing_the_race_warns_once_and_rearms_after_a_splice(
+    make_summarizer: SummarizerFactory,
+) -> None:
+    summarizer = make_summarizer([Outcome.hang()])
     chain, llm = strategy(summarizer, trigger_ratio=0.5, warn_after_fallbacks=2)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
@@ -786,8 +924,10 @@ async def test_losing_the_race_warns_once_and_rearms_after_a_splice() -> None:
     assert [w.code for w in caller.of(CompactionWarning)] == ["losing_race"] * 2
 
 
-async def test_without_a_task_group_it_warns_and_the_tiers_hold_the_budget() -> None:
-    summarizer = ScriptedSummarizer(default=briefing())
+async def test_without_a_task_group_it_warns_and_the_tiers_hold_the_budget(
+    make_summarizer: SummarizerFactory,
+) -> None:
+    summarizer = make_summarizer(default=briefing())
     chain, llm = strategy(summarizer)
     m = ContextManager(budget(), strategy=chain)  # no `async with`
     caller = Caller(m)
@@ -807,6 +947,179 @@ async def test_a_summarizer_bug_does_not_reach_the_loop() -> None:
         await caller.run([turn(i) for i in range(30)])
     rejected = caller.of(SummaryRejected)
     assert rejected and "RuntimeError" in rejected[0].detail and rejected[0].attempts == 1
+
+
+# ---------------------------------------------------------------------------------------
+# The fault matrix of the fake servers, at the LlmCompaction level
+#
+# Each fault is a `Reply` of the fake server for the SDK backends and the `Outcome` a
+# scripted summarizer gives for the same thing (malformed JSON and a connection reset are a
+# retryable failure without a status there). A transient fault is followed by a good reply:
+# the job retries it and the briefing splices. A bad reply (billed, but not a briefing) or a
+# fault that persists ends in a rejection and the deterministic tiers. Every turn holds the
+# budget (`Caller.turn`), every billed response's cost is reported, and the teardown checks no
+# request is left hanging on the server and no task running.
+
+PRICE = Price(1.0, 5.0, 0.1, 1.25)
+RETRY = RetryPolicy(max_attempts=2, base_delay=0.01, jitter=0.0)
+RETRY_AFTER = 0.2  # longer than the backoff (0.01 s): the retry waits because the server said so
+
+
+@dataclasses.dataclass(frozen=True)
+class Fault:
+    reply: Reply  # what a fake server answers
+    outcome: Outcome  # what a scripted summarizer does instead
+    status: int | None  # the HTTP status the SDK sees (None: no response; OpenAI 529 is 503)
+    reason: str  # SummaryRejected.reason once it persists
+
+
+def faults(timeout: float) -> dict[str, Fault]:
+    """The faults, with delays relative to the backend's per-attempt ``timeout``."""
+    connection = Outcome.fail(status=None, retryable=True)
+    return {
+        "429-retry-after": Fault(
+            Reply.rate_limited(retry_after=RETRY_AFTER),
+            Outcome.fail(status=429, retry_after=RETRY_AFTER),
+            429,
+            "failed",
+        ),
+        "529-overloaded": Fault(Reply.overloaded(), Outcome.fail(status=529), 529, "failed"),
+        "500": Fault(Reply.server_error(500), Outcome.fail(status=500), 500, "failed"),
+        "hang": Fault(Reply.hang(), Outcome.hang(), None, "timeout"),
+        # a body trickling in 64-byte pieces, half a timeout apart: the attempt times out
+        "slow-trickle": Fault(
+            Reply.slow(briefing("TOO SLOW"), event_delay=timeout / 2),
+            Outcome.reply(briefing("TOO SLOW"), delay=20 * timeout),
+            200,
+            "timeout",
+        ),
+        "malformed-json": Fault(Reply.malformed(), connection, 200, "failed"),
+        "connection-reset": Fault(Reply.reset(), connection, None, "failed"),
+    }
+
+
+BAD_REPLIES = {
+    "max_tokens": (
+        Reply.max_tokens(briefing()),
+        Outcome.reply(briefing(), stop_reason="length"),
+        "stop_reason",
+    ),
+    "refusal": (
+        Reply.refusal("I can't help with that."),
+        Outcome.reply("I can't help with that.", stop_reason="refusal"),
+        "stop_reason",
+    ),
+    "empty": (Reply.empty(), Outcome.reply(""), "empty"),
+}
+
+
+def wire(make_summarizer: SummarizerFactory, reply: Reply, outcome: Outcome) -> Reply | Outcome:
+    return reply if make_summarizer.sdk else outcome
+
+
+async def run_faulty_session(
+    summarizer: Scripted | SdkSummarizer, attempt_timeout: float, turns: int = 25
+) -> tuple[Caller, LlmCompaction]:
+    """Run turns until the first request goes out, let its attempts (and the waits between
+    them) play out while the loop waits for its own model, then run ``turns`` more turns."""
+    chain, llm = strategy(
+        summarizer, trigger_ratio=0.3, timeout=attempt_timeout, retry=RETRY, price=PRICE
+    )
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        i = 0
+        while not summarizer.requests:
+            await caller.turn(turn(i))
+            i += 1
+            assert i < 40, "never armed"
+        assert await poll(lambda: llm.phase != "in_flight", 10.0, 0.005), "the job never ended"
+        await caller.run([turn(j) for j in range(i, i + turns)])
+    return caller, llm
+
+
+def billed(summarizer: Summarizer, index: int) -> Usage | None:
+    """What the fake server billed for the ``index``-th request (None: scripted)."""
+    if not isinstance(summarizer, SdkSummarizer):
+        return None
+    bill = summarizer.server.requests[index].usage
+    assert bill is not None
+    return Usage(bill.input_tokens, bill.output_tokens, bill.cache_read, bill.cache_write)
+
+
+def assert_costs_add_up(caller: Caller, llm: LlmCompaction) -> None:
+    reported = [
+        e.summary
+        for e in caller.events
+        if isinstance(e, ContextCompacted | SummaryRejected | SummaryStale) and e.summary
+    ]
+    for stats in reported:
+        assert stats.cost_usd == pytest.approx(PRICE.cost(stats.usage))
+        assert stats.usage.input_tokens > 0 and stats.usage.output_tokens > 0
+    waiting = 1 if llm.phase == "ready" else 0  # spliced after the session, had it gone on
+    assert llm.spend.requests == len(reported) + waiting
+    if not waiting:
+        assert llm.spend.cost_usd == pytest.approx(sum(s.cost_usd or 0.0 for s in reported))
+
+
+@pytest.mark.parametrize("name", list(faults(1.0)))
+async def test_a_transient_fault_is_retried_and_the_briefing_splices(
+    name: str, make_summarizer: SummarizerFactory
+) -> None:
+    fault = faults(make_summarizer.timeout)[name]
+    summarizer = make_summarizer(
+        [wire(make_summarizer, fault.reply, fault.outcome)], default=briefing("RECOVERED")
+    )
+    caller, llm = await run_faulty_session(summarizer, make_summarizer.timeout)
+    assert [r.attempt for r in summarizer.requests[:2]] == [1, 2]
+    assert not caller.of(SummaryRejected)
+    first = caller.compactions("summarized")[0]
+    assert first.summary is not None and has_briefing(caller.views[-1], "RECOVERED")
+    assert summarizer.completed == llm.spend.requests, "only answered requests are billed"
+    assert_costs_add_up(caller, llm)
+    if name == "429-retry-after":
+        waited = summarizer.started[1] - summarizer.started[0]
+        assert waited >= RETRY_AFTER * 0.9, f"Retry-After not honoured: {waited:.3f} s"
+    if fault.reason == "timeout":
+        assert summarizer.cancelled == 1, "the attempt was cancelled at its timeout"
+    if isinstance(summarizer, SdkSummarizer):
+        overloaded = 503 if fault.status == 529 and summarizer.backend != "anthropic" else None
+        statuses = [r.status for r in summarizer.server.requests[:2]]
+        assert statuses == [overloaded or fault.status, 200]
+        assert first.summary.usage == billed(summarizer, 1), "the server's bill, as reported"
+
+
+@pytest.mark.parametrize("name", list(faults(1.0)))
+async def test_a_persistent_fault_is_rejected_and_the_tiers_hold_the_budget(
+    name: str, make_summarizer: SummarizerFactory
+) -> None:
+    fault = faults(make_summarizer.timeout)[name]
+    summarizer = make_summarizer(default=wire(make_summarizer, fault.reply, fault.outcome))
+    caller, llm = await run_faulty_session(summarizer, make_summarizer.timeout)
+    rejected = caller.of(SummaryRejected)
+    assert rejected and rejected[0].reason == fault.reason
+    assert rejected[0].attempts == RETRY.max_attempts and rejected[0].summary is None
+    assert [r.attempt for r in summarizer.requests[:2]] == [1, 2]
+    assert caller.spliced_rounds == 0 and caller.compactions("deterministic")
+    assert llm.spend.requests == 0 and llm.spend.cost_usd == 0.0, "nothing was billed"
+
+
+@pytest.mark.parametrize("name", list(BAD_REPLIES))
+async def test_a_billed_reply_that_is_no_briefing_is_rejected_with_its_cost(
+    name: str, make_summarizer: SummarizerFactory
+) -> None:
+    reply, outcome, reason = BAD_REPLIES[name]
+    summarizer = make_summarizer(default=wire(make_summarizer, reply, outcome))
+    caller, llm = await run_faulty_session(summarizer, make_summarizer.timeout)
+    rejected = caller.of(SummaryRejected)
+    assert rejected and {r.reason for r in rejected} == {reason}
+    assert all(r.attempts == 1 for r in rejected), "a bad briefing is not sent again at once"
+    assert caller.spliced_rounds == 0 and caller.compactions("deterministic")
+    assert llm.spend.requests == len(rejected) == len(summarizer.requests)
+    assert_costs_add_up(caller, llm)
+    for k, r in enumerate(rejected):
+        assert r.summary is not None
+        bill = billed(summarizer, k)
+        assert bill is None or r.summary.usage == bill, "the server's bill, as reported"
 
 
 # ---------------------------------------------------------------------------------------
@@ -904,3 +1217,65 @@ def test_the_scripted_summarizer_is_a_summarizer() -> None:
     assert first.text == "a" and first.usage.input_tokens == 11
     assert second == (True, 429, 3.0) and third == (False, None, None)
     assert summarizer.completed == 1 and summarizer.failed == 2 and len(summarizer.requests) == 3
+
+
+@pytest.mark.parametrize("backend", SDK_BACKENDS)
+async def test_the_sdk_summarizer_plays_the_script_over_a_socket(backend: Any) -> None:
+    factory = SummarizerFactory(backend)
+    try:
+        summarizer = factory(["a"], default=None)
+        assert isinstance(summarizer, SdkSummarizer) and isinstance(summarizer, Summarizer)
+        summarizer.push(
+            Outcome.fail(status=429, retry_after=3.0),
+            Outcome.reply("## Goal\ncut", stop_reason="length", usage=Usage(10, 20)),
+            Outcome.hang(),
+            "after the hang",
+        )
+        assert summarizer.pending == 5
+        request = SummaryRequest(system="s", prompt="p" * 40, max_tokens=256)
+
+        first = await summarizer.summarize(request)
+        assert first.text == "a" and first.stop_reason == "stop"
+        assert first.usage.input_tokens > 0 and first.model == "scripted-summarizer"
+        with pytest.raises(SummarizerError) as info:
+            await summarizer.summarize(request)
+        assert (info.value.retryable, info.value.status, info.value.retry_after) == (
+            True,
+            429,
+            3.0,
+        )
+        cut = await summarizer.summarize(request)
+        assert (cut.stop_reason, cut.usage) == ("length", Usage(10, 20))
+        # A call cancelled before its request reached the server leaves nothing behind...
+        with anyio.move_on_after(0):
+            await summarizer.summarize(request)
+        # ...and the next request gets the next outcome.
+        after = await summarizer.summarize(request)
+        assert after.text == "after the hang"
+        with pytest.raises(SummarizerError) as info:
+            await summarizer.summarize(request)  # the script is used up
+        assert (info.value.retryable, info.value.status) == (False, 400)
+        assert (summarizer.completed, summarizer.failed, summarizer.cancelled) == (3, 2, 1)
+        assert summarizer.in_flight == 0 and len(summarizer.requests) == 6
+        wire_prompts = [r.json for r in summarizer.server.requests]
+        assert len(wire_prompts) == 5 and all("p" * 40 in str(b) for b in wire_prompts)
+    finally:
+        await factory.aclose()
+
+
+def test_outcomes_a_fake_server_cannot_give_are_refused() -> None:
+    with pytest.raises(Unsupported):
+        to_reply(Outcome.reply("x", model="other-model"), "anthropic")
+    with pytest.raises(Unsupported):
+        to_reply(Outcome.fail(status=400, retryable=True), "openai-chat")
+    with pytest.raises(Unsupported):
+        to_reply(Outcome.fail(status=None), "anthropic")
+    with pytest.raises(Unsupported):
+        to_reply(Outcome.reply("x", stop_reason="error"), "openai-responses")
+    assert to_reply(Outcome.reply("x", stop_reason="error"), "openai-chat").stop_reason == (
+        "tool_use"
+    )
+    reply = to_reply(Outcome.fail(status=429, retry_after=0.5, delay=0.1), "anthropic")
+    assert (reply.status, reply.headers, reply.delay) == (429, (("retry-after", "0.5"),), 0.1)
+    with pytest.raises(Unsupported):
+        SummarizerFactory("scripted")([Reply.reset()])

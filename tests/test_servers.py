@@ -366,9 +366,15 @@ async def test_anthropic_hang_times_out_and_server_sees_the_disconnect(
     async with anthropic.AsyncAnthropic(
         base_url=ant.url, api_key="test", max_retries=0, timeout=0.2
     ) as client:
+        assert ant.in_progress == 0
         with pytest.raises(anthropic.APITimeoutError):
             await _create(client, stream=stream)
         assert ant.requests[0].status is None
+        for _ in range(200):  # the server notices the client gave up
+            if ant.in_progress == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert ant.in_progress == 0
         assert (await _create(client)).content[0].text == "ok"
 
 

@@ -85,6 +85,7 @@ class FakeServer:
         self._cache = wire.PrefixCache(cache_ttl)
         self._ids = wire.Ids()
         self._count = 0
+        self._in_progress = 0
         self._http = HttpServer(self._handle, name=f"{type(self).__name__}-{id(self):x}")
         self._init_state()
 
@@ -216,6 +217,8 @@ class FakeServer:
 
     async def _handle(self, request: HttpRequest, exchange: Exchange) -> None:
         call = _Call(self, request, exchange)
+        with self._lock:
+            self._in_progress += 1
         try:
             await self._dispatch(call)
         except GONE:
@@ -223,6 +226,15 @@ class FakeServer:
         except Exception as exc:  # answer a bug of the fake as a 500 and keep serving
             self._http.errors.append(exc)
             await call.fail(500, None, f"fake server bug: {exc!r}")
+        finally:
+            with self._lock:
+                self._in_progress -= 1
+
+    @property
+    def in_progress(self) -> int:
+        """Requests being handled right now (a ``hang`` holds one open until the client
+        gives up): 0 after a test means nothing was left hanging."""
+        return self._in_progress
 
     async def _dispatch(self, call: _Call) -> None:
         request, body = call.request, call.body
