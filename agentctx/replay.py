@@ -10,6 +10,10 @@ message before it. The same requests are priced twice, with compaction and witho
 an ideal provider prefix cache: what the previous request already sent (byte-identical
 messages from the start) is a cache read, the rest a cache write. A *cache break* is a
 request that does not start with everything the previous one sent.
+
+The replay runs on the transcript's own clock (`ReplayClock`): background work that sleeps on
+it (a summarizer's simulated latency) finishes when the replay reaches that time, so
+briefings arrive and splice as they would have in the session, without real waiting.
 """
 
 from __future__ import annotations
@@ -17,7 +21,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agentctx.events import ContextCompacted, Event
+import anyio
+
+from agentctx.events import (
+    BudgetExceeded,
+    CompactionWarning,
+    ContextCompacted,
+    Event,
+    SummaryRejected,
+    SummaryStale,
+    SummaryStats,
+)
 from agentctx.manager import ContextManager
 from agentctx.messages import AssistantMessage, Message, Usage, fingerprint
 from agentctx.pricing import Price
@@ -30,7 +44,7 @@ if TYPE_CHECKING:
     from agentctx.strategy import CompactionStrategy
     from agentctx.tokens import MessageCounter
 
-__all__ = ["ReplayReport", "RequestRow", "SONNET_PRICE", "replay"]
+__all__ = ["SONNET_PRICE", "ReplayClock", "ReplayReport", "RequestRow", "replay"]
 
 SONNET_PRICE = Price(3.0, 15.0, 0.3, 3.75, 6.0)  # Claude Sonnet 4.x list prices
 
@@ -50,6 +64,12 @@ class RequestRow:
     cold_rewrite: bool
     over_budget: bool
     actions: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+    """Other events since the previous request: summaries rejected or stale, warnings."""
+    summarized: int = 0
+    """Messages a briefing replaced in this request (0: no splice)."""
+    cache_read_without: int = 0
+    cache_write_without: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +84,12 @@ class ReplayReport:
     cache_breaks: int
     cold_rewrites: int
     final_view: tuple[Message, ...]
+    summaries: tuple[SummaryStats, ...] = ()
+    """Every billed summarizer request, spliced or not."""
+    splices: int = 0
+    """Briefings spliced into the view."""
+    events: tuple[Event, ...] = ()
+    """Every event of the session, in order."""
 
     @property
     def tokens_with(self) -> int:
@@ -79,6 +105,65 @@ class ReplayReport:
     def over_budget(self) -> int:
         """Requests that went over the hard budget."""
         return sum(r.over_budget for r in self.rows)
+
+
+class ReplayClock:
+    """The replay's clock: the transcript's time, moved by the replay, with an async ``sleep``
+    that returns once the replay has moved the clock past its end (no real waiting).
+
+    Pass one to `replay` and give its ``sleep`` to whatever should take simulated time, e.g.
+    ``OfflineSummarizer(delay=10, sleep=clock.sleep)``.
+    """
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.now = start
+        self._sleepers: list[tuple[float, anyio.Event]] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait until the clock has moved ``seconds`` past now."""
+        if seconds <= 0:
+            await anyio.lowlevel.checkpoint()
+            return
+        woken = anyio.Event()
+        self._sleepers.append((self.now + seconds, woken))
+        await woken.wait()
+
+    async def advance(self, to: float) -> None:
+        """Let started work reach its first wait, move the clock to ``to`` (never back) and
+        let every sleeper due by then run until all tasks wait again."""
+        # Work started since the last call (a request just armed) runs up to its first wait
+        # first, so that its sleep starts at the time it was started, not at this one.
+        await anyio.wait_all_tasks_blocked()
+        self.now = max(self.now, to)
+        due = [s for s in self._sleepers if s[0] <= self.now]
+        if not due:
+            return
+        self._sleepers = [s for s in self._sleepers if s[0] > self.now]
+        for _, woken in due:
+            woken.set()
+        await anyio.wait_all_tasks_blocked()
+
+
+def _note(event: Event) -> str | None:
+    """A few words on an event that is not a compaction of the view, for the report."""
+    if isinstance(event, SummaryRejected):
+        return f"summary rejected ({event.reason}): {event.detail}"
+    if isinstance(event, SummaryStale):
+        return f"summary discarded ({event.reason})"
+    if isinstance(event, CompactionWarning):
+        return f"warning {event.code}"
+    if isinstance(event, BudgetExceeded):
+        return f"over budget: {event.tokens} > {event.budget} tokens"
+    return None
+
+
+def _billed(event: Event) -> SummaryStats | None:
+    if isinstance(event, ContextCompacted | SummaryRejected | SummaryStale):
+        return event.summary
+    return None
 
 
 class _PrefixCache:
@@ -131,6 +216,7 @@ async def replay(
     price: Price = SONNET_PRICE,
     session_id: str = "replay",
     cache_ttl: float = 300.0,
+    clock: ReplayClock | None = None,
 ) -> ReplayReport:
     """Replay ``messages`` call by call through ``strategy`` and price both ways.
 
@@ -139,19 +225,23 @@ async def replay(
     cache expires after ``cache_ttl`` seconds of the transcript's own time; a rewrite after
     that is a cold rewrite (nothing cached is lost), not a cache break. A ``cache_ttl``
     above 300 s stands for Anthropic's 1-hour cache: its writes pay ``price.cache_write_1h``.
+
+    ``clock`` is the transcript's clock (a new `ReplayClock` if omitted); share it with a
+    summarizer's simulated delay. Briefings come back in the manager's task group while the
+    replay advances the clock, before the request they would have been ready for.
     """
     rows: list[RequestRow] = []
     events: list[Event] = []
     cost_with = cost_without = 0.0
     view: list[Message] = []
-    now = [0.0]
+    clock = clock if clock is not None else ReplayClock()
     async with ContextManager(
         budget,
         strategy=strategy,
         recall=MemoryRecallStore(),
         session_id=session_id,
         on_over_budget="send",
-        clock=lambda: now[0],
+        clock=clock,
     ) as ctx:
         ctx.subscribe(events.append)
         cache_with = _PrefixCache(ctx.counter, cache_ttl)
@@ -160,21 +250,28 @@ async def replay(
         for number, i in enumerate(calls, start=1):
             request = messages[:i]
             stamp = messages[i].extra.get("timestamp")
-            # The transcript's own clock, so ages and idle gaps are the session's.
-            now[0] = stamp / 1000 if isinstance(stamp, int | float) else now[0] + 30.0
             seen = len(events)
+            # The transcript's own clock, so ages and idle gaps are the session's; background
+            # work due by then (a briefing) completes first.
+            await clock.advance(stamp / 1000 if isinstance(stamp, int | float) else clock() + 30.0)
+            now = clock()
             view = await ctx.prepare(request)
             ctx.counter.refine(request)  # full estimates for the accounting below
             ctx.counter.refine(view)
             overhead = ctx.counter.overhead
             tokens_with = ctx.prompt_tokens
             tokens_without = overhead + ctx.counter.count_many(request)
-            read, write, broke, cold = cache_with.send(view, overhead, now[0])
-            read0, write0, _, _ = cache_without.send(request, overhead, now[0])
+            read, write, broke, cold = cache_with.send(view, overhead, now)
+            read0, write0, _, _ = cache_without.send(request, overhead, now)
             cost_with += price.cost(_cache_usage(read, write, cache_ttl))
             cost_without += price.cost(_cache_usage(read0, write0, cache_ttl))
-            actions = tuple(
-                a for e in events[seen:] if isinstance(e, ContextCompacted) for a in e.actions
+            new = events[seen:]
+            actions = tuple(a for e in new if isinstance(e, ContextCompacted) for a in e.actions)
+            notes = tuple(n for n in map(_note, new) if n is not None)
+            summarized = sum(
+                e.summary.messages_summarized
+                for e in new
+                if isinstance(e, ContextCompacted) and e.summary is not None
             )
             rows.append(
                 RequestRow(
@@ -189,6 +286,10 @@ async def replay(
                     cold_rewrite=cold,
                     over_budget=tokens_with > budget.limit,
                     actions=actions,
+                    notes=notes,
+                    summarized=summarized,
+                    cache_read_without=read0,
+                    cache_write_without=write0,
                 )
             )
             usage = messages[i].usage  # type: ignore[union-attr]
@@ -206,4 +307,7 @@ async def replay(
         cache_breaks=sum(r.cache_break for r in rows),
         cold_rewrites=sum(r.cold_rewrite for r in rows),
         final_view=tuple(view),
+        summaries=tuple(s for s in map(_billed, events) if s is not None),
+        splices=sum(isinstance(e, ContextCompacted) and e.method == "summarized" for e in events),
+        events=tuple(events),
     )
