@@ -375,7 +375,7 @@ async def test_anthropic_hang_times_out_and_server_sees_the_disconnect(
                 break
             await asyncio.sleep(0.01)
         assert ant.in_progress == 0
-        assert (await _create(client)).content[0].text == "ok"
+        assert (await _create(client.with_options(timeout=10))).content[0].text == "ok"
 
 
 async def test_anthropic_reset_is_a_connection_error(
@@ -1102,11 +1102,14 @@ async def test_openai_http_errors(
 @pytest.mark.parametrize("path", ["chat", "responses"])
 @pytest.mark.parametrize("stream", [False, True])
 async def test_openai_hang_and_reset(oai: FakeOpenAI, path: str, stream: bool) -> None:
+    # Only the hang needs a short timeout: a fault call that timed out under load would leave
+    # its reply to be served to whichever request the server reads next.
     async with openai.AsyncOpenAI(
-        base_url=oai.url + "/v1", api_key="t", max_retries=0, timeout=0.2
-    ) as client:
+        base_url=oai.url + "/v1", api_key="t", max_retries=0, timeout=10
+    ) as patient:
 
-        async def call() -> None:
+        async def call(http_timeout: float | None = None) -> None:
+            client = patient if http_timeout is None else patient.with_options(timeout=http_timeout)
             if path == "chat":
                 result: Any = await client.chat.completions.create(
                     model="m",
@@ -1121,11 +1124,12 @@ async def test_openai_hang_and_reset(oai: FakeOpenAI, path: str, stream: bool) -
 
         oai.enqueue(Reply.hang())
         with pytest.raises(openai.APITimeoutError):
-            await call()
+            await call(http_timeout=0.2)
         for fault in (Reply.reset(), Reply.reset(after_events=2), Reply.disconnect(2)):
             oai.enqueue(fault)
-            with pytest.raises(openai.APIConnectionError):
+            with pytest.raises(openai.APIConnectionError) as caught:
                 await call()
+            assert not isinstance(caught.value, openai.APITimeoutError)
         await call()  # the server is still fine
     assert [r.status for r in oai.requests] == [None, None, 200, 200, 200]
 
