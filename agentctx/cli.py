@@ -154,24 +154,32 @@ def _tally(actions: Sequence[str]) -> str:
     return ", ".join(f"{k} x{n}" for k, n in kinds.most_common()) or "nothing"
 
 
-def _summarizer_line(summaries: Sequence[SummaryStats]) -> str:
+def _summarizer_line(summaries: Sequence[SummaryStats], session_cost: float) -> str:
+    """The summarizer's requests, tokens and cost, and its share of all that was spent
+    (DESIGN §7: at most 5 %); an unpriced model is estimated at the default one's prices."""
     if not summaries:
         return "summarizer: no requests"
     usage_in = sum(s.usage.input_tokens for s in summaries)
     usage_out = sum(s.usage.output_tokens for s in summaries)
     costs = [s.cost_usd for s in summaries]
     models = sorted({s.model or "unknown model" for s in summaries})
-    head = (
+    line = (
         f"summarizer: {len(summaries)} request{'s' if len(summaries) != 1 else ''} "
         f"({', '.join(models)}), {usage_in} input + {usage_out} output tokens, "
     )
+    spent: float | None = None
     if all(c is not None for c in costs):
-        return head + f"cost ${sum(c or 0.0 for c in costs):.4f}"
-    line = head + "cost unknown (no price for the model)"
-    estimate = price_for(ESTIMATE_MODEL)
-    if estimate is not None:
-        total = sum(estimate.cost(s.usage) for s in summaries)
-        line += f"; at {ESTIMATE_MODEL} prices ${total:.4f}"
+        spent = sum(c or 0.0 for c in costs)
+        line += f"cost ${spent:.4f}"
+    else:
+        line += "cost unknown (no price for the model)"
+        estimate = price_for(ESTIMATE_MODEL)
+        if estimate is not None:
+            spent = sum(estimate.cost(s.usage) for s in summaries)
+            line += f"; at {ESTIMATE_MODEL} prices ${spent:.4f}"
+    if spent is not None and spent + session_cost > 0:
+        share = spent / (spent + session_cost)
+        line += f", {share:.1%} of all spent (target <= 5 %)"
     return line
 
 
@@ -209,7 +217,7 @@ def _print_report(report: ReplayReport, out: TextIO) -> None:
         f"(x{ratio:.2f})\n"
         f"compactions {report.compactions}{splices}  prefix-cache breaks {report.cache_breaks}\n"
         f"cleared or summarized: {_tally(actions)}\n"
-        f"{_summarizer_line(report.summaries)}\n"
+        f"{_summarizer_line(report.summaries, report.cost_with)}\n"
     )
 
 

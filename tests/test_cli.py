@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -37,6 +38,12 @@ def test_replay_of_the_shipped_transcript(capsys: pytest.CaptureFixture[str]) ->
     assert "1 briefing spliced over" in out
     assert "summarizer: 1 request (offline-extractive)" in out
     assert "cost unknown" in out and "at claude-haiku-5-5 prices $" in out
+    share = re.search(r"prices \$([\d.]+), ([\d.]+)% of all spent \(target <= 5 %\)", out)
+    spent = re.search(r"simulated input cost: \$([\d.]+) with", out)
+    assert share and spent, out
+    expected = float(share[1]) / (float(share[1]) + float(spent[1]))
+    assert float(share[2]) == pytest.approx(100 * expected, abs=0.06)
+    assert float(share[2]) <= 5.0  # DESIGN §7: summarizer spend at most 5 % of the total
     assert "cache reads/writes:" in out and "cleared or summarized: truncated x7" in out
 
 
