@@ -1,0 +1,159 @@
+"""`RedisRecallStore` against a real ``redis-server`` started on 127.0.0.1 for these tests
+(``./scripts/test`` installs it when it is missing)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+import redis
+
+from agentctx.budget import Budget
+from agentctx.errors import ConfigError, StoreError
+from agentctx.manager import ContextManager
+from agentctx.messages import canonical_json
+from agentctx.recall import LedgerStore, RecallStore, recall_id
+from agentctx.recall_redis import RedisRecallStore
+from agentctx.strategies import ToolOutputPipeline
+
+from .test_recall import RID, aged_session, check_round_trip, replay
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is not installed (./scripts/test installs it)")
+    port = free_port()
+    server = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    try:
+        for _ in range(200):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.02)
+        else:
+            pytest.fail("redis-server did not start")
+        yield url
+    finally:
+        client.close()
+        server.terminate()
+        server.wait(timeout=10)
+
+
+@pytest.fixture
+def store(redis_url: str) -> Iterator[RedisRecallStore]:
+    s = RedisRecallStore(redis_url, prefix=f"t{time.monotonic_ns()}")
+    yield s
+    s.close()
+
+
+def test_round_trip_is_scoped_by_session(store: RedisRecallStore) -> None:
+    assert isinstance(store, RecallStore) and isinstance(store, LedgerStore)
+    text = "line one\nline two ✓ \ud800"  # a lone surrogate is stored, replaced, not lost
+    rid = store.put("a", text)
+    assert rid == recall_id("a", text) and store.put("a", text) == rid
+    assert store.get("a", rid) == text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    assert store.get("b", rid) is None
+    # an id comes from the model: a crafted one cannot reach another session's key
+    other = store.put("a:r:ctx-0000000000000000", "secret")
+    assert store.get("a", f"ctx-0000000000000000:r:{other}") is None
+    assert store.load_ledger("a") is None
+    store.save_ledger("a", '{"v": 1}')
+    assert store.load_ledger("a") == '{"v": 1}' and store.load_ledger("b") is None
+
+
+async def test_another_worker_resumes_the_same_view(redis_url: str) -> None:
+    history = aged_session()
+    first = RedisRecallStore(redis_url, prefix="resume")
+    view, ledger = await replay(first, history, "run-1")
+    first.close()
+    second = RedisRecallStore(redis_url, prefix="resume")  # another process, say
+    assert check_round_trip(second, "run-1", history, ledger) > 5
+    async with ContextManager(
+        Budget(context_window=40_000, reserve_output=4_000),
+        strategy=ToolOutputPipeline(mc=None, budget=None, l0=None, l1=None, l2=None),
+        recall=second,
+        session_id="run-1",
+        on_over_budget="send",
+    ) as again:
+        resumed = await again.prepare(history)
+    assert [canonical_json(m) for m in resumed] == [canonical_json(m) for m in view]
+    for m in view:
+        for rid in RID.findall(canonical_json(m)):
+            assert second.get("run-1", rid) is not None
+            assert second.get("run-2", rid) is None
+    second.close()
+
+
+def test_unreferenced_entries_expire_referenced_ones_do_not(redis_url: str) -> None:
+    store = RedisRecallStore(redis_url, prefix="ttl", ttl_seconds=60)
+    raw = redis.Redis.from_url(redis_url)
+    kept, dropped = store.put("s", "kept"), store.put("s", "dropped")
+    key = "ttl:s:r:{}".format
+    assert raw.ttl(key(kept)) == raw.ttl(key(dropped)) == -1  # new entries: no expiry yet
+    store.pin("s", {kept})
+    assert raw.ttl(key(kept)) == -1 and 0 < raw.ttl(key(dropped)) <= 60
+    store.pin("s", {kept, dropped})  # referenced again: kept for good again
+    assert raw.ttl(key(dropped)) == -1
+    store.save_ledger("s", "{}")
+    assert 0 < raw.ttl("ttl:s:ledger") <= 60
+    raw.close()
+    store.close()
+    with pytest.raises(ConfigError):
+        RedisRecallStore(redis_url, ttl_seconds=0)
+
+
+def test_many_workers_share_one_server(redis_url: str) -> None:
+    errors: list[BaseException] = []
+
+    def worker(n: int) -> None:
+        try:
+            s = RedisRecallStore(redis_url, prefix="workers")
+            for i in range(50):
+                rid = s.put(f"session-{n}", f"output {i} of worker {n}")
+                assert s.get(f"session-{n}", rid) == f"output {i} of worker {n}"
+                assert s.get(f"session-{(n + 1) % 4}", rid) is None
+            s.close()
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_a_server_that_is_gone_is_a_store_error() -> None:
+    store = RedisRecallStore(f"redis://127.0.0.1:{free_port()}/0")
+    with pytest.raises(StoreError, match="Redis"):
+        store.put("s", "text")
+    with pytest.raises(StoreError):
+        store.get("s", "ctx-0000000000000000")
+    store.close()
+    with pytest.raises(StoreError):
+        RedisRecallStore("not a url")
