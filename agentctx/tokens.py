@@ -270,7 +270,7 @@ _PUNCT_NL_COST = (1.0, 1.01, 1.17, 1.52, 2.12, 2.42, 2.9, 3.15, 3.55, 3.74)
 
 # Texts up to _SCAN_LIMIT chars are scanned whole; longer ones through _WINDOWS evenly spaced
 # windows, extrapolated by length, so one 10 MB tool output costs the same as a 16 KB one.
-_SCAN_LIMIT = 16384
+_SCAN_LIMIT = 8192
 _WINDOWS = 8
 _WINDOW = _SCAN_LIMIT // _WINDOWS
 

@@ -9,6 +9,7 @@ compaction.
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from typing import TYPE_CHECKING
@@ -219,6 +220,14 @@ def _trail_items(messages: Sequence[Message]) -> list[str]:
 
 
 def _fit_trail(items: Sequence[str], limit: int = _TRAIL_LIMIT) -> list[str]:
+    """Distinct trail items within about ``limit`` characters (see `_fit_trail_of`)."""
+    return list(_fit_trail_of(tuple(items), limit))
+
+
+# A decision call sizes the same turns and spans again (candidates, the manager's fixed-point
+# pass), and the next one sizes the same old turns: their trails are worth keeping.
+@functools.lru_cache(maxsize=1024)
+def _fit_trail_of(items: tuple[str, ...], limit: int) -> tuple[str, ...]:
     """Distinct trail items within about ``limit`` characters.
 
     Files come first, one line each with the tools that touched them merged
@@ -267,7 +276,7 @@ def _fit_trail(items: Sequence[str], limit: int = _TRAIL_LIMIT) -> list[str]:
     lines += shown
     if omitted:
         lines.append(f"... and {omitted} more")
-    return lines
+    return tuple(lines)
 
 
 def condensed_line(part: Sequence[Message], rid: str | None = None) -> str:
