@@ -1,0 +1,414 @@
+"""One `ToolOutputPipeline` run over one view: what each pass proposes, and taking them.
+
+Internal to `agentctx.strategies.pipeline`, which holds the passes' settings and decides which
+proposals a call takes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agentctx import boundaries as b
+from agentctx.ledger import DropThinking, ReplaceArguments, ReplaceResult, ReplaceSpan, anchor
+from agentctx.messages import (
+    AssistantMessage,
+    SummaryMessage,
+    TextBlock,
+    ToolResultMessage,
+    UserMessage,
+    text_of,
+)
+from agentctx.strategies.trail import describe_call
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from agentctx.ledger import Decision
+    from agentctx.messages import Message
+    from agentctx.strategies.pipeline import (
+        BudgetPass,
+        CondensePass,
+        EmergencyPass,
+        ExpiryPass,
+        MicroCompact,
+        ToolOutputPipeline,
+    )
+    from agentctx.strategy import CompactionContext
+
+__all__ = ["Proposal", "Run", "condense", "prompt_size"]
+
+_COMMAND_KEYS = frozenset({"command", "cmd"})
+_DEFINITION = re.compile(
+    r"^\s*(import|export)\s|\b(function|class|interface|type|const|let|var|def)\s+\w"
+)
+
+
+def condense(text: str, head: int, tail: int, max_ratio: float) -> str:
+    """Head, tail and the import/definition lines between, or a clipped prefix as fallback."""
+    lines = text.split("\n")
+    if len(lines) > head + tail:
+        out = lines[:head]
+        omitted = 0
+        for line in lines[head : len(lines) - tail]:
+            if _DEFINITION.search(line):
+                if omitted:
+                    out.append(f"[... {omitted} lines omitted]")
+                    omitted = 0
+                out.append(line)
+            else:
+                omitted += 1
+        if omitted:
+            out.append(f"[... {omitted} lines omitted]")
+        out.extend(lines[len(lines) - tail :])
+        condensed = "\n".join(out)
+        if len(condensed) <= max_ratio * len(text):
+            return condensed
+    return text[: int(max_ratio * len(text))] + "\n[... truncated for space]"
+
+
+@dataclass(slots=True)
+class Proposal:
+    """A decision a pass would take, with what it frees and whether it touches only unsent
+    messages."""
+
+    decision: Decision
+    freed: int
+    fresh: bool
+    action: str
+    unit: int = -1  # raw index of the message it belongs with (a call's arguments: its result)
+
+    def __post_init__(self) -> None:
+        if self.unit < 0:
+            self.unit = self.decision.at.index
+
+
+def prompt_size(ctx: CompactionContext) -> int:
+    """The prompt size after the decisions taken so far (the view renders first)."""
+    _ = ctx.origins
+    return ctx.prompt_tokens
+
+
+class Run:
+    """One pipeline run over one view: the proposals, with what each already claimed."""
+
+    def __init__(self, cfg: ToolOutputPipeline, ctx: CompactionContext) -> None:
+        self.cfg, self.ctx = cfg, ctx
+        self.view, self.origins, self.raw = ctx.view, ctx.origins, ctx.raw
+        self.proposals: list[Proposal] = []
+        self.claimed: set[int] = set()
+        self.now = ctx.clock()
+        self.calls = {
+            c.id: (j, c)
+            for j, m in enumerate(self.view)
+            if isinstance(m, AssistantMessage)
+            for c in m.tool_calls
+        }
+        users = [j for j, m in enumerate(self.view) if isinstance(m, UserMessage)]
+        self.turn_of = [0] * len(self.view)
+        t = 0
+        for j in range(len(self.view)):
+            if t < len(users) and users[t] == j:
+                t += 1
+            self.turn_of[j] = t
+        self.turns = t
+        summaries = [j for j, m in enumerate(self.view) if isinstance(m, SummaryMessage)]
+        self.boundary = summaries[-1] if summaries else -1
+        self.loop_start = b.in_flight_start(self.view)
+        self.results = [j for j, m in enumerate(self.view) if self._candidate(j, m)]
+
+    # -- what may be touched -------------------------------------------------------------
+
+    def _candidate(self, j: int, m: Message) -> bool:
+        if not isinstance(m, ToolResultMessage):
+            return False
+        i = self.origins[j]
+        if self.raw[i] is not m or self.ctx.ledger.span_covering(i):
+            return False  # already replaced, or hidden by a summary
+        return self._name(m) not in self.cfg.exclude_tools
+
+    def _name(self, m: ToolResultMessage) -> str:
+        call = self.calls.get(m.tool_call_id)
+        return m.tool_name or (call[1].name if call else "tool")
+
+    def _protected(self, j: int, turns: int) -> bool:
+        return self.turn_of[j] > self.turns - turns
+
+    def _age(self, j: int) -> float | None:
+        stamp = self.view[j].extra.get("timestamp")
+        return self.now - stamp / 1000 if isinstance(stamp, int | float) else None
+
+    # -- building decisions --------------------------------------------------------------
+
+    def _placeholder(self, j: int, kind: str, text: str, rid: str | None) -> str:
+        m = self.view[j]
+        assert isinstance(m, ToolResultMessage)
+        call = self.calls.get(m.tool_call_id)
+        what = describe_call(call[1]) if call else self._name(m)
+        lines = text.count("\n") + 1
+        status = ", error" if m.is_error else ""
+        where = f' Use recall_context(id="{rid}") to read it.' if rid else ""
+        return f"[{kind}: {what} -> {lines} lines, {len(text)} chars{status}.{where}]"
+
+    def _store(self, text: str) -> str | None:
+        recall = self.ctx.recall
+        return recall.put(self.ctx.session_id, text) if recall is not None else None
+
+    def _replace(self, j: int, new_text: str, reason: str, action: str, rid: str | None) -> None:
+        m = self.view[j]
+        assert isinstance(m, ToolResultMessage)
+        i = self.origins[j]
+        replacement = ToolResultMessage(
+            m.tool_call_id, (TextBlock(new_text),), m.tool_name, m.is_error, m.extra
+        )
+        count = self.ctx.counter
+        freed = count.count_full(m) - count.count_full(replacement)
+        decision = ReplaceResult(anchor(self.raw, i), (TextBlock(new_text),), reason, rid)
+        self._add(Proposal(decision, freed, i >= self.ctx.sent, action), i)
+        self._clear_arguments(m.tool_call_id, reason, i)
+
+    def _add(self, proposal: Proposal, i: int) -> None:
+        self.claimed.add(i)
+        self.proposals.append(proposal)
+
+    def _clear_arguments(self, call_id: str, reason: str, unit: int) -> None:
+        found = self.calls.get(call_id)
+        if found is None or found[0] >= self.loop_start:
+            return  # never the in-flight tool loop's calls
+        j, call = found
+        i = self.origins[j]
+        if self.raw[i] is not self.view[j]:
+            return
+        long_args = {
+            k: v
+            for k, v in call.arguments.items()
+            if isinstance(v, str) and len(v) > self.cfg.argument_chars
+        }
+        if not long_args:
+            return
+        rid = self._store(_json(dict(long_args)))
+        args: dict[str, Any] = dict(call.arguments)
+        for key, value in long_args.items():
+            note = f' recall_context(id="{rid}")' if rid else ""
+            # A command's first line names what it ran on (``cat > x.py << EOF``): it stays.
+            head = value.split("\n", 1)[0][:200] + "\n" if key in _COMMAND_KEYS else ""
+            args[key] = f"{head}[cleared: {len(value)} chars{note}]"
+        freed = sum(len(v) - len(str(args[k])) for k, v in long_args.items()) // 4
+        decision = ReplaceArguments(anchor(self.raw, i), call.id, args, reason, rid)
+        self.proposals.append(
+            Proposal(
+                decision,
+                freed,
+                i >= self.ctx.sent,
+                f"cleared arguments of {describe_call(call)}",
+                unit,
+            )
+        )
+
+    def _expire(self, j: int, kind: str, reason: str, *, only_if_smaller: bool = False) -> None:
+        m = self.view[j]
+        assert isinstance(m, ToolResultMessage)
+        text = text_of(m.content)
+        if only_if_smaller and len(self._placeholder(j, kind, text, "ctx-" + "0" * 16)) >= len(
+            text
+        ):
+            # A placeholder as long as the result frees nothing; its call's long arguments may.
+            self.claimed.add(self.origins[j])
+            self._clear_arguments(m.tool_call_id, reason, self.origins[j])
+            return
+        rid = self._store(text)
+        new = self._placeholder(j, kind, text, rid)
+        self._replace(j, new, reason, f"{reason}: {self._name(m)}", rid)
+
+    # -- the passes ----------------------------------------------------------------------
+
+    def propose_all(self) -> None:
+        cfg = self.cfg
+        if cfg.mc is not None:
+            self._mc(cfg.mc)
+        if cfg.budget is not None:
+            self._budget(cfg.budget)
+        if cfg.l0 is not None:
+            self._l0(cfg.l0)
+        if cfg.l1 is not None:
+            self._l1(cfg.l1)
+        if cfg.l2 is not None:
+            self._l2(cfg.l2)
+
+    def _open(self, j: int, *, after_boundary: bool = True) -> bool:
+        return self.origins[j] not in self.claimed and (not after_boundary or j > self.boundary)
+
+    def _mc(self, mc: MicroCompact) -> None:
+        idle = self.ctx.idle_seconds
+        last = [j for j, m in enumerate(self.view) if isinstance(m, AssistantMessage)]
+        gap = idle if idle is not None else (self._age(last[-1]) if last else None)
+        if gap is None or gap <= mc.gap_seconds:
+            return
+        allowed = self.cfg.compactable_tools
+        picks = [
+            j
+            for j in self.results
+            if self._open(j) and (allowed is None or self._name(self.view[j]) in allowed)  # type: ignore[arg-type]
+        ]
+        for j in picks[: max(0, len(picks) - mc.keep_recent)]:
+            self._expire(j, "Old tool result expired", "mc")
+
+    def _budget(self, cfg: BudgetPass) -> None:
+        groups: dict[int, list[int]] = {}
+        for j in self.results:
+            groups.setdefault(self.turn_of[j], []).append(j)
+        for members in groups.values():
+            sizes = {j: len(text_of(self.view[j].content)) for j in members if self._open(j)}  # type: ignore[union-attr]
+            total = sum(sizes.values())
+            for j in sorted(sizes, key=lambda k: (-sizes[k], k)):
+                if total <= cfg.max_chars_per_turn:
+                    break
+                text = text_of(self.view[j].content)  # type: ignore[union-attr]
+                rid = self._store(text)
+                where = f' (recall_context id="{rid}")' if rid else ""
+                preview = text[: cfg.preview_chars]
+                new = f"[Persisted output{where}. Preview: {preview}... Total: {len(text)} chars]"
+                if len(new) >= len(text):
+                    break
+                self._replace(j, new, "budget", f"persisted {self._name(self.view[j])} output", rid)  # type: ignore[arg-type]
+                total -= sizes[j] - len(new)
+
+    def _l0(self, cfg: ExpiryPass) -> None:
+        recent = set(self.results[-cfg.keep_recent :]) if cfg.keep_recent else set()
+        for j in self.results:
+            age = self._age(j)
+            if (
+                age is not None
+                and age > cfg.expire_seconds
+                and not self._protected(j, cfg.protect_recent_turns)
+                and j not in recent
+                and self._open(j, after_boundary=False)
+            ):
+                self._expire(j, "Tool result expired", "l0")
+        latest = b.latest_user_index(self.view)
+        for j, m in enumerate(self.view):
+            i = self.origins[j]
+            if (
+                isinstance(m, UserMessage)
+                and m.extra.get("source") == "bash_execution"
+                and j != latest
+            ):
+                text = text_of(m.content)
+                if len(text) > cfg.user_shell_chars and self.raw[i] is m and i not in self.claimed:
+                    rid = self._store(text)
+                    note = f' recall_context(id="{rid}")' if rid else ""
+                    tail = text[-cfg.user_shell_chars :]
+                    new = f"... [truncated{note}. Total: {len(text)} chars]\n\n{tail}"
+                    replacement = UserMessage((TextBlock(new),), m.extra)
+                    freed = self.ctx.counter.count_full(m) - self.ctx.counter.count_full(
+                        replacement
+                    )
+                    decision = ReplaceSpan(
+                        anchor(self.raw, i), i + 1, anchor(self.raw, i), (replacement,), "l0-shell"
+                    )
+                    self._add(
+                        Proposal(
+                            decision,
+                            freed,
+                            i >= self.ctx.sent,
+                            "kept the tail of user shell output",
+                        ),
+                        i,
+                    )
+            elif (
+                isinstance(m, AssistantMessage)
+                and j < self.loop_start - 1
+                and b.has_thinking(m)
+                and self.raw[i] is m
+                and (age := self._age(j)) is not None
+                and age > cfg.thinking_expire_seconds
+            ):
+                thinking = [
+                    blk for blk in m.content if blk.type in ("thinking", "redacted_thinking")
+                ]
+                freed = (
+                    sum(
+                        len(getattr(blk, "thinking", "") or getattr(blk, "data", ""))
+                        for blk in thinking
+                    )
+                    // 4
+                )
+                self.proposals.append(
+                    Proposal(
+                        DropThinking(anchor(self.raw, i), "l0-thinking"),
+                        freed,
+                        i >= self.ctx.sent,
+                        "dropped thinking of a completed turn",
+                    )
+                )
+
+    def _l1(self, cfg: CondensePass) -> None:
+        for j in self.results:
+            if self._protected(j, cfg.protect_recent_turns) or not self._open(j):
+                continue
+            text = text_of(self.view[j].content)  # type: ignore[union-attr]
+            if len(text) <= cfg.threshold_chars:
+                continue
+            rid = self._store(text)
+            body = condense(text, cfg.head_lines, cfg.tail_lines, cfg.max_ratio)
+            where = f' (recall_context id="{rid}")' if rid else ""
+            new = f"[Condensed{where}: {self._placeholder(j, 'was', text, None)[1:-1]}]\n{body}"
+            self._replace(j, new, "l1", f"condensed {self._name(self.view[j])} output", rid)  # type: ignore[arg-type]
+
+    def _l2(self, cfg: EmergencyPass) -> None:
+        if self.ctx.prompt_tokens < cfg.usage_fraction * self.ctx.budget.limit:
+            return
+        for j in self.results:
+            if not self._protected(j, cfg.protect_recent_turns) and self._open(j):
+                self._expire(j, "Tool result expired", "l2")
+
+    def take_until(self, proposals: list[Proposal], target: int) -> list[Proposal]:
+        """Take ``proposals`` oldest first, whole units (a result with its call's arguments),
+        until the prompt is at ``target``; return those taken."""
+        units: dict[int, list[Proposal]] = {}
+        for p in sorted(proposals, key=lambda p: p.unit):
+            units.setdefault(p.unit, []).append(p)
+        return self._take_units(iter(units.values()), target)
+
+    def expire_to_target(self, protect_turns: int, target: int) -> list[Proposal]:
+        """Expire the oldest results outside the newest ``protect_turns`` turns and the
+        in-flight tool loop until the prompt is at ``target``; return what was taken."""
+
+        def units() -> Iterator[list[Proposal]]:
+            for j in self.results:
+                if self._protected(j, protect_turns) or j >= self.loop_start or not self._open(j):
+                    continue
+                before = len(self.proposals)
+                self._expire(j, "Tool result expired", "budget-forced", only_if_smaller=True)
+                unit = self.proposals[before:]
+                del self.proposals[before:]
+                if unit:
+                    yield unit
+
+        return self._take_units(units(), target)
+
+    def _take_units(self, units: Iterator[list[Proposal]], target: int) -> list[Proposal]:
+        # Each proposal carries its own estimate of what it frees, so the view is rendered
+        # again only when those say the target is reached, not after every decision.
+        ctx = self.ctx
+        taken: list[Proposal] = []
+        need = prompt_size(ctx) - target
+        freed = 0
+        for unit in units:
+            if need <= 0:
+                break
+            if sum(p.freed for p in unit) <= 0:
+                continue  # a placeholder no smaller than what it replaces only churns the cache
+            for p in unit:
+                ctx.take(p.decision)
+                freed += p.freed
+            taken += unit
+            if freed >= need:
+                need, freed = prompt_size(ctx) - target, 0
+        return taken
+
+
+def _json(value: dict[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
