@@ -18,20 +18,20 @@ cancellation is never caught.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 import anthropic
 from anthropic import AsyncAnthropic
 
 from agentctx.errors import SummarizerError
 from agentctx.messages import Usage
+from agentctx.providers._client import ClientOwner, retryless
 from agentctx.providers._request_options import check_request_options
 from agentctx.providers._retry_after import retry_after_seconds
 from agentctx.summarizer import SummaryResult, is_retryable_status, normalize_stop_reason
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from types import TracebackType
 
     from anthropic.types import Message as SDKMessage
 
@@ -42,7 +42,7 @@ __all__ = ["DEFAULT_MODEL", "AnthropicSummarizer"]
 DEFAULT_MODEL = "claude-haiku-5-5"
 
 
-class AnthropicSummarizer:
+class AnthropicSummarizer(ClientOwner):
     """Summarizes on an Anthropic model (default ``claude-haiku-5-5``).
 
     Args:
@@ -74,15 +74,8 @@ class AnthropicSummarizer:
     ) -> None:
         self.model = model
         self.max_tokens = max_tokens
-        self.request_options: dict[str, Any] = {}
         self._owned = client is None
-        options: dict[str, Any] = {"max_retries": 0}
-        if timeout is not None:
-            options["timeout"] = timeout
-        if client is None:
-            self.client = AsyncAnthropic(api_key=api_key, base_url=base_url, **options)
-        else:
-            self.client = client.with_options(**options)
+        self.client = retryless(AsyncAnthropic, client, api_key, base_url, timeout)
         self.request_options = check_request_options(
             self.client.messages.create,
             request_options or {},
@@ -102,22 +95,6 @@ class AnthropicSummarizer:
         except (anthropic.APIError, json.JSONDecodeError) as exc:
             raise _to_summarizer_error(exc) from exc
         return _to_result(message)
-
-    async def aclose(self) -> None:
-        """Close the client if this summarizer made it (a client passed in is the caller's)."""
-        if self._owned:
-            await self.client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def _to_result(message: SDKMessage) -> SummaryResult:

@@ -21,20 +21,20 @@ prompt, so ``input_tokens`` is the prompt minus the cached tokens, which are
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal
 
 import openai
 from openai import AsyncOpenAI
 
 from agentctx.errors import SummarizerError
 from agentctx.messages import Usage
+from agentctx.providers._client import ClientOwner, retryless
 from agentctx.providers._request_options import check_request_options
 from agentctx.providers._retry_after import retry_after_seconds
 from agentctx.summarizer import SummaryResult, is_retryable_status, normalize_stop_reason
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-    from types import TracebackType
 
     from openai.types.chat import ChatCompletion
     from openai.types.responses import Response
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["OpenAIChatSummarizer", "OpenAIResponsesSummarizer"]
 
 
-class _OpenAISummarizer:
+class _OpenAISummarizer(ClientOwner):
     """Client handling shared by both summarizers."""
 
     def __init__(
@@ -61,13 +61,7 @@ class _OpenAISummarizer:
         self.model = model
         self.max_tokens = max_tokens
         self._owned = client is None
-        options: dict[str, Any] = {"max_retries": 0}
-        if timeout is not None:
-            options["timeout"] = timeout
-        if client is None:
-            self.client = AsyncOpenAI(api_key=api_key, base_url=base_url, **options)
-        else:
-            self.client = client.with_options(**options)
+        self.client = retryless(AsyncOpenAI, client, api_key, base_url, timeout)
         method, reserved = self._endpoint()
         self.request_options = check_request_options(method, request_options or {}, reserved)
 
@@ -77,22 +71,6 @@ class _OpenAISummarizer:
 
     def _limit(self, request: SummaryRequest) -> int:
         return self.max_tokens if self.max_tokens is not None else request.max_tokens
-
-    async def aclose(self) -> None:
-        """Close the client if this summarizer made it (a client passed in is the caller's)."""
-        if self._owned:
-            await self.client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 class OpenAIChatSummarizer(_OpenAISummarizer):
