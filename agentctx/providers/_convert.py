@@ -27,13 +27,23 @@ from agentctx.adapters import (
     to_openai_responses,
 )
 from agentctx.errors import ConfigError, UnsupportedMessageError
-from agentctx.providers._stream import event_dict
+from agentctx.providers._stream import ObservedStream, ObservedSyncStream, event_dict
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from agentctx.manager import ContextManager
     from agentctx.messages import Message
+    from agentctx.providers._blocking import LoopThread
 
-__all__ = ["MAX_BREAKPOINTS", "Compactor", "Provider", "place_breakpoints"]
+__all__ = [
+    "MAX_BREAKPOINTS",
+    "Compactor",
+    "Provider",
+    "place_breakpoints",
+    "send",
+    "send_blocking",
+]
 
 Provider = Literal["anthropic", "openai-chat", "openai-responses"]
 MAX_BREAKPOINTS = 4  # Anthropic rejects a request with more cache_control blocks than this
@@ -144,6 +154,31 @@ class Compactor:
             return
         if usage is not None:
             self.manager.observe(usage)
+
+
+async def send(
+    compactor: Compactor, create: Callable[..., Awaitable[Any]], kwargs: dict[str, Any]
+) -> Any:
+    """``create`` (an SDK method) with the compacted ``kwargs``; the usage is recorded now, or
+    when the stream it returns has been read to the end."""
+    result = await create(**await compactor.request(kwargs))
+    if kwargs.get("stream"):
+        return ObservedStream[Any](result, compactor.record_stream)
+    compactor.record(result)
+    return result
+
+
+def send_blocking(
+    loop: LoopThread, compactor: Compactor, create: Callable[..., Any], kwargs: dict[str, Any]
+) -> Any:
+    """`send` for a blocking SDK method; the session's work runs on the manager's ``loop``."""
+    result = create(**loop.call(compactor.request, kwargs))
+    if kwargs.get("stream"):
+        return ObservedSyncStream[Any](
+            result, lambda events: loop.call(compactor.record_stream, events)
+        )
+    loop.call(compactor.record, result)
+    return result
 
 
 def place_breakpoints(

@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, overload
 from anthropic import Anthropic, AsyncAnthropic
 
 from agentctx.providers._blocking import BlockingClient, LoopThread
-from agentctx.providers._convert import Compactor, place_breakpoints
-from agentctx.providers._stream import ObservedStream, ObservedSyncStream
+from agentctx.providers._convert import Compactor, place_breakpoints, send, send_blocking
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -40,6 +39,7 @@ if TYPE_CHECKING:
     from anthropic.types import RawMessageStreamEvent
 
     from agentctx.manager import ContextManager
+    from agentctx.providers._stream import ObservedStream, ObservedSyncStream
 
 __all__ = ["WrappedAnthropic", "WrappedAsyncAnthropic", "place_breakpoints", "wrap"]
 
@@ -108,11 +108,7 @@ class _Messages:
         if stream is not None:
             kwargs["stream"] = stream
         kwargs["messages"] = list(messages)
-        result = await self._inner.create(**await self._compactor.request(kwargs))
-        if stream:
-            return ObservedStream(result, self._compactor.record_stream)
-        self._compactor.record(result)
-        return result  # type: ignore[no-any-return]
+        return await send(self._compactor, self._inner.create, kwargs)  # type: ignore[no-any-return]
 
     def stream(self, *, messages: Iterable[Mapping[str, Any]], **kwargs: Any) -> _StreamManager:
         """``async with client.messages.stream(messages=history, ...) as stream:``."""
@@ -206,12 +202,7 @@ class _SyncMessages:
         if stream is not None:
             kwargs["stream"] = stream
         kwargs["messages"] = list(messages)
-        result = self._inner.create(**self._loop.call(self._compactor.request, kwargs))
-        loop, compactor = self._loop, self._compactor
-        if stream:
-            return ObservedSyncStream(result, lambda ev: loop.call(compactor.record_stream, ev))
-        loop.call(compactor.record, result)
-        return result  # type: ignore[no-any-return]
+        return send_blocking(self._loop, self._compactor, self._inner.create, kwargs)  # type: ignore[no-any-return]
 
     def stream(self, *, messages: Iterable[Mapping[str, Any]], **kwargs: Any) -> _SyncStreamManager:
         """``with client.messages.stream(messages=history, ...) as stream:``."""

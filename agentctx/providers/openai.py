@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, overload
 from openai import AsyncOpenAI, OpenAI
 
 from agentctx.providers._blocking import BlockingClient, LoopThread
-from agentctx.providers._convert import Compactor
-from agentctx.providers._stream import ObservedStream, ObservedSyncStream
+from agentctx.providers._convert import Compactor, send, send_blocking
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -41,6 +40,7 @@ if TYPE_CHECKING:
     from openai.types.responses import Response, ResponseStreamEvent
 
     from agentctx.manager import ContextManager
+    from agentctx.providers._stream import ObservedStream, ObservedSyncStream
 
 __all__ = ["WrappedAsyncOpenAI", "WrappedOpenAI", "wrap"]
 
@@ -56,11 +56,7 @@ class _Endpoint:
         self._compactor = compactor
 
     async def _create(self, kwargs: dict[str, Any]) -> Any:
-        result = await self._inner.create(**await self._compactor.request(kwargs))
-        if kwargs.get("stream"):
-            return ObservedStream[Any](result, self._compactor.record_stream)
-        self._compactor.record(result)
-        return result
+        return await send(self._compactor, self._inner.create, kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -155,14 +151,7 @@ class _SyncEndpoint:
         self._loop = loop
 
     def _create(self, kwargs: dict[str, Any]) -> Any:
-        loop, compactor = self._loop, self._compactor
-        result = self._inner.create(**loop.call(compactor.request, kwargs))
-        if kwargs.get("stream"):
-            return ObservedSyncStream[Any](
-                result, lambda events: loop.call(compactor.record_stream, events)
-            )
-        loop.call(compactor.record, result)
-        return result
+        return send_blocking(self._loop, self._compactor, self._inner.create, kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
