@@ -1,13 +1,19 @@
-"""The SDK client a summarizer sends through: SDK retries off, owned or borrowed."""
+"""The SDK client a summarizer sends through: SDK retries off, owned or borrowed, and its
+errors mapped to `SummarizerError` (both SDKs share one exception hierarchy)."""
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-if TYPE_CHECKING:
-    from types import TracebackType
+from agentctx.errors import SummarizerError
+from agentctx.providers._retry_after import retry_after_seconds
+from agentctx.summarizer import is_retryable_status
 
-__all__ = ["ClientOwner", "retryless"]
+if TYPE_CHECKING:
+    from types import ModuleType, TracebackType
+
+__all__ = ["ClientOwner", "retryless", "summarizer_error"]
 
 C = TypeVar("C")
 
@@ -51,3 +57,30 @@ class ClientOwner:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def summarizer_error(sdk: ModuleType, exc: BaseException) -> SummarizerError:
+    """The one place an ``anthropic`` or ``openai`` SDK error (``sdk`` is the module) becomes
+    `SummarizerError`.
+
+    Rate limits (429, with ``Retry-After``), overload (Anthropic's 529, OpenAI's 503), 408/409
+    and every 5xx, connection errors and timeouts are retryable; other HTTP errors (400, 401,
+    403, 404, 413, ...) are not. A 200 response the SDK could not read (invalid JSON) is
+    retryable, a server fault like a 5xx.
+    """
+    name = sdk.__name__
+    if isinstance(exc, sdk.APITimeoutError):
+        return SummarizerError(f"{name}: request timed out: {exc}", retryable=True)
+    if isinstance(exc, sdk.APIConnectionError):
+        return SummarizerError(f"{name}: connection failed: {exc}", retryable=True)
+    if isinstance(exc, sdk.APIStatusError):
+        status = exc.status_code
+        return SummarizerError(
+            f"{name}: HTTP {status}: {exc.message}",
+            retryable=is_retryable_status(status),
+            status=status,
+            retry_after=retry_after_seconds(exc.response.headers),
+        )
+    if isinstance(exc, sdk.APIResponseValidationError | json.JSONDecodeError):
+        return SummarizerError(f"{name}: unreadable response: {exc}", retryable=True)
+    return SummarizerError(f"{name}: {type(exc).__name__}: {exc}", retryable=False)

@@ -11,7 +11,7 @@ strategy = Chain([LlmCompaction(summarizer), DeterministicCompaction()])
 One non-streamed ``messages.create`` per request: the request's system prompt, its prompt as
 the only user message, no tools, no prompt caching. The SDK's own retries are off
 (``max_retries=0``, also on a client you pass in, through ``with_options``): `LlmCompaction`
-decides about retries. SDK errors become `SummarizerError` in `_to_summarizer_error`;
+decides about retries. SDK errors become `SummarizerError` in one place (`summarizer_error`);
 cancellation is never caught.
 """
 
@@ -23,12 +23,10 @@ from typing import TYPE_CHECKING, Any
 import anthropic
 from anthropic import AsyncAnthropic
 
-from agentctx.errors import SummarizerError
 from agentctx.messages import Usage
-from agentctx.providers._client import ClientOwner, retryless
+from agentctx.providers._client import ClientOwner, retryless, summarizer_error
 from agentctx.providers._request_options import check_request_options
-from agentctx.providers._retry_after import retry_after_seconds
-from agentctx.summarizer import SummaryResult, is_retryable_status, normalize_stop_reason
+from agentctx.summarizer import SummaryResult, normalize_stop_reason
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -93,7 +91,7 @@ class AnthropicSummarizer(ClientOwner):
                 **self.request_options,
             )
         except (anthropic.APIError, json.JSONDecodeError) as exc:
-            raise _to_summarizer_error(exc) from exc
+            raise summarizer_error(anthropic, exc) from exc
         return _to_result(message)
 
 
@@ -115,27 +113,3 @@ def _to_result(message: SDKMessage) -> SummaryResult:
         usage=usage,
         model=message.model,
     )
-
-
-def _to_summarizer_error(exc: anthropic.APIError | json.JSONDecodeError) -> SummarizerError:
-    """The one place SDK errors become `SummarizerError`.
-
-    Rate limits (429, with ``Retry-After``), overload (529), 408/409 and every 5xx, connection
-    errors and timeouts are retryable; other HTTP errors (400, 401, 403, 404, 413, ...) are not.
-    A 200 response the SDK could not read (invalid JSON) is retryable, a server fault like a 5xx.
-    """
-    if isinstance(exc, anthropic.APITimeoutError):
-        return SummarizerError(f"anthropic: request timed out: {exc}", retryable=True)
-    if isinstance(exc, anthropic.APIConnectionError):
-        return SummarizerError(f"anthropic: connection failed: {exc}", retryable=True)
-    if isinstance(exc, anthropic.APIStatusError):
-        status = exc.status_code
-        return SummarizerError(
-            f"anthropic: HTTP {status}: {exc.message}",
-            retryable=is_retryable_status(status),
-            status=status,
-            retry_after=retry_after_seconds(exc.response.headers),
-        )
-    if isinstance(exc, anthropic.APIResponseValidationError | json.JSONDecodeError):
-        return SummarizerError(f"anthropic: unreadable response: {exc}", retryable=True)
-    return SummarizerError(f"anthropic: {type(exc).__name__}: {exc}", retryable=False)

@@ -12,7 +12,7 @@ local = OpenAIChatSummarizer("qwen2.5-7b-instruct", base_url="http://127.0.0.1:8
 One non-streamed request per summary: the request's system prompt, its prompt as the only
 user message, no tools, nothing stored. The SDK's own retries are off (``max_retries=0``,
 also on a client you pass in, through ``with_options``): `LlmCompaction` decides about
-retries. SDK errors become `SummarizerError` in `_to_summarizer_error`; cancellation is
+retries. SDK errors become `SummarizerError` in one place (`summarizer_error`); cancellation is
 never caught. Usage is reported Anthropic-style: OpenAI counts cached tokens inside the
 prompt, so ``input_tokens`` is the prompt minus the cached tokens, which are
 ``cache_read_tokens``.
@@ -26,12 +26,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import openai
 from openai import AsyncOpenAI
 
-from agentctx.errors import SummarizerError
 from agentctx.messages import Usage
-from agentctx.providers._client import ClientOwner, retryless
+from agentctx.providers._client import ClientOwner, retryless, summarizer_error
 from agentctx.providers._request_options import check_request_options
-from agentctx.providers._retry_after import retry_after_seconds
-from agentctx.summarizer import SummaryResult, is_retryable_status, normalize_stop_reason
+from agentctx.summarizer import SummaryResult, normalize_stop_reason
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -134,7 +132,7 @@ class OpenAIChatSummarizer(_OpenAISummarizer):
                 **options,
             )
         except (openai.APIError, json.JSONDecodeError) as exc:
-            raise _to_summarizer_error(exc) from exc
+            raise summarizer_error(openai, exc) from exc
         return _chat_result(completion)
 
 
@@ -162,7 +160,7 @@ class OpenAIResponsesSummarizer(_OpenAISummarizer):
                 **self.request_options,
             )
         except (openai.APIError, json.JSONDecodeError) as exc:
-            raise _to_summarizer_error(exc) from exc
+            raise summarizer_error(openai, exc) from exc
         return _responses_result(response)
 
 
@@ -231,28 +229,3 @@ def _responses_result(response: Response) -> SummaryResult:
         usage=usage,
         model=response.model,
     )
-
-
-def _to_summarizer_error(exc: openai.APIError | json.JSONDecodeError) -> SummarizerError:
-    """The one place SDK errors become `SummarizerError`.
-
-    Rate limits (429, with ``Retry-After``), 408/409 and every 5xx (503 is OpenAI's
-    overload), connection errors and timeouts are retryable; other HTTP errors (400, 401,
-    403, 404, ...) are not. A 200 response the SDK could not read (invalid JSON) is retryable,
-    a server fault like a 5xx.
-    """
-    if isinstance(exc, openai.APITimeoutError):
-        return SummarizerError(f"openai: request timed out: {exc}", retryable=True)
-    if isinstance(exc, openai.APIConnectionError):
-        return SummarizerError(f"openai: connection failed: {exc}", retryable=True)
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        return SummarizerError(
-            f"openai: HTTP {status}: {exc.message}",
-            retryable=is_retryable_status(status),
-            status=status,
-            retry_after=retry_after_seconds(exc.response.headers),
-        )
-    if isinstance(exc, openai.APIResponseValidationError | json.JSONDecodeError):
-        return SummarizerError(f"openai: unreadable response: {exc}", retryable=True)
-    return SummarizerError(f"openai: {type(exc).__name__}: {exc}", retryable=False)
