@@ -1,10 +1,12 @@
 """agentctx keeps long-running LLM agents inside their context window."""
 
-from agentctx.budget import Budget
+__version__ = "0.1.0"
+
+from agentctx.budget import Budget, BudgetExceededError
 from agentctx.errors import (
     AgentCtxError,
-    BudgetExceededError,
     ConfigError,
+    MissingExtraError,
     StoreError,
     SummarizerError,
     TranscriptFormatError,
@@ -37,8 +39,14 @@ from agentctx.messages import (
     Usage,
     UserMessage,
 )
-from agentctx.recall import LedgerStore, MemoryRecallStore, RecallStore, SQLiteRecallStore
-from agentctx.recall_tool import RECALL_TOOL_NAME, recall_tool
+from agentctx.recall import (
+    RECALL_TOOL_NAME,
+    LedgerStore,
+    MemoryRecallStore,
+    RecallStore,
+    SQLiteRecallStore,
+    recall_tool,
+)
 from agentctx.strategies import DeterministicCompaction, ToolOutputPipeline
 from agentctx.strategies.llm import LlmCompaction, LlmCompactionConfig, RetryPolicy
 from agentctx.strategy import Chain, CompactionContext, CompactionStrategy
@@ -69,6 +77,7 @@ __all__ = [
     "MemoryRecallStore",
     "Message",
     "MessageCounter",
+    "MissingExtraError",
     "OpaqueBlock",
     "RECALL_TOOL_NAME",
     "RecallStore",
@@ -95,5 +104,6 @@ __all__ = [
     "UnsupportedMessageError",
     "Usage",
     "UserMessage",
+    "__version__",
     "recall_tool",
 ]

@@ -13,10 +13,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from agentctx.errors import ConfigError
+from agentctx.errors import AgentCtxError, ConfigError
 
-__all__ = ["Budget", "fraction_from_percent"]
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from agentctx.messages import Message
+
+__all__ = ["Budget", "BudgetExceededError", "fraction_from_percent"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,3 +84,25 @@ def fraction_from_percent(percent: float) -> float:
     if not math.isfinite(percent) or percent < 0:
         raise ConfigError(f"usage percentage must be a finite number >= 0, got {percent!r}")
     return percent / 100.0
+
+
+class BudgetExceededError(AgentCtxError):
+    """The view is still over the hard budget after every allowed compaction.
+
+    agentctx never drops the task, the latest user message or the newest complete turn
+    to fit. The best view it could make is attached, so a caller may still send it.
+
+    Attributes:
+        tokens: estimated tokens of ``view``.
+        budget: the hard budget in tokens.
+        view: the most compact provider-valid view that keeps the task.
+    """
+
+    def __init__(self, tokens: int, budget: int, view: Sequence[Message]) -> None:
+        self.tokens = tokens
+        self.budget = budget
+        self.view = list(view)
+        super().__init__(
+            f"history needs {tokens} tokens after compaction, budget is {budget}; "
+            "the task, the latest user message and the newest turn alone do not fit"
+        )

@@ -5,8 +5,9 @@ AgentCtxError
 ├── ConfigError                 a setting that cannot work (your code, fix it)
 ├── UnsupportedMessageError     a message, block or field agentctx cannot carry (index, kind)
 ├── TranscriptFormatError       a transcript file that is not what its format says (file, line)
-├── BudgetExceededError         the budget cannot be met without dropping the task
+├── BudgetExceededError         the budget cannot be met without dropping the task (in budget)
 ├── StoreError                  a store could not read or write
+├── MissingExtraError           an optional dependency is not installed (names the extra)
 └── SummarizerError             a summarizer request failed (retryable?, HTTP status, Retry-After)
 ```
 
@@ -15,17 +16,10 @@ Cancellation is never wrapped: an outside ``CancelledError`` always propagates a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from agentctx.messages import Message
-
 __all__ = [
     "AgentCtxError",
-    "BudgetExceededError",
     "ConfigError",
+    "MissingExtraError",
     "StoreError",
     "SummarizerError",
     "TranscriptFormatError",
@@ -73,28 +67,6 @@ class TranscriptFormatError(AgentCtxError, ValueError):
         super().__init__(f"{where}: expected {expected}")
 
 
-class BudgetExceededError(AgentCtxError):
-    """The view is still over the hard budget after every allowed compaction.
-
-    agentctx never drops the task, the latest user message or the newest complete turn
-    to fit. The best view it could make is attached, so a caller may still send it.
-
-    Attributes:
-        tokens: estimated tokens of ``view``.
-        budget: the hard budget in tokens.
-        view: the most compact provider-valid view that keeps the task.
-    """
-
-    def __init__(self, tokens: int, budget: int, view: Sequence[Message]) -> None:
-        self.tokens = tokens
-        self.budget = budget
-        self.view = list(view)
-        super().__init__(
-            f"history needs {tokens} tokens after compaction, budget is {budget}; "
-            "the task, the latest user message and the newest turn alone do not fit"
-        )
-
-
 class StoreError(AgentCtxError):
     """A store failed to read or write."""
 
@@ -122,3 +94,21 @@ class SummarizerError(AgentCtxError):
         self.status = status
         self.retry_after = retry_after
         super().__init__(message)
+
+
+class MissingExtraError(AgentCtxError, ImportError):
+    """An optional dependency is not installed; the message names the extra that brings it.
+
+    Attributes:
+        extra: the extra to install (``pip install 'py-agentctx[EXTRA]'``).
+        module: the module that could not be imported.
+    """
+
+    def __init__(self, extra: str, module: str | None, *, needed_by: str) -> None:
+        self.extra = extra
+        super().__init__(
+            f"{needed_by} needs the {extra!r} extra: pip install 'py-agentctx[{extra}]' "
+            f"(no module named {module!r})",
+            name=module,
+        )
+        self.module = module

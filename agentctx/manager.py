@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 
-from agentctx.budget import Budget
-from agentctx.errors import BudgetExceededError, ConfigError
+from agentctx.budget import Budget, BudgetExceededError
+from agentctx.errors import ConfigError
 from agentctx.events import (
     BudgetExceeded,
     Event,
@@ -40,8 +40,8 @@ from agentctx.events import (
 )
 from agentctx.ledger import Ledger
 from agentctx.messages import AssistantMessage, Message, Usage, check_history, fingerprint
-from agentctx.recall import LedgerStore
-from agentctx.recall_tool import recall_arguments, recall_page
+from agentctx.recall.store import LedgerStore
+from agentctx.recall.tool import recall_arguments, recall_page
 from agentctx.strategies.deterministic import DeterministicCompaction
 from agentctx.strategy import CompactionContext, end_session
 from agentctx.tokens import MessageCounter
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
     from anyio.abc import TaskGroup, TaskStatus
 
-    from agentctx.recall import RecallStore
+    from agentctx.recall.store import RecallStore
     from agentctx.strategy import CompactionStrategy
 
 __all__ = ["ContextManager"]
@@ -309,16 +309,6 @@ class ContextManager:
         pin = getattr(recall, "pin", None)
         if callable(pin):
             pin(self.session_id, set(_RECALL_ID.findall(ledger_json)))
-
-    def as_middleware(self, provider: str, *, cache_breakpoints: bool = False) -> Any:
-        """``(request, call_next) -> response`` middleware for ``provider``'s request format.
-
-        ``provider`` is ``anthropic``, ``openai-chat`` or ``openai-responses``; see
-        `agentctx.providers.middleware`.
-        """
-        from agentctx.providers.middleware import as_middleware
-
-        return as_middleware(self, provider, cache_breakpoints=cache_breakpoints)  # type: ignore[arg-type]
 
     def recall(
         self, id: str, offset: int = 0, limit: int = 8000, pattern: str | None = None

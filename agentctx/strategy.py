@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from agentctx.events import Event
     from agentctx.ledger import Decision, Ledger
     from agentctx.messages import Message
-    from agentctx.recall import RecallStore
+    from agentctx.recall.store import RecallStore
     from agentctx.tokens import MessageCounter
 
 __all__ = ["Chain", "CompactionContext", "CompactionStrategy"]

@@ -38,7 +38,7 @@ from agentctx.strategies import DeterministicCompaction, ToolOutputPipeline
 from agentctx.strategy import Chain
 from agentctx.testing import synthetic_session
 
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+CORPUS = Path(__file__).resolve().parents[1] / "tests" / "corpus"
 PATH = re.compile(r"(?:[\w.-]+/)+[\w.-]+\.\w{1,5}")
 
 

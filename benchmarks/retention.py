@@ -96,7 +96,7 @@ if TYPE_CHECKING:
 
     from agentctx.strategy import CompactionStrategy
 
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+CORPUS = Path(__file__).resolve().parents[1] / "tests" / "corpus"
 PI_SESSIONS = ("large-session.jsonl", "before-compaction.jsonl")
 KINDS = ("path", "error", "decision", "constraint")
 TARGET = 0.95

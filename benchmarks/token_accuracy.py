@@ -35,13 +35,13 @@ from agentctx.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from agentctx.tokenizers import ExactCounter
 from agentctx.tokens import ContentClass, Estimator, MessageCounter, classify
+from agentctx.tokens.exact import ExactCounter
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+CORPUS = Path(__file__).resolve().parents[1] / "tests" / "corpus"
 FAKE_OVERHEAD = 3000
 TARGET = 0.05
 MIN_N = 30

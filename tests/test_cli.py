@@ -10,11 +10,11 @@ import anyio
 import pytest
 
 from agentctx.budget import Budget
-from agentctx.cli import main
-from agentctx.data import DEMO_TRANSCRIPT
 from agentctx.importers import load_transcript
-from agentctx.offline_summarizer import OFFLINE_MODEL, OfflineSummarizer, extract_briefing
 from agentctx.replay import ReplayClock, replay
+from agentctx.replay.cli import main
+from agentctx.replay.data import DEMO_TRANSCRIPT
+from agentctx.replay.offline_summarizer import OFFLINE_MODEL, OfflineSummarizer, extract_briefing
 from agentctx.strategies import DeterministicCompaction
 from agentctx.strategies.llm import LlmCompaction
 from agentctx.strategy import Chain
@@ -138,18 +138,24 @@ def test_html_chart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert any("cache-break" in c for c in classes)
 
 
-def test_png_chart_without_matplotlib_is_a_clean_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        assert main(["replay", "--chart", str(tmp_path / "c.png")]) == 2
-        err = capsys.readouterr().err
-        assert "matplotlib" in err and len(err.strip().splitlines()) == 1
-    else:
-        assert main(["replay", "--chart", str(tmp_path / "c.png")]) == 0
-        assert (tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")
+def test_png_chart(tmp_path: Path) -> None:
+    assert main(["replay", "--chart", str(tmp_path / "c.png")]) == 0
+    assert (tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_png_chart_without_matplotlib_is_a_one_line_error(tmp_path: Path) -> None:
+    code = (
+        "import sys; sys.modules['matplotlib'] = None; "
+        "from agentctx.replay.cli import main; "
+        f"raise SystemExit(main(['replay', '--chart', {str(tmp_path / 'c.png')!r}]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "agentctx: a .png chart needs the 'chart' extra: pip install 'py-agentctx[chart]' "
+        "(no module named 'matplotlib')"
+    ]
+    assert not (tmp_path / "c.png").exists()
 
 
 def test_unknown_chart_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -168,7 +174,7 @@ def test_malformed_transcript_is_one_line_and_exit_2(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"type": "session", "id": "x"}\n{not json\n')
     run = subprocess.run(
-        [sys.executable, "-m", "agentctx.cli", "replay", str(bad)],
+        [sys.executable, "-m", "agentctx", "replay", str(bad)],
         capture_output=True,
         text=True,
     )
@@ -195,9 +201,7 @@ def test_missing_file_is_a_clean_error(capsys: pytest.CaptureFixture[str]) -> No
     ],
 )
 def test_bad_numbers_are_one_line_and_exit_2(args: list[str]) -> None:
-    run = subprocess.run(
-        [sys.executable, "-m", "agentctx.cli", *args], capture_output=True, text=True
-    )
+    run = subprocess.run([sys.executable, "-m", "agentctx", *args], capture_output=True, text=True)
     assert run.returncode == 2, run.stdout
     assert "Traceback" not in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agentctx.data import DEMO_TRANSCRIPT
 from agentctx.errors import TranscriptFormatError
 from agentctx.importers import (
     RecordedCompaction,
@@ -36,6 +35,7 @@ from agentctx.messages import (
     text_of,
     to_dict,
 )
+from agentctx.replay.data import DEMO_TRANSCRIPT
 
 from .corpus import corpus_file, corpus_files
 

@@ -25,7 +25,7 @@ async def test_anthropic_middleware_compacts_observes_and_passes_params(breakpoi
     with FakeAnthropic(replies, default=Reply.text("done"), caching=caching) as srv:
         client = anthropic.AsyncAnthropic(base_url=srv.url, api_key="test", max_retries=0)
         async with client, ContextManager(Budget(context_window=6_000, reserve_output=500)) as ctx:
-            middleware = ctx.as_middleware("anthropic", cache_breakpoints=breakpoints)
+            middleware = as_middleware(ctx, "anthropic", cache_breakpoints=breakpoints)
 
             async def call(request: dict[str, Any]) -> Any:
                 return await client.messages.create(**request)
@@ -59,7 +59,7 @@ async def test_openai_chat_middleware_keeps_the_system_message() -> None:
     with FakeOpenAI([Reply.text("hi")], default=Reply.text("again")) as srv:
         client = openai.AsyncOpenAI(base_url=srv.url + "/v1", api_key="test", max_retries=0)
         async with client, ContextManager(Budget(context_window=100_000)) as ctx:
-            middleware = ctx.as_middleware("openai-chat")
+            middleware = as_middleware(ctx, "openai-chat")
 
             async def call(request: dict[str, Any]) -> Any:
                 return await client.chat.completions.create(**request)

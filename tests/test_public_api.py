@@ -17,7 +17,8 @@ EXPECTED = {
     "SummaryStale", "CompactionWarning", "Message", "MessageCounter", "OpaqueBlock", "RecallStore",
     "RedactedThinkingBlock", "StoreError", "SummaryMessage", "SummaryStats", "TextBlock",
     "ThinkingBlock", "TokenCounter", "ToolCall", "ToolResultMessage", "TranscriptFormatError",
-    "TranscriptRepaired", "UnsupportedMessageError", "Usage", "UserMessage",
+    "TranscriptRepaired", "UnsupportedMessageError", "Usage", "UserMessage", "MissingExtraError",
+    "__version__",
 }  # fmt: skip
 
 
@@ -30,7 +31,7 @@ def test_all_is_sorted_complete_and_importable() -> None:
 
 def test_errors_share_one_root() -> None:
     for name in ("BudgetExceededError", "ConfigError", "StoreError", "TranscriptFormatError",
-                 "UnsupportedMessageError"):  # fmt: skip
+                 "UnsupportedMessageError", "MissingExtraError"):  # fmt: skip
         assert issubclass(getattr(agentctx, name), agentctx.AgentCtxError)
 
 

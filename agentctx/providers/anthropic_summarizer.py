@@ -20,13 +20,17 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-import anthropic
-from anthropic import AsyncAnthropic
-
+from agentctx.errors import MissingExtraError
 from agentctx.messages import Usage
 from agentctx.providers._client import ClientOwner, retryless, summarizer_error
 from agentctx.providers._request_options import check_request_options
 from agentctx.summarizer import SummaryResult, normalize_stop_reason
+
+try:
+    import anthropic
+    from anthropic import AsyncAnthropic
+except ImportError as exc:
+    raise MissingExtraError("anthropic", exc.name, needed_by=__name__) from exc
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -27,10 +27,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, overload
 
-from openai import AsyncOpenAI, OpenAI
-
+from agentctx.errors import MissingExtraError
 from agentctx.providers._blocking import BlockingClient, LoopThread
 from agentctx.providers._convert import Compactor, send, send_blocking
+
+try:
+    from openai import AsyncOpenAI, OpenAI
+except ImportError as exc:
+    raise MissingExtraError("openai", exc.name, needed_by=__name__) from exc
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping

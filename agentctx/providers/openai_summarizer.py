@@ -23,13 +23,17 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Literal
 
-import openai
-from openai import AsyncOpenAI
-
+from agentctx.errors import MissingExtraError
 from agentctx.messages import Usage
 from agentctx.providers._client import ClientOwner, retryless, summarizer_error
 from agentctx.providers._request_options import check_request_options
 from agentctx.summarizer import SummaryResult, normalize_stop_reason
+
+try:
+    import openai
+    from openai import AsyncOpenAI
+except ImportError as exc:
+    raise MissingExtraError("openai", exc.name, needed_by=__name__) from exc
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

@@ -1,7 +1,7 @@
 """Data that ships with agentctx: one real transcript for the offline demo and replay.
 
 ```python
-from agentctx.data import DEMO_TRANSCRIPT
+from agentctx.replay.data import DEMO_TRANSCRIPT
 from agentctx.importers import load_transcript
 
 transcript = load_transcript(DEMO_TRANSCRIPT)

@@ -3,7 +3,7 @@
 ```python
 report = await replay(messages, budget=budget, strategy=strategy)
 write_chart(report, "replay.html")   # self-contained HTML with inline SVG (no JS, no network)
-write_chart(report, "replay.png")    # needs matplotlib (pip install matplotlib)
+write_chart(report, "replay.png")    # needs the chart extra (matplotlib)
 ```
 
 Both show the two series, the hard budget as a dashed line, and a marker on every request
@@ -18,10 +18,10 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentctx.errors import AgentCtxError
+from agentctx.errors import AgentCtxError, MissingExtraError
 
 if TYPE_CHECKING:
-    from agentctx.replay import ReplayReport, RequestRow
+    from agentctx.replay.engine import ReplayReport, RequestRow
 
 __all__ = ["ChartError", "render_html", "write_chart"]
 
@@ -169,10 +169,7 @@ def _write_png(report: ReplayReport, path: Path, title: str) -> None:
         matplotlib.use("Agg")
         plt: Any = importlib.import_module("matplotlib.pyplot")
     except ImportError as exc:
-        raise ChartError(
-            "a .png chart needs matplotlib (pip install matplotlib); "
-            "or write a self-contained .html chart instead"
-        ) from exc
+        raise MissingExtraError("chart", exc.name, needed_by="a .png chart") from exc
     rows = report.rows
     xs = [r.number for r in rows]
     fig, ax = plt.subplots(figsize=(10, 4.5))

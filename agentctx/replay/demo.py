@@ -32,8 +32,8 @@ from agentctx.messages import (
     Usage,
     UserMessage,
 )
-from agentctx.offline_summarizer import OfflineSummarizer
 from agentctx.recall import MemoryRecallStore
+from agentctx.replay.offline_summarizer import OfflineSummarizer
 from agentctx.strategies import DeterministicCompaction
 from agentctx.strategies.llm import LlmCompaction, LlmCompactionConfig
 from agentctx.strategy import Chain
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PACKAGE", "list_dir", "read_file", "run_demo"]
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]  # the agentctx package it reads
 """The directory the demo's tools may read: the agentctx package itself."""
 
 READ_CHARS = 3_000

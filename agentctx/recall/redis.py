@@ -1,7 +1,7 @@
 """`RedisRecallStore`: recall entries and ledgers in Redis, shared by many workers.
 
 ```python
-from agentctx.recall_redis import RedisRecallStore   # pip install 'agentctx[redis]'
+from agentctx.recall.redis import RedisRecallStore   # pip install 'py-agentctx[redis]'
 
 store = RedisRecallStore("redis://localhost:6379/0", ttl_seconds=7 * 86_400)
 async with ContextManager(budget, recall=store, session_id="run-42") as ctx: ...
@@ -19,10 +19,13 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-import redis
+from agentctx.errors import ConfigError, MissingExtraError, StoreError
+from agentctx.recall.store import recall_id
 
-from agentctx.errors import ConfigError, StoreError
-from agentctx.recall import recall_id
+try:
+    import redis
+except ImportError as exc:
+    raise MissingExtraError("redis", exc.name, needed_by=__name__) from exc
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable

@@ -2,7 +2,7 @@
 
 ```python
 from agentctx import Chain, DeterministicCompaction, LlmCompaction
-from agentctx.offline_summarizer import OfflineSummarizer
+from agentctx.replay.offline_summarizer import OfflineSummarizer
 
 strategy = Chain([LlmCompaction(OfflineSummarizer(delay=0.5)), DeterministicCompaction()])
 ```

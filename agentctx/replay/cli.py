@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, NoReturn, TextIO
 import anyio
 
 from agentctx.budget import Budget
-from agentctx.data import DEMO_TRANSCRIPT
 from agentctx.errors import AgentCtxError
 from agentctx.importers import load_transcript
-from agentctx.offline_summarizer import OFFLINE_MODEL, OfflineSummarizer
 from agentctx.pricing import price_for
-from agentctx.replay import ReplayClock, ReplayReport, replay
+from agentctx.replay.data import DEMO_TRANSCRIPT
+from agentctx.replay.engine import ReplayClock, ReplayReport, replay
+from agentctx.replay.offline_summarizer import OFFLINE_MODEL, OfflineSummarizer
 from agentctx.strategies import DeterministicCompaction, ToolOutputPipeline
 from agentctx.strategies.llm import LlmCompaction
 from agentctx.strategy import Chain
@@ -230,7 +230,7 @@ def _replay(args: argparse.Namespace) -> int:
         lambda: replay(transcript.messages, budget=budget, strategy=strategy, clock=clock)
     )
     if args.chart:
-        from agentctx.chart import write_chart
+        from agentctx.replay.chart import write_chart
 
         write_chart(report, args.chart, f"agentctx replay: {Path(transcript.path).name}")
     strategy_line = args.strategy
@@ -251,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "demo":
-            from agentctx.demo import run_demo
+            from agentctx.replay.demo import run_demo
 
             budget = Budget(context_window=args.context_window, reserve_output=args.reserve)
             return anyio.run(lambda: run_demo(budget, sys.stdout))

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from agentctx.errors import ConfigError
 
 if TYPE_CHECKING:
-    from agentctx.recall import RecallStore
+    from agentctx.recall.store import RecallStore
 
 __all__ = ["RECALL_TOOL_NAME", "recall_arguments", "recall_page", "recall_tool"]
 

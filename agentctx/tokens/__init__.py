@@ -1,0 +1,43 @@
+"""Token accounting: a content-aware estimator and a calibrating, memoizing message counter.
+
+```python
+from agentctx.tokens import MessageCounter
+
+counter = MessageCounter()                      # wraps Estimator(); no third-party imports
+before = counter.estimate_prompt(view)          # before the first request: pure estimate
+response = call_model(view)
+counter.observe(view, response.usage.prompt_tokens)   # fit overhead + per-class multipliers
+history = [*view, response_message, *tool_results]
+size = counter.context_tokens(history)          # reported size + estimate of what came after
+```
+
+The jobs, one module each: `classify` (what a text is: code, JSON, shell, prose, log),
+`estimate` (`Estimator`: tokens without a tokenizer, uncalibrated within ~4 % of o200k),
+`calibrate` (fitting the provider's real tokenizer and the hidden system-prompt-plus-tools
+overhead from reported usage), `count` (`MessageCounter`: per-message memo, quick then full
+estimates). For exact OpenAI counts use `agentctx.tokens.exact.ExactCounter` (the
+``tokenizer`` extra).
+"""
+
+from agentctx.tokens.calibrate import Calibration
+from agentctx.tokens.classify import ContentClass, classify
+from agentctx.tokens.count import MessageCounter
+from agentctx.tokens.estimate import (
+    UNKNOWN_IMAGE_TOKENS,
+    Estimator,
+    FeatureCounter,
+    TokenCounter,
+    image_tokens,
+)
+
+__all__ = [
+    "UNKNOWN_IMAGE_TOKENS",
+    "Calibration",
+    "ContentClass",
+    "Estimator",
+    "FeatureCounter",
+    "MessageCounter",
+    "TokenCounter",
+    "classify",
+    "image_tokens",
+]

@@ -1,0 +1,121 @@
+"""`Calibration`: fits per-slot multipliers and the hidden prompt overhead to reported usage.
+
+```python
+calibration = Calibration(slots=7, image_slot=6)
+calibration.add(vector, prompt_tokens)      # a request's per-slot vector and its real count
+calibration.multipliers, calibration.overhead
+```
+
+`MessageCounter` owns one and feeds it every `observe`; you need it directly only to fit
+another counter the same way.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from agentctx.errors import ConfigError
+
+__all__ = ["Calibration"]
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float]:
+    """Gaussian elimination with partial pivoting for the small normal equations."""
+    n = len(b)
+    m = [[*row, rhs] for row, rhs in zip(a, b, strict=True)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
+        m[col], m[pivot] = m[pivot], m[col]
+        if m[col][col] == 0.0:
+            continue
+        for r in range(n):
+            if r != col and m[r][col] != 0.0:
+                f = m[r][col] / m[col][col]
+                for j in range(col, n + 1):
+                    m[r][j] -= f * m[col][j]
+    return [m[i][n] / m[i][i] if m[i][i] else 0.0 for i in range(n)]
+
+
+class Calibration:
+    """Least-squares fit of one multiplier per slot and a fixed overhead per request.
+
+    The multiplier of slot ``i`` is ``1 + g + d_i``: ``g`` is a scale shared by every slot
+    but the image slot (another tokenizer scales all text alike), ``d_i`` the slot's own
+    deviation. The fit uses the last ``max_observations`` reports in relative terms, older
+    ones weighted ``decay ** age``, with a ridge prior of strength ``prior`` on the deviations
+    and ``prior / 10`` on the shared scale and the overhead.
+    """
+
+    __slots__ = ("_decay", "_image", "_observations", "_prior", "multipliers", "overhead")
+
+    def __init__(
+        self,
+        slots: int,
+        image_slot: int,
+        *,
+        max_observations: int = 16,
+        decay: float = 0.9,
+        prior: float = 1e-3,
+    ) -> None:
+        if max_observations < 1 or not 0 < decay <= 1 or prior <= 0:
+            raise ConfigError(
+                "calibration needs max_observations >= 1, 0 < decay <= 1 and prior > 0, "
+                f"got {max_observations}, {decay} and {prior}"
+            )
+        self._image = image_slot
+        self._decay = decay
+        self._prior = prior
+        self._observations: deque[tuple[tuple[float, ...], int]] = deque(maxlen=max_observations)
+        self.multipliers: list[float] = [1.0] * slots
+        """Calibrated multiplier per slot (all 1.0 before the first report)."""
+        self.overhead = 0.0
+        """Fitted tokens every request carries beyond its messages (never above a report)."""
+
+    def __len__(self) -> int:
+        return len(self._observations)
+
+    def add(self, vector: tuple[float, ...], prompt_tokens: int) -> None:
+        """Record that a request whose uncalibrated per-slot vector is ``vector`` cost
+        ``prompt_tokens``, and refit."""
+        self._observations.append((vector, prompt_tokens))
+        self._fit()
+
+    def _fit(self) -> None:
+        # One row per observation in relative terms (residual / reported), so big and small
+        # prompts weigh alike, older rows decayed. Ridge priors keep 1-3 observations sane:
+        # d is held close to 0 (unused slots stay at 1), g and c loosely, so one observation
+        # is split between scale and overhead and growth between observations fixes the rest.
+        obs = list(self._observations)
+        scale = sum(y for _, y in obs) / len(obs)
+        k = len(self.multipliers)
+        image = self._image
+        rows: list[tuple[list[float], float, float]] = []
+        for age, (x, y) in enumerate(reversed(obs)):
+            shared = sum(x) - x[image]
+            coeffs = [v / y for v in x] + [shared / y, scale / y]
+            rows.append((coeffs, (y - sum(x)) / y, self._decay**age))
+        priors = [self._prior] * k + [self._prior / 10, self._prior / 10]
+        for free_overhead in (True, False):
+            n = k + 2 if free_overhead else k + 1
+            a = [[0.0] * n for _ in range(n)]
+            b = [0.0] * n
+            for coeffs, residual, weight in rows:
+                for i in range(n):
+                    wc = weight * coeffs[i]
+                    b[i] += wc * residual
+                    for j in range(n):
+                        a[i][j] += wc * coeffs[j]
+            for i in range(n):
+                a[i][i] += priors[i]
+            theta = _solve(a, b)
+            if not free_overhead or theta[k + 1] >= 0:
+                break
+        g = theta[k]
+        self.multipliers = [
+            min(4.0, max(0.25, 1.0 + d + (g if i != image else 0.0)))
+            for i, d in enumerate(theta[:k])
+        ]
+        # The overhead is part of every report, so no report can be smaller than it; this keeps
+        # inconsistent reports (a host that compacted on its own) from running away with it.
+        overhead = theta[k + 1] * scale if free_overhead else 0.0
+        self.overhead = min(max(0.0, overhead), float(min(y for _, y in obs)))

@@ -1,0 +1,373 @@
+"""`MessageCounter`: memoized, calibrated token counts of messages and prompts."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from agentctx.errors import ConfigError
+from agentctx.messages import (
+    AssistantMessage,
+    ImageBlock,
+    Message,
+    OpaqueBlock,
+    RedactedThinkingBlock,
+    SummaryMessage,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+    fingerprint,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+from agentctx.tokens.calibrate import Calibration
+from agentctx.tokens.classify import CLASS_ORDER, ContentClass
+from agentctx.tokens.estimate import Estimator, FeatureCounter, TokenCounter, image_tokens
+
+__all__ = ["MessageCounter"]
+
+
+# ---------------------------------------------------------------------------------------
+# Message counter with calibration
+
+
+class _Entry:
+    """Memo entry: the uncalibrated per-slot vector and the count at one generation.
+
+    ``exact`` is false while ``base`` is the quick first estimate (see `MessageCounter.refine`).
+    """
+
+    __slots__ = ("base", "count", "exact", "generation")
+
+    def __init__(
+        self, base: tuple[float, ...], count: int, generation: int, exact: bool = True
+    ) -> None:
+        self.base = base
+        self.count = count
+        self.generation = generation
+        self.exact = exact
+
+
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _quick_len(text: str) -> int:
+    """Characters of ASCII text (``isascii`` is O(1) in CPython), UTF-8 bytes of the rest."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+class MessageCounter:
+    """Counts message tokens (memoized by `fingerprint`) and calibrates from reported usage.
+
+    ```python
+    counter = MessageCounter()              # or MessageCounter(ExactCounter())
+    counter.count(message)                  # memo hit: a dict lookup
+    counter.observe(sent, usage.prompt_tokens)
+    counter.estimate_prompt(view)           # overhead + calibrated message tokens
+    ```
+
+    A message costs ``message_overhead`` tokens plus its blocks: text and thinking text, each
+    tool call's name, id and compact JSON arguments, tool result ids and text, `image_tokens`
+    per image, compact JSON of opaque blocks, ``len(data) // 6`` for redacted thinking
+    (encrypted base64; thinking signatures are not counted). The text goes to the wrapped
+    counter's slots (per content class for an `Estimator`, one slot otherwise), framing and
+    ids to a ``fixed`` slot, images to an ``image`` slot.
+
+    `observe` fits the hidden ``overhead`` (system prompt and tool schemas) and one multiplier
+    per slot, made of a scale shared by all text and framing slots (another tokenizer) and a
+    small per-slot deviation, to the last ``max_observations`` reports: least squares on
+    relative error, older reports weighted ``decay ** age``, a ridge prior of strength
+    ``prior`` on the deviations and ``prior / 10`` on the shared scale and the overhead.
+    ``generation`` increments on every accepted report, so callers can cache totals and
+    recompute when it changes. Memo entries beyond ``max_entries`` are evicted oldest first.
+    Not thread-safe; use one counter per session.
+    """
+
+    def __init__(
+        self,
+        counter: TokenCounter | None = None,
+        *,
+        message_overhead: int = 4,
+        max_entries: int = 100_000,
+        max_observations: int = 16,
+        decay: float = 0.9,
+        prior: float = 1e-3,
+        lazy: bool = True,
+    ) -> None:
+        if max_entries < 1:
+            raise ConfigError(f"MessageCounter needs max_entries >= 1, got {max_entries}")
+        self._counter: TokenCounter = counter if counter is not None else Estimator()
+        self._features = self._counter if isinstance(self._counter, FeatureCounter) else None
+        text_slots = self._features.slots if self._features is not None else ("text",)
+        self._slots = (*text_slots, "fixed", "image")
+        self._fixed = len(text_slots)
+        self._message_overhead = message_overhead
+        self._max_entries = max_entries
+        self._memo: dict[str, _Entry] = {}
+        self._calibration = Calibration(
+            len(self._slots),
+            len(self._slots) - 1,
+            max_observations=max_observations,
+            decay=decay,
+            prior=prior,
+        )
+        self._mult = self._calibration.multipliers
+        self._generation = 0
+        self._anchor: tuple[tuple[str, ...], int] | None = None
+        self._lazy = lazy
+        self.refined: list[tuple[str, tuple[float, ...]]] = []
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def counter(self) -> TokenCounter:
+        """The wrapped text counter."""
+        return self._counter
+
+    @property
+    def slots(self) -> tuple[str, ...]:
+        """Calibration slot names: the text counter's, then ``fixed`` and ``image``."""
+        return self._slots
+
+    @property
+    def multipliers(self) -> tuple[float, ...]:
+        """Calibrated multiplier per slot (all 1.0 before the first observation)."""
+        return tuple(self._mult)
+
+    @property
+    def overhead(self) -> int:
+        """Fitted tokens the provider adds to every request (system prompt, tools); >= 0."""
+        return max(0, round(self._calibration.overhead))
+
+    @property
+    def generation(self) -> int:
+        """Increments whenever calibration changes the numbers."""
+        return self._generation
+
+    @property
+    def observations(self) -> int:
+        """How many observations the current fit uses."""
+        return len(self._calibration)
+
+    # -- counting --------------------------------------------------------------------------
+
+    def count(self, message: Message) -> int:
+        """Calibrated tokens of one message."""
+        entry = self._memo.get(fingerprint(message))
+        if entry is not None and entry.generation == self._generation:
+            return entry.count
+        return self._refresh(message, entry).count
+
+    def count_many(self, messages: Iterable[Message]) -> int:
+        """Calibrated tokens of several messages (no request overhead)."""
+        count = self.count
+        return sum(count(m) for m in messages)
+
+    def count_text(self, text: str, kind: ContentClass | None = None) -> int:
+        """Calibrated tokens of a bare text, with no message framing."""
+        vec = [0.0] * len(self._slots)
+        self._add_text(vec, text, kind)
+        total = round(sum(m * x for m, x in zip(self._mult, vec, strict=True)))
+        return max(1, total) if text else 0
+
+    def estimate_prompt(self, messages: Sequence[Message]) -> int:
+        """Predicted prompt tokens of a request sending ``messages``: overhead + messages."""
+        return self.overhead + self.count_many(messages)
+
+    def context_tokens(
+        self,
+        messages: Sequence[Message],
+        last_sent_len: int | None = None,
+        last_prompt_tokens: int | None = None,
+    ) -> int:
+        """Prompt size of ``messages``, anchored on the last reported usage when possible.
+
+        With both arguments: ``last_prompt_tokens + count_many(messages[last_sent_len:])``.
+        Without them: the same with the last `observe` call as the anchor, if its messages
+        are still the unchanged prefix of ``messages``; otherwise `estimate_prompt`.
+        """
+        if (last_sent_len is None) != (last_prompt_tokens is None):
+            raise ConfigError("pass both last_sent_len and last_prompt_tokens, or neither")
+        if last_sent_len is not None and last_prompt_tokens is not None:
+            return last_prompt_tokens + self.count_many(messages[last_sent_len:])
+        if self._anchor is not None:
+            fps, reported = self._anchor
+            n = len(fps)
+            if len(messages) >= n and all(
+                fingerprint(messages[i]) == fps[i] for i in range(n - 1, -1, -1)
+            ):
+                return reported + self.count_many(messages[n:])
+        return self.estimate_prompt(messages)
+
+    # -- calibration -----------------------------------------------------------------------
+
+    def observe(self, messages: Sequence[Message], prompt_tokens: int) -> None:
+        """Record that sending exactly ``messages`` cost ``prompt_tokens``, and refit.
+
+        ``prompt_tokens`` is the provider's full prompt count for that request (uncached +
+        cache reads + cache writes, i.e. `Usage.prompt_tokens`). Non-positive counts, as
+        aborted turns report, are ignored.
+        """
+        if prompt_tokens <= 0:
+            return
+        x = [0.0] * len(self._slots)
+        fps = []
+        for message in messages:
+            fps.append(fingerprint(message))
+            entry = self._memo.get(fps[-1]) or self._refresh(message, None)
+            if not entry.exact:
+                self._make_exact(fps[-1], message, entry)
+            for i, v in enumerate(entry.base):
+                x[i] += v
+        self._anchor = (tuple(fps), prompt_tokens)
+        self._calibration.add(tuple(x), prompt_tokens)
+        self._mult = self._calibration.multipliers
+        self._generation += 1
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _refresh(self, message: Message, entry: _Entry | None) -> _Entry:
+        if entry is None:
+            memo = self._memo
+            if len(memo) >= self._max_entries:
+                del memo[next(iter(memo))]  # FIFO: oldest first, O(1)
+            if self._lazy:
+                entry = _Entry(self._quick_base(message), 0, -1, exact=False)
+            else:
+                entry = _Entry(self._base(message), 0, -1)
+            memo[fingerprint(message)] = entry
+        entry.count = round(sum(m * x for m, x in zip(self._mult, entry.base, strict=True)))
+        entry.generation = self._generation
+        return entry
+
+    def refine(self, messages: Iterable[Message]) -> int:
+        """Replace quick first estimates of ``messages`` with full ones; returns how many.
+
+        With ``lazy=True`` (the default) a message seen for the first time gets a quick
+        estimate (characters over a conservative ratio), so `ContextManager.prepare` stays
+        cheap on the hot path; the full content-aware estimate follows when it matters: in
+        `observe` (after the model call, for what was sent) and before a strategy decides.
+        """
+        changed = 0
+        for message in messages:
+            fp = fingerprint(message)
+            entry = self._memo.get(fp)
+            if entry is not None and not entry.exact:
+                self._make_exact(fp, message, entry)
+                changed += 1
+        if changed:
+            self._generation += 1
+        return changed
+
+    def count_full(self, message: Message) -> int:
+        """Calibrated tokens of one message from the full estimate (refined if quick)."""
+        self.count(message)  # creates the memo entry a first-seen message needs to be refined
+        self.refine((message,))
+        return self.count(message)
+
+    def _make_exact(self, fp: str, message: Message, entry: _Entry) -> None:
+        base = self._base(message)
+        self.refined.append((fp, tuple(b - a for a, b in zip(entry.base, base, strict=True))))
+        entry.base, entry.exact = base, True
+
+    def vector(self, message: Message) -> tuple[float, ...]:
+        """The uncalibrated per-slot vector of a message (memoized, quick first if lazy).
+
+        Sum vectors and pass the sum to `total` to count many messages in O(slots) after a
+        calibration change; `refined` lists ``(fingerprint, delta)`` of every vector that
+        `refine` or `observe` replaced, so a cached sum can be kept up to date.
+        """
+        entry = self._memo.get(fingerprint(message))
+        if entry is None:
+            entry = self._refresh(message, None)
+        return entry.base
+
+    def total(self, vector: Sequence[float]) -> int:
+        """Calibrated tokens of a summed per-slot vector (see `vector`)."""
+        return round(sum(m * x for m, x in zip(self._mult, vector, strict=True)))
+
+    def _quick_base(self, message: Message) -> tuple[float, ...]:
+        """A cheap, deliberately high first estimate: characters / 3 (JSON arguments / 3.5),
+        counting UTF-8 bytes for text that is not ASCII (CJK runs about a token a character)."""
+        vec = [0.0] * len(self._slots)
+        prose = CLASS_ORDER.index(ContentClass.PROSE) if self._features is not None else 0
+        json_slot = CLASS_ORDER.index(ContentClass.JSON) if self._features is not None else 0
+        fixed = float(self._message_overhead)
+        if isinstance(message, SummaryMessage):
+            vec[prose] += _quick_len(message.text) / 3.0
+            blocks: tuple[Any, ...] = ()
+        else:
+            blocks = message.content
+            if isinstance(message, ToolResultMessage):
+                fixed += len(message.tool_call_id) / 2
+        for block in blocks:
+            if isinstance(block, TextBlock):
+                vec[prose] += _quick_len(block.text) / 3.0
+            elif isinstance(block, ThinkingBlock):
+                vec[prose] += _quick_len(block.thinking) / 3.0
+            elif isinstance(block, ToolCall):
+                fixed += (len(block.name) + len(block.id)) / 2
+                vec[json_slot] += _quick_len(_compact_json(dict(block.arguments))) / 3.5
+            elif isinstance(block, ImageBlock):
+                vec[self._fixed + 1] += image_tokens(block)
+            elif isinstance(block, OpaqueBlock):
+                vec[json_slot] += _quick_len(_compact_json(dict(block.payload))) / 3.5
+            elif isinstance(block, RedactedThinkingBlock):
+                fixed += len(block.data) // 6
+        vec[self._fixed] += fixed
+        return tuple(vec)
+
+    def _add_text(self, vec: list[float], text: str, kind: ContentClass | None = None) -> None:
+        if not text:
+            return
+        features = self._features
+        if features is None:
+            vec[0] += self._counter.count(text)
+            return
+        f = features.features(text, kind)
+        for i, (w, units) in enumerate(zip(features.weights, f, strict=True)):
+            vec[i] += w * units
+
+    def _identifier_tokens(self, text: str) -> float:
+        """Tokens of a tool name or call id, which need no content classification."""
+        features = self._features
+        if features is None:
+            return self._counter.count(text)
+        f = features.features(text, ContentClass.PROSE)
+        return sum(w * units for w, units in zip(features.weights, f, strict=True))
+
+    def _base(self, message: Message) -> tuple[float, ...]:
+        vec = [0.0] * len(self._slots)
+        fixed = float(self._message_overhead)
+        count = self._identifier_tokens
+        if isinstance(message, SummaryMessage):
+            self._add_text(vec, message.text)
+            blocks: tuple[Any, ...] = ()
+        elif isinstance(message, ToolResultMessage):
+            fixed += count(message.tool_call_id)
+            blocks = message.content
+        elif isinstance(message, (UserMessage, AssistantMessage)):
+            blocks = message.content
+        else:  # pragma: no cover - the Message union is closed
+            blocks = ()
+        for block in blocks:
+            if isinstance(block, TextBlock):
+                self._add_text(vec, block.text)
+            elif isinstance(block, ThinkingBlock):
+                self._add_text(vec, block.thinking)
+            elif isinstance(block, ToolCall):
+                fixed += count(block.name) + count(block.id)
+                self._add_text(vec, _compact_json(dict(block.arguments)), ContentClass.JSON)
+            elif isinstance(block, ImageBlock):
+                vec[self._fixed + 1] += image_tokens(block)
+            elif isinstance(block, OpaqueBlock):
+                self._add_text(vec, _compact_json(dict(block.payload)), ContentClass.JSON)
+            elif isinstance(block, RedactedThinkingBlock):
+                fixed += len(block.data) // 6
+        vec[self._fixed] += fixed
+        return tuple(vec)
