@@ -44,7 +44,7 @@ PATH = re.compile(r"(?:[\w.-]+/)+[\w.-]+\.\w{1,5}")
 
 def early_paths(messages: list[Message]) -> set[str]:
     """Paths touched in the first third of the assistant turns: values of ``*path*`` arguments
-    and path-like tokens of shell commands (as reference/peer-baselines.md counts them)."""
+    and path-like tokens of shell commands (as the peers' measurements count them)."""
     turns = [m for m in messages if isinstance(m, AssistantMessage)]
     found: set[str] = set()
     for m in turns[: len(turns) // 3]:

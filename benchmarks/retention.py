@@ -3,7 +3,7 @@
     python benchmarks/retention.py [--seeds 0 1 2] [--windows 100000 50000 25000]
                                    [--calls 200] [--no-pi] [--explain]
 
-DESIGN.md §7: of facts planted in early turns (paths, error codes, decisions, constraints),
+The target: of facts planted in early turns (paths, error codes, decisions, constraints),
 >= 95 % are present in the view or recallable in one call after every compaction; the task
 prompt and the latest user message 100 %.
 
@@ -17,7 +17,7 @@ Workloads:
   more, where head/tail truncation cuts; *decision*: ``Decision Dnnn: we use ...`` added to the
   text of every third assistant step; *constraint*: ``Constraint Cnn: never touch ...`` added
   to every user prompt. A fact is the whole planted line (or the path), not just its id.
-- ``pi/<session>``: the real pi sessions in ``../shared/corpus/pi``. Nothing can be planted,
+- ``pi/<session>``: the real pi sessions in ``tests/corpus/pi``. Nothing can be planted,
   so the facts are the file paths touched in the first third of the assistant steps (``*path*``
   arguments and path-like tokens of shell commands, as benchmarks/cache_breaks.py counts them).
 

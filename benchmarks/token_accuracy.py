@@ -3,7 +3,7 @@
     python benchmarks/token_accuracy.py
 
 Texts: every tool result, tool-call argument JSON and assistant text in the pi and Claude
-Code sessions of the shared corpus (``../shared/corpus``). Each is classified with
+Code sessions of the corpus in ``tests/corpus``. Each is classified with
 `agentctx.tokens.classify` and scored as ``|estimate - exact| / exact`` against
 `ExactCounter("o200k_base")`, per content class, for:
 

@@ -47,7 +47,7 @@ async def test_a_tight_budget_is_checked_after_each_compaction(retention: Module
     workload = retention.planted_session(0, 60)
     row = await retention.run(workload, "tiers only", DeterministicCompaction, 6_000, explain=True)
     assert row.checks >= 3
-    assert row.task_ok == row.latest_ok == row.checks  # invariant 3 of DESIGN §2
+    assert row.task_ok == row.latest_ok == row.checks  # docs/invariants.md: the task survives
     assert len(row.per_check) == row.checks
     # Both ways of keeping a fact are seen, so neither check is silently always false.
     assert row.split["view"] > 0 and row.split["recall"] > 0

@@ -1,5 +1,5 @@
-"""DESIGN.md §2 invariants on every real transcript the importers handle, replayed call by call
-in both modes at a budget tight enough to force compaction."""
+"""The invariants (docs/invariants.md) on every real transcript the importers handle,
+replayed call by call in both modes at a budget tight enough to force compaction."""
 
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ TRANSCRIPTS = [
 
 
 def _stats(messages: tuple[Message, ...]) -> dict[str, int]:
-    """The per-file counts of shared/reference/corpus.md, computed from neutral messages."""
+    """The per-file counts of tests/corpus/README.md, computed from neutral messages."""
     replies = [m for m in messages if isinstance(m, AssistantMessage)]
     widths = [len(m.tool_calls) for m in replies if len(m.tool_calls) > 1]
     thinking = [b for m in replies for b in m.content if isinstance(b, ThinkingBlock)]

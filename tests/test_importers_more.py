@@ -45,7 +45,7 @@ OPENHANDS = corpus_files("openhands")
 
 
 def _stats(messages: tuple[Message, ...], more_outputs: list[UserMessage]) -> tuple[int, ...]:
-    """The per-file counts of shared/reference/corpus.md, computed from neutral messages.
+    """The per-file counts of tests/corpus/README.md, computed from neutral messages.
 
     (assistant, calls, results, parallel, width, thought, largest, over_10k, total). Width is
     the largest number of calls in one response; thought counts responses with text and calls.

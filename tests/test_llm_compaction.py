@@ -1,4 +1,4 @@
-"""LlmCompaction: the Rust seed's scenarios (002_*.txt), each driven through `drive()`.
+"""LlmCompaction: the Rust seed's scenarios (its test suite), each driven through `drive()`.
 
 Every turn goes through ``drive(manager, [caller_history + new_messages])``: drive appends, calls
 ``prepare`` and checks the view, and the test keeps what that mode's caller keeps (the view in

@@ -1,7 +1,7 @@
-"""The seed's acceptance cases for the tool-output passes (../shared/seeds/000_*.txt), ported.
+"""The acceptance cases of the TypeScript seed's tool-output passes, ported.
 
-Where a seed case encoded a defect found in that implementation (reference/pi.md §1.5), the
-test keeps the case's intent, checks the fixed behaviour, and says so in its docstring.
+Where a seed case encoded a defect of that implementation, the test keeps the case's intent,
+checks the fixed behaviour, and says so in its docstring.
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ async def test_ac1_expired_results_are_replaced_protected_turns_kept() -> None:
 
 async def test_ac2_user_shell_output_keeps_its_tail() -> None:
     """Changed: the seed truncated even the latest user message; the task and the latest
-    user message are never compacted here (DESIGN §2.3), so a later prompt follows it."""
+    user message are never compacted here (docs/invariants.md, "The task survives"), so a
+    later prompt follows it."""
     shell = UserMessage(
         (TextBlock("$ cat file.txt\n" + "x" * 10_000),), {"source": "bash_execution"}
     )
@@ -125,7 +126,7 @@ async def test_ac2_user_shell_output_keeps_its_tail() -> None:
 
 async def test_ac3_thinking_of_completed_turns_is_dropped_whole_never_edited() -> None:
     """Changed: the seed rewrote thinking text in the running tool loop and kept the old
-    signature (pi.md §1.5.4); here signed thinking is dropped whole, only in completed turns,
+    signature; here signed thinking is dropped whole, only in completed turns,
     and the in-flight loop's thinking goes back byte for byte."""
     history = [
         u("task", 30),
@@ -181,7 +182,7 @@ async def test_ac7_condensation_keeps_imports_and_definitions() -> None:
 
 async def test_ac8_emergency_expiry_at_a_usage_fraction() -> None:
     """Changed: the seed compared pi's 0-100 percentage with 0.9, so L2 fired on almost every
-    call (pi.md §1.5.2); usage here is the 0-1 fraction of the budget, computed by agentctx."""
+    call; usage here is the 0-1 fraction of the budget, computed by agentctx."""
     history = [
         u("t1", 20),
         a("c1", age=20),
@@ -222,7 +223,7 @@ def mc_history() -> list[Message]:
 
 async def test_mc_clears_all_but_the_newest_after_an_idle_gap_and_it_sticks() -> None:
     """Changed: the seed's MC fired only on the first call after the gap, so the originals came
-    back on the next call and the cache broke twice (pi.md §1.5.5); here the decision is in
+    back on the next call and the cache broke twice; here the decision is in
     the ledger and holds on every later call."""
     history = mc_history()
     mc_only = pipeline(budget=None, l0=None, l1=None, l2=None, mc=MicroCompact(keep_recent=5))
@@ -371,7 +372,7 @@ async def test_arguments_of_completed_calls_are_cleared_with_their_results() -> 
 
 
 async def test_recall_ids_are_deterministic_and_session_scoped() -> None:
-    """Changed: the seed drew a random id on every call (pi.md §1.5.1), so each request
+    """Changed: the seed drew a random id on every call, so each request
     differed from the last; here ids are content-addressed within the session."""
     history = [u("task 1", 40), a("c1", age=40), r("c1", "content of file A", 35), u("t", 1)]
     cfg = pipeline(l0=ExpiryPass(keep_recent=0, protect_recent_turns=1))

@@ -1,4 +1,5 @@
-"""Property-based checks of DESIGN.md §2 over generated histories, driven as real callers do."""
+"""Property-based checks of the invariants (docs/invariants.md) over generated histories,
+driven as real callers do."""
 
 from __future__ import annotations
 

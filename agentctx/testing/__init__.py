@@ -61,7 +61,7 @@ def _reasoning(messages: Iterable[Message]) -> list[ThinkingBlock | RedactedThin
 
 
 def check_view(view: Sequence[Message], raw: Sequence[Message]) -> list[str]:
-    """Every way ``view`` breaks an invariant of DESIGN.md §2 given its ``raw`` history.
+    """Every way ``view`` breaks an invariant (docs/invariants.md) given its ``raw`` history.
 
     Provider validity for Anthropic and OpenAI; the task and the latest user message present;
     every reasoning block in the view byte-identical to one in ``raw``; every reasoning block
