@@ -1,19 +1,26 @@
 from __future__ import annotations
 
+import argparse
+import io
 import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import pytest
+from rich.console import Console
 
+import agentctx
 from agentctx.budget import Budget
 from agentctx.importers import load_transcript
-from agentctx.replay import ReplayClock, replay
-from agentctx.replay.cli import main
+from agentctx.pricing import price_for
+from agentctx.replay import SONNET_PRICE, ReplayClock, render, replay
+from agentctx.replay.cli import _parser, main
 from agentctx.replay.data import DEMO_TRANSCRIPT
+from agentctx.replay.engine import SONNET_MODEL
 from agentctx.replay.offline_summarizer import OFFLINE_MODEL, OfflineSummarizer, extract_briefing
 from agentctx.strategies import DeterministicCompaction
 from agentctx.strategies.llm import LlmCompaction
@@ -25,6 +32,11 @@ from agentctx.summarizer import (
     missing_sections,
     serialize_transcript,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+CORPUS = Path(__file__).parent / "corpus"
 
 
 def test_replay_of_the_shipped_transcript(capsys: pytest.CaptureFixture[str]) -> None:
@@ -39,12 +51,15 @@ def test_replay_of_the_shipped_transcript(capsys: pytest.CaptureFixture[str]) ->
     assert "summarizer: 1 request (offline-extractive)" in out
     assert "cost unknown" in out and "at claude-haiku-5-5 prices $" in out
     share = re.search(r"prices \$([\d.]+), ([\d.]+)% of all spent \(target <= 5 %\)", out)
-    spent = re.search(r"simulated input cost: \$([\d.]+) with", out)
+    spent = re.search(r"simulated input cost at claude-sonnet-4-6 prices: \$([\d.]+) with", out)
     assert share and spent, out
     expected = float(share[1]) / (float(share[1]) + float(spent[1]))
     assert float(share[2]) == pytest.approx(100 * expected, abs=0.06)
     assert float(share[2]) <= 5.0  # DESIGN §7: summarizer spend at most 5 % of the total
     assert "cache reads/writes:" in out and "cleared or summarized: truncated x7" in out
+    assert "\x1b[" not in out  # not a terminal: plain text, no escape codes
+    header = f"{'req':>4} {'msgs':>9} {'without':>9} {'with':>9} {'cache rd':>9} {'cache wr':>9}"
+    assert out.splitlines()[1] == header + "  what"
 
 
 def test_default_replay_is_deterministic(capsys: pytest.CaptureFixture[str]) -> None:
@@ -205,3 +220,187 @@ def test_bad_numbers_are_one_line_and_exit_2(args: list[str]) -> None:
     assert run.returncode == 2, run.stdout
     assert "Traceback" not in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+# -- the command line's surface: help, version, honest totals, rich output ----------------
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == f"agentctx {agentctx.__version__}\n"
+
+
+def test_version_from_python_m_agentctx() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "agentctx", "--version"], capture_output=True, text=True
+    )
+    assert run.returncode == 0 and run.stdout.strip() == f"agentctx {agentctx.__version__}"
+
+
+def _actions(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.Action]]:
+    for action in parser._actions:
+        yield parser.prog, action
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action._choices_actions:
+                yield parser.prog, command
+            for sub in action.choices.values():
+                yield from _actions(sub)
+
+
+def test_every_argument_of_every_command_has_help() -> None:
+    seen = set()
+    for prog, action in _actions(_parser()):
+        seen.add(prog)
+        where = f"{prog} {action.dest}"
+        assert action.help and action.help.strip() and action.help != argparse.SUPPRESS, where
+        if action.default not in (None, argparse.SUPPRESS) and action.dest != "help":
+            assert "%(default)s" in action.help, where
+        if action.metavar in ("TOKENS", "SECONDS"):
+            assert action.metavar.lower() in action.help, where  # the unit
+    assert seen == {"agentctx", "agentctx replay", "agentctx demo"}
+
+
+@pytest.mark.parametrize("command", [[], ["replay"], ["demo"]])
+def test_help_shows_defaults_and_units(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main([*command, "--help"])
+    assert done.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())  # unwrapped
+    assert "%(" not in out and "None" not in out
+    if command == ["replay"]:
+        assert "in tokens; the budget is this minus --reserve (default: 45000)" in out
+        assert "(default: 8000)" in out and "(default: llm)" in out
+        assert "seconds of session time" in out and "(default: 8.0)" in out
+        shipped = f"(default: the session that ships with agentctx, {DEMO_TRANSCRIPT})"
+        assert shipped.replace(" ", "") in out.replace(" ", "")  # long paths wrap anywhere
+        assert "at claude-sonnet-4-6 prices" in out
+    if command == ["demo"]:
+        assert "(default: 16000)" in out and "(default: 2000)" in out
+
+
+def test_description_is_prose(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "``" not in out and "The agentctx command" not in out
+    text = " ".join(out.split())
+    for words in (
+        "replays a real agent session",
+        "through a compaction strategy against a simulated prompt cache",
+        "cache reads and writes",
+        "input cost",
+        "prefix-cache breaks",
+        "what was cleared or summarized",
+        "'agentctx demo' runs a small scripted agent loop live and prints each event",
+    ):
+        assert words in text, words
+    examples = out[out.index("examples:") :].splitlines()
+    assert examples[1].split()[:2] == ["agentctx", "replay"]
+    assert any(line.split()[:2] == ["agentctx", "demo"] for line in examples)
+
+
+def test_change_is_never_minus_zero() -> None:
+    assert render._change(49, 100) == "51% fewer"
+    assert render._change(100, 100) == "0% fewer"
+    assert render._change(1001, 1000) == "0% more"
+    assert render._change(103, 100) == "3% more"
+    assert render._change(0, 0) == "0% fewer"
+
+
+@pytest.mark.parametrize(
+    ("transcript", "change"),
+    [
+        (None, "0% fewer"),
+        # Its accounting sends a few tokens more with no compaction: this printed "-0% fewer".
+        (CORPUS / "claude-code" / "ccviewer-fe5e1c67.jsonl", "0% more"),
+    ],
+)
+def test_no_compaction_prints_no_minus_zero(
+    transcript: Path | None, change: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = [] if transcript is None else [str(transcript)]
+    assert main(["replay", *path, "--strategy", "none"]) == 0
+    out = capsys.readouterr().out
+    assert "-0%" not in out
+    sent = re.search(r"tokens sent: (\d+) with compaction, (\d+) without \((.+)\)", out)
+    assert sent and sent[3] == change, out
+
+
+def test_totals_name_the_priced_model(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay"]) == 0
+    assert f"simulated input cost at {SONNET_MODEL} prices: $" in capsys.readouterr().out
+    assert price_for(SONNET_MODEL) == SONNET_PRICE  # the name is the prices'
+
+
+def _terminal(width: int = 160) -> tuple[Console, io.StringIO]:
+    out = io.StringIO()
+    return Console(file=out, force_terminal=True, width=width, color_system="standard"), out
+
+
+def test_rich_report_on_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    console, out = _terminal()
+    assert main(["replay"], console=console) == 0
+    assert capsys.readouterr().out == ""  # all of it went to the console
+    text = out.getvalue()
+    assert "\x1b[" in text  # styled
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+    header = next(line for line in plain.splitlines() if "cache rd" in line)
+    assert [c.strip() for c in header.split("┃")] == [
+        "req", "msgs", "without", "with", "cache rd", "cache wr", "what",
+    ]  # fmt: skip
+    assert "strategy llm" in plain and "totals" in plain
+    for label in (
+        "tokens sent",
+        f"simulated input cost at {SONNET_MODEL} prices",
+        "cache reads/writes",
+        "cleared or summarized",
+        "summarizer",
+    ):
+        assert re.search(rf"│ {re.escape(label)} +\S", plain), label
+    assert "with compaction" in plain and "(51% fewer)" in plain
+    assert "replaying" not in plain  # a quick replay shows no progress bar
+
+
+def test_rich_progress_bar_shows_only_for_slow_replays(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(render, "PROGRESS_AFTER", 0.0)
+    console, out = _terminal()
+    assert main(["replay"], console=console) == 0
+    assert f"replaying {DEMO_TRANSCRIPT.name}" in out.getvalue() and "12/12" in out.getvalue()
+    monkeypatch.setattr(render, "PROGRESS_AFTER", 1e9)
+    console, out = _terminal()
+    assert main(["replay"], console=console) == 0
+    assert "replaying" not in out.getvalue()
+
+
+def test_plain_report_without_rich(tmp_path: Path) -> None:
+    code = (
+        "import sys; sys.modules['rich'] = None; "
+        "import agentctx.replay.cli as cli; "
+        "assert not any(m.startswith('rich') for m in sys.modules if sys.modules[m]); "
+        "raise SystemExit(cli.main(['replay']))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "tokens sent:" in run.stdout and "\x1b[" not in run.stdout
+
+
+def test_progress_is_called_once_per_request() -> None:
+    messages = load_transcript(DEMO_TRANSCRIPT).messages
+    calls: list[tuple[int, int]] = []
+
+    async def run() -> int:
+        report = await replay(
+            messages,
+            budget=Budget(context_window=45_000, reserve_output=8_000),
+            strategy=DeterministicCompaction(),
+            progress=lambda done, total: calls.append((done, total)),
+        )
+        return len(report.rows)
+
+    requests = anyio.run(run)
+    assert requests == 12
+    assert calls == [(done, 12) for done in range(1, 13)]

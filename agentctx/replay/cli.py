@@ -1,15 +1,19 @@
-"""The ``agentctx`` command.
+"""The ``agentctx`` command: ``agentctx replay`` and ``agentctx demo``.
 
 ```
-agentctx replay [TRANSCRIPT] [--context-window N] [--reserve N]
-                [--strategy llm|pipeline|deterministic|none] [--summarizer-delay S] [--chart PATH]
-agentctx demo [--context-window N] [--reserve N]
+agentctx replay [TRANSCRIPT] [--context-window TOKENS] [--reserve TOKENS]
+                [--strategy llm|pipeline|deterministic|none] [--summarizer-delay SECONDS]
+                [--chart PATH]
+agentctx demo [--context-window TOKENS] [--reserve TOKENS]
+agentctx --version
 ```
 
 With no transcript, ``replay`` uses the real session that ships with agentctx, offline, through
 background summaries from an offline extractive summarizer and the deterministic tiers.
 ``demo`` runs a small live agent loop (scripted model, real file tools) and prints each event.
-Errors in the input are one line on stderr and exit status 2, never a traceback.
+On a terminal with rich installed (the ``cli`` extra) the report is a table with a progress
+bar for long replays; otherwise it is plain text. Errors in the input are one line on stderr
+and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -17,19 +21,19 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO, cast
 
 import anyio
 
+from agentctx import __version__
 from agentctx.budget import Budget
 from agentctx.errors import AgentCtxError
 from agentctx.importers import load_transcript
-from agentctx.pricing import price_for
 from agentctx.replay.data import DEMO_TRANSCRIPT
-from agentctx.replay.engine import ReplayClock, ReplayReport, replay
+from agentctx.replay.engine import SONNET_MODEL, ReplayClock, ReplayReport, replay
 from agentctx.replay.offline_summarizer import OFFLINE_MODEL, OfflineSummarizer
+from agentctx.replay.render import LazyProgress, print_plain, print_rich
 from agentctx.strategies import DeterministicCompaction, ToolOutputPipeline
 from agentctx.strategies.llm import LlmCompaction
 from agentctx.strategy import Chain
@@ -37,7 +41,8 @@ from agentctx.strategy import Chain
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from agentctx.events import SummaryStats
+    from rich.console import Console
+
     from agentctx.strategy import CompactionContext, CompactionStrategy
 
 __all__ = ["main"]
@@ -47,9 +52,6 @@ DEFAULT_CONTEXT_WINDOW = 45_000
 
 DEFAULT_SUMMARIZER_DELAY = 8.0
 """Seconds of session time the offline summarizer takes (a cheap model's latency)."""
-
-ESTIMATE_MODEL = "claude-haiku-5-5"  # the default summarizer model (AnthropicSummarizer)
-"""What the offline summarizer's requests are priced at, as an estimate."""
 
 
 class _NoCompaction:
@@ -72,9 +74,41 @@ _STRATEGIES: dict[str, Callable[[ReplayClock, float], CompactionStrategy]] = {
 }
 
 _STRATEGY_HELP = (
-    "llm: background briefings from an offline extractive summarizer, then the deterministic "
-    "tiers (default); pipeline: ToolOutputPipeline then the tiers; deterministic: the tiers "
-    "only; none: no compaction"
+    "how to compact: llm: background briefings from an offline extractive summarizer, then "
+    "the deterministic tiers; pipeline: ToolOutputPipeline then the tiers; deterministic: the "
+    "tiers only; none: no compaction (default: %(default)s)"
+)
+
+# Wrapped by hand: the epilog's examples need RawDescriptionHelpFormatter, which keeps the
+# description's lines as they are too.
+_DESCRIPTION = """\
+Measure how agentctx keeps an LLM agent inside its context window.
+
+'agentctx replay' replays a real agent session, request by request, through a
+compaction strategy against a simulated prompt cache, and reports the prompt
+tokens sent with and without compaction, cache reads and writes, the simulated
+input cost, the compactions and prefix-cache breaks, and what was cleared or
+summarized. 'agentctx demo' runs a small scripted agent loop live and prints
+each event as it happens. Both run offline: no API key, no network."""
+
+_EPILOG = """\
+examples:
+  agentctx replay                       the session that ships with agentctx
+  agentctx replay session.jsonl --strategy deterministic --context-window 100000
+  agentctx replay --chart replay.html   also write a chart of tokens per request
+  agentctx demo"""
+
+_REPLAY_DESCRIPTION = (
+    "Replay a recorded agent session through a compaction strategy, against a simulated "
+    "prompt cache, and report per request and in total: prompt tokens with and without "
+    "compaction, cache reads and writes, the simulated input cost at "
+    f"{SONNET_MODEL} prices, compactions, cache breaks, and what was cleared or summarized."
+)
+
+_TRANSCRIPT_HELP = (
+    "the session to replay: a Claude Code or pi JSONL transcript, a SWE-agent trajectory, "
+    "OpenHands events, or a JSON list of agentctx messages (default: the session that ships "
+    "with agentctx, %(default)s)"
 )
 
 
@@ -105,130 +139,104 @@ def _seconds(text: str) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="agentctx", description=(__doc__ or "").split("\n")[0])
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    r = sub.add_parser("replay", help="replay a recorded session through a strategy")
-    r.add_argument("transcript", nargs="?", default=str(DEMO_TRANSCRIPT))
+    """The command's argument parser."""
+    raw = argparse.RawDescriptionHelpFormatter
+    p = _Parser(prog="agentctx", description=_DESCRIPTION, epilog=_EPILOG, formatter_class=raw)
+    p.add_argument("--version", action="version", version=f"agentctx {__version__}")
+    sub = p.add_subparsers(
+        dest="command",
+        required=True,
+        parser_class=_Parser,
+        metavar="COMMAND",
+        help="replay or demo; 'agentctx COMMAND --help' shows its options",
+    )
+    r = sub.add_parser(
+        "replay",
+        help="replay a recorded session through a strategy and report tokens, cache and cost",
+        description=_REPLAY_DESCRIPTION,
+    )
+    r.add_argument(
+        "transcript",
+        nargs="?",
+        default=str(DEMO_TRANSCRIPT),
+        metavar="TRANSCRIPT",
+        help=_TRANSCRIPT_HELP,
+    )
     r.add_argument(
         "--context-window",
         type=_count,
         default=DEFAULT_CONTEXT_WINDOW,
-        help=f"tokens (default {DEFAULT_CONTEXT_WINDOW})",
+        metavar="TOKENS",
+        help="the model's context window, in tokens; the budget is this minus --reserve "
+        "(default: %(default)s)",
     )
     r.add_argument(
-        "--reserve", type=_count, default=8_000, help="tokens kept for output (default 8000)"
+        "--reserve",
+        type=_count,
+        default=8_000,
+        metavar="TOKENS",
+        help="tokens of the window kept for the output (default: %(default)s)",
     )
     r.add_argument("--strategy", choices=list(_STRATEGIES), default="llm", help=_STRATEGY_HELP)
     r.add_argument(
         "--summarizer-delay",
         type=_seconds,
         default=DEFAULT_SUMMARIZER_DELAY,
-        metavar="S",
-        help="seconds of session time the offline summarizer takes (llm only; "
-        f"default {DEFAULT_SUMMARIZER_DELAY:g})",
+        metavar="SECONDS",
+        help="seconds of session time the offline summarizer takes per briefing, for "
+        "--strategy llm only (default: %(default)s)",
     )
-    r.add_argument("--chart", metavar="PATH", help="also write a chart: .html or .png")
-    d = sub.add_parser("demo", help="a small live agent loop; prints each event as it happens")
-    d.add_argument("--context-window", type=_count, default=16_000, help="tokens (default 16000)")
+    r.add_argument(
+        "--chart",
+        metavar="PATH",
+        help="also write a chart of tokens per request to PATH, .html or .png "
+        "(.png needs the 'chart' extra; default: no chart)",
+    )
+    d = sub.add_parser(
+        "demo",
+        help="run a small live agent loop and print each event as it happens",
+        description="Run a small agent loop live, offline (a scripted model, real file "
+        "tools reading the agentctx package), and print each event as it happens.",
+    )
     d.add_argument(
-        "--reserve", type=_count, default=2_000, help="tokens kept for output (default 2000)"
+        "--context-window",
+        type=_count,
+        default=16_000,
+        metavar="TOKENS",
+        help="the model's context window, in tokens (default: %(default)s)",
+    )
+    d.add_argument(
+        "--reserve",
+        type=_count,
+        default=2_000,
+        metavar="TOKENS",
+        help="tokens of the window kept for the output (default: %(default)s)",
     )
     return p
 
 
-def _shorten(items: Sequence[str], width: int = 110) -> str:
-    """``items`` joined, cut to about ``width`` characters with a count of the rest."""
-    out = ""
-    for k, item in enumerate(items):
-        piece = item if not out else f"; {item}"
-        rest = len(items) - k
-        if out and len(out) + len(piece) > width:
-            return f"{out}; (+{rest} more)"
-        out += piece
-    return out if len(out) <= width + 20 else out[: width + 19] + "…"
-
-
-def _tally(actions: Sequence[str]) -> str:
-    """What was done, by kind: the first word of each action (``truncated x7``)."""
-    kinds = Counter(a.split(" ", 1)[0] for a in actions)
-    return ", ".join(f"{k} x{n}" for k, n in kinds.most_common()) or "nothing"
-
-
-def _summarizer_line(summaries: Sequence[SummaryStats], session_cost: float) -> str:
-    """The summarizer's requests, tokens and cost, and its share of all that was spent
-    (DESIGN §7: at most 5 %); an unpriced model is estimated at the default one's prices."""
-    if not summaries:
-        return "summarizer: no requests"
-    usage_in = sum(s.usage.input_tokens for s in summaries)
-    usage_out = sum(s.usage.output_tokens for s in summaries)
-    costs = [s.cost_usd for s in summaries]
-    models = sorted({s.model or "unknown model" for s in summaries})
-    line = (
-        f"summarizer: {len(summaries)} request{'s' if len(summaries) != 1 else ''} "
-        f"({', '.join(models)}), {usage_in} input + {usage_out} output tokens, "
-    )
-    spent: float | None = None
-    if all(c is not None for c in costs):
-        spent = sum(c or 0.0 for c in costs)
-        line += f"cost ${spent:.4f}"
-    else:
-        line += "cost unknown (no price for the model)"
-        estimate = price_for(ESTIMATE_MODEL)
-        if estimate is not None:
-            spent = sum(estimate.cost(s.usage) for s in summaries)
-            line += f"; at {ESTIMATE_MODEL} prices ${spent:.4f}"
-    if spent is not None and spent + session_cost > 0:
-        share = spent / (spent + session_cost)
-        line += f", {share:.1%} of all spent (target <= 5 %)"
-    return line
-
-
-def _print_report(report: ReplayReport, out: TextIO) -> None:
-    write = out.write
-    header = (
-        f"{'req':>4} {'msgs':>9} {'without':>9} {'with':>9} {'cache rd':>9} {'cache wr':>9}  what"
-    )
-    write(header + "\n")
-    for r in report.rows:
-        flags = ("BREAK " if r.cache_break else "") + ("OVER " if r.over_budget else "")
-        what = _shorten([*r.actions, *r.notes])
-        msgs = f"{r.raw_messages}->{r.view_messages}"
-        write(
-            f"{r.number:>4} {msgs:>9} {r.tokens_without:>9} {r.tokens_with:>9} "
-            f"{r.cache_read:>9} {r.cache_write:>9}  {flags}{what}\n"
-        )
-    saved = 1 - report.tokens_with / report.tokens_without if report.tokens_without else 0.0
-    ratio = report.cost_with / report.cost_without if report.cost_without else 1.0
-    read = sum(r.cache_read for r in report.rows)
-    written = sum(r.cache_write for r in report.rows)
-    read0 = sum(r.cache_read_without for r in report.rows)
-    written0 = sum(r.cache_write_without for r in report.rows)
-    actions = [a for r in report.rows for a in r.actions]
-    summarized = sum(r.summarized for r in report.rows)
-    splices = f" ({report.splices} briefing{'s' if report.splices != 1 else ''} spliced"
-    splices += f" over {summarized} messages)" if report.splices else ")"
-    write(
-        f"\nrequests {len(report.rows)}  budget {report.budget_tokens} tokens  "
-        f"over budget {report.over_budget}\n"
-        f"tokens sent: {report.tokens_with} with compaction, {report.tokens_without} without "
-        f"({saved:.0%} fewer)\n"
-        f"cache reads/writes: {read}/{written} tokens with, {read0}/{written0} without\n"
-        f"simulated input cost: ${report.cost_with:.4f} with, ${report.cost_without:.4f} without "
-        f"(x{ratio:.2f})\n"
-        f"compactions {report.compactions}{splices}  prefix-cache breaks {report.cache_breaks}\n"
-        f"cleared or summarized: {_tally(actions)}\n"
-        f"{_summarizer_line(report.summaries, report.cost_with)}\n"
-    )
-
-
-def _replay(args: argparse.Namespace) -> int:
+def _replay(args: argparse.Namespace, console: Console | None) -> int:
     transcript = load_transcript(args.transcript)
     budget = Budget(context_window=args.context_window, reserve_output=args.reserve)
     clock = ReplayClock()
     strategy = _STRATEGIES[args.strategy](clock, args.summarizer_delay)
-    report = anyio.run(
-        lambda: replay(transcript.messages, budget=budget, strategy=strategy, clock=clock)
-    )
+
+    def run(progress: Callable[[int, int], None] | None) -> ReplayReport:
+        return anyio.run(
+            lambda: replay(
+                transcript.messages,
+                budget=budget,
+                strategy=strategy,
+                clock=clock,
+                progress=progress,
+            )
+        )
+
+    if console is None:
+        report = run(None)
+    else:
+        with LazyProgress(console, f"replaying {Path(transcript.path).name}") as progress:
+            report = run(progress)
     if args.chart:
         from agentctx.replay.chart import write_chart
 
@@ -236,26 +244,51 @@ def _replay(args: argparse.Namespace) -> int:
     strategy_line = args.strategy
     if args.strategy == "llm":
         strategy_line += f" (summarizer {OFFLINE_MODEL}, {args.summarizer_delay:g} s)"
-    print(
+    header = (
         f"{transcript.path} ({transcript.format}, {len(transcript.messages)} messages)  "
         f"strategy {strategy_line}"
     )
-    _print_report(report, sys.stdout)
+    if console is None:
+        print(header)
+        print_plain(report, sys.stdout)
+    else:
+        console.print(header, markup=False, highlight=False)
+        print_rich(report, console)
     if args.chart:
-        print(f"chart: {args.chart}")
+        if console is None:
+            print(f"chart: {args.chart}")
+        else:
+            console.print(f"chart: {args.chart}", markup=False, highlight=False)
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+def _terminal_console() -> Console | None:
+    """A rich console on stdout if stdout is a terminal and rich is installed, else None."""
+    if not sys.stdout.isatty():
+        return None
+    try:
+        from rich.console import Console
+    except ImportError:
+        return None
+    return Console()
+
+
+def main(argv: Sequence[str] | None = None, *, console: Console | None = None) -> int:
+    """Run the command line on ``argv`` (default ``sys.argv[1:]``); returns the exit status.
+
+    The replay report goes to ``console`` (a ``rich.console.Console``) if given; otherwise to
+    a rich console when stdout is a terminal and rich is installed, else to stdout as plain
+    text with no escape codes. ``demo`` writes plain text to ``console.file`` or stdout.
+    """
     args = _parser().parse_args(argv)
     try:
         if args.command == "demo":
             from agentctx.replay.demo import run_demo
 
             budget = Budget(context_window=args.context_window, reserve_output=args.reserve)
-            return anyio.run(lambda: run_demo(budget, sys.stdout))
-        return _replay(args)
+            out = sys.stdout if console is None else cast("TextIO", console.file)
+            return anyio.run(lambda: run_demo(budget, out))
+        return _replay(args, console if console is not None else _terminal_console())
     except (AgentCtxError, OSError, ValueError) as exc:
         print(f"agentctx: {exc}", file=sys.stderr)
         return 2

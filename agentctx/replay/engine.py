@@ -38,15 +38,19 @@ from agentctx.pricing import Price
 from agentctx.recall import MemoryRecallStore
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from agentctx.budget import Budget
     from agentctx.strategy import CompactionStrategy
     from agentctx.tokens import MessageCounter
 
-__all__ = ["SONNET_PRICE", "ReplayClock", "ReplayReport", "RequestRow", "replay"]
+__all__ = ["SONNET_MODEL", "SONNET_PRICE", "ReplayClock", "ReplayReport", "RequestRow", "replay"]
 
-SONNET_PRICE = Price(3.0, 15.0, 0.3, 3.75, 6.0)  # Claude Sonnet 4.x list prices
+SONNET_PRICE = Price(3.0, 15.0, 0.3, 3.75, 6.0)
+"""What `replay` prices requests at unless told otherwise: Claude Sonnet 4.6 list prices."""
+
+SONNET_MODEL = "claude-sonnet-4-6"
+"""The model whose prices `SONNET_PRICE` are (no long-context surcharge), to name them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +221,7 @@ async def replay(
     session_id: str = "replay",
     cache_ttl: float = 300.0,
     clock: ReplayClock | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ReplayReport:
     """Replay ``messages`` call by call through ``strategy`` and price both ways.
 
@@ -229,6 +234,9 @@ async def replay(
     ``clock`` is the transcript's clock (a new `ReplayClock` if omitted); share it with a
     summarizer's simulated delay. Briefings come back in the manager's task group while the
     replay advances the clock, before the request they would have been ready for.
+
+    ``progress``, if given, is called after each request with ``(done, total)`` requests,
+    e.g. to drive a progress bar; it runs in the replay's loop, so it should be quick.
     """
     rows: list[RequestRow] = []
     events: list[Event] = []
@@ -298,6 +306,8 @@ async def replay(
                 # Only reports that can describe this request: after the recorded agent
                 # compacted on its own, its requests were much smaller than the raw history.
                 ctx.counter.observe(request, usage.prompt_tokens)
+            if progress is not None:
+                progress(number, len(calls))
     return ReplayReport(
         rows=tuple(rows),
         budget_tokens=budget.limit,
