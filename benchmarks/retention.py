@@ -32,7 +32,7 @@ messages), for ``tiers only`` (`DeterministicCompaction`) and ``pipeline+tiers``
 - *in view*: a substring of the view's visible text (text blocks, tool-call names and
   arguments as JSON and as plain strings, summary text; thinking is not counted);
 - *recall only*: not in the view, but a recall id (``ctx-`` + 16 hex) that the view shows
-  answers ``ctx.recall(id, pattern=re.escape(fact))`` with at least one matching line, so the
+  answers ``ctx.recall(id, pattern=fact)`` with at least one matching line, so the
   model gets it back in one ``recall_context`` call;
 - *lost*: neither.
 
@@ -278,7 +278,7 @@ def recallable(ctx: ContextManager, ids: Sequence[str], fact: str) -> bool:
         content = store.get(ctx.session_id, rid)
         if content is None or fact not in content:
             continue
-        m = _MATCHES.match(ctx.recall(rid, pattern=re.escape(fact)))
+        m = _MATCHES.match(ctx.recall(rid, pattern=fact))  # literal text
         if m and int(m.group(1)) > 0:
             return True
     return False

@@ -7,35 +7,80 @@ if call.name == RECALL_TOOL_NAME:
     text = ctx.handle_recall(call.arguments)            # pages of 8000 chars, or grep
 ```
 
-Its results are exempt from every compaction pass, so what was recalled is not cleared again.
+Its results are exempt from every compaction pass, so what was recalled is not cleared again;
+that is why every result is bounded: a page is at most `MAX_LIMIT` characters, and so is the
+text of the lines a ``pattern`` search returns.
+
+``pattern`` is literal text, matched case-insensitively within each line: no regular
+expressions, so a model-written pattern can never backtrack catastrophically, and a search
+costs time linear in the size of the content.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
+from agentctx._check import preview
 from agentctx.errors import ConfigError
 
 if TYPE_CHECKING:
     from agentctx.recall.store import RecallStore
 
-__all__ = ["RECALL_TOOL_NAME", "recall_arguments", "recall_page", "recall_tool"]
+__all__ = [
+    "DEFAULT_LIMIT",
+    "MAX_LIMIT",
+    "MAX_PATTERN_CHARS",
+    "RECALL_TOOL_NAME",
+    "recall_arguments",
+    "recall_page",
+    "recall_tool",
+]
 
 RECALL_TOOL_NAME = "recall_context"
+
+DEFAULT_LIMIT = 8000
+"""Characters of one page when the model names no ``limit``."""
+
+MAX_LIMIT = 8000
+"""The largest ``limit`` the model gets: larger values are capped (the header says so)."""
+
+MAX_PATTERN_CHARS = 500
+"""The longest ``pattern`` accepted."""
+
+MAX_ID_CHARS = 100
+"""Longer "ids" are not looked up (recall ids are 20 characters)."""
+
+_LINE_CHARS = 400  # a matching line longer than this is shown around its first match
+_MAX_COUNTED = 10_000  # matching lines counted before the header says "more than"
+_PREVIEW_CHARS = 40  # of a bad argument, echoed back to the model
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_Match: TypeAlias = tuple[int, int, str, int | None]  # line number, start offset, line, match
+
 _DESCRIPTION = (
     "Read content that was cleared from the conversation to save space. Placeholders show "
-    'recall_context(id="ctx-...") ids. Returns up to `limit` characters from `offset`; '
-    "with `pattern` (a regular expression), returns the matching lines with line numbers."
+    'recall_context(id="ctx-...") ids. Returns up to `limit` characters (at most '
+    f"{MAX_LIMIT}) from `offset`; the header gives the next offset. With `pattern` (plain "
+    "text, not a regular expression; case-insensitive), returns the lines containing it, "
+    "with line numbers."
 )
 _SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "id": {"type": "string", "description": "The ctx-... id from the placeholder."},
         "offset": {"type": "integer", "minimum": 0, "description": "First character."},
-        "limit": {"type": "integer", "minimum": 1, "description": "Characters to return."},
-        "pattern": {"type": "string", "description": "Regular expression to grep lines."},
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_LIMIT,
+            "description": "Characters to return.",
+        },
+        "pattern": {
+            "type": "string",
+            "maxLength": MAX_PATTERN_CHARS,
+            "description": "Literal text (case-insensitive) to find lines by.",
+        },
     },
     "required": ["id"],
 }
@@ -65,56 +110,205 @@ def recall_page(
     session_id: str,
     id: str,
     offset: int = 0,
-    limit: int = 8000,
+    limit: int = DEFAULT_LIMIT,
     pattern: str | None = None,
     max_matches: int = 200,
 ) -> str:
-    """The text the tool returns to the model: a page, grep results, or a clear miss."""
+    """The text the tool returns to the model: a page, matching lines, or a clear miss.
+
+    A page is ``limit`` characters from ``offset``. With ``pattern`` (literal text, matched
+    case-insensitively within each line) it is the matching lines, numbered from 1: at most
+    ``max_matches`` of them and ``limit`` characters in all, a long line shown around its
+    match. The result never holds a lone surrogate (each becomes U+FFFD, so offsets stay
+    right). Only a failing store raises (`StoreError`); ``limit`` is not capped here, the
+    model's arguments are (`recall_arguments`).
+    """
+    problem = _id_problem(id)
+    if problem is not None:
+        return problem
     content = store.get(session_id, id) if store is not None else None
     if content is None:
         return f'[recall_context] id "{id}" was not found in this session.'
-    total = len(content)
-    if pattern is not None:
-        try:
-            rx = re.compile(pattern)
-        except re.error as exc:
-            return f"[recall_context] invalid pattern {pattern!r}: {exc}"
-        hits = [
-            f"{n}: {line}" for n, line in enumerate(content.split("\n"), start=1) if rx.search(line)
-        ]
-        shown = hits[:max_matches]
-        more = f"; {len(hits) - len(shown)} more not shown" if len(hits) > len(shown) else ""
-        head = f"[recall_context {id}: {len(hits)} lines match {pattern!r}{more}]"
-        return head + "\n" + "\n".join(shown)
-    offset = max(0, offset)
     limit = max(1, limit)
+    if pattern:
+        problem = _pattern_problem(pattern)
+        if problem is not None:
+            return problem
+        return _clean(_grep(id, content, pattern, limit, max(1, max_matches)))
+    total = len(content)
+    offset = max(0, offset)
+    if offset >= total > 0:
+        return f"[recall_context {id}: offset {offset} is past the end ({total} chars)]"
     end = min(total, offset + limit)
     nxt = f"; next offset={end}" if end < total else "; end"
-    return f"[recall_context {id}: chars {offset}-{end} of {total}{nxt}]\n{content[offset:end]}"
+    return _clean(f"[recall_context {id}: chars {offset}-{end} of {total}{nxt}]\n") + _clean(
+        content[offset:end]
+    )
 
 
 def recall_arguments(arguments: object) -> tuple[str, int, int, str | None] | str:
     """``(id, offset, limit, pattern)`` from a model's tool-call arguments, or the text to
     answer the model with when they are unusable (never an exception: models get it wrong).
 
-    Integers may come as digit strings; unknown keys are ignored.
+    Integers may come as plain ASCII digit strings or whole floats; ``limit`` above
+    `MAX_LIMIT` is capped to it; unknown keys are ignored. A bad value is echoed back only as
+    a short prefix.
     """
     if not isinstance(arguments, Mapping):
         return "[recall_context] arguments must be an object with an `id`."
     rid = arguments.get("id")
     if not isinstance(rid, str) or not rid:
         return '[recall_context] `id` is required: the "ctx-..." id shown in the placeholder.'
-    numbers = []
-    for key, default in (("offset", 0), ("limit", 8000)):
-        value = arguments.get(key, default)
-        if isinstance(value, str) and value.strip().isdigit():
-            value = int(value)
-        if value is None:
-            value = default
-        if not isinstance(value, int) or isinstance(value, bool):
-            return f"[recall_context] `{key}` must be a whole number, got {value!r}."
-        numbers.append(value)
+    problem = _id_problem(rid)
+    if problem is not None:
+        return problem
+    offset = _whole(arguments.get("offset"), 0)
+    if offset is None or offset < 0:
+        return (
+            "[recall_context] `offset` must be a whole number >= 0, "
+            f"got {preview(arguments.get('offset'))}."
+        )
+    limit = _whole(arguments.get("limit"), DEFAULT_LIMIT)
+    if limit is None or limit < 1:
+        return (
+            f"[recall_context] `limit` must be a whole number from 1 to {MAX_LIMIT}, "
+            f"got {preview(arguments.get('limit'))}."
+        )
     pattern = arguments.get("pattern")
     if pattern is not None and not isinstance(pattern, str):
-        return f"[recall_context] `pattern` must be a regular expression string, got {pattern!r}."
-    return rid, numbers[0], numbers[1], pattern or None
+        return f"[recall_context] `pattern` must be a text to search for, got {preview(pattern)}."
+    if pattern:
+        problem = _pattern_problem(pattern)
+        if problem is not None:
+            return problem
+    return rid, offset, min(limit, MAX_LIMIT), pattern or None
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def _whole(value: object, default: int) -> int | None:
+    """``value`` as a whole number (``default`` when absent), or ``None`` when it is not one."""
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str):
+        digits = value.strip()
+        # Only plain ASCII digits: int() also takes "²"-like digits, "1_000" and "+5", and a
+        # 5000-digit string costs a ValueError (the int conversion limit) or worse.
+        if digits.isascii() and digits.isdigit() and len(digits) <= 18:
+            return int(digits)
+    return None
+
+
+def _id_problem(rid: str) -> str | None:
+    if len(rid) > MAX_ID_CHARS or _SURROGATE.search(rid):
+        return (
+            f"[recall_context] id {preview(rid)} is not a recall id: use the "
+            '"ctx-..." id shown in the placeholder.'
+        )
+    return None
+
+
+def _pattern_problem(pattern: str) -> str | None:
+    if len(pattern) > MAX_PATTERN_CHARS:
+        return (
+            f"[recall_context] `pattern` is {len(pattern)} characters; at most "
+            f"{MAX_PATTERN_CHARS} are searched for. Use a shorter, distinctive part of a line."
+        )
+    if "\n" in pattern or "\r" in pattern:
+        return "[recall_context] `pattern` is matched within one line: it cannot hold a line break."
+    if _SURROGATE.search(pattern):
+        return (
+            f"[recall_context] `pattern` {preview(pattern)} holds invalid characters "
+            "(unpaired UTF-16 surrogates)."
+        )
+    return None
+
+
+def _clean(text: str) -> str:
+    """``text`` without lone surrogates (they cannot be sent as UTF-8); same length."""
+    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
+
+
+def _grep(rid: str, content: str, pattern: str, limit: int, max_matches: int) -> str:
+    needle = pattern.casefold()
+    folded = content.casefold()
+    # casefold keeps the length of almost every text; when it does not (ß, ligatures), the
+    # match positions of the folded text are not positions in ``content``: go line by line.
+    if len(folded) == len(content):
+        lines = _matches(content, folded, needle)
+    else:
+        lines = _matches_by_line(content, needle)
+    shown: list[str] = []
+    used = 0
+    count = 0
+    hidden_at: int | None = None
+    for number, start, line, at in lines:
+        count += 1
+        if hidden_at is None:
+            entry = f"{number}: {_excerpt(line, start, at)}"
+            if len(shown) < max_matches and used + len(entry) + 1 <= limit:
+                shown.append(entry)
+                used += len(entry) + 1
+            elif not shown:  # one long entry: cut it rather than show nothing
+                shown.append(entry[: max(1, limit - 1)])
+                used = limit
+            else:
+                hidden_at = start
+        if count >= _MAX_COUNTED:
+            break
+    quoted = repr(pattern[:_PREVIEW_CHARS]) + ("..." if len(pattern) > _PREVIEW_CHARS else "")
+    capped = "+" if count >= _MAX_COUNTED else ""
+    more = ""
+    if hidden_at is not None:
+        more = (
+            f"; {count - len(shown)}{capped} more not shown: use a more specific pattern, "
+            f"or read on from offset={hidden_at}"
+        )
+    head = f"[recall_context {rid}: {count}{capped} lines match {quoted} (literal, any case){more}]"
+    return head + "\n" + "\n".join(shown)
+
+
+def _matches(content: str, folded: str, needle: str) -> Iterator[_Match]:
+    """``(line number, line start, line, match position in line)`` per matching line,
+    found by ``str.find`` on the folded text: no Python work per non-matching line."""
+    pos = 0
+    number = 1
+    counted_to = 0
+    while True:
+        i = folded.find(needle, pos)
+        if i < 0:
+            return
+        start = content.rfind("\n", 0, i) + 1
+        end = content.find("\n", i)
+        end = len(content) if end < 0 else end
+        number += content.count("\n", counted_to, start)
+        counted_to = start
+        yield number, start, content[start:end], i - start
+        pos = end + 1
+
+
+def _matches_by_line(content: str, needle: str) -> Iterator[_Match]:
+    start = 0
+    for number, line in enumerate(content.split("\n"), start=1):
+        if needle in line.casefold():
+            yield number, start, line, None
+        start += len(line) + 1
+
+
+def _excerpt(line: str, start: int, at: int | None) -> str:
+    """``line``, or the part of it around the match when it is long, with where it is."""
+    if len(line) <= _LINE_CHARS:
+        return line
+    begin = max(0, (at or 0) - _LINE_CHARS // 2)
+    piece = line[begin : begin + _LINE_CHARS]
+    before = "..." if begin else ""
+    after = "..." if begin + _LINE_CHARS < len(line) else ""
+    where = f" [a line of {len(line)} chars; this part starts at offset={start + begin}]"
+    return before + piece + after + where

@@ -1,0 +1,199 @@
+"""Hostile input at the edges: the recall tool's model-written arguments, summarizer results,
+configuration values and transcript files. Each test is the reproduction of a finding; the
+fix made it a clear answer or a typed error instead of a hang, a crash or a traceback."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentctx.budget import Budget
+from agentctx.manager import ContextManager
+from agentctx.recall import MemoryRecallStore, SQLiteRecallStore, recall_tool
+from agentctx.recall.tool import MAX_LIMIT
+
+# ---------------------------------------------------------------------------------------
+# The recall_context tool (items 7, 8, 13)
+
+RID = re.compile(r"ctx-[0-9a-f]{16}")
+# Any answer: at most a page, plus its header.
+BOUND = MAX_LIMIT + 1_000
+
+
+@asynccontextmanager
+async def recall_manager(store: Any) -> AsyncIterator[ContextManager]:
+    async with ContextManager(Budget(context_window=100_000), recall=store) as ctx:
+        yield ctx
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    if request.param == "memory":
+        yield MemoryRecallStore()
+        return
+    sqlite = SQLiteRecallStore(tmp_path / "recall.db")
+    yield sqlite
+    sqlite.close()
+
+
+def no_surrogates(text: str) -> bool:
+    return not re.search("[\ud800-\udfff]", text)
+
+
+async def test_a_catastrophic_pattern_is_searched_as_literal_text_in_linear_time(
+    store: Any,
+) -> None:
+    """Item 8: ``(a+)+$`` over ``"a" * 26 + "!"`` blocked the event loop for 20 s."""
+    async with recall_manager(store) as ctx:
+        rid = store.put(ctx.session_id, "a" * 26 + "!")
+        started = time.perf_counter()
+        answer = ctx.handle_recall({"id": rid, "pattern": "(a+)+$"})
+        assert time.perf_counter() - started < 0.5
+        assert answer.startswith(f"[recall_context {rid}: 0 lines match '(a+)+$'")
+        # Literal, case-insensitive, per line; a big input stays fast too.
+        big = store.put(ctx.session_id, ("a" * 5_000 + "\n") * 2_000 + "x (A+)+$ y")
+        started = time.perf_counter()
+        answer = ctx.handle_recall({"id": big, "pattern": "(a+)+$"})
+        assert time.perf_counter() - started < 0.5
+        assert "1 lines match" in answer and answer.endswith("2001: x (A+)+$ y")
+    description = recall_tool("anthropic")["description"]
+    assert "not a regular expression" in description
+
+
+async def test_lone_surrogates_in_any_argument_get_a_clear_answer(store: Any) -> None:
+    """Item 7: ``{"id": "\\ud800"}`` raised (UnicodeEncodeError in the SQLite store)."""
+    async with recall_manager(store) as ctx:
+        rid = store.put(ctx.session_id, "line one\nline two")
+        for arguments, expected in [
+            ({"id": "\ud800"}, "is not a recall id"),
+            ({"id": "ctx-\udcff" + "0" * 15}, "is not a recall id"),
+            ({"id": rid, "pattern": "\ud800"}, "unpaired UTF-16 surrogates"),
+            ({"id": rid, "offset": "\ud800"}, "`offset` must be a whole number"),
+            ({"id": rid, "limit": "\udfff"}, "`limit` must be a whole number"),
+        ]:
+            answer = ctx.handle_recall(arguments)
+            assert expected in answer, arguments
+            assert no_surrogates(answer)
+            answer.encode("utf-8")  # sendable as is
+        # Lone surrogates in the stored content are shown as U+FFFD, offsets unchanged.
+        odd = "ab\udcffcd"
+        oid = store.put(ctx.session_id, odd)
+        page = ctx.handle_recall({"id": oid, "offset": 1, "limit": 3})
+        if isinstance(store, MemoryRecallStore):
+            assert page.endswith("\nb\ufffdc")
+        assert no_surrogates(page)
+
+
+async def test_every_argument_is_validated_and_bad_input_is_echoed_short(store: Any) -> None:
+    """Item 13: ``offset="²"`` and ``limit="9"*5000`` raised ValueError; grep ignored ``limit``
+    (10 MB back, exempt from truncation); "not found" echoed a 5 MB id."""
+    async with recall_manager(store) as ctx:
+        rid = store.put(ctx.session_id, "0123456789" * 10)
+        assert "`offset` must be a whole number >= 0, got '²'" in ctx.handle_recall(
+            {"id": rid, "offset": "²"}
+        )
+        answer = ctx.handle_recall({"id": rid, "limit": "9" * 5000})
+        assert "`limit` must be a whole number from 1 to" in answer and len(answer) < 300
+        for bad in ("-1", "1_000", "+5", " 1e3", "0x10", "١٢"):  # only plain ASCII digits
+            assert "`offset` must be a whole number" in ctx.handle_recall(
+                {"id": rid, "offset": bad}
+            ), bad
+        assert "`offset` must be a whole number >= 0, got -3" in ctx.handle_recall(
+            {"id": rid, "offset": -3}
+        )
+        assert "`limit` must be a whole number from 1" in ctx.handle_recall({"id": rid, "limit": 0})
+        assert "`limit` must be a whole number from 1" in ctx.handle_recall(
+            {"id": rid, "limit": 1.5}
+        )
+        assert ctx.handle_recall({"id": rid, "offset": 10.0, "limit": "5"}).endswith("\n01234")
+        assert "past the end (100 chars)" in ctx.handle_recall({"id": rid, "offset": 10**30})
+        assert "got a list" in ctx.handle_recall({"id": rid, "limit": [[[[1]]]]})
+
+        # "not found" never echoes more than a short prefix of a huge id
+        answer = ctx.handle_recall({"id": "x" * 5_000_000})
+        assert "is not a recall id" in answer and len(answer) < 300
+        answer = ctx.handle_recall({"id": "ctx-0000000000000000"})
+        assert answer == '[recall_context] id "ctx-0000000000000000" was not found in this session.'
+
+        # a huge page request is capped, and the header tells where to read on
+        huge = store.put(ctx.session_id, "y" * 10_000_000)
+        answer = ctx.handle_recall({"id": huge, "limit": 100})
+        assert answer.endswith("\n" + "y" * 100)
+        answer = ctx.handle_recall({"id": huge, "limit": 10**9})
+        assert len(answer) < BOUND and f"next offset={MAX_LIMIT}" in answer
+
+        # grep applies `limit` to the total text of the lines it returns (10 MB before)
+        lines = store.put(
+            ctx.session_id, "\n".join(f"match {i} " + "z" * 100 for i in range(100_000))
+        )
+        answer = ctx.handle_recall({"id": lines, "pattern": "match", "limit": 100})
+        head, body = answer.split("\n", 1)
+        assert len(body) <= 100 and body.startswith("1: match 0 zzz")
+        assert "10000+ lines match" in head and "more not shown" in head
+        answer = ctx.handle_recall({"id": lines, "pattern": "MATCH 5 "})
+        assert answer.split("\n", 1)[0].startswith(f"[recall_context {lines}: 1 lines match")
+        # a 10 MB line is shown around its match, with where the match is
+        answer = ctx.handle_recall({"id": huge, "pattern": "yyy"})
+        assert len(answer) < 1_000 and "a line of 10000000 chars" in answer
+        needle = store.put(ctx.session_id, "q" * 1_000_000 + "NEEDLE" + "q" * 1_000_000)
+        answer = ctx.handle_recall({"id": needle, "pattern": "needle"})
+        assert "NEEDLE" in answer and len(answer) < 1_000
+        offset = int(re.findall(r"offset=(\d+)", answer)[-1])
+        part = ctx.handle_recall({"id": needle, "offset": offset, "limit": 400})
+        assert "NEEDLE" in part
+        # patterns: bounded length, one line
+        assert "at most 500" in ctx.handle_recall({"id": rid, "pattern": "p" * 100_000})
+        assert "cannot hold a line break" in ctx.handle_recall({"id": rid, "pattern": "a\nb"})
+
+
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=50),
+    st.text(alphabet=st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), max_size=5),
+    st.sampled_from(["", "0", "10", "²", "9" * 5000, "x" * 200_000, "(a+)+$", "ctx-"]),
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=8,
+)
+_KEYS = st.sampled_from(["id", "offset", "limit", "pattern", "extra", "\ud800"])
+
+
+async def test_handle_recall_answers_anything_with_a_bounded_text(tmp_path: Path) -> None:
+    """Arbitrary JSON-ish argument mappings (lone surrogates, huge strings, nested values,
+    wrong types): a str of bounded length without lone surrogates, never an exception."""
+    sqlite = SQLiteRecallStore(tmp_path / "fuzz.db")
+    memory = MemoryRecallStore()
+    content = "alpha\nBeta (a+)+$ \udcff\n" + "g" * 30_000
+    async with recall_manager(memory) as m, recall_manager(sqlite) as s:
+        managers = [(m, memory.put(m.session_id, content)), (s, sqlite.put(s.session_id, content))]
+
+        @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(
+            arguments=st.dictionaries(_KEYS, _VALUES, max_size=5),
+            real_id=st.booleans(),
+            other=_VALUES,
+        )
+        def check(arguments: dict[str, Any], real_id: bool, other: Any) -> None:
+            for ctx, rid in managers:
+                if real_id:
+                    arguments = {**arguments, "id": rid}
+                for given_arguments in (arguments, other):
+                    answer = ctx.handle_recall(given_arguments)
+                    assert isinstance(answer, str) and len(answer) < BOUND
+                    assert no_surrogates(answer)
+
+        check()
+    sqlite.close()
