@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from agentctx._check import fraction, got, preview, whole
 from agentctx.errors import AgentCtxError, ConfigError
 
 if TYPE_CHECKING:
@@ -45,18 +46,23 @@ class Budget:
     hard_budget: int | None = None
 
     def __post_init__(self) -> None:
-        if self.context_window <= 0:
-            raise ConfigError(f"context_window must be positive, got {self.context_window}")
-        if not 0 <= self.reserve_output < self.context_window:
-            raise ConfigError("reserve_output must be >= 0 and smaller than context_window")
-        for name in ("trigger_ratio", "target_ratio"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and 0 < value <= 1):
-                raise ConfigError(f"{name} is a 0-1 fraction, got {value!r}")
+        # Every error names the values it got and marks defaults: ``ContextManager(10_000)``
+        # fails on the default reserve, which the caller never wrote down.
+        whole(self, "context_window", minimum=1)
+        whole(self, "reserve_output")
+        if self.reserve_output >= self.context_window:
+            raise ConfigError(
+                "Budget.reserve_output must be smaller than context_window (what is left is "
+                f"the prompt's budget); got {got(self, 'reserve_output', 'context_window')}"
+            )
+        fraction(self, "trigger_ratio")
+        fraction(self, "target_ratio")
         if self.target_ratio > self.trigger_ratio:
-            raise ConfigError("target_ratio must not be above trigger_ratio")
-        if self.hard_budget is not None and not self.hard_budget > 0:
-            raise ConfigError(f"hard_budget must be positive, got {self.hard_budget}")
+            raise ConfigError(
+                "Budget.target_ratio must not be above trigger_ratio; got "
+                + got(self, "target_ratio", "trigger_ratio")
+            )
+        whole(self, "hard_budget", minimum=1, optional=True)
 
     @property
     def limit(self) -> int:
@@ -81,6 +87,8 @@ class Budget:
 
 def fraction_from_percent(percent: float) -> float:
     """Convert a host's 0-100 usage percentage to agentctx's 0-1 fraction."""
+    if not isinstance(percent, int | float) or isinstance(percent, bool):
+        raise ConfigError(f"usage percentage must be a number, got {preview(percent)}")
     if not math.isfinite(percent) or percent < 0:
         raise ConfigError(f"usage percentage must be a finite number >= 0, got {percent!r}")
     return percent / 100.0

@@ -15,10 +15,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentctx.budget import Budget
+from agentctx.budget import Budget, fraction_from_percent
+from agentctx.errors import ConfigError
 from agentctx.manager import ContextManager
 from agentctx.recall import MemoryRecallStore, SQLiteRecallStore, recall_tool
 from agentctx.recall.tool import MAX_LIMIT
+from agentctx.strategies import (
+    BudgetPass,
+    CondensePass,
+    DeterministicCompaction,
+    EmergencyPass,
+    ExpiryPass,
+    MicroCompact,
+    ToolOutputPipeline,
+)
 
 # ---------------------------------------------------------------------------------------
 # The recall_context tool (items 7, 8, 13)
@@ -197,3 +207,74 @@ async def test_handle_recall_answers_anything_with_a_bounded_text(tmp_path: Path
 
         check()
     sqlite.close()
+
+
+# ---------------------------------------------------------------------------------------
+# Configuration values (item 17)
+
+
+def test_context_manager_names_the_default_reserve_it_rejected() -> None:
+    """``ContextManager(10_000)`` failed without saying the reserve was the default 16,000."""
+    with pytest.raises(ConfigError) as caught:
+        ContextManager(10_000)
+    message = str(caught.value)
+    assert "reserve_output=16000 (the default)" in message
+    assert "context_window=10000" in message
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (lambda: EmergencyPass(usage_fraction=90), "EmergencyPass.usage_fraction"),
+        (lambda: EmergencyPass(usage_fraction=-1), "usage_fraction=-1"),
+        (lambda: EmergencyPass(usage_fraction=float("nan")), "usage_fraction=nan"),
+        (lambda: EmergencyPass(usage_fraction="0.9"), "usage_fraction='0.9'"),
+        (lambda: EmergencyPass(protect_recent_turns=True), "protect_recent_turns=True"),
+        (lambda: ExpiryPass(expire_seconds=-1), "ExpiryPass.expire_seconds"),
+        (lambda: ExpiryPass(thinking_expire_seconds=-0.5), "thinking_expire_seconds=-0.5"),
+        (lambda: ExpiryPass(keep_recent=-2), "keep_recent=-2"),
+        (lambda: ExpiryPass(user_shell_chars=0), "user_shell_chars=0"),
+        (lambda: ExpiryPass(expire_seconds=float("inf")), "expire_seconds=inf"),
+        (lambda: MicroCompact(gap_seconds=-1), "MicroCompact.gap_seconds"),
+        (lambda: MicroCompact(keep_recent=2.5), "keep_recent=2.5"),
+        (lambda: BudgetPass(max_chars_per_turn=-1), "BudgetPass.max_chars_per_turn"),
+        (lambda: BudgetPass(preview_chars=False), "preview_chars=False"),
+        (lambda: CondensePass(max_ratio=1.5), "CondensePass.max_ratio"),
+        (lambda: CondensePass(head_lines=-1), "head_lines=-1"),
+        (lambda: ToolOutputPipeline(target_ratio=40), "target_ratio=40"),
+        (lambda: ToolOutputPipeline(clear_at_least=-5), "clear_at_least=-5"),
+        (lambda: ToolOutputPipeline(cache_ttl_seconds=-1), "cache_ttl_seconds=-1"),
+        (
+            lambda: ToolOutputPipeline(l2=0.9),
+            "ToolOutputPipeline.l2 must be a pass config (EmergencyPass)",
+        ),
+        (lambda: ToolOutputPipeline(exclude_tools="recall_context"), "exclude_tools='recall"),
+        (lambda: DeterministicCompaction(max_lines=True), "max_lines=True"),
+        (lambda: DeterministicCompaction(max_chars=0), "DeterministicCompaction.max_chars"),
+        (lambda: DeterministicCompaction(keep_recent_steps=-1), "keep_recent_steps=-1"),
+        (lambda: DeterministicCompaction(cold_cache_seconds=-1.0), "cold_cache_seconds=-1.0"),
+        (lambda: Budget(context_window=True), "context_window=True"),
+        (lambda: Budget(context_window="200000"), "context_window='200000'"),
+        (lambda: Budget(context_window=50_000, reserve_output=-1), "reserve_output=-1"),
+        (lambda: Budget(context_window=50_000, trigger_ratio=75), "not a percentage"),
+        (lambda: Budget(context_window=50_000, target_ratio=0.9), "trigger_ratio=0.75 (the"),
+        (lambda: Budget(context_window=50_000, hard_budget=0), "hard_budget=0"),
+        (lambda: Budget(context_window=50_000, hard_budget=1.5), "hard_budget=1.5"),
+        (lambda: fraction_from_percent(True), "must be a number, got True"),
+    ],
+)
+def test_config_errors_name_the_field_and_the_value(make: Any, expected: str) -> None:
+    """Fractions outside 0-1, negative counts and ages, non-numbers and bools were accepted."""
+    with pytest.raises(ConfigError) as caught:
+        make()
+    assert expected in str(caught.value)
+
+
+def test_the_defaults_and_edge_values_are_accepted() -> None:
+    ToolOutputPipeline()
+    DeterministicCompaction()
+    EmergencyPass(usage_fraction=1)
+    ExpiryPass(expire_seconds=0, keep_recent=0, protect_recent_turns=0)
+    ToolOutputPipeline(target_ratio=None, clear_at_least=0, exclude_tools=frozenset())
+    DeterministicCompaction(cold_cache_seconds=None, keep_recent_steps=0)
+    Budget(context_window=1, reserve_output=0, trigger_ratio=1, target_ratio=1)

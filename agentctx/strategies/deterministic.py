@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentctx import boundaries as b
+from agentctx._check import got, number, whole
+from agentctx.errors import ConfigError
 from agentctx.events import ContextCompacted
 from agentctx.ledger import ReplaceArguments, ReplaceResult, ReplaceSpan, anchor
 from agentctx.messages import (
@@ -96,6 +98,20 @@ class DeterministicCompaction:
     keep_recent_steps: int = 3
     exempt_tools: frozenset[str] = frozenset({"recall_context"})
     cold_cache_seconds: float | None = 300.0
+
+    def __post_init__(self) -> None:
+        # Head and tail need a line each besides the marker: below 3 lines are not cut.
+        whole(self, "max_lines", minimum=3)
+        whole(self, "max_chars", minimum=1)
+        whole(self, "max_argument_chars", minimum=1)
+        whole(self, "keep_recent_steps")
+        tools = self.exempt_tools
+        if not isinstance(tools, frozenset | set) or not all(isinstance(t, str) for t in tools):
+            raise ConfigError(
+                "DeterministicCompaction.exempt_tools must be a frozenset of tool names; got "
+                + got(self, "exempt_tools")
+            )
+        number(self, "cold_cache_seconds", optional=True)
 
     async def compact(self, ctx: CompactionContext) -> None:
         """Add the decisions needed to bring the prompt to the target, if it is due."""

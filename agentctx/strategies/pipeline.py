@@ -28,10 +28,10 @@ budget's headroom on every rewrite.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from agentctx._check import fraction, got, number, whole
 from agentctx.errors import ConfigError
 from agentctx.events import ContextCompacted
 from agentctx.strategies.deterministic import DeterministicCompaction
@@ -60,6 +60,10 @@ class MicroCompact:
     gap_seconds: float = 3600.0
     keep_recent: int = 5
 
+    def __post_init__(self) -> None:
+        number(self, "gap_seconds")
+        whole(self, "keep_recent")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BudgetPass:
@@ -67,6 +71,10 @@ class BudgetPass:
 
     max_chars_per_turn: int = 200_000
     preview_chars: int = 2000
+
+    def __post_init__(self) -> None:
+        whole(self, "max_chars_per_turn")
+        whole(self, "preview_chars")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +89,14 @@ class ExpiryPass:
     user_shell_chars: int = 4000
     thinking_expire_seconds: float = 300.0
 
+    def __post_init__(self) -> None:
+        number(self, "expire_seconds")
+        whole(self, "protect_recent_turns")
+        whole(self, "keep_recent")
+        # text[-0:] is the whole text: a tail of 0 characters would keep everything.
+        whole(self, "user_shell_chars", minimum=1)
+        number(self, "thinking_expire_seconds")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CondensePass:
@@ -92,6 +108,13 @@ class CondensePass:
     protect_recent_turns: int = 2
     max_ratio: float = 0.4
 
+    def __post_init__(self) -> None:
+        whole(self, "threshold_chars")
+        whole(self, "head_lines")
+        whole(self, "tail_lines")
+        whole(self, "protect_recent_turns")
+        fraction(self, "max_ratio")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EmergencyPass:
@@ -99,6 +122,10 @@ class EmergencyPass:
 
     usage_fraction: float = 0.9
     protect_recent_turns: int = 3
+
+    def __post_init__(self) -> None:
+        fraction(self, "usage_fraction")
+        whole(self, "protect_recent_turns")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,9 +168,33 @@ class ToolOutputPipeline:
     fallback: CompactionStrategy | None = field(default_factory=DeterministicCompaction)
 
     def __post_init__(self) -> None:
-        ratio = self.target_ratio
-        if ratio is not None and not (math.isfinite(ratio) and 0 < ratio <= 1):
-            raise ConfigError(f"target_ratio is a 0-1 fraction, got {ratio!r}")
+        passes = (
+            ("mc", MicroCompact),
+            ("budget", BudgetPass),
+            ("l0", ExpiryPass),
+            ("l1", CondensePass),
+            ("l2", EmergencyPass),
+        )
+        for name, kind in passes:
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, kind):
+                raise ConfigError(
+                    f"ToolOutputPipeline.{name} must be a pass config ({kind.__name__}) or "
+                    f"None; got {got(self, name)}"
+                )
+        for name in ("exclude_tools", "compactable_tools"):
+            tools = getattr(self, name)
+            if tools is None and name == "compactable_tools":
+                continue
+            if not isinstance(tools, frozenset | set) or not all(isinstance(t, str) for t in tools):
+                raise ConfigError(
+                    f"ToolOutputPipeline.{name} must be a frozenset of tool names; got "
+                    + got(self, name)
+                )
+        whole(self, "argument_chars")
+        whole(self, "clear_at_least", optional=True)
+        number(self, "cache_ttl_seconds")
+        fraction(self, "target_ratio", optional=True)
 
     async def compact(self, ctx: CompactionContext) -> None:
         """Propose with every pass, then take the batch if it pays (see the module doc)."""
