@@ -13,10 +13,35 @@ Vocabulary:
   once the history is repaired;
 - the **in-flight tool loop** is everything after the latest user message: its signed thinking
   goes back byte for byte.
+
+Repair (`repair`, applied by `agentctx.ledger.render` to every view, reported by the manager
+in `TranscriptRepaired` events) changes only the view, never the raw history; each rule is
+deterministic and depends only on what comes before it in the view, so appending messages
+never changes bytes already rendered:
+
+- **tool pairing**: each tool call gets exactly one result, right after its assistant message;
+  a missing one becomes a stub error result (`MISSING_RESULT_TEXT`), a result that answers no
+  open call, or one already answered, is left out;
+- **blank text**: empty and whitespace-only text blocks are left out of user and assistant
+  messages (Anthropic: "text content blocks must contain non-whitespace text"); a message
+  left with no content holds `EMPTY_TEXT` instead, so turns keep their shape (the latest user
+  message stays a user message); a blank summary is left out;
+- **duplicate tool-call ids** (servers that number calls per response, ``call_0`` on every
+  turn, or repeat one within a batch; Anthropic: "tool_use ids must be unique", OpenAI:
+  "Duplicate value for 'tool_call_id'"): a call whose id the view already used is renamed
+  ``<id>-2`` (``-3``, ... the first suffix not used yet; cut to 40 characters, OpenAI's
+  limit, when the id fits in 40), and its result with it. Within a batch the k-th result
+  carrying an id answers the k-th call carrying it;
+- **assistant first** (Anthropic: 'first message must use the "user" role'): a view that
+  would start with an assistant message starts with a `SummaryMessage` holding
+  `LEADING_TEXT`, which every adapter sends as a user message. It is a summary, not a
+  `UserMessage`, so it is not the task and opens no turn: strategies reading the view still
+  find the real first user message.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -27,14 +52,17 @@ from agentctx.messages import (
     SummaryMessage,
     TextBlock,
     ThinkingBlock,
+    ToolCall,
     ToolResultMessage,
     UserMessage,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Sequence, Set
 
 __all__ = [
+    "EMPTY_TEXT",
+    "LEADING_TEXT",
     "MISSING_RESULT_TEXT",
     "Provider",
     "Repair",
@@ -43,6 +71,7 @@ __all__ = [
     "latest_user_index",
     "newest_complete_turn",
     "repair",
+    "repaired_message",
     "safe_cut",
     "task_index",
     "turn_starts",
@@ -52,6 +81,11 @@ __all__ = [
 Provider = Literal["anthropic", "openai"]
 
 MISSING_RESULT_TEXT = "[agentctx: no result was recorded for this tool call; it was interrupted]"
+EMPTY_TEXT = "(empty)"
+LEADING_TEXT = "[agentctx: the recorded history starts with an assistant message]"
+
+# OpenAI Chat rejects longer tool-call ids; a renamed id stays within it when the original did.
+_ID_LIMIT = 40
 
 
 def turn_starts(messages: Sequence[Message]) -> list[int]:
@@ -116,99 +150,207 @@ def has_thinking(message: Message) -> bool:
 class Repair:
     """One change `repair` made so the view is provider-valid.
 
-    ``kind`` is ``missing_result`` (a stub error result was added for a call that has none),
-    ``orphan_result`` (a result without its call was left out), ``duplicate_result`` (a second
-    result for the same call was left out), ``empty_text`` (an empty text block was left out)
-    or ``empty_message`` (a message with no content was left out). ``index`` is the position
-    in the input of `repair`; ``tool_call_id`` is set for the tool kinds.
+    ``kind`` is one of:
+
+    - ``missing_result``: a stub error result was added for a call that has none;
+    - ``orphan_result``: a result without its call was left out;
+    - ``duplicate_result``: a second result for the same call was left out;
+    - ``empty_text``: empty or whitespace-only text blocks were left out of a message;
+    - ``empty_message``: a user or assistant message left with no content holds `EMPTY_TEXT`;
+    - ``empty_summary``: a summary with no non-whitespace text was left out;
+    - ``duplicate_call_id``: a call whose id the view already used was renamed to ``new_id``
+      (its result too);
+    - ``leading_assistant``: a summary holding `LEADING_TEXT` was put before the assistant
+      message the view would have started with.
+
+    ``index`` is the position in the output of `repair` of the message concerned (for a
+    message left out: its position in the input); ``tool_call_id`` is set for the tool kinds
+    (the original id for ``duplicate_call_id``).
     """
 
     kind: str
     index: int
     tool_call_id: str | None = None
+    new_id: str | None = None
 
 
-def _without_empty_text(m: Message) -> Message | None:
-    """Drop empty text blocks (providers reject them); ``None`` when nothing is left."""
+def _blank(block: object) -> bool:
+    return isinstance(block, TextBlock) and not block.text.strip()
+
+
+def repaired_message(m: Message) -> Message | None:
+    """``m`` without blank text blocks, as `repair` sends it; ``None`` for a blank summary.
+
+    A user or assistant message left with no content holds `EMPTY_TEXT`; a message with
+    nothing to repair is returned as is (the same object).
+    """
+    return _cleaned(m)[0]
+
+
+def _cleaned(m: Message) -> tuple[Message | None, str | None]:
+    """`repaired_message` and the kind of repair it made (``None``: none)."""
     if isinstance(m, UserMessage | AssistantMessage):
-        if not any(isinstance(b, TextBlock) and not b.text for b in m.content):
-            return m if m.content else None
-        kept = tuple(b for b in m.content if not (isinstance(b, TextBlock) and not b.text))
-        if not kept:
-            return None
+        if m.content and not any(_blank(b) for b in m.content):
+            return m, None
+        kept = tuple(b for b in m.content if not _blank(b))
+        kind = "empty_text" if kept else "empty_message"
+        kept = kept or (TextBlock(EMPTY_TEXT),)
         if isinstance(m, UserMessage):
-            return UserMessage(kept, m.extra)  # type: ignore[arg-type]
-        return AssistantMessage(kept, m.stop_reason, m.usage, m.model, m.extra)  # type: ignore[arg-type]
-    if isinstance(m, SummaryMessage) and not m.text:
-        return None
-    return m
+            return UserMessage(kept, m.extra), kind  # type: ignore[arg-type]
+        return AssistantMessage(kept, m.stop_reason, m.usage, m.model, m.extra), kind  # type: ignore[arg-type]
+    if isinstance(m, SummaryMessage) and not m.text.strip():
+        return None, "empty_summary"
+    return m, None
+
+
+def _fresh_id(call_id: str, used: Set[str], new: set[str]) -> str:
+    """The first of ``<id>-2``, ``<id>-3``, ... that is neither in ``used`` nor in ``new``."""
+    k = 2
+    while True:
+        suffix = f"-{k}"
+        candidate = call_id + suffix
+        if len(candidate) > _ID_LIMIT >= len(call_id):
+            candidate = call_id[: _ID_LIMIT - len(suffix)] + suffix
+        if candidate not in used and candidate not in new:
+            return candidate
+        k += 1
+
+
+class _Call:
+    """A call of the batch being answered: its id in the input and in the view."""
+
+    __slots__ = ("answered", "call_id", "name", "view_id")
+
+    def __init__(self, call_id: str, view_id: str, name: str) -> None:
+        self.call_id, self.view_id, self.name = call_id, view_id, name
+        self.answered = False
+
+
+def _answering(batch: list[_Call], call_id: str) -> tuple[_Call | None, bool]:
+    """The first unanswered call of the batch ``call_id`` answers, and whether the batch has
+    a call with that id at all. A result may name a call by its input id or, for a caller
+    that answered the view, by its renamed one."""
+    known = False
+    for call in batch:
+        if call.call_id == call_id:
+            known = True
+            if not call.answered:
+                return call, True
+    for call in batch:
+        if call.view_id == call_id and call.view_id != call.call_id:
+            known = True
+            if not call.answered:
+                return call, True
+    return None, known
 
 
 def repair(
-    messages: Sequence[Message], origins: Sequence[int] | None = None
+    messages: Sequence[Message],
+    origins: Sequence[int] | None = None,
+    *,
+    continues: Set[str] | None = None,
 ) -> tuple[list[Message], list[int], list[Repair]]:
-    """Make ``messages`` provider-valid by the documented rule, without touching valid input.
+    """Make ``messages`` provider-valid by the rules in the module docs; valid input comes
+    back as the same objects.
 
-    Rule: each tool call gets exactly one result, in the contiguous run of results right
-    after its assistant message; a call with none gets a stub error result (`MISSING_RESULT_TEXT`)
-    at the end of that run; a result that answers no open call, or answers one twice, is left
-    out; empty text blocks and messages left empty are left out. The output never starts with
-    a tool result. Returns the repaired messages, the origin of each (taken from ``origins``,
-    default: input positions; a stub takes its assistant message's origin) and the repairs.
+    Returns the repaired messages, the origin of each (taken from ``origins``, default: input
+    positions; a stub or a placeholder takes the origin of the message it belongs with) and
+    the repairs. The output never starts with a tool result.
+
+    ``continues`` is for repairing the rest of a view whose start was repaired already (see
+    `agentctx.view`): the tool-call ids that start uses. ``None`` means ``messages`` open
+    the view, so the assistant-first rule applies to them.
     """
     src = origins if origins is not None else range(len(messages))
     out: list[Message] = []
     out_origin: list[int] = []
     repairs: list[Repair] = []
-    pending: dict[str, str | None] = {}  # open call id -> tool name, in call order
-    answered: set[str] = set()
+    used: Set[str] = continues if continues is not None else frozenset()
+    new_ids: set[str] = set()  # ids this call of repair gave out, on top of ``used``
+    batch: list[_Call] = []  # the calls of the latest assistant message, in order
     batch_origin = 0
+    opened = continues is not None
 
     def close_batch() -> None:
-        for call_id, name in pending.items():
-            if call_id not in answered:
+        for call in batch:
+            if not call.answered:
                 stub = (TextBlock(MISSING_RESULT_TEXT),)
-                out.append(ToolResultMessage(call_id, stub, name, is_error=True))
+                out.append(ToolResultMessage(call.view_id, stub, call.name, is_error=True))
                 out_origin.append(batch_origin)
-                repairs.append(Repair("missing_result", len(out) - 1, call_id))
-        pending.clear()
-        answered.clear()
+                repairs.append(Repair("missing_result", len(out) - 1, call.view_id))
+        batch.clear()
 
     for i, m in enumerate(messages):
         if isinstance(m, ToolResultMessage):
-            if m.tool_call_id not in pending:
-                repairs.append(Repair("orphan_result", i, m.tool_call_id))
+            call, known = _answering(batch, m.tool_call_id)
+            if call is None:
+                dropped = "duplicate_result" if known else "orphan_result"
+                repairs.append(Repair(dropped, i, m.tool_call_id))
                 continue
-            if m.tool_call_id in answered:
-                repairs.append(Repair("duplicate_result", i, m.tool_call_id))
-                continue
-            answered.add(m.tool_call_id)
+            call.answered = True
+            if call.view_id != m.tool_call_id:
+                m = ToolResultMessage(call.view_id, m.content, m.tool_name, m.is_error, m.extra)
             out.append(m)
             out_origin.append(src[i])
             continue
         close_batch()
-        cleaned = _without_empty_text(m)
+        cleaned, kind = _cleaned(m)
         if cleaned is None:
-            repairs.append(Repair("empty_message", i))
+            repairs.append(Repair("empty_summary", i))
             continue
-        if cleaned is not m:
-            repairs.append(Repair("empty_text", i))
+        if not opened and isinstance(cleaned, AssistantMessage):
+            out.append(SummaryMessage(LEADING_TEXT))
+            out_origin.append(src[i])
+            repairs.append(Repair("leading_assistant", 0))
+        opened = True
+        if kind is not None:
+            repairs.append(Repair(kind, len(out)))
+        if isinstance(cleaned, AssistantMessage) and cleaned.tool_calls:
+            cleaned = _unique_calls(cleaned, used, new_ids, batch, len(out), repairs)
+            batch_origin = src[i]
         out.append(cleaned)
         out_origin.append(src[i])
-        if isinstance(cleaned, AssistantMessage):
-            for call in cleaned.tool_calls:
-                pending.setdefault(call.id, call.name)
-            batch_origin = src[i]
     close_batch()
     return out, out_origin, repairs
+
+
+def _unique_calls(
+    m: AssistantMessage,
+    used: Set[str],
+    new_ids: set[str],
+    batch: list[_Call],
+    index: int,
+    repairs: list[Repair],
+) -> AssistantMessage:
+    """``m`` with every call id the view already used renamed; opens ``batch``."""
+    renamed = False
+    blocks: list[object] = []
+    for b in m.content:
+        if isinstance(b, ToolCall):
+            call_id = view_id = b.id
+            if call_id in used or call_id in new_ids:
+                view_id = _fresh_id(call_id, used, new_ids)
+                repairs.append(Repair("duplicate_call_id", index, call_id, view_id))
+                b = ToolCall(view_id, b.name, b.arguments, b.extra)
+                renamed = True
+            new_ids.add(view_id)
+            batch.append(_Call(call_id, view_id, b.name))
+        blocks.append(b)
+    if not renamed:
+        return m
+    return AssistantMessage(tuple(blocks), m.stop_reason, m.usage, m.model, m.extra)  # type: ignore[arg-type]
+
+
+_WHITESPACE = "text content blocks must contain non-whitespace text"
 
 
 def validate(messages: Sequence[Message], provider: Provider = "anthropic") -> list[str]:
     """Every reason a provider would reject ``messages``; an empty list means valid.
 
     Checks the rules both APIs enforce (each call answered exactly once, right after its
-    assistant message and before anything else; no result without its call; unique call ids;
-    no empty content) plus Anthropic's (the first message is a user turn).
+    assistant message and before anything else; no result without its call; unique call ids
+    across the whole request; no empty content) plus Anthropic's (the first message is a
+    user turn; no whitespace-only text). Messages follow the real APIs' wording.
     """
     problems: list[str] = []
     if not messages:
@@ -217,33 +359,46 @@ def validate(messages: Sequence[Message], provider: Provider = "anthropic") -> l
     if isinstance(first, ToolResultMessage):
         problems.append("starts with a tool result")
     if provider == "anthropic" and not isinstance(first, UserMessage | SummaryMessage):
-        problems.append("anthropic: first message must be a user message")
+        problems.append('anthropic: first message must use the "user" role')
     seen_ids: set[str] = set()
-    open_calls: set[str] = set()
+    open_calls: Counter[str] = Counter()
     open_at = -1
     for i, m in enumerate(messages):
         if isinstance(m, ToolResultMessage):
-            if m.tool_call_id not in open_calls:
+            if not open_calls[m.tool_call_id]:
                 problems.append(f"message {i}: result for {m.tool_call_id!r} answers no open call")
-            open_calls.discard(m.tool_call_id)
+            open_calls[m.tool_call_id] -= 1
             continue
-        if open_calls:
-            problems.append(f"message {open_at}: calls {sorted(open_calls)} have no result")
-            open_calls = set()
+        if +open_calls:
+            problems.append(f"message {open_at}: calls {sorted(+open_calls)} have no result")
+        open_calls = Counter()
         if isinstance(m, UserMessage | AssistantMessage):
             if not m.content:
                 problems.append(f"message {i}: empty content")
             if any(isinstance(b, TextBlock) and not b.text for b in m.content):
                 problems.append(f"message {i}: empty text block")
-        if isinstance(m, SummaryMessage) and not m.text:
-            problems.append(f"message {i}: empty summary")
+            elif provider == "anthropic" and any(_blank(b) for b in m.content):
+                problems.append(
+                    f"message {i}: text content blocks must contain non-whitespace text"
+                )
+        if isinstance(m, SummaryMessage):
+            if not m.text:
+                problems.append(f"message {i}: empty summary")
+            elif provider == "anthropic" and not m.text.strip():
+                problems.append(
+                    f"message {i}: text content blocks must contain non-whitespace text"
+                )
         if isinstance(m, AssistantMessage):
             for call in m.tool_calls:
                 if call.id in seen_ids:
-                    problems.append(f"message {i}: duplicate tool call id {call.id!r}")
+                    problems.append(
+                        f"message {i}: tool_use ids must be unique ({call.id!r})"
+                        if provider == "anthropic"
+                        else f"message {i}: Duplicate value for 'tool_call_id' of {call.id!r}"
+                    )
                 seen_ids.add(call.id)
-                open_calls.add(call.id)
+                open_calls[call.id] += 1
             open_at = i
-    if open_calls:
-        problems.append(f"message {open_at}: calls {sorted(open_calls)} have no result")
+    if +open_calls:
+        problems.append(f"message {open_at}: calls {sorted(+open_calls)} have no result")
     return problems

@@ -38,6 +38,7 @@ from agentctx.messages import (
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Set as AbstractSet
 
 __all__ = [
     "Anchor",
@@ -301,11 +302,17 @@ class Rendered:
     repairs: list[Repair]
 
 
-def render(raw: Sequence[Message], ledger: Ledger, start: int = 0) -> Rendered:
+def render(
+    raw: Sequence[Message],
+    ledger: Ledger,
+    start: int = 0,
+    continues: AbstractSet[str] | None = None,
+) -> Rendered:
     """The view of ``raw[start:]`` under ``ledger``: decisions applied, then `repair`.
 
     Pure and deterministic. ``start`` must not fall inside a span; rendering a suffix gives
-    the same messages as the matching suffix of a full render when ``start`` is a safe cut.
+    the same messages as the matching suffix of a full render when ``start`` is a safe cut
+    and ``continues`` holds the tool-call ids the view uses before it (see `repair`).
     """
     out: list[Message] = []
     origins: list[int] = []
@@ -323,5 +330,5 @@ def render(raw: Sequence[Message], ledger: Ledger, start: int = 0) -> Rendered:
         out.append(_apply(raw[i], decisions) if decisions else raw[i])
         origins.append(i)
         i += 1
-    messages, origins, repairs = repair(out, origins)
+    messages, origins, repairs = repair(out, origins, continues=continues)
     return Rendered(messages, origins, repairs)

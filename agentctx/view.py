@@ -7,6 +7,8 @@ batch still waiting for results, whose stubs `repair` adds) is rendered again on
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from agentctx.ledger import Ledger, Rendered, render
@@ -24,15 +26,14 @@ __all__ = ["ViewState"]
 def _settle_point(raw: Sequence[Message]) -> int:
     """Index before which appending can no longer change the rendering."""
     i = len(raw)
-    answered: set[str] = set()
+    answered: Counter[str] = Counter()
     while i > 0 and isinstance(raw[i - 1], ToolResultMessage):
         i -= 1
-        answered.add(raw[i].tool_call_id)  # type: ignore[union-attr]
+        answered[raw[i].tool_call_id] += 1  # type: ignore[union-attr]
     if i > 0:
         last = raw[i - 1]
-        if isinstance(last, AssistantMessage) and any(
-            c.id not in answered for c in last.tool_calls
-        ):
+        # Counted, not a set: a batch may repeat an id, one result per call (see `repair`).
+        if isinstance(last, AssistantMessage) and Counter(c.id for c in last.tool_calls) - answered:
             return i - 1
     return len(raw)
 
@@ -43,6 +44,7 @@ class ViewState:
     __slots__ = (
         "_counter",
         "_prefix_fps",
+        "_prefix_ids",
         "_prefix_len",
         "_prefix_vec",
         "_refined_seen",
@@ -69,6 +71,8 @@ class ViewState:
         # changes cost O(slots) and refined estimates are applied as deltas.
         self._prefix_vec = [0.0] * len(counter.slots)
         self._prefix_fps: dict[str, int] = {}
+        # Tool-call ids of view[:_prefix_len]: the tail is repaired as their continuation.
+        self._prefix_ids: set[str] = set()
         self._refined_seen = len(counter.refined)
 
     # -- changes ------------------------------------------------------------------------
@@ -93,6 +97,7 @@ class ViewState:
         self._prefix_len = 0
         self._prefix_vec = [0.0] * len(self._counter.slots)
         self._prefix_fps = {}
+        self._prefix_ids = set()
         self._refined_seen = len(self._counter.refined)
         self.view, self.origins, self.repairs = [], [], []
         self.repairs_version += 1
@@ -105,15 +110,14 @@ class ViewState:
             start = span.at.index
             self.rebuild()
             return
-        tail: Rendered = render(self.raw, self.ledger, start)
         keep = self._prefix_len
+        continues = self._prefix_ids if keep else None  # nothing before: the tail opens the view
+        tail: Rendered = render(self.raw, self.ledger, start, continues)
         self.view[keep:] = tail.messages
         self.origins[keep:] = tail.origins
         if tail.repairs or (self.repairs and self.repairs[-1].index >= keep):
             prefix_repairs = [r for r in self.repairs if r.index < keep]
-            self.repairs = prefix_repairs + [
-                type(r)(r.kind, r.index + keep, r.tool_call_id) for r in tail.repairs
-            ]
+            self.repairs = prefix_repairs + [replace(r, index=r.index + keep) for r in tail.repairs]
             self.repairs_version += 1
         settle = _settle_point(self.raw)
         span = self.ledger.span_covering(settle)
@@ -122,7 +126,7 @@ class ViewState:
         if settle > self._settled_raw:
             self._apply_refined()  # before adding vectors that already include them
             vector = self._counter.vector
-            vec, fps = self._prefix_vec, self._prefix_fps
+            vec, fps, ids = self._prefix_vec, self._prefix_fps, self._prefix_ids
             new_len = keep
             while new_len < len(self.view) and self.origins[new_len] < settle:
                 m = self.view[new_len]
@@ -130,6 +134,8 @@ class ViewState:
                     vec[i] += v
                 fp = fingerprint(m)
                 fps[fp] = fps.get(fp, 0) + 1
+                if isinstance(m, AssistantMessage):
+                    ids.update(c.id for c in m.tool_calls)
                 new_len += 1
             self._prefix_len = new_len
             self._settled_raw = settle

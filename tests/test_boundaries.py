@@ -1,15 +1,27 @@
 from __future__ import annotations
 
 from agentctx.boundaries import (
+    EMPTY_TEXT,
+    LEADING_TEXT,
     MISSING_RESULT_TEXT,
     in_flight_start,
     newest_complete_turn,
     repair,
+    repaired_message,
     safe_cut,
+    task_index,
     turn_starts,
     validate,
 )
-from agentctx.messages import SummaryMessage, ToolResultMessage, text_of
+from agentctx.messages import (
+    AssistantMessage,
+    SummaryMessage,
+    TextBlock,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+    text_of,
+)
 
 from .helpers import assistant, call, result, user
 
@@ -77,6 +89,7 @@ def test_duplicate_result_and_empty_text_are_repaired() -> None:
     out, _, repairs = repair(h)
     assert [r.kind for r in repairs] == ["duplicate_result", "empty_message"]
     assert validate(out) == []
+    assert out[-1] == UserMessage.of(EMPTY_TEXT)  # a turn stays a turn
 
 
 def test_validate_reports_anthropic_first_message_rule() -> None:
@@ -85,3 +98,103 @@ def test_validate_reports_anthropic_first_message_rule() -> None:
     assert validate(h, "openai") == []
     assert validate([SummaryMessage("s"), assistant(text="x")]) == []
     assert validate([]) == ["empty message list"]
+
+
+def test_blank_text_is_left_out_and_an_empty_message_holds_a_placeholder() -> None:
+    blank_call = AssistantMessage((TextBlock(" \n"), ToolCall("a", "read", {})), "tool_use")
+    h = [user("task"), blank_call, result("a"), UserMessage.of("\n\t"), assistant(text="ok")]
+    assert any("non-whitespace" in p for p in validate(h, "anthropic"))
+    out, origins, repairs = repair(h)
+    assert validate(out) == [] and validate(out, "openai") == []
+    assert out[1] == AssistantMessage((ToolCall("a", "read", {}),), "tool_use")
+    assert out[3] == UserMessage.of(EMPTY_TEXT) == repaired_message(h[3])
+    assert origins == [0, 1, 2, 3, 4]
+    assert [(r.kind, r.index) for r in repairs] == [("empty_text", 1), ("empty_message", 3)]
+    blank_summary = [user("task"), SummaryMessage("  "), assistant(text="ok")]
+    out, _, repairs = repair(blank_summary)
+    assert out == [blank_summary[0], blank_summary[2]]
+    assert [r.kind for r in repairs] == ["empty_summary"]
+
+
+def test_duplicate_call_ids_are_renamed_with_their_results() -> None:
+    h = [
+        user("task"),
+        assistant(call("call_0")),
+        result("call_0", "first"),
+        user("again"),
+        assistant(call("call_0"), call("call_0")),  # on a later turn, and twice in a batch
+        result("call_0", "second"),
+        result("call_0", "third"),
+        result("call_0", "one too many"),
+    ]
+    assert any("tool_use ids must be unique" in p for p in validate(h, "anthropic"))
+    assert any("Duplicate value for 'tool_call_id'" in p for p in validate(h, "openai"))
+    out, _, repairs = repair(h)
+    assert validate(out) == [] and validate(out, "openai") == []
+    renamed = out[4]
+    assert isinstance(renamed, AssistantMessage)
+    assert [c.id for c in renamed.tool_calls] == ["call_0-2", "call_0-3"]
+    pairs = [(m.tool_call_id, text_of(m.content)) for m in out if isinstance(m, ToolResultMessage)]
+    assert pairs == [("call_0", "first"), ("call_0-2", "second"), ("call_0-3", "third")]
+    assert [(r.kind, r.tool_call_id, r.new_id) for r in repairs] == [
+        ("duplicate_call_id", "call_0", "call_0-2"),
+        ("duplicate_call_id", "call_0", "call_0-3"),
+        ("duplicate_result", "call_0", None),
+    ]
+    # a later raw id equal to a renamed one is renamed in turn; a missing result's stub
+    # carries the new id
+    more = [*h[:7], user("x"), assistant(call("call_0-2"))]
+    out, _, _ = repair(more)
+    assert [c.id for c in out[-2].tool_calls] == ["call_0-2-2"]  # type: ignore[union-attr]
+    assert isinstance(out[-1], ToolResultMessage) and out[-1].tool_call_id == "call_0-2-2"
+
+
+def test_renamed_ids_stay_within_openai_length_limit() -> None:
+    long_id = "x" * 40
+    out, _, _ = repair([user("t"), assistant(call(long_id)), result(long_id)] * 2)
+    ids = [m.tool_call_id for m in out if isinstance(m, ToolResultMessage)]
+    assert ids == [long_id, "x" * 38 + "-2"]
+    longer = "y" * 50  # already over the limit: only made unique
+    out, _, _ = repair([user("t"), assistant(call(longer)), result(longer)] * 2)
+    assert out[-1].tool_call_id == longer + "-2"  # type: ignore[union-attr]
+
+
+def test_a_history_starting_with_an_assistant_message_gets_a_leading_summary() -> None:
+    h = [result("ghost"), assistant(call("a")), result("a"), user("task")]
+    out, origins, repairs = repair(h)
+    assert out[0] == SummaryMessage(LEADING_TEXT) and out[1:] == h[1:]
+    assert origins == [1, 1, 2, 3]
+    assert [r.kind for r in repairs] == ["orphan_result", "leading_assistant"]
+    assert validate(out) == []
+    # the placeholder is not a user message: the task is still the first real one
+    assert task_index(out) == 3 and turn_starts(out) == [3]
+    # a suffix that continues a view is not a view start
+    tail, _, repairs = repair(h[1:3], continues=set())
+    assert tail == h[1:3] and repairs == []
+
+
+def test_repairing_a_suffix_as_a_continuation_matches_the_full_repair() -> None:
+    h = [
+        AssistantMessage.of("hello"),
+        user("task"),
+        assistant(call("call_0")),
+        result("call_0"),
+        user(" "),
+        assistant(call("call_0"), call("call_1")),
+        result("call_0"),
+        result("call_1"),
+        assistant(call("call_1")),
+    ]
+    full, full_origins, _ = repair(h)
+    settled = [
+        cut
+        for cut in range(1, len(h))
+        if not isinstance(h[cut], ToolResultMessage)
+        and not (isinstance(h[cut - 1], AssistantMessage) and h[cut - 1].tool_calls)  # type: ignore[union-attr]
+    ]
+    assert settled == [1, 2, 4, 5, 8]
+    for cut in settled:
+        head, head_origins, _ = repair(h[:cut])
+        ids = {c.id for m in head if isinstance(m, AssistantMessage) for c in m.tool_calls}
+        tail, tail_origins, _ = repair(h[cut:], range(cut, len(h)), continues=ids)
+        assert head + tail == full and head_origins + tail_origins == full_origins

@@ -488,7 +488,7 @@ INVALID_ANTHROPIC: list[tuple[str, list[dict[str, Any]], str]] = [
     (
         "duplicate tool_use id",
         [*USER, _assistant_calls("toolu_1"), _results("toolu_1"), _assistant_calls("toolu_1")],
-        "messages.3.content.0: `tool_use` ids must be unique",
+        "messages.3.content.0: tool_use ids must be unique",
     ),
     (
         "duplicate tool_result",

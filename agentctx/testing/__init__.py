@@ -12,7 +12,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 from agentctx._synthetic import synthetic_session
-from agentctx.boundaries import in_flight_start, latest_user_index, task_index, validate
+from agentctx.boundaries import (
+    in_flight_start,
+    latest_user_index,
+    repaired_message,
+    task_index,
+    validate,
+)
 from agentctx.messages import (
     AssistantMessage,
     RedactedThinkingBlock,
@@ -63,14 +69,17 @@ def _reasoning(messages: Iterable[Message]) -> list[ThinkingBlock | RedactedThin
 def check_view(view: Sequence[Message], raw: Sequence[Message]) -> list[str]:
     """Every way ``view`` breaks an invariant (docs/invariants.md) given its ``raw`` history.
 
-    Provider validity for Anthropic and OpenAI; the task and the latest user message present;
-    every reasoning block in the view byte-identical to one in ``raw``; every reasoning block
-    of the raw in-flight tool loop present in the view.
+    Provider validity for Anthropic and OpenAI (`agentctx.boundaries.validate`: tool calls
+    answered exactly once and right away, unique tool-call ids, no empty or whitespace-only
+    text, a user message first); the task and the latest user message present (as `repair`
+    sends them: a blank one holds `agentctx.boundaries.EMPTY_TEXT`); every reasoning block in
+    the view byte-identical to one in ``raw``; every reasoning block of the raw in-flight tool
+    loop present in the view.
     """
     problems = [f"anthropic: {p}" for p in validate(view, "anthropic")]
     problems += [f"openai: {p}" for p in validate(view, "openai")]
     for name, index in (("task", task_index(raw)), ("latest user message", latest_user_index(raw))):
-        if index is not None and raw[index] not in view:
+        if index is not None and repaired_message(raw[index]) not in view:
             problems.append(f"{name} (raw message {index}) is missing from the view")
     raw_reasoning = _reasoning(raw)
     for blk in _reasoning(view):

@@ -242,8 +242,8 @@ def _anthropic_block(
         tool_id = block.get("id")
         if not isinstance(tool_id, str) or not _ID.match(tool_id):
             return f"{where}.tool_use.id: String should match pattern '{_ID.pattern}'"
-        if tool_id in seen_ids:
-            return f"{where}: `tool_use` ids must be unique"
+        if tool_id in seen_ids:  # anywhere in the request, not only within a message
+            return f"{where}: tool_use ids must be unique"
         seen_ids.add(tool_id)
         if not isinstance(block.get("name"), str):
             return f"{where}.tool_use.name: Field required"
@@ -388,6 +388,7 @@ def validate_chat(body: Any) -> Invalid | None:
     pending: list[str] = []
     pending_at = -1
     after_calls = False
+    answered_at: dict[str, int] = {}  # tool_call_id -> the tool message that answered it
     for i, message in enumerate(messages):
         if not _is_obj(message):
             return Invalid(f"Invalid type for 'messages[{i}]'.", f"messages[{i}]", "invalid_type")
@@ -400,10 +401,11 @@ def validate_chat(body: Any) -> Invalid | None:
                 "invalid_value",
             )
         if role == "tool":
-            problem = _chat_tool_message(message, i, pending, after_calls)
+            problem = _chat_tool_message(message, i, pending, after_calls, answered_at)
             if problem:
                 return problem
             pending.remove(message["tool_call_id"])
+            answered_at[message["tool_call_id"]] = i
             continue
         if pending:
             return _unanswered(pending, pending_at)
@@ -431,7 +433,11 @@ def _unanswered(pending: Sequence[str], at: int) -> Invalid:
 
 
 def _chat_tool_message(
-    message: Mapping[str, Any], i: int, pending: Sequence[str], after_calls: bool
+    message: Mapping[str, Any],
+    i: int,
+    pending: Sequence[str],
+    after_calls: bool,
+    answered_at: Mapping[str, int],
 ) -> Invalid | None:
     if not after_calls:
         return Invalid(
@@ -445,6 +451,14 @@ def _chat_tool_message(
             f"Missing required parameter: 'messages[{i}].tool_call_id'.",
             f"messages[{i}].tool_call_id",
             "missing_required_parameter",
+        )
+    if cid in answered_at:
+        # The API keys tool messages by id over the whole request: an id answered twice,
+        # in one batch or on two turns (``call_0`` each turn), is rejected.
+        return Invalid(
+            f"Invalid parameter: Duplicate value for 'tool_call_id' of '{cid}', in "
+            f"messages[{answered_at[cid]}] and messages[{i}].",
+            f"messages.[{i}].tool_call_id",
         )
     if cid not in pending:
         return Invalid(
@@ -467,7 +481,6 @@ def _chat_message(message: Mapping[str, Any], i: int) -> Invalid | None:
                 f"messages[{i}].tool_calls",
                 "invalid_type",
             )
-        seen: set[str] = set()
         for k, call in enumerate(calls):
             where = f"messages[{i}].tool_calls[{k}]"
             if not _is_obj(call) or not isinstance(call.get("id"), str):
@@ -492,9 +505,6 @@ def _chat_message(message: Mapping[str, Any], i: int) -> Invalid | None:
                     f"{where}.function.arguments",
                     "invalid_type",
                 )
-            if call["id"] in seen:
-                return Invalid(f"Duplicate tool call id '{call['id']}'.", f"{where}.id")
-            seen.add(call["id"])
     if message.get("content") is None and not calls and message.get("refusal") is None:
         return Invalid(
             "Invalid value for 'content': expected a string, got null.",
@@ -546,7 +556,7 @@ def validate_responses(
         return Invalid(
             "Missing required parameter: 'model'.", "model", "missing_required_parameter"
         )
-    calls: dict[str, int] = {}
+    calls: dict[str, int] = {}  # call_id -> how many function_call items carry it
     answered: set[str] = set()
     for k, item in enumerate(history):
         if not _is_obj(item):
@@ -570,12 +580,20 @@ def validate_responses(
                 return Invalid(
                     "Invalid type for 'arguments': expected a string.", "input", "invalid_type"
                 )
-            calls[cid] = k
+            calls[cid] = calls.get(cid, 0) + 1
         elif kind == "function_call_output":
             cid = item.get("call_id")
             if cid not in calls:
                 return Invalid(
                     f"No tool call found for function call output with call_id {cid}.", "input"
+                )
+            if cid in answered:
+                # Outputs pair with calls by call_id alone: a repeated id (two calls, or one
+                # answered twice) cannot be paired, and the API refuses the input.
+                return Invalid(
+                    f"Duplicate function_call_output for call_id '{cid}'. Each function_call "
+                    "must have exactly one matching function_call_output",
+                    "input",
                 )
             answered.add(cid)
         elif kind == "reasoning" and check_signatures:
@@ -588,7 +606,7 @@ def validate_responses(
                         "input",
                         "invalid_encrypted_content",
                     )
-    for cid in calls:
-        if cid not in answered:
+    for cid, times in calls.items():
+        if cid not in answered or times > 1:
             return Invalid(f"No tool output found for function call {cid}.", "input")
     return None

@@ -85,7 +85,8 @@ class FakeAnthropic(FakeServer):
     same-role messages merged into one turn, as the API does; the first turn is a user turn;
     non-empty content except a final assistant message; non-empty, non-whitespace text
     blocks; no trailing whitespace in a final assistant message; block types allowed for the
-    role; ``tool_use`` ids unique and matching ``^[a-zA-Z0-9_-]+$``; every ``tool_use``
+    role; ``tool_use`` ids unique in the whole request ("tool_use ids must be unique") and
+    matching ``^[a-zA-Z0-9_-]+$``; every ``tool_use``
     answered by a ``tool_result`` at the start of the immediately following user turn; no
     ``tool_result`` without a ``tool_use`` in the previous assistant turn, none twice;
     ``tools`` defined when the transcript has tool blocks; thinking blocks signed by this
@@ -181,10 +182,13 @@ class FakeOpenAI(FakeServer):
     Chat: ``model`` present, non-empty ``messages``, known roles, content present
     (an assistant's may be null only with ``tool_calls``), ``function.arguments`` a string;
     an assistant message with ``tool_calls`` followed by one ``tool`` message per
-    ``tool_call_id`` before any other message; a ``tool`` message only as such an answer.
+    ``tool_call_id`` before any other message; a ``tool`` message only as such an answer;
+    no ``tool_call_id`` answered twice anywhere in the request (the API's "Duplicate value
+    for 'tool_call_id'": a call id repeated within a batch or on a later turn).
     Responses: every ``function_call_output.call_id`` matches an earlier
-    ``function_call.call_id``, every ``function_call`` has its output, reasoning
-    ``encrypted_content`` issued by this server comes back unmodified.
+    ``function_call.call_id``, every ``function_call`` has exactly one output (a ``call_id``
+    carried by two calls cannot be paired: "Duplicate function_call_output for call_id"),
+    reasoning ``encrypted_content`` issued by this server comes back unmodified.
     """
 
     _request_id_header = "x-request-id"
