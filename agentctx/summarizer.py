@@ -35,6 +35,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
 
+from agentctx._check import preview
+from agentctx.errors import SummarizerError
 from agentctx.messages import (
     ImageBlock,
     RedactedThinkingBlock,
@@ -64,6 +66,7 @@ __all__ = [
     "SummaryResult",
     "build_prompt",
     "check_briefing",
+    "check_result",
     "is_retryable_status",
     "missing_sections",
     "normalize_stop_reason",
@@ -158,6 +161,49 @@ class SummaryResult:
     stop_reason: StopReason
     usage: Usage = field(default_factory=Usage)
     model: str | None = None
+
+
+_STOPS = frozenset({"stop", "length", "refusal", "error"})
+_USAGE_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "cache_write_1h_tokens",
+)
+
+
+def check_result(result: object) -> SummaryResult:
+    """``result`` when a summarizer returned a well-formed `SummaryResult`; otherwise a
+    non-retryable `SummarizerError` saying what is wrong with it.
+
+    `LlmCompaction` calls it on every reply, at the edge, because everything after it adds
+    usage up, prices it and splices the text: ``text`` must be a ``str``, ``stop_reason`` a
+    `StopReason`, ``model`` a ``str`` or ``None``, and ``usage`` a `Usage` whose counts are
+    whole numbers >= 0 (a negative count would make the reported spend negative). A failed
+    check is reported like a failed request: `SummaryRejected` with reason ``failed`` and
+    this message as the detail.
+    """
+    if not isinstance(result, SummaryResult):
+        raise _bad(f"{preview(result)}, not a SummaryResult")
+    if not isinstance(result.text, str):
+        raise _bad(f"text that is {preview(result.text)}, not a str")
+    if not isinstance(result.stop_reason, str) or result.stop_reason not in _STOPS:
+        raise _bad(f"stop_reason {preview(result.stop_reason)}, not one of {sorted(_STOPS)}")
+    if result.model is not None and not isinstance(result.model, str):
+        raise _bad(f"model {preview(result.model)}, not a str or None")
+    usage = result.usage
+    if not isinstance(usage, Usage):
+        raise _bad(f"usage {preview(usage)}, not a Usage")
+    for name in _USAGE_FIELDS:
+        count = getattr(usage, name)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise _bad(f"usage.{name}={preview(count)}; token counts are whole numbers >= 0")
+    return result
+
+
+def _bad(what: str) -> SummarizerError:
+    return SummarizerError(f"the summarizer returned {what}", retryable=False)
 
 
 @runtime_checkable

@@ -11,13 +11,17 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentctx.budget import Budget, fraction_from_percent
-from agentctx.errors import ConfigError
+from agentctx.errors import ConfigError, SummarizerError
+from agentctx.events import Event, SummaryRejected
 from agentctx.manager import ContextManager
+from agentctx.messages import AssistantMessage, Message, Usage, UserMessage
+from agentctx.pricing import Price
 from agentctx.recall import MemoryRecallStore, SQLiteRecallStore, recall_tool
 from agentctx.recall.tool import MAX_LIMIT
 from agentctx.strategies import (
@@ -29,6 +33,9 @@ from agentctx.strategies import (
     MicroCompact,
     ToolOutputPipeline,
 )
+from agentctx.strategies.llm import LlmCompaction, LlmCompactionConfig
+from agentctx.strategy import Chain
+from agentctx.summarizer import REQUIRED_SECTIONS, SummaryRequest, SummaryResult, check_result
 
 # ---------------------------------------------------------------------------------------
 # The recall_context tool (items 7, 8, 13)
@@ -278,3 +285,109 @@ def test_the_defaults_and_edge_values_are_accepted() -> None:
     ToolOutputPipeline(target_ratio=None, clear_at_least=0, exclude_tools=frozenset())
     DeterministicCompaction(cold_cache_seconds=None, keep_recent_steps=0)
     Budget(context_window=1, reserve_output=0, trigger_ratio=1, target_ratio=1)
+
+
+# ---------------------------------------------------------------------------------------
+# Summarizer results (item 16)
+
+BRIEFING = "\n".join(f"## {name}\nNone." for name in REQUIRED_SECTIONS)
+
+
+class Returns:
+    """A summarizer returning ``result`` on every call, whatever it is."""
+
+    model = "claude-haiku-4-5"
+
+    def __init__(self, result: object) -> None:
+        self.result = result
+        self.calls = 0
+
+    async def summarize(self, request: SummaryRequest) -> Any:
+        self.calls += 1
+        return self.result
+
+
+async def summarize_with(result: object) -> tuple[list[SummaryRejected], LlmCompaction]:
+    summarizer = Returns(result)
+    llm = LlmCompaction(
+        summarizer, LlmCompactionConfig(trigger_ratio=0.3, price=Price(1.0, 5.0, 0.1, 1.25))
+    )
+    events: list[Event] = []
+    async with ContextManager(
+        Budget(context_window=3_000, reserve_output=1_000),
+        strategy=Chain([llm, DeterministicCompaction()]),
+        on_over_budget="send",
+    ) as ctx:
+        ctx.subscribe(events.append)
+        view: list[Message] = []
+        for i in range(20):
+            turn = [UserMessage.of(f"user {i} " + "word " * 60), AssistantMessage.of("ok " * 60)]
+            view = await ctx.prepare([*view, *turn])
+            await anyio.sleep(0.005)
+            if any(isinstance(e, SummaryRejected) for e in events):
+                break
+    assert summarizer.calls >= 1
+    return [e for e in events if isinstance(e, SummaryRejected)], llm
+
+
+@pytest.mark.parametrize(
+    ("result", "detail"),
+    [
+        (SummaryResult(text=None, stop_reason="stop"), "text that is None, not a str"),  # type: ignore[arg-type]
+        (None, "the summarizer returned None, not a SummaryResult"),
+        ({"text": BRIEFING}, "a dict, not a SummaryResult"),
+        (SummaryResult(text=BRIEFING, stop_reason="done"), "stop_reason 'done'"),  # type: ignore[arg-type]
+        (SummaryResult(text=BRIEFING, stop_reason="stop", model=7), "model 7"),  # type: ignore[arg-type]
+        (
+            SummaryResult(
+                text=BRIEFING,
+                stop_reason="stop",
+                usage=Usage(input_tokens=-1000, output_tokens=-1000),
+            ),
+            "usage.input_tokens=-1000; token counts are whole numbers >= 0",
+        ),
+        (
+            SummaryResult(text=BRIEFING, stop_reason="stop", usage=Usage(output_tokens="12")),  # type: ignore[arg-type]
+            "usage.output_tokens='12'",
+        ),
+        (
+            SummaryResult(text=BRIEFING, stop_reason="stop", usage=Usage(cache_read_tokens=True)),
+            "usage.cache_read_tokens=True",
+        ),
+        (
+            SummaryResult(text=BRIEFING, stop_reason="stop", usage={"input_tokens": 1}),
+            "usage a dict",
+        ),  # type: ignore[arg-type]
+    ],
+)
+async def test_a_malformed_summarizer_result_is_a_failed_request_with_a_reason(
+    result: object, detail: str
+) -> None:
+    """A ``None`` text gave ``SummaryRejected(reason="")``; negative usage a negative spend."""
+    rejected, llm = await summarize_with(result)
+    assert rejected, "the malformed result was not rejected"
+    first = rejected[0]
+    assert first.reason == "failed" and first.attempts == 1  # not retried
+    assert detail in first.detail
+    assert all(e.reason and e.detail for e in rejected)
+    spend = llm.spend
+    assert spend.requests == 0 and spend.cost_usd == 0.0  # nothing malformed was billed
+    assert min(vars_of(spend.usage)) >= 0
+
+
+def vars_of(usage: Usage) -> list[int]:
+    return [
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cache_read_tokens,
+        usage.cache_write_tokens,
+        usage.cache_write_1h_tokens,
+    ]
+
+
+def test_check_result_accepts_a_well_formed_result() -> None:
+    good = SummaryResult(text=BRIEFING, stop_reason="stop", usage=Usage(10, 5), model="m")
+    assert check_result(good) is good
+    with pytest.raises(SummarizerError) as caught:
+        check_result(SummaryResult(text=BRIEFING, stop_reason="stop", usage=Usage(-1)))
+    assert caught.value.retryable is False and str(caught.value)

@@ -30,7 +30,13 @@ from agentctx.errors import SummarizerError
 from agentctx.events import SummaryRejected, SummaryStale, SummaryStats
 from agentctx.messages import Usage
 from agentctx.pricing import price_for
-from agentctx.summarizer import SummaryRequest, build_prompt, check_briefing, serialize_transcript
+from agentctx.summarizer import (
+    SummaryRequest,
+    build_prompt,
+    check_briefing,
+    check_result,
+    serialize_transcript,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -236,7 +242,8 @@ class Requester:
             retry_after: float | None = None
             try:
                 with anyio.fail_after(limit):
-                    result = await self.summarizer.summarize(replace(request, attempt=attempt))
+                    reply = await self.summarizer.summarize(replace(request, attempt=attempt))
+                    result = check_result(reply)  # malformed: a failed attempt, not retried
                 return result, attempt, "", ""
             except TimeoutError:
                 reason = "timeout" if limit >= cfg.timeout else "deadline"
