@@ -52,8 +52,8 @@ class AnthropicSummarizer(ClientOwner):
         client: an `anthropic.AsyncAnthropic` to use (a copy with ``max_retries=0`` is made;
             the caller keeps ownership and closes it). Default: one made from ``api_key``,
             ``base_url`` and ``timeout``, closed by `aclose`.
-        api_key, base_url: for the client made here (``None``: the SDK's environment
-            defaults).
+        api_key: for the client made here (``None``: the SDK's environment default).
+        base_url: for the client made here (``None``: the SDK's environment default).
         max_tokens: cap on the briefing's output tokens; ``None`` uses the request's
             ``max_tokens`` (`LlmCompactionConfig.max_summary_tokens`).
         timeout: the HTTP timeout in seconds (``None``: the SDK's default). `LlmCompaction`

@@ -83,8 +83,9 @@ class OpenAIChatSummarizer(_OpenAISummarizer):
         client: an `openai.AsyncOpenAI` to use (a copy with ``max_retries=0`` is made; the
             caller keeps ownership and closes it). Default: one made from ``api_key``,
             ``base_url`` and ``timeout``, closed by `aclose`.
-        api_key, base_url: for the client made here (``None``: the SDK's environment
-            defaults). Point ``base_url`` at any OpenAI-compatible server (``.../v1``).
+        api_key: for the client made here (``None``: the SDK's environment default).
+        base_url: for the client made here (``None``: the SDK's environment default). Point
+            it at any OpenAI-compatible server (``.../v1``).
         max_tokens: cap on the briefing's output tokens; ``None`` uses the request's.
         timeout: the HTTP timeout in seconds (``None``: the SDK's default).
         request_options: more arguments for every request, e.g. ``{"reasoning_effort":

@@ -112,9 +112,11 @@ class LlmCompaction:
         fallback: the tiers run on the tail of a splice that is still over the limit, and on
             the part after an earlier briefing when no new one is ready; pass the same
             `DeterministicCompaction` you chain after this strategy. Default: a default one.
-        clock, sleep, random: monotonic seconds, an async sleep and a [0, 1) random source
-            for deadlines, backoff and jitter (tests inject fakes). Defaults: anyio's clock
-            and sleep, `random.random`.
+        clock: monotonic seconds, for deadlines and backoff (tests inject fakes). Default:
+            anyio's clock.
+        sleep: an async sleep, for backoff (tests inject fakes). Default: anyio's sleep.
+        random: a [0, 1) random source, for jitter (tests inject fakes). Default:
+            `random.random`.
     """
 
     def __init__(
