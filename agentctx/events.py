@@ -37,6 +37,8 @@ __all__ = [
     "Event",
     "EventHub",
     "HistoryResynced",
+    "StoreDegraded",
+    "StoreRecovered",
     "Subscriber",
     "SummaryRejected",
     "SummaryStale",
@@ -183,6 +185,37 @@ class CompactionWarning(_Event):
     message: str
 
 
+@dataclass(frozen=True, slots=True)
+class StoreDegraded(_Event):
+    """The recall store did not take what compaction gave it; the agent goes on.
+
+    ``reason`` is ``unavailable`` (a write failed or ran past its deadline: what was not
+    written stays in memory and is retried with backoff; said once per outage, `StoreRecovered`
+    follows), ``overflow`` (the memory kept for unwritten entries is full: the oldest of them,
+    ``lost``, were dropped; a recall of them says the store was unavailable) or ``closed``
+    (the session closed before the store took ``lost`` and, when ``ledger_unsaved``, its
+    latest ledger). ``store`` is the store's type, ``detail`` the error; ``pending_entries``
+    and ``pending_bytes`` what is still waiting to be written.
+    """
+
+    reason: str
+    store: str
+    detail: str
+    pending_entries: int
+    pending_bytes: int
+    ledger_unsaved: bool
+    lost: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRecovered(_Event):
+    """The recall store took writes again after `StoreDegraded` ``unavailable``, everything
+    kept in the meantime included; ``seconds`` is how long the outage lasted."""
+
+    store: str
+    seconds: float
+
+
 Event: TypeAlias = (
     ContextCompacted
     | BudgetExceeded
@@ -191,6 +224,8 @@ Event: TypeAlias = (
     | SummaryRejected
     | SummaryStale
     | CompactionWarning
+    | StoreDegraded
+    | StoreRecovered
 )
 Subscriber: TypeAlias = Callable[[Event], None | Awaitable[None]]
 

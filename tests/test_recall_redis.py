@@ -72,10 +72,12 @@ def store(redis_url: str) -> Iterator[RedisRecallStore]:
 
 def test_round_trip_is_scoped_by_session(store: RedisRecallStore) -> None:
     assert isinstance(store, RecallStore) and isinstance(store, LedgerStore)
-    text = "line one\nline two ✓ \ud800"  # a lone surrogate is stored, replaced, not lost
+    text = "line one\nline two ✓ \ud800"  # a lone surrogate comes back exactly
     rid = store.put("a", text)
     assert rid == recall_id("a", text) and store.put("a", text) == rid
-    assert store.get("a", rid) == text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    assert store.get("a", rid) == text
+    store.save_ledger("a\udcff", '[{"x": "\ud83d"}]')  # a half emoji, a fsdecoded byte
+    assert store.load_ledger("a\udcff") == '[{"x": "\ud83d"}]'
     assert store.get("b", rid) is None
     # an id comes from the model: a crafted one cannot reach another session's key
     other = store.put("a:r:ctx-0000000000000000", "secret")
@@ -111,13 +113,18 @@ async def test_another_worker_resumes_the_same_view(redis_url: str) -> None:
 def test_unreferenced_entries_expire_referenced_ones_do_not(redis_url: str) -> None:
     store = RedisRecallStore(redis_url, prefix="ttl", ttl_seconds=60)
     raw = redis.Redis.from_url(redis_url)
+    store.update_pins("s", {recall_id("s", "kept")}, ())  # the ledger names it first
     kept, dropped = store.put("s", "kept"), store.put("s", "dropped")
     key = "ttl:s:r:{}".format
-    assert raw.ttl(key(kept)) == raw.ttl(key(dropped)) == -1  # new entries: no expiry yet
-    store.pin("s", {kept})
-    assert raw.ttl(key(kept)) == -1 and 0 < raw.ttl(key(dropped)) <= 60
-    store.pin("s", {kept, dropped})  # referenced again: kept for good again
+    assert raw.ttl(key(kept)) == -1 and 0 < raw.ttl(key(dropped)) <= 60  # nobody names it
+    store.pin("s", {kept, dropped})  # referenced: kept for good
     assert raw.ttl(key(dropped)) == -1
+    store.pin("s", {kept})  # no longer referenced: expires again
+    assert raw.ttl(key(kept)) == -1 and 0 < raw.ttl(key(dropped)) <= 60
+    store.release("s")  # the session ended here: all of it expires unless a worker resumes it
+    assert 0 < raw.ttl(key(kept)) <= 60
+    store.pin("s", {kept})  # resumed
+    assert raw.ttl(key(kept)) == -1
     store.save_ledger("s", "{}")
     assert 0 < raw.ttl("ttl:s:ledger") <= 60
     raw.close()

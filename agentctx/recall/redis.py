@@ -9,9 +9,18 @@ async with ContextManager(budget, recall=store, session_id="run-42") as ctx: ...
 
 Any worker with the same ``session_id`` reads the same entries and resumes the same ledger.
 Keys are ``{prefix}:{session}:r:{id}`` (content) and ``{prefix}:{session}:ledger``; a session
-can only name its own. With ``ttl_seconds`` entries expire unless the session's view still
-references them (`pin` removes their expiry; entries no longer referenced get it back), and
-the ledger is refreshed on every save. Redis errors become `StoreError`.
+can only name its own. With ``ttl_seconds`` entries expire unless the session's ledger still
+references them (`update_pins` removes their expiry; entries no longer referenced, and all of
+a session's entries once it ends, get it back), and the ledger is refreshed on every save.
+Redis errors become `StoreError`.
+
+The manager never calls it on the event loop: its writer runs each call in a worker thread
+under a deadline (a thread, not ``redis.asyncio``, so one store can serve managers on several
+event loops, as the blocking client wrappers run). A client this store makes gives up after
+``timeout`` seconds (connect and each reply) and does not retry by itself: the writer keeps
+what was not written and retries it with backoff, so a frozen or restarting server delays
+writes, never the agent. Values are UTF-8 bytes encoded with ``surrogatepass``: a lone
+surrogate comes back exactly as stored.
 """
 
 from __future__ import annotations
@@ -24,15 +33,27 @@ from agentctx.recall.store import recall_id
 
 try:
     import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 except ImportError as exc:
     raise MissingExtraError("redis", exc.name, needed_by=__name__) from exc
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
 
 __all__ = ["RedisRecallStore"]
 
 _RID = re.compile(r"ctx-[0-9a-f]{16}")
+
+
+def _encode(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _decode(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return bytes(value).decode("utf-8", "surrogatepass")
 
 
 class RedisRecallStore:
@@ -40,9 +61,12 @@ class RedisRecallStore:
 
     Args:
         url: a ``redis://`` URL (ignored when ``client`` is given).
-        client: a ``redis.Redis`` to use instead (the caller keeps ownership).
+        client: a ``redis.Redis`` to use instead (the caller keeps ownership, and its
+            timeouts and retries apply).
         prefix: the first part of every key.
-        ttl_seconds: how long an entry no view references is kept (``None``: forever).
+        ttl_seconds: how long an entry no ledger references is kept (``None``: forever).
+        timeout: seconds to connect and to wait for each reply, for a client made from
+            ``url``.
     """
 
     def __init__(
@@ -52,73 +76,112 @@ class RedisRecallStore:
         client: redis.Redis | None = None,
         prefix: str = "agentctx",
         ttl_seconds: int | None = None,
+        timeout: float = 1.0,
     ) -> None:
         if ttl_seconds is not None and ttl_seconds <= 0:
             raise ConfigError(f"ttl_seconds must be positive, got {ttl_seconds}")
+        if timeout <= 0:
+            raise ConfigError(f"timeout must be positive, got {timeout}")
         self.prefix = prefix
         self.ttl_seconds = ttl_seconds
         self._owned = client is None
         try:
-            self._redis: redis.Redis = client or redis.Redis.from_url(url)
+            self._redis: redis.Redis = client or redis.Redis.from_url(
+                url,
+                socket_timeout=timeout,
+                socket_connect_timeout=timeout,
+                retry=Retry(NoBackoff(), 0),
+            )
         except (ValueError, redis.RedisError) as exc:
             raise StoreError(f"cannot use Redis at {url}: {exc}") from exc
         self._pinned: dict[str, set[str]] = {}
 
     def put(self, session_id: str, content: str) -> str:
         """Store ``content`` for ``session_id`` and return its recall id."""
-        rid = recall_id(session_id, content)
-        # A new entry is about to be referenced by a placeholder: it is kept without expiry
-        # until a `pin` says the view no longer names it.
-        data = content.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-        self._call(lambda r: r.set(self._key(session_id, rid), data, nx=True))
-        self._pinned.setdefault(session_id, set()).add(rid)
-        return rid
+        return self.put_many(session_id, [content])[0]
+
+    def put_many(self, session_id: str, contents: Sequence[str]) -> list[str]:
+        """Store each of ``contents`` in one round trip; return their recall ids.
+
+        With ``ttl_seconds``, an entry the session does not reference (`update_pins`) expires
+        like an unreferenced one; the manager pins what its ledger references first."""
+        rids = [recall_id(session_id, c) for c in contents]
+        pins = self._pinned.get(session_id, set())
+        ttl = self.ttl_seconds
+
+        def apply(r: redis.Redis) -> None:
+            pipe = r.pipeline(transaction=False)
+            for rid, content in zip(rids, contents, strict=True):
+                ex = None if rid in pins else ttl
+                pipe.set(self._key(session_id, rid), _encode(content), nx=True, ex=ex)
+            pipe.execute()
+
+        self._call(apply)
+        return rids
 
     def get(self, session_id: str, rid: str) -> str | None:
         """The content stored under ``rid`` for ``session_id``, or ``None``."""
         if not _RID.fullmatch(rid):
             return None  # an id comes from the model: never let it reach another key
-        value = self._call(lambda r: r.get(self._key(session_id, rid)))
-        return None if value is None else bytes(value).decode("utf-8")
+        return _decode(self._call(lambda r: r.get(self._key(session_id, rid))))
 
     def pin(self, session_id: str, rids: Iterable[str]) -> None:
-        """Mark exactly ``rids`` as still referenced by ``session_id``'s view."""
-        pinned = set(rids)
-        before = self._pinned.get(session_id, set())
-        self._pinned[session_id] = pinned
-        ttl = self.ttl_seconds
-        if ttl is None:
-            return
+        """Mark exactly ``rids`` as still referenced by ``session_id``."""
+        new = set(rids)
+        old = self._pinned.get(session_id, set())
+        self.update_pins(session_id, new - old, old - new)
 
-        def apply(r: redis.Redis) -> None:
-            pipe = r.pipeline(transaction=False)
-            for rid in pinned - before:
-                pipe.persist(self._key(session_id, rid))
-            for rid in before - pinned:
-                pipe.expire(self._key(session_id, rid), ttl)
-            pipe.execute()
+    def update_pins(self, session_id: str, added: Iterable[str], removed: Iterable[str]) -> None:
+        """``added`` are referenced by ``session_id`` from now on (no expiry), ``removed`` no
+        longer (they expire after ``ttl_seconds``)."""
+        pins = self._pinned.setdefault(session_id, set())
+        added, removed = set(added) - pins, set(removed) & pins
+        if self.ttl_seconds is not None and (added or removed):
+            self._expire(session_id, persist=added, expire=removed)
+        pins |= added
+        pins -= removed
 
-        self._call(apply)
+    def release(self, session_id: str) -> None:
+        """``session_id`` ended here: its entries expire after ``ttl_seconds`` unless a
+        worker that resumes it references them again."""
+        pins = self._pinned.get(session_id, set())
+        if self.ttl_seconds is not None and pins:
+            self._expire(session_id, persist=(), expire=pins)
+        self._pinned.pop(session_id, None)
 
     def load_ledger(self, session_id: str) -> str | None:
         """The saved ledger JSON of ``session_id``, or ``None``."""
-        value = self._call(lambda r: r.get(self._ledger_key(session_id)))
-        return None if value is None else bytes(value).decode("utf-8")
+        return _decode(self._call(lambda r: r.get(self._ledger_key(session_id))))
 
     def save_ledger(self, session_id: str, ledger_json: str) -> None:
         """Save the ledger JSON of ``session_id`` (refreshing its expiry)."""
-        self._call(lambda r: r.set(self._ledger_key(session_id), ledger_json, ex=self.ttl_seconds))
+        data = _encode(ledger_json)
+        self._call(lambda r: r.set(self._ledger_key(session_id), data, ex=self.ttl_seconds))
 
     def close(self) -> None:
         """Close the connection pool if this store made it."""
         if self._owned:
             self._redis.close()
 
-    def _key(self, session_id: str, rid: str) -> str:
-        return f"{self.prefix}:{session_id}:r:{rid}"
+    def _expire(self, session_id: str, *, persist: Iterable[str], expire: Iterable[str]) -> None:
+        ttl = self.ttl_seconds
+        assert ttl is not None
 
-    def _ledger_key(self, session_id: str) -> str:
-        return f"{self.prefix}:{session_id}:ledger"
+        def apply(r: redis.Redis) -> None:
+            pipe = r.pipeline(transaction=False)
+            for rid in persist:
+                pipe.persist(self._key(session_id, rid))
+            for rid in expire:
+                pipe.expire(self._key(session_id, rid), ttl)
+            pipe.execute()
+
+        self._call(apply)
+
+    def _key(self, session_id: str, rid: str) -> bytes:
+        return _encode(f"{self.prefix}:{session_id}:r:{rid}")
+
+    def _ledger_key(self, session_id: str) -> bytes:
+        return _encode(f"{self.prefix}:{session_id}:ledger")
 
     def _call(self, action: Callable[[redis.Redis], Any]) -> Any:
         try:

@@ -4,10 +4,24 @@
 store = SQLiteRecallStore("agent.db")          # durable; also keeps each session's ledger
 async with ContextManager(budget, recall=store, session_id="run-42") as ctx: ...
 ```
+
+The manager never calls it on the event loop: its writer runs each call in a worker thread
+under a deadline, so a database another process holds locked only delays the writes (they
+are retried), never the agent. A call waits at most ``timeout`` seconds for a lock, then
+raises `StoreError`.
+
+Content and ledgers are stored as UTF-8 bytes encoded with ``surrogatepass``, so what comes
+back is exactly what was stored, lone surrogates included (a file name from `os.fsdecode`, a
+half emoji cut out of JSON). Rows an older version wrote as text still read.
+
+Before every write the store checks that its path still names the file it opened: a database
+removed or replaced under a running session raises `StoreError` instead of silently writing
+into an unlinked file nobody will ever read.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from typing import TYPE_CHECKING
@@ -16,9 +30,19 @@ from agentctx.errors import StoreError
 from agentctx.recall.store import recall_id
 
 if TYPE_CHECKING:
-    import os
+    from collections.abc import Sequence
 
 __all__ = ["SQLiteRecallStore"]
+
+_MEMORY = (":memory:", "")
+
+
+def _encode(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _decode(value: bytes | str) -> str:
+    return value if isinstance(value, str) else bytes(value).decode("utf-8", "surrogatepass")
 
 
 class SQLiteRecallStore:
@@ -26,13 +50,19 @@ class SQLiteRecallStore:
 
     Also a `LedgerStore`: a new `ContextManager` with the same ``session_id`` resumes the
     session's decisions and renders the same view.
+
+    Args:
+        path: the database file (created if missing).
+        timeout: seconds a call waits for another connection's lock before `StoreError`.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = str(path)
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 1.0) -> None:
+        self.path = os.fspath(path)
         self._lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._db = sqlite3.connect(
+                self.path, timeout=timeout, check_same_thread=False, isolation_level=None
+            )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute(
@@ -44,34 +74,53 @@ class SQLiteRecallStore:
             )
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open recall store {self.path}: {exc}") from exc
+        self._identity = self._file_identity()
 
     def put(self, session_id: str, content: str) -> str:
         """Store ``content`` for ``session_id`` and return its recall id."""
-        rid = recall_id(session_id, content)
-        self._run(
-            "INSERT OR IGNORE INTO recall (session, id, content) VALUES (?, ?, ?)",
-            (session_id, rid, content.encode("utf-8", "surrogatepass").decode("utf-8", "replace")),
-        )
-        return rid
+        return self.put_many(session_id, [content])[0]
+
+    def put_many(self, session_id: str, contents: Sequence[str]) -> list[str]:
+        """Store each of ``contents`` in one transaction; return their recall ids."""
+        rids = [recall_id(session_id, c) for c in contents]
+        rows = [(session_id, rid, _encode(c)) for rid, c in zip(rids, contents, strict=True)]
+        with self._lock:
+            self._check_file()
+            try:
+                self._db.execute("BEGIN IMMEDIATE")  # one transaction for all of them
+                try:
+                    self._db.executemany(
+                        "INSERT OR IGNORE INTO recall (session, id, content) VALUES (?, ?, ?)",
+                        rows,
+                    )
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+                    raise
+            except (sqlite3.Error, UnicodeError) as exc:
+                raise StoreError(f"recall store {self.path}: {exc}") from exc
+        return rids
 
     def get(self, session_id: str, rid: str) -> str | None:
         """The content stored under ``rid`` for ``session_id``, or ``None``."""
         row = self._run(
             "SELECT content FROM recall WHERE session = ? AND id = ?", (session_id, rid)
         )
-        return row[0] if row else None
+        return None if row is None else _decode(row[0])
 
     def load_ledger(self, session_id: str) -> str | None:
         """The saved ledger JSON of ``session_id``, or ``None``."""
         row = self._run("SELECT json FROM ledger WHERE session = ?", (session_id,))
-        return row[0] if row else None
+        return None if row is None else _decode(row[0])
 
     def save_ledger(self, session_id: str, ledger_json: str) -> None:
         """Save the ledger JSON of ``session_id``."""
         self._run(
             "INSERT INTO ledger (session, json) VALUES (?, ?) "
             "ON CONFLICT(session) DO UPDATE SET json = excluded.json",
-            (session_id, ledger_json),
+            (session_id, _encode(ledger_json)),
+            write=True,
         )
 
     def close(self) -> None:
@@ -79,10 +128,39 @@ class SQLiteRecallStore:
         with self._lock:
             self._db.close()
 
-    def _run(self, sql: str, args: tuple[str, ...]) -> tuple[str, ...] | None:
+    def _file_identity(self) -> tuple[int, int] | None:
+        if self.path in _MEMORY or self.path.startswith("file:"):
+            return None
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def _check_file(self) -> None:
+        """Raise `StoreError` when the path no longer names the file this store opened (one
+        ``stat``, about a microsecond, per write)."""
+        if self._identity is None:
+            return
+        try:
+            st = os.stat(self.path)
+        except OSError as exc:
+            raise StoreError(
+                f"recall store {self.path}: the database file was removed while in use ({exc})"
+            ) from exc
+        if (st.st_dev, st.st_ino) != self._identity:
+            raise StoreError(
+                f"recall store {self.path}: the database file was replaced while in use"
+            )
+
+    def _run(
+        self, sql: str, args: tuple[str | bytes, ...], *, write: bool = False
+    ) -> tuple[str | bytes, ...] | None:
         with self._lock:
+            if write:
+                self._check_file()
             try:
-                row: tuple[str, ...] | None = self._db.execute(sql, args).fetchone()
-            except sqlite3.Error as exc:
+                row: tuple[str | bytes, ...] | None = self._db.execute(sql, args).fetchone()
+            except (sqlite3.Error, UnicodeError) as exc:
                 raise StoreError(f"recall store {self.path}: {exc}") from exc
         return row

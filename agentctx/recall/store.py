@@ -2,21 +2,36 @@
 
 Ids are content-addressed and scoped by session: ``ctx-`` + 16 hex digits of a hash of the
 session id and the content. The same content in the same session always gets the same id,
-and one session can never name, let alone read, another session's entry.
+and one session can never name, let alone read, another session's entry. Because an id never
+depends on the store's answer, a strategy gets it without waiting for the store: the manager
+hands strategies a write-behind `agentctx.recall.writer.RecallWriter` that writes to the
+store off the event loop (see there).
+
+Besides `RecallStore` (and `LedgerStore` to resume sessions) a store may offer, and the
+writer then uses:
+
+- ``blocking = False`` (class attribute): its calls never wait on I/O, so the writer calls it
+  inline instead of from a worker thread (`MemoryRecallStore`);
+- ``put_many(session_id, contents)``: many entries in one round trip;
+- ``update_pins(session_id, added, removed)`` (or ``pin(session_id, rids)``, the exact set):
+  which entries the session's ledger references now, so they are kept;
+- ``release(session_id)``: the session ended, its entries need no longer be kept for it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
 __all__ = [
     "LedgerStore",
     "MemoryRecallStore",
+    "PinningStore",
     "RecallStore",
     "recall_id",
 ]
@@ -33,7 +48,11 @@ def recall_id(session_id: str, content: str) -> str:
 
 @runtime_checkable
 class RecallStore(Protocol):
-    """Keeps original content under its recall id, per session."""
+    """Keeps original content under its recall id, per session.
+
+    ``get`` returns exactly the string ``put`` stored, lone surrogates included; a store that
+    cannot read or write raises `StoreError`.
+    """
 
     def put(self, session_id: str, content: str) -> str:
         """Store ``content`` for ``session_id`` and return its recall id."""
@@ -57,56 +76,130 @@ class LedgerStore(Protocol):
         ...
 
 
-class MemoryRecallStore:
-    """A process-local store bounded by bytes.
+@runtime_checkable
+class PinningStore(Protocol):
+    """A store that keeps the entries a session's ledger still references (optional)."""
 
-    Entries the session still references (`pin`) are never evicted; past ``max_bytes`` the
-    least recently used unreferenced entries go first.
+    def update_pins(self, session_id: str, added: Iterable[str], removed: Iterable[str]) -> None:
+        """``added`` are referenced by ``session_id`` from now on, ``removed`` no longer."""
+        ...
+
+    def release(self, session_id: str) -> None:
+        """``session_id`` ended: nothing is kept for it any more."""
+        ...
+
+
+def _size(content: str) -> int:
+    return sys.getsizeof(content)  # what the string holds in memory, header included
+
+
+class MemoryRecallStore:
+    """A process-local store bounded by bytes (what the strings take in memory).
+
+    Past ``max_bytes`` the least recently used entries that no open session references go
+    first, in O(1) each; entries a session's ledger references (`pin`, `update_pins`) go
+    only when they alone are over the bound, oldest pin first (`evicted_pinned` counts
+    them). A session's pins are released when it ends (`release`), so a closed session's
+    entries are evicted before anyone's. It never holds more than ``max_bytes`` plus the
+    newest entry (`bytes_held`).
     """
+
+    blocking = False  # never waits on I/O: the manager's writer calls it inline
 
     def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[str, str], str] = OrderedDict()
-        self._pinned: dict[str, set[str]] = {}
+        self.evicted_pinned = 0
+        self._free: OrderedDict[tuple[str, str], str] = OrderedDict()  # LRU, oldest first
+        self._held: OrderedDict[tuple[str, str], str] = OrderedDict()  # pinned, oldest first
+        self._pins: dict[str, set[str]] = {}
         self._bytes = 0
+
+    @property
+    def bytes_held(self) -> int:
+        """The memory the stored strings take."""
+        return self._bytes
 
     def put(self, session_id: str, content: str) -> str:
         """Store ``content`` for ``session_id`` and return its recall id."""
         rid = recall_id(session_id, content)
         key = (session_id, rid)
-        if key in self._entries:
-            self._entries.move_to_end(key)
+        if key in self._held:
             return rid
-        self._entries[key] = content
-        self._bytes += len(content)
-        # A new entry is about to be referenced by a placeholder: pin it right away.
-        self._pinned.setdefault(session_id, set()).add(rid)
-        self._evict()
+        if key in self._free:
+            self._free.move_to_end(key)
+            return rid
+        if rid in self._pins.get(session_id, ()):
+            self._held[key] = content
+        else:
+            self._free[key] = content
+        self._bytes += _size(content)
+        self._evict(key)
         return rid
+
+    def put_many(self, session_id: str, contents: Sequence[str]) -> list[str]:
+        """`put` each of ``contents``."""
+        return [self.put(session_id, c) for c in contents]
 
     def get(self, session_id: str, rid: str) -> str | None:
         """The content stored under ``rid`` for ``session_id``, or ``None``."""
         key = (session_id, rid)
-        content = self._entries.get(key)
-        if content is not None:
-            self._entries.move_to_end(key)
+        content = self._held.get(key)
+        if content is None:
+            content = self._free.get(key)
+            if content is not None:
+                self._free.move_to_end(key)
         return content
 
     def pin(self, session_id: str, rids: Iterable[str]) -> None:
-        """Mark exactly ``rids`` as still referenced by ``session_id``'s view."""
-        self._pinned[session_id] = set(rids)
+        """Mark exactly ``rids`` as still referenced by ``session_id``."""
+        new = set(rids)
+        old = self._pins.get(session_id, set())
+        self.update_pins(session_id, new - old, old - new)
+
+    def update_pins(self, session_id: str, added: Iterable[str], removed: Iterable[str]) -> None:
+        """``added`` are referenced by ``session_id`` from now on, ``removed`` no longer: in
+        O(1) per id."""
+        pins = self._pins.setdefault(session_id, set())
+        for rid in removed:
+            if rid in pins:
+                pins.discard(rid)
+                key = (session_id, rid)
+                content = self._held.pop(key, None)
+                if content is not None:
+                    self._free[key] = content
+        for rid in added:
+            if rid not in pins:
+                pins.add(rid)
+                key = (session_id, rid)
+                content = self._free.pop(key, None)
+                if content is not None:
+                    self._held[key] = content
+        if not pins:
+            del self._pins[session_id]
+        self._evict()
+
+    def release(self, session_id: str) -> None:
+        """``session_id`` ended: its entries are kept only while there is room, and go first."""
+        for rid in self._pins.pop(session_id, ()):
+            key = (session_id, rid)
+            content = self._held.pop(key, None)
+            if content is not None:
+                self._free[key] = content
+                self._free.move_to_end(key, last=False)
         self._evict()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._free) + len(self._held)
 
-    def _evict(self) -> None:
-        if self._bytes <= self.max_bytes:
-            return
-        for key in list(self._entries):
-            if self._bytes <= self.max_bytes:
-                break
-            session, rid = key
-            if rid in self._pinned.get(session, ()):
-                continue
-            self._bytes -= len(self._entries.pop(key))
+    def _evict(self, newest: tuple[str, str] | None = None) -> None:
+        for entries, pinned in ((self._free, False), (self._held, True)):
+            while self._bytes > self.max_bytes and entries:
+                key = next(iter(entries))
+                if key == newest:
+                    if len(entries) == 1:
+                        break
+                    entries.move_to_end(key)
+                    continue
+                self._bytes -= _size(entries.pop(key))
+                if pinned:
+                    self.evicted_pinned += 1

@@ -1,0 +1,583 @@
+"""`RecallWriter`: what stands between the strategies and the recall store, so store I/O
+never runs on the event loop and an outage never stops the agent.
+
+Design. Recall ids are content-addressed (`recall_id`), so a strategy never needs the store's
+answer to name what it clears. The manager owns one writer per session and hands it to the
+strategies as ``ctx.recall``; it has the store's ``put``/``get``:
+
+- ``put`` computes the id and keeps the content in memory. At the end of each `prepare`
+  (`settle`) the entries that a decision taken names are kept to be written; the others
+  (proposals nobody took) are dropped: nothing references them, so nothing is written or
+  pinned for them.
+- The ledger's references are tracked per decision (`record`: the ids in the decisions just
+  taken; the whole ledger again only after decisions were dropped, on a resync), so a
+  decision costs what it touches, never the length of the history. The ledger JSON the
+  store keeps is the decisions' JSON joined, each serialized once when taken.
+- Writes run off the loop, in the manager's task group: each store call in a worker thread
+  under a short deadline (``deadline``), one at a time, in order: pins, entries (in batches),
+  then the latest unsaved ledger ("latest unsaved wins": a failed save stays pending until a
+  later one succeeds, whether or not the ledger changed again). A store whose calls never
+  wait on I/O (``blocking = False``, e.g. `MemoryRecallStore`) is called inline instead.
+- A failure (an error or a missed deadline) emits `StoreDegraded` ``unavailable`` once;
+  what was not written stays in memory, bounded by ``max_pending_bytes`` (past it the oldest
+  unwritten entries are dropped and reported, `StoreDegraded` ``overflow``), and is retried
+  with exponential backoff; the first complete flush after it emits `StoreRecovered`.
+- ``get`` answers from memory first (what is not written yet), then from the store; the
+  manager's `ContextManager.recall` reads through `aget`, in a thread under the deadline.
+- On close (`aclose`) what is pending is flushed within ``close_seconds``; what could not be
+  written is reported (`StoreDegraded` ``closed``), and the session's pins are released.
+
+Without a task group (a manager used without ``async with``), writes to a blocking store run
+inline at the end of `prepare`, bounded by the store's own timeouts and skipped while backing
+off; a `CompactionWarning` ``no_task_group`` says so once.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sys
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from agentctx._log import log
+from agentctx.errors import StoreError
+from agentctx.events import CompactionWarning, StoreDegraded, StoreRecovered
+from agentctx.ledger import Ledger
+from agentctx.recall.store import LedgerStore, recall_id
+from agentctx.recall.tool import recall_page
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from anyio.abc import TaskGroup
+
+    from agentctx.events import Event
+    from agentctx.ledger import Decision
+    from agentctx.recall.store import RecallStore
+
+__all__ = ["RecallWriter"]
+
+_RID = re.compile(r"ctx-[0-9a-f]{16}")
+_FIRST_BACKOFF = 0.2
+_MAX_BACKOFF = 5.0
+_POLL = 0.01  # how often a call waits for the previous one, abandoned at its deadline, to end
+_Key = tuple[str, str]  # (session id, recall id)
+
+
+def _size(content: str) -> int:
+    return sys.getsizeof(content)
+
+
+def _decision_json(d: Decision) -> str:
+    """``d`` as its element of `Ledger.to_json` (the list's items joined by ``", "``)."""
+    return Ledger([d]).to_json()[1:-1]
+
+
+@dataclass(slots=True)
+class _Job:
+    work: Callable[[], object]
+    done: Callable[[], None]
+    undo: Callable[[], None]
+
+
+def _nothing() -> None:
+    return None
+
+
+class RecallWriter:
+    """The session's write-behind buffer in front of ``store`` (see the module docstring).
+
+    Args:
+        store: the recall store.
+        session_id: the manager's session; entries of other sessions are not kept.
+        emit: where `StoreDegraded`, `StoreRecovered` and `CompactionWarning` go.
+        ledger: the session's ledger as the manager starts with it.
+        saved: whether ``store`` already holds that ledger (it was resumed from it).
+        deadline: seconds one store call may take before it counts as failed.
+        close_seconds: how long `aclose` keeps trying to write what is pending.
+        max_pending_bytes: the memory unwritten entries may take.
+        batch_bytes: about how much one write sends.
+    """
+
+    def __init__(
+        self,
+        store: RecallStore,
+        session_id: str,
+        *,
+        emit: Callable[[Event], None],
+        ledger: Ledger,
+        saved: bool = False,
+        deadline: float = 2.0,
+        close_seconds: float = 3.0,
+        max_pending_bytes: int = 64 * 1024 * 1024,
+        batch_bytes: int = 4 * 1024 * 1024,
+    ) -> None:
+        self.store = store
+        self.session_id = session_id
+        self.deadline = deadline
+        self.close_seconds = close_seconds
+        self.max_pending_bytes = max_pending_bytes
+        self.batch_bytes = batch_bytes
+        self._emit = emit
+        self._name = type(store).__name__
+        self._blocking = bool(getattr(store, "blocking", True))
+        self._keeps_ledger = isinstance(store, LedgerStore)
+        self._new: dict[_Key, str] = {}  # put since the last settle
+        self._ready: OrderedDict[_Key, str] = OrderedDict()  # referenced, not yet written
+        self._ready_bytes = 0
+        self._live: set[str] = set()  # ids the ledger references
+        self._pins_added: set[str] = set()  # changes to `_live` the store was not told yet
+        self._pins_removed: set[str] = set()
+        self._lost: set[str] = set()  # dropped unwritten (overflow, close)
+        self._parts: list[str] = []  # each decision's JSON, when the store keeps ledgers
+        self._ledger: Ledger | None = None
+        self._version = -1
+        self._count = 0
+        self._ledger_dirty = False
+        self._ledger_epoch = 0
+        self._release = False
+        self._degraded_since: float | None = None
+        self._last_error = ""
+        self._retry_at = 0.0
+        self._backoff = _FIRST_BACKOFF
+        self._busy: threading.Event | None = None  # set when the last store call ended
+        self._lock: anyio.Lock | None = None
+        self._draining = False
+        self._warned_inline = False
+        self._closed = False
+        self.record(ledger, ())
+        self._ledger_dirty = self._keeps_ledger and not saved and len(ledger) > 0
+
+    # -- the store interface strategies see -----------------------------------------------
+
+    def put(self, session_id: str, content: str) -> str:
+        """The recall id of ``content``; it is written if a decision taken now names it."""
+        rid = recall_id(session_id, content)
+        if session_id == self.session_id and rid in self._live and rid not in self._lost:
+            return rid  # written already, or on its way
+        self._new[(session_id, rid)] = content
+        return rid
+
+    def get(self, session_id: str, rid: str) -> str | None:
+        """What ``rid`` stands for: from memory if not written yet, else from the store (in
+        the calling thread: on the event loop, use `aget`)."""
+        hit = self._buffered(session_id, rid)
+        return hit if hit is not None else self.store.get(session_id, rid)
+
+    async def aget(self, session_id: str, rid: str) -> str | None:
+        """`get` without blocking the event loop: a store that does I/O is read in a worker
+        thread, under the deadline. Raises `StoreError` when the store fails or is late."""
+        hit = self._buffered(session_id, rid)
+        if hit is not None or not self._blocking:
+            return hit if hit is not None else self.store.get(session_id, rid)
+        found: str | None = await self._call(
+            functools.partial(self.store.get, session_id, rid), exclusive=False
+        )
+        return found
+
+    async def page(self, rid: str, offset: int, limit: int, pattern: str | None) -> str:
+        """What the ``recall_context`` tool answers (`recall_page`), read off the loop: a
+        store that is down, or an entry dropped unwritten, gets the model an explanation."""
+        if self.lost(rid):
+            return (
+                f'[recall_context] id "{rid}" is not recallable: the recall store was '
+                "unavailable when it was cleared."
+            )
+        session = self.session_id
+        try:
+            content = await self.aget(session, rid) if _RID.fullmatch(rid) else None
+        except StoreError as exc:
+            return (
+                f"[recall_context] the recall store is unavailable right now ({exc}); "
+                "try again later."
+            )
+        return recall_page(_Fetched(content), session, rid, offset, limit, pattern)
+
+    def lost(self, rid: str) -> bool:
+        """Whether ``rid`` was dropped unwritten (the store was unavailable too long)."""
+        return rid in self._lost
+
+    @property
+    def degraded(self) -> bool:
+        """Whether the store is failing now."""
+        return self._degraded_since is not None
+
+    @property
+    def pending(self) -> tuple[int, int, bool]:
+        """Entries and bytes waiting to be written, and whether the ledger is unsaved."""
+        return len(self._ready), self._ready_bytes, self._ledger_unsaved
+
+    # -- what the manager calls -----------------------------------------------------------
+
+    def record(self, ledger: Ledger, taken: Sequence[Decision]) -> None:
+        """Note the decisions ``taken`` since the last call (the whole ledger again when
+        anything else changed it: a resync, a resumed ledger's stale decisions)."""
+        n = len(taken)
+        if (
+            ledger is self._ledger
+            and ledger.version == self._version + n
+            and len(ledger) == self._count + n
+        ):
+            if not n:
+                return
+            for d in taken:
+                js = _decision_json(d)
+                for rid in _RID.findall(js):
+                    self._pin(rid)
+                if self._keeps_ledger:
+                    self._parts.append(js)
+        else:
+            self._rebuild(ledger)
+        self._ledger, self._version, self._count = ledger, ledger.version, len(ledger)
+        self._ledger_dirty = self._keeps_ledger
+        self._ledger_epoch += 1
+
+    def settle(self, tasks: TaskGroup | None) -> None:
+        """End of a `prepare`: keep what the ledger names, drop the rest, and write (in
+        ``tasks`` when the store does I/O; inline otherwise)."""
+        self._admit()
+        self._bound()
+        if not self._has_work():
+            return
+        if not self._blocking:
+            self._flush_inline()
+        elif tasks is not None:
+            if not self._draining:
+                self._draining = True
+                try:
+                    tasks.start_soon(self._drain, name=f"agentctx recall writer {self._name}")
+                except RuntimeError:  # the group is closing: `aclose` writes what is left
+                    self._draining = False
+        else:
+            if not self._warned_inline:
+                self._warned_inline = True
+                self._emit(
+                    CompactionWarning(
+                        "no_task_group",
+                        f"{self._name} is written inline in prepare(): use "
+                        "`async with ContextManager(...)` so store I/O runs off the loop",
+                    )
+                )
+            if time.monotonic() >= self._retry_at:
+                self._flush_inline()
+
+    async def flush(self) -> bool:
+        """Write everything pending now; ``True`` when nothing is left."""
+        if self._lock is None:
+            self._lock = anyio.Lock()
+        async with self._lock:
+            wrote = False
+            try:
+                while (job := self._next_job()) is not None:
+                    try:
+                        await self._call(job.work)
+                    except BaseException:
+                        job.undo()
+                        raise
+                    job.done()
+                    wrote = True
+            except StoreError as exc:
+                self._failed(exc)
+                return False
+        if wrote:
+            self._succeeded()
+        return True
+
+    async def aclose(self) -> None:
+        """Write what is pending within ``close_seconds``, release the session's pins, and
+        report what could not be written. Run it shielded: it is bounded."""
+        if self._closed:
+            return
+        self._closed = True
+        self._admit()
+        self._release = callable(getattr(self.store, "release", None))
+        if self._blocking:
+            with anyio.move_on_after(self.close_seconds):
+                for _ in range(1_000_000):  # until written or out of time
+                    if await self.flush():
+                        break
+                    await anyio.sleep(min(0.25, max(0.0, self._retry_at - time.monotonic())))
+        else:
+            self._flush_inline()
+        self._report_unwritten()
+
+    # -- bookkeeping ----------------------------------------------------------------------
+
+    @property
+    def _ledger_unsaved(self) -> bool:
+        return self._keeps_ledger and self._ledger_dirty
+
+    def _buffered(self, session_id: str, rid: str) -> str | None:
+        key = (session_id, rid)
+        hit = self._new.get(key)
+        return hit if hit is not None else self._ready.get(key)
+
+    def _pin(self, rid: str) -> None:
+        if rid not in self._live:
+            self._live.add(rid)
+            if rid in self._pins_removed:
+                self._pins_removed.discard(rid)
+            else:
+                self._pins_added.add(rid)
+
+    def _unpin(self, rid: str) -> None:
+        self._live.discard(rid)
+        if rid in self._pins_added:
+            self._pins_added.discard(rid)
+        else:
+            self._pins_removed.add(rid)
+        content = self._ready.pop((self.session_id, rid), None)
+        if content is not None:
+            self._ready_bytes -= _size(content)
+
+    def _rebuild(self, ledger: Ledger) -> None:
+        parts = [_decision_json(d) for d in ledger.decisions]
+        live: set[str] = set()
+        for js in parts:
+            live.update(_RID.findall(js))
+        for rid in live - self._live:
+            self._pin(rid)
+        for rid in self._live - live:
+            self._unpin(rid)
+        # A new list: a save running in a thread keeps joining the one it started with.
+        self._parts = parts if self._keeps_ledger else []
+
+    def _admit(self) -> None:
+        new, self._new = self._new, {}
+        for key, content in new.items():
+            session, rid = key
+            if session != self.session_id or rid not in self._live:
+                continue  # a proposal nobody took: nothing references it
+            self._lost.discard(rid)
+            if key not in self._ready:
+                self._ready[key] = content
+                self._ready_bytes += _size(content)
+
+    def _bound(self) -> None:
+        dropped: list[str] = []
+        while self._ready_bytes > self.max_pending_bytes and len(self._ready) > 1:
+            (_, rid), content = self._ready.popitem(last=False)
+            self._ready_bytes -= _size(content)
+            self._lost.add(rid)
+            dropped.append(rid)
+        if dropped:
+            log.error("recall store unavailable; unwritten entries dropped", lost=len(dropped))
+            self._emit(self._degraded_event("overflow", tuple(dropped)))
+
+    def _has_work(self) -> bool:
+        return bool(
+            self._ready
+            or self._pins_added
+            or self._pins_removed
+            or self._ledger_unsaved
+            or self._release
+        )
+
+    def _degraded_event(self, reason: str, lost: tuple[str, ...] = ()) -> StoreDegraded:
+        return StoreDegraded(
+            reason,
+            self._name,
+            self._last_error,
+            len(self._ready),
+            self._ready_bytes,
+            self._ledger_unsaved,
+            lost,
+        )
+
+    def _failed(self, exc: StoreError) -> None:
+        now = time.monotonic()
+        self._last_error = str(exc)
+        self._retry_at = now + self._backoff
+        self._backoff = min(self._backoff * 2, _MAX_BACKOFF)
+        if self._degraded_since is None:
+            self._degraded_since = now
+            log.warning("recall store unavailable; writes kept and retried", error=str(exc))
+            self._emit(self._degraded_event("unavailable"))
+        else:
+            log.debug("recall store still unavailable", error=str(exc))
+
+    def _succeeded(self) -> None:
+        self._backoff = _FIRST_BACKOFF
+        self._retry_at = 0.0
+        if self._degraded_since is not None:
+            seconds = time.monotonic() - self._degraded_since
+            self._degraded_since = None
+            log.info("recall store recovered", seconds=round(seconds, 3))
+            self._emit(StoreRecovered(self._name, seconds))
+
+    def _report_unwritten(self) -> None:
+        if self._ready or self._ledger_unsaved:
+            lost = tuple(rid for _, rid in self._ready)
+            self._lost.update(lost)
+            log.error(
+                "session closed with recall entries or ledger unwritten",
+                entries=len(lost),
+                ledger_unsaved=self._ledger_unsaved,
+            )
+            self._emit(self._degraded_event("closed", lost))
+
+    # -- writing --------------------------------------------------------------------------
+
+    def _next_job(self) -> _Job | None:
+        store, session = self.store, self.session_id
+        if self._pins_added or self._pins_removed:
+            added, removed = self._pins_added, self._pins_removed
+            self._pins_added, self._pins_removed = set(), set()
+            update = getattr(store, "update_pins", None)
+            pin = getattr(store, "pin", None)
+            if callable(update):
+                work: Callable[[], object] = functools.partial(update, session, added, removed)
+            elif callable(pin):
+                work = functools.partial(pin, session, set(self._live))
+            else:
+                work = _nothing
+            return _Job(work, _nothing, functools.partial(self._unsent, added, removed))
+        if self._ready:
+            batch: list[tuple[_Key, str]] = []
+            size = 0
+            for key, content in self._ready.items():
+                if batch and size + _size(content) > self.batch_bytes:
+                    break
+                batch.append((key, content))
+                size += _size(content)
+            return _Job(
+                functools.partial(self._write, batch),
+                functools.partial(self._written, batch),
+                _nothing,
+            )
+        if self._ledger_unsaved:
+            parts, n, epoch = self._parts, len(self._parts), self._ledger_epoch
+            assert isinstance(store, LedgerStore)
+            return _Job(
+                functools.partial(_save_ledger, store, session, parts, n),
+                functools.partial(self._saved, epoch),
+                _nothing,
+            )
+        release = getattr(store, "release", None)
+        if self._release and callable(release):
+            return _Job(functools.partial(release, session), self._released, _nothing)
+        return None
+
+    def _released(self) -> None:
+        self._release = False
+
+    def _unsent(self, added: set[str], removed: set[str]) -> None:
+        for rid in added:
+            if rid in self._live:
+                self._pins_added.add(rid)
+        for rid in removed:
+            if rid not in self._live:
+                self._pins_removed.add(rid)
+
+    def _write(self, batch: list[tuple[_Key, str]]) -> None:
+        store = self.store
+        put_many = getattr(store, "put_many", None)
+        contents = [content for _, content in batch]
+        session = self.session_id
+        rids = put_many(session, contents) if callable(put_many) else None
+        if rids is None:
+            rids = [store.put(session, c) for c in contents]
+        expected = [rid for (_, rid), _ in batch]
+        if list(rids) != expected:
+            raise StoreError(f"{self._name} returned other recall ids than recall_id()")
+
+    def _written(self, batch: list[tuple[_Key, str]]) -> None:
+        for key, content in batch:
+            if self._ready.get(key) is content:
+                del self._ready[key]
+                self._ready_bytes -= _size(content)
+            self._lost.discard(key[1])
+
+    def _saved(self, epoch: int) -> None:
+        if self._ledger_epoch == epoch:
+            self._ledger_dirty = False
+
+    def _flush_inline(self) -> None:
+        wrote = False
+        try:
+            while (job := self._next_job()) is not None:
+                try:
+                    self._guarded(job.work, None)
+                except BaseException:
+                    job.undo()
+                    raise
+                job.done()
+                wrote = True
+        except StoreError as exc:
+            self._failed(exc)
+            return
+        if wrote:
+            self._succeeded()
+
+    async def _drain(self) -> None:
+        try:
+            while self._has_work():
+                delay = self._retry_at - time.monotonic()
+                if delay > 0:
+                    await anyio.sleep(delay)
+                await self.flush()
+        finally:
+            self._draining = False
+
+    async def _call(self, work: Callable[[], Any], *, exclusive: bool = True) -> Any:
+        """``work()`` in a worker thread within the deadline, as `StoreError` when it fails.
+
+        Writes run one at a time: a write abandoned at its deadline (the thread cannot be
+        stopped; the store's own timeouts end it) is waited for, within the next one's
+        deadline, so threads never pile up on a stuck store."""
+        try:
+            with anyio.fail_after(self.deadline):
+                done = None
+                if exclusive:
+                    await self._previous_call_ended()
+                    done = self._busy = threading.Event()
+                return await anyio.to_thread.run_sync(
+                    self._guarded, work, done, abandon_on_cancel=True
+                )
+        except TimeoutError as exc:
+            raise StoreError(f"{self._name}: no answer within {self.deadline:g} s") from exc
+
+    async def _previous_call_ended(self) -> None:
+        busy = self._busy
+        if busy is None:
+            return
+        for _ in range(
+            1_000_000
+        ):  # a thread's end cannot be awaited: poll (the caller's deadline bounds it)
+            if busy.is_set():
+                return
+            await anyio.sleep(_POLL)
+
+    def _guarded(self, work: Callable[[], Any], done: threading.Event | None) -> Any:
+        try:
+            return work()
+        except StoreError:
+            raise
+        except Exception as exc:  # a store's own error type, mapped at this edge
+            raise StoreError(f"{self._name}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            if done is not None:
+                done.set()
+
+
+class _Fetched:
+    """One entry already read, in the shape `recall_page` reads from."""
+
+    def __init__(self, content: str | None) -> None:
+        self._content = content
+
+    def put(self, session_id: str, content: str) -> str:
+        raise NotImplementedError
+
+    def get(self, session_id: str, rid: str) -> str | None:
+        return self._content
+
+
+def _save_ledger(store: LedgerStore, session_id: str, parts: list[str], n: int) -> None:
+    store.save_ledger(session_id, "[" + ", ".join(parts[:n]) + "]")
