@@ -104,13 +104,28 @@ class BudgetExceededError(AgentCtxError):
         tokens: estimated tokens of ``view``.
         budget: the hard budget in tokens.
         view: the most compact provider-valid view that keeps the task.
+        protected: estimated tokens of what may never be compacted: the task, the latest
+            user message, the newest complete turn and signed reasoning of the running tool
+            loop (with the system prompt and tools); ``None`` when not measured.
     """
 
-    def __init__(self, tokens: int, budget: int, view: Sequence[Message]) -> None:
+    def __init__(
+        self, tokens: int, budget: int, view: Sequence[Message], protected: int | None = None
+    ) -> None:
         self.tokens = tokens
         self.budget = budget
         self.view = list(view)
+        self.protected = protected
+        if protected is None or protected > budget:
+            why = "the task, the latest user message and the newest turn alone do not fit"
+            if protected is not None:
+                why = why.replace("do not fit", f"take {protected}")
+        else:
+            why = (
+                f"the task, the latest user message and the newest turn take {protected}; "
+                "the strategy left the rest over (a custom strategy, or one that only clears "
+                "tool output?)"
+            )
         super().__init__(
-            f"history needs {tokens} tokens after compaction, budget is {budget}; "
-            "the task, the latest user message and the newest turn alone do not fit"
+            f"history needs {tokens} tokens after compaction, budget is {budget}; {why}"
         )

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from agentctx import boundaries
 from agentctx.boundaries import Repair, repair
-from agentctx.errors import ConfigError
+from agentctx.errors import ConfigError, StoreError
 from agentctx.messages import (
     AssistantContent,
     AssistantMessage,
@@ -51,6 +52,7 @@ __all__ = [
     "ReplaceResult",
     "ReplaceSpan",
     "anchor",
+    "check_fits",
     "render",
 ]
 
@@ -165,8 +167,15 @@ class Ledger:
         """The visible (outermost) spans, by position."""
         return tuple(self._spans[k] for k in sorted(self._spans))
 
-    def add(self, decision: Decision) -> None:
-        """Record ``decision``; raises `ConfigError` for a span that partly overlaps another."""
+    def add(self, decision: Decision, raw: Sequence[Message] | None = None) -> None:
+        """Record ``decision``.
+
+        Raises `ConfigError` for a span that partly overlaps another and, when ``raw`` (the
+        history the decision was taken on) is given, for a decision that does not fit the
+        message it is anchored to (`check_fits`): one `render` would silently skip.
+        """
+        if raw is not None:
+            check_fits(decision, raw)
         if isinstance(decision, ReplaceSpan):
             a, b = decision.at.index, decision.end
             if b <= a:
@@ -204,6 +213,28 @@ class Ledger:
 
         return self._rebuild(stale)
 
+    def drop_protected(self, raw: Sequence[Message]) -> list[Decision]:
+        """Drop decisions that hide what ``raw`` protects now; return them.
+
+        The task, the latest user message and the newest complete turn are never summarized
+        or dropped, nor the signed reasoning of the in-flight tool loop, and their thinking is
+        never left out. A decision
+        taken on a longer history can cover them once the history is rewound (the latest
+        user message of the shorter history sat in an old, condensed stretch), so decisions
+        kept across a resync are checked again here. Replaced tool results and arguments
+        stay: truncating output is allowed anywhere.
+        """
+        protected = _protected(raw)
+        if not protected:
+            return []
+
+        def hides(d: Decision) -> bool:
+            if isinstance(d, ReplaceSpan):
+                return any(d.at.index <= i < d.end for i in protected)
+            return isinstance(d, DropThinking) and d.at.index in protected
+
+        return self._rebuild(hides)
+
     def _rebuild(self, drop: Any) -> list[Decision]:
         dropped = [d for d in self._decisions if drop(d)]
         if dropped:
@@ -221,8 +252,77 @@ class Ledger:
 
     @classmethod
     def from_json(cls, text: str) -> Ledger:
-        """Rebuild a ledger from `to_json` output."""
-        return cls(_decision_from_dict(d) for d in json.loads(text))
+        """Rebuild a ledger from `to_json` output.
+
+        Raises `StoreError` when ``text`` is not a ledger (truncated or edited JSON, a
+        decision of an unknown kind, a span that partly overlaps another).
+        """
+        try:
+            items = json.loads(text)
+            if not isinstance(items, list):
+                raise TypeError(f"a list of decisions, got {type(items).__name__}")
+            return cls(_decision_from_dict(d) for d in items)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as e:
+            raise StoreError(f"the saved ledger is unreadable: {type(e).__name__}: {e}") from e
+
+
+def _protected(raw: Sequence[Message]) -> set[int]:
+    """Raw indexes the invariants protect: the task, the latest user message, the newest
+    complete turn, and the signed reasoning of the in-flight tool loop (the rest of a long
+    loop may be dropped, as the tiers do)."""
+    out: set[int] = set()
+    task = boundaries.task_index(raw)
+    if task is not None:
+        out.add(task)
+    latest = boundaries.latest_user_index(raw)
+    if latest is not None:
+        out.add(latest)
+        out.update(i for i in range(latest + 1, len(raw)) if boundaries.has_thinking(raw[i]))
+    complete = boundaries.newest_complete_turn(raw)
+    if complete is not None:
+        out.update(range(*complete))
+    return out
+
+
+def check_fits(decision: Decision, raw: Sequence[Message]) -> None:
+    """Raise `ConfigError` unless ``decision`` can apply to the message(s) it is anchored to.
+
+    A `ReplaceResult` needs a tool result, `ReplaceArguments` an assistant message with that
+    call, `DropThinking` an assistant message; every anchor must name a message of ``raw``
+    with that fingerprint, and a span must end within ``raw``.
+    """
+    anchors = (decision.at, decision.last) if isinstance(decision, ReplaceSpan) else (decision.at,)
+    for a in anchors:
+        if not 0 <= a.index < len(raw) or fingerprint(raw[a.index]) != a.fingerprint:
+            raise ConfigError(
+                f"{type(decision).__name__} is anchored at message {a.index}, which is not "
+                "the message it names (use ledger.anchor(raw, index))"
+            )
+    target = raw[decision.at.index]
+    kind = type(target).__name__
+    if isinstance(decision, ReplaceResult) and not isinstance(target, ToolResultMessage):
+        raise ConfigError(
+            f"ReplaceResult is anchored at message {decision.at.index}, a {kind}: it replaces "
+            "tool results only (use ReplaceSpan for other messages)"
+        )
+    if isinstance(decision, ReplaceArguments) and not (
+        isinstance(target, AssistantMessage)
+        and any(c.id == decision.call_id for c in target.tool_calls)
+    ):
+        raise ConfigError(
+            f"ReplaceArguments names call {decision.call_id!r}, which the {kind} at message "
+            f"{decision.at.index} does not make"
+        )
+    if isinstance(decision, DropThinking) and not isinstance(target, AssistantMessage):
+        raise ConfigError(
+            f"DropThinking is anchored at message {decision.at.index}, a {kind}: only "
+            "assistant messages carry thinking"
+        )
+    if isinstance(decision, ReplaceSpan) and decision.last.index != decision.end - 1:
+        raise ConfigError(
+            f"ReplaceSpan [{decision.at.index}, {decision.end}) must anchor its last message "
+            f"{decision.end - 1}, not {decision.last.index}"
+        )
 
 
 def _anchor_dict(a: Anchor) -> list[Any]:

@@ -91,8 +91,9 @@ class CompactionContext:
         return any(d.at.index < self.sent for d in self.taken)
 
     def take(self, decision: Decision) -> None:
-        """Add ``decision`` to the ledger."""
-        self.ledger.add(decision)
+        """Add ``decision`` to the ledger; raises `ConfigError` for one that does not fit the
+        message it is anchored to (see `agentctx.ledger.check_fits`)."""
+        self.ledger.add(decision, self.raw)
         self.taken.append(decision)
 
 

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 __all__ = ["COMPACTION_MARKER", "DeterministicCompaction", "describe_call", "truncate_text"]
 
 _MIN_DROP_GAIN = 64  # tokens; below this a drop only churns the marker and the cache
+_FLOOR_LINES, _FLOOR_CHARS = 8, 600  # the shortest tool output giving way leaves
 
 
 def _slack(target: int) -> int:
@@ -154,6 +155,8 @@ class DeterministicCompaction:
             ctx.counter.refine(ctx.view)  # judge the round on full estimates
             if len(ctx.taken) == taken or ctx.prompt_tokens <= target:
                 break
+        if _tokens(ctx) > budget.limit:
+            self._give_way(ctx, actions, target)
         if actions:
             ctx.emit(
                 ContextCompacted(
@@ -168,9 +171,46 @@ class DeterministicCompaction:
                 )
             )
 
+    # -- over the budget whatever the tiers did --------------------------------------
+
+    def _give_way(self, ctx: CompactionContext, actions: list[str], target: int) -> None:
+        """Still over the hard budget: every protection beyond the invariants gives way.
+
+        The invariants protect the task, the latest user message, the newest complete turn
+        and signed reasoning in the running tool loop; ``keep_recent_steps``, the truncation
+        floor and the exemption of recalled output are this strategy's own comfort. They are
+        dropped here, and tool output is cut ever shorter (to a few lines), before the
+        manager may say the budget cannot be met.
+        """
+        lines, chars = self.max_lines, self.max_chars
+        while _tokens(ctx) > ctx.budget.limit:
+            relaxed = DeterministicCompaction(
+                max_lines=lines,
+                max_chars=chars,
+                max_argument_chars=min(self.max_argument_chars, chars),
+                keep_recent_steps=0,
+                exempt_tools=frozenset(),
+                cold_cache_seconds=self.cold_cache_seconds,
+            )
+            taken = len(ctx.taken)
+            ctx.counter.refine(ctx.view)
+            relaxed._truncate(ctx, actions, in_flight=False, again=True)
+            if _tokens(ctx) > target:
+                relaxed._condense(ctx, actions, target, precise=False)
+            if _tokens(ctx) > target:
+                relaxed._drop_middle(ctx, actions, target)
+            if _tokens(ctx) > ctx.budget.limit:
+                relaxed._truncate(ctx, actions, in_flight=True, again=True)
+            ctx.counter.refine(ctx.view)
+            if lines <= _FLOOR_LINES and chars <= _FLOOR_CHARS and len(ctx.taken) == taken:
+                return
+            lines, chars = max(_FLOOR_LINES, lines // 2), max(_FLOOR_CHARS, chars // 2)
+
     # -- tier 1 -------------------------------------------------------------------------
 
-    def _truncate(self, ctx: CompactionContext, actions: list[str], *, in_flight: bool) -> None:
+    def _truncate(
+        self, ctx: CompactionContext, actions: list[str], *, in_flight: bool, again: bool = False
+    ) -> None:
         view, origins, raw = ctx.view, ctx.origins, ctx.raw
         loop_start = b.in_flight_start(view)
         lo, hi = (loop_start, len(view)) if in_flight else (0, loop_start)
@@ -180,13 +220,22 @@ class DeterministicCompaction:
         pending: list[Any] = []
         for j in range(lo, hi):
             m, i = view[j], origins[j]
-            if raw[i] is not m or ctx.ledger.span_covering(i):
+            if ctx.ledger.span_covering(i):
                 continue
+            if raw[i] is not m:
+                # Already replaced; only cut again, and from the original, when giving way.
+                if not (again and isinstance(m, ToolResultMessage)):
+                    continue
+                m = raw[i]
             if isinstance(m, ToolResultMessage):
                 name = m.tool_name or names.get(m.tool_call_id, "tool")
                 if name in self.exempt_tools or len(m.content) != 1:
                     continue
                 text = _result_text(m)
+                if view[j] is not m and len(_result_text(view[j])) <= len(  # type: ignore[arg-type]
+                    truncate_text(text, self.max_lines, self.max_chars)
+                ):
+                    continue  # what is sent now is already this short
                 if text.count("\n") < self.max_lines and len(text) <= self.max_chars:
                     continue
                 note = self._recall_note(ctx, text)

@@ -195,6 +195,8 @@ class LlmCompaction:
         # point); the rewind check belongs to the first call only.
         if ctx is not self._ctx and ctx.sent < self._known:
             self._after_rewind(ctx)
+        if ctx is not self._ctx:
+            self._requests.reap(ctx.tasks, ctx.emit)
         self._ctx = ctx
         if ctx.ledger.version != self._version:
             if self._fell_back:  # the tiers after this strategy compacted in the last call

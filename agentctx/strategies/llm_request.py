@@ -90,6 +90,8 @@ class Job:
     limit: int
     stale: str | None = None
     scope: anyio.CancelScope | None = None
+    owner: TaskGroup | None = None
+    started: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,15 +150,29 @@ class Requester:
 
     def start(self, job: Job, tasks: TaskGroup, emit: Callable[[Event], None]) -> bool:
         """Run ``job`` in ``tasks``; ``False`` if one is in flight or the group is closing."""
+        self.reap(tasks, emit)
         if self.inflight is not None:
             return False
         self.inflight = job
+        job.owner = tasks
         try:
             tasks.start_soon(self._run, job, emit, name="agentctx-llm-compaction")
         except RuntimeError:  # the task group is closing
             self.inflight = None
             return False
         return True
+
+    def reap(self, tasks: TaskGroup | None, emit: Callable[[Event], None]) -> None:
+        """Free the slot of a request whose task was cancelled before it ever ran.
+
+        Such a task never reaches its own cleanup, and its cancellation took its task group
+        down (the manager runs background work in a new one, ``tasks``): a failed request.
+        """
+        job = self.inflight
+        if job is not None and not job.started and job.owner is not tasks:
+            self.inflight = None
+            emit(SummaryRejected("failed", "its task was cancelled before it started", 0, None))
+            self._on_failure(job)
 
     def take(self) -> Ready | None:
         """The ready briefing, if any; the slot is empty afterwards."""
@@ -170,14 +186,21 @@ class Requester:
             job.scope.cancel()
 
     async def _run(self, job: Job, emit: Callable[[Event], None]) -> None:
+        job.started = True
         try:
             with anyio.CancelScope() as scope:
                 job.scope = scope
                 try:
                     await self._summarize(job, emit)
-                except Exception as e:  # a bug here must not take the manager's tasks down
+                except BaseException as e:
+                    if _ends_background_work(e, job):
+                        raise
+                    # A bug, or a cancellation that is not the manager's: a failed request
+                    # that must not take the manager's background work down with it.
+                    _forget_stray_cancel(e)
                     log.exception("llm compaction: background summary failed")
                     emit(SummaryRejected("failed", f"{type(e).__name__}: {e}", 0, None))
+                    self._on_failure(job)
         finally:
             # However the task ends (done, failed, timed out, cancelled), the slot is free.
             if self.inflight is job:
@@ -253,7 +276,13 @@ class Requester:
                 reason, retryable, retry_after = "failed", e.retryable, e.retry_after
                 status = f" (HTTP {e.status})" if e.status is not None else ""
                 detail = f"attempt {attempt}: {e}{status}"
-            except Exception as e:  # a summarizer bug must not reach the manager's task group
+            except BaseException as e:
+                if _ends_background_work(e, job):
+                    raise
+                # A summarizer bug (any exception, a custom BaseException, a CancelledError
+                # of its own or someone cancelling this task) fails this request; it must not
+                # reach the manager's task group, where it would end all background work.
+                _forget_stray_cancel(e)
                 log.exception("llm compaction: summarizer raised")
                 reason, retryable = "failed", False
                 detail = f"attempt {attempt}: {type(e).__name__}: {e}"
@@ -274,3 +303,35 @@ class Requester:
         self._billed += 1
         self._cost = None if self._cost is None or cost is None else self._cost + cost
         return Ready(job, result.text.strip(), result.usage, cost, model)
+
+
+# NOTE: _ends_background_work and _forget_stray_cancel were RECONSTRUCTED by the hardening-input
+# helper after it accidentally truncated this file (the owner's originals were lost); review.
+def _ends_background_work(e: BaseException, job: Job) -> bool:
+    """Whether ``e`` must leave the request as it is: an interrupt, or a cancellation that a
+    cancel scope around the request asked for (the manager closing, `Requester.cancel`)."""
+    if isinstance(e, KeyboardInterrupt | SystemExit):
+        return True
+    if not isinstance(e, anyio.get_cancelled_exc_class()):
+        return False
+    scope, owner = job.scope, job.owner
+    return (
+        (scope is not None and scope.cancel_called)
+        or (owner is not None and owner.cancel_scope.cancel_called)
+        or anyio.current_effective_deadline() == float("-inf")
+    )
+
+
+def _forget_stray_cancel(e: BaseException) -> None:
+    """Take back the asyncio cancel request behind a cancellation no scope asked for (someone
+    called ``task.cancel()``), so the rest of the task's work is not cancelled with it."""
+    if not isinstance(e, anyio.get_cancelled_exc_class()):
+        return
+    import asyncio  # only the asyncio backend has task-level cancel requests
+
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # not running on asyncio
+        return
+    if task is not None and task.cancelling():
+        task.uncancel()

@@ -1,0 +1,435 @@
+"""Regression tests for what hostile testing broke in the manager's lifecycle, resync and ledger:
+rewinds that hid protected messages, cancellation and bugs in the background summarizer,
+billed briefings lost at close, corrupt saved ledgers, decisions that could not apply."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from agentctx import (
+    Budget,
+    Chain,
+    CompactionWarning,
+    ConfigError,
+    ContextManager,
+    DeterministicCompaction,
+    Event,
+    LlmCompaction,
+    LlmCompactionConfig,
+    Message,
+    SQLiteRecallStore,
+    StoreError,
+    SummaryRejected,
+    SummaryRequest,
+    SummaryResult,
+    SummaryStale,
+    TextBlock,
+    ThinkingBlock,
+    ToolOutputPipeline,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from agentctx.ledger import Ledger, ReplaceResult, anchor
+from agentctx.messages import AssistantMessage, text_of
+from agentctx.strategy import CompactionContext
+from agentctx.testing import assert_view_ok
+from agentctx.testing.scripted import Outcome, ScriptedSummarizer
+
+from .helpers import assistant, call, result, user
+
+BRIEFING = (
+    "## Goal\nShip the parser.\n## Constraints\nKeep the API.\n## Decisions\nUse LALR.\n"
+    "## Files touched\nsrc/parser.py\n## Open items\nWrite tests."
+)
+
+
+def questions(n: int, *, thinking: bool = False) -> list[Message]:
+    """The task, then ``n`` turns of question, a read call, a 60-line result and an answer."""
+    history: list[Message] = [user("the task: fix the parser")]
+    for i in range(n):
+        body = "\n".join(f"line {k} of file {i}" for k in range(60))
+        history += [
+            user(f"question {i}"),
+            assistant(call(f"r{i}"), thinking=f"plan {i}" if thinking else None),
+            result(f"r{i}", body),
+            assistant(text=f"answer {i}"),
+        ]
+    return history
+
+
+def texts(view: list[Message]) -> list[str]:
+    return [m.text if not hasattr(m, "content") else text_of(m.content) for m in view]  # type: ignore[union-attr]
+
+
+# ---------------------------------------------------------------------------------------
+# 1. A rewind never hides what the shorter history protects
+
+
+@pytest.mark.parametrize(
+    ("window", "make"),
+    [
+        (3_600, lambda: Chain([ToolOutputPipeline(), DeterministicCompaction()])),
+        (2_600, DeterministicCompaction),
+        (3_000, DeterministicCompaction),
+    ],
+)
+async def test_a_rewind_keeps_the_latest_user_message_and_the_newest_turn(
+    window: int, make: Callable[[], Any]
+) -> None:
+    history = questions(12)
+    async with ContextManager(
+        Budget(context_window=window, reserve_output=500), strategy=make(), on_over_budget="send"
+    ) as ctx:
+        await ctx.prepare(history)
+        rewound = history[:-12]  # the user rewinds three turns
+        view = await ctx.prepare(rewound)
+    assert_view_ok(view, rewound)
+    seen = texts(view)
+    assert "question 8" in seen  # the latest user message of the rewound history
+    assert "answer 8" in seen  # its turn is the newest complete one: never condensed
+    # Its tool result is there too (whole, or cleared to a placeholder: output may be).
+    assert any(isinstance(m, ToolResultMessage) and m.tool_call_id == "r8" for m in view)
+
+
+async def test_a_rewind_to_a_turn_with_signed_thinking_sends_its_thinking_verbatim() -> None:
+    history = questions(12, thinking=True)
+    async with ContextManager(
+        Budget(context_window=3_000, reserve_output=500), on_over_budget="send"
+    ) as ctx:
+        await ctx.prepare(history)
+        rewound = history[:-12]
+        view = await ctx.prepare(rewound)
+    assert_view_ok(view, rewound)
+    thinking = [
+        b for m in view if isinstance(m, AssistantMessage) for b in m.content
+        if isinstance(b, ThinkingBlock)
+    ]  # fmt: skip
+    assert ThinkingBlock("plan 8", "sig-plan 8") in thinking
+
+
+def test_the_ledger_drops_what_covers_a_protected_message() -> None:
+    history = questions(3)
+    ledger = Ledger()
+    from agentctx.ledger import ReplaceSpan
+
+    summary = AssistantMessage((TextBlock("condensed"),), "stop")
+    last = len(history)
+    ledger.add(ReplaceSpan(anchor(history, 10), last, anchor(history, last - 1), (summary,), "x"))
+    assert ledger.drop_protected(history)  # the newest complete turn was under it
+    assert len(ledger) == 0
+
+
+# ---------------------------------------------------------------------------------------
+# 20. A decision that cannot apply is refused, not silently ignored
+
+
+class ImageDropper:
+    """The custom strategy sketch filled in literally: replace the image the user sent."""
+
+    async def compact(self, ctx: CompactionContext) -> None:
+        for i, m in enumerate(ctx.raw):
+            if isinstance(m, UserMessage) and i == 0:
+                ctx.take(ReplaceResult(anchor(ctx.raw, i), (TextBlock("[image]"),), "custom"))
+
+
+async def test_a_decision_that_does_not_fit_its_message_is_a_config_error() -> None:
+    async with ContextManager(1_000_000, strategy=ImageDropper()) as ctx:
+        with pytest.raises(ConfigError, match="ReplaceResult is anchored at message 0, a User"):
+            await ctx.prepare([user("look at this")])
+        assert len(ctx.ledger) == 0
+
+
+def test_check_fits_names_what_is_wrong() -> None:
+    from agentctx.ledger import Anchor, ReplaceArguments, check_fits
+
+    history = questions(1)
+    with pytest.raises(ConfigError, match="which the AssistantMessage at message 2 does not"):
+        check_fits(ReplaceArguments(anchor(history, 2), "nope", {}, "x"), history)
+    with pytest.raises(ConfigError, match="not the message it names"):
+        check_fits(ReplaceResult(Anchor(3, "bad"), (TextBlock("x"),), "x"), history)
+    check_fits(ReplaceResult(anchor(history, 3), (TextBlock("x"),), "x"), history)
+
+
+# ---------------------------------------------------------------------------------------
+# 15. A corrupt saved ledger: a typed error, and a session that goes on
+
+
+@pytest.mark.parametrize(
+    "saved",
+    ['[{"kind": "Keep", "at": [0, "ab"', "{}", '[{"kind": "ReplaceSpan", "at": [0]}]', "[[1]]"],
+)
+def test_an_unreadable_ledger_is_a_store_error(saved: str) -> None:
+    with pytest.raises(StoreError, match="the saved ledger is unreadable"):
+        Ledger.from_json(saved)
+
+
+async def test_a_session_with_a_corrupt_saved_ledger_starts_over_and_says_so(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteRecallStore(tmp_path / "s.db")
+    store.save_ledger("run-1", '[{"kind": "Keep", "at": [0, "ab"')  # truncated
+    events: list[Event] = []
+    async with ContextManager(100_000, recall=store, session_id="run-1") as ctx:
+        ctx.subscribe(events.append)
+        view = await ctx.prepare(questions(2))
+    warnings = [e for e in events if isinstance(e, CompactionWarning)]
+    assert [w.code for w in warnings] == ["ledger_unreadable"]
+    assert "unreadable" in warnings[0].message and len(view) == 9
+    store.close()
+
+
+# ---------------------------------------------------------------------------------------
+# 5, 6. Only the manager's own cancel ends background work; a summarizer bug is a failure
+
+
+class Misbehaving:
+    """A summarizer whose first call raises ``first``; later calls answer with a briefing."""
+
+    model = "claude-haiku-4-5"
+
+    def __init__(self, first: BaseException | None) -> None:
+        self.first = first
+        self.calls = 0
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        self.calls += 1
+        await anyio.lowlevel.checkpoint()
+        if self.calls == 1 and self.first is not None:
+            raise self.first
+        return SummaryResult(
+            text=BRIEFING, stop_reason="stop", usage=Usage(input_tokens=100, output_tokens=50)
+        )
+
+
+class CustomBase(BaseException):
+    pass
+
+
+def tool_turn(i: int) -> list[Message]:
+    body = "\n".join(f"ok {n}" for n in range(40))
+    return [
+        UserMessage.of(f"run command {i}"),
+        assistant(call(f"call-{i}", "bash", command=f"cmd {i}")),
+        result(f"call-{i}", body, "bash"),
+        AssistantMessage.of(f"done {i}"),
+    ]
+
+
+async def run_until_spliced(ctx: ContextManager, llm: LlmCompaction, turns: int = 40) -> bool:
+    history: list[Message] = [user("the task")]
+    for i in range(turns):
+        history += tool_turn(i)
+        await ctx.prepare(history)
+        for _ in range(5):
+            await anyio.lowlevel.checkpoint()
+        if llm.spend.requests and any(m for m in ctx.ledger.spans if m.reason == "llm"):
+            return True
+    return any(s for s in ctx.ledger.spans if "llm" in s.reason or "brief" in s.reason)
+
+
+@pytest.mark.parametrize(
+    "first",
+    [asyncio.CancelledError(), CustomBase("bug"), GeneratorExit(), RuntimeError("bug")],
+    ids=["stray-cancel", "custom-base-exception", "generator-exit", "exception"],
+)
+async def test_a_summarizer_bug_is_a_failed_request_and_work_goes_on(
+    first: BaseException,
+) -> None:
+    summarizer = Misbehaving(first)
+    llm = LlmCompaction(summarizer, LlmCompactionConfig(trigger_ratio=0.3))
+    events: list[Event] = []
+    body_finished = False
+    async with ContextManager(
+        Budget(context_window=3_000, reserve_output=1_000),
+        strategy=Chain([llm, DeterministicCompaction()]),
+    ) as ctx:
+        ctx.subscribe(events.append)
+
+        async def async_subscriber(event: Event) -> None:
+            await anyio.lowlevel.checkpoint()
+
+        ctx.subscribe(async_subscriber)
+        await run_until_spliced(ctx, llm)
+        body_finished = True
+    assert body_finished  # the caller's own code was never cancelled
+    failed = [e for e in events if isinstance(e, SummaryRejected) and e.reason == "failed"]
+    assert len(failed) == 1 and type(first).__name__ in failed[0].detail
+    assert summarizer.calls >= 2  # background summarization went on after the failure
+    assert llm.spend.requests >= 1
+
+
+@pytest.mark.parametrize("exc", ["KeyboardInterrupt()", "SystemExit(3)"])
+def test_an_interrupt_in_a_summarizer_leaves_as_itself(exc: str) -> None:
+    # In a process of its own: asyncio lets an interrupt out of the event loop at once.
+    code = f"""
+import anyio
+from agentctx import Budget, ContextManager, LlmCompaction, LlmCompactionConfig
+from tests.test_hardening_manager import Misbehaving, run_until_spliced
+
+async def main():
+    llm = LlmCompaction(Misbehaving({exc}), LlmCompactionConfig(trigger_ratio=0.3))
+    budget = Budget(context_window=3_000, reserve_output=1_000)
+    async with ContextManager(budget, strategy=llm) as ctx:
+        await run_until_spliced(ctx, llm)
+        await anyio.sleep(1)
+try:
+    anyio.run(main)
+except {exc.split("(")[0]} as e:
+    print("caught as itself", type(e).__name__)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1]
+    )
+    assert done.stdout.strip() == f"caught as itself {exc.split('(')[0]}", done.stderr
+
+
+# The cancelled task's coroutine was never awaited: Python says so when it is collected.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_cancelling_the_request_task_before_it_starts_is_a_failed_request() -> None:
+    summarizer = ScriptedSummarizer([], default=BRIEFING)
+    llm = LlmCompaction(summarizer, LlmCompactionConfig(trigger_ratio=0.3))
+    events: list[Event] = []
+    async with ContextManager(
+        Budget(context_window=3_000, reserve_output=1_000),
+        strategy=Chain([llm, DeterministicCompaction()]),
+    ) as ctx:
+        ctx.subscribe(events.append)
+
+        async def async_subscriber(event: Event) -> None:
+            await anyio.lowlevel.checkpoint()
+
+        ctx.subscribe(async_subscriber)
+        history: list[Message] = [user("the task")]
+        cancelled = 0
+        for i in range(40):
+            history += tool_turn(i)
+            await ctx.prepare(history)
+            if not cancelled and llm.phase == "in_flight":
+                for task in asyncio.all_tasks():  # before it ever ran
+                    if task.get_name() == "agentctx-llm-compaction":
+                        task.cancel()
+                        cancelled += 1
+            await anyio.sleep(0.01)
+        assert cancelled == 1
+        assert llm.phase != "in_flight" or summarizer.requests
+    failed = [e for e in events if isinstance(e, SummaryRejected) and e.reason == "failed"]
+    assert [e.detail for e in failed] == ["its task was cancelled before it started"]
+    assert summarizer.requests  # later requests were sent
+    assert llm.spend.requests == len(summarizer.requests)
+
+
+# ---------------------------------------------------------------------------------------
+# 3. A briefing that completes while the manager closes is reported, exactly once
+
+
+class ArrivesDuringClose:
+    """A response already on its way: it completes even though the request is cancelled."""
+
+    model = "claude-haiku-4-5"
+
+    def __init__(self) -> None:
+        self.called = anyio.Event()
+        self.release = anyio.Event()
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        self.called.set()
+        with anyio.CancelScope(shield=True):
+            await self.release.wait()
+        return SummaryResult(
+            text=BRIEFING, stop_reason="stop", usage=Usage(input_tokens=100, output_tokens=50)
+        )
+
+
+async def test_a_briefing_completing_during_close_is_reported_once() -> None:
+    summarizer = ArrivesDuringClose()
+    llm = LlmCompaction(summarizer, LlmCompactionConfig(trigger_ratio=0.3))
+    events: list[Event] = []
+    async with (
+        anyio.create_task_group() as tg,
+        ContextManager(Budget(context_window=3_000, reserve_output=1_000), strategy=llm) as ctx,
+    ):
+        ctx.subscribe(events.append)
+        history: list[Message] = [user("the task")]
+        for i in range(40):
+            history += tool_turn(i)
+            await ctx.prepare(history)
+            await anyio.lowlevel.checkpoint()
+            if summarizer.called.is_set():
+                break
+
+        async def release_soon() -> None:
+            await anyio.lowlevel.checkpoint()
+            summarizer.release.set()
+
+        tg.start_soon(release_soon)
+    billed = [e for e in events if isinstance(e, SummaryStale | SummaryRejected) and e.summary]
+    assert llm.spend.requests == 1
+    assert len(billed) == 1 and billed[0].summary is not None
+    assert billed[0].summary.usage == llm.spend.usage
+    assert llm.phase == "idle"
+
+
+def test_outcome_import_is_used() -> None:
+    assert Outcome.reply("x").text == "x"
+
+
+# ---------------------------------------------------------------------------------------
+# 18. A view never goes over the budget unseen; 19. the budget is met wherever it can be
+
+
+def prose(words: int) -> str:
+    vocabulary = ["parser", "budget", "token", "cache", "retry", "config", "module", "review"]
+    return " ".join(vocabulary[(k * 7) % len(vocabulary)] for k in range(words))
+
+
+async def test_dense_new_output_is_counted_in_full_before_it_can_cross_the_budget() -> None:
+    events: list[Event] = []
+    async with ContextManager(
+        Budget(context_window=5_000, reserve_output=1_000), on_over_budget="send"
+    ) as ctx:
+        ctx.subscribe(events.append)
+        history: list[Message] = [user("the task: " + prose(900)), AssistantMessage.of(prose(900))]
+        view = await ctx.prepare(history)
+        ctx.counter.refine(view)
+        ctx.observe(Usage(input_tokens=ctx.counter.count_many(view)))  # as a loop does
+        body = "\n".join(f"ok {n}" for n in range(400))
+        history += [user("run it"), assistant(call("b1", "bash", command="make")),
+                    result("b1", body, "bash")]  # fmt: skip
+        view = await ctx.prepare(history)
+        full = ctx.counter.overhead + sum(ctx.counter.count_full(m) for m in view)
+    over = [e for e in events if type(e).__name__ == "BudgetExceeded"]
+    assert full <= ctx.budget.limit or over
+
+
+async def test_protections_beyond_the_invariants_give_way_before_raising() -> None:
+    history: list[Message] = []
+    async with ContextManager(Budget(context_window=3_000, reserve_output=1_000)) as ctx:
+        for i in range(6):
+            body = "\n".join(f"ok {n}" for n in range(400))
+            history += [user(f"run {i}"), assistant(call(f"b{i}", "bash", command=f"make {i}")),
+                        result(f"b{i}", body, "bash")]  # fmt: skip
+            view = await ctx.prepare(history)  # raised BudgetExceededError from the 3rd call
+            assert ctx.prompt_tokens <= ctx.budget.limit
+            assert_view_ok(view, history)
+            assert texts(view)[-3] == f"run {i}"  # the latest user message, whole
+
+
+async def test_the_error_reports_what_the_protected_messages_take() -> None:
+    from agentctx import BudgetExceededError
+
+    huge = "\n".join(f"{n:08x}" for n in range(3_000))
+    async with ContextManager(Budget(context_window=3_000, reserve_output=1_000)) as ctx:
+        with pytest.raises(BudgetExceededError) as caught:
+            await ctx.prepare([user("the task " + huge)])
+    error = caught.value
+    assert error.protected is not None and error.protected > error.budget
+    assert f"newest turn alone take {error.protected}" in str(error)
