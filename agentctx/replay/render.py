@@ -72,7 +72,7 @@ def _tally(actions: Sequence[str]) -> str:
 
 def _summarizer_line(summaries: Sequence[SummaryStats], session_cost: float) -> str:
     """The summarizer's requests, tokens and cost, and its share of all that was spent
-    (DESIGN §7: at most 5 %), to follow ``summarizer: ``; an unpriced model is estimated at
+    (the target is at most 5 %), to follow ``summarizer: ``; an unpriced model is estimated at
     the default one's prices."""
     if not summaries:
         return "no requests"
