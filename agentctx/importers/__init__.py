@@ -14,6 +14,10 @@ is not what its format needs, raises `TranscriptFormatError` with the file and l
 the format yourself, or options such as Claude Code's ``thread`` or the ``instance`` of an
 OpenHands evaluation output, call the format's module: `agentctx.importers.pi.load`,
 `claude_code.load`, `swe_agent.load`, `openhands.load` / `openhands.load_instances`.
+
+Every loader reads only regular files (a FIFO, a device or a directory is refused before it is
+opened) of at most ``max_bytes`` (`MAX_TRANSCRIPT_BYTES`, 256 MiB, by default); JSON nested too
+deeply for Python's parser and fields of the wrong type raise `TranscriptFormatError` too.
 """
 
 from __future__ import annotations
@@ -22,12 +26,25 @@ import json
 import os
 from typing import Any
 
+from agentctx._check import preview
 from agentctx.errors import UnsupportedMessageError
 from agentctx.importers import claude_code, openhands, pi, swe_agent
-from agentctx.importers._common import RecordedCompaction, Source, Transcript
+from agentctx.importers._common import (
+    MAX_TRANSCRIPT_BYTES,
+    TOO_DEEP,
+    RecordedCompaction,
+    Source,
+    Transcript,
+)
 from agentctx.messages import from_dict
 
-__all__ = ["RecordedCompaction", "Transcript", "detect_format", "load_transcript"]
+__all__ = [
+    "MAX_TRANSCRIPT_BYTES",
+    "RecordedCompaction",
+    "Transcript",
+    "detect_format",
+    "load_transcript",
+]
 
 _PI_TYPES = frozenset(
     {
@@ -60,26 +77,33 @@ _EXPECTED = (
 )
 
 
-def load_transcript(path: str | os.PathLike[str]) -> Transcript:
-    """Read a transcript file of any supported format, detected from its content."""
-    fmt = detect_format(path)
+def load_transcript(
+    path: str | os.PathLike[str], *, max_bytes: int = MAX_TRANSCRIPT_BYTES
+) -> Transcript:
+    """Read a transcript file of any supported format, detected from its content.
+
+    Raises `TranscriptFormatError` (file and line) for anything it cannot read as a
+    transcript: not a regular file, over ``max_bytes``, not UTF-8, bad or too deeply nested
+    JSON, a field of the wrong type; an `OSError` when the file cannot be opened.
+    """
+    fmt = detect_format(path, max_bytes=max_bytes)
     if fmt == "pi":
-        return pi.load(path)
+        return pi.load(path, max_bytes=max_bytes)
     if fmt == "claude-code":
-        return claude_code.load(path)
+        return claude_code.load(path, max_bytes=max_bytes)
     if fmt == "swe-agent":
-        return swe_agent.load(path)
+        return swe_agent.load(path, max_bytes=max_bytes)
     if fmt == "openhands":
-        return openhands.load(path)
-    return _load_neutral(Source(os.fspath(path)))
+        return openhands.load(path, max_bytes=max_bytes)
+    return _load_neutral(Source(os.fspath(path), max_bytes))
 
 
-def detect_format(path: str | os.PathLike[str]) -> str:
+def detect_format(path: str | os.PathLike[str], *, max_bytes: int = MAX_TRANSCRIPT_BYTES) -> str:
     """``"pi"``, ``"claude-code"``, ``"swe-agent"``, ``"openhands"`` or ``"neutral"``.
 
     Raises `TranscriptFormatError` when the content is none of them.
     """
-    src = Source(os.fspath(path))
+    src = Source(os.fspath(path), max_bytes)
     text = _text(src)
     for number, raw in enumerate(text.split("\n"), start=1):
         if not raw.strip():
@@ -88,11 +112,17 @@ def detect_format(path: str | os.PathLike[str]) -> str:
             record = json.loads(raw)
         except json.JSONDecodeError:
             return _whole_file_format(src, text)
+        except RecursionError:
+            raise src.error(number, TOO_DEEP) from None
+        except ValueError as e:  # an integer of more than 4300 digits
+            raise src.error(number, f"{_EXPECTED} ({e})") from None
         if isinstance(record, list):
             return _whole_file_format(src, text)
         if not isinstance(record, dict):
             raise src.error(number, f"{_EXPECTED}, not a JSON {type(record).__name__}")
         kind = record.get("type")
+        if kind is not None and not isinstance(kind, str):
+            raise src.error(number, f"a record with 'type' as a string (found {_kind(kind)})")
         if kind in _PI_TYPES:
             return "pi"
         if kind in _CLAUDE_CODE_TYPES or "sessionId" in record or "parentUuid" in record:
@@ -116,10 +146,7 @@ def _text(src: Source) -> str:
 
 
 def _whole_file_format(src: Source, text: str) -> str:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise src.error(e.lineno, f"{_EXPECTED} ({e.msg})") from None
+    value = src.loads(text, 0, _EXPECTED)
     fmt = _object_format(value) if isinstance(value, dict) else None
     if fmt is not None:
         return fmt
@@ -157,11 +184,71 @@ def _is_openhands_event(item: object) -> bool:
 
 
 def _load_neutral(src: Source) -> Transcript:
-    value: list[dict[str, Any]] = json.loads(_text(src))
+    doc = swe_agent.JsonDocument.parse(src, _text(src), _EXPECTED)
+    value = doc.value
+    if not isinstance(value, list):
+        raise src.error(1, f"{_EXPECTED}, not a JSON {_kind(value)}")
     messages = []
     for i, item in enumerate(value):
+        problem = _neutral_problem(item)
+        if problem is not None:
+            raise doc.error((i,), f"message {i} in agentctx's form with {problem}")
         try:
             messages.append(from_dict(item))
         except (UnsupportedMessageError, TypeError, ValueError) as e:
-            raise src.error(0, f"message {i} in agentctx's form ({e})") from None
+            raise doc.error((i,), f"message {i} in agentctx's form ({e})") from None
     return Transcript(src.path, "neutral", tuple(messages))
+
+
+_USAGE_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "cache_write_1h_tokens",
+)
+_OPTIONAL_TEXT = {
+    "message": ("stop_reason", "model", "tool_name", "tool_call_id", "text"),
+    "block": ("signature", "source", "media_type", "data", "text", "thinking", "id", "name"),
+}
+
+
+def _neutral_problem(item: object) -> str | None:
+    """What a known field of a message in agentctx's form holds that it must not, or None.
+
+    `from_dict` checks what each role needs; these are the fields it takes as they come, which
+    would otherwise carry a wrong type (usage ``"12"``) into token counts and prices.
+    """
+    if not isinstance(item, dict):
+        return f"an object (found {_kind(item)})"
+    for key in _OPTIONAL_TEXT["message"]:
+        if item.get(key) is not None and not isinstance(item[key], str):
+            return f"{key!r} as a string (found {_kind(item[key])})"
+    if item.get("is_error") is not None and not isinstance(item["is_error"], bool):
+        return f"'is_error' as true or false (found {_kind(item['is_error'])})"
+    if item.get("extra") is not None and not isinstance(item["extra"], dict):
+        return f"'extra' as an object (found {_kind(item['extra'])})"
+    usage = item.get("usage")
+    if usage is not None:
+        if not isinstance(usage, dict):
+            return f"'usage' as an object (found {_kind(usage)})"
+        for key, count in usage.items():
+            if key not in _USAGE_KEYS:
+                return f"'usage' keys among {', '.join(_USAGE_KEYS)} (found {preview(key)})"
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                return f"'usage.{key}' as a whole number >= 0 (found {preview(count)})"
+    content = item.get("content")
+    for n, block in enumerate(content if isinstance(content, list) else ()):
+        if not isinstance(block, dict):
+            return f"content block {n} as an object (found {_kind(block)})"
+        for key in _OPTIONAL_TEXT["block"]:
+            if block.get(key) is not None and not isinstance(block[key], str):
+                return f"content block {n} with {key!r} as a string (found {_kind(block[key])})"
+        for key in ("extra", "arguments", "payload"):
+            if block.get(key) is not None and not isinstance(block[key], dict):
+                return f"content block {n} with {key!r} as an object (found {_kind(block[key])})"
+    return None
+
+
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__

@@ -1,8 +1,13 @@
-"""What every importer shares: the `Transcript` result, JSONL reading and strict field access."""
+"""What every importer shares: the `Transcript` result, bounded file reading, JSON parsing that
+names the line of any problem, and strict field access."""
 
 from __future__ import annotations
 
 import json
+import math
+import os
+import re
+import stat
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
@@ -13,7 +18,23 @@ from agentctx.errors import TranscriptFormatError
 if TYPE_CHECKING:
     from agentctx.messages import JSONMap, Message
 
-__all__ = ["Line", "RecordedCompaction", "Source", "Transcript", "as_int", "freeze", "iso_to_ms"]
+__all__ = [
+    "MAX_TRANSCRIPT_BYTES",
+    "Line",
+    "RecordedCompaction",
+    "Source",
+    "Transcript",
+    "as_int",
+    "freeze",
+    "iso_to_ms",
+    "nesting_line",
+]
+
+MAX_TRANSCRIPT_BYTES = 256 * 1024 * 1024
+"""The largest transcript file the importers read (256 MiB); a larger one raises
+`TranscriptFormatError` before it is read. Every loader takes ``max_bytes=`` to change it."""
+
+TOO_DEEP = "JSON nested less deeply (this is too deep for Python's JSON parser)"
 
 _EMPTY: JSONMap = MappingProxyType({})
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -71,17 +92,58 @@ class Line:
 
 
 class Source:
-    """A transcript file being parsed: reads it and builds errors that name file and line."""
+    """A transcript file being parsed: reads it and builds errors that name file and line.
 
-    def __init__(self, path: str) -> None:
+    Only regular files are read (a FIFO would block forever, ``/dev/zero`` never ends) and at
+    most ``max_bytes`` of them; anything else raises `TranscriptFormatError` before reading.
+    A missing or unreadable file raises the `OSError` that says so.
+    """
+
+    def __init__(self, path: str, max_bytes: int = MAX_TRANSCRIPT_BYTES) -> None:
         self.path = path
+        self.max_bytes = max_bytes
 
     def error(self, line: int, expected: str) -> TranscriptFormatError:
         return TranscriptFormatError(self.path, line, expected)
 
     def read_bytes(self) -> bytes:
-        with open(self.path, "rb") as f:
-            return f.read()
+        self._check(os.stat(self.path))  # follows symlinks: a link to /dev/zero is a device
+        # Non-blocking, so that a file swapped for a FIFO after the check cannot hang the
+        # open; fstat then checks what was actually opened.
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+        fd = os.open(self.path, flags)
+        with os.fdopen(fd, "rb") as f:
+            self._check(os.fstat(fd))
+            data = f.read(self.max_bytes + 1)
+        if len(data) > self.max_bytes:
+            raise self._too_big(len(data))
+        return data
+
+    def _check(self, info: os.stat_result) -> None:
+        if not stat.S_ISREG(info.st_mode):
+            raise self.error(0, f"a regular file, not {_file_kind(info.st_mode)}")
+        if info.st_size > self.max_bytes:
+            raise self._too_big(info.st_size)
+
+    def _too_big(self, size: int) -> TranscriptFormatError:
+        return self.error(
+            0,
+            f"a file of at most {self.max_bytes} bytes (max_bytes), not one of "
+            f"{'over ' if size == self.max_bytes + 1 else ''}{size} bytes",
+        )
+
+    def loads(self, text: str | bytes, line: int, expected: str) -> Any:
+        """``text`` parsed as JSON; bad JSON, too deep nesting or a number Python will not
+        convert raises `TranscriptFormatError` at ``line`` (0: the line is found in ``text``)."""
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as e:
+            raise self.error(line or e.lineno, f"{expected} ({e.msg})") from None
+        except RecursionError:
+            where = line or nesting_line(text if isinstance(text, str) else "")
+            raise self.error(where, TOO_DEEP) from None
+        except ValueError as e:  # an integer of more than 4300 digits
+            raise self.error(line, f"{expected} ({e})") from None
 
     def read_jsonl(self) -> list[Line]:
         """Every non-blank line as a JSON object; raises on bad JSON or an empty file."""
@@ -92,11 +154,10 @@ class Source:
             if not raw.strip():
                 continue
             try:
-                value = json.loads(raw.decode("utf-8"))
+                text = raw.decode("utf-8")
             except UnicodeDecodeError:
                 raise self.error(number, "UTF-8 text") from None
-            except json.JSONDecodeError as e:
-                raise self.error(number, f"one JSON object per line ({e.msg})") from None
+            value = self.loads(text, number, "one JSON object per line")
             if not isinstance(value, dict):
                 raise self.error(number, f"a JSON object, not {type(value).__name__}")
             lines.append(Line(number, value))
@@ -112,6 +173,35 @@ class Source:
             found = "missing" if value is None else type(value).__name__
             raise self.error(line, f"{where} with {key!r} as {_kind_name(kind)} ({found})")
         return value
+
+
+def _file_kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
+
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def nesting_line(text: str) -> int:
+    """The 1-based line of ``text`` where its JSON nesting is deepest (1 when unknown)."""
+    depth = deepest = 0
+    at = 0
+    for token in _JSON_TOKEN.finditer(text):
+        mark = token.group()
+        if mark in ("[", "{"):
+            depth += 1
+            if depth > deepest:
+                deepest, at = depth, token.start()
+        elif mark in ("]", "}"):
+            depth -= 1
+    return text.count("\n", 0, at) + 1
 
 
 def _kind_name(kind: type) -> str:
@@ -140,7 +230,12 @@ def iso_to_ms(value: object) -> int | None:
 
 
 def as_int(value: object) -> int:
-    """A token count from JSON; absent or malformed counts are 0 (aborted turns report none)."""
+    """A token count from JSON; absent or malformed counts are 0 (aborted turns report none).
+
+    Malformed: not a number, a bool, negative, infinite or NaN.
+    """
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0
-    return int(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return 0
+    return max(0, int(value))

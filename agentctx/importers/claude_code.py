@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from agentctx.importers._common import (
+    MAX_TRANSCRIPT_BYTES,
     Line,
     RecordedCompaction,
     Source,
@@ -61,13 +62,21 @@ _STOP_REASONS = {"end_turn": "stop", "tool_use": "tool_use", "max_tokens": "leng
 _CONVERSATION = frozenset({"user", "assistant"})
 
 
-def load(path: str | os.PathLike[str], *, thread: Thread = "auto") -> Transcript:
-    """Read a Claude Code JSONL file; raises `TranscriptFormatError` naming the bad line."""
-    src = Source(os.fspath(path))
+def load(
+    path: str | os.PathLike[str],
+    *,
+    thread: Thread = "auto",
+    max_bytes: int = MAX_TRANSCRIPT_BYTES,
+) -> Transcript:
+    """Read a Claude Code JSONL file; raises `TranscriptFormatError` naming the bad line.
+
+    Files over ``max_bytes`` and anything but a regular file are refused before reading.
+    """
+    src = Source(os.fspath(path), max_bytes)
     lines = src.read_jsonl()
     if thread == "auto":
         main = any(
-            line.data.get("type") in _CONVERSATION and line.data.get("isSidechain") is not True
+            _type(line) in _CONVERSATION and line.data.get("isSidechain") is not True
             for line in lines
         )
         thread = "main" if main else "sidechains"
@@ -80,6 +89,11 @@ def load(path: str | os.PathLike[str], *, thread: Thread = "auto") -> Transcript
         reader.record(line)
     reader.flush()
     return Transcript(src.path, "claude-code", tuple(reader.messages), tuple(reader.compactions))
+
+
+def _type(line: Line) -> str | None:
+    kind = line.data.get("type")
+    return kind if isinstance(kind, str) else None
 
 
 def _by_conversation(lines: list[Line]) -> list[Line]:
@@ -145,6 +159,9 @@ class _Reader:
 
     def record(self, line: Line) -> None:
         kind = line.data.get("type")
+        if kind is not None and not isinstance(kind, str):
+            found = type(kind).__name__
+            raise self.src.error(line.number, f"a record with 'type' as a string (found {found})")
         if kind == "assistant":
             self.assistant(line)
         elif kind == "user":

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentctx.importers._common import (
+    MAX_TRANSCRIPT_BYTES,
     RecordedCompaction,
     Source,
     Transcript,
@@ -133,22 +134,27 @@ _NOT_ARGUMENTS = frozenset(
 _V1_RESULTS = frozenset({"ObservationEvent", "UserRejectObservation", "AgentErrorEvent"})
 
 
-def load(path: str | os.PathLike[str], *, instance: int = 0) -> Transcript:
+def load(
+    path: str | os.PathLike[str], *, instance: int = 0, max_bytes: int = MAX_TRANSCRIPT_BYTES
+) -> Transcript:
     """Read one conversation; raises `TranscriptFormatError` naming the line of the bad part.
 
     ``instance`` is the 0-based line of an evaluation output; other layouts hold one
-    conversation, instance 0.
+    conversation, instance 0. Files over ``max_bytes`` and anything but a regular file are
+    refused before reading.
     """
-    src = Source(os.fspath(path))
+    src = Source(os.fspath(path), max_bytes)
     runs = _runs(src)
     if not 0 <= instance < len(runs):
         raise src.error(0, f"an OpenHands file with an instance {instance} (it has {len(runs)})")
     return runs[instance].read(src)
 
 
-def load_instances(path: str | os.PathLike[str]) -> tuple[Transcript, ...]:
+def load_instances(
+    path: str | os.PathLike[str], *, max_bytes: int = MAX_TRANSCRIPT_BYTES
+) -> tuple[Transcript, ...]:
     """Every conversation of the file, in order: one per line of an evaluation output."""
-    src = Source(os.fspath(path))
+    src = Source(os.fspath(path), max_bytes)
     return tuple(run.read(src) for run in _runs(src))
 
 
@@ -211,7 +217,7 @@ def _is_jsonl(text: str) -> bool:
         return False
     try:
         json.loads(lines[0])
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # the whole-file parse says what is wrong
         return False
     return True
 

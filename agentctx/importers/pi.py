@@ -20,6 +20,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from agentctx.importers._common import (
+    MAX_TRANSCRIPT_BYTES,
     Line,
     RecordedCompaction,
     Source,
@@ -59,9 +60,12 @@ _STOP_REASONS = {
 }
 
 
-def load(path: str | os.PathLike[str]) -> Transcript:
-    """Read a pi session file; raises `TranscriptFormatError` naming the bad line."""
-    src = Source(os.fspath(path))
+def load(path: str | os.PathLike[str], *, max_bytes: int = MAX_TRANSCRIPT_BYTES) -> Transcript:
+    """Read a pi session file; raises `TranscriptFormatError` naming the bad line.
+
+    Files over ``max_bytes`` and anything but a regular file are refused before reading.
+    """
+    src = Source(os.fspath(path), max_bytes)
     lines = src.read_jsonl()
     header = lines[0].data if lines[0].data.get("type") == "session" else None
     entries = lines[1:] if header is not None else lines
@@ -130,6 +134,9 @@ class _Reader:
         self.positions[key] = len(self.messages)
         data, number = line.data, line.number
         kind = data.get("type")
+        if kind is not None and not isinstance(kind, str):
+            found = type(kind).__name__
+            raise self.src.error(number, f"an entry with 'type' as a string (found {found})")
         entry_ms = iso_to_ms(data.get("timestamp"))
         if kind == "message":
             message = self.message(

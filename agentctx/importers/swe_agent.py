@@ -38,7 +38,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
-from agentctx.importers._common import Source, Transcript, freeze
+from agentctx.importers._common import MAX_TRANSCRIPT_BYTES, Source, Transcript, freeze
 from agentctx.messages import (
     AssistantContent,
     AssistantMessage,
@@ -67,9 +67,12 @@ JsonPath: TypeAlias = tuple[str | int, ...]
 _EXPECTED = "a SWE-agent trajectory (one JSON object with a 'history' list)"
 
 
-def load(path: str | os.PathLike[str]) -> Transcript:
-    """Read a ``.traj`` file; raises `TranscriptFormatError` naming the line of the bad part."""
-    src = Source(os.fspath(path))
+def load(path: str | os.PathLike[str], *, max_bytes: int = MAX_TRANSCRIPT_BYTES) -> Transcript:
+    """Read a ``.traj`` file; raises `TranscriptFormatError` naming the line of the bad part.
+
+    Files over ``max_bytes`` and anything but a regular file are refused before reading.
+    """
+    src = Source(os.fspath(path), max_bytes)
     doc = JsonDocument.read(src, _EXPECTED)
     data = doc.value
     if not isinstance(data, dict):
@@ -110,7 +113,7 @@ def _agent_config(config: object) -> dict[str, Any]:
     if isinstance(config, str):  # older runs store the replay config as JSON text
         try:
             config = json.loads(config)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # bad or too deeply nested JSON text
             return {}
     agent = config.get("agent") if isinstance(config, dict) else None
     return agent if isinstance(agent, dict) else {}
@@ -282,7 +285,7 @@ def parse_arguments(value: object) -> tuple[dict[str, Any], dict[str, Any]]:
     if isinstance(value, str):
         try:
             parsed = json.loads(value)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # bad or too deeply nested JSON text
             parsed = None
         if isinstance(parsed, dict):
             return parsed, {}
@@ -363,12 +366,8 @@ class JsonDocument:
 
     @classmethod
     def parse(cls, src: Source, text: str, expected: str) -> JsonDocument:
-        """Parse the text of ``src``; bad JSON raises with its line."""
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise src.error(e.lineno, f"{expected} ({e.msg})") from None
-        return cls(src, text, value)
+        """Parse the text of ``src``; bad or too deeply nested JSON raises with its line."""
+        return cls(src, text, src.loads(text, 0, expected))
 
     @staticmethod
     def decode(src: Source, expected: str) -> str:
