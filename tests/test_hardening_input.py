@@ -42,6 +42,7 @@ from agentctx.messages import AssistantMessage, Message, Usage, UserMessage, to_
 from agentctx.pricing import Price
 from agentctx.recall import MemoryRecallStore, SQLiteRecallStore, recall_tool
 from agentctx.recall.tool import MAX_LIMIT
+from agentctx.replay.cli import main
 from agentctx.strategies import (
     BudgetPass,
     CondensePass,
@@ -672,3 +673,82 @@ def test_any_field_of_a_real_transcript_set_to_a_wrong_type_is_no_traceback(
             load_transcript(path)
         except TranscriptFormatError as e:
             assert e.path == str(path) and e.expected
+
+
+# ---------------------------------------------------------------------------------------
+# The command line (item 14): every input error is one line on stderr and exit status 2
+
+
+def bad_inputs(folder: Path) -> dict[str, Path]:
+    """Transcript files that each broke the importers, by name."""
+    files = {
+        "type-list": ('{"type": []}\n', "t.jsonl"),
+        "deep": ("[" * 200_000 + "]" * 200_000, "deep.json"),
+        "neutral-usage": (
+            json.dumps([{"role": "assistant", "content": [], "usage": {"input_tokens": "12"}}]),
+            "n.json",
+        ),
+        "huge-int": ("[" + "1" * 5000 + "]", "i.json"),
+        "not-utf8": ("", "b.jsonl"),
+    }
+    paths = {}
+    for name, (text, file) in files.items():
+        path = folder / file
+        path.write_text(text, "utf-8")
+        paths[name] = path
+    paths["not-utf8"].write_bytes(b'{"type": "\xff"}\n')
+    zero = folder / "zero.jsonl"
+    zero.symlink_to("/dev/zero")
+    paths["dev-zero"] = zero
+    paths["directory"] = folder
+    paths["missing"] = folder / "missing.jsonl"
+    return paths
+
+
+def test_cli_input_errors_are_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, path in bad_inputs(tmp_path).items():
+        assert main(["replay", str(path)]) == 2, name
+        out, err = capsys.readouterr()
+        assert err.startswith("agentctx: ") and err.count("\n") == 1, (name, err)
+        assert "Traceback" not in err and not out, name
+    assert main(["replay", "--context-window", "1000"]) == 2
+    err = capsys.readouterr().err
+    assert "reserve_output=8000, context_window=1000" in err and err.count("\n") == 1
+
+    def raising(error: BaseException) -> Any:
+        def load(path: object) -> Any:
+            raise error
+
+        return load
+
+    for error in (
+        MemoryError(),
+        RecursionError("maximum recursion depth exceeded\nwhile decoding"),
+        TranscriptFormatError("a\nb.jsonl", 3, "an object"),
+    ):
+        monkeypatch.setattr("agentctx.replay.cli.load_transcript", raising(error))
+        assert main(["replay", "x.jsonl"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("agentctx: ") and err.count("\n") == 1, err
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_cli_input_errors_from_python_m_agentctx(tmp_path: Path) -> None:
+    paths = bad_inputs(tmp_path)
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    chosen = [fifo, paths["deep"], paths["dev-zero"], paths["type-list"]]
+    for path in chosen:
+        done = subprocess.run(
+            [sys.executable, "-m", "agentctx", "replay", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=Path(__file__).parents[1],
+        )
+        assert done.returncode == 2, (path, done.stderr)
+        assert done.stderr.startswith("agentctx: ") and done.stderr.count("\n") == 1, done.stderr
+        assert "Traceback" not in done.stderr and done.stdout == ""

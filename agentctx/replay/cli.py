@@ -289,8 +289,11 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None) -
             out = sys.stdout if console is None else cast("TextIO", console.file)
             return anyio.run(lambda: run_demo(budget, out))
         return _replay(args, console if console is not None else _terminal_console())
-    except (AgentCtxError, OSError, ValueError) as exc:
-        print(f"agentctx: {exc}", file=sys.stderr)
+    except (AgentCtxError, OSError, ValueError, RecursionError, MemoryError) as exc:
+        # One line whatever the error holds (a path or a parser message with a newline in
+        # it, or no message at all, like MemoryError's): never a traceback.
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"agentctx: {text}", file=sys.stderr)
         return 2
 
 
