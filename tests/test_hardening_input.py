@@ -61,7 +61,6 @@ from .corpus import corpus_file
 # ---------------------------------------------------------------------------------------
 # The recall_context tool (items 7, 8, 13)
 
-RID = re.compile(r"ctx-[0-9a-f]{16}")
 # Any answer: at most a page, plus its header.
 BOUND = MAX_LIMIT + 1_000
 
