@@ -1,0 +1,567 @@
+"""agentctx for pydantic-ai: a capability that sends compacted views and leaves the history whole.
+
+```python
+from pydantic_ai import Agent
+
+from agentctx import Budget, ContextManager
+from agentctx.integrations.pydantic_ai import AgentCtxCapability
+
+agent = Agent("anthropic:claude-sonnet-4-5", tools=[read_file])
+async with ContextManager(Budget(context_window=200_000)) as ctx:  # one per conversation
+    result = await agent.run(task, capabilities=[AgentCtxCapability(ctx)])
+    more = await agent.run(follow_up, message_history=result.all_messages(),
+                           capabilities=[AgentCtxCapability(ctx)])
+```
+
+Before every attempt at a model request (``prepare_model_request``, once the serving model is
+known) the capability converts the run's whole history with `from_pydantic_ai`, calls
+``ctx.prepare`` on it and sends `to_pydantic_ai` of the view. Only the request changes: the
+run's history (``result.all_messages()``) stays complete, so pass it back in as usual. After
+each response its usage goes to ``ctx.observe``. Give the agent (or each run) the capability
+of that conversation's manager; enter the manager yourself, around the runs, on the event
+loop they run on: ``agent.run``, ``agent.iter`` and ``agent.run_stream`` are supported, and so
+is ``agent.run_sync`` with a manager that is not entered (deterministic strategies only, as
+background summaries need ``async with``).
+
+Conversion: each `ModelResponse` is one `AssistantMessage`, a block per part (`TextPart` a
+`TextBlock`, `ThinkingPart` a `ThinkingBlock` with its signature, or a `RedactedThinkingBlock`
+when it only has a signature, `ToolCallPart` a `ToolCall`, any other part an `OpaqueBlock`).
+Each `ModelRequest` gives a `ToolResultMessage` per `ToolReturnPart` (and per retry that
+answers a tool call), then a `UserMessage` per `UserPromptPart` (and per retry feedback).
+System prompts, instruction and settings records, and parts agentctx does not know ride along
+with their request untouched; a request with none of the parts above is one `UserMessage` of
+opaque blocks. Every neutral message names where it came from in ``extra["pydantic_ai"]``,
+and `to_pydantic_ai` maps the view back onto the history it was prepared from: a message the
+view did not change is the very object of the history; a changed one is a copy with only the
+changed parts replaced (a tool return's content, a call's arguments, dropped thinking); a
+summary is a `UserPromptPart` in the request it follows. So
+``to_pydantic_ai(from_pydantic_ai(h), h) == h``, message for message.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from agentctx.errors import MissingExtraError, UnsupportedMessageError
+from agentctx.messages import (
+    AssistantContent,
+    AssistantMessage,
+    ImageBlock,
+    Message,
+    OpaqueBlock,
+    RedactedThinkingBlock,
+    SummaryMessage,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResultContent,
+    ToolResultMessage,
+    Usage,
+    UserContent,
+    UserMessage,
+    fingerprint,
+    text_of,
+)
+
+try:
+    # Imported first, so that a missing framework is named as itself.
+    import pydantic_ai  # noqa: F401
+    import pydantic_core
+    from pydantic_ai.capabilities import AbstractCapability
+    from pydantic_ai.messages import (
+        ERROR_OUTCOMES,
+        BinaryContent,
+        ImageUrl,
+        ModelMessage,
+        ModelRequest,
+        ModelRequestPart,
+        ModelResponse,
+        ModelResponsePart,
+        RetryFeedbackPart,
+        RetryPromptPart,
+        TextContent,
+        TextPart,
+        ThinkingPart,
+        ToolCallPart,
+        ToolReturnPart,
+        UserPromptPart,
+    )
+except ImportError as exc:
+    raise MissingExtraError("pydantic-ai", exc.name, needed_by=__name__) from exc
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from pydantic_ai.messages import UserContent as PydanticUserContent
+    from pydantic_ai.models import ModelRequestContext
+    from pydantic_ai.tools import RunContext
+    from pydantic_ai.usage import RequestUsage
+
+    from agentctx.manager import ContextManager
+
+__all__ = ["KEY", "PROVIDER", "AgentCtxCapability", "from_pydantic_ai", "to_pydantic_ai"]
+
+KEY = "pydantic_ai"
+"""The ``extra`` key naming where a neutral message or block came from: ``[message, part]``
+for a request's part, ``[message]`` for a response or a whole request, a part index on a block."""
+PROVIDER = "pydantic_ai"
+"""The ``provider`` of the `OpaqueBlock` for a part agentctx does not model."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_NO_CONTENT = MappingProxyType({"parts": 0})
+
+
+# ---------------------------------------------------------------------------------------
+# pydantic-ai -> neutral
+
+
+def _extra(key: object, stamp: datetime | None) -> Mapping[str, Any]:
+    extra: dict[str, Any] = {KEY: key}
+    if isinstance(stamp, datetime):
+        # Epoch milliseconds: what age-based strategies read (`ContextManager`'s ``clock``).
+        extra["timestamp"] = int(stamp.timestamp() * 1000)
+    return MappingProxyType(extra)
+
+
+def _dump(part: object, j: int) -> Mapping[str, Any]:
+    """A part as JSON, for an opaque block: what it costs, and which part it is."""
+    dumped = pydantic_core.to_jsonable_python(part, bytes_mode="base64", fallback=repr)
+    return MappingProxyType({KEY: j, "part": dumped})
+
+
+def _user_blocks(content: str | Sequence[Any]) -> tuple[UserContent, ...]:
+    if isinstance(content, str):
+        return (TextBlock(content),)
+    blocks: list[UserContent] = []
+    for n, item in enumerate(content):
+        if isinstance(item, str):
+            blocks.append(TextBlock(item))
+        elif isinstance(item, TextContent):
+            blocks.append(TextBlock(item.content))
+        elif isinstance(item, ImageUrl):
+            blocks.append(ImageBlock(item.media_type, item.url, "url"))
+        elif isinstance(item, BinaryContent) and item.is_image:
+            blocks.append(ImageBlock(item.media_type, item.base64))
+        else:
+            blocks.append(OpaqueBlock(PROVIDER, _dump(item, n)))
+    return tuple(blocks)
+
+
+def _tool_return(i: int, j: int, part: ToolReturnPart) -> ToolResultMessage:
+    text = part.model_response_str(wrap_if_error=False)
+    blocks: list[ToolResultContent] = [TextBlock(text)] if text else []
+    blocks += [b for b in _user_blocks(part.files) if not isinstance(b, TextBlock)]
+    is_error = part.outcome in ERROR_OUTCOMES
+    return ToolResultMessage(
+        part.tool_call_id, tuple(blocks), part.tool_name, is_error, _extra([i, j], part.timestamp)
+    )
+
+
+def _request_part(i: int, j: int, part: ModelRequestPart) -> Message | None:
+    """The neutral message of one request part; ``None`` for parts that ride along."""
+    if isinstance(part, ToolReturnPart):
+        return _tool_return(i, j, part)
+    if isinstance(part, RetryPromptPart):
+        text = part.model_response()
+        extra = _extra([i, j], part.timestamp)
+        if part.tool_name is not None:
+            return ToolResultMessage(
+                part.tool_call_id, (TextBlock(text),), part.tool_name, True, extra
+            )
+        return UserMessage((TextBlock(text),), extra)
+    if isinstance(part, RetryFeedbackPart):
+        return UserMessage((TextBlock(part.model_response()),), _extra([i, j], part.timestamp))
+    if isinstance(part, UserPromptPart):
+        return UserMessage(_user_blocks(part.content), _extra([i, j], part.timestamp))
+    return None
+
+
+def _request(i: int, m: ModelRequest) -> list[Message]:
+    results: list[Message] = []
+    users: list[Message] = []
+    for j, part in enumerate(m.parts):
+        n = _request_part(i, j, part)
+        if n is not None:
+            # Tool results first, as every provider wants them right after their calls.
+            (results if isinstance(n, ToolResultMessage) else users).append(n)
+    if not results and not users:
+        # Nothing conversational (only system prompts or records): one opaque stand-in keeps
+        # the request in its place in the view.
+        blocks = tuple(OpaqueBlock(PROVIDER, _dump(p, j)) for j, p in enumerate(m.parts))
+        users.append(
+            UserMessage(blocks or (OpaqueBlock(PROVIDER, _NO_CONTENT),), _extra([i], None))
+        )
+    return results + users
+
+
+def _response_block(j: int, part: ModelResponsePart) -> AssistantContent:
+    key = MappingProxyType({KEY: j})
+    if isinstance(part, TextPart):
+        return TextBlock(part.content, key)
+    if isinstance(part, ThinkingPart):
+        if not part.content and part.signature is not None:
+            return RedactedThinkingBlock(part.signature, key)
+        return ThinkingBlock(part.content, part.signature, key)
+    if isinstance(part, ToolCallPart):
+        return ToolCall(part.tool_call_id, part.tool_name, part.args_as_dict(), key)
+    return OpaqueBlock(PROVIDER, _dump(part, j))
+
+
+def _response(i: int, m: ModelResponse) -> AssistantMessage:
+    blocks = tuple(_response_block(j, p) for j, p in enumerate(m.parts))
+    # Usage and model stay out: pydantic-ai fills them in while the response is recorded, and
+    # a neutral message must not change once agentctx has seen it.
+    reason = "tool_use" if any(isinstance(b, ToolCall) for b in blocks) else "stop"
+    return AssistantMessage(blocks, reason, extra=_extra([i], m.timestamp))
+
+
+def _convert(i: int, m: ModelMessage) -> list[Message]:
+    if isinstance(m, ModelResponse):
+        return [_response(i, m)]
+    if isinstance(m, ModelRequest):
+        return _request(i, m)
+    raise UnsupportedMessageError(i, f"pydantic-ai message of type {type(m).__name__}")
+
+
+def from_pydantic_ai(messages: Sequence[ModelMessage]) -> list[Message]:
+    """Neutral messages for a pydantic-ai message history (see the module docstring).
+
+    Raises `UnsupportedMessageError` (with the index) for an item that is no `ModelRequest`
+    or `ModelResponse`.
+    """
+    out: list[Message] = []
+    for i, m in enumerate(messages):
+        out.extend(_convert(i, m))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# neutral -> pydantic-ai
+
+
+def _user_content(blocks: Sequence[object]) -> str | list[PydanticUserContent]:
+    """Neutral content as a prompt's (or a tool return's) content: a str when all text."""
+    if all(isinstance(b, TextBlock) for b in blocks):
+        return text_of(blocks)  # type: ignore[arg-type]
+    items: list[PydanticUserContent] = []
+    for b in blocks:
+        if isinstance(b, TextBlock):
+            items.append(b.text)
+        elif isinstance(b, ImageBlock) and b.source == "url":
+            items.append(ImageUrl(b.data, media_type=b.media_type or None))
+        elif isinstance(b, ImageBlock):
+            try:
+                data = base64.b64decode(b.data, validate=True)
+            except (binascii.Error, ValueError):
+                raise UnsupportedMessageError(None, "image block with bad base64 data") from None
+            items.append(BinaryContent(data, media_type=b.media_type))
+        # An opaque block here was not made from this history; nothing to rebuild it from.
+    return items
+
+
+def _key(extra: Mapping[str, Any]) -> tuple[int, ...] | None:
+    key = extra.get(KEY)
+    if isinstance(key, list | tuple) and all(type(k) is int for k in key):
+        return tuple(key)
+    return None
+
+
+class _History:
+    """One history, its neutral messages, and where each came from."""
+
+    def __init__(self, messages: Sequence[ModelMessage], neutral: Sequence[Message]) -> None:
+        self.messages = messages
+        self.neutral = neutral
+        self.at: dict[tuple[int, ...], Message] = {}
+        self.own: dict[int, set[int]] = {}  # request index -> parts with a neutral message
+        for m in neutral:
+            key = _key(m.extra)
+            if key is not None:
+                self.at[key] = m
+                if len(key) == 2:
+                    self.own.setdefault(key[0], set()).add(key[1])
+
+    def original(self, m: Message, kind: type) -> tuple[tuple[int, ...], Any] | None:
+        """(key, message of the history) for a view message made from this history."""
+        key = _key(m.extra)
+        if key is None or key not in self.at or not 0 <= key[0] < len(self.messages):
+            return None
+        source = self.messages[key[0]]
+        return (key, source) if isinstance(source, kind) else None
+
+    def unchanged(self, m: Message, key: tuple[int, ...]) -> bool:
+        o = self.at[key]
+        return m is o or fingerprint(m) == fingerprint(o)
+
+
+def _stamp(out: Sequence[ModelMessage], messages: Sequence[ModelMessage]) -> datetime:
+    """A deterministic timestamp for a message agentctx made: the one before it, if any."""
+    for m in reversed(out):
+        if m.timestamp is not None:
+            return m.timestamp
+    for m in messages:
+        if m.timestamp is not None:
+            return m.timestamp
+    return _EPOCH
+
+
+def _changed_part(m: Message, part: ModelRequestPart) -> ModelRequestPart:
+    """``part`` as the view changed it (its content, or the id `repair` renamed)."""
+    if isinstance(m, ToolResultMessage):
+        content = _user_content(m.content)
+        if type(part) is ToolReturnPart:
+            # mypy does not narrow a generic class by ``type() is``; it is the plain class.
+            plain = cast("ToolReturnPart[Any]", part)
+            return dataclasses.replace(plain, content=content, tool_call_id=m.tool_call_id)
+        if isinstance(part, ToolReturnPart):
+            # A typed return (tool search, capability load) has content of a set shape, which
+            # agentctx's text is not: it goes back as a plain return.
+            return ToolReturnPart(
+                part.tool_name,
+                content,
+                m.tool_call_id,
+                metadata=part.metadata,
+                timestamp=part.timestamp,
+                outcome=part.outcome,
+            )
+        if isinstance(part, RetryPromptPart):
+            # What pydantic-ai makes of a retry that answers a call (the class is deprecated).
+            return ToolReturnPart(
+                part.tool_name or m.tool_name or "",
+                content,
+                m.tool_call_id,
+                outcome="retried",
+                timestamp=part.timestamp,
+            )
+    if isinstance(m, UserMessage):
+        if isinstance(part, UserPromptPart):
+            return dataclasses.replace(part, content=_user_content(m.content))
+        if isinstance(part, RetryFeedbackPart):
+            return dataclasses.replace(part, content=text_of(m.content))
+        if isinstance(part, RetryPromptPart):
+            return UserPromptPart(text_of(m.content), timestamp=part.timestamp)
+    return part
+
+
+def _new_part(m: Message, stamp: datetime) -> ModelRequestPart:
+    """A request part for a message agentctx made (a summary, a stub result)."""
+    if isinstance(m, SummaryMessage):
+        return UserPromptPart(m.text, timestamp=stamp)
+    if isinstance(m, ToolResultMessage):
+        outcome: Literal["failed", "success"] = "failed" if m.is_error else "success"
+        return ToolReturnPart(
+            m.tool_name or "",
+            _user_content(m.content),
+            m.tool_call_id,
+            outcome=outcome,
+            timestamp=stamp,
+        )
+    return UserPromptPart(_user_content(m.content), timestamp=stamp)
+
+
+def _requests(run: Sequence[Message], h: _History, out: list[ModelMessage]) -> list[ModelMessage]:
+    """The requests for a run of user-side view messages (between two responses)."""
+    groups: list[tuple[int | None, list[Message]]] = []
+    for m in run:
+        found = h.original(m, ModelRequest)
+        i = found[0][0] if found is not None else None
+        if groups and (i is None or groups[-1][0] == i or groups[-1][0] is None):
+            if groups[-1][0] is None and i is not None:
+                groups[-1] = (i, groups[-1][1])
+            groups[-1][1].append(m)
+        else:
+            groups.append((i, [m]))
+    requests: list[ModelMessage] = []
+    for i, members in groups:
+        stamp = _stamp([*out, *requests], h.messages)
+        if i is None:
+            requests.append(ModelRequest([_new_part(m, stamp) for m in members], timestamp=stamp))
+            continue
+        requests.append(_request_back(i, members, h, stamp))
+    return requests
+
+
+def _request_back(i: int, members: Sequence[Message], h: _History, stamp: datetime) -> ModelRequest:
+    source = h.messages[i]
+    assert isinstance(source, ModelRequest)
+    before: list[ModelRequestPart] = []  # agentctx's messages ahead of this request's own
+    after: list[ModelRequestPart] = []
+    mine: dict[int, ModelRequestPart] = {}
+    whole = False
+    for m in members:
+        key = _key(m.extra)
+        if key is None or key not in h.at or key[0] != i:
+            (after if mine or whole else before).append(_new_part(m, stamp))
+        elif len(key) == 1:
+            whole = True
+        else:
+            part = source.parts[key[1]]
+            mine[key[1]] = part if h.unchanged(m, key) else _changed_part(m, part)
+    own = h.own.get(i, set())
+    parts: list[ModelRequestPart] = []
+    for j, part in enumerate(source.parts):
+        if j in mine:
+            parts.append(mine[j])
+        elif whole or j not in own:
+            parts.append(part)  # rides along with its request
+    parts = before + parts + after
+    if len(parts) == len(source.parts) and all(map(_same, parts, source.parts)):
+        return source
+    return dataclasses.replace(source, parts=parts)
+
+
+def _same(a: object, b: object) -> bool:
+    return a is b
+
+
+def _changed_block(b: AssistantContent, was: AssistantContent, part: Any) -> Any:
+    if isinstance(b, ToolCall) and isinstance(part, ToolCallPart):
+        args = part.args
+        if isinstance(was, ToolCall) and b.arguments != was.arguments:
+            new = dict(b.arguments)
+            args = pydantic_core.to_json(new).decode() if isinstance(args, str) else new
+        return dataclasses.replace(part, tool_call_id=b.id, args=args)
+    if isinstance(b, TextBlock) and isinstance(part, TextPart):
+        # A stored item id would make the provider use its own copy of the old text.
+        return dataclasses.replace(part, content=b.text, id=None)
+    return part
+
+
+def _response_back(m: AssistantMessage, h: _History, stamp: datetime) -> ModelResponse:
+    found = h.original(m, ModelResponse)
+    if found is not None and h.unchanged(m, found[0]):
+        return found[1]  # type: ignore[no-any-return]
+    source: ModelResponse | None = found[1] if found is not None else None
+    was = h.at[found[0]] if found is not None else None
+    parts: list[ModelResponsePart] = []
+    for b in m.content:
+        j = (b.payload if isinstance(b, OpaqueBlock) else b.extra).get(KEY)
+        if (
+            source is not None
+            and isinstance(was, AssistantMessage)
+            and type(j) is int
+            and 0 <= j < len(source.parts)
+        ):
+            old = was.content[j]
+            part = source.parts[j]
+            parts.append(part if b == old else _changed_block(b, old, part))
+        elif isinstance(b, TextBlock):
+            parts.append(TextPart(b.text))
+        elif isinstance(b, ToolCall):
+            parts.append(ToolCallPart(b.name, dict(b.arguments), b.id))
+        # Reasoning and opaque blocks need their provider's fields: not made up here.
+    if source is not None:
+        return dataclasses.replace(source, parts=parts)
+    return ModelResponse(parts, timestamp=stamp)
+
+
+def _back(view: Sequence[Message], h: _History) -> list[ModelMessage]:
+    out: list[ModelMessage] = []
+    run: list[Message] = []
+    for m in view:
+        if isinstance(m, AssistantMessage):
+            out += _requests(run, h, out)
+            run = []
+            out.append(_response_back(m, h, _stamp(out, h.messages)))
+        else:
+            run.append(m)
+    out += _requests(run, h, out)
+    return out
+
+
+def to_pydantic_ai(view: Sequence[Message], messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+    """The pydantic-ai messages to send for ``view``, a view prepared from ``messages``.
+
+    Messages the view left as they were are the objects of ``messages`` themselves; see the
+    module docstring for the rest.
+    """
+    return _back(view, _History(messages, from_pydantic_ai(messages)))
+
+
+# ---------------------------------------------------------------------------------------
+# The capability
+
+
+def _usage(u: RequestUsage) -> Usage:
+    # pydantic-ai counts cache reads and writes inside input_tokens; agentctx's input is the
+    # uncached part.
+    uncached = max(0, u.input_tokens - u.cache_read_tokens - u.cache_write_tokens)
+    return Usage(
+        uncached,
+        u.output_tokens,
+        u.cache_read_tokens,
+        u.cache_write_tokens,
+        u.cache_write_1h_tokens,
+    )
+
+
+class _Converter:
+    """`from_pydantic_ai` with memory: a message seen on the previous call, the same object
+    with the same parts, gives the same neutral objects (so the manager matches them by
+    identity, not by hashing them again)."""
+
+    def __init__(self) -> None:
+        self._seen: list[tuple[ModelMessage, tuple[int, ...], list[Message]]] = []
+
+    def neutral(self, messages: Sequence[ModelMessage]) -> list[Message]:
+        seen: list[tuple[ModelMessage, tuple[int, ...], list[Message]]] = []
+        out: list[Message] = []
+        for i, m in enumerate(messages):
+            ids = tuple(map(id, m.parts))
+            if i < len(self._seen) and self._seen[i][0] is m and self._seen[i][1] == ids:
+                converted = self._seen[i][2]
+            else:
+                converted = _convert(i, m)
+            seen.append((m, ids, converted))  # holding m keeps the ids of its parts valid
+            out += converted
+        self._seen = seen
+        return out
+
+
+@dataclasses.dataclass
+class AgentCtxCapability(AbstractCapability[Any]):
+    """A pydantic-ai capability that sends ``manager``'s compacted view of each request.
+
+    ``Agent(..., capabilities=[AgentCtxCapability(ctx)])`` or per run with
+    ``agent.run(..., capabilities=[AgentCtxCapability(ctx)])``; one manager per
+    conversation, entered (``async with``) around its runs. ``observe=False`` leaves the
+    responses' usage out of the manager's token accounting (test models report made-up
+    numbers).
+    """
+
+    manager: ContextManager
+    observe: bool = True
+    _converter: _Converter = dataclasses.field(default_factory=_Converter, init=False, repr=False)
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        """Not in agent specs: it holds a live manager."""
+        return None
+
+    async def prepare_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        """Replace the request's messages (not the run's history) with the compacted view."""
+        messages = list(request_context.messages)
+        neutral = self._converter.neutral(messages)
+        view = await self.manager.prepare(neutral)
+        request_context.messages = _back(view, _History(messages, neutral))
+        return request_context
+
+    async def after_model_request(
+        self,
+        ctx: RunContext[Any],
+        *,
+        request_context: ModelRequestContext,
+        response: ModelResponse,
+    ) -> ModelResponse:
+        """Give the response's usage to the manager."""
+        usage = _usage(response.usage)
+        if self.observe and usage.prompt_tokens > 0:
+            self.manager.observe(usage)
+        return response

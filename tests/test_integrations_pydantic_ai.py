@@ -1,0 +1,542 @@
+"""agentctx inside pydantic-ai: the capability, driven by pydantic-ai's own FunctionModel (and its
+Anthropic model against agentctx's fake Anthropic server), and the lossless conversion."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import warnings
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any
+
+import anthropic
+import pytest
+from pydantic_ai import Agent, PydanticAIDeprecationWarning
+from pydantic_ai.messages import (
+    BinaryContent,
+    CompactionPart,
+    DocumentUrl,
+    FilePart,
+    ImageUrl,
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    NativeToolCallPart,
+    NativeToolReturnPart,
+    RetryFeedbackPart,
+    RetryInfo,
+    RetryPromptPart,
+    SystemPromptPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.anthropic import AnthropicModel
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.providers.anthropic import AnthropicProvider
+from pydantic_ai.usage import RequestUsage
+
+from agentctx import (
+    AssistantMessage,
+    Budget,
+    ContextCompacted,
+    ContextManager,
+    Event,
+    HistoryResynced,
+    Message,
+    SummaryMessage,
+    TextBlock,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+from agentctx.integrations.pydantic_ai import (
+    KEY,
+    AgentCtxCapability,
+    from_pydantic_ai,
+    to_pydantic_ai,
+)
+from agentctx.messages import from_dict, to_dict
+from agentctx.testing import FakeAnthropic, Reply, check_view
+
+T = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+TASK = "Read f1 to f9 one at a time, then say what they hold."
+SYSTEM = "You are a careful code reader."
+
+
+class Recording(ContextManager):
+    """A manager that keeps every history it was given, the view it returned, and whether
+    that call took a new decision."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: list[tuple[list[Message], list[Message], bool]] = []
+
+    async def prepare(self, history: Any) -> list[Message]:
+        version = self.ledger.version
+        view = await super().prepare(history)
+        self.calls.append((list(history), view, self.ledger.version != version))
+        return view
+
+
+def read_file(path: str) -> str:
+    """Read a file of the project."""
+    return "\n".join(f"{path} line {k}: " + "value = compute(x) * 2  # " * 2 for k in range(250))
+
+
+def tool_loop(files: int, seen: list[list[ModelMessage]]) -> FunctionModel:
+    """A model that reads ``files`` files (thinking, signed, before each call), then answers."""
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        calls = sum(isinstance(p, ToolCallPart) for m in messages for p in m.parts)
+        # Made-up but plausible usage: about what the request holds.
+        size = len(ModelMessagesTypeAdapter.dump_json(messages)) // 4
+        usage = RequestUsage(input_tokens=size, output_tokens=20)
+        if calls < files:
+            n = calls + 1
+            return ModelResponse(
+                [
+                    ThinkingPart(f"next is f{n}", signature=f"sig-{n}", provider_name="anthropic"),
+                    TextPart(f"Reading f{n}."),
+                    ToolCallPart("read_file", {"path": f"f{n}"}, f"call_{n}"),
+                ],
+                usage=usage,
+            )
+        return ModelResponse([TextPart("They all compute values.")], usage=usage)
+
+    return FunctionModel(model)
+
+
+def dumped(messages: list[ModelMessage]) -> list[bytes]:
+    return [ModelMessagesTypeAdapter.dump_json([m]) for m in messages]
+
+
+def pairing_problems(messages: list[ModelMessage]) -> list[str]:
+    """pydantic-ai's own transcript rule: every call answered in the next request, every
+    return answering a call of the response before it."""
+    problems = []
+    for k, m in enumerate(messages):
+        if isinstance(m, ModelResponse):
+            calls = {p.tool_call_id for p in m.parts if isinstance(p, ToolCallPart)}
+            nxt = messages[k + 1] if k + 1 < len(messages) else None
+            answered = {
+                p.tool_call_id
+                for p in (nxt.parts if isinstance(nxt, ModelRequest) else [])
+                if isinstance(p, ToolReturnPart)
+            }
+            if calls != answered:
+                problems.append(f"response {k}: calls {calls} answered by {answered}")
+        elif k > 0:
+            before = messages[k - 1]
+            calls = {p.tool_call_id for p in before.parts if isinstance(p, ToolCallPart)}
+            for p in m.parts:
+                if isinstance(p, ToolReturnPart) and p.tool_call_id not in calls:
+                    problems.append(f"request {k}: orphan return {p.tool_call_id}")
+    return problems
+
+
+async def run_loop(
+    files: int = 9, window: int = 12_000
+) -> tuple[Recording, list[list[ModelMessage]], list[ModelMessage], list[Event]]:
+    seen: list[list[ModelMessage]] = []
+    events: list[Event] = []
+    agent = Agent(tool_loop(files, seen), system_prompt=SYSTEM, tools=[read_file])
+    async with Recording(Budget(context_window=window, reserve_output=1_000)) as ctx:
+        ctx.subscribe(events.append)
+        result = await agent.run(TASK, capabilities=[AgentCtxCapability(ctx)])
+    return ctx, seen, result.all_messages(), events
+
+
+# ---------------------------------------------------------------------------------------
+# The capability in a real agent run
+
+
+async def test_tool_loop_over_budget_sends_valid_compacted_views() -> None:
+    ctx, seen, history, events = await run_loop()
+    assert any(isinstance(e, ContextCompacted) for e in events)
+    assert not any(isinstance(e, HistoryResynced) for e in events)
+    assert ctx.calls and len(ctx.calls) == len(seen)
+    for raw, view, _ in ctx.calls:
+        assert check_view(view, raw) == []
+    # The model function received the compacted history: smaller than the run's own.
+    full = sum(map(len, dumped(history[:-1])))
+    last = sum(map(len, dumped(seen[-1])))
+    assert last < full * 0.75
+    truncated = [
+        p
+        for m in seen[-1]
+        for p in m.parts
+        if isinstance(p, ToolReturnPart) and "truncated" in str(p.content)
+    ]
+    assert truncated
+    # The run's history is whole: every tool return as the tool gave it.
+    returns = [p for m in history for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert len(returns) == 9 and all(
+        p.content == read_file("f" + p.tool_call_id[5:]) for p in returns
+    )
+    assert ctx.usage.prompt_tokens > 0  # the responses' usage was observed
+
+
+async def test_no_orphaned_tool_pairs_in_any_request() -> None:
+    _, seen, _, _ = await run_loop()
+    for messages in seen:
+        assert pairing_problems(messages) == []
+
+
+async def test_task_prompt_survives_compaction() -> None:
+    _, seen, _, events = await run_loop()
+    assert sum(isinstance(e, ContextCompacted) for e in events) >= 2
+    for messages in seen:
+        first = messages[0]
+        assert isinstance(first, ModelRequest)
+        assert [type(p) for p in first.parts[:2]] == [SystemPromptPart, UserPromptPart]
+        assert first.parts[0].content == SYSTEM and first.parts[1].content == TASK
+
+
+async def test_prefix_is_byte_stable_when_nothing_new_is_decided() -> None:
+    ctx, seen, _, _ = await run_loop()
+    decided = [d for _, _, d in ctx.calls]
+    assert any(decided) and not all(decided[1:])
+    stable = 0
+    for k in range(1, len(seen)):
+        if not decided[k]:
+            before, now = dumped(seen[k - 1]), dumped(seen[k])
+            assert now[: len(before)] == before, f"call {k} rewrote the prefix"
+            stable += 1
+    assert stable >= 2
+
+
+async def test_signed_thinking_goes_back_byte_for_byte() -> None:
+    _, seen, history, _ = await run_loop()
+    originals = {p.signature: p for m in history for p in m.parts if isinstance(p, ThinkingPart)}
+    for messages in seen:
+        for m in messages:
+            for p in m.parts:
+                if isinstance(p, ThinkingPart):
+                    assert p is originals[p.signature]
+
+
+async def test_a_second_run_continues_the_session() -> None:
+    seen: list[list[ModelMessage]] = []
+    events: list[Event] = []
+    agent = Agent(tool_loop(4, seen), system_prompt=SYSTEM, tools=[read_file])
+    async with Recording(Budget(context_window=12_000, reserve_output=1_000)) as ctx:
+        ctx.subscribe(events.append)
+        first = await agent.run(TASK, capabilities=[AgentCtxCapability(ctx)])
+        agent2 = Agent(tool_loop(8, seen), system_prompt=SYSTEM, tools=[read_file])
+        second = await agent2.run(
+            "Now read four more.",
+            message_history=first.all_messages(),
+            capabilities=[AgentCtxCapability(ctx)],
+        )
+    assert not any(isinstance(e, HistoryResynced) for e in events)
+    assert any(isinstance(e, ContextCompacted) for e in events)
+    for raw, view, _ in ctx.calls:
+        assert check_view(view, raw) == []
+    assert len(second.all_messages()) > len(first.all_messages())
+    prompts = [p.content for m in seen[-1] for p in m.parts if isinstance(p, UserPromptPart)]
+    assert prompts[0] == TASK and "Now read four more." in prompts
+
+
+async def test_anthropic_model_against_the_fake_api() -> None:
+    """pydantic-ai's real Anthropic mapping, sent over HTTP to a server that validates like the
+    API (tool pairing, signed thinking) and simulates its prefix cache."""
+    script = [
+        Reply.tool_call("read_file", {"path": f"f{n}"}, thinking=f"next is f{n}")
+        for n in range(1, 9)
+    ]
+    events: list[Event] = []
+    async with FakeAnthropic([*script, Reply.text("They all compute values.")]) as server:
+        client = anthropic.AsyncAnthropic(base_url=server.url, api_key="test", max_retries=0)
+        try:
+            model = AnthropicModel(
+                "claude-sonnet-4-5", provider=AnthropicProvider(anthropic_client=client)
+            )
+            agent = Agent(model, system_prompt=SYSTEM, tools=[read_file])
+            async with ContextManager(Budget(context_window=16_000, reserve_output=2_000)) as ctx:
+                ctx.subscribe(events.append)
+                result = await agent.run(TASK, capabilities=[AgentCtxCapability(ctx)])
+        finally:
+            await client.close()
+    assert result.output == "They all compute values."
+    assert all(r.status == 200 for r in server.requests), [r.error for r in server.requests]
+    assert any(isinstance(e, ContextCompacted) for e in events)
+    bodies = [r.json["messages"] for r in server.requests]
+    assert all(b[0]["content"][0]["text"] == TASK for b in bodies)
+    # Requests between compactions extend the previous one, so the cache keeps hitting.
+    assert sum(r.usage is not None and r.usage.cache_read > 0 for r in server.requests) >= 5
+
+
+# ---------------------------------------------------------------------------------------
+# Conversion
+
+
+def varied_history() -> list[ModelMessage]:
+    """Every kind of part, in the shapes pydantic-ai records them."""
+    with warnings.catch_warnings():
+        # The deprecated retry part still turns up in stored histories.
+        warnings.simplefilter("ignore", PydanticAIDeprecationWarning)
+        legacy_retry = RetryPromptPart("try again", tool_name="grep", tool_call_id="c5")
+    png = BinaryContent(b"\x89PNG\r\n\x1a\n", media_type="image/png")
+    return [
+        ModelRequest(
+            [
+                SystemPromptPart("Be brief.", timestamp=T),
+                UserPromptPart("Fix the bug", timestamp=T),
+            ],
+            timestamp=T,
+            run_id="r1",
+        ),
+        ModelResponse(
+            [
+                ThinkingPart("let me look", signature="sig-1", provider_name="anthropic"),
+                TextPart("Reading."),
+                ToolCallPart("read", {"path": "a.py"}, "c1"),
+                ToolCallPart("grep", '{"q": "x",  "n": 2}', "c2"),
+            ],
+            usage=RequestUsage(input_tokens=100, output_tokens=20, cache_read_tokens=60),
+            model_name="claude",
+            timestamp=T,
+            provider_name="anthropic",
+            finish_reason="tool_call",
+        ),
+        ModelRequest(
+            [
+                ToolReturnPart("read", "print(1)", "c1", timestamp=T),
+                ToolReturnPart("grep", {"matches": [1, 2]}, "c2", timestamp=T, metadata={"k": 1}),
+            ],
+            timestamp=T,
+        ),
+        ModelResponse(
+            [
+                ThinkingPart("", id="redacted", signature="opaque-data", provider_name="anthropic"),
+                ToolCallPart("read", "not json", "c3"),
+                NativeToolCallPart("web_search", {"q": "x"}, "n1", provider_name="anthropic"),
+                NativeToolReturnPart("web_search", {"r": 1}, "n1", provider_name="anthropic"),
+                ToolCallPart("grep", {"q": "y"}, "c5"),
+            ],
+            timestamp=T,
+        ),
+        ModelRequest(
+            [
+                ToolReturnPart("read", "bad args", "c3", outcome="retried", timestamp=T),
+                legacy_retry,
+                ToolReturnPart("web", ["see", png], "c9", timestamp=T, outcome="failed"),
+            ],
+            timestamp=T,
+        ),
+        ModelResponse([TextPart("A picture?", id="msg_1", provider_name="openai")], timestamp=T),
+        ModelRequest(
+            [
+                UserPromptPart(
+                    ["Look:", ImageUrl("https://x/y.png"), png, DocumentUrl("https://x/d.pdf")],
+                    timestamp=T,
+                ),
+                SystemPromptPart("3 requests left", scope="request", timestamp=T),
+            ],
+            timestamp=T,
+        ),
+        ModelResponse([CompactionPart("earlier: fixed a.py", provider_name="openai")], timestamp=T),
+        ModelRequest(
+            [RetryFeedbackPart("Answer in JSON", retry=RetryInfo("model_retry"), timestamp=T)],
+            timestamp=T,
+        ),
+        ModelResponse([FilePart(png, provider_name="google")], timestamp=T),
+        ModelRequest([SystemPromptPart("Only records here.", timestamp=T)], timestamp=T),
+        ModelResponse([], timestamp=T),
+        ModelRequest([UserPromptPart("", timestamp=T)], timestamp=T),
+    ]
+
+
+def test_round_trip_is_the_history_itself() -> None:
+    history = varied_history()
+    neutral = from_pydantic_ai(history)
+    back = to_pydantic_ai(neutral, history)
+    assert back == history
+    assert all(a is b for a, b in zip(back, history, strict=True))
+
+
+def test_round_trip_survives_json_on_both_sides() -> None:
+    # As stored: the history through pydantic-ai's own JSON, the neutral messages through
+    # agentctx's (the keys that map a view back are plain JSON).
+    history = ModelMessagesTypeAdapter.validate_json(
+        ModelMessagesTypeAdapter.dump_json(varied_history())
+    )
+    neutral = [from_dict(to_dict(m)) for m in from_pydantic_ai(history)]
+    back = to_pydantic_ai(neutral, history)
+    assert all(a is b for a, b in zip(back, history, strict=True))
+
+
+def test_neutral_form_models_what_agentctx_compacts() -> None:
+    history = varied_history()
+    neutral = from_pydantic_ai(history)
+    kinds = [type(m).__name__ for m in neutral]
+    assert kinds == [
+        "UserMessage",  # the task (the system prompt rides with it)
+        "AssistantMessage",
+        "ToolResultMessage",
+        "ToolResultMessage",
+        "AssistantMessage",
+        "ToolResultMessage",
+        "ToolResultMessage",
+        "ToolResultMessage",
+        "AssistantMessage",
+        "UserMessage",
+        "AssistantMessage",
+        "UserMessage",  # retry feedback
+        "AssistantMessage",
+        "UserMessage",  # a request of records only: an opaque stand-in
+        "AssistantMessage",
+        "UserMessage",
+    ]
+    first = neutral[1]
+    assert isinstance(first, AssistantMessage)
+    assert [type(b).__name__ for b in first.content] == [
+        "ThinkingBlock",
+        "TextBlock",
+        "ToolCall",
+        "ToolCall",
+    ]
+    assert first.content[0].signature == "sig-1"  # type: ignore[union-attr]
+    assert first.tool_calls[1].arguments == {"q": "x", "n": 2}
+    redacted = neutral[4]
+    assert isinstance(redacted, AssistantMessage)
+    assert type(redacted.content[0]).__name__ == "RedactedThinkingBlock"
+    assert [type(b).__name__ for b in redacted.content[2:4]] == ["OpaqueBlock", "OpaqueBlock"]
+    retried = neutral[5]
+    assert isinstance(retried, ToolResultMessage) and retried.is_error
+    assert neutral[7].content[1].type == "image"  # type: ignore[union-attr]
+    # Every message names its source, and the timestamp age-based strategies read.
+    assert neutral[2].extra[KEY] == [2, 0] and neutral[2].extra["timestamp"] == int(
+        T.timestamp() * 1000
+    )
+
+
+def _replace_at(neutral: list[Message], key: list[int], new: Message) -> list[Message]:
+    return [new if m.extra.get(KEY) == key else m for m in neutral]
+
+
+def test_a_changed_message_changes_only_what_changed() -> None:
+    history = varied_history()
+    neutral = from_pydantic_ai(history)
+    # A truncated tool return.
+    old = next(m for m in neutral if m.extra.get(KEY) == [2, 1])
+    assert isinstance(old, ToolResultMessage)
+    short = dataclasses.replace(old, content=(TextBlock("[truncated]"),))
+    back = to_pydantic_ai(_replace_at(neutral, [2, 1], short), history)
+    request = back[2]
+    assert isinstance(request, ModelRequest) and request is not history[2]
+    assert request.parts[0] is history[2].parts[0]
+    part = request.parts[1]
+    assert isinstance(part, ToolReturnPart) and part.content == "[truncated]"
+    assert (part.tool_call_id, part.metadata, part.timestamp) == ("c2", {"k": 1}, T)
+    assert all(a is b for k, (a, b) in enumerate(zip(back, history, strict=True)) if k != 2)
+
+
+def test_dropped_thinking_and_rewritten_arguments() -> None:
+    history = varied_history()
+    neutral = from_pydantic_ai(history)
+    old = neutral[1]
+    assert isinstance(old, AssistantMessage)
+    call = old.content[3]
+    assert isinstance(call, ToolCall)
+    blocks = (old.content[1], old.content[2], dataclasses.replace(call, arguments={"q": "[cut]"}))
+    back = to_pydantic_ai(
+        _replace_at(neutral, [1], dataclasses.replace(old, content=blocks)), history
+    )
+    response = back[1]
+    source = history[1]
+    assert isinstance(response, ModelResponse) and isinstance(source, ModelResponse)
+    assert response.parts[0] is source.parts[1] and response.parts[1] is source.parts[2]
+    assert isinstance(response.parts[2], ToolCallPart)
+    assert response.parts[2].args == '{"q":"[cut]"}'  # a string stays a string
+    assert (response.usage, response.model_name, response.timestamp) == (
+        source.usage,
+        source.model_name,
+        source.timestamp,
+    )
+
+
+def test_summary_and_condensed_turn_fit_pydantic_ais_shape() -> None:
+    history = varied_history()
+    neutral = from_pydantic_ai(history)
+    summary = SummaryMessage("[summary of messages 1-9]")
+    condensed = AssistantMessage((TextBlock("read a.py, grep"),), "stop")
+    view = [neutral[0], summary, condensed, *neutral[-3:]]
+    back = to_pydantic_ai(view, history)
+    assert [type(m) for m in back] == [ModelRequest, ModelResponse, ModelRequest] + [
+        ModelResponse,
+        ModelRequest,
+    ]
+    first = back[0]
+    assert isinstance(first, ModelRequest)
+    # The system prompt stays first; the summary joins the task's request.
+    assert first.parts[:2] == list(history[0].parts)
+    assert first.parts[2] == UserPromptPart("[summary of messages 1-9]", timestamp=T)
+    assert back[1].parts == [TextPart("read a.py, grep")]
+    assert back[2] is history[-3] and back[3] is history[-2] and back[4] is history[-1]
+
+
+def test_repairs_become_parts() -> None:
+    """What `repair` makes for a provider (a stub result, text for an empty message) maps back
+    to the parts pydantic-ai would send."""
+    history = varied_history()
+    neutral = from_pydantic_ai(history)
+    stub = ToolResultMessage.of("c1", "[no result]", tool_name="read", is_error=True)
+    empty = neutral[-1]
+    assert isinstance(empty, UserMessage)
+    filled = dataclasses.replace(empty, content=(TextBlock("(empty)"),))
+    back = to_pydantic_ai([*neutral[:2], stub, *neutral[3:-1], filled], history)
+    request = back[2]
+    assert isinstance(request, ModelRequest)
+    assert isinstance(request.parts[0], ToolReturnPart) and request.parts[0].outcome == "failed"
+    assert request.parts[1] is history[2].parts[1]
+    last = back[-1]
+    assert isinstance(last, ModelRequest) and last.parts[0].content == "(empty)"  # type: ignore[union-attr]
+
+
+def test_unknown_message_type_is_refused_with_its_index() -> None:
+    from agentctx import UnsupportedMessageError
+
+    with pytest.raises(UnsupportedMessageError, match="message 1"):
+        from_pydantic_ai([varied_history()[0], {"kind": "request"}])  # type: ignore[list-item]
+
+
+def test_keys_are_plain_json() -> None:
+    for m in from_pydantic_ai(varied_history()):
+        assert isinstance(m.extra, MappingProxyType)
+        assert to_dict(from_dict(to_dict(m))) == to_dict(m)
+
+
+# ---------------------------------------------------------------------------------------
+# Packaging
+
+
+def test_missing_framework_names_the_extra() -> None:
+    code = (
+        "import sys; sys.modules['pydantic_ai'] = None\n"
+        "from agentctx.errors import MissingExtraError\n"
+        "try:\n"
+        "    import agentctx.integrations.pydantic_ai\n"
+        "except MissingExtraError as exc:\n"
+        "    print(exc.extra, exc.module, sep='|')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "pydantic-ai|pydantic_ai"
+
+
+def test_import_agentctx_imports_no_framework() -> None:
+    code = (
+        "import sys, agentctx, agentctx.integrations; "
+        "bad = [m for m in ('pydantic_ai', 'langchain', 'langchain_core', 'langgraph', 'agents')"
+        " if m in sys.modules]; print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
