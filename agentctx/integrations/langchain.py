@@ -1,0 +1,510 @@
+"""agentctx for LangChain v1: a middleware for ``create_agent`` that sends compacted views.
+
+```python
+from langchain.agents import create_agent
+
+from agentctx.integrations.langchain import AgentCtxMiddleware, context_manager
+
+# trigger / keep read as SummarizationMiddleware's: compact above 100k tokens, keep 20 messages
+async with context_manager(trigger=("tokens", 100_000), keep=("messages", 20)) as ctx:
+    agent = create_agent(model, tools, middleware=[AgentCtxMiddleware(ctx)])
+    state = await agent.ainvoke({"messages": [HumanMessage(task)]})
+```
+
+``AgentCtxMiddleware(ctx)`` takes any `ContextManager` (one per conversation, entered around
+its ``ainvoke`` / ``astream`` calls); `context_manager` makes one from LangChain's vocabulary.
+Before each model call (``awrap_model_call``) the middleware converts the agent state's whole
+message list with `from_langchain`, calls ``ctx.prepare`` on it and hands the model
+`to_langchain` of the view; the state itself is never rewritten (unlike
+``SummarizationMiddleware``, which replaces it), so the graph's checkpoints keep every message.
+The response's ``usage_metadata`` goes to ``ctx.observe``. Only the async path is supported:
+a synchronous ``invoke`` fails with LangChain's own "use ainvoke" error.
+
+Conversion: ``HumanMessage`` is a `UserMessage`, ``AIMessage`` an `AssistantMessage` (its
+content blocks: text a `TextBlock`, Anthropic ``thinking`` / ``redacted_thinking`` and
+standard ``reasoning`` blocks reasoning blocks, images `ImageBlock`, anything else an
+`OpaqueBlock`; then its ``tool_calls`` as `ToolCall`), ``ToolMessage`` a `ToolResultMessage`
+(``status="error"`` is ``is_error``), a ``SystemMessage`` after the first message a
+`UserMessage`. Leading ``SystemMessage`` s stay at the front of every view untouched; a
+``tool_use`` content block that repeats a tool call rides with its message. Every neutral
+message names its source in ``extra["langchain"]``, and `to_langchain` maps the view back onto
+the messages it was prepared from: an unchanged message is the very object, a changed one a
+copy (``model_copy``) with only what changed replaced; a summary is a ``HumanMessage``. So
+``to_langchain(from_langchain(m), m) == m``, message for message.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+from agentctx.budget import Budget
+from agentctx.errors import ConfigError, MissingExtraError, UnsupportedMessageError
+from agentctx.manager import ContextManager
+from agentctx.messages import (
+    AssistantContent,
+    AssistantMessage,
+    ImageBlock,
+    Message,
+    OpaqueBlock,
+    RedactedThinkingBlock,
+    SummaryMessage,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+    fingerprint,
+    text_of,
+)
+from agentctx.strategies.deterministic import DeterministicCompaction
+
+try:
+    # Imported first, so that a missing framework is named as itself.
+    import langchain  # noqa: F401
+    from langchain.agents.middleware import AgentMiddleware, AgentState, ModelResponse
+    from langchain_core.messages import (
+        AIMessage,
+        AnyMessage,
+        BaseMessage,
+        HumanMessage,
+        SystemMessage,
+        ToolMessage,
+    )
+except ImportError as exc:
+    raise MissingExtraError("langchain", exc.name, needed_by=__name__) from exc
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from langchain.agents.middleware import ExtendedModelResponse, ModelRequest
+    from langchain_core.language_models import BaseChatModel
+
+    from agentctx.strategy import CompactionStrategy
+
+__all__ = [
+    "KEY",
+    "PROVIDER",
+    "AgentCtxMiddleware",
+    "ContextSize",
+    "context_manager",
+    "from_langchain",
+    "to_langchain",
+]
+
+KEY = "langchain"
+"""The ``extra`` key naming a neutral message's source: ``[index]`` in the message list; on a
+block ``["content", n]`` (``["content"]`` for string content) or ``["tool_calls", n]``."""
+PROVIDER = "langchain"
+"""The ``provider`` of the `OpaqueBlock` for a content block agentctx does not model."""
+
+ContextSize: TypeAlias = tuple[Literal["fraction", "tokens", "messages"], int | float]
+"""LangChain's ``ContextSize``: ``("tokens", N)``, ``("fraction", f)`` or ``("messages", n)``."""
+
+Content: TypeAlias = str | list[str | dict[Any, Any]]
+
+
+# ---------------------------------------------------------------------------------------
+# LangChain -> neutral
+
+
+def _frozen(d: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(d))
+
+
+def _image(item: Mapping[str, Any]) -> ImageBlock | None:
+    kind = item.get("type")
+    url: object = None
+    if kind == "image_url":
+        inner = item.get("image_url")
+        url = inner.get("url") if isinstance(inner, Mapping) else inner
+    elif kind == "image":
+        if isinstance(item.get("base64"), str):
+            return ImageBlock(str(item.get("mime_type") or ""), item["base64"])
+        url = item.get("url")
+    if not isinstance(url, str):
+        return None
+    if url.startswith("data:") and ";base64," in url:
+        media_type, data = url[5:].split(";base64,", 1)
+        return ImageBlock(media_type, data)
+    return ImageBlock("", url, "url")
+
+
+def _block(item: str | Mapping[str, Any], key: list[Any], calls: AbstractSet[str] | None) -> Any:
+    """The neutral block of one content item; ``None`` for a tool_use that repeats a call.
+
+    ``calls`` is None for a user-side message, where reasoning blocks are carried as opaque.
+    """
+    k = _frozen({KEY: key})
+    if isinstance(item, str):
+        return TextBlock(item, k)
+    kind = item.get("type")
+    if kind == "text" and isinstance(item.get("text"), str):
+        return TextBlock(item["text"], k)
+    if calls is not None:
+        if kind == "thinking" and isinstance(item.get("thinking"), str):
+            signature = item.get("signature")
+            signed = signature if isinstance(signature, str) else None
+            return ThinkingBlock(item["thinking"], signed, k)
+        if kind == "reasoning" and isinstance(item.get("reasoning"), str):
+            return ThinkingBlock(item["reasoning"], None, k)
+        if kind == "redacted_thinking" and isinstance(item.get("data"), str):
+            return RedactedThinkingBlock(item["data"], k)
+        if kind == "tool_use" and item.get("id") in calls:
+            return None
+    image = _image(item)
+    if image is not None:
+        return ImageBlock(image.media_type, image.data, image.source, k)
+    return OpaqueBlock(PROVIDER, _frozen({KEY: key, "item": dict(item)}))
+
+
+def _blocks(content: Content, calls: AbstractSet[str] | None = None) -> list[Any]:
+    if isinstance(content, str):
+        return [TextBlock(content, _frozen({KEY: ["content"]}))] if content else []
+    blocks = (_block(item, ["content", n], calls) for n, item in enumerate(content))
+    return [b for b in blocks if b is not None]
+
+
+def _convert(i: int, m: BaseMessage) -> Message:
+    extra = _frozen({KEY: [i]})
+    if isinstance(m, AIMessage):
+        calls = {call_id for c in m.tool_calls if (call_id := c.get("id"))}
+        blocks: list[AssistantContent] = _blocks(m.content, calls)
+        for n, c in enumerate(m.tool_calls):
+            key = _frozen({KEY: ["tool_calls", n]})
+            blocks.append(ToolCall(c.get("id") or "", c["name"], dict(c["args"]), key))
+        reason = "tool_use" if m.tool_calls else "stop"
+        return AssistantMessage(tuple(blocks), reason, extra=extra)
+    if isinstance(m, ToolMessage):
+        result = tuple(_blocks(m.content))
+        return ToolResultMessage(m.tool_call_id, result, m.name, m.status == "error", extra)
+    if isinstance(m, HumanMessage | SystemMessage):
+        if isinstance(m, SystemMessage):
+            extra = _frozen({KEY: [i], "role": "system"})
+        return UserMessage(tuple(_blocks(m.content) or [TextBlock("")]), extra)
+    raise UnsupportedMessageError(i, f"LangChain message of type {type(m).__name__}")
+
+
+def _leading_system(messages: Sequence[BaseMessage]) -> int:
+    n = 0
+    while n < len(messages) and isinstance(messages[n], SystemMessage):
+        n += 1
+    return n
+
+
+def from_langchain(messages: Sequence[BaseMessage]) -> list[Message]:
+    """Neutral messages for a LangChain message list (see the module docstring).
+
+    Leading ``SystemMessage`` s are left out (`to_langchain` puts them back in front).
+    Raises `UnsupportedMessageError` (with the index) for a message of another type.
+    """
+    start = _leading_system(messages)
+    return [_convert(i, m) for i, m in enumerate(messages) if i >= start]
+
+
+# ---------------------------------------------------------------------------------------
+# neutral -> LangChain
+
+
+def _item(b: object) -> str | dict[str, Any] | None:
+    """A LangChain content item for a neutral block agentctx made or changed."""
+    if isinstance(b, TextBlock):
+        return {"type": "text", "text": b.text}
+    if isinstance(b, ImageBlock):
+        url = b.data if b.source == "url" else f"data:{b.media_type};base64,{b.data}"
+        return {"type": "image_url", "image_url": {"url": url}}
+    if (
+        isinstance(b, OpaqueBlock)
+        and b.provider == PROVIDER
+        and isinstance(b.payload.get("item"), Mapping)
+    ):
+        return dict(b.payload["item"])
+    return None  # a block of another format: nothing to rebuild it from
+
+
+def _content(blocks: Sequence[object], was: Content) -> Content:
+    """Content for changed blocks, in the form the message had (a str stays a str)."""
+    if isinstance(was, str) and all(isinstance(b, TextBlock) for b in blocks):
+        return text_of(blocks)  # type: ignore[arg-type]
+    items = [_item(b) for b in blocks]
+    return [i for i in items if i is not None]
+
+
+def _key(extra: Mapping[str, Any]) -> list[Any] | None:
+    key = extra.get(KEY)
+    return key if isinstance(key, list) and key else None
+
+
+class _History:
+    def __init__(self, messages: Sequence[BaseMessage], neutral: Sequence[Message]) -> None:
+        self.messages = messages
+        self.at: dict[int, Message] = {}
+        for m in neutral:
+            key = _key(m.extra)
+            if key is not None and type(key[0]) is int:
+                self.at[key[0]] = m
+
+    def source(self, m: Message) -> tuple[BaseMessage, Message] | None:
+        key = _key(m.extra)
+        if key is None or type(key[0]) is not int or key[0] not in self.at:
+            return None
+        return self.messages[key[0]], self.at[key[0]]
+
+
+def _changed_ai(m: AssistantMessage, source: AIMessage, was: AssistantMessage) -> AIMessage:
+    old = {tuple(k): b for b in was.content if (k := _key(_extra_of(b))) is not None}
+    now = {tuple(k): b for b in m.content if (k := _key(_extra_of(b))) is not None}
+    calls: list[Any] = []
+    changed: dict[str, ToolCall] = {}  # call id in the source -> the call as the view has it
+    for b in m.content:
+        key = _key(_extra_of(b))
+        if not isinstance(b, ToolCall):
+            continue
+        if key is None:
+            calls.append(
+                {"name": b.name, "args": dict(b.arguments), "id": b.id, "type": "tool_call"}
+            )
+            continue
+        call = source.tool_calls[key[1]]
+        if old.get(tuple(key)) != b:
+            changed[call.get("id") or ""] = b
+            call = {**call, "id": b.id, "args": dict(b.arguments)}
+        calls.append(call)
+    added = [b for b in m.content if isinstance(b, TextBlock) and _key(b.extra) is None]
+    content: Content
+    if isinstance(source.content, str):
+        kept = [b for b in m.content if isinstance(b, TextBlock)]
+        content = text_of(kept)
+    else:
+        content = []
+        for n, item in enumerate(source.content):
+            block = now.get(("content", n))
+            if ("content", n) in old and block is None:
+                continue  # dropped (thinking)
+            if isinstance(block, TextBlock) and block != old[("content", n)]:
+                item = {**item, "text": block.text} if isinstance(item, dict) else block.text
+            elif (
+                isinstance(item, dict)
+                and item.get("type") == "tool_use"
+                and item.get("id") in changed
+            ):
+                # A tool_use block repeating a call says what the call says now.
+                call_now = changed[item["id"]]
+                item = {**item, "id": call_now.id, "input": dict(call_now.arguments)}
+            content.append(item)
+        content += [{"type": "text", "text": b.text} for b in added]
+    return source.model_copy(update={"content": content, "tool_calls": calls})
+
+
+def _extra_of(b: object) -> Mapping[str, Any]:
+    if isinstance(b, OpaqueBlock):
+        return b.payload
+    extra = getattr(b, "extra", None)
+    return extra if isinstance(extra, Mapping) else {}
+
+
+def _back_one(m: Message, h: _History) -> BaseMessage:
+    found = h.source(m)
+    if found is not None:
+        source, was = found
+        if m is was or fingerprint(m) == fingerprint(was):
+            return source
+        if isinstance(m, AssistantMessage) and isinstance(source, AIMessage):
+            assert isinstance(was, AssistantMessage)
+            return _changed_ai(m, source, was)
+        if isinstance(m, ToolResultMessage) and isinstance(source, ToolMessage):
+            update = {
+                "content": _content(m.content, source.content),
+                "tool_call_id": m.tool_call_id,
+            }
+            return source.model_copy(update=update)
+        if isinstance(m, UserMessage) and isinstance(source, HumanMessage | SystemMessage):
+            return source.model_copy(update={"content": _content(m.content, source.content)})
+    # A message agentctx made: a summary, a condensed turn, a stub result.
+    if isinstance(m, SummaryMessage):
+        return HumanMessage(m.text)
+    if isinstance(m, AssistantMessage):
+        calls = [
+            {"name": c.name, "args": dict(c.arguments), "id": c.id, "type": "tool_call"}
+            for c in m.tool_calls
+        ]
+        return AIMessage(
+            content=_content([b for b in m.content if not isinstance(b, ToolCall)], ""),
+            tool_calls=calls,
+        )
+    if isinstance(m, ToolResultMessage):
+        return ToolMessage(
+            _content(m.content, ""),
+            tool_call_id=m.tool_call_id,
+            name=m.tool_name,
+            status="error" if m.is_error else "success",
+        )
+    return HumanMessage(_content(m.content, ""))
+
+
+def _back(view: Sequence[Message], h: _History) -> list[BaseMessage]:
+    front = list(h.messages[: _leading_system(h.messages)])
+    return front + [_back_one(m, h) for m in view]
+
+
+def to_langchain(view: Sequence[Message], messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """The LangChain messages to send for ``view``, a view prepared from ``messages``.
+
+    Messages the view left as they were are the objects of ``messages`` themselves; see the
+    module docstring for the rest.
+    """
+    return _back(view, _History(messages, from_langchain(messages)))
+
+
+# ---------------------------------------------------------------------------------------
+# Budget from LangChain's vocabulary
+
+
+def _max_input_tokens(model: BaseChatModel | None, what: str) -> int:
+    profile = getattr(model, "profile", None) if model is not None else None
+    limit = profile.get("max_input_tokens") if isinstance(profile, Mapping) else None
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise ConfigError(
+            f"{what} is a fraction of the model's max_input_tokens: pass model= with a profile "
+            'that has it (ChatModel(..., profile={"max_input_tokens": ...})) or use ("tokens", N)'
+        )
+    return limit
+
+
+def _tokens(size: object, model: BaseChatModel | None, what: str) -> int:
+    if not (isinstance(size, tuple) and len(size) == 2):
+        raise ConfigError(
+            f'{what} is a ("tokens" | "fraction" | "messages", value) tuple; got {size!r}'
+        )
+    kind, value = size
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{what} needs a number; got {size!r}")
+    if kind == "tokens" and value >= 1:
+        return int(value)
+    if kind == "fraction" and 0 < value <= 1:
+        return max(1, int(_max_input_tokens(model, f"{what}={size!r}") * value))
+    raise ConfigError(f'{what}: ("tokens", N >= 1) or ("fraction", 0 < f <= 1); got {size!r}')
+
+
+def context_manager(
+    *,
+    trigger: ContextSize,
+    keep: ContextSize | None = None,
+    model: BaseChatModel | None = None,
+    strategy: CompactionStrategy | None = None,
+    **kwargs: Any,
+) -> ContextManager:
+    """A `ContextManager` set up the way ``SummarizationMiddleware`` reads ``trigger`` and ``keep``.
+
+    ``trigger=("tokens", N)`` (or ``("fraction", f)`` of ``model.profile["max_input_tokens"]``)
+    is the hard budget: the prompt agentctx compacts to stay under. ``keep`` is what compaction
+    keeps: ``("tokens", T)`` / ``("fraction", f)`` the size it brings the prompt down to
+    (``Budget.target_ratio``), ``("messages", n)`` the newest steps it never condenses or drops
+    (``DeterministicCompaction(keep_recent_steps=ceil(n / 2))``: a step is an assistant message
+    and its tool results). Without ``keep``, agentctx's defaults (half the budget, 3 steps).
+    A ``("messages", n)`` trigger has no token equivalent and is refused (`ConfigError`), as is
+    ``keep=("messages", n)`` with a ``strategy`` of your own. Other keyword arguments go to
+    `ContextManager`.
+    """
+    limit = _tokens(trigger, model, "trigger")
+    window = limit
+    if model is not None and trigger[0] == "fraction":
+        window = _max_input_tokens(model, "trigger")
+    target_ratio = 0.5
+    if keep is not None and keep[0] == "messages":
+        n = keep[1]
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ConfigError(f'keep=("messages", n) needs a whole n >= 0; got {keep!r}')
+        if strategy is not None:
+            raise ConfigError(
+                'keep=("messages", n) configures the default strategy; pass one or the other'
+            )
+        strategy = DeterministicCompaction(keep_recent_steps=math.ceil(n / 2))
+    elif keep is not None:
+        target_ratio = min(1.0, _tokens(keep, model, "keep") / limit)
+    budget = Budget(
+        context_window=window,
+        reserve_output=0,  # LangChain's limits are on the input alone
+        trigger_ratio=max(0.75, target_ratio),
+        target_ratio=target_ratio,
+        hard_budget=limit,
+    )
+    return ContextManager(budget, strategy=strategy, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------
+# The middleware
+
+
+def _usage(message: BaseMessage) -> Usage | None:
+    meta = getattr(message, "usage_metadata", None)
+    if not meta:
+        return None
+    details = meta.get("input_token_details") or {}
+    read = int(details.get("cache_read") or 0)
+    write = int(details.get("cache_creation") or 0)
+    uncached = max(0, int(meta.get("input_tokens") or 0) - read - write)
+    return Usage(uncached, int(meta.get("output_tokens") or 0), read, write)
+
+
+class _Converter:
+    """`from_langchain` with memory: a message object seen at the same index on the previous
+    call gives the same neutral object (the manager then matches it by identity)."""
+
+    def __init__(self) -> None:
+        self._seen: list[tuple[BaseMessage, Message | None]] = []
+
+    def neutral(self, messages: Sequence[BaseMessage]) -> list[Message]:
+        start = _leading_system(messages)
+        seen: list[tuple[BaseMessage, Message | None]] = []
+        out: list[Message] = []
+        for i, m in enumerate(messages):
+            if i < start:
+                converted = None
+            elif i < len(self._seen) and self._seen[i][0] is m and self._seen[i][1] is not None:
+                converted = self._seen[i][1]
+            else:
+                converted = _convert(i, m)
+            seen.append((m, converted))
+            if converted is not None:
+                out.append(converted)
+        self._seen = seen
+        return out
+
+
+class AgentCtxMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+    """Sends the model ``manager``'s compacted view of the agent's messages on every call.
+
+    ``create_agent(model, tools, middleware=[AgentCtxMiddleware(ctx)])``; one manager per
+    conversation (thread), entered (``async with``) around its ``ainvoke`` / ``astream``
+    calls. ``observe=False`` keeps the responses' ``usage_metadata`` out of the manager's token
+    accounting (fake models report none, or made-up numbers).
+    """
+
+    def __init__(self, manager: ContextManager, *, observe: bool = True) -> None:
+        super().__init__()
+        self.manager = manager
+        self.observe = observe
+        self._converter = _Converter()
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        """Call the model with the compacted view instead of the whole message list."""
+        messages: list[AnyMessage] = list(request.messages)
+        neutral = self._converter.neutral(messages)
+        view = await self.manager.prepare(neutral)
+        compacted = _back(view, _History(messages, neutral))
+        response = await handler(request.override(messages=compacted))  # type: ignore[arg-type]
+        if self.observe:
+            for message in response.result:
+                usage = _usage(message)
+                if usage is not None and usage.prompt_tokens > 0:
+                    self.manager.observe(usage)
+        return response

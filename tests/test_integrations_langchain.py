@@ -1,0 +1,524 @@
+"""agentctx inside LangChain v1: the middleware through ``create_agent`` with LangChain's own fake
+chat model, the ``trigger`` / ``keep`` vocabulary, and the lossless conversion."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    convert_to_openai_messages,
+    messages_from_dict,
+    messages_to_dict,
+)
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+
+from agentctx import (
+    AssistantMessage,
+    Budget,
+    ConfigError,
+    ContextCompacted,
+    ContextManager,
+    DeterministicCompaction,
+    Event,
+    HistoryResynced,
+    Message,
+    SummaryMessage,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResultMessage,
+    UnsupportedMessageError,
+    UserMessage,
+)
+from agentctx.integrations.langchain import (
+    KEY,
+    AgentCtxMiddleware,
+    context_manager,
+    from_langchain,
+    to_langchain,
+)
+from agentctx.messages import from_dict, to_dict
+from agentctx.strategies.deterministic import COMPACTION_MARKER
+from agentctx.testing import check_view
+from agentctx.testing._validate import validate_chat
+
+TASK = "Read f1 to f9 one at a time, then say what they hold."
+SYSTEM = "You are a careful code reader."
+
+
+class Recording(ContextManager):
+    """A manager that keeps every history it was given, the view it returned, and whether
+    that call took a new decision."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: list[tuple[list[Message], list[Message], bool]] = []
+
+    async def prepare(self, history: Any) -> list[Message]:
+        version = self.ledger.version
+        view = await super().prepare(history)
+        self.calls.append((list(history), view, self.ledger.version != version))
+        return view
+
+
+class ToolFakeModel(GenericFakeChatModel):
+    """LangChain's generic fake chat model, able to take tools (``create_agent`` binds them)
+    and keeping the messages of every call."""
+
+    seen: list[list[BaseMessage]] = []
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ToolFakeModel:  # type: ignore[override]
+        return self
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        self.seen.append(list(messages))
+        return super()._generate(messages, *args, **kwargs)
+
+
+@tool
+def read_file(path: str) -> str:
+    """Read a file of the project."""
+    return "\n".join(f"{path} line {k}: " + "value = compute(x) * 2  # " * 2 for k in range(250))
+
+
+def script(files: int, first: int = 1, thinking: bool = False) -> Iterator[AIMessage]:
+    """The model's turns: a signed thought, a line and a call per file, then the answer."""
+    for n in range(first, first + files):
+        content: Any = f"Reading f{n}."
+        if thinking:
+            content = [
+                {"type": "thinking", "thinking": f"next is f{n}", "signature": f"sig-{n}"},
+                {"type": "text", "text": f"Reading f{n}."},
+            ]
+        call = {"name": "read_file", "args": {"path": f"f{n}"}, "id": f"call_{n}"}
+        yield AIMessage(content=content, tool_calls=[call])
+    yield AIMessage(content="They all compute values.")
+
+
+def payload(messages: list[BaseMessage]) -> list[str]:
+    """The messages as the model call serializes them, one JSON text each."""
+    return [json.dumps(d, sort_keys=True) for d in messages_to_dict(messages)]
+
+
+def pairing_problems(messages: list[BaseMessage]) -> list[str]:
+    problems = []
+    open_calls: set[str] = set()
+    for k, m in enumerate(messages):
+        if isinstance(m, ToolMessage):
+            if m.tool_call_id not in open_calls:
+                problems.append(f"message {k}: orphan ToolMessage {m.tool_call_id}")
+            open_calls.discard(m.tool_call_id)
+            continue
+        if open_calls:
+            problems.append(f"message {k}: calls {open_calls} never answered")
+        open_calls = (
+            {c["id"] for c in m.tool_calls if c["id"]} if isinstance(m, AIMessage) else set()
+        )
+    if open_calls:
+        problems.append(f"calls {open_calls} never answered")
+    return problems
+
+
+async def run_agent(
+    files: int = 9, *, thinking: bool = False, window: int = 11_000
+) -> tuple[Recording, list[list[BaseMessage]], list[BaseMessage], list[Event]]:
+    model = ToolFakeModel(messages=script(files, thinking=thinking), seen=[])
+    events: list[Event] = []
+    async with Recording(Budget(context_window=window, reserve_output=1_000)) as ctx:
+        ctx.subscribe(events.append)
+        agent = create_agent(
+            model, [read_file], system_prompt=SYSTEM, middleware=[AgentCtxMiddleware(ctx)]
+        )
+        state = await agent.ainvoke({"messages": [HumanMessage(TASK)]})
+    return ctx, model.seen, state["messages"], events
+
+
+async def test_tool_loop_over_budget_sends_valid_compacted_views() -> None:
+    ctx, seen, messages, events = await run_agent()
+    assert any(isinstance(e, ContextCompacted) for e in events)
+    assert not any(isinstance(e, HistoryResynced) for e in events)
+    assert len(ctx.calls) == len(seen) == 10
+    for raw, view, _ in ctx.calls:
+        assert check_view(view, raw) == []
+    for sent in seen:
+        # What an OpenAI chat model would be sent is a transcript the API accepts.
+        body = {"model": "m", "messages": convert_to_openai_messages(sent)}
+        assert validate_chat(body) is None, validate_chat(body)
+    last = seen[-1]
+    # Truncated tool output, or a stretch dropped behind agentctx's marker.
+    assert any("truncated" in str(m.content) or COMPACTION_MARKER in str(m.content) for m in last)
+    assert sum(map(len, payload(last[1:]))) < 0.75 * sum(map(len, payload(messages[:-1])))
+    # The graph state is never rewritten: every tool result whole.
+    results = [m for m in messages if isinstance(m, ToolMessage)]
+    assert [m.content for m in results] == [
+        read_file.invoke({"path": f"f{n}"}) for n in range(1, 10)
+    ]
+
+
+async def test_no_orphaned_tool_pairs_after_compaction() -> None:
+    """SummarizationMiddleware's known failure: a ToolMessage whose AIMessage call was
+    summarized away (or a call whose result was). Never here, in any request."""
+    ctx, seen, _, events = await run_agent(files=12, window=9_000)
+    assert sum(isinstance(e, ContextCompacted) for e in events) >= 2
+    for sent in seen:
+        assert pairing_problems(sent[1:]) == []
+
+
+async def test_task_prompt_survives_compaction() -> None:
+    _, seen, messages, events = await run_agent(files=12, window=9_000)
+    assert any(isinstance(e, ContextCompacted) for e in events)
+    task = messages[0]
+    for sent in seen:
+        assert isinstance(sent[0], SystemMessage) and sent[0].content == SYSTEM
+        assert sent[1] is task or sent[1] == task
+
+
+async def test_prefix_is_byte_stable_when_nothing_new_is_decided() -> None:
+    """No re-clearing every turn: a call that decides nothing sends the previous request's
+    messages, byte for byte, before its new ones."""
+    ctx, seen, _, _ = await run_agent()
+    decided = [d for _, _, d in ctx.calls]
+    assert any(decided) and not all(decided[1:])
+    stable = 0
+    for k in range(1, len(seen)):
+        if not decided[k]:
+            before, now = payload(seen[k - 1]), payload(seen[k])
+            assert now[: len(before)] == before, f"call {k} rewrote the prefix"
+            stable += 1
+    assert stable >= 2
+
+
+async def test_signed_thinking_goes_back_as_it_came() -> None:
+    ctx, seen, messages, _ = await run_agent(thinking=True)
+    for raw, view, _ in ctx.calls:
+        assert check_view(view, raw) == []
+    originals = {id(m): m for m in messages}
+    for sent in seen:
+        for m in sent:
+            if isinstance(m, AIMessage) and isinstance(m.content, list):
+                thoughts = [b for b in m.content if isinstance(b, dict) and b["type"] == "thinking"]
+                for b in thoughts:
+                    assert b["signature"] == "sig-" + b["thinking"].removeprefix("next is f")
+                if thoughts:
+                    assert id(m) in originals  # an untouched message is the state's object
+
+
+async def test_a_thread_continues_across_invocations() -> None:
+    model = ToolFakeModel(messages=iter([*script(4), *script(4, first=5)]), seen=[])
+    events: list[Event] = []
+    config: Any = {"configurable": {"thread_id": "t1"}}
+    async with Recording(Budget(context_window=11_000, reserve_output=1_000)) as ctx:
+        ctx.subscribe(events.append)
+        agent = create_agent(
+            model,
+            [read_file],
+            system_prompt=SYSTEM,
+            middleware=[AgentCtxMiddleware(ctx)],
+            checkpointer=InMemorySaver(),
+        )
+        await agent.ainvoke({"messages": [HumanMessage(TASK)]}, config)
+        state = await agent.ainvoke({"messages": [HumanMessage("Four more.")]}, config)
+    assert not any(isinstance(e, HistoryResynced) for e in events)
+    assert any(isinstance(e, ContextCompacted) for e in events)
+    for raw, view, _ in ctx.calls:
+        assert check_view(view, raw) == []
+    assert len(state["messages"]) == 2 * (1 + 4 * 2 + 1)
+    humans = [m.content for m in model.seen[-1] if isinstance(m, HumanMessage)]
+    assert humans[0] == TASK and "Four more." in humans
+
+
+async def test_usage_metadata_is_observed() -> None:
+    reply = AIMessage(
+        "done",
+        usage_metadata={
+            "input_tokens": 1_000,
+            "output_tokens": 5,
+            "total_tokens": 1_005,
+            "input_token_details": {"cache_read": 600, "cache_creation": 100},
+        },
+    )
+    model = ToolFakeModel(messages=iter([reply]), seen=[])
+    async with ContextManager(100_000) as ctx:
+        agent = create_agent(model, [], middleware=[AgentCtxMiddleware(ctx)])
+        await agent.ainvoke({"messages": [HumanMessage(TASK)]})
+    assert (ctx.usage.input_tokens, ctx.usage.cache_read_tokens) == (300, 600)
+    assert (ctx.usage.cache_write_tokens, ctx.usage.output_tokens) == (100, 5)
+
+
+async def test_sync_invoke_says_to_use_ainvoke() -> None:
+    model = ToolFakeModel(messages=script(1), seen=[])
+    async with ContextManager(100_000) as ctx:
+        agent = create_agent(model, [read_file], middleware=[AgentCtxMiddleware(ctx)])
+        with pytest.raises(NotImplementedError, match="ainvoke"):
+            agent.invoke({"messages": [HumanMessage(TASK)]})
+
+
+# ---------------------------------------------------------------------------------------
+# trigger / keep
+
+
+def test_trigger_tokens_is_the_hard_budget() -> None:
+    ctx = context_manager(trigger=("tokens", 50_000))
+    assert ctx.budget.limit == 50_000 and ctx.budget.target_tokens == 25_000
+    assert isinstance(ctx.strategy, DeterministicCompaction)
+
+
+def test_keep_messages_is_the_retained_tail() -> None:
+    ctx = context_manager(trigger=("tokens", 50_000), keep=("messages", 7))
+    assert ctx.strategy == DeterministicCompaction(keep_recent_steps=4)
+
+
+def test_keep_tokens_is_the_target() -> None:
+    ctx = context_manager(trigger=("tokens", 50_000), keep=("tokens", 10_000))
+    assert ctx.budget.target_tokens == 10_000
+
+
+def test_fractions_read_the_models_profile() -> None:
+    model = GenericFakeChatModel(messages=iter([]), profile={"max_input_tokens": 200_000})
+    ctx = context_manager(trigger=("fraction", 0.8), keep=("fraction", 0.3), model=model)
+    assert ctx.budget.context_window == 200_000
+    assert ctx.budget.limit == 160_000 and ctx.budget.target_tokens == 60_000
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"trigger": ("messages", 50)}, "tokens"),
+        ({"trigger": ("fraction", 0.8)}, "max_input_tokens"),
+        ({"trigger": ("tokens", 0)}, "tokens"),
+        ({"trigger": ("tokens", 100), "keep": ("messages", -1)}, "whole n"),
+        (
+            {
+                "trigger": ("tokens", 100),
+                "keep": ("messages", 3),
+                "strategy": DeterministicCompaction(),
+            },
+            "one or the other",
+        ),
+    ],
+)
+def test_what_has_no_agentctx_equivalent_is_refused(kwargs: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        context_manager(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------
+# Conversion
+
+
+def varied_messages() -> list[BaseMessage]:
+    return [
+        SystemMessage("Be brief.", id="s0"),
+        HumanMessage("Fix the bug", id="h1"),
+        AIMessage(
+            content=[
+                {"type": "thinking", "thinking": "look first", "signature": "sig-1"},
+                {"type": "text", "text": "Reading."},
+                {"type": "tool_use", "id": "c1", "name": "read", "input": {"path": "a.py"}},
+            ],
+            tool_calls=[
+                {"name": "read", "args": {"path": "a.py"}, "id": "c1", "type": "tool_call"}
+            ],
+            usage_metadata={"input_tokens": 10, "output_tokens": 2, "total_tokens": 12},
+            response_metadata={"model_name": "claude", "stop_reason": "tool_use"},
+            id="a2",
+        ),
+        ToolMessage("print(1)", tool_call_id="c1", name="read", id="t3", artifact={"raw": 1}),
+        AIMessage(
+            content="",
+            tool_calls=[
+                {"name": "grep", "args": {"q": "x"}, "id": "c2", "type": "tool_call"},
+                {"name": "run", "args": {"cmd": "pytest"}, "id": "c3", "type": "tool_call"},
+            ],
+            id="a4",
+        ),
+        ToolMessage("no match", tool_call_id="c2", status="error", id="t5"),
+        ToolMessage(
+            [
+                {"type": "text", "text": "2 failed"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}},
+            ],
+            tool_call_id="c3",
+            id="t6",
+        ),
+        AIMessage(
+            content=[
+                {"type": "reasoning", "reasoning": "summary of thought", "id": "rs_1"},
+                {"type": "redacted_thinking", "data": "opaque"},
+                {"type": "text", "text": "Done.", "annotations": []},
+                {"type": "web_search_call", "id": "ws_1"},
+            ],
+            id="a7",
+        ),
+        HumanMessage(
+            content=[
+                {"type": "text", "text": "And this?"},
+                {"type": "image", "url": "https://x/y.png"},
+                {"type": "file", "file_id": "f1"},
+            ],
+            id="h8",
+        ),
+        SystemMessage("Remaining: 3 calls", id="s9"),
+        AIMessage("", id="a10"),
+    ]
+
+
+def test_round_trip_is_the_messages_themselves() -> None:
+    messages = varied_messages()
+    back = to_langchain(from_langchain(messages), messages)
+    assert back == messages
+    assert all(a is b for a, b in zip(back, messages, strict=True))
+
+
+def test_round_trip_survives_json_on_both_sides() -> None:
+    messages = messages_from_dict(messages_to_dict(varied_messages()))
+    neutral = [from_dict(to_dict(m)) for m in from_langchain(messages)]
+    back = to_langchain(neutral, messages)
+    assert all(a is b for a, b in zip(back, messages, strict=True))
+
+
+def test_neutral_form() -> None:
+    neutral = from_langchain(varied_messages())
+    assert [type(m).__name__ for m in neutral] == [
+        "UserMessage",  # the leading SystemMessage rides in front, untouched
+        "AssistantMessage",
+        "ToolResultMessage",
+        "AssistantMessage",
+        "ToolResultMessage",
+        "ToolResultMessage",
+        "AssistantMessage",
+        "UserMessage",
+        "UserMessage",  # a later SystemMessage
+        "AssistantMessage",
+    ]
+    first = neutral[1]
+    assert isinstance(first, AssistantMessage)
+    # The tool_use block repeats the call: the call is modeled once.
+    assert [type(b).__name__ for b in first.content] == ["ThinkingBlock", "TextBlock", "ToolCall"]
+    assert first.content[0] == ThinkingBlock("look first", "sig-1", first.content[0].extra)
+    assert neutral[4].is_error and neutral[4].extra[KEY] == [5]  # type: ignore[union-attr]
+    assert [b.type for b in neutral[5].content] == ["text", "image"]  # type: ignore[union-attr]
+    reasoning = neutral[6]
+    assert isinstance(reasoning, AssistantMessage)
+    assert [b.type for b in reasoning.content] == [
+        "thinking",
+        "redacted_thinking",
+        "text",
+        "opaque",
+    ]
+    assert neutral[8].extra["role"] == "system"
+    assert neutral[9].content == ()  # type: ignore[union-attr]
+
+
+def _swap(neutral: list[Message], index: int, new: Message) -> list[Message]:
+    return [new if m.extra.get(KEY) == [index] else m for m in neutral]
+
+
+def test_a_truncated_result_changes_only_its_content() -> None:
+    messages = varied_messages()
+    neutral = from_langchain(messages)
+    old = neutral[2]
+    assert isinstance(old, ToolResultMessage)
+    back = to_langchain(
+        _swap(neutral, 3, dataclasses.replace(old, content=(TextBlock("[cut]"),))), messages
+    )
+    result = back[3]
+    assert isinstance(result, ToolMessage) and result is not messages[3]
+    assert (result.content, result.tool_call_id, result.id, result.artifact) == (
+        "[cut]",
+        "c1",
+        "t3",
+        {"raw": 1},
+    )
+    assert all(a is b for k, (a, b) in enumerate(zip(back, messages, strict=True)) if k != 3)
+
+
+def test_dropped_thinking_and_rewritten_arguments() -> None:
+    messages = varied_messages()
+    neutral = from_langchain(messages)
+    old = neutral[1]
+    assert isinstance(old, AssistantMessage)
+    call = old.content[2]
+    assert isinstance(call, ToolCall)
+    blocks = (old.content[1], dataclasses.replace(call, arguments={"path": "[cut]"}))
+    back = to_langchain(_swap(neutral, 2, dataclasses.replace(old, content=blocks)), messages)
+    ai = back[2]
+    source = messages[2]
+    assert isinstance(ai, AIMessage) and isinstance(source, AIMessage)
+    assert ai.content == [
+        {"type": "text", "text": "Reading."},
+        {"type": "tool_use", "id": "c1", "name": "read", "input": {"path": "[cut]"}},
+    ]
+    assert ai.tool_calls == [
+        {"name": "read", "args": {"path": "[cut]"}, "id": "c1", "type": "tool_call"}
+    ]
+    assert (ai.id, ai.usage_metadata, ai.response_metadata) == (
+        source.id,
+        source.usage_metadata,
+        source.response_metadata,
+    )
+
+
+def test_what_agentctx_makes_maps_to_langchain_messages() -> None:
+    messages = varied_messages()
+    neutral = from_langchain(messages)
+    condensed = AssistantMessage((TextBlock("read a.py; ran grep and pytest"),), "stop")
+    stub = ToolResultMessage.of("c9", "[no result]", tool_name="run", is_error=True)
+    call = AssistantMessage.of(tool_calls=[ToolCall("c9", "run", {"cmd": "ls"})])
+    empty = neutral[-1]
+    assert isinstance(empty, AssistantMessage)
+    filled = dataclasses.replace(empty, content=(TextBlock("(empty)"),))
+    view = [neutral[0], SummaryMessage("[summary]"), condensed, call, stub, *neutral[7:9], filled]
+    back = to_langchain(view, messages)
+    assert back[0] is messages[0] and back[1] is messages[1]
+    assert back[2] == HumanMessage("[summary]")
+    assert back[3] == AIMessage("read a.py; ran grep and pytest")
+    assert isinstance(back[4], AIMessage) and back[4].tool_calls[0]["id"] == "c9"
+    assert back[5] == ToolMessage("[no result]", tool_call_id="c9", name="run", status="error")
+    assert back[6] is messages[8] and back[7] is messages[9]
+    assert isinstance(back[8], AIMessage) and back[8].content == "(empty)" and back[8].id == "a10"
+
+
+def test_unknown_message_type_is_refused_with_its_index() -> None:
+    from langchain_core.messages import ChatMessage
+
+    with pytest.raises(UnsupportedMessageError, match="message 1"):
+        from_langchain([HumanMessage("hi"), ChatMessage(content="x", role="critic")])
+
+
+def test_keys_are_plain_json() -> None:
+    for m in from_langchain(varied_messages()):
+        assert to_dict(from_dict(to_dict(m))) == to_dict(m)
+        assert isinstance(m, UserMessage | AssistantMessage | ToolResultMessage)
+
+
+# ---------------------------------------------------------------------------------------
+# Packaging
+
+
+def test_missing_framework_names_the_extra() -> None:
+    code = (
+        "import sys; sys.modules['langchain'] = None\n"
+        "from agentctx.errors import MissingExtraError\n"
+        "try:\n"
+        "    import agentctx.integrations.langchain\n"
+        "except MissingExtraError as exc:\n"
+        "    print(exc.extra, exc.module, sep='|')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "langchain|langchain"
