@@ -89,17 +89,19 @@ def read_file(path: str) -> str:
     return "\n".join(f"{path} line {k}: " + "value = compute(x) * 2  # " * 2 for k in range(250))
 
 
-def tool_loop(files: int, seen: list[list[ModelMessage]]) -> FunctionModel:
-    """A model that reads ``files`` files (thinking, signed, before each call), then answers."""
+def tool_loop(files: int, seen: list[list[ModelMessage]], first: int = 1) -> FunctionModel:
+    """A model that reads files ``first`` to ``files`` (thinking, signed, before each call),
+    then answers."""
+    read = [first - 1]  # counted here: compaction may drop earlier calls from the messages
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         seen.append(list(messages))
-        calls = sum(isinstance(p, ToolCallPart) for m in messages for p in m.parts)
+        calls = read[0]
         # Made-up but plausible usage: about what the request holds.
         size = len(ModelMessagesTypeAdapter.dump_json(messages)) // 4
         usage = RequestUsage(input_tokens=size, output_tokens=20)
         if calls < files:
-            n = calls + 1
+            n = read[0] = calls + 1
             return ModelResponse(
                 [
                     ThinkingPart(f"next is f{n}", signature=f"sig-{n}", provider_name="anthropic"),
@@ -229,7 +231,7 @@ async def test_a_second_run_continues_the_session() -> None:
     async with Recording(Budget(context_window=12_000, reserve_output=1_000)) as ctx:
         ctx.subscribe(events.append)
         first = await agent.run(TASK, capabilities=[AgentCtxCapability(ctx)])
-        agent2 = Agent(tool_loop(8, seen), system_prompt=SYSTEM, tools=[read_file])
+        agent2 = Agent(tool_loop(8, seen, first=5), system_prompt=SYSTEM, tools=[read_file])
         second = await agent2.run(
             "Now read four more.",
             message_history=first.all_messages(),

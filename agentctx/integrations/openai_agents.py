@@ -1,0 +1,110 @@
+"""agentctx for the OpenAI Agents SDK: a ``call_model_input_filter`` that sends compacted views.
+
+```python
+from agents import Agent, RunConfig, Runner
+
+from agentctx import Budget, ContextManager
+from agentctx.integrations.openai_agents import AgentCtxInputFilter
+
+async with ContextManager(Budget(context_window=400_000)) as ctx:  # one per conversation
+    compaction = AgentCtxInputFilter(ctx)
+    config = RunConfig(call_model_input_filter=compaction)
+    result = await Runner.run(agent, task, run_config=config, hooks=compaction.hooks)
+    result = await Runner.run(agent, result.to_input_list() + [{"role": "user", "content": more}],
+                              run_config=config, hooks=compaction.hooks)
+```
+
+Before every model call the SDK hands the filter the run's whole input (the items you passed,
+or your ``Session``'s history, and everything generated since) in Responses format. The filter
+converts it with agentctx's Responses adapter (`from_openai_responses`), calls
+``ctx.prepare`` and returns `to_openai_responses` of the view; leading system / developer
+items are sent untouched, and so are the instructions, which the SDK keeps apart. The run's
+own items (``result.to_input_list()``, the session) are never rewritten. ``hooks`` (a
+``RunHooks``) gives each response's usage to ``ctx.observe``; pass it to ``Runner.run``, or
+call `AgentCtxInputFilter.observe_response` from your own hooks' ``on_llm_end``.
+
+The conversion is the Responses adapter's, lossless both ways: items that did not change go
+out equal to what came in. Enter the manager around ``Runner.run`` / ``Runner.run_streamed``
+on their event loop. Not for server-managed conversations (``previous_response_id``,
+``conversation_id``): the filter then sees only the new items, and the server, not the input,
+holds the history.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, cast
+
+from agentctx.adapters.openai_responses import (
+    from_openai_responses,
+    split_openai_responses_system,
+    to_openai_responses,
+)
+from agentctx.errors import MissingExtraError
+from agentctx.messages import Usage
+
+try:
+    # Imported first, so that a missing framework is named as itself.
+    import agents  # noqa: F401
+    from agents import RunHooks
+    from agents.run_config import CallModelData, ModelInputData
+except ImportError as exc:
+    raise MissingExtraError("openai-agents", exc.name, needed_by=__name__) from exc
+
+if TYPE_CHECKING:
+    from agents import Agent, ModelResponse, RunContextWrapper
+    from agents.items import TResponseInputItem
+
+    from agentctx.manager import ContextManager
+
+__all__ = ["AgentCtxInputFilter", "AgentCtxRunHooks"]
+
+
+def _observe(manager: ContextManager, response: ModelResponse) -> None:
+    u = response.usage
+    details = u.input_tokens_details
+    read = details.cached_tokens or 0
+    write = getattr(details, "cache_write_tokens", 0) or 0
+    # The SDK counts cached tokens inside input_tokens; agentctx's input is the uncached part.
+    usage = Usage(max(0, u.input_tokens - read - write), u.output_tokens, read, write)
+    if usage.prompt_tokens > 0:
+        manager.observe(usage)
+
+
+class AgentCtxRunHooks(RunHooks[Any]):
+    """``RunHooks`` that give every model response's usage to ``manager.observe``."""
+
+    def __init__(self, manager: ContextManager) -> None:
+        self.manager = manager
+
+    async def on_llm_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
+    ) -> None:
+        """Record the response's usage."""
+        _observe(self.manager, response)
+
+
+class AgentCtxInputFilter:
+    """A ``call_model_input_filter`` sending ``manager``'s compacted view of the run's input.
+
+    ``RunConfig(call_model_input_filter=AgentCtxInputFilter(ctx))``; one manager per
+    conversation, entered (``async with``) around its runs. Pass `hooks` to ``Runner.run`` so
+    the responses' usage calibrates the manager's token accounting.
+    """
+
+    def __init__(self, manager: ContextManager) -> None:
+        self.manager = manager
+        self.hooks = AgentCtxRunHooks(manager)
+
+    async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
+        """The model input with its items replaced by the compacted view."""
+        items = data.model_data.input
+        front, history = split_openai_responses_system(items)
+        view = await self.manager.prepare(from_openai_responses(history))
+        # The adapter's dicts are the SDK's input item TypedDicts, built from the same keys.
+        compacted = cast("list[TResponseInputItem]", to_openai_responses(view))
+        sent = cast("list[TResponseInputItem]", front) + compacted
+        return ModelInputData(input=sent, instructions=data.model_data.instructions)
+
+    def observe_response(self, response: ModelResponse) -> None:
+        """Record a response's usage (what `hooks` does), for hooks of your own."""
+        _observe(self.manager, response)

@@ -1,0 +1,296 @@
+"""agentctx inside the OpenAI Agents SDK: the ``call_model_input_filter`` through ``Runner.run``
+with a fake ``Model`` (and the SDK's Responses model against agentctx's fake OpenAI server)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import openai
+from agents import (
+    Agent,
+    ModelResponse,
+    ModelSettings,
+    OpenAIResponsesModel,
+    RunConfig,
+    Runner,
+    SQLiteSession,
+    Usage,
+    function_tool,
+)
+from agents.items import TResponseInputItem, TResponseStreamEvent
+from agents.models.interface import Model, ModelTracing
+from agents.run_config import CallModelData, ModelInputData
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+    ResponseReasoningItem,
+)
+from openai.types.responses.response_reasoning_item import Summary
+
+from agentctx import (
+    Budget,
+    ContextCompacted,
+    ContextManager,
+    Event,
+    HistoryResynced,
+    Message,
+)
+from agentctx.adapters.openai_responses import from_openai_responses
+from agentctx.integrations.openai_agents import AgentCtxInputFilter
+from agentctx.strategies.deterministic import COMPACTION_MARKER
+from agentctx.testing import FakeOpenAI, Reply, check_view
+from agentctx.testing._validate import validate_responses
+
+TASK = "Read f1 to f9 one at a time, then say what they hold."
+SYSTEM = "You are a careful code reader."
+
+
+class Recording(ContextManager):
+    """A manager that keeps every history it was given, the view it returned, and whether
+    that call took a new decision."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: list[tuple[list[Message], list[Message], bool]] = []
+
+    async def prepare(self, history: Any) -> list[Message]:
+        version = self.ledger.version
+        view = await super().prepare(history)
+        self.calls.append((list(history), view, self.ledger.version != version))
+        return view
+
+
+class ToolLoopModel(Model):
+    """Reads ``files`` files, reasoning (encrypted) before each call, then answers; keeps
+    every input it was given."""
+
+    def __init__(self, files: int) -> None:
+        self.files = files
+        self.read = 0  # counted here: compaction may drop earlier calls from the input
+        self.seen: list[list[TResponseInputItem]] = []
+
+    async def get_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        tools: Any,
+        output_schema: Any,
+        handoffs: Any,
+        tracing: ModelTracing,
+        *,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+        prompt: Any,
+    ) -> ModelResponse:
+        assert isinstance(input, list) and system_instructions == SYSTEM
+        self.seen.append(list(input))
+        size = len(json.dumps(input)) // 4
+        usage = Usage(requests=1, input_tokens=size, output_tokens=20, total_tokens=size + 20)
+        if self.read < self.files:
+            self.read += 1
+            n = self.read
+            output: list[Any] = [
+                ResponseReasoningItem(
+                    id=f"rs_{n}",
+                    type="reasoning",
+                    summary=[Summary(text=f"next is f{n}", type="summary_text")],
+                    encrypted_content=f"enc-{n}",
+                ),
+                ResponseFunctionToolCall(
+                    type="function_call",
+                    id=f"fc_{n}",
+                    call_id=f"call_{n}",
+                    name="read_file",
+                    arguments=json.dumps({"path": f"f{n}"}),
+                    status="completed",
+                ),
+            ]
+        else:
+            text = ResponseOutputText(type="output_text", text="They all compute.", annotations=[])
+            output = [
+                ResponseOutputMessage(
+                    id=f"msg_{len(self.seen)}",
+                    type="message",
+                    role="assistant",
+                    status="completed",
+                    content=[text],
+                )
+            ]
+        return ModelResponse(output=output, usage=usage, response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+        raise NotImplementedError
+
+
+@function_tool
+def read_file(path: str) -> str:
+    """Read a file of the project."""
+    return "\n".join(f"{path} line {k}: " + "value = compute(x) * 2  # " * 2 for k in range(250))
+
+
+def output(path: str) -> str:
+    return "\n".join(f"{path} line {k}: " + "value = compute(x) * 2  # " * 2 for k in range(250))
+
+
+async def run_loop(
+    files: int = 9, window: int = 11_000
+) -> tuple[Recording, ToolLoopModel, list[TResponseInputItem], list[Event]]:
+    model = ToolLoopModel(files)
+    events: list[Event] = []
+    agent = Agent(name="reader", instructions=SYSTEM, model=model, tools=[read_file])
+    async with Recording(Budget(context_window=window, reserve_output=1_000)) as ctx:
+        ctx.subscribe(events.append)
+        compaction = AgentCtxInputFilter(ctx)
+        config = RunConfig(call_model_input_filter=compaction, tracing_disabled=True)
+        result = await Runner.run(
+            agent, TASK, run_config=config, hooks=compaction.hooks, max_turns=files + 1
+        )
+    return ctx, model, result.to_input_list(), events
+
+
+def pairing_problems(items: list[TResponseInputItem]) -> list[str]:
+    calls = [i["call_id"] for i in items if i.get("type") == "function_call"]  # type: ignore[typeddict-item]
+    outputs = [i["call_id"] for i in items if i.get("type") == "function_call_output"]  # type: ignore[typeddict-item]
+    problems = [f"orphan output {c}" for c in outputs if c not in calls]
+    return problems + [f"unanswered call {c}" for c in calls if c not in outputs]
+
+
+async def test_tool_loop_over_budget_sends_valid_compacted_views() -> None:
+    ctx, model, items, events = await run_loop()
+    assert any(isinstance(e, ContextCompacted) for e in events)
+    assert not any(isinstance(e, HistoryResynced) for e in events)
+    assert len(ctx.calls) == len(model.seen) == 10
+    for raw, view, _ in ctx.calls:
+        assert check_view(view, raw) == []
+    for sent in model.seen:
+        # What the Responses API would be sent: valid, reasoning items included.
+        assert validate_responses({"model": "m", "input": sent}, sent) is None
+    last = json.dumps(model.seen[-1])
+    assert "truncated" in last or COMPACTION_MARKER in last
+    assert len(last) < 0.75 * len(json.dumps(items[:-1]))
+    # The run's own items are whole.
+    results = [i["output"] for i in items if i.get("type") == "function_call_output"]  # type: ignore[typeddict-item]
+    assert results == [output(f"f{n}") for n in range(1, 10)]
+    assert ctx.usage.prompt_tokens > 0  # the hooks observed every response
+
+
+async def test_no_orphaned_tool_pairs_after_compaction() -> None:
+    _, model, _, events = await run_loop(files=12, window=9_000)
+    assert sum(isinstance(e, ContextCompacted) for e in events) >= 2
+    for sent in model.seen:
+        assert pairing_problems(sent) == []
+
+
+async def test_task_prompt_survives_compaction() -> None:
+    _, model, _, events = await run_loop(files=12, window=9_000)
+    assert any(isinstance(e, ContextCompacted) for e in events)
+    for sent in model.seen:
+        assert sent[0] == {"content": TASK, "role": "user"}
+
+
+async def test_prefix_is_byte_stable_when_nothing_new_is_decided() -> None:
+    ctx, model, _, _ = await run_loop()
+    decided = [d for _, _, d in ctx.calls]
+    assert any(decided) and not all(decided[1:])
+    stable = 0
+    for k in range(1, len(model.seen)):
+        if not decided[k]:
+            before = [json.dumps(i, sort_keys=True) for i in model.seen[k - 1]]
+            now = [json.dumps(i, sort_keys=True) for i in model.seen[k]]
+            assert now[: len(before)] == before, f"call {k} rewrote the prefix"
+            stable += 1
+    assert stable >= 2
+
+
+async def test_reasoning_goes_back_as_it_came() -> None:
+    _, model, items, _ = await run_loop()
+    originals = [i for i in items if i.get("type") == "reasoning"]
+    for sent in model.seen:
+        for item in sent:
+            if item.get("type") == "reasoning":
+                assert item in originals
+
+
+async def test_unchanged_input_passes_through_equal() -> None:
+    """Nothing to compact: the filter returns what it was given, developer item first."""
+    items: list[Any] = [
+        {"role": "developer", "content": "Answer briefly."},
+        {"role": "user", "content": TASK},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "enc"},
+        {"type": "function_call", "call_id": "c1", "name": "read_file", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+    ]
+    async with ContextManager(100_000) as ctx:
+        compaction = AgentCtxInputFilter(ctx)
+        agent = Agent(name="a", instructions=SYSTEM)
+        data = CallModelData(ModelInputData(input=list(items), instructions=SYSTEM), agent, None)
+        out = await compaction(data)
+    assert out.input == items and out.instructions == SYSTEM
+    assert len(ctx.raw) == len(from_openai_responses(items[1:]))
+
+
+async def test_a_session_continues_across_runs() -> None:
+    model = ToolLoopModel(4)
+    events: list[Event] = []
+    session = SQLiteSession("conversation-1")  # in memory
+    agent = Agent(name="reader", instructions=SYSTEM, model=model, tools=[read_file])
+    async with Recording(Budget(context_window=11_000, reserve_output=1_000)) as ctx:
+        ctx.subscribe(events.append)
+        compaction = AgentCtxInputFilter(ctx)
+        config = RunConfig(call_model_input_filter=compaction, tracing_disabled=True)
+        await Runner.run(agent, TASK, session=session, run_config=config, hooks=compaction.hooks)
+        model.files = 8
+        await Runner.run(
+            agent, "Four more.", session=session, run_config=config, hooks=compaction.hooks
+        )
+    assert not any(isinstance(e, HistoryResynced) for e in events)
+    assert any(isinstance(e, ContextCompacted) for e in events)
+    for raw, view, _ in ctx.calls:
+        assert check_view(view, raw) == []
+    users = [i.get("content") for i in model.seen[-1] if i.get("role") == "user"]
+    assert users[0] == TASK and "Four more." in users
+    session.close()
+
+
+async def test_responses_model_against_the_fake_api() -> None:
+    """The SDK's own Responses model over HTTP, to a server that validates like the API."""
+    script = [Reply.tool_call("read_file", {"path": f"f{n}"}) for n in range(1, 9)]
+    events: list[Event] = []
+    async with FakeOpenAI([*script, Reply.text("They all compute.")]) as server:
+        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="test", max_retries=0)
+        try:
+            model = OpenAIResponsesModel(model="gpt-6-luna", openai_client=client)
+            agent = Agent(name="reader", instructions=SYSTEM, model=model, tools=[read_file])
+            async with ContextManager(Budget(context_window=14_000, reserve_output=2_000)) as ctx:
+                ctx.subscribe(events.append)
+                compaction = AgentCtxInputFilter(ctx)
+                config = RunConfig(call_model_input_filter=compaction, tracing_disabled=True)
+                result = await Runner.run(agent, TASK, run_config=config, hooks=compaction.hooks)
+        finally:
+            await client.close()
+    assert result.final_output == "They all compute."
+    assert all(r.status == 200 for r in server.requests), [r.error for r in server.requests]
+    assert any(isinstance(e, ContextCompacted) for e in events)
+    assert all(r.json["input"][0]["content"] == TASK for r in server.requests)
+    assert sum(r.usage is not None and r.usage.cache_read > 0 for r in server.requests) >= 5
+    assert ctx.usage.cache_read_tokens > 0
+
+
+def test_missing_framework_names_the_extra() -> None:
+    code = (
+        "import sys; sys.modules['agents'] = None\n"
+        "from agentctx.errors import MissingExtraError\n"
+        "try:\n"
+        "    import agentctx.integrations.openai_agents\n"
+        "except MissingExtraError as exc:\n"
+        "    print(exc.extra, exc.module, sep='|')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "openai-agents|agents"
