@@ -2,6 +2,7 @@
 
 ```python
 Budget(context_window=200_000)                      # 200k window, 16k kept for output
+                                                    # (or the request's max_tokens, see for_output)
 Budget(context_window=128_000, reserve_output=8_000, trigger_ratio=0.8, target_ratio=0.5)
 ```
 
@@ -11,6 +12,7 @@ messages) never goes over it when it can be met without dropping the task.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -26,13 +28,22 @@ if TYPE_CHECKING:
 __all__ = ["Budget", "BudgetExceededError", "fraction_from_percent"]
 
 
+class _DefaultReserve(int):
+    """The default ``reserve_output``: an int that remembers it was not given, so that the
+    request's own ``max_tokens`` can take its place (`Budget.for_output`)."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Budget:
     """Token budget of one session.
 
     Attributes:
         context_window: the model's context window in tokens.
-        reserve_output: tokens kept free for the response.
+        reserve_output: tokens kept free for the response. Left at its default (16,000), it
+            follows the ``max_tokens`` of each request `wrap` and the middleware see (see
+            `for_output`); set it to keep it whatever the requests ask for.
         trigger_ratio: usage fraction of `limit` where background work (summaries) starts.
         target_ratio: usage fraction of `limit` that lossy compaction brings the prompt down to,
             so the next compaction, and the next prefix-cache break, is many turns away.
@@ -40,7 +51,7 @@ class Budget:
     """
 
     context_window: int
-    reserve_output: int = 16_000
+    reserve_output: int = _DefaultReserve(16_000)
     trigger_ratio: float = 0.75
     target_ratio: float = 0.5
     hard_budget: int | None = None
@@ -63,6 +74,28 @@ class Budget:
                 + got(self, "target_ratio", "trigger_ratio")
             )
         whole(self, "hard_budget", minimum=1, optional=True)
+
+    def for_output(self, max_tokens: int) -> Budget:
+        """This budget for one request that asks for up to ``max_tokens`` of output.
+
+        ``reserve_output`` becomes ``max_tokens`` (the prompt may take the rest of the window,
+        and no more: the API refuses a prompt plus ``max_tokens`` over the window), unless it
+        was set explicitly, which keeps it. `wrap` and the middleware call this with the
+        request's ``max_tokens`` / ``max_completion_tokens`` / ``max_output_tokens``.
+        """
+        if not isinstance(self.reserve_output, _DefaultReserve):
+            return self
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0:
+            raise ConfigError(f"max_tokens must be a whole number >= 0, got {preview(max_tokens)}")
+        if max_tokens >= self.context_window:
+            raise ConfigError(
+                f"max_tokens={max_tokens} leaves no room for the prompt in the window "
+                f"(Budget.context_window={self.context_window}); lower max_tokens, or set "
+                "Budget.reserve_output to keep a reserve of your own"
+            )
+        if max_tokens == self.reserve_output:
+            return self
+        return dataclasses.replace(self, reserve_output=_DefaultReserve(max_tokens))
 
     @property
     def limit(self) -> int:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 
+from agentctx._usage import ACCEPTED, usage_of
 from agentctx.budget import Budget, BudgetExceededError
 from agentctx.errors import ConfigError
 from agentctx.events import (
@@ -220,19 +221,24 @@ class ContextManager:
         """Estimated prompt size of the current view, system prompt and tools included."""
         return self.counter.overhead + self._state.tokens
 
-    async def prepare(self, history: Sequence[Message]) -> list[Message]:
+    async def prepare(
+        self, history: Sequence[Message], *, max_tokens: int | None = None
+    ) -> list[Message]:
         """The view to send for ``history``: compacted, provider-valid, within the budget.
 
         Never mutates ``history`` and never awaits network I/O. Raises
         `UnsupportedMessageError` for an item that is not a neutral message, and
         `BudgetExceededError` (with the best view attached) when the budget cannot be met
-        without dropping the task (unless ``on_over_budget="send"``).
+        without dropping the task (unless ``on_over_budget="send"``). ``max_tokens`` is the
+        output the request asks for: the budget's default reserve follows it for this call
+        (`Budget.for_output`; `wrap` and the middleware pass it).
         """
+        budget = self.budget if max_tokens is None else self.budget.for_output(max_tokens)
         if self._closed:
             raise ConfigError("this ContextManager is closed")
         self._sync(history)
         state = self._state
-        self._count_new_near_budget()
+        self._count_new_near_budget(budget)
         if self._resumed:
             # A resumed ledger must match the history it is applied to, anchor by anchor.
             self._resumed = False
@@ -244,7 +250,7 @@ class ContextManager:
         ctx = CompactionContext(
             session_id=self.session_id,
             raw=state.raw,
-            budget=self.budget,
+            budget=budget,
             counter=self.counter,
             ledger=state.ledger,
             recall=self.recall_store,
@@ -272,16 +278,16 @@ class ContextManager:
         self._sent = len(state.raw)
         view = list(state.view)
         tokens = self.prompt_tokens
-        if tokens > self.budget.limit and self.counter.refine(view):
+        if tokens > budget.limit and self.counter.refine(view):
             tokens = self.prompt_tokens
-        if tokens > self.budget.limit:
-            fraction = self.budget.usage_fraction(tokens)
-            self._hub.emit(BudgetExceeded(tokens, self.budget.limit, fraction))
+        if tokens > budget.limit:
+            fraction = budget.usage_fraction(tokens)
+            self._hub.emit(BudgetExceeded(tokens, budget.limit, fraction))
             if self._on_over_budget == "raise":
-                raise BudgetExceededError(tokens, self.budget.limit, view)
+                raise BudgetExceededError(tokens, budget.limit, view)
         return view
 
-    def _count_new_near_budget(self) -> None:
+    def _count_new_near_budget(self, budget: Budget) -> None:
         """Count the messages new since the last call in full when their quick estimate could
         be what keeps the prompt under the budget.
 
@@ -295,7 +301,7 @@ class ContextManager:
         if k < len(view):
             new = view[k:]
             quick = self.counter.count_many(new)
-            if self.prompt_tokens + quick * _DENSEST_OVER_QUICK > self.budget.limit:
+            if self.prompt_tokens + quick * _DENSEST_OVER_QUICK > budget.limit:
                 self.counter.refine(new)
 
     def _persist(self) -> None:
@@ -386,14 +392,14 @@ class ContextManager:
     def observe(self, response: Usage | AssistantMessage | Any) -> None:
         """Record what the provider reported for the last view sent.
 
-        Accepts a `Usage`, an `AssistantMessage` carrying one, or any object with a
-        ``usage`` attribute holding one. Calibrates the token estimate from it.
+        Accepts a `Usage`, an `AssistantMessage` carrying one, or what the SDK returned:
+        ``ctx.observe(resp)`` / ``ctx.observe(resp.usage)`` for an anthropic ``Message``, an
+        openai ``ChatCompletion`` or ``Response`` (or a stream's final message), read by
+        their fields (`usage_of`). Calibrates the token estimate from it.
         """
-        usage = response if isinstance(response, Usage) else getattr(response, "usage", None)
-        if not isinstance(usage, Usage):
-            raise ConfigError(
-                f"observe() needs a Usage or a message with one, got {type(response).__name__}"
-            )
+        usage = usage_of(response)
+        if usage is None:
+            raise ConfigError(f"observe() takes {ACCEPTED}; got {type(response).__name__}")
         self.usage = self.usage + usage
         self._last_call = self._clock()
         if usage.prompt_tokens > 0 and self._state.view:

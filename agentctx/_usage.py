@@ -1,0 +1,84 @@
+"""`usage_of`: the neutral `Usage` of what a provider SDK returned, by duck typing.
+
+```python
+usage_of(resp)                # anthropic Message, openai ChatCompletion or Response
+usage_of(resp.usage)          # their usage objects, or the same as plain dicts
+usage_of(stream_final)        # a stream's final message (it carries .usage too)
+```
+
+The core imports no vendor SDK (nor the adapters), so the three usage shapes are told apart
+by their fields: ``prompt_tokens`` is Chat Completions' (cached tokens counted inside it),
+``input_tokens_details`` is the Responses API's (cached tokens counted inside
+``input_tokens``), and ``input_tokens`` / ``output_tokens`` alone is Anthropic's (cache reads
+and writes counted apart). The adapters read the same fields from response dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from agentctx.messages import Usage
+
+__all__ = ["ACCEPTED", "usage_of"]
+
+ACCEPTED = (
+    "a Usage, an AssistantMessage, an SDK response (anthropic Message, openai ChatCompletion "
+    "or Response, a stream's final message) or its usage (anthropic Usage, openai "
+    "CompletionUsage or ResponseUsage)"
+)
+
+
+def _get(obj: object, key: str) -> object:
+    if isinstance(obj, Mapping):
+        return obj.get(key)
+    return getattr(obj, key, None)
+
+
+def _count(obj: object, key: str) -> int:
+    value = _get(obj, key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _has(obj: object, key: str) -> bool:
+    value = _get(obj, key)
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _from_fields(usage: object) -> Usage | None:
+    """Usage from one provider's usage object (or dict); None if it has no token fields."""
+    if _has(usage, "prompt_tokens"):  # Chat Completions: cached tokens inside prompt_tokens
+        cached = _count(_get(usage, "prompt_tokens_details"), "cached_tokens")
+        cached = cached or _count(usage, "cache_read_input_tokens")  # Claude behind LiteLLM
+        written = _count(usage, "cache_creation_input_tokens")
+        uncached = max(_count(usage, "prompt_tokens") - cached - written, 0)
+        return Usage(uncached, _count(usage, "completion_tokens"), cached, written)
+    if not (_has(usage, "input_tokens") or _has(usage, "output_tokens")):
+        return None
+    details = _get(usage, "input_tokens_details")
+    if details is not None:  # Responses: cached tokens inside input_tokens
+        cached = _count(details, "cached_tokens")
+        uncached = max(_count(usage, "input_tokens") - cached, 0)
+        return Usage(uncached, _count(usage, "output_tokens"), cached)
+    written = _count(usage, "cache_creation_input_tokens")  # Anthropic: counted apart
+    written_1h = _count(_get(usage, "cache_creation"), "ephemeral_1h_input_tokens")
+    return Usage(
+        _count(usage, "input_tokens"),
+        _count(usage, "output_tokens"),
+        _count(usage, "cache_read_input_tokens"),
+        written,
+        min(written_1h, written),
+    )
+
+
+def usage_of(response: object) -> Usage | None:
+    """The `Usage` ``response`` reports (see the module docs for what is accepted), or None
+    when it carries none (e.g. a chat stream's completion without ``include_usage``)."""
+    if isinstance(response, Usage):
+        return response
+    usage = _from_fields(response)
+    if usage is not None:
+        return usage
+    inner = _get(response, "usage")
+    if inner is None or inner is response:
+        return None
+    return inner if isinstance(inner, Usage) else _from_fields(inner)
