@@ -13,11 +13,18 @@ request that does not start with everything the previous one sent.
 
 The replay runs on the transcript's own clock (`ReplayClock`): background work that sleeps on
 it (a summarizer's simulated latency) finishes when the replay reaches that time, so
-briefings arrive and splice as they would have in the session, without real waiting.
+briefings arrive and splice as they would have in the session, without real waiting. Real
+work (a request to a real summarizer) holds the clock (`ReplayClock.held`) while it runs and
+then sleeps its measured latency on it, so it takes that many seconds of session time.
+
+Pass ``facts`` (e.g. `agentctx.replay.retention.early_paths` of the transcript) to measure
+after every compaction how many of them the model can still see or recall in one call
+(`ReplayReport.retention`).
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -36,9 +43,10 @@ from agentctx.manager import ContextManager
 from agentctx.messages import AssistantMessage, Message, Usage, fingerprint
 from agentctx.pricing import Price
 from agentctx.recall import MemoryRecallStore
+from agentctx.replay.retention import Fact, Retention, RetentionMeter
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from agentctx.budget import Budget
     from agentctx.strategy import CompactionStrategy
@@ -74,6 +82,10 @@ class RequestRow:
     """Messages a briefing replaced in this request (0: no splice)."""
     cache_read_without: int = 0
     cache_write_without: int = 0
+    cost_with: float = 0.0
+    """Simulated input cost of this request with compaction, in USD."""
+    cost_without: float = 0.0
+    """Simulated input cost of this request without compaction, in USD."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +106,9 @@ class ReplayReport:
     """Briefings spliced into the view."""
     events: tuple[Event, ...] = ()
     """Every event of the session, in order."""
+    retention: Retention | None = None
+    """How many of the ``facts`` given to `replay` stayed visible or recallable after each
+    compaction; ``None`` when no facts were given."""
 
     @property
     def tokens_with(self) -> int:
@@ -122,6 +137,8 @@ class ReplayClock:
     def __init__(self, start: float = 0.0) -> None:
         self.now = start
         self._sleepers: list[tuple[float, anyio.Event]] = []
+        self._holds = 0
+        self._released: anyio.Event | None = None
 
     def __call__(self) -> float:
         return self.now
@@ -135,12 +152,48 @@ class ReplayClock:
         self._sleepers.append((self.now + seconds, woken))
         await woken.wait()
 
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the clock while real work runs: `advance` waits until every hold is released.
+
+        Map real work onto session time like this (what
+        `agentctx.replay.cached_summarizer.CachedSummarizer` does with a real summarizer)::
+
+            with clock.held():
+                started = time.monotonic()
+                result = await real_request()
+                latency = time.monotonic() - started
+            await clock.sleep(latency)   # the wall latency, as seconds of session time
+
+        Releasing and sleeping in one step (no await between them, as above) lets no other
+        request of the replay slip in between.
+        """
+        self._holds += 1
+        try:
+            yield
+        finally:
+            self._holds -= 1
+            if not self._holds and self._released is not None:
+                self._released.set()
+                self._released = None
+
+    async def _wait_released(self) -> None:
+        # A held clock (a real request in flight) does not move: the session's next request
+        # waits for it, however long it takes in wall time.
+        while self._holds:
+            if self._released is None:
+                self._released = anyio.Event()
+            await self._released.wait()
+            await anyio.wait_all_tasks_blocked()
+
     async def advance(self, to: float) -> None:
-        """Let started work reach its first wait, move the clock to ``to`` (never back) and
-        let every sleeper due by then run until all tasks wait again."""
+        """Let started work reach its first wait, wait for held work (`held`), move the clock
+        to ``to`` (never back) and let every sleeper due by then run until all tasks wait
+        again."""
         # Work started since the last call (a request just armed) runs up to its first wait
         # first, so that its sleep starts at the time it was started, not at this one.
         await anyio.wait_all_tasks_blocked()
+        await self._wait_released()
         self.now = max(self.now, to)
         due = [s for s in self._sleepers if s[0] <= self.now]
         if not due:
@@ -222,6 +275,7 @@ async def replay(
     cache_ttl: float = 300.0,
     clock: ReplayClock | None = None,
     progress: Callable[[int, int], None] | None = None,
+    facts: Sequence[Fact] | None = None,
 ) -> ReplayReport:
     """Replay ``messages`` call by call through ``strategy`` and price both ways.
 
@@ -237,12 +291,17 @@ async def replay(
 
     ``progress``, if given, is called after each request with ``(done, total)`` requests,
     e.g. to drive a progress bar; it runs in the replay's loop, so it should be quick.
+
+    ``facts`` (say `agentctx.replay.retention.early_paths` of ``messages``) are checked after
+    every request that compacted: each fact already in the history must be in the view's
+    visible text or one ``recall_context`` call away; `ReplayReport.retention` sums it up.
     """
     rows: list[RequestRow] = []
     events: list[Event] = []
     cost_with = cost_without = 0.0
     view: list[Message] = []
     clock = clock if clock is not None else ReplayClock()
+    meter = RetentionMeter(facts) if facts is not None else None
     async with ContextManager(
         budget,
         strategy=strategy,
@@ -271,8 +330,10 @@ async def replay(
             tokens_without = overhead + ctx.counter.count_many(request)
             read, write, broke, cold = cache_with.send(view, overhead, now)
             read0, write0, _, _ = cache_without.send(request, overhead, now)
-            cost_with += price.cost(_cache_usage(read, write, cache_ttl))
-            cost_without += price.cost(_cache_usage(read0, write0, cache_ttl))
+            cost = price.cost(_cache_usage(read, write, cache_ttl))
+            cost0 = price.cost(_cache_usage(read0, write0, cache_ttl))
+            cost_with += cost
+            cost_without += cost0
             new = events[seen:]
             actions = tuple(a for e in new if isinstance(e, ContextCompacted) for a in e.actions)
             notes = tuple(n for n in map(_note, new) if n is not None)
@@ -298,8 +359,12 @@ async def replay(
                     summarized=summarized,
                     cache_read_without=read0,
                     cache_write_without=write0,
+                    cost_with=cost,
+                    cost_without=cost0,
                 )
             )
+            if meter is not None and any(isinstance(e, ContextCompacted) for e in new):
+                await meter.check(ctx, view, len(request))
             usage = messages[i].usage  # type: ignore[union-attr]
             messages_only = tokens_without - overhead
             if usage is not None and 0.8 * messages_only < usage.prompt_tokens < 3 * messages_only:
@@ -308,6 +373,9 @@ async def replay(
                 ctx.counter.observe(request, usage.prompt_tokens)
             if progress is not None:
                 progress(number, len(calls))
+        # A real request still in flight at the end is waited for, not cancelled: it is
+        # billed either way, and a summary cache keeps its reply for the next run.
+        await clock.advance(clock())
     return ReplayReport(
         rows=tuple(rows),
         budget_tokens=budget.limit,
@@ -320,4 +388,5 @@ async def replay(
         summaries=tuple(s for s in map(_billed, events) if s is not None),
         splices=sum(isinstance(e, ContextCompacted) and e.method == "summarized" for e in events),
         events=tuple(events),
+        retention=meter.result() if meter is not None else None,
     )
