@@ -1,0 +1,235 @@
+"""`CachedSummarizer`: a real summarizer in a replay, in session time, with its replies kept.
+
+```python
+from agentctx.providers.anthropic_summarizer import AnthropicSummarizer
+from agentctx.replay.cached_summarizer import CachedSummarizer, SummaryCache
+
+clock = ReplayClock()
+cache = SummaryCache(default_cache_path())          # ~/.cache/agentctx/summaries.jsonl
+summarizer = CachedSummarizer(AnthropicSummarizer("claude-haiku-4-5"), cache, clock=clock)
+strategy = Chain([LlmCompaction(summarizer, fallback=tiers, clock=clock, sleep=clock.sleep), tiers])
+report = await replay(messages, budget=budget, strategy=strategy, clock=clock)
+```
+
+Each request is looked up in the cache first, by `request_key`: a SHA-256 of the model, the
+system prompt, the prompt and the output cap, so the same request to the same model is sent
+once, ever. A miss goes to the real summarizer; its reply (text, stop reason, usage, model)
+and its measured wall latency are appended to the cache file as one JSON line at once, so an
+interrupted replay keeps every reply it paid for, and a rerun of the same replay sends
+nothing: its requests are the same because the latencies, read back, put every briefing at
+the same point of the session.
+
+With a ``clock`` (the replay's `ReplayClock`), the latency is session time: the clock is held
+while the real request runs (the replay waits for it, however long it takes), then the
+summarizer sleeps the measured latency on the clock, so the briefing comes back that many
+seconds of the transcript later, as it would have in the session. A cached reply sleeps its
+recorded latency. Failed requests are not cached (the next run tries again).
+
+The cache file is JSON lines, one reply per line (last one wins; a line cut short by a killed
+run is skipped). One `SummaryCache` may be shared by replays running in several threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentctx.errors import SummarizerError
+from agentctx.messages import Usage
+from agentctx.summarizer import SummaryResult, check_result
+
+if TYPE_CHECKING:
+    from agentctx.replay.engine import ReplayClock
+    from agentctx.summarizer import Summarizer, SummaryRequest
+
+__all__ = [
+    "CachedReply",
+    "CachedSummarizer",
+    "SummaryCache",
+    "default_cache_path",
+    "request_key",
+]
+
+_USAGE = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "cache_write_1h_tokens",
+)
+
+
+def default_cache_path() -> Path:
+    """``$XDG_CACHE_HOME/agentctx/summaries.jsonl`` (``~/.cache/agentctx/summaries.jsonl``
+    when ``XDG_CACHE_HOME`` is unset): one cache for every transcript, so replaying a
+    session again, from any directory, reuses what its summaries cost."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "agentctx" / "summaries.jsonl"
+
+
+def request_key(model: str | None, request: SummaryRequest, max_tokens: int) -> str:
+    """The cache key of ``request`` sent to ``model`` with an output cap of ``max_tokens``."""
+    fields = [model or "", request.system, request.prompt, max_tokens]
+    data = json.dumps(fields, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class CachedReply:
+    """A summarizer's reply and how long it took, in wall seconds."""
+
+    result: SummaryResult
+    latency: float
+
+
+def _to_json(key: str, model: str | None, reply: CachedReply) -> str:
+    r = reply.result
+    line = {
+        "key": key,
+        "model": model,
+        "latency": round(reply.latency, 3),
+        "result": {
+            "text": r.text,
+            "stop_reason": r.stop_reason,
+            "model": r.model,
+            "usage": {name: getattr(r.usage, name) for name in _USAGE},
+        },
+    }
+    return json.dumps(line, ensure_ascii=False)
+
+
+def _from_json(line: str) -> tuple[str, CachedReply] | None:
+    """The key and reply of one line, or ``None`` for a line that is not one (cut short,
+    edited, from another version)."""
+    try:
+        data = json.loads(line)
+        raw = data["result"]
+        usage = Usage(**{name: raw["usage"].get(name, 0) for name in _USAGE})
+        result = check_result(
+            SummaryResult(
+                text=raw["text"],
+                stop_reason=raw["stop_reason"],
+                usage=usage,
+                model=raw.get("model"),
+            )
+        )
+        latency = float(data["latency"])
+        key = data["key"]
+    except (ValueError, TypeError, KeyError, AttributeError, SummarizerError):
+        return None
+    if not isinstance(key, str) or not latency >= 0 or latency == float("inf"):
+        return None
+    return key, CachedReply(result, latency)
+
+
+class SummaryCache:
+    """Summarizer replies by `request_key`, kept in the JSON-lines file ``path`` (``None``:
+    in memory only). The file and its folder are created on the first reply stored.
+
+    ``hits`` and ``sent`` count the lookups answered from the cache and the requests that
+    went to a real summarizer, since this object was made.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None) -> None:
+        self.path = Path(path) if path is not None else None
+        self.hits = 0
+        self.sent = 0
+        self._lock = threading.Lock()
+        self._replies: dict[str, CachedReply] = {}
+        if self.path is not None and self.path.exists():
+            with self.path.open(encoding="utf-8", errors="surrogateescape") as f:
+                for line in f:
+                    parsed = _from_json(line)
+                    if parsed is not None:
+                        self._replies[parsed[0]] = parsed[1]
+
+    def __len__(self) -> int:
+        return len(self._replies)
+
+    def get(self, key: str) -> CachedReply | None:
+        """The reply stored under ``key``, counted as a hit; ``None`` if there is none."""
+        with self._lock:
+            reply = self._replies.get(key)
+            if reply is not None:
+                self.hits += 1
+            return reply
+
+    def put(self, key: str, reply: CachedReply, *, model: str | None = None) -> None:
+        """Store ``reply`` under ``key`` (``model``: the model it was sent to, for people
+        reading the file) and append it to the file at once."""
+        with self._lock:
+            self.sent += 1
+            self._replies[key] = reply
+            if self.path is None:
+                return
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8", errors="surrogateescape") as f:
+                f.write(_to_json(key, model, reply) + "\n")
+
+
+class CachedSummarizer:
+    """A `Summarizer` that answers from a `SummaryCache`, else from ``summarizer`` (and
+    stores the reply), in session time when given the replay's ``clock`` (module docs).
+
+    Args:
+        summarizer: the real summarizer, e.g. `AnthropicSummarizer`.
+        cache: where replies are looked up and stored.
+        clock: the replay's clock: latencies become session time on it. ``None``: a hit
+            answers at once and a miss takes its real time.
+    """
+
+    def __init__(
+        self, summarizer: Summarizer, cache: SummaryCache, *, clock: ReplayClock | None = None
+    ) -> None:
+        self.summarizer = summarizer
+        self.cache = cache
+        self.clock = clock
+        model = getattr(summarizer, "model", None)
+        self.model: str | None = model if isinstance(model, str) else None
+
+    def key(self, request: SummaryRequest) -> str:
+        """The cache key of ``request`` for this summarizer's model and output cap."""
+        cap = getattr(self.summarizer, "max_tokens", None)
+        return request_key(self.model, request, cap if isinstance(cap, int) else request.max_tokens)
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        """The cached reply to ``request``, or the real summarizer's (stored before it is
+        returned); either after its latency in session time when there is a clock."""
+        key = self.key(request)
+        hit = self.cache.get(key)
+        if hit is not None:
+            await self._elapse(hit.latency)
+            return hit.result
+        clock = self.clock
+        failure: SummarizerError | None = None
+        with clock.held() if clock is not None else nullcontext():
+            started = time.monotonic()
+            try:
+                result = check_result(await self.summarizer.summarize(request))
+            except SummarizerError as exc:
+                failure = exc
+            latency = time.monotonic() - started
+            if failure is None:
+                self.cache.put(key, CachedReply(result, latency), model=self.model)
+        # Released and asleep in one step (no await between): see ReplayClock.held.
+        await self._elapse(latency if clock is not None else 0.0)
+        if failure is not None:
+            raise failure
+        return result
+
+    async def _elapse(self, seconds: float) -> None:
+        if self.clock is not None:
+            await self.clock.sleep(seconds)
+
+    async def aclose(self) -> None:
+        """Close the real summarizer's client if it has an ``aclose`` (the SDK summarizers)."""
+        close: Any = getattr(self.summarizer, "aclose", None)
+        if close is not None:
+            await close()
