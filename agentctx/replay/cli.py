@@ -1,8 +1,10 @@
 """The ``agentctx`` command: ``agentctx replay`` and ``agentctx demo``.
 
 ```
-agentctx replay [TRANSCRIPT] [--context-window TOKENS] [--reserve TOKENS]
-                [--strategy llm|pipeline|deterministic|none] [--summarizer-delay SECONDS]
+agentctx replay [PATH ...] [--context-window TOKENS] [--reserve TOKENS]
+                [--strategy llm|pipeline|deterministic|none | --compare NAME,NAME,...]
+                [--summarizer-delay SECONDS | --summarizer PROVIDER:MODEL[@URL]]
+                [--summary-cache PATH] [--concurrency N] [--json] [--report PATH]
                 [--chart PATH]
 agentctx demo [--context-window TOKENS] [--reserve TOKENS]
 agentctx --version
@@ -10,6 +12,11 @@ agentctx --version
 
 With no transcript, ``replay`` uses the real session that ships with agentctx, offline, through
 background summaries from an offline extractive summarizer and the deterministic tiers.
+``--summarizer`` sends the summaries to a real model instead, in session time, with every
+reply kept in a summary cache (`agentctx.replay.cached_summarizer`) so a rerun costs nothing.
+One transcript through one strategy prints a row per request; ``--compare``, several
+transcripts or a folder print a row per strategy (`agentctx.replay.compare`), ``--json`` one
+JSON document, and ``--report`` writes an HTML page (`agentctx.replay.report`).
 ``demo`` runs a small live agent loop (scripted model, real file tools) and prints each event.
 On a terminal with rich installed (the ``cli`` extra) the report is a table with a progress
 bar for long replays; otherwise it is plain text. Errors in the input are one line on stderr
@@ -19,64 +26,55 @@ and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, TextIO, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
 
 import anyio
 
 from agentctx import __version__
 from agentctx.budget import Budget
-from agentctx.errors import AgentCtxError
+from agentctx.errors import AgentCtxError, ConfigError
 from agentctx.importers import load_transcript
+from agentctx.replay.cached_summarizer import SummaryCache, default_cache_path
+from agentctx.replay.compare import Comparison, print_comparison, print_comparison_rich
 from agentctx.replay.data import DEMO_TRANSCRIPT
-from agentctx.replay.engine import SONNET_MODEL, ReplayClock, ReplayReport, replay
-from agentctx.replay.offline_summarizer import OFFLINE_MODEL, OfflineSummarizer
+from agentctx.replay.engine import SONNET_MODEL
+from agentctx.replay.jobs import (
+    DEFAULT_SUMMARIZER_DELAY,
+    STRATEGIES,
+    Outcome,
+    ReplaySettings,
+    run_replays,
+)
+from agentctx.replay.real_summarizer import SummarizerSpec
 from agentctx.replay.render import LazyProgress, print_plain, print_rich
-from agentctx.strategies import DeterministicCompaction, ToolOutputPipeline
-from agentctx.strategies.llm import LlmCompaction
-from agentctx.strategy import Chain
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
     from rich.console import Console
 
-    from agentctx.strategy import CompactionContext, CompactionStrategy
+    from agentctx.importers import Transcript
 
 __all__ = ["main"]
 
 DEFAULT_CONTEXT_WINDOW = 45_000
 """Small enough that the shipped session (71k tokens raw) needs a briefing and the tiers."""
 
-DEFAULT_SUMMARIZER_DELAY = 8.0
-"""Seconds of session time the offline summarizer takes (a cheap model's latency)."""
+DEFAULT_CONCURRENCY = 4
+"""Replays run at once with a real summarizer (each has at most one request in flight)."""
 
-
-class _NoCompaction:
-    async def compact(self, ctx: CompactionContext) -> None:
-        return None
-
-
-def _llm(clock: ReplayClock, delay: float) -> CompactionStrategy:
-    tiers = DeterministicCompaction()
-    summarizer = OfflineSummarizer(delay, sleep=clock.sleep)
-    llm = LlmCompaction(summarizer, fallback=tiers, clock=clock, sleep=clock.sleep)
-    return Chain([llm, tiers])
-
-
-_STRATEGIES: dict[str, Callable[[ReplayClock, float], CompactionStrategy]] = {
-    "llm": _llm,
-    "pipeline": lambda clock, delay: Chain([ToolOutputPipeline(), DeterministicCompaction()]),
-    "deterministic": lambda clock, delay: DeterministicCompaction(),
-    "none": lambda clock, delay: _NoCompaction(),
-}
+TRANSCRIPT_SUFFIXES = (".jsonl", ".json", ".traj")
+"""The files of a folder given as PATH that are replayed."""
 
 _STRATEGY_HELP = (
-    "how to compact: llm: background briefings from an offline extractive summarizer, then "
-    "the deterministic tiers; pipeline: ToolOutputPipeline then the tiers; deterministic: the "
-    "tiers only; none: no compaction (default: %(default)s)"
+    "how to compact: llm: background briefings from a summarizer (the offline extractive "
+    "one unless --summarizer), then the deterministic tiers; pipeline: ToolOutputPipeline "
+    "then the tiers; deterministic: the tiers only; none: no compaction (default: "
+    "%(default)s)"
 )
 
 # Wrapped by hand: the epilog's examples need RawDescriptionHelpFormatter, which keeps the
@@ -95,7 +93,9 @@ _EPILOG = """\
 examples:
   agentctx replay                       the session that ships with agentctx
   agentctx replay session.jsonl --strategy deterministic --context-window 100000
-  agentctx replay --chart replay.html   also write a chart of tokens per request
+  agentctx replay --compare deterministic,pipeline,llm --report replay.html
+  agentctx replay sessions/ --compare deterministic,llm --json > replay.json
+  agentctx replay --summarizer anthropic:claude-haiku-4-5   real briefings, cached
   agentctx demo"""
 
 _REPLAY_DESCRIPTION = (
@@ -106,9 +106,19 @@ _REPLAY_DESCRIPTION = (
 )
 
 _TRANSCRIPT_HELP = (
-    "the session to replay: a Claude Code or pi JSONL transcript, a SWE-agent trajectory, "
-    "OpenHands events, or a JSON list of agentctx messages (default: the session that ships "
-    "with agentctx, %(default)s)"
+    "the sessions to replay: Claude Code or pi JSONL transcripts, SWE-agent trajectories, "
+    "OpenHands events, or JSON lists of agentctx messages, or folders of them (their "
+    f"{', '.join(TRANSCRIPT_SUFFIXES)} files) (default: the session that ships with "
+    f"agentctx, {str(DEMO_TRANSCRIPT).replace('%', '%%')})"
+)
+
+_SUMMARIZER_HELP = (
+    "send the llm strategy's summaries to a real model: anthropic:MODEL (key from "
+    "ANTHROPIC_API_KEY), openai:MODEL (OPENAI_API_KEY) or openai-compatible:MODEL@URL (a "
+    "Chat Completions server such as vLLM or Ollama at URL, e.g. http://127.0.0.1:8000/v1; "
+    "OPENAI_API_KEY if set). Its measured latency becomes session time, and every reply is "
+    "kept in --summary-cache, so a rerun sends nothing (default: the offline extractive "
+    "summarizer, no key, no network)"
 )
 
 
@@ -138,6 +148,34 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+def _strategy_list(text: str) -> list[str]:
+    names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in STRATEGIES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown strategy {', '.join(unknown) or repr(text)}; choose from "
+            f"{', '.join(STRATEGIES)}, separated by commas"
+        )
+    return names
+
+
+def _summarizer(text: str) -> SummarizerSpec:
+    try:
+        return SummarizerSpec.parse(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _parser() -> argparse.ArgumentParser:
     """The command's argument parser."""
     raw = argparse.RawDescriptionHelpFormatter
@@ -155,13 +193,7 @@ def _parser() -> argparse.ArgumentParser:
         help="replay a recorded session through a strategy and report tokens, cache and cost",
         description=_REPLAY_DESCRIPTION,
     )
-    r.add_argument(
-        "transcript",
-        nargs="?",
-        default=str(DEMO_TRANSCRIPT),
-        metavar="TRANSCRIPT",
-        help=_TRANSCRIPT_HELP,
-    )
+    r.add_argument("transcript", nargs="*", metavar="PATH", help=_TRANSCRIPT_HELP)
     r.add_argument(
         "--context-window",
         type=_count,
@@ -177,20 +209,61 @@ def _parser() -> argparse.ArgumentParser:
         metavar="TOKENS",
         help="tokens of the window kept for the output (default: %(default)s)",
     )
-    r.add_argument("--strategy", choices=list(_STRATEGIES), default="llm", help=_STRATEGY_HELP)
+    how = r.add_mutually_exclusive_group()
+    how.add_argument("--strategy", choices=list(STRATEGIES), default="llm", help=_STRATEGY_HELP)
+    how.add_argument(
+        "--compare",
+        type=_strategy_list,
+        metavar="NAME,NAME,...",
+        help="replay through each of these strategies and print one row per strategy: "
+        "tokens sent, cost, cache breaks, requests over budget, summarizer share, retention "
+        f"of early file paths (any of {', '.join(STRATEGIES)}; default: --strategy only)",
+    )
     r.add_argument(
         "--summarizer-delay",
         type=_seconds,
         default=DEFAULT_SUMMARIZER_DELAY,
         metavar="SECONDS",
         help="seconds of session time the offline summarizer takes per briefing, for "
-        "--strategy llm only (default: %(default)s)",
+        "the llm strategy only (default: %(default)s)",
+    )
+    r.add_argument(
+        "--summarizer", type=_summarizer, metavar="PROVIDER:MODEL", help=_SUMMARIZER_HELP
+    )
+    r.add_argument(
+        "--summary-cache",
+        metavar="PATH",
+        help="the JSON-lines file that keeps a real summarizer's replies, by model and "
+        "request (default: $XDG_CACHE_HOME/agentctx/summaries.jsonl, that is "
+        "~/.cache/agentctx/summaries.jsonl)",
+    )
+    r.add_argument(
+        "--concurrency",
+        type=_positive,
+        default=DEFAULT_CONCURRENCY,
+        metavar="N",
+        help="with --summarizer, replays (and so summarizer requests) run at once "
+        "(default: %(default)s)",
+    )
+    r.add_argument(
+        "--json",
+        action="store_true",
+        default=None,  # no "(default: False)" to show: off unless given
+        help="print one JSON document instead of tables: the settings, a row per transcript "
+        "and strategy, and the totals per strategy",
+    )
+    r.add_argument(
+        "--report",
+        metavar="PATH",
+        help="also write an HTML report to PATH: one self-contained page with the totals, "
+        "the settings and charts per strategy (default: no report)",
     )
     r.add_argument(
         "--chart",
         metavar="PATH",
-        help="also write a chart of tokens per request to PATH, .html or .png "
-        "(.png needs the 'chart' extra; default: no chart)",
+        help="also write a chart of tokens per request to PATH: .html writes the --report "
+        "page, .png one figure of a single replay (needs the 'chart' extra; default: no "
+        "chart)",
     )
     d = sub.add_parser(
         "demo",
@@ -215,35 +288,189 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _replay(args: argparse.Namespace, console: Console | None) -> int:
-    transcript = load_transcript(args.transcript)
-    budget = Budget(context_window=args.context_window, reserve_output=args.reserve)
-    clock = ReplayClock()
-    strategy = _STRATEGIES[args.strategy](clock, args.summarizer_delay)
+def _paths(given: Sequence[str]) -> list[Path]:
+    """The transcript files: each PATH, or the `TRANSCRIPT_SUFFIXES` files of a folder."""
+    out: list[Path] = []
+    for text in given or [str(DEMO_TRANSCRIPT)]:
+        path = Path(text)
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.suffix.lower() in TRANSCRIPT_SUFFIXES)
+            files = [p for p in found if p.is_file()]
+            if not files:
+                raise ConfigError(f"{path}: no {', '.join(TRANSCRIPT_SUFFIXES)} files to replay")
+            out += files
+        else:
+            out.append(path)
+    return out
 
-    def run(progress: Callable[[int, int], None] | None) -> ReplayReport:
-        return anyio.run(
-            lambda: replay(
-                transcript.messages,
-                budget=budget,
-                strategy=strategy,
-                clock=clock,
-                progress=progress,
-            )
-        )
 
-    if console is None:
-        report = run(None)
+def _load(paths: Sequence[Path], folders: bool) -> list[Transcript]:
+    """Load every transcript; in a folder, a file that is no transcript is skipped with a
+    line on stderr (a named file that is none is an error)."""
+    out = []
+    for path in paths:
+        try:
+            out.append(load_transcript(path))
+        except (AgentCtxError, OSError, ValueError) as exc:
+            if not folders:
+                raise
+            print(f"agentctx: skipped {' '.join(str(exc).split())}", file=sys.stderr)
+    if not out:
+        raise ConfigError("no transcript to replay")
+    return out
+
+
+def _settings_json(args: argparse.Namespace, settings: ReplaySettings) -> dict[str, Any]:
+    cache = settings.cache
+    return {
+        "agentctx": __version__,
+        "context_window": settings.context_window,
+        "reserve": settings.reserve,
+        "budget": settings.budget.limit,
+        "strategies": list(args.compare or [args.strategy]),
+        "summarizer": str(settings.summarizer)
+        if settings.summarizer
+        else settings.summarizer_model,
+        "summarizer_delay": None if settings.summarizer else settings.summarizer_delay,
+        "summary_cache": str(cache.path) if cache is not None and cache.path else None,
+        "priced_at": SONNET_MODEL,
+        "cache_ttl_seconds": 300,
+        "retention": "early file paths in view or one recall away, worst check / mean",
+    }
+
+
+def _settings_lines(doc: dict[str, Any], outcomes: Sequence[Outcome]) -> list[tuple[str, str]]:
+    """The settings for the report page, as ``(label, value)``."""
+    files = list(dict.fromkeys(o.transcript.path for o in outcomes))
+    shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+    summarizer = doc["summarizer"]
+    if doc["summarizer_delay"] is not None:
+        summarizer += f", {doc['summarizer_delay']:g} s of session time per briefing"
     else:
-        with LazyProgress(console, f"replaying {Path(transcript.path).name}") as progress:
-            report = run(progress)
-    if args.chart:
-        from agentctx.replay.chart import write_chart
+        summarizer += ", its measured latency as session time"
+    lines = [
+        ("transcripts", shown),
+        (
+            "context window",
+            f"{doc['context_window']:,} tokens, {doc['reserve']:,} reserved "
+            f"for output: budget {doc['budget']:,}",
+        ),
+        ("strategies", ", ".join(doc["strategies"])),
+        ("summarizer (llm)", summarizer),
+    ]
+    if doc["summary_cache"]:
+        lines.append(("summary cache", doc["summary_cache"]))
+    lines += [
+        ("prices", f"input at {SONNET_MODEL} list prices; an ideal prefix cache, 5 min TTL"),
+        ("retention", "early file paths in view or one recall away: worst check, mean"),
+        ("agentctx", doc["agentctx"]),
+    ]
+    return lines
 
-        write_chart(report, args.chart, f"agentctx replay: {Path(transcript.path).name}")
-    strategy_line = args.strategy
-    if args.strategy == "llm":
-        strategy_line += f" (summarizer {OFFLINE_MODEL}, {args.summarizer_delay:g} s)"
+
+def _progress_console(args: argparse.Namespace, console: Console | None) -> Console | None:
+    """Where the progress bar goes: the report's console, or stderr's with --json (stdout
+    is the document); ``None``: no bar (not a terminal, or rich missing)."""
+    if not args.json:
+        return console
+    if not sys.stderr.isatty():
+        return None
+    try:
+        from rich.console import Console
+    except ImportError:
+        return None
+    return Console(file=sys.stderr)
+
+
+def _replay(args: argparse.Namespace, console: Console | None) -> int:
+    paths = _paths(args.transcript)
+    folders = any(Path(p).is_dir() for p in args.transcript or ())
+    transcripts = _load(paths, folders)
+    strategies: list[str] = args.compare or [args.strategy]
+    spec: SummarizerSpec | None = args.summarizer
+    cache: SummaryCache | None = None
+    if spec is not None and "llm" in strategies:
+        spec.check()
+        cache = SummaryCache(args.summary_cache or default_cache_path())
+    settings = ReplaySettings(
+        context_window=args.context_window,
+        reserve=args.reserve,
+        summarizer_delay=args.summarizer_delay,
+        summarizer=spec if cache is not None else None,
+        cache=cache,
+        concurrency=args.concurrency,
+    )
+
+    def status() -> str:
+        return f"summaries: {cache.sent} sent, {cache.hits} cached" if cache is not None else ""
+
+    bar = _progress_console(args, console)
+    name = (
+        Path(transcripts[0].path).name
+        if len(transcripts) == 1
+        else f"{len(transcripts)} transcripts"
+    )
+    if bar is None:
+        outcomes = run_replays(transcripts, strategies, settings)
+    else:
+        with LazyProgress(bar, f"replaying {name}", status=status if cache else None) as progress:
+            outcomes = run_replays(transcripts, strategies, settings, progress=progress)
+    doc = _settings_json(args, settings)
+    written = _write_files(args, outcomes, doc)
+    if args.json:
+        comparison = Comparison.of(outcomes)
+        json.dump(comparison.as_json(doc), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    lines = [f"{label}: {path}" for label, path in written]
+    if cache is not None:
+        lines.append(f"summary cache: {cache.path} ({cache.sent} sent, {cache.hits} cached)")
+    if len(outcomes) == 1:
+        _print_one(outcomes[0], settings, console)
+    elif console is None:
+        print_comparison(Comparison.of(outcomes), sys.stdout)
+    else:
+        print_comparison_rich(Comparison.of(outcomes), console)
+    for line in lines:
+        if console is None:
+            print(line)
+        else:
+            console.print(line, markup=False, highlight=False)
+    return 0
+
+
+def _write_files(
+    args: argparse.Namespace, outcomes: Sequence[Outcome], doc: dict[str, Any]
+) -> list[tuple[str, str]]:
+    """Write --report and --chart; returns ``(what, path)`` of each file written."""
+    from agentctx.replay.report import sections_of, write_report
+
+    first = outcomes[0]
+    title = f"agentctx replay: {Path(first.transcript.path).name}"
+    if len({o.transcript.path for o in outcomes}) > 1:
+        title = f"agentctx replay: {len({o.transcript.path for o in outcomes})} transcripts"
+    written = []
+    pages = [(label, p) for label, p in (("report", args.report), ("chart", args.chart)) if p]
+    for label, path in pages:
+        if label == "chart" and Path(path).suffix.lower() not in (".html", ".htm"):
+            from agentctx.replay.chart import ChartError, write_chart
+
+            if len(outcomes) > 1:
+                raise ChartError(f"{path}: a .png chart shows one replay; use --report")
+            write_chart(first.report, path, title, strategy=first.strategy)
+        else:
+            settings = _settings_lines(doc, outcomes)
+            write_report(path, sections_of(outcomes), title=title, settings=settings)
+        written.append((label, path))
+    return written
+
+
+def _print_one(outcome: Outcome, settings: ReplaySettings, console: Console | None) -> None:
+    """One transcript through one strategy: the header, a row per request, the totals."""
+    transcript, report = outcome.transcript, outcome.report
+    strategy_line = outcome.strategy
+    if outcome.strategy == "llm":
+        strategy_line += f" (summarizer {settings.summarizer_label()})"
     header = (
         f"{transcript.path} ({transcript.format}, {len(transcript.messages)} messages)  "
         f"strategy {strategy_line}"
@@ -254,12 +481,6 @@ def _replay(args: argparse.Namespace, console: Console | None) -> int:
     else:
         console.print(header, markup=False, highlight=False)
         print_rich(report, console)
-    if args.chart:
-        if console is None:
-            print(f"chart: {args.chart}")
-        else:
-            console.print(f"chart: {args.chart}", markup=False, highlight=False)
-    return 0
 
 
 def _terminal_console() -> Console | None:

@@ -24,7 +24,7 @@ from agentctx.pricing import price_for
 from agentctx.replay.engine import SONNET_MODEL
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from types import TracebackType
 
     from rich.console import Console
@@ -40,6 +40,7 @@ __all__ = [
     "print_plain",
     "print_rich",
     "rows",
+    "summarizer_spend",
     "totals",
 ]
 
@@ -70,6 +71,21 @@ def _tally(actions: Sequence[str]) -> str:
     return ", ".join(f"{k} x{n}" for k, n in kinds.most_common()) or "nothing"
 
 
+def summarizer_spend(summaries: Sequence[SummaryStats]) -> tuple[float | None, bool]:
+    """What the summarizer's requests cost, and whether that is an estimate: a model with no
+    price is estimated at the default summarizer's (`ESTIMATE_MODEL`) prices. ``(None,
+    False)`` when there were no requests."""
+    if not summaries:
+        return None, False
+    costs = [s.cost_usd for s in summaries]
+    if all(c is not None for c in costs):
+        return sum(c or 0.0 for c in costs), False
+    estimate = price_for(ESTIMATE_MODEL)
+    if estimate is None:  # pragma: no cover - the default model is always priced
+        return None, True
+    return sum(estimate.cost(s.usage) for s in summaries), True
+
+
 def _summarizer_line(summaries: Sequence[SummaryStats], session_cost: float) -> str:
     """The summarizer's requests, tokens and cost, and its share of all that was spent
     (the target is at most 5 %), to follow ``summarizer: ``; an unpriced model is estimated at
@@ -78,21 +94,17 @@ def _summarizer_line(summaries: Sequence[SummaryStats], session_cost: float) -> 
         return "no requests"
     usage_in = sum(s.usage.input_tokens for s in summaries)
     usage_out = sum(s.usage.output_tokens for s in summaries)
-    costs = [s.cost_usd for s in summaries]
     models = sorted({s.model or "unknown model" for s in summaries})
     line = (
         f"{len(summaries)} request{'s' if len(summaries) != 1 else ''} "
         f"({', '.join(models)}), {usage_in} input + {usage_out} output tokens, "
     )
-    spent: float | None = None
-    if all(c is not None for c in costs):
-        spent = sum(c or 0.0 for c in costs)
-        line += f"cost ${spent:.4f}"
+    spent, estimated = summarizer_spend(summaries)
+    if not estimated:
+        line += f"cost ${spent or 0.0:.4f}"
     else:
         line += "cost unknown (no price for the model)"
-        estimate = price_for(ESTIMATE_MODEL)
-        if estimate is not None:
-            spent = sum(estimate.cost(s.usage) for s in summaries)
+        if spent is not None:
             line += f"; at {ESTIMATE_MODEL} prices ${spent:.4f}"
     if spent is not None and spent + session_cost > 0:
         share = spent / (spent + session_cost)
@@ -201,11 +213,22 @@ class LazyProgress:
     """A `replay` progress callback that shows a transient progress bar on a rich
     ``console`` once the replay has run ``after`` seconds (default `PROGRESS_AFTER`), and
     removes it at the end. Use it as a context manager around the replay.
+
+    ``status``, if given, is called on every update for a few words shown after the bar
+    (``summaries: 3 sent, 5 cached``).
     """
 
-    def __init__(self, console: Console, description: str, *, after: float | None = None):
+    def __init__(
+        self,
+        console: Console,
+        description: str,
+        *,
+        after: float | None = None,
+        status: Callable[[], str] | None = None,
+    ):
         self._console = console
         self._description = description
+        self._status = status
         self._after = PROGRESS_AFTER if after is None else after
         self._start = time.monotonic()
         self._bar: Progress | None = None
@@ -243,10 +266,14 @@ class LazyProgress:
                 MofNCompleteColumn(),
                 TextColumn("requests"),
                 TimeRemainingColumn(),
+                TextColumn("{task.fields[status]}"),
                 console=self._console,
                 transient=True,
             )
-            self._task = self._bar.add_task(self._description, total=total, completed=done)
+            self._task = self._bar.add_task(
+                self._description, total=total, completed=done, status=""
+            )
             self._bar.start()
         assert self._task is not None
-        self._bar.update(self._task, completed=done, total=total)
+        status = self._status() if self._status is not None else ""
+        self._bar.update(self._task, completed=done, total=total, status=status)
