@@ -52,12 +52,19 @@ class LoopThread:
 
 class BlockingClient:
     """What the blocking client wrappers share: the wrapped ``client``, the loop thread the
-    manager runs on, attribute pass-through, and closing both (``with`` or `close`)."""
+    manager runs on, attribute pass-through, and closing both (``with`` or `close`).
 
-    def __init__(self, client: Any, manager: ContextManager) -> None:
+    A wrapper made with the ``loop`` of another (``with_options``) shares it and leaves it
+    open when closed: the one that started it closes it.
+    """
+
+    def __init__(
+        self, client: Any, manager: ContextManager, loop: LoopThread | None = None
+    ) -> None:
         self.client = client
         self.manager = manager
-        self._loop = LoopThread(manager)
+        self._owns_loop = loop is None
+        self._loop = LoopThread(manager) if loop is None else loop
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
@@ -65,7 +72,8 @@ class BlockingClient:
     def close(self) -> None:
         """Close the manager (cancelling background summaries) and the client."""
         try:
-            self._loop.close()
+            if self._owns_loop:
+                self._loop.close()
         finally:
             self.client.close()
 

@@ -32,6 +32,11 @@ def retryless(
         options["timeout"] = timeout
     if client is None:
         return make(api_key=api_key, base_url=base_url, **options)  # type: ignore[call-arg]
+    # A client from agentctx's wrap() sends through the session's compactor; a summarizer's
+    # own requests must not, so it gets the SDK client underneath.
+    inner = getattr(client, "client", None)
+    if isinstance(inner, make):
+        client = inner
     made: C = client.with_options(**options)  # type: ignore[attr-defined]
     return made
 

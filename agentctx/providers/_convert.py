@@ -2,14 +2,19 @@
 
 `Compactor` turns the keyword arguments of an SDK call into the ones to send (the history
 compacted, everything else untouched, Anthropic ``cache_control`` breakpoints placed when
-asked) and records the usage of what came back. It imports no vendor SDK.
+asked, the budget's default output reserve following the request's ``max_tokens``) and
+records the usage of what came back. `send` / `send_blocking` do one call, `StreamManager` /
+`SyncStreamManager` one ``stream(...)`` helper, `refuse` says no to an entry point that would
+send a history uncompacted. It imports no vendor SDK.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Generic, Literal, NoReturn, TypeVar, get_args
 
+from agentctx._log import log
+from agentctx._usage import usage_of
 from agentctx.adapters import (
     assemble_anthropic_stream,
     assemble_openai_chat_stream,
@@ -17,20 +22,18 @@ from agentctx.adapters import (
     from_anthropic,
     from_openai_chat,
     from_openai_responses,
-    message_from_anthropic_response,
-    message_from_openai_chat_response,
-    message_from_openai_response,
     split_openai_chat_system,
     split_openai_responses_system,
     to_anthropic,
     to_openai_chat,
     to_openai_responses,
 )
-from agentctx.errors import ConfigError, UnsupportedMessageError
-from agentctx.providers._stream import ObservedStream, ObservedSyncStream, event_dict
+from agentctx.errors import ConfigError
+from agentctx.providers._stream import observe_stream, observe_sync_stream
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+    from types import TracebackType
 
     from agentctx.manager import ContextManager
     from agentctx.messages import Message
@@ -39,13 +42,27 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_BREAKPOINTS",
     "Compactor",
+    "Guarded",
     "Provider",
+    "Refused",
+    "Resource",
+    "StreamManager",
+    "SyncStreamManager",
     "place_breakpoints",
+    "refuse",
     "send",
     "send_blocking",
 ]
 
+S = TypeVar("S")
+
 Provider = Literal["anthropic", "openai-chat", "openai-responses"]
+# Where each API takes the output limit of a request, in the order they are looked for.
+_MAX_TOKENS: dict[str, tuple[str, ...]] = {
+    "anthropic": ("max_tokens",),
+    "openai-chat": ("max_completion_tokens", "max_tokens"),
+    "openai-responses": ("max_output_tokens",),
+}
 MAX_BREAKPOINTS = 4  # Anthropic rejects a request with more cache_control blocks than this
 # The cache looks for an earlier hit about 20 blocks back from a breakpoint; a turn that adds
 # more than this many blocks needs a breakpoint of its own where the previous request ended.
@@ -80,12 +97,16 @@ class Compactor:
         self._sent: list[Message] = []  # the previous view, to find where its cache ends
         self._sent_length = 0
 
-    async def request(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    async def request(self, kwargs: Mapping[str, Any], *, count: bool = False) -> dict[str, Any]:
         """The keyword arguments to send: the history compacted, the rest as given.
 
         A Responses call that continues server-side state (``previous_response_id`` or
         ``conversation``) holds only the new items, and a string ``input`` is not a history:
-        both are sent as they are.
+        both are sent as they are. The request's output limit (``max_tokens``,
+        ``max_completion_tokens`` or ``max_output_tokens``) is the output reserve of this
+        call unless ``Budget.reserve_output`` was set (`Budget.for_output`). ``count=True``
+        is for a token count of what would be sent: no breakpoints are placed, so the next
+        real request still places them against the previous one.
         """
         outgoing = dict(kwargs)
         history = kwargs.get(self._key)
@@ -96,21 +117,32 @@ class Compactor:
             or kwargs.get("conversation")
         ):
             return outgoing
+        history = [_plain(m, 1) for m in history]
+        max_tokens = self._max_tokens(kwargs)
+        prepare = self.manager.prepare
         if self.provider == "anthropic":
-            view = await self.manager.prepare(from_anthropic(list(history)))
+            view = await prepare(from_anthropic(list(history)), max_tokens=max_tokens)
             messages = to_anthropic(view)
-            if self.cache_breakpoints:
+            if self.cache_breakpoints and not count:
                 messages = self._place(kwargs, view, messages)
             outgoing[self._key] = messages
         elif self.provider == "openai-chat":
             system, rest = split_openai_chat_system(list(history))
-            view = await self.manager.prepare(from_openai_chat(rest))
+            view = await prepare(from_openai_chat(rest), max_tokens=max_tokens)
             outgoing[self._key] = [*system, *to_openai_chat(view)]
         else:
             system, rest = split_openai_responses_system(list(history))
-            view = await self.manager.prepare(from_openai_responses(rest))
+            view = await prepare(from_openai_responses(rest), max_tokens=max_tokens)
             outgoing[self._key] = [*system, *to_openai_responses(view)]
         return outgoing
+
+    def _max_tokens(self, kwargs: Mapping[str, Any]) -> int | None:
+        for key in _MAX_TOKENS[self.provider]:
+            value = kwargs.get(key)
+            # An SDK's omit/NOT_GIVEN sentinel, None or a bool is no limit of this request's.
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+        return None
 
     def _place(
         self, kwargs: Mapping[str, Any], view: list[Message], messages: list[Any]
@@ -129,9 +161,9 @@ class Compactor:
 
     def record(self, response: object) -> None:
         """Record the usage of a complete response (an SDK object or its dict)."""
-        data = response if isinstance(response, Mapping) else event_dict(response)
-        if data:
-            self._observe(data)
+        # Read by field, not serialized: a parsed response (ParsedChatCompletion[Model])
+        # warns when dumped, and only its usage is needed.
+        self._observe(response)
 
     def record_stream(self, events: list[Mapping[str, Any]]) -> None:
         """Record the usage of a stream read to its end, from its events' dicts."""
@@ -142,17 +174,9 @@ class Compactor:
         else:
             self._observe(assemble_openai_responses_stream(events))
 
-    def _observe(self, data: Mapping[str, Any]) -> None:
-        try:
-            if self.provider == "anthropic":
-                usage = message_from_anthropic_response(data).usage
-            elif self.provider == "openai-chat":
-                usage = message_from_openai_chat_response(data).usage
-            else:
-                usage = message_from_openai_response(data).usage
-        except UnsupportedMessageError:  # e.g. a stream without choices: nothing to learn
-            return
-        if usage is not None:
+    def _observe(self, response: object) -> None:
+        usage = usage_of(response)
+        if usage is not None:  # e.g. a chat stream without include_usage: nothing to learn
             self.manager.observe(usage)
 
 
@@ -160,10 +184,10 @@ async def send(
     compactor: Compactor, create: Callable[..., Awaitable[Any]], kwargs: dict[str, Any]
 ) -> Any:
     """``create`` (an SDK method) with the compacted ``kwargs``; the usage is recorded now, or
-    when the stream it returns has been read to the end."""
+    when the stream it returns (the SDK's own) has been read to the end."""
     result = await create(**await compactor.request(kwargs))
     if kwargs.get("stream"):
-        return ObservedStream[Any](result, compactor.record_stream)
+        return observe_stream(result, compactor.record_stream)
     compactor.record(result)
     return result
 
@@ -174,11 +198,171 @@ def send_blocking(
     """`send` for a blocking SDK method; the session's work runs on the manager's ``loop``."""
     result = create(**loop.call(compactor.request, kwargs))
     if kwargs.get("stream"):
-        return ObservedSyncStream[Any](
-            result, lambda events: loop.call(compactor.record_stream, events)
-        )
+        return observe_sync_stream(result, _recorder(loop, compactor))
     loop.call(compactor.record, result)
     return result
+
+
+def _recorder(loop: LoopThread, compactor: Compactor) -> Callable[[list[Any]], None]:
+    return lambda events: loop.call(compactor.record_stream, events)
+
+
+def _observe_helper(stream: Any, observe: Callable[..., Any], done: Callable[..., Any]) -> None:
+    """Observe the raw SDK stream under an SDK ``stream(...)`` helper's stream: the helper
+    reads its events from ``_raw_stream``, lazily, after this."""
+    raw = getattr(stream, "_raw_stream", None)
+    if raw is None:
+        log.warning("stream usage not recorded: unknown stream helper", kind=type(stream).__name__)
+        return
+    stream._raw_stream = observe(raw, done)
+
+
+class StreamManager(Generic[S]):
+    """What an async wrapper's ``stream(...)`` returns: ``async with`` compacts the history,
+    opens the SDK's own ``stream(...)`` helper and gives its stream (type ``S``); the usage is
+    recorded once its events have been read to the end (``get_final_message()`` and the like
+    read them)."""
+
+    def __init__(
+        self, open_stream: Callable[..., Any], compactor: Compactor, kwargs: dict[str, Any]
+    ) -> None:
+        self._open = open_stream
+        self._compactor = compactor
+        self._kwargs = kwargs
+        self._cm: Any = None
+
+    async def __aenter__(self) -> S:
+        self._cm = self._open(**await self._compactor.request(self._kwargs))
+        stream: S = await self._cm.__aenter__()
+        _observe_helper(stream, observe_stream, self._compactor.record_stream)
+        return stream
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._cm is not None:
+            await self._cm.__aexit__(exc_type, exc, tb)
+
+
+class SyncStreamManager(Generic[S]):
+    """`StreamManager` for a blocking wrapper: ``with client.messages.stream(...) as s:``."""
+
+    def __init__(
+        self,
+        open_stream: Callable[..., Any],
+        compactor: Compactor,
+        loop: LoopThread,
+        kwargs: dict[str, Any],
+    ) -> None:
+        self._open = open_stream
+        self._compactor = compactor
+        self._loop = loop
+        self._kwargs = kwargs
+        self._cm: Any = None
+
+    def __enter__(self) -> S:
+        self._cm = self._open(**self._loop.call(self._compactor.request, self._kwargs))
+        stream: S = self._cm.__enter__()
+        _observe_helper(stream, observe_sync_stream, _recorder(self._loop, self._compactor))
+        return stream
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._cm is not None:
+            self._cm.__exit__(exc_type, exc, tb)
+
+
+def _plain(item: Any, depth: int) -> Any:
+    """A history item with SDK objects in it (``resp.content`` appended as it came, a
+    ``ChatCompletionMessage``, Responses output items) as the dicts the SDK would send;
+    ``depth`` 1 also converts the blocks of a message's ``content``."""
+    if isinstance(item, Mapping):
+        content = item.get("content")
+        if depth and isinstance(content, list) and not all(isinstance(b, Mapping) for b in content):
+            return {**item, "content": [_plain(b, 0) for b in content]}
+        return item
+    to_dict = getattr(item, "to_dict", None)
+    if callable(to_dict):  # the SDKs' models; JSON mode is what goes on the wire
+        data = to_dict(mode="json")
+        return _plain(data, depth) if isinstance(data, Mapping) else item
+    return item  # the adapter says what it cannot carry
+
+
+class Refused:
+    """An SDK attribute (``with_raw_response``, ``beta.chat``, ...) whose methods would send
+    the history uncompacted: calling one, however deep (``.completions.parse(...)``), raises
+    the `refuse` error naming it."""
+
+    def __init__(self, what: str, covered: str) -> None:
+        self._what = what
+        self._covered = covered
+
+    def __getattr__(self, name: str) -> Refused:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return Refused(f"{self._what}.{name}", self._covered)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
+        refuse(self._what, self._covered)
+
+
+class Resource:
+    """An SDK resource passed through, as a wrapper's subclasses do for the methods they do
+    not compact; ``with_raw_response`` / ``with_streaming_response`` are refused (they would
+    send the history as given)."""
+
+    _what = ""  # the resource's path on the client, for the errors (``messages``, ...)
+    _covered = ""  # what the wrapper compacts, for the errors
+
+    def __init__(self, inner: Any, compactor: Compactor) -> None:
+        self._inner = inner
+        self._compactor = compactor
+
+    @property
+    def with_raw_response(self) -> Any:
+        """Refused: use the unwrapped ``wrapped.client`` to send the history as it is."""
+        return Refused(f"{self._what}.with_raw_response", self._covered)
+
+    @property
+    def with_streaming_response(self) -> Any:
+        """Refused: use the unwrapped ``wrapped.client`` to send the history as it is."""
+        return Refused(f"{self._what}.with_streaming_response", self._covered)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class Guarded:
+    """An SDK resource passed through except its methods in ``refused``, which would send a
+    history uncompacted (``batches.create``, ...) and raise the `refuse` error instead."""
+
+    def __init__(self, inner: Any, what: str, covered: str, refused: frozenset[str]) -> None:
+        self._inner = inner
+        self._what = what
+        self._covered = covered
+        self._refused = refused
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._refused:
+            return Refused(f"{self._what}.{name}", self._covered)
+        return getattr(self._inner, name)
+
+
+def refuse(what: str, covered: str) -> NoReturn:
+    """Raise the `ConfigError` of an entry point ``wrap`` does not compact: it would send the
+    history as it is, so it is refused rather than passed through in silence."""
+    raise ConfigError(
+        f"{what} is not covered by agentctx's wrap(): it would send the history uncompacted. "
+        f"Covered: {covered}. To send a history as it is, use the unwrapped client "
+        "(wrapped.client)."
+    )
 
 
 def place_breakpoints(

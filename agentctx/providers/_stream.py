@@ -1,4 +1,11 @@
-"""SDK stream proxies that hand every event to a callback once the stream is complete."""
+"""Hand every event of an SDK stream to a callback once the stream is complete.
+
+`observe_stream` / `observe_sync_stream` return the SDK's own stream object (an
+``AsyncStream`` / ``Stream``, so its type, ``response``, ``close`` and everything else are the
+SDK's) with its event iterator wrapped: the SDK streams iterate ``self._iterator``, which the
+SDK's own thread helpers wrap the same way. A stream without one (another SDK version, a test
+double) gets the `ObservedStream` / `ObservedSyncStream` proxy instead.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +17,54 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["ObservedStream", "ObservedSyncStream", "event_dict"]
+__all__ = [
+    "ObservedStream",
+    "ObservedSyncStream",
+    "event_dict",
+    "observe_stream",
+    "observe_sync_stream",
+]
 
 Done = Callable[[list[Mapping[str, Any]]], None]
+
+
+def observe_stream(stream: Any, done: Done) -> Any:
+    """``stream`` (an SDK ``AsyncStream``), calling ``done`` with every event's dict once it
+    has been read to the end."""
+    try:
+        events = stream._iterator
+    except AttributeError:
+        return ObservedStream[Any](stream, done)
+    stream._iterator = _observed_async(events, done)
+    return stream
+
+
+def observe_sync_stream(stream: Any, done: Done) -> Any:
+    """`observe_stream` for a blocking SDK ``Stream``."""
+    try:
+        events = stream._iterator
+    except AttributeError:
+        return ObservedSyncStream[Any](stream, done)
+    stream._iterator = _observed(events, done)
+    return stream
+
+
+async def _observed_async(events: AsyncIterator[Any], done: Done) -> AsyncIterator[Any]:
+    seen: list[Mapping[str, Any]] = []
+    async for event in events:
+        seen.append(event_dict(event))
+        yield event
+    if seen:
+        done(seen)
+
+
+def _observed(events: Iterator[Any], done: Done) -> Iterator[Any]:
+    seen: list[Mapping[str, Any]] = []
+    for event in events:
+        seen.append(event_dict(event))
+        yield event
+    if seen:
+        done(seen)
 
 
 def event_dict(event: object) -> Mapping[str, Any]:

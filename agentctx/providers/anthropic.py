@@ -1,18 +1,33 @@
-"""`wrap` an ``anthropic`` client so ``messages.create`` / ``messages.stream`` send compacted views.
+"""`wrap` an ``anthropic`` client so every call that carries the history sends a compacted view.
 
 ```python
 client = wrap(anthropic.AsyncAnthropic(), manager)
 resp = await client.messages.create(model=MODEL, max_tokens=4096, system=SYSTEM,
                                     tools=TOOLS, messages=history)   # full history, every time
-history.append({"role": "assistant", "content": [b.to_dict() for b in resp.content]})
+history.append({"role": "assistant", "content": resp.content})
 ```
 
-``messages`` is converted with `from_anthropic`, compacted with ``manager.prepare`` and sent
-back with `to_anthropic`; when nothing new was decided the request bytes equal the previous
-call's plus the new messages, so the provider's prompt cache keeps hitting. ``system``,
-``tools`` and every other argument go through untouched. The response's usage is given to
-``manager.observe``; ``stream=True`` returns the SDK stream wrapped so that its usage is
-recorded when it has been read to the end, and ``messages.stream(...)`` works the same way.
+Covered, on ``AsyncAnthropic`` and ``Anthropic`` alike: ``messages.create`` (``stream=True``
+too), ``messages.stream``, ``messages.parse``, ``messages.count_tokens`` and the same four on
+``beta.messages``, plus ``beta.messages.tool_runner``, whose every request goes through the
+wrapped ``beta.messages.create`` (the runner is made on the wrapped client, and runs without
+a server-side message thread, which would hold the history where it cannot be compacted).
+``count_tokens`` counts the compacted view, what the next call would send.
+
+``messages`` is converted with `from_anthropic` (SDK objects in it, such as ``resp.content``
+appended as it came, are taken as the dicts the SDK would send), compacted with
+``manager.prepare`` and sent back with `to_anthropic`; when nothing new was decided the
+request bytes equal the previous call's plus the new messages, so the prompt cache keeps
+hitting. ``system``, ``tools`` and every other argument go through untouched; ``max_tokens``
+also sets the output reserve of the call unless ``Budget.reserve_output`` was set. Usage is
+given to ``manager.observe``; a stream (``stream=True`` gives the SDK's own ``AsyncStream``)
+records it once its events have been read to the end. Every method returns the SDK's own type.
+
+Refused with `ConfigError`, as they would send the history uncompacted:
+``messages.batches.create``, ``beta.messages.thread``, and ``with_raw_response`` /
+``with_streaming_response`` (use the unwrapped ``wrapped.client`` for those).
+``with_options`` / ``copy`` return a wrapped client on the same session; everything else
+passes through.
 
 With ``cache_breakpoints=True`` the wrapper also marks up to the API's four ``cache_control``
 breakpoints, counting the caller's own (see `place_breakpoints`).
@@ -24,11 +39,33 @@ background summaries included) until the ``with`` block ends or ``client.close()
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, overload
+import inspect
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    Literal,
+    NoReturn,
+    Self,
+    TypeAlias,
+    TypeVar,
+    overload,
+)
 
 from agentctx.errors import MissingExtraError
 from agentctx.providers._blocking import BlockingClient, LoopThread
-from agentctx.providers._convert import Compactor, place_breakpoints, send, send_blocking
+from agentctx.providers._convert import (
+    Compactor,
+    Guarded,
+    Refused,
+    Resource,
+    StreamManager,
+    SyncStreamManager,
+    place_breakpoints,
+    refuse,
+    send,
+    send_blocking,
+)
 
 try:
     from anthropic import Anthropic, AsyncAnthropic
@@ -39,74 +76,89 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
     from types import TracebackType
 
+    from anthropic import AsyncStream, Stream
+    from anthropic.lib.streaming import (
+        AsyncMessageStream,
+        BetaAsyncMessageStream,
+        BetaMessageStream,
+        MessageStream,
+    )
+    from anthropic.lib.tools import (
+        BetaAsyncStreamingToolRunner,
+        BetaAsyncToolRunner,
+        BetaStreamingToolRunner,
+        BetaToolRunner,
+    )
     from anthropic.types import Message as SDKMessage
-    from anthropic.types import RawMessageStreamEvent
+    from anthropic.types import MessageTokensCount, ParsedMessage, RawMessageStreamEvent
+    from anthropic.types.beta import (
+        BetaMessage,
+        BetaMessageTokensCount,
+        BetaRawMessageStreamEvent,
+    )
+    from anthropic.types.beta.parsed_beta_message import ParsedBetaMessage
 
     from agentctx.manager import ContextManager
-    from agentctx.providers._stream import ObservedStream, ObservedSyncStream
+
+    History: TypeAlias = Iterable[Mapping[str, Any]]
 
 __all__ = ["WrappedAnthropic", "WrappedAsyncAnthropic", "place_breakpoints", "wrap"]
 
 A = TypeVar("A", bound=AsyncAnthropic)
 S = TypeVar("S", bound=Anthropic)
+T = TypeVar("T")
+
+COVERED = (
+    "messages.create / stream / parse / count_tokens, beta.messages.create / stream / parse / "
+    "count_tokens / tool_runner"
+)
 
 
-def _record_snapshot(compactor: Compactor, stream: Any) -> None:
-    snapshot = stream.current_message_snapshot
-    if snapshot is not None and getattr(snapshot, "usage", None) is not None:
-        compactor.record(snapshot)
+def _unthreaded(tool_runner: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The runner's arguments without a server-side message thread: a threaded turn sends only
+    the new messages and the server holds the rest, where nothing can compact it."""
+    try:
+        takes_thread = "thread" in inspect.signature(tool_runner).parameters
+    except (TypeError, ValueError):
+        takes_thread = False
+    return {**kwargs, "thread": False} if takes_thread else kwargs
 
 
-class _StreamManager:
-    """``messages.stream(...)``: prepares the view on entry, records the usage on a clean exit."""
+class _Resource(Resource):
+    """What ``messages`` and ``beta.messages`` share, async and blocking: the refusals and the
+    pass-through of everything else."""
 
-    def __init__(self, inner: Any, compactor: Compactor, kwargs: dict[str, Any]) -> None:
-        self._inner = inner
-        self._compactor = compactor
-        self._kwargs = kwargs
-        self._cm: Any = None
-        self._stream: Any = None
+    _what = "messages"
+    _covered = COVERED
 
-    async def __aenter__(self) -> Any:
-        self._cm = self._inner.stream(**await self._compactor.request(self._kwargs))
-        self._stream = await self._cm.__aenter__()
-        return self._stream
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            if exc_type is None:
-                _record_snapshot(self._compactor, self._stream)
-        finally:
-            await self._cm.__aexit__(exc_type, exc, tb)
+    @property
+    def batches(self) -> Any:
+        """The SDK's ``batches``; ``create`` is refused (a batch is sent uncompacted)."""
+        what = f"{self._what}.batches"
+        return Guarded(self._inner.batches, what, COVERED, frozenset({"create"}))
 
 
-class _Messages:
-    def __init__(self, inner: Any, compactor: Compactor) -> None:
-        self._inner = inner
-        self._compactor = compactor
+class _Messages(_Resource):
+    """``AsyncAnthropic.messages``, compacting."""
 
     @overload
     async def create(
-        self, *, messages: Iterable[Mapping[str, Any]], stream: Literal[True], **kwargs: Any
-    ) -> ObservedStream[RawMessageStreamEvent]: ...
+        self, *, messages: History, stream: Literal[True], **kwargs: Any
+    ) -> AsyncStream[RawMessageStreamEvent]: ...
 
     @overload
     async def create(
-        self,
-        *,
-        messages: Iterable[Mapping[str, Any]],
-        stream: Literal[False] | None = None,
-        **kwargs: Any,
+        self, *, messages: History, stream: Literal[False] | None = None, **kwargs: Any
     ) -> SDKMessage: ...
 
+    @overload
     async def create(
-        self, *, messages: Iterable[Mapping[str, Any]], stream: bool | None = None, **kwargs: Any
-    ) -> SDKMessage | ObservedStream[RawMessageStreamEvent]:
+        self, *, messages: History, stream: bool, **kwargs: Any
+    ) -> SDKMessage | AsyncStream[RawMessageStreamEvent]: ...
+
+    async def create(
+        self, *, messages: History, stream: bool | None = None, **kwargs: Any
+    ) -> SDKMessage | AsyncStream[RawMessageStreamEvent]:
         """``messages.create`` with ``messages`` compacted; returns the SDK's own object
         (with ``stream=True``, its stream, which records the usage when read to the end)."""
         if stream is not None:
@@ -114,22 +166,209 @@ class _Messages:
         kwargs["messages"] = list(messages)
         return await send(self._compactor, self._inner.create, kwargs)  # type: ignore[no-any-return]
 
-    def stream(self, *, messages: Iterable[Mapping[str, Any]], **kwargs: Any) -> _StreamManager:
-        """``async with client.messages.stream(messages=history, ...) as stream:``."""
-        return _StreamManager(self._inner, self._compactor, {**kwargs, "messages": list(messages)})
+    @overload
+    async def parse(
+        self, *, messages: History, output_format: type[T], **kwargs: Any
+    ) -> ParsedMessage[T]: ...
+
+    @overload
+    async def parse(
+        self, *, messages: History, output_format: None = None, **kwargs: Any
+    ) -> ParsedMessage[None]: ...
+
+    async def parse(self, *, messages: History, **kwargs: Any) -> ParsedMessage[Any]:
+        """``messages.parse`` with ``messages`` compacted."""
+        kwargs["messages"] = list(messages)
+        return await send(self._compactor, self._inner.parse, kwargs)  # type: ignore[no-any-return]
+
+    @overload
+    def stream(
+        self, *, messages: History, output_format: type[T], **kwargs: Any
+    ) -> StreamManager[AsyncMessageStream[T]]: ...
+
+    @overload
+    def stream(
+        self, *, messages: History, output_format: None = None, **kwargs: Any
+    ) -> StreamManager[AsyncMessageStream[None]]: ...
+
+    def stream(self, *, messages: History, **kwargs: Any) -> StreamManager[Any]:
+        """``async with client.messages.stream(messages=history, ...) as stream:`` — the SDK's
+        ``AsyncMessageStream``; compacts on entry, records the usage once read to the end."""
+        kwargs["messages"] = list(messages)
+        return StreamManager(self._inner.stream, self._compactor, kwargs)
+
+    async def count_tokens(self, *, messages: History, **kwargs: Any) -> MessageTokensCount:
+        """``messages.count_tokens`` of the compacted view: what ``create`` would send."""
+        kwargs["messages"] = list(messages)
+        sent = await self._compactor.request(kwargs, count=True)
+        return await self._inner.count_tokens(**sent)  # type: ignore[no-any-return]
+
+
+class _BetaMessages(_Resource):
+    """``AsyncAnthropic.beta.messages``, compacting; ``tool_runner`` compacts every turn."""
+
+    _what = "beta.messages"
+
+    def __init__(self, inner: Any, compactor: Compactor, client: WrappedAsyncAnthropic[Any]):
+        super().__init__(inner, compactor)
+        self._client = client
+
+    @overload
+    async def create(
+        self, *, messages: History, stream: Literal[True], **kwargs: Any
+    ) -> AsyncStream[BetaRawMessageStreamEvent]: ...
+
+    @overload
+    async def create(
+        self, *, messages: History, stream: Literal[False] | None = None, **kwargs: Any
+    ) -> BetaMessage: ...
+
+    @overload
+    async def create(
+        self, *, messages: History, stream: bool, **kwargs: Any
+    ) -> BetaMessage | AsyncStream[BetaRawMessageStreamEvent]: ...
+
+    async def create(
+        self, *, messages: History, stream: bool | None = None, **kwargs: Any
+    ) -> BetaMessage | AsyncStream[BetaRawMessageStreamEvent]:
+        """``beta.messages.create`` with ``messages`` compacted (see `_Messages.create`)."""
+        if stream is not None:
+            kwargs["stream"] = stream
+        kwargs["messages"] = list(messages)
+        return await send(self._compactor, self._inner.create, kwargs)  # type: ignore[no-any-return]
+
+    @overload
+    async def parse(
+        self, *, messages: History, output_format: type[T], **kwargs: Any
+    ) -> ParsedBetaMessage[T]: ...
+
+    @overload
+    async def parse(
+        self, *, messages: History, output_format: None = None, **kwargs: Any
+    ) -> ParsedBetaMessage[None]: ...
+
+    async def parse(self, *, messages: History, **kwargs: Any) -> ParsedBetaMessage[Any]:
+        """``beta.messages.parse`` with ``messages`` compacted."""
+        kwargs["messages"] = list(messages)
+        return await send(self._compactor, self._inner.parse, kwargs)  # type: ignore[no-any-return]
+
+    @overload
+    def stream(
+        self, *, messages: History, output_format: type[T], **kwargs: Any
+    ) -> StreamManager[BetaAsyncMessageStream[T]]: ...
+
+    @overload
+    def stream(
+        self, *, messages: History, output_format: None = None, **kwargs: Any
+    ) -> StreamManager[BetaAsyncMessageStream[None]]: ...
+
+    def stream(self, *, messages: History, **kwargs: Any) -> StreamManager[Any]:
+        """``async with client.beta.messages.stream(...) as stream:`` (see `_Messages.stream`)."""
+        kwargs["messages"] = list(messages)
+        return StreamManager(self._inner.stream, self._compactor, kwargs)
+
+    async def count_tokens(self, *, messages: History, **kwargs: Any) -> BetaMessageTokensCount:
+        """``beta.messages.count_tokens`` of the compacted view: what ``create`` would send."""
+        kwargs["messages"] = list(messages)
+        sent = await self._compactor.request(kwargs, count=True)
+        return await self._inner.count_tokens(**sent)  # type: ignore[no-any-return]
+
+    @overload
+    def tool_runner(
+        self, *, stream: Literal[True], output_format: type[T], **kwargs: Any
+    ) -> BetaAsyncStreamingToolRunner[T]: ...
+
+    @overload
+    def tool_runner(
+        self, *, stream: Literal[True], output_format: None = None, **kwargs: Any
+    ) -> BetaAsyncStreamingToolRunner[None]: ...
+
+    @overload
+    def tool_runner(
+        self, *, output_format: type[T], stream: Literal[False] = False, **kwargs: Any
+    ) -> BetaAsyncToolRunner[T]: ...
+
+    @overload
+    def tool_runner(
+        self, *, output_format: None = None, stream: Literal[False] = False, **kwargs: Any
+    ) -> BetaAsyncToolRunner[None]: ...
+
+    def tool_runner(self, **kwargs: Any) -> Any:
+        """The SDK's ``beta.messages.tool_runner`` on the wrapped client: each turn's request
+        goes through the wrapped ``create``, so the history is compacted before every one."""
+        resource = type(self._inner)(self._client)  # the SDK's resource, on the wrapped client
+        return resource.tool_runner(**_unthreaded(self._inner.tool_runner, kwargs))
+
+    def thread(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Refused: a message thread keeps the history on the server, out of agentctx's reach;
+        use ``tool_runner`` or ``create`` with the full history."""
+        refuse("beta.messages.thread", COVERED)
+
+
+class _Beta:
+    def __init__(self, inner: Any, messages: Any) -> None:
+        self._inner = inner
+        self.messages = messages
+
+    @property
+    def with_raw_response(self) -> Any:
+        return Refused("beta.with_raw_response", COVERED)
+
+    @property
+    def with_streaming_response(self) -> Any:
+        return Refused("beta.with_streaming_response", COVERED)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
 
-class WrappedAsyncAnthropic(Generic[A]):
-    """An ``AsyncAnthropic`` whose ``messages`` compact; everything else is the client's."""
+class _AsyncBeta(_Beta):
+    messages: _BetaMessages
 
-    def __init__(self, client: A, manager: ContextManager, *, cache_breakpoints: bool) -> None:
+
+class WrappedAsyncAnthropic(Generic[A]):
+    """An ``AsyncAnthropic`` whose ``messages`` and ``beta.messages`` compact; calls that would
+    send a history uncompacted are refused; everything else is the client's."""
+
+    def __init__(
+        self,
+        client: A,
+        manager: ContextManager,
+        *,
+        cache_breakpoints: bool,
+        compactor: Compactor | None = None,
+    ) -> None:
         self.client = client
         self.manager = manager
-        compactor = Compactor(manager, "anthropic", cache_breakpoints=cache_breakpoints)
-        self.messages = _Messages(client.messages, compactor)
+        self._compactor = compactor or Compactor(
+            manager, "anthropic", cache_breakpoints=cache_breakpoints
+        )
+        self._cache_breakpoints = cache_breakpoints
+        self.messages = _Messages(client.messages, self._compactor)
+        self.beta = _AsyncBeta(
+            client.beta, _BetaMessages(client.beta.messages, self._compactor, self)
+        )
+
+    def with_options(self, **options: Any) -> Self:
+        """``client.with_options(...)``, wrapped, on the same session."""
+        return type(self)(
+            self.client.with_options(**options),
+            self.manager,
+            cache_breakpoints=self._cache_breakpoints,
+            compactor=self._compactor,
+        )
+
+    copy = with_options
+
+    @property
+    def with_raw_response(self) -> Any:
+        """Refused: use ``wrapped.client`` to send the history as it is."""
+        return Refused("with_raw_response", COVERED)
+
+    @property
+    def with_streaming_response(self) -> Any:
+        """Refused: use ``wrapped.client`` to send the history as it is."""
+        return Refused("with_streaming_response", COVERED)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
@@ -150,85 +389,236 @@ class WrappedAsyncAnthropic(Generic[A]):
 # ------------------------------------------------------------------- the blocking client
 
 
-class _SyncStreamManager:
-    def __init__(
-        self, inner: Any, compactor: Compactor, loop: LoopThread, kwargs: dict[str, Any]
-    ) -> None:
-        self._inner = inner
-        self._compactor = compactor
-        self._loop = loop
-        self._kwargs = kwargs
-        self._cm: Any = None
-        self._stream: Any = None
-
-    def __enter__(self) -> Any:
-        self._cm = self._inner.stream(**self._loop.call(self._compactor.request, self._kwargs))
-        self._stream = self._cm.__enter__()
-        return self._stream
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            if exc_type is None:
-                self._loop.call(_record_snapshot, self._compactor, self._stream)
-        finally:
-            self._cm.__exit__(exc_type, exc, tb)
-
-
-class _SyncMessages:
+class _SyncResource(_Resource):
     def __init__(self, inner: Any, compactor: Compactor, loop: LoopThread) -> None:
-        self._inner = inner
-        self._compactor = compactor
+        super().__init__(inner, compactor)
         self._loop = loop
 
-    @overload
-    def create(
-        self, *, messages: Iterable[Mapping[str, Any]], stream: Literal[True], **kwargs: Any
-    ) -> ObservedSyncStream[RawMessageStreamEvent]: ...
+    def _send(self, method: Any, kwargs: dict[str, Any]) -> Any:
+        return send_blocking(self._loop, self._compactor, method, kwargs)
+
+    def _count(self, kwargs: dict[str, Any]) -> Any:
+        sent = self._loop.call(lambda: self._compactor.request(kwargs, count=True))
+        return self._inner.count_tokens(**sent)
+
+
+class _SyncMessages(_SyncResource):
+    """``Anthropic.messages``, compacting (see `_Messages`)."""
 
     @overload
     def create(
-        self,
-        *,
-        messages: Iterable[Mapping[str, Any]],
-        stream: Literal[False] | None = None,
-        **kwargs: Any,
+        self, *, messages: History, stream: Literal[True], **kwargs: Any
+    ) -> Stream[RawMessageStreamEvent]: ...
+
+    @overload
+    def create(
+        self, *, messages: History, stream: Literal[False] | None = None, **kwargs: Any
     ) -> SDKMessage: ...
 
+    @overload
     def create(
-        self, *, messages: Iterable[Mapping[str, Any]], stream: bool | None = None, **kwargs: Any
-    ) -> SDKMessage | ObservedSyncStream[RawMessageStreamEvent]:
+        self, *, messages: History, stream: bool, **kwargs: Any
+    ) -> SDKMessage | Stream[RawMessageStreamEvent]: ...
+
+    def create(
+        self, *, messages: History, stream: bool | None = None, **kwargs: Any
+    ) -> SDKMessage | Stream[RawMessageStreamEvent]:
         """``messages.create`` with ``messages`` compacted (see `_Messages.create`)."""
         if stream is not None:
             kwargs["stream"] = stream
         kwargs["messages"] = list(messages)
-        return send_blocking(self._loop, self._compactor, self._inner.create, kwargs)  # type: ignore[no-any-return]
+        return self._send(self._inner.create, kwargs)  # type: ignore[no-any-return]
 
-    def stream(self, *, messages: Iterable[Mapping[str, Any]], **kwargs: Any) -> _SyncStreamManager:
+    @overload
+    def parse(
+        self, *, messages: History, output_format: type[T], **kwargs: Any
+    ) -> ParsedMessage[T]: ...
+
+    @overload
+    def parse(
+        self, *, messages: History, output_format: None = None, **kwargs: Any
+    ) -> ParsedMessage[None]: ...
+
+    def parse(self, *, messages: History, **kwargs: Any) -> ParsedMessage[Any]:
+        """``messages.parse`` with ``messages`` compacted."""
+        kwargs["messages"] = list(messages)
+        return self._send(self._inner.parse, kwargs)  # type: ignore[no-any-return]
+
+    @overload
+    def stream(
+        self, *, messages: History, output_format: type[T], **kwargs: Any
+    ) -> SyncStreamManager[MessageStream[T]]: ...
+
+    @overload
+    def stream(
+        self, *, messages: History, output_format: None = None, **kwargs: Any
+    ) -> SyncStreamManager[MessageStream[None]]: ...
+
+    def stream(self, *, messages: History, **kwargs: Any) -> SyncStreamManager[Any]:
         """``with client.messages.stream(messages=history, ...) as stream:``."""
         kwargs["messages"] = list(messages)
-        return _SyncStreamManager(self._inner, self._compactor, self._loop, kwargs)
+        return SyncStreamManager(self._inner.stream, self._compactor, self._loop, kwargs)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+    def count_tokens(self, *, messages: History, **kwargs: Any) -> MessageTokensCount:
+        """``messages.count_tokens`` of the compacted view: what ``create`` would send."""
+        kwargs["messages"] = list(messages)
+        return self._count(kwargs)  # type: ignore[no-any-return]
+
+
+class _SyncBetaMessages(_SyncResource):
+    """``Anthropic.beta.messages``, compacting (see `_BetaMessages`)."""
+
+    _what = "beta.messages"
+
+    def __init__(
+        self, inner: Any, compactor: Compactor, loop: LoopThread, client: WrappedAnthropic[Any]
+    ) -> None:
+        super().__init__(inner, compactor, loop)
+        self._client = client
+
+    @overload
+    def create(
+        self, *, messages: History, stream: Literal[True], **kwargs: Any
+    ) -> Stream[BetaRawMessageStreamEvent]: ...
+
+    @overload
+    def create(
+        self, *, messages: History, stream: Literal[False] | None = None, **kwargs: Any
+    ) -> BetaMessage: ...
+
+    @overload
+    def create(
+        self, *, messages: History, stream: bool, **kwargs: Any
+    ) -> BetaMessage | Stream[BetaRawMessageStreamEvent]: ...
+
+    def create(
+        self, *, messages: History, stream: bool | None = None, **kwargs: Any
+    ) -> BetaMessage | Stream[BetaRawMessageStreamEvent]:
+        """``beta.messages.create`` with ``messages`` compacted."""
+        if stream is not None:
+            kwargs["stream"] = stream
+        kwargs["messages"] = list(messages)
+        return self._send(self._inner.create, kwargs)  # type: ignore[no-any-return]
+
+    @overload
+    def parse(
+        self, *, messages: History, output_format: type[T], **kwargs: Any
+    ) -> ParsedBetaMessage[T]: ...
+
+    @overload
+    def parse(
+        self, *, messages: History, output_format: None = None, **kwargs: Any
+    ) -> ParsedBetaMessage[None]: ...
+
+    def parse(self, *, messages: History, **kwargs: Any) -> ParsedBetaMessage[Any]:
+        """``beta.messages.parse`` with ``messages`` compacted."""
+        kwargs["messages"] = list(messages)
+        return self._send(self._inner.parse, kwargs)  # type: ignore[no-any-return]
+
+    @overload
+    def stream(
+        self, *, messages: History, output_format: type[T], **kwargs: Any
+    ) -> SyncStreamManager[BetaMessageStream[T]]: ...
+
+    @overload
+    def stream(
+        self, *, messages: History, output_format: None = None, **kwargs: Any
+    ) -> SyncStreamManager[BetaMessageStream[None]]: ...
+
+    def stream(self, *, messages: History, **kwargs: Any) -> SyncStreamManager[Any]:
+        """``with client.beta.messages.stream(messages=history, ...) as stream:``."""
+        kwargs["messages"] = list(messages)
+        return SyncStreamManager(self._inner.stream, self._compactor, self._loop, kwargs)
+
+    def count_tokens(self, *, messages: History, **kwargs: Any) -> BetaMessageTokensCount:
+        """``beta.messages.count_tokens`` of the compacted view: what ``create`` would send."""
+        kwargs["messages"] = list(messages)
+        return self._count(kwargs)  # type: ignore[no-any-return]
+
+    @overload
+    def tool_runner(
+        self, *, stream: Literal[True], output_format: type[T], **kwargs: Any
+    ) -> BetaStreamingToolRunner[T]: ...
+
+    @overload
+    def tool_runner(
+        self, *, stream: Literal[True], output_format: None = None, **kwargs: Any
+    ) -> BetaStreamingToolRunner[None]: ...
+
+    @overload
+    def tool_runner(
+        self, *, output_format: type[T], stream: Literal[False] = False, **kwargs: Any
+    ) -> BetaToolRunner[T]: ...
+
+    @overload
+    def tool_runner(
+        self, *, output_format: None = None, stream: Literal[False] = False, **kwargs: Any
+    ) -> BetaToolRunner[None]: ...
+
+    def tool_runner(self, **kwargs: Any) -> Any:
+        """The SDK's ``beta.messages.tool_runner`` on the wrapped client (see
+        `_BetaMessages.tool_runner`)."""
+        resource = type(self._inner)(self._client)
+        return resource.tool_runner(**_unthreaded(self._inner.tool_runner, kwargs))
+
+    def thread(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Refused (see `_BetaMessages.thread`)."""
+        refuse("beta.messages.thread", COVERED)
+
+
+class _SyncBeta(_Beta):
+    messages: _SyncBetaMessages
 
 
 class WrappedAnthropic(BlockingClient, Generic[S]):
-    """An ``Anthropic`` whose ``messages`` compact; everything else is the client's.
+    """An ``Anthropic`` whose ``messages`` and ``beta.messages`` compact; calls that would send
+    a history uncompacted are refused; everything else is the client's.
 
     Use it in a ``with`` block or call `close`: it owns the loop the manager runs on.
     """
 
     client: S
 
-    def __init__(self, client: S, manager: ContextManager, *, cache_breakpoints: bool) -> None:
-        super().__init__(client, manager)
-        compactor = Compactor(manager, "anthropic", cache_breakpoints=cache_breakpoints)
-        self.messages = _SyncMessages(client.messages, compactor, self._loop)
+    def __init__(
+        self,
+        client: S,
+        manager: ContextManager,
+        *,
+        cache_breakpoints: bool,
+        compactor: Compactor | None = None,
+        loop: LoopThread | None = None,
+    ) -> None:
+        super().__init__(client, manager, loop)
+        self._compactor = compactor or Compactor(
+            manager, "anthropic", cache_breakpoints=cache_breakpoints
+        )
+        self._cache_breakpoints = cache_breakpoints
+        self.messages = _SyncMessages(client.messages, self._compactor, self._loop)
+        beta_messages = _SyncBetaMessages(client.beta.messages, self._compactor, self._loop, self)
+        self.beta = _SyncBeta(client.beta, beta_messages)
+
+    def with_options(self, **options: Any) -> Self:
+        """``client.with_options(...)``, wrapped, on the same session and loop (closing it
+        closes the copy, not the loop)."""
+        return type(self)(
+            self.client.with_options(**options),
+            self.manager,
+            cache_breakpoints=self._cache_breakpoints,
+            compactor=self._compactor,
+            loop=self._loop,
+        )
+
+    copy = with_options
+
+    @property
+    def with_raw_response(self) -> Any:
+        """Refused: use ``wrapped.client`` to send the history as it is."""
+        return Refused("with_raw_response", COVERED)
+
+    @property
+    def with_streaming_response(self) -> Any:
+        """Refused: use ``wrapped.client`` to send the history as it is."""
+        return Refused("with_streaming_response", COVERED)
 
 
 @overload
@@ -246,8 +636,10 @@ def wrap(
 def wrap(
     client: A | S, manager: ContextManager, *, cache_breakpoints: bool = False
 ) -> WrappedAsyncAnthropic[A] | WrappedAnthropic[S]:
-    """A thin proxy of ``client`` whose ``messages.create`` / ``messages.stream`` send the
-    compacted view of the full history they are given and record usage in ``manager``.
+    """A thin proxy of ``client`` whose calls that carry the history (``messages`` and
+    ``beta.messages``: ``create``, ``stream``, ``parse``, ``count_tokens``, ``tool_runner``)
+    send the compacted view of the full history they are given and record usage in
+    ``manager``; the others that would send it uncompacted raise `ConfigError`.
 
     ``client`` is an ``AsyncAnthropic`` or an ``Anthropic``; ``cache_breakpoints=True``
     places ``cache_control`` breakpoints where they pay (see `place_breakpoints`).

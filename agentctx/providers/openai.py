@@ -1,22 +1,36 @@
-"""`wrap` an ``openai`` client so ``chat.completions.create`` and ``responses.create`` send
-compacted views.
+"""`wrap` an ``openai`` client so every call that carries the history sends a compacted view.
 
 ```python
 client = wrap(openai.AsyncOpenAI(), manager)
 resp = await client.responses.create(model=MODEL, tools=TOOLS, input=items)  # full history
-items += [item.to_dict() for item in resp.output]
+items += resp.output
 ```
 
+Covered, on ``AsyncOpenAI`` and ``OpenAI`` alike: ``chat.completions.create`` (``stream=True``
+too), ``chat.completions.parse`` and ``chat.completions.stream``; ``responses.create``
+(``stream=True`` too), ``responses.parse``, ``responses.stream`` and
+``responses.input_tokens.count``, which counts the compacted view, what the next call would
+send. Every method returns the SDK's own type.
+
 Leading ``system`` / ``developer`` messages (or Responses message items) are split off and
-sent untouched; the rest is converted to neutral messages, compacted with
-``manager.prepare`` and converted back, so when nothing new was decided the request is the
-previous one plus the new messages. Every other argument goes through untouched. Usage is
-given to ``manager.observe``; with ``stream=True`` the SDK stream is wrapped and the usage
-is recorded once it has been read to the end (Chat Completions reports streamed usage only
-with ``stream_options={"include_usage": True}``, which is the caller's to pass).
+sent untouched; the rest (SDK objects in it, such as a ``ChatCompletionMessage`` or
+``resp.output`` items, taken as the dicts the SDK would send) is converted to neutral
+messages, compacted with ``manager.prepare`` and converted back, so when nothing new was
+decided the request is the previous one plus the new messages. Every other argument goes
+through untouched; ``max_completion_tokens`` / ``max_tokens`` / ``max_output_tokens`` also
+set the output reserve of the call unless ``Budget.reserve_output`` was set. Usage is given to
+``manager.observe``; a stream records it once its events have been read to the end. A Chat
+Completions stream is sent with ``stream_options={"include_usage": True}`` merged into the
+caller's (the API reports streamed usage only then; its last chunk has no ``choices``).
 
 A Responses call that continues server-side state (``previous_response_id`` or
 ``conversation``) holds only the new items, so it is sent as it is.
+
+Refused with `ConfigError`, as they would send the history uncompacted: ``responses.compact``,
+``responses.connect`` (the WebSocket), ``beta.chat`` and ``beta.responses``, and
+``with_raw_response`` / ``with_streaming_response`` (use the unwrapped ``wrapped.client``
+for those). ``with_options`` / ``copy`` return a wrapped client on the same session;
+everything else passes through.
 
 The blocking ``openai.OpenAI`` works the same way: ``with wrap(openai.OpenAI(), manager) as
 client:`` runs the manager on an event loop of its own in a daemon thread (its background
@@ -25,11 +39,31 @@ summaries included) until the ``with`` block ends or ``client.close()``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, overload
+from collections.abc import Mapping
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    Literal,
+    NoReturn,
+    Self,
+    TypeAlias,
+    TypeVar,
+    overload,
+)
 
 from agentctx.errors import MissingExtraError
 from agentctx.providers._blocking import BlockingClient, LoopThread
-from agentctx.providers._convert import Compactor, send, send_blocking
+from agentctx.providers._convert import (
+    Compactor,
+    Refused,
+    Resource,
+    StreamManager,
+    SyncStreamManager,
+    refuse,
+    send,
+    send_blocking,
+)
 
 try:
     from openai import AsyncOpenAI, OpenAI
@@ -37,58 +71,113 @@ except ImportError as exc:
     raise MissingExtraError("openai", exc.name, needed_by=__name__) from exc
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable
     from types import TracebackType
 
-    from openai.types.chat import ChatCompletion, ChatCompletionChunk
-    from openai.types.responses import Response, ResponseStreamEvent
+    from openai import AsyncStream, Stream
+    from openai.lib.streaming.chat import AsyncChatCompletionStream, ChatCompletionStream
+    from openai.lib.streaming.responses import AsyncResponseStream, ResponseStream
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk, ParsedChatCompletion
+    from openai.types.responses import (
+        InputTokenCountResponse,
+        ParsedResponse,
+        Response,
+        ResponseStreamEvent,
+    )
 
     from agentctx.manager import ContextManager
-    from agentctx.providers._stream import ObservedStream, ObservedSyncStream
+
+    History: TypeAlias = Iterable[Mapping[str, Any]]
 
 __all__ = ["WrappedAsyncOpenAI", "WrappedOpenAI", "wrap"]
 
 A = TypeVar("A", bound=AsyncOpenAI)
 S = TypeVar("S", bound=OpenAI)
+T = TypeVar("T")
+
+COVERED = (
+    "chat.completions.create / parse / stream, responses.create / parse / stream / "
+    "input_tokens.count"
+)
 
 
-class _Endpoint:
-    """One ``create`` method of the async client: compacts, calls, records the usage."""
-
-    def __init__(self, inner: Any, compactor: Compactor) -> None:
-        self._inner = inner
-        self._compactor = compactor
-
-    async def _create(self, kwargs: dict[str, Any]) -> Any:
-        return await send(self._compactor, self._inner.create, kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+def _with_usage(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Chat Completions reports a stream's usage only when asked; the session needs it."""
+    options = kwargs.get("stream_options")
+    kwargs["stream_options"] = {
+        **(options if isinstance(options, Mapping) else {}),
+        "include_usage": True,
+    }
+    return kwargs
 
 
-class _Completions(_Endpoint):
+class _Resource(Resource):
+    _covered = COVERED
+
+
+class _Completions(_Resource):
+    """``AsyncOpenAI.chat.completions``, compacting."""
+
+    _what = "chat.completions"
+
     @overload
     async def create(
-        self, *, messages: Iterable[Mapping[str, Any]], stream: Literal[True], **kwargs: Any
-    ) -> ObservedStream[ChatCompletionChunk]: ...
+        self, *, messages: History, stream: Literal[True], **kwargs: Any
+    ) -> AsyncStream[ChatCompletionChunk]: ...
 
     @overload
     async def create(
-        self,
-        *,
-        messages: Iterable[Mapping[str, Any]],
-        stream: Literal[False] | None = None,
-        **kwargs: Any,
+        self, *, messages: History, stream: Literal[False] | None = None, **kwargs: Any
     ) -> ChatCompletion: ...
 
+    @overload
     async def create(
-        self, *, messages: Iterable[Mapping[str, Any]], stream: bool | None = None, **kwargs: Any
-    ) -> ChatCompletion | ObservedStream[ChatCompletionChunk]:
-        """``chat.completions.create`` with ``messages`` compacted; the SDK's own result."""
+        self, *, messages: History, stream: bool, **kwargs: Any
+    ) -> ChatCompletion | AsyncStream[ChatCompletionChunk]: ...
+
+    async def create(
+        self, *, messages: History, stream: bool | None = None, **kwargs: Any
+    ) -> ChatCompletion | AsyncStream[ChatCompletionChunk]:
+        """``chat.completions.create`` with ``messages`` compacted; the SDK's own result (a
+        stream asks for ``include_usage`` and records the usage once read to the end)."""
         if stream is not None:
             kwargs["stream"] = stream
+        if stream:
+            _with_usage(kwargs)
         kwargs["messages"] = list(messages)
-        return await self._create(kwargs)  # type: ignore[no-any-return]
+        return await send(self._compactor, self._inner.create, kwargs)  # type: ignore[no-any-return]
+
+    @overload
+    async def parse(
+        self, *, messages: History, response_format: type[T], **kwargs: Any
+    ) -> ParsedChatCompletion[T]: ...
+
+    @overload
+    async def parse(
+        self, *, messages: History, response_format: None = None, **kwargs: Any
+    ) -> ParsedChatCompletion[None]: ...
+
+    async def parse(self, *, messages: History, **kwargs: Any) -> ParsedChatCompletion[Any]:
+        """``chat.completions.parse`` with ``messages`` compacted."""
+        kwargs["messages"] = list(messages)
+        return await send(self._compactor, self._inner.parse, kwargs)  # type: ignore[no-any-return]
+
+    @overload
+    def stream(
+        self, *, messages: History, response_format: type[T], **kwargs: Any
+    ) -> StreamManager[AsyncChatCompletionStream[T]]: ...
+
+    @overload
+    def stream(
+        self, *, messages: History, response_format: None = None, **kwargs: Any
+    ) -> StreamManager[AsyncChatCompletionStream[None]]: ...
+
+    def stream(self, *, messages: History, **kwargs: Any) -> StreamManager[Any]:
+        """``async with client.chat.completions.stream(messages=history, ...) as stream:`` —
+        the SDK's ``AsyncChatCompletionStream``; compacts on entry, asks for
+        ``include_usage`` and records the usage once read to the end."""
+        kwargs["messages"] = list(messages)
+        return StreamManager(self._inner.stream, self._compactor, _with_usage(kwargs))
 
 
 class _Chat:
@@ -96,38 +185,166 @@ class _Chat:
         self._inner = inner
         self.completions = completions
 
+    @property
+    def with_raw_response(self) -> Any:
+        return Refused("chat.with_raw_response", COVERED)
+
+    @property
+    def with_streaming_response(self) -> Any:
+        return Refused("chat.with_streaming_response", COVERED)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
 
-class _Responses(_Endpoint):
+class _AsyncChat(_Chat):
+    completions: _Completions
+
+
+class _InputTokens(_Resource):
+    """``AsyncOpenAI.responses.input_tokens``: ``count`` counts the compacted view."""
+
+    _what = "responses.input_tokens"
+
+    async def count(self, **kwargs: Any) -> InputTokenCountResponse:
+        """``responses.input_tokens.count`` of the compacted ``input``: what ``create`` would
+        send."""
+        sent = await self._compactor.request(kwargs, count=True)
+        return await self._inner.count(**sent)  # type: ignore[no-any-return]
+
+
+class _Responses(_Resource):
+    """``AsyncOpenAI.responses``, compacting."""
+
+    _what = "responses"
+
+    def __init__(self, inner: Any, compactor: Compactor) -> None:
+        super().__init__(inner, compactor)
+        self.input_tokens = _InputTokens(inner.input_tokens, compactor)
+
     @overload
     async def create(
         self, *, stream: Literal[True], **kwargs: Any
-    ) -> ObservedStream[ResponseStreamEvent]: ...
+    ) -> AsyncStream[ResponseStreamEvent]: ...
 
     @overload
     async def create(self, *, stream: Literal[False] | None = None, **kwargs: Any) -> Response: ...
 
+    @overload
+    async def create(
+        self, *, stream: bool, **kwargs: Any
+    ) -> Response | AsyncStream[ResponseStreamEvent]: ...
+
     async def create(
         self, *, stream: bool | None = None, **kwargs: Any
-    ) -> Response | ObservedStream[ResponseStreamEvent]:
+    ) -> Response | AsyncStream[ResponseStreamEvent]:
         """``responses.create`` with ``input`` compacted; the SDK's own result."""
         if stream is not None:
             kwargs["stream"] = stream
-        return await self._create(kwargs)  # type: ignore[no-any-return]
+        return await send(self._compactor, self._inner.create, kwargs)  # type: ignore[no-any-return]
+
+    @overload
+    async def parse(self, *, text_format: type[T], **kwargs: Any) -> ParsedResponse[T]: ...
+
+    @overload
+    async def parse(self, *, text_format: None = None, **kwargs: Any) -> ParsedResponse[None]: ...
+
+    async def parse(self, **kwargs: Any) -> ParsedResponse[Any]:
+        """``responses.parse`` with ``input`` compacted."""
+        return await send(self._compactor, self._inner.parse, kwargs)  # type: ignore[no-any-return]
+
+    @overload
+    def stream(
+        self, *, text_format: type[T], **kwargs: Any
+    ) -> StreamManager[AsyncResponseStream[T]]: ...
+
+    @overload
+    def stream(
+        self, *, text_format: None = None, **kwargs: Any
+    ) -> StreamManager[AsyncResponseStream[None]]: ...
+
+    def stream(self, **kwargs: Any) -> StreamManager[Any]:
+        """``async with client.responses.stream(input=items, ...) as stream:`` — the SDK's
+        ``AsyncResponseStream``; compacts on entry, records the usage once read to the end.
+        ``stream(response_id=...)`` (resuming a background response) sends no history."""
+        return StreamManager(self._inner.stream, self._compactor, kwargs)
+
+    def compact(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Refused: it sends the history for the server to compact, uncompacted by agentctx."""
+        refuse("responses.compact", COVERED)
+
+    def connect(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Refused: a WebSocket session sends its history past the wrapper."""
+        refuse("responses.connect", COVERED)
+
+
+class _Beta:
+    """``client.beta`` with its history-carrying ``chat`` and ``responses`` refused."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    @property
+    def chat(self) -> Any:
+        return Refused("beta.chat", COVERED)
+
+    @property
+    def responses(self) -> Any:
+        return Refused("beta.responses", COVERED)
+
+    @property
+    def with_raw_response(self) -> Any:
+        return Refused("beta.with_raw_response", COVERED)
+
+    @property
+    def with_streaming_response(self) -> Any:
+        return Refused("beta.with_streaming_response", COVERED)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _Compactors:
+    """The two formats' compactors of one wrapped client, shared by its ``with_options``
+    copies."""
+
+    def __init__(self, manager: ContextManager) -> None:
+        self.chat = Compactor(manager, "openai-chat")
+        self.responses = Compactor(manager, "openai-responses")
 
 
 class WrappedAsyncOpenAI(Generic[A]):
-    """An ``AsyncOpenAI`` whose ``chat.completions`` and ``responses`` compact; everything
-    else is the client's."""
+    """An ``AsyncOpenAI`` whose ``chat.completions`` and ``responses`` compact; calls that
+    would send a history uncompacted are refused; everything else is the client's."""
 
-    def __init__(self, client: A, manager: ContextManager) -> None:
+    def __init__(
+        self, client: A, manager: ContextManager, *, compactors: _Compactors | None = None
+    ) -> None:
         self.client = client
         self.manager = manager
-        completions = _Completions(client.chat.completions, Compactor(manager, "openai-chat"))
-        self.chat = _Chat(client.chat, completions)
-        self.responses = _Responses(client.responses, Compactor(manager, "openai-responses"))
+        self._compactors = compactors or _Compactors(manager)
+        completions = _Completions(client.chat.completions, self._compactors.chat)
+        self.chat = _AsyncChat(client.chat, completions)
+        self.responses = _Responses(client.responses, self._compactors.responses)
+        self.beta = _Beta(client.beta)
+
+    def with_options(self, **options: Any) -> Self:
+        """``client.with_options(...)``, wrapped, on the same session."""
+        return type(self)(
+            self.client.with_options(**options), self.manager, compactors=self._compactors
+        )
+
+    copy = with_options
+
+    @property
+    def with_raw_response(self) -> Any:
+        """Refused: use ``wrapped.client`` to send the history as it is."""
+        return Refused("with_raw_response", COVERED)
+
+    @property
+    def with_streaming_response(self) -> Any:
+        """Refused: use ``wrapped.client`` to send the history as it is."""
+        return Refused("with_streaming_response", COVERED)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
@@ -148,75 +365,198 @@ class WrappedAsyncOpenAI(Generic[A]):
 # ------------------------------------------------------------------- the blocking client
 
 
-class _SyncEndpoint:
+class _SyncResource(_Resource):
     def __init__(self, inner: Any, compactor: Compactor, loop: LoopThread) -> None:
-        self._inner = inner
-        self._compactor = compactor
+        super().__init__(inner, compactor)
         self._loop = loop
 
-    def _create(self, kwargs: dict[str, Any]) -> Any:
-        return send_blocking(self._loop, self._compactor, self._inner.create, kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+    def _send(self, method: Any, kwargs: dict[str, Any]) -> Any:
+        return send_blocking(self._loop, self._compactor, method, kwargs)
 
 
-class _SyncCompletions(_SyncEndpoint):
-    @overload
-    def create(
-        self, *, messages: Iterable[Mapping[str, Any]], stream: Literal[True], **kwargs: Any
-    ) -> ObservedSyncStream[ChatCompletionChunk]: ...
+class _SyncCompletions(_SyncResource):
+    """``OpenAI.chat.completions``, compacting (see `_Completions`)."""
+
+    _what = "chat.completions"
 
     @overload
     def create(
-        self,
-        *,
-        messages: Iterable[Mapping[str, Any]],
-        stream: Literal[False] | None = None,
-        **kwargs: Any,
+        self, *, messages: History, stream: Literal[True], **kwargs: Any
+    ) -> Stream[ChatCompletionChunk]: ...
+
+    @overload
+    def create(
+        self, *, messages: History, stream: Literal[False] | None = None, **kwargs: Any
     ) -> ChatCompletion: ...
 
-    def create(
-        self, *, messages: Iterable[Mapping[str, Any]], stream: bool | None = None, **kwargs: Any
-    ) -> ChatCompletion | ObservedSyncStream[ChatCompletionChunk]:
-        """``chat.completions.create`` with ``messages`` compacted; the SDK's own result."""
-        if stream is not None:
-            kwargs["stream"] = stream
-        kwargs["messages"] = list(messages)
-        return self._create(kwargs)  # type: ignore[no-any-return]
-
-
-class _SyncResponses(_SyncEndpoint):
     @overload
     def create(
-        self, *, stream: Literal[True], **kwargs: Any
-    ) -> ObservedSyncStream[ResponseStreamEvent]: ...
+        self, *, messages: History, stream: bool, **kwargs: Any
+    ) -> ChatCompletion | Stream[ChatCompletionChunk]: ...
+
+    def create(
+        self, *, messages: History, stream: bool | None = None, **kwargs: Any
+    ) -> ChatCompletion | Stream[ChatCompletionChunk]:
+        """``chat.completions.create`` with ``messages`` compacted (see `_Completions.create`)."""
+        if stream is not None:
+            kwargs["stream"] = stream
+        if stream:
+            _with_usage(kwargs)
+        kwargs["messages"] = list(messages)
+        return self._send(self._inner.create, kwargs)  # type: ignore[no-any-return]
+
+    @overload
+    def parse(
+        self, *, messages: History, response_format: type[T], **kwargs: Any
+    ) -> ParsedChatCompletion[T]: ...
+
+    @overload
+    def parse(
+        self, *, messages: History, response_format: None = None, **kwargs: Any
+    ) -> ParsedChatCompletion[None]: ...
+
+    def parse(self, *, messages: History, **kwargs: Any) -> ParsedChatCompletion[Any]:
+        """``chat.completions.parse`` with ``messages`` compacted."""
+        kwargs["messages"] = list(messages)
+        return self._send(self._inner.parse, kwargs)  # type: ignore[no-any-return]
+
+    @overload
+    def stream(
+        self, *, messages: History, response_format: type[T], **kwargs: Any
+    ) -> SyncStreamManager[ChatCompletionStream[T]]: ...
+
+    @overload
+    def stream(
+        self, *, messages: History, response_format: None = None, **kwargs: Any
+    ) -> SyncStreamManager[ChatCompletionStream[None]]: ...
+
+    def stream(self, *, messages: History, **kwargs: Any) -> SyncStreamManager[Any]:
+        """``with client.chat.completions.stream(messages=history, ...) as stream:`` (see
+        `_Completions.stream`)."""
+        kwargs["messages"] = list(messages)
+        return SyncStreamManager(
+            self._inner.stream, self._compactor, self._loop, _with_usage(kwargs)
+        )
+
+
+class _SyncChat(_Chat):
+    completions: _SyncCompletions
+
+
+class _SyncInputTokens(_SyncResource):
+    """``OpenAI.responses.input_tokens``: ``count`` counts the compacted view."""
+
+    _what = "responses.input_tokens"
+
+    def count(self, **kwargs: Any) -> InputTokenCountResponse:
+        """``responses.input_tokens.count`` of the compacted ``input``."""
+        sent = self._loop.call(lambda: self._compactor.request(kwargs, count=True))
+        return self._inner.count(**sent)  # type: ignore[no-any-return]
+
+
+class _SyncResponses(_SyncResource):
+    """``OpenAI.responses``, compacting (see `_Responses`)."""
+
+    _what = "responses"
+
+    def __init__(self, inner: Any, compactor: Compactor, loop: LoopThread) -> None:
+        super().__init__(inner, compactor, loop)
+        self.input_tokens = _SyncInputTokens(inner.input_tokens, compactor, loop)
+
+    @overload
+    def create(self, *, stream: Literal[True], **kwargs: Any) -> Stream[ResponseStreamEvent]: ...
 
     @overload
     def create(self, *, stream: Literal[False] | None = None, **kwargs: Any) -> Response: ...
 
+    @overload
+    def create(self, *, stream: bool, **kwargs: Any) -> Response | Stream[ResponseStreamEvent]: ...
+
     def create(
         self, *, stream: bool | None = None, **kwargs: Any
-    ) -> Response | ObservedSyncStream[ResponseStreamEvent]:
+    ) -> Response | Stream[ResponseStreamEvent]:
         """``responses.create`` with ``input`` compacted; the SDK's own result."""
         if stream is not None:
             kwargs["stream"] = stream
-        return self._create(kwargs)  # type: ignore[no-any-return]
+        return self._send(self._inner.create, kwargs)  # type: ignore[no-any-return]
+
+    @overload
+    def parse(self, *, text_format: type[T], **kwargs: Any) -> ParsedResponse[T]: ...
+
+    @overload
+    def parse(self, *, text_format: None = None, **kwargs: Any) -> ParsedResponse[None]: ...
+
+    def parse(self, **kwargs: Any) -> ParsedResponse[Any]:
+        """``responses.parse`` with ``input`` compacted."""
+        return self._send(self._inner.parse, kwargs)  # type: ignore[no-any-return]
+
+    @overload
+    def stream(
+        self, *, text_format: type[T], **kwargs: Any
+    ) -> SyncStreamManager[ResponseStream[T]]: ...
+
+    @overload
+    def stream(
+        self, *, text_format: None = None, **kwargs: Any
+    ) -> SyncStreamManager[ResponseStream[None]]: ...
+
+    def stream(self, **kwargs: Any) -> SyncStreamManager[Any]:
+        """``with client.responses.stream(input=items, ...) as stream:`` (see
+        `_Responses.stream`)."""
+        return SyncStreamManager(self._inner.stream, self._compactor, self._loop, kwargs)
+
+    def compact(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Refused (see `_Responses.compact`)."""
+        refuse("responses.compact", COVERED)
+
+    def connect(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Refused (see `_Responses.connect`)."""
+        refuse("responses.connect", COVERED)
 
 
 class WrappedOpenAI(BlockingClient, Generic[S]):
-    """An ``OpenAI`` whose ``chat.completions`` and ``responses`` compact; everything else is
-    the client's. Use it in a ``with`` block or call `close`: it owns the manager's loop."""
+    """An ``OpenAI`` whose ``chat.completions`` and ``responses`` compact; calls that would
+    send a history uncompacted are refused; everything else is the client's. Use it in a
+    ``with`` block or call `close`: it owns the manager's loop."""
 
     client: S
 
-    def __init__(self, client: S, manager: ContextManager) -> None:
-        super().__init__(client, manager)
-        loop = self._loop
-        chat = Compactor(manager, "openai-chat")
-        self.chat = _Chat(client.chat, _SyncCompletions(client.chat.completions, chat, loop))
-        responses = Compactor(manager, "openai-responses")
-        self.responses = _SyncResponses(client.responses, responses, loop)
+    def __init__(
+        self,
+        client: S,
+        manager: ContextManager,
+        *,
+        compactors: _Compactors | None = None,
+        loop: LoopThread | None = None,
+    ) -> None:
+        super().__init__(client, manager, loop)
+        self._compactors = compactors or _Compactors(manager)
+        completions = _SyncCompletions(client.chat.completions, self._compactors.chat, self._loop)
+        self.chat = _SyncChat(client.chat, completions)
+        self.responses = _SyncResponses(client.responses, self._compactors.responses, self._loop)
+        self.beta = _Beta(client.beta)
+
+    def with_options(self, **options: Any) -> Self:
+        """``client.with_options(...)``, wrapped, on the same session and loop (closing it
+        closes the copy, not the loop)."""
+        return type(self)(
+            self.client.with_options(**options),
+            self.manager,
+            compactors=self._compactors,
+            loop=self._loop,
+        )
+
+    copy = with_options
+
+    @property
+    def with_raw_response(self) -> Any:
+        """Refused: use ``wrapped.client`` to send the history as it is."""
+        return Refused("with_raw_response", COVERED)
+
+    @property
+    def with_streaming_response(self) -> Any:
+        """Refused: use ``wrapped.client`` to send the history as it is."""
+        return Refused("with_streaming_response", COVERED)
 
 
 @overload
@@ -228,9 +568,11 @@ def wrap(client: S, manager: ContextManager) -> WrappedOpenAI[S]: ...
 
 
 def wrap(client: A | S, manager: ContextManager) -> WrappedAsyncOpenAI[A] | WrappedOpenAI[S]:
-    """A thin proxy of ``client`` (``AsyncOpenAI`` or ``OpenAI``) whose
-    ``chat.completions.create`` and ``responses.create`` send the compacted view of the full
-    history they are given and record usage."""
+    """A thin proxy of ``client`` (``AsyncOpenAI`` or ``OpenAI``) whose calls that carry the
+    history (``chat.completions.create`` / ``parse`` / ``stream``, ``responses.create`` /
+    ``parse`` / ``stream`` / ``input_tokens.count``) send the compacted view of the full
+    history they are given and record usage; the others that would send it uncompacted raise
+    `ConfigError`."""
     if isinstance(client, AsyncOpenAI):
         return WrappedAsyncOpenAI(client, manager)
     if isinstance(client, OpenAI):

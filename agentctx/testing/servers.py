@@ -170,7 +170,7 @@ class FakeAnthropic(FakeServer):
 
 class FakeOpenAI(FakeServer):
     """A fake OpenAI API: ``POST /v1/chat/completions`` and ``POST /v1/responses`` (each
-    streamed or not).
+    streamed or not), and ``POST /v1/responses/input_tokens``.
 
     ``async with FakeOpenAI() as server:`` then
     ``openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="test", max_retries=0)``.
@@ -197,7 +197,7 @@ class FakeOpenAI(FakeServer):
         self._stored: dict[str, list[Any]] = {}  # stored responses, for previous_response_id
 
     def _endpoints(self) -> Sequence[str]:
-        return ("/v1/chat/completions", "/v1/responses")
+        return ("/v1/chat/completions", "/v1/responses", "/v1/responses/input_tokens")
 
     def _auth_problem(self, headers: Mapping[str, str]) -> tuple[int, str] | None:
         if not headers.get("authorization", "").startswith("Bearer "):
@@ -216,6 +216,8 @@ class FakeOpenAI(FakeServer):
     def _check(self, path: str, body: Any) -> Invalid | None:
         if path == "/v1/chat/completions":
             return validate_chat(body)
+        if path == "/v1/responses/input_tokens":
+            body = {"model": None, **body}  # counting takes no model
         history = self._history(body)
         if history is None:
             return Invalid(
@@ -224,6 +226,12 @@ class FakeOpenAI(FakeServer):
                 "previous_response_not_found",
             )
         return validate_responses(body, history, check_signatures=self.check_signatures)
+
+    def _count_tokens(self, path: str, body: Any) -> dict[str, Any] | None:
+        if path != "/v1/responses/input_tokens":
+            return None
+        tokens = sum(map(wire.estimate_tokens, self._segments(path, body)))
+        return {"object": "response.input_tokens", "input_tokens": tokens}
 
     def _segments(self, path: str, body: Any) -> list[str]:
         if path == "/v1/chat/completions":
