@@ -25,6 +25,7 @@ ALL = [
     "summarize_cheap_model.py",
     "compaction_events.py",
     "recall_tool.py",
+    "anthropic_tool_runner.py",
 ]
 
 COMPACTED = re.compile(
@@ -61,7 +62,13 @@ def load(name: str) -> ModuleType:
 
 
 @pytest.mark.parametrize(
-    "name", ["anthropic_loop.py", "anthropic_wrap.py", "openai_responses_loop.py"]
+    "name",
+    [
+        "anthropic_loop.py",
+        "anthropic_wrap.py",
+        "openai_responses_loop.py",
+        "anthropic_tool_runner.py",
+    ],
 )
 def test_loop_example_runs_offline(name: str) -> None:
     lines = run_offline(name)
@@ -72,6 +79,20 @@ def test_loop_example_runs_offline(name: str) -> None:
         assert before > after and saved == before - after
     assert "final answer: Eight small arithmetic helper modules." in lines
     assert lines[-1].startswith("usage: ") and "cache reads" in lines[-1]
+
+
+def test_anthropic_tool_runner_compacts_inside_the_runners_loop() -> None:
+    lines = run_offline("anthropic_tool_runner.py")
+    turns = [line for line in lines if line.startswith("turn ")]
+    # the SDK's runner ran every tool the model asked for, one turn each ...
+    assert turns == [f"turn {i + 1}: read_file(mod{i}.py)" for i in range(8)]
+    # ... and a request inside its loop was compacted before the answer
+    compacted = next(i for i, line in enumerate(lines) if COMPACTED.match(line))
+    assert (
+        lines.index(turns[0])
+        < compacted
+        < lines.index("final answer: Eight small arithmetic helper modules.")
+    )
 
 
 def test_summarize_cheap_model() -> None:

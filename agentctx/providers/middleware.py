@@ -11,9 +11,12 @@ response = await middleware({"model": ..., "max_tokens": ..., "messages": histor
 
 The request is the SDK call's keyword arguments. Its ``messages`` (or ``input``) are compacted
 exactly as `wrap` does (projection mode, byte-stable when nothing new was decided; leading
-system/developer messages untouched); every other key passes through; the response's usage
-(an SDK object or a plain dict) is recorded with ``manager.observe``. Streams are not observed.
-``cache_breakpoints=True`` places Anthropic ``cache_control`` breakpoints as `wrap` does.
+system/developer messages untouched); every other key passes through; its ``max_tokens``
+(``max_completion_tokens``, ``max_output_tokens``) is the call's output reserve unless
+``Budget.reserve_output`` was set; the response's usage (an SDK object or a plain dict) is
+recorded with ``manager.observe``. Streams are not observed: ``ctx.observe(final)`` with the
+stream's final message records them. ``cache_breakpoints=True`` places Anthropic
+``cache_control`` breakpoints as `wrap` does.
 """
 
 from __future__ import annotations
