@@ -70,6 +70,8 @@ class StrategyRow:
     rejected_detail: str | None = None
     """The first rejection's reason and detail, to show what went wrong."""
     retention: Retention | None = None
+    briefings: tuple[tuple[int, str], ...] = ()
+    """``(request, text)`` of each briefing spliced (one transcript's rows only)."""
 
     @classmethod
     def of(cls, strategy: str, report: ReplayReport) -> StrategyRow:
@@ -98,6 +100,7 @@ class StrategyRow:
             summary_rejected=len(rejected),
             rejected_detail=f"{rejected[0].reason}: {rejected[0].detail}" if rejected else None,
             retention=report.retention,
+            briefings=tuple((r.number, t) for r in report.rows for t in r.briefings),
         )
 
     @property
@@ -138,6 +141,7 @@ class StrategyRow:
             summary_rejected=self.summary_rejected + other.summary_rejected,
             rejected_detail=self.rejected_detail or other.rejected_detail,
             retention=combine(parts) if parts else None,
+            briefings=(),
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -168,6 +172,7 @@ class StrategyRow:
                 "first_rejection": self.rejected_detail,
             },
             "retention": self.retention.as_dict() if self.retention is not None else None,
+            "briefings": [{"request": n, "text": t} for n, t in self.briefings],
         }
 
 

@@ -44,6 +44,7 @@ from agentctx.messages import AssistantMessage, Message, Usage, fingerprint
 from agentctx.pricing import Price
 from agentctx.recall import MemoryRecallStore
 from agentctx.replay.retention import Fact, Retention, RetentionMeter
+from agentctx.strategies.llm_config import briefing_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -86,6 +87,8 @@ class RequestRow:
     """Simulated input cost of this request with compaction, in USD."""
     cost_without: float = 0.0
     """Simulated input cost of this request without compaction, in USD."""
+    briefings: tuple[str, ...] = ()
+    """The text of each briefing spliced into the view for this request (no marker)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,6 +305,7 @@ async def replay(
     view: list[Message] = []
     clock = clock if clock is not None else ReplayClock()
     meter = RetentionMeter(facts) if facts is not None else None
+    shown: set[str] = set()  # the briefings in the previous view
     async with ContextManager(
         budget,
         strategy=strategy,
@@ -342,6 +346,9 @@ async def replay(
                 for e in new
                 if isinstance(e, ContextCompacted) and e.summary is not None
             )
+            briefings = [t for t in map(briefing_text, view) if t is not None]
+            spliced = tuple(t for t in briefings if t not in shown) if summarized else ()
+            shown = set(briefings)
             rows.append(
                 RequestRow(
                     number=number,
@@ -361,6 +368,7 @@ async def replay(
                     cache_write_without=write0,
                     cost_with=cost,
                     cost_without=cost0,
+                    briefings=spliced,
                 )
             )
             if meter is not None and any(isinstance(e, ContextCompacted) for e in new):

@@ -34,9 +34,11 @@ if TYPE_CHECKING:
     from agentctx.replay.engine import ReplayReport
 
 __all__ = [
+    "BRIEFING_LINES",
     "COLUMNS",
     "PROGRESS_AFTER",
     "LazyProgress",
+    "briefings",
     "print_plain",
     "print_rich",
     "rows",
@@ -178,10 +180,29 @@ def _plain_line(cells: Sequence[str]) -> str:
     return " ".join(f"{n:>{w}}" for n, w in zip(numbers, widths, strict=True)) + f"  {what}"
 
 
+BRIEFING_LINES = 12
+"""Lines of each spliced briefing the terminal report shows (``--report`` has all of them)."""
+
+
+def briefings(report: ReplayReport, limit: int = BRIEFING_LINES) -> list[tuple[str, str]]:
+    """Each briefing spliced, as ``(title, text)`` with the text cut to ``limit`` lines."""
+    out = []
+    for r in report.rows:
+        for text in r.briefings:
+            lines = text.splitlines()
+            shown = "\n".join(lines[:limit])
+            if len(lines) > limit:
+                shown += f"\n(+{len(lines) - limit} more lines: --report or --json has them all)"
+            out.append((f"briefing spliced at request {r.number}", shown))
+    return out
+
+
 def print_plain(report: ReplayReport, out: TextIO) -> None:
-    """Write the report's table and totals to ``out`` as plain text."""
+    """Write the report's table, totals and spliced briefings to ``out`` as plain text."""
     lines = [_plain_line(COLUMNS), *map(_plain_line, rows(report)), ""]
     lines += [label + value for label, value in totals(report)]
+    for title, text in briefings(report):
+        lines += ["", f"{title}:", *(f"  {line}".rstrip() for line in text.splitlines())]
     out.write("\n".join(lines) + "\n")
 
 
@@ -207,6 +228,8 @@ def print_rich(report: ReplayReport, console: Console) -> None:
         # The plain report's labels end with their separator.
         grid.add_row(Text(label.rstrip(": ")), Text(value))
     console.print(Panel(grid, title="totals", title_align="left", expand=False))
+    for title, text in briefings(report):
+        console.print(Panel(Text(text), title=title, title_align="left", expand=False))
 
 
 class LazyProgress:

@@ -199,6 +199,12 @@ margin-top:6px}
 .sw.ring{width:10px;height:10px;border:2px solid var(--c);border-radius:50%}
 .sw.tri{width:0;height:0;border-left:5px solid transparent;border-right:5px solid transparent;
 border-top:9px solid var(--c)}
+details.briefings{margin-top:8px;font-size:14px}
+details.briefings summary{cursor:pointer;color:var(--muted)}
+details.briefings h4{margin:10px 0 4px;font-size:13px;color:var(--muted)}
+details.briefings pre{white-space:pre-wrap;overflow-wrap:anywhere;background:var(--card);
+border:1px solid var(--line);border-radius:6px;padding:8px;margin:0;font-size:12.5px;
+max-height:420px;overflow-y:auto}
 footer{color:var(--muted);font-size:13px;margin:32px 0 8px}
 @media (max-width:700px){
 main{padding:12px}

@@ -279,12 +279,29 @@ def _both(draw: Callable[[_Size], str]) -> str:
     return draw(_WIDE) + draw(_NARROW)
 
 
-def _panel(caption: str, note: str, charts: str, legend: str, *, hint: bool = False) -> str:
+def _panel(
+    caption: str, note: str, charts: str, legend: str, *, hint: bool = False, more: str = ""
+) -> str:
     # Hovering is for a pointer: the hint is hidden on a phone (see the page's CSS).
     extra = ' <span class="hint">Hover a request or a marker for what was sent and cleared.</span>'
     return (
         f'<figure class="panel"><figcaption>{esc(caption)} <small>{esc(note)}'
-        f"{extra if hint else ''}</small></figcaption>{charts}{legend}</figure>"
+        f"{extra if hint else ''}</small></figcaption>{charts}{legend}{more}</figure>"
+    )
+
+
+def _briefings(report: ReplayReport) -> str:
+    """The briefings spliced, folded (an HTML ``details``, no script needed to open it)."""
+    spliced = [(r.number, t) for r in report.rows for t in r.briefings]
+    if not spliced:
+        return ""
+    n = len(spliced)
+    inner = "".join(
+        f"<h4>spliced at request {number}</h4><pre>{esc(text)}</pre>" for number, text in spliced
+    )
+    return (
+        f'<details class="briefings"><summary>{n} briefing{"s" if n != 1 else ""} spliced: '
+        f"what the summarizer wrote</summary>{inner}</details>"
     )
 
 
@@ -314,7 +331,7 @@ def strategy_panel(strategy: str, report: ReplayReport, color: str, ids: IdMaker
     items += [("box", READ, "cache read"), ("box", WRITE, "cache write")]
     note = f"{len(rows)} requests."
     caption = f"{strategy}: prompt tokens per request"
-    return _panel(caption, note, charts, _legend(items), hint=True)
+    return _panel(caption, note, charts, _legend(items), hint=True, more=_briefings(report))
 
 
 def history_panel(

@@ -1,0 +1,380 @@
+"""`agentctx replay` with a real summarizer (over a fake OpenAI server), --compare, --json,
+folders of transcripts, the summary cache, retention, and the report's tick arithmetic."""
+
+from __future__ import annotations
+
+import gc
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from agentctx.budget import Budget
+from agentctx.errors import ConfigError, SummarizerError
+from agentctx.importers import load_transcript
+from agentctx.messages import TextBlock, Usage, UserMessage
+from agentctx.replay import ReplayClock, replay
+from agentctx.replay.cached_summarizer import (
+    CachedSummarizer,
+    SummaryCache,
+    default_cache_path,
+    request_key,
+)
+from agentctx.replay.cli import main
+from agentctx.replay.data import DEMO_TRANSCRIPT
+from agentctx.replay.real_summarizer import SummarizerSpec
+from agentctx.replay.retention import Fact, RetentionMeter, early_paths, visible_text
+from agentctx.replay.svgplot import CHAR_WIDTH, LABEL_GAP, nice_step, nice_top, x_ticks
+from agentctx.strategies import DeterministicCompaction
+from agentctx.summarizer import REQUIRED_SECTIONS, SummaryRequest, SummaryResult
+from agentctx.testing.servers import FakeOpenAI, Reply
+
+MODEL = "gpt-4.1-mini"  # priced, so the summarizer's cost is known, not estimated
+MARK = "Keep the cache of src/session/cache_7.py warm (fake-server briefing)."
+REQUEST = SummaryRequest(system="You summarize.", prompt="Summarize: hello.", max_tokens=300)
+
+
+def briefing() -> str:
+    bodies = {"Goal": MARK, "Files touched": "src/session/cache_7.py"}
+    return "\n".join(f"## {name}\n{bodies.get(name, 'None.')}" for name in REQUIRED_SECTIONS)
+
+
+@pytest.fixture(autouse=True)
+def no_leaks() -> Iterator[None]:
+    """Unclosed clients or sockets warn when collected, and warnings are errors."""
+    yield
+    gc.collect()
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
+    """A fake OpenAI-compatible server answering every request with a valid briefing after
+    a real 0.2 s, with no API key in the environment (a local server needs none)."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with FakeOpenAI(default=Reply.text(briefing(), delay=0.2)) as s:
+        yield s
+
+
+def _run_json(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    assert main(["replay", *args, "--json"]) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)  # one JSON document, nothing else on stdout
+    assert isinstance(doc, dict)
+    return doc
+
+
+def _row(doc: dict[str, object], strategy: str, file: int = 0) -> dict[str, object]:
+    files = doc["files"]
+    assert isinstance(files, list)
+    rows = files[file]["strategies"]
+    return next(r for r in rows if r["strategy"] == strategy)
+
+
+# ---------------------------------------------------------------------------------------
+# A real summarizer, over a fake OpenAI-compatible server
+
+
+def test_real_summarizer_splices_its_briefing_and_a_rerun_sends_nothing(
+    server: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = tmp_path / "summaries.jsonl"
+    spec = f"openai-compatible:{MODEL}@{server.url}/v1"
+    args = ["--summarizer", spec, "--summary-cache", str(cache)]
+    first = _run_json(args, capsys)
+    sent = len(server.requests)
+    assert sent >= 1
+    llm = _run_json(args, capsys)
+    assert len(server.requests) == sent  # the rerun is answered from the cache: 0 requests
+    assert llm == first  # and replays the same session, to the byte
+    row = _row(llm, "llm")
+    assert row["splices"] == 1
+    summarizer = row["summarizer"]
+    assert isinstance(summarizer, dict)
+    assert summarizer["requests"] == sent
+    assert summarizer["estimated"] is False and summarizer["cost"] > 0  # priced, not estimated
+    assert 0 < summarizer["share"] < 0.05
+    assert any(MARK in b["text"] for b in row["briefings"])  # the model's briefing, spliced
+    settings = llm["settings"]
+    assert isinstance(settings, dict)
+    assert settings["summarizer"] == spec and settings["summary_cache"] == str(cache)
+    lines = cache.read_text().splitlines()
+    assert len(lines) == sent
+    entry = json.loads(lines[0])
+    assert entry["model"] == MODEL and entry["latency"] >= 0.2
+    assert entry["result"]["usage"]["output_tokens"] > 0
+    # The request sent is the one LlmCompaction built, with the output cap as max_tokens.
+    body = server.requests[0].json
+    assert body["model"] == MODEL and "max_tokens" in body
+    assert body["messages"][0]["role"] == "system"
+
+
+def test_real_summarizer_report_shows_the_briefing_and_its_cost(
+    server: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = f"openai-compatible:{MODEL}@{server.url}/v1"
+    cache = tmp_path / "c.jsonl"
+    report = tmp_path / "r.html"
+    args = ["replay", "--summarizer", spec, "--summary-cache", str(cache)]
+    assert main([*args, "--report", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert f"strategy llm (summarizer {spec}, real latency)" in out
+    assert "1 briefing spliced over" in out
+    assert f"({MODEL}), " in out and "cost $" in out and "cost unknown" not in out
+    assert "briefing spliced at request" in out and MARK in out
+    assert f"summary cache: {cache} (" in out and "0 cached)" in out
+    page = report.read_text()
+    assert MARK in page and "what the summarizer wrote" in page
+    assert "summarizer $" in page  # the card: its cost, not an estimate
+    assert main(args) == 0
+    assert "(0 sent, " in capsys.readouterr().out
+
+
+def test_compare_with_a_real_summarizer_runs_replays_at_once(
+    server: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = f"openai-compatible:{MODEL}@{server.url}/v1"
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    for name in ("a.jsonl", "b.jsonl"):
+        shutil.copy(DEMO_TRANSCRIPT, folder / name)
+    args = [str(folder), "--compare", "deterministic,llm", "--summarizer", spec]
+    args += ["--summary-cache", str(tmp_path / "c.jsonl"), "--concurrency", "3"]
+    doc = _run_json(args, capsys)
+    # Two identical transcripts: the second one's requests are the first one's, so at most
+    # the requests of one file reach the server (threads may race to the same request).
+    assert _row(doc, "llm", 0)["splices"] == _row(doc, "llm", 1)["splices"] == 1
+    assert _row(doc, "llm", 0)["tokens_sent"] == _row(doc, "llm", 1)["tokens_sent"]
+    totals = doc["totals"]
+    assert isinstance(totals, list)
+    assert [t["strategy"] for t in totals] == ["deterministic", "llm"]
+    llm = next(t for t in totals if t["strategy"] == "llm")
+    assert llm["splices"] == 2 and llm["briefings"] == []
+
+
+def test_summarizer_spec_forms_and_errors() -> None:
+    spec = SummarizerSpec.parse("openai-compatible:qwen@q4@http://127.0.0.1:8000/v1")
+    assert (spec.model, spec.base_url) == ("qwen@q4", "http://127.0.0.1:8000/v1")
+    assert str(spec) == "openai-compatible:qwen@q4@http://127.0.0.1:8000/v1"
+    assert SummarizerSpec.parse("anthropic:claude-haiku-4-5").key_variable == "ANTHROPIC_API_KEY"
+    for bad in ("haiku", "mistral:large", "openai:", "openai-compatible:qwen"):
+        with pytest.raises(ConfigError, match="not a summarizer"):
+            SummarizerSpec.parse(bad)
+    with pytest.raises(ConfigError, match="set OPENAI_API_KEY"):
+        SummarizerSpec.parse("openai:gpt-4.1-mini").check(environ={})
+    SummarizerSpec.parse("openai-compatible:m@http://h/v1").check(environ={})  # needs no key
+
+
+def test_missing_key_and_bad_spec_are_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    assert main(["replay", "--summarizer", "anthropic:claude-haiku-4-5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "set ANTHROPIC_API_KEY" in err
+    with pytest.raises(SystemExit) as done:
+        main(["replay", "--summarizer", "nope"])
+    assert done.value.code == 2 and "not a summarizer" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------
+# The cache and the latency mapping
+
+
+class _Slow:
+    """A summarizer that takes ``seconds`` of real time."""
+
+    model = "slow-model"
+
+    def __init__(self, seconds: float, *, fail: bool = False) -> None:
+        self.seconds = seconds
+        self.fail = fail
+        self.calls = 0
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        self.calls += 1
+        await anyio.sleep(self.seconds)
+        if self.fail:
+            raise SummarizerError("boom", retryable=True)
+        usage = Usage(input_tokens=10, output_tokens=5)
+        return SummaryResult(text=briefing(), stop_reason="stop", usage=usage, model="slow")
+
+
+async def test_real_latency_becomes_session_time_and_a_hit_replays_it() -> None:
+    clock = ReplayClock(100.0)
+    cache = SummaryCache(None)
+    inner = _Slow(0.2)
+    summarizer = CachedSummarizer(inner, cache, clock=clock)
+    done: list[float] = []
+
+    async def ask() -> None:
+        await summarizer.summarize(REQUEST)
+        done.append(clock())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ask)
+        started = time.monotonic()
+        await clock.advance(100.1)  # waits for the real request: the clock is held meanwhile
+        assert time.monotonic() - started >= 0.2 and not done  # 0.2 s of session time not up
+        await clock.advance(100.3)
+        assert done == [100.3]
+        tg.start_soon(ask)  # the same request again: a hit, with the recorded latency
+        await clock.advance(100.4)
+        assert done == [100.3]
+        await clock.advance(100.6)
+    assert done == [100.3, 100.6] and inner.calls == 1
+    assert (cache.hits, cache.sent) == (1, 1)
+
+
+async def test_failures_are_not_cached() -> None:
+    cache = SummaryCache(None)
+    summarizer = CachedSummarizer(_Slow(0.0, fail=True), cache)
+    for _ in range(2):
+        with pytest.raises(SummarizerError, match="boom"):
+            await summarizer.summarize(REQUEST)
+    assert len(cache) == 0 and cache.sent == 0
+
+
+async def test_cache_file_survives_a_cut_line_and_keys_differ_by_model(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "summaries.jsonl"
+    summarizer = CachedSummarizer(_Slow(0.0), SummaryCache(path))
+    result = await summarizer.summarize(REQUEST)
+    with path.open("a") as f:
+        f.write('{"key": "abc", "result": {"text": "cut sh')  # a run killed mid-write
+    again = SummaryCache(path)
+    assert len(again) == 1
+    hit = again.get(summarizer.key(REQUEST))
+    assert hit is not None and hit.result == result
+    assert request_key("a", REQUEST, 300) != request_key("b", REQUEST, 300)
+    assert request_key("a", REQUEST, 300) != request_key("a", REQUEST, 301)
+
+
+def test_default_cache_path_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert default_cache_path() == tmp_path / "agentctx" / "summaries.jsonl"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert default_cache_path() == Path.home() / ".cache" / "agentctx" / "summaries.jsonl"
+
+
+# ---------------------------------------------------------------------------------------
+# --compare, folders, --json
+
+
+def test_compare_prints_a_row_per_strategy(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", "--compare", "deterministic,pipeline,llm"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith(f"{DEMO_TRANSCRIPT} (claude-code, 12 requests; without")
+    head = lines[1].split()
+    assert head[:3] == ["strategy", "tokens", "sent"] and "retention" in head
+    rows = {line.split()[0]: line for line in lines[2:5]}
+    assert list(rows) == ["deterministic", "pipeline", "llm"]
+    assert "(1 spliced)" in rows["llm"] and "~$0.0003 (0.1%)" in rows["llm"]
+    assert "100.0% / 100.0%" in rows["deterministic"]
+
+
+def test_compare_json_over_a_folder_sums_the_totals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("one.jsonl", "two.jsonl"):
+        shutil.copy(DEMO_TRANSCRIPT, tmp_path / name)
+    (tmp_path / "notes.json").write_text('{"not": "a transcript"}')
+    (tmp_path / "README.md").write_text("skipped: not a transcript suffix")
+    assert main(["replay", str(tmp_path), "--compare", "none,deterministic", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "skipped" in captured.err and "notes.json" in captured.err
+    doc = json.loads(captured.out)
+    assert [Path(f["path"]).name for f in doc["files"]] == ["one.jsonl", "two.jsonl"]
+    assert doc["settings"]["strategies"] == ["none", "deterministic"]
+    assert doc["settings"]["budget"] == 37_000
+    one = _row(doc, "deterministic", 0)
+    total = next(t for t in doc["totals"] if t["strategy"] == "deterministic")
+    assert total["tokens_sent"] == 2 * one["tokens_sent"]
+    assert total["requests"] == 24 and total["cache_breaks"] == 2 * one["cache_breaks"]
+    assert total["retention"]["checks"] == 2 * one["retention"]["checks"]
+    none = _row(doc, "none", 0)
+    # No compaction: the view is the history (repaired as sent: a few tokens off at most).
+    assert none["tokens_sent"] == pytest.approx(none["tokens_without"], rel=1e-3)
+    assert none["retention"]["checks"] == 0 and none["retention"]["worst"] is None
+    assert none["over_budget"] > 0 and abs(none["change"]) < 1e-3
+
+
+def test_several_files_print_per_file_blocks_and_totals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    for p in paths:
+        shutil.copy(DEMO_TRANSCRIPT, p)
+    assert main(["replay", *map(str, paths), "--strategy", "deterministic"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("deterministic ") >= 3 and "total over 2 transcripts" in out
+
+
+def test_unknown_compare_strategy_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["replay", "--compare", "deterministic,magic"])
+    assert done.value.code == 2
+    assert "unknown strategy magic" in capsys.readouterr().err
+
+
+def test_png_chart_of_several_replays_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["replay", "--compare", "none,deterministic", "--chart", str(tmp_path / "c.png")]
+    assert main(args) == 2
+    assert "use --report" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------
+# Retention and ticks
+
+
+def test_retention_counts_view_and_loss() -> None:
+    messages = load_transcript(DEMO_TRANSCRIPT).messages
+    facts = early_paths(messages)
+    assert facts and all(f.kind == "path" and f.text for f in facts)
+    view = [UserMessage(content=(TextBlock("look at src/a.py"),))]
+    assert "src/a.py" in visible_text(view)
+    meter = RetentionMeter([Fact("path", "src/a.py", 0), Fact("path", "src/gone.py", 0)])
+
+    async def run() -> float:
+        report = await replay(
+            messages,
+            budget=Budget(context_window=45_000, reserve_output=8_000),
+            strategy=DeterministicCompaction(),
+            facts=facts,
+        )
+        assert report.retention is not None and report.retention.checks >= 1
+        assert report.retention.worst == 1.0 and report.retention.facts == len(facts)
+
+        class _Ctx:
+            recall_store = None
+
+        return await meter.check(_Ctx(), view, 1)  # type: ignore[arg-type]
+
+    assert anyio.run(run) == 0.5
+    assert meter.result().lost == 1 and meter.result().in_view == 1
+
+
+@pytest.mark.parametrize("raw", [0.03, 0.7, 1, 3, 4.9, 7, 12, 99, 101, 2600])
+def test_nice_steps_are_1_2_5(raw: float) -> None:
+    step = nice_step(raw)
+    assert step >= raw
+    mantissa = step / 10 ** int(f"{step:e}".split("e")[1])
+    assert round(mantissa, 6) in (1.0, 2.0, 5.0)
+    top, step2 = nice_top(raw * 5, 5)
+    assert top >= raw * 5 and top / step2 <= 5 + 1e-9
+
+
+@pytest.mark.parametrize("width", [300.0, 576.0])
+def test_x_tick_labels_never_touch(width: float) -> None:
+    for n in [*range(1, 60), 99, 100, 101, 453, 484, 500, 999, 5000]:
+        ticks = x_ticks(n, width, 11)
+        assert ticks and ticks[-1] <= n and ticks[0] >= 1
+        label = len(str(n)) * 11 * CHAR_WIDTH
+        spacing = width / max(n - 1, 1)
+        for a, b in zip(ticks, ticks[1:], strict=False):
+            assert (b - a) * spacing >= label + LABEL_GAP - 1e-6, (n, ticks)
