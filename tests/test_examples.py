@@ -26,6 +26,9 @@ ALL = [
     "compaction_events.py",
     "recall_tool.py",
     "anthropic_tool_runner.py",
+    "pydantic_ai_agent.py",
+    "langchain_agent.py",
+    "openai_agents_agent.py",
 ]
 
 COMPACTED = re.compile(
@@ -93,6 +96,33 @@ def test_anthropic_tool_runner_compacts_inside_the_runners_loop() -> None:
         < compacted
         < lines.index("final answer: Eight small arithmetic helper modules.")
     )
+
+
+@pytest.mark.parametrize(
+    "name", ["pydantic_ai_agent.py", "langchain_agent.py", "openai_agents_agent.py"]
+)
+def test_framework_example_runs_offline(name: str) -> None:
+    lines = run_offline(name)
+    compactions = [m for m in map(COMPACTED.match, lines) if m]
+    assert compactions, lines
+    for m in compactions:
+        before, after, saved = map(int, m.groups()[1:])
+        assert before > after and saved == before - after
+    # Each model call prints what it got: after a compaction, fewer tool results than were
+    # made so far (the k-th call follows k - 1 of them).
+    calls = [
+        int(m[1])
+        for m in map(
+            re.compile(r"^(?:request \d+|model call): \d+ \w+(?: items)?, (\d+) tool").match, lines
+        )
+        if m
+    ]
+    assert len(calls) == 9, lines
+    assert any(seen < k for k, seen in enumerate(calls)), calls
+    # ... while the framework's own history keeps every result whole.
+    kept = re.compile(r"^(?:history|state|run items): .*\b8 tool \w+, whole: True$")
+    assert any(map(kept.match, lines)), lines
+    assert lines[-1] == "final answer: Eight small arithmetic helper modules."
 
 
 def test_summarize_cheap_model() -> None:

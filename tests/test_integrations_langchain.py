@@ -7,7 +7,7 @@ import dataclasses
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -68,9 +68,9 @@ class Recording(ContextManager):
         super().__init__(*args, **kwargs)
         self.calls: list[tuple[list[Message], list[Message], bool]] = []
 
-    async def prepare(self, history: Any) -> list[Message]:
+    async def prepare(self, history: Sequence[Message], **kwargs: Any) -> list[Message]:
         version = self.ledger.version
-        view = await super().prepare(history)
+        view = await super().prepare(history, **kwargs)
         self.calls.append((list(history), view, self.ledger.version != version))
         return view
 
@@ -81,7 +81,7 @@ class ToolFakeModel(GenericFakeChatModel):
 
     seen: list[list[BaseMessage]] = []
 
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ToolFakeModel:  # type: ignore[override]
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ToolFakeModel:
         return self
 
     def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
@@ -409,7 +409,9 @@ def test_neutral_form() -> None:
     assert isinstance(first, AssistantMessage)
     # The tool_use block repeats the call: the call is modeled once.
     assert [type(b).__name__ for b in first.content] == ["ThinkingBlock", "TextBlock", "ToolCall"]
-    assert first.content[0] == ThinkingBlock("look first", "sig-1", first.content[0].extra)
+    thinking = first.content[0]
+    assert isinstance(thinking, ThinkingBlock)
+    assert (thinking.thinking, thinking.signature) == ("look first", "sig-1")
     assert neutral[4].is_error and neutral[4].extra[KEY] == [5]  # type: ignore[union-attr]
     assert [b.type for b in neutral[5].content] == ["text", "image"]  # type: ignore[union-attr]
     reasoning = neutral[6]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import openai
@@ -58,9 +58,9 @@ class Recording(ContextManager):
         super().__init__(*args, **kwargs)
         self.calls: list[tuple[list[Message], list[Message], bool]] = []
 
-    async def prepare(self, history: Any) -> list[Message]:
+    async def prepare(self, history: Sequence[Message], **kwargs: Any) -> list[Message]:
         version = self.ledger.version
-        view = await super().prepare(history)
+        view = await super().prepare(history, **kwargs)
         self.calls.append((list(history), view, self.ledger.version != version))
         return view
 

@@ -7,6 +7,7 @@ import dataclasses
 import subprocess
 import sys
 import warnings
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
@@ -77,9 +78,9 @@ class Recording(ContextManager):
         super().__init__(*args, **kwargs)
         self.calls: list[tuple[list[Message], list[Message], bool]] = []
 
-    async def prepare(self, history: Any) -> list[Message]:
+    async def prepare(self, history: Sequence[Message], **kwargs: Any) -> list[Message]:
         version = self.ledger.version
-        view = await super().prepare(history)
+        view = await super().prepare(history, **kwargs)
         self.calls.append((list(history), view, self.ledger.version != version))
         return view
 
@@ -197,8 +198,10 @@ async def test_task_prompt_survives_compaction() -> None:
     for messages in seen:
         first = messages[0]
         assert isinstance(first, ModelRequest)
-        assert [type(p) for p in first.parts[:2]] == [SystemPromptPart, UserPromptPart]
-        assert first.parts[0].content == SYSTEM and first.parts[1].content == TASK
+        assert first.parts[:2] == [
+            SystemPromptPart(SYSTEM, timestamp=first.parts[0].timestamp),  # type: ignore[union-attr]
+            UserPromptPart(TASK, timestamp=first.parts[1].timestamp),  # type: ignore[union-attr]
+        ]
 
 
 async def test_prefix_is_byte_stable_when_nothing_new_is_decided() -> None:
