@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "agentctx"
-EDGE = ("adapters", "providers", "importers", "replay", "testing")
+EDGE = ("adapters", "providers", "integrations", "importers", "replay", "testing")
 
 
 def _imports(path: Path) -> set[str]:
