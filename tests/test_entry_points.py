@@ -573,9 +573,15 @@ BILLED = Reply.text("ok", input_tokens=30, output_tokens=5, cache_read=100, cach
 
 
 def test_observe_takes_anthropic_sdk_objects() -> None:
-    with FakeAnthropic(default=BILLED) as srv:
-        raw = anthropic.Anthropic(base_url=srv.url, api_key="test", max_retries=0)
-        kw: dict[str, Any] = {"model": MODEL, "max_tokens": 64, "messages": anthropic_history(0)}
+    with (
+        FakeAnthropic(default=BILLED) as srv,
+        anthropic.Anthropic(base_url=srv.url, api_key="test", max_retries=0) as raw,
+    ):
+        kw: dict[str, Any] = {
+            "model": MODEL,
+            "max_tokens": 64,
+            "messages": anthropic_history(0),
+        }
         message = raw.messages.create(**kw)
         beta = raw.beta.messages.create(**kw)
         with raw.messages.stream(**kw) as stream:
@@ -588,8 +594,10 @@ def test_observe_takes_anthropic_sdk_objects() -> None:
 
 
 def test_observe_takes_openai_sdk_objects() -> None:
-    with FakeOpenAI(default=BILLED) as srv:
-        raw = openai.OpenAI(base_url=srv.url + "/v1", api_key="test", max_retries=0)
+    with (
+        FakeOpenAI(default=BILLED) as srv,
+        openai.OpenAI(base_url=srv.url + "/v1", api_key="test", max_retries=0) as raw,
+    ):
         chat = raw.chat.completions.create(model="gpt-test", messages=chat_history(0))
         response = raw.responses.create(model="gpt-test", input=responses_items(0))
         options = {"include_usage": True}
@@ -719,3 +727,69 @@ def test_a_summarizer_given_a_wrapped_client_sends_past_the_session() -> None:
     raw = anthropic.AsyncAnthropic(api_key="test")
     summarizer = AnthropicSummarizer(client=ant_provider.wrap(raw, ContextManager(BUDGET)))  # type: ignore[arg-type]
     assert isinstance(summarizer.client, anthropic.AsyncAnthropic)
+
+
+async def test_histories_may_hold_the_sdk_objects_as_returned() -> None:
+    """``content=resp.content``, a ``ChatCompletionMessage``, ``items += resp.output``: taken as
+    the dicts the SDK would send, compacted, accepted."""
+    script = [*[Reply.tool_call("read", {"path": f"a{i}"}) for i in range(TURNS)], Reply.text("ok")]
+    async with (
+        FakeAnthropic(script) as srv,
+        FakeOpenAI(script) as chat_srv,
+        FakeOpenAI(script) as resp_srv,
+    ):
+        raw = anthropic.AsyncAnthropic(base_url=srv.url, api_key="test", max_retries=0)
+        async with raw, ContextManager(BUDGET) as ctx:
+            client = ant_provider.wrap(raw, ctx)
+            history: list[Any] = [{"role": "user", "content": "Read them all."}]
+            while True:
+                reply = await client.messages.create(
+                    model=MODEL, max_tokens=64, tools=TOOLS, messages=history
+                )
+                history.append({"role": "assistant", "content": reply.content})
+                uses = [b for b in reply.content if b.type == "tool_use"]
+                if not uses:
+                    break
+                results = [
+                    {"type": "tool_result", "tool_use_id": u.id, "content": body(0)} for u in uses
+                ]
+                history.append({"role": "user", "content": results})
+        oraw = openai.AsyncOpenAI(base_url=chat_srv.url + "/v1", api_key="test", max_retries=0)
+        async with oraw, ContextManager(BUDGET) as ctx:
+            oclient = oai_provider.wrap(oraw, ctx)
+            messages: list[Any] = [{"role": "user", "content": "Read them all."}]
+            while True:
+                completion = await oclient.chat.completions.create(
+                    model="m", tools=CHAT_TOOLS, messages=messages
+                )
+                message = completion.choices[0].message
+                messages.append(message)
+                for call in message.tool_calls or []:
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": body(0)})
+                if not message.tool_calls:
+                    break
+        rraw = openai.AsyncOpenAI(base_url=resp_srv.url + "/v1", api_key="test", max_retries=0)
+        async with rraw, ContextManager(BUDGET) as ctx:
+            rclient = oai_provider.wrap(rraw, ctx)
+            items: list[Any] = [{"role": "user", "content": "Read them all."}]
+            while True:
+                response = await rclient.responses.create(
+                    model="m", tools=RESP_TOOLS, input=items, store=False
+                )
+                items += response.output
+                calls = [item for item in response.output if item.type == "function_call"]
+                for item in calls:
+                    items.append(
+                        {"type": "function_call_output", "call_id": item.call_id, "output": body(0)}
+                    )
+                if not calls:
+                    break
+    for server, key, full in (
+        (srv, "messages", history),
+        (chat_srv, "messages", messages),
+        (resp_srv, "input", items),
+    ):
+        requests = server.requests
+        assert len(requests) == TURNS + 1
+        assert all(r.status == 200 for r in requests), [r.error for r in requests]
+        assert len(requests[-1].json[key]) < len(full) - 1  # compacted, not only sent
