@@ -404,3 +404,23 @@ def test_progress_is_called_once_per_request() -> None:
     requests = anyio.run(run)
     assert requests == 12
     assert calls == [(done, 12) for done in range(1, 13)]
+
+
+def test_chart_html_is_the_report_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chart, report = tmp_path / "chart.html", tmp_path / "report.html"
+    assert main(["replay", "--chart", str(chart), "--report", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert f"chart: {chart}" in out and f"report: {report}" in out
+    page = report.read_text()
+    assert chart.read_text() == page
+    assert '<meta name="viewport"' in page and "@media (max-width:700px)" in page
+    assert page.count('<svg class="wide"') == page.count('<svg class="narrow"') == 3
+
+
+def test_rich_comparison_on_a_terminal() -> None:
+    console, out = _terminal()
+    assert main(["replay", "--compare", "deterministic,llm"], console=console) == 0
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    header = next(line for line in plain.splitlines() if "tokens sent" in line)
+    assert [c.strip() for c in header.split("┃")][:3] == ["strategy", "tokens sent", "change"]
+    assert re.search(r"^llm +│ +322,039 │ 51% fewer", plain, flags=re.M), plain

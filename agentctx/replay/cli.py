@@ -392,6 +392,8 @@ def _replay(args: argparse.Namespace, console: Console | None) -> int:
     if spec is not None and "llm" in strategies:
         spec.check()
         cache = SummaryCache(args.summary_cache or default_cache_path())
+    elif spec is not None:
+        print("agentctx: --summarizer is for the llm strategy, not replayed here", file=sys.stderr)
     settings = ReplaySettings(
         context_window=args.context_window,
         reserve=args.reserve,
@@ -413,18 +415,23 @@ def _replay(args: argparse.Namespace, console: Console | None) -> int:
     if bar is None:
         outcomes = run_replays(transcripts, strategies, settings)
     else:
-        with LazyProgress(bar, f"replaying {name}", status=status if cache else None) as progress:
+        with LazyProgress(
+            bar, f"replaying {name}", status=status if cache is not None else None
+        ) as progress:
             outcomes = run_replays(transcripts, strategies, settings, progress=progress)
     doc = _settings_json(args, settings)
     written = _write_files(args, outcomes, doc)
+    lines = [f"{label}: {path}" for label, path in written]
+    if cache is not None:
+        lines.append(f"summary cache: {cache.path} ({cache.sent} sent, {cache.hits} cached)")
     if args.json:
         comparison = Comparison.of(outcomes)
         json.dump(comparison.as_json(doc), sys.stdout, indent=2)
         sys.stdout.write("\n")
+        # stdout is the document: what else there is to say goes to stderr.
+        for line in lines:
+            print(line, file=sys.stderr)
         return 0
-    lines = [f"{label}: {path}" for label, path in written]
-    if cache is not None:
-        lines.append(f"summary cache: {cache.path} ({cache.sent} sent, {cache.hits} cached)")
     if len(outcomes) == 1:
         _print_one(outcomes[0], settings, console)
     elif console is None:

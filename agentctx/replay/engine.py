@@ -160,13 +160,15 @@ class ReplayClock:
         """Hold the clock while real work runs: `advance` waits until every hold is released.
 
         Map real work onto session time like this (what
-        `agentctx.replay.cached_summarizer.CachedSummarizer` does with a real summarizer)::
+        `agentctx.replay.cached_summarizer.CachedSummarizer` does with a real summarizer):
 
-            with clock.held():
-                started = time.monotonic()
-                result = await real_request()
-                latency = time.monotonic() - started
-            await clock.sleep(latency)   # the wall latency, as seconds of session time
+        ```python
+        with clock.held():
+            started = time.monotonic()
+            result = await real_request()
+            latency = time.monotonic() - started
+        await clock.sleep(latency)   # the wall latency, as seconds of session time
+        ```
 
         Releasing and sleeping in one step (no await between them, as above) lets no other
         request of the replay slip in between.

@@ -97,6 +97,10 @@ def _approx(n: float) -> str:
     return f"{n:.3g}"
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def _card(row: StrategyRow, color: str) -> str:
     change = row.change
     big = "no change" if round(change, 2) == 0 else f"{abs(change):.0%} "
@@ -104,14 +108,16 @@ def _card(row: StrategyRow, color: str) -> str:
     lines = [
         f"{_approx(row.tokens_with)} tokens sent of {_approx(row.tokens_without)}",
         f"${row.cost_with:.2f} input cost, ${row.cost_without:.2f} without",
-        f"{row.cache_breaks} cache breaks · {row.over_budget} over budget",
-        f"{row.compactions} compactions · {row.splices} briefings spliced",
+        f"{_n(row.cache_breaks, 'cache break')} · {row.over_budget} over budget",
+        f"{_n(row.compactions, 'compaction')} · {_n(row.splices, 'briefing')} spliced",
     ]
     if row.summaries:
         cost = "?" if row.summary_cost is None else f"${row.summary_cost:.4f}"
         share = f"{row.summary_share:.1%}" if row.summary_share is not None else "?"
         approx = "~" if row.summary_estimated else ""
-        lines.append(f"summarizer {approx}{cost}, {share} of the spend ({row.summaries} requests)")
+        lines.append(
+            f"summarizer {approx}{cost}, {share} of the spend ({_n(row.summaries, 'request')})"
+        )
     if row.retention is not None and row.retention.checks and row.retention.worst is not None:
         mean = row.retention.mean or 0.0
         lines.append(f"retention {row.retention.worst:.0%} at worst, {mean:.0%} on average")

@@ -198,9 +198,12 @@ def _strategy_svg(
     for r in rows:
         x, y = main.x(r.number), main.y(r.tokens_with)
         if r.over_budget:
+            # A tick on the plot's floor, not a ring on the line: with no compaction every
+            # request may be over, and rings would bury the line.
             out.append(
-                f'<circle class="marker over" cx="{x:.1f}" cy="{y:.1f}" r="4.5" fill="none" '
-                f'stroke="{BUDGET}" stroke-width="2"><title>{esc(_row_tip(r))}</title></circle>'
+                f'<rect class="marker over" x="{x - max(half, 1.0):.1f}" '
+                f'y="{main.bottom - 5:.1f}" width="{2 * max(half, 1.0):.2f}" height="5" '
+                f'fill="{BUDGET}"><title>{esc(_row_tip(r))}</title></rect>'
             )
         if r.actions:
             kind, fill = ("summarized", SPLICE) if r.summarized else ("compacted", COMPACT)
@@ -250,8 +253,13 @@ def _lines_svg(
         points = list(enumerate(s.values, start=1))
         if fill and k == 0:
             out.append(area(frame, points, color=s.color, cls="area", opacity=0.18))
+        # Each line a little thinner than the one under it, so that lines that coincide
+        # (two strategies that did the same) still show both colours.
+        width = max(1.2, 3.2 - 0.6 * k)
         out.append(
-            polyline(frame, points, color=s.color, cls=s.cls, width=2.0, dash=s.dash, title=s.title)
+            polyline(
+                frame, points, color=s.color, cls=s.cls, width=width, dash=s.dash, title=s.title
+            )
         )
     if budget is not None:
         by = frame.y(budget)
@@ -327,7 +335,7 @@ def strategy_panel(strategy: str, report: ReplayReport, color: str, ids: IdMaker
     if any(r.cache_break for r in rows):
         items.append(("vline", BUDGET, "cache break"))
     if any(r.over_budget for r in rows):
-        items.append(("ring", BUDGET, "over budget"))
+        items.append(("box", BUDGET, "over budget (on the floor)"))
     items += [("box", READ, "cache read"), ("box", WRITE, "cache write")]
     note = f"{len(rows)} requests."
     caption = f"{strategy}: prompt tokens per request"
