@@ -255,10 +255,10 @@ def _lines_svg(
             out.append(area(frame, points, color=s.color, cls="area", opacity=0.18))
         # Each line a little thinner than the one under it, so that lines that coincide
         # (two strategies that did the same) still show both colours.
-        width = max(1.2, 3.2 - 0.6 * k)
+        stroke = max(1.2, 3.2 - 0.6 * k)
         out.append(
             polyline(
-                frame, points, color=s.color, cls=s.cls, width=width, dash=s.dash, title=s.title
+                frame, points, color=s.color, cls=s.cls, width=stroke, dash=s.dash, title=s.title
             )
         )
     if budget is not None:
