@@ -38,7 +38,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_che
 from agentctx._check import preview
 from agentctx.errors import SummarizerError
 from agentctx.messages import (
+    AssistantMessage,
     ImageBlock,
+    OpaqueBlock,
     RedactedThinkingBlock,
     SummaryMessage,
     TextBlock,
@@ -67,6 +69,7 @@ __all__ = [
     "build_prompt",
     "check_briefing",
     "check_result",
+    "is_native_compaction",
     "is_retryable_status",
     "missing_sections",
     "normalize_stop_reason",
@@ -135,6 +138,11 @@ class SummaryRequest:
         previous_briefing: the briefing this request updates, for an incremental summary.
         messages: how many view messages the span holds (a previous briefing counts as one).
         attempt: 1 for the first attempt, 2 for the first retry, and so on.
+        conversation: the view from its start through the end of the span, as neutral
+            messages (the head, an earlier briefing, the span). A provider-native compaction
+            (`agentctx.providers.anthropic_compaction`,
+            `agentctx.providers.openai_compaction`) sends these instead of ``prompt``; text
+            summarizers ignore it.
     """
 
     system: str
@@ -144,6 +152,7 @@ class SummaryRequest:
     previous_briefing: str | None = None
     messages: int = 0
     attempt: int = 1
+    conversation: tuple[Message, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -155,12 +164,18 @@ class SummaryResult:
         stop_reason: why it stopped; see `normalize_stop_reason`.
         usage: the tokens the request was billed for.
         model: the model that answered, as the provider named it (used for pricing).
+        messages: a provider-native briefing: the messages to splice in place of the span
+            (e.g. an assistant message holding the provider's opaque, signed compaction
+            block), instead of a `SummaryMessage` made from ``text``. They are spliced byte
+            for byte and ``required_sections`` do not apply (the content is opaque); they
+            may not hold tool calls or tool results. Empty (the default) for a text briefing.
     """
 
     text: str
     stop_reason: StopReason
     usage: Usage = field(default_factory=Usage)
     model: str | None = None
+    messages: tuple[Message, ...] = ()
 
 
 _STOPS = frozenset({"stop", "length", "refusal", "error"})
@@ -199,6 +214,17 @@ def check_result(result: object) -> SummaryResult:
         count = getattr(usage, name)
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise _bad(f"usage.{name}={preview(count)}; token counts are whole numbers >= 0")
+    if not isinstance(result.messages, tuple):
+        raise _bad(f"messages {preview(result.messages)}, not a tuple")
+    for m in result.messages:
+        # A replacement that opened or answered a tool call would orphan its partner.
+        if not isinstance(m, UserMessage | AssistantMessage | SummaryMessage) or (
+            isinstance(m, AssistantMessage) and m.tool_calls
+        ):
+            raise _bad(
+                f"a message to splice that is {preview(m)}; only user, assistant "
+                "(without tool calls) and summary messages may replace a span"
+            )
     return result
 
 
@@ -409,13 +435,26 @@ def check_briefing(
     Splicing deletes the span it replaces, so a briefing is checked first: the model must
     have stopped on its own (a ``length`` stop lost the sections at the end, a ``refusal`` is
     not a briefing), the text must not be empty, and every ``required`` heading must be there.
+    A provider-native briefing (``result.messages``) is opaque: only its stop is checked.
     Reasons: ``stop_reason``, ``empty``, ``malformed``.
     """
     if result.stop_reason != "stop":
         return "stop_reason", f"the summarizer stopped with {result.stop_reason!r}"
+    if result.messages:
+        return None
     if not result.text.strip():
         return "empty", "the summarizer returned no text"
     missing = missing_sections(result.text, required)
     if missing:
         return "malformed", "missing sections: " + ", ".join(missing)
     return None
+
+
+def is_native_compaction(message: Message) -> bool:
+    """Whether ``message`` carries a provider's own compaction (an Anthropic ``compaction``
+    block, an OpenAI ``compaction`` item): a briefing someone paid for, which only that
+    provider can read and which the deterministic tiers must never condense or drop."""
+    return isinstance(message, AssistantMessage) and any(
+        isinstance(b, OpaqueBlock) and b.payload.get("type") == "compaction"
+        for b in message.content
+    )

@@ -5,9 +5,12 @@ OpenAI-compatible server: vLLM, llama.cpp, Ollama, ... through ``base_url``) and
 ```python
 from agentctx.providers.openai_summarizer import OpenAIChatSummarizer
 
-local = OpenAIChatSummarizer("qwen2.5-7b-instruct", base_url="http://127.0.0.1:8000/v1",
-                             api_key="none", token_limit_param="max_tokens")
+local = OpenAIChatSummarizer("qwen2.5-7b-instruct", base_url="http://127.0.0.1:8000/v1")
+config = LlmCompactionConfig.small_model(context_window=32_768)   # the model's window
 ```
+
+A local server needs no key: with a ``base_url`` that is not OpenAI's and no ``api_key``
+(nor ``OPENAI_API_KEY``), the client is made with the placeholder `LOCAL_API_KEY`.
 
 One non-streamed request per summary: the request's system prompt, its prompt as the only
 user message, no tools, nothing stored. The SDK's own retries are off (``max_retries=0``,
@@ -21,7 +24,9 @@ prompt, so ``input_tokens`` is the prompt minus the cached tokens, which are
 from __future__ import annotations
 
 import json
+import os
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
 
 from agentctx.errors import MissingExtraError
 from agentctx.messages import Usage
@@ -43,7 +48,23 @@ if TYPE_CHECKING:
 
     from agentctx.summarizer import StopReason, SummaryRequest
 
-__all__ = ["OpenAIChatSummarizer", "OpenAIResponsesSummarizer"]
+__all__ = ["LOCAL_API_KEY", "OpenAIChatSummarizer", "OpenAIResponsesSummarizer"]
+
+LOCAL_API_KEY = "agentctx-local-no-key"
+"""The key sent to a server other than OpenAI's when none was given: the SDK refuses to make
+a client without one, and local servers (llama.cpp, Ollama, vLLM) accept any."""
+
+
+def local_api_key(api_key: str | None, base_url: str | None) -> str | None:
+    """``api_key``, or `LOCAL_API_KEY` when there is none (argument or ``OPENAI_API_KEY``) and
+    ``base_url`` points somewhere other than OpenAI; never for OpenAI's own endpoint, where
+    the SDK's "Missing credentials" is the right answer."""
+    if api_key is not None or base_url is None or os.environ.get("OPENAI_API_KEY"):
+        return api_key
+    host = (urlsplit(base_url).hostname or "").lower()
+    if host == "openai.com" or host.endswith(".openai.com"):
+        return api_key
+    return LOCAL_API_KEY
 
 
 class _OpenAISummarizer(ClientOwner):
@@ -63,6 +84,8 @@ class _OpenAISummarizer(ClientOwner):
         self.model = model
         self.max_tokens = max_tokens
         self._owned = client is None
+        if client is None:
+            api_key = local_api_key(api_key, base_url)
         self.client = retryless(AsyncOpenAI, client, api_key, base_url, timeout)
         method, reserved = self._endpoint()
         self.request_options = check_request_options(method, request_options or {}, reserved)
@@ -83,9 +106,13 @@ class OpenAIChatSummarizer(_OpenAISummarizer):
         client: an `openai.AsyncOpenAI` to use (a copy with ``max_retries=0`` is made; the
             caller keeps ownership and closes it). Default: one made from ``api_key``,
             ``base_url`` and ``timeout``, closed by `aclose`.
-        api_key: for the client made here (``None``: the SDK's environment default).
+        api_key: for the client made here (``None``: the SDK's environment default,
+            ``OPENAI_API_KEY``; with neither, and a ``base_url`` that is not OpenAI's, the
+            placeholder `LOCAL_API_KEY`: local servers need no key).
         base_url: for the client made here (``None``: the SDK's environment default). Point
-            it at any OpenAI-compatible server (``.../v1``).
+            it at any OpenAI-compatible server (``.../v1``); set
+            `LlmCompactionConfig.summarizer_context_window` to its model's window (or use
+            `LlmCompactionConfig.small_model`), so requests fit it.
         max_tokens: cap on the briefing's output tokens; ``None`` uses the request's.
         timeout: the HTTP timeout in seconds (``None``: the SDK's default).
         request_options: more arguments for every request, e.g. ``{"reasoning_effort":

@@ -52,6 +52,12 @@ turn M   view above the limit and the briefing is back and valid
 - When the provider's cache has gone cold, a ready briefing is spliced above the trigger.
 - A later request updates the previous briefing (sent along with the new span) instead of
   summarizing a summary.
+- A provider-native summarizer (`agentctx.providers.anthropic_compaction`,
+  `agentctx.providers.openai_compaction`) reads `SummaryRequest.conversation` and returns the
+  messages to splice (`SummaryResult.messages`: the provider's opaque compaction block); they
+  are spliced as they are, under the same checks, and the tiers never condense or drop them.
+- With ``summarizer_context_window`` set, every request is sized to the summarizer's window
+  (`agentctx.strategies.llm_sizing`); one a server refuses as too large is sent again smaller.
 - Every billed request shows up once in an event (`ContextCompacted.summary`,
   `SummaryRejected` or `SummaryStale`) and in `LlmCompaction.spend`.
 
@@ -82,6 +88,7 @@ from agentctx.strategies.llm_config import (
 from agentctx.strategies.llm_cut import Cut, choose_cut, extent, head_end, intact
 from agentctx.strategies.llm_request import Job, Requester, SummarizerSpend
 from agentctx.strategies.llm_tiers import capped, run_tiers
+from agentctx.summarizer import is_native_compaction
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -322,6 +329,7 @@ class LlmCompaction:
             span_messages=cut.end - cut.start,
             armed_tokens=tokens,
             limit=ctx.budget.limit,
+            conversation=tuple(view[: cut.end]),
         )
         assert ctx.tasks is not None
         if not self._requests.start(job, ctx.tasks, ctx.emit):
@@ -375,8 +383,9 @@ class LlmCompaction:
         vc = bisect.bisect_left(origins, cut)
         counter = ctx.counter
         region = counter.count_many(view[va:vc])
-        message = SummaryMessage(f"{SUMMARY_MARKER}\n\n{ready.text}")
-        size = counter.count_full(message) + counter.count_many(carried)
+        # A provider-native briefing is spliced as the provider returned it, byte for byte.
+        briefing = ready.messages or (SummaryMessage(f"{SUMMARY_MARKER}\n\n{ready.text}"),)
+        size = sum(map(counter.count_full, briefing)) + counter.count_many(carried)
         if vc <= va or size >= region:  # other compaction shrank that part below the briefing
             ctx.emit(SummaryStale("superseded", ready.stats(0)))
             return False
@@ -396,7 +405,8 @@ class LlmCompaction:
             if ctx.prompt_tokens - region + size > limit and va > head:
                 # Still over the limit: make room before the span too, around the briefing
                 # as it will be (the tiers never drop a briefing), just under the limit.
-                stand_in = (va, vc, message)
+                # (one briefing message stands for a native replacement of several)
+                stand_in = (va, vc, briefing[0] if len(briefing) == 1 else _NATIVE_STAND_IN)
                 aim = capped(limit)
                 actions += await run_tiers(
                     self.fallback, ctx, instead=stand_in, delta=size - region, aim=aim
@@ -422,7 +432,7 @@ class LlmCompaction:
                     anchor(ctx.raw, a),
                     cut,
                     anchor(ctx.raw, cut - 1),
-                    (message, *carried),
+                    (*briefing, *carried),
                     "summarize",
                 )
             )
@@ -481,7 +491,11 @@ class LlmCompaction:
                 actions += await run_tiers(fallback, ctx, start=start, fence=end, aim=aim)
         head = head_end(ctx.view, self.config.keep_first)
         view = ctx.view
-        if ctx.prompt_tokens > ctx.budget.limit and head < len(view) and is_briefing(view[head]):
+        if (
+            ctx.prompt_tokens > ctx.budget.limit
+            and head < len(view)
+            and (is_briefing(view[head]) or is_native_compaction(view[head]))
+        ):
             actions += await run_tiers(self.fallback, ctx, start=head + 1)
         if ctx.ledger.version != version:
             self._emit_compacted(ctx, "deterministic", tokens, before, actions, None)
@@ -515,6 +529,9 @@ class LlmCompaction:
         self._warned.add(code)
         log.warning("llm compaction: " + message, code=code)
         emit(CompactionWarning(code, message))
+
+
+_NATIVE_STAND_IN = SummaryMessage(f"{SUMMARY_MARKER}\n\n(a provider-native briefing)")
 
 
 def _extent(ctx: CompactionContext, job: Job) -> tuple[int, tuple[Message, ...]] | None:

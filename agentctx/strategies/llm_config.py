@@ -6,6 +6,9 @@ from agentctx.strategies.llm import LlmCompaction, LlmCompactionConfig, RetryPol
 
 config = LlmCompactionConfig(trigger_ratio=0.7, retry=RetryPolicy(max_attempts=5), timeout=60)
 strategy = LlmCompaction(summarizer, config)
+
+# a small local model (llama.cpp, Ollama, vLLM) with a 2,048-token window
+config = LlmCompactionConfig.small_model(context_window=2048)
 ```
 """
 
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agentctx._log import log
 from agentctx.errors import ConfigError
@@ -33,7 +36,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_RETAIN_TAIL_TOKENS",
+    "MIN_SUMMARIZER_WINDOW",
     "MIN_SUMMARY_TOKENS",
+    "SMALL_MODEL_INSTRUCTION",
+    "SMALL_MODEL_SYSTEM_PROMPT",
+    "SMALL_MODEL_UPDATE_INSTRUCTION",
     "SUMMARY_MARKER",
     "LlmCompactionConfig",
     "RetryPolicy",
@@ -49,6 +56,30 @@ DEFAULT_RETAIN_TAIL_TOKENS = 20_000
 
 MIN_SUMMARY_TOKENS = 256
 """Floor of ``max_summary_tokens``: below it no model fits the five sections."""
+
+MIN_SUMMARIZER_WINDOW = 4 * MIN_SUMMARY_TOKENS
+"""Smallest ``summarizer_context_window``: a quarter of it goes to the answer."""
+
+SMALL_MODEL_SYSTEM_PROMPT = (
+    "You summarize a conversation between a user and an AI assistant, so that the work can "
+    "continue from your summary."
+)
+"""System prompt of `LlmCompactionConfig.small_model`."""
+
+SMALL_MODEL_INSTRUCTION = (
+    "In two or three short sentences: what does the user want, and what has the assistant "
+    "done so far?"
+)
+"""Instruction of `LlmCompactionConfig.small_model`: a short question a small model answers
+and then stops. Asked for five markdown sections, or for a summary, a small model (SmolLM2
+for one) copies the transcript or repeats itself until the output cap, and a briefing cut
+short is rejected."""
+
+SMALL_MODEL_UPDATE_INSTRUCTION = (
+    "Above are an earlier summary and the conversation that followed it. In two or three "
+    "short sentences: what does the user want, and what has the assistant done so far?"
+)
+"""Update instruction of `LlmCompactionConfig.small_model`."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,6 +150,17 @@ class LlmCompactionConfig:
             follows an earlier briefing, so neither is lost; ``False`` leaves every fallback
             to the strategies chained after this one.
         transcript_block_chars, transcript_total_chars: transcript caps.
+        summarizer_context_window: the context window of the *summarizer's* model, in
+            tokens (``None``: unknown, the caps above apply as given). With it every request
+            is sized to fit, output included: ``max_summary_tokens`` is capped at a quarter
+            of the window and the transcript gets what the rest leaves after the prompts,
+            estimated with agentctx's token estimator and a margin for smaller vocabularies
+            (`agentctx.strategies.llm_sizing`). Set it for a local or self-hosted model; see
+            `small_model`. At least `MIN_SUMMARIZER_WINDOW`.
+
+    Whatever the window, a request the server refuses as too large (HTTP 400 about the
+    context, or 413) is sent again with half the transcript, and every later request keeps
+    the smaller size; a `CompactionWarning` (``summarizer_window``) says so once.
     """
 
     trigger_ratio: float | None = None
@@ -138,6 +180,37 @@ class LlmCompactionConfig:
     protect_paid_work: bool = True
     transcript_block_chars: int = TRANSCRIPT_BLOCK_CHARS
     transcript_total_chars: int = TRANSCRIPT_TOTAL_CHARS
+    summarizer_context_window: int | None = None
+
+    @classmethod
+    def small_model(cls, context_window: int, **settings: Any) -> LlmCompactionConfig:
+        """Settings for a small local or self-hosted summarizer model (llama.cpp, Ollama,
+        vLLM, ...) whose context window is ``context_window`` tokens.
+
+        ```python
+        summarizer = OpenAIChatSummarizer("smollm2", base_url="http://127.0.0.1:8080/v1")
+        config = LlmCompactionConfig.small_model(context_window=2048)
+        strategy = Chain([LlmCompaction(summarizer, config), DeterministicCompaction()])
+        ```
+
+        What it sets: ``summarizer_context_window`` (every request sized to fit it), a
+        short system prompt and instruction a small model can follow and stop after
+        (`SMALL_MODEL_INSTRUCTION`: a few sentences, no sections), no required sections,
+        ``max_summary_tokens=512`` (a quarter of the window at most), and a per-attempt
+        ``timeout`` of 300 s with a ``deadline`` of 600 s (a CPU reads a full window
+        slowly). Any other setting, or an override of these, goes in ``settings``.
+        """
+        preset: dict[str, Any] = {
+            "summarizer_context_window": context_window,
+            "system_prompt": SMALL_MODEL_SYSTEM_PROMPT,
+            "instruction": SMALL_MODEL_INSTRUCTION,
+            "update_instruction": SMALL_MODEL_UPDATE_INSTRUCTION,
+            "required_sections": (),
+            "max_summary_tokens": 512,
+            "timeout": 300.0,
+            "deadline": 600.0,
+        }
+        return cls(**{**preset, **settings})
 
     def __post_init__(self) -> None:
         ratio = self.trigger_ratio
@@ -153,6 +226,16 @@ class LlmCompactionConfig:
                 raise ConfigError(f"{name} must be positive seconds, got {value!r}")
         if self.transcript_block_chars < 1 or self.transcript_total_chars < 1:
             raise ConfigError("transcript caps must be positive")
+        window = self.summarizer_context_window
+        if window is not None and (
+            not isinstance(window, int)
+            or isinstance(window, bool)
+            or window < MIN_SUMMARIZER_WINDOW
+        ):
+            raise ConfigError(
+                "LlmCompactionConfig.summarizer_context_window is the summarizer model's window "
+                f"in tokens, at least {MIN_SUMMARIZER_WINDOW}; got {window!r}"
+            )
         if self.max_summary_tokens < MIN_SUMMARY_TOKENS:
             log.warning(
                 "max_summary_tokens below the floor; using the floor",

@@ -15,6 +15,10 @@ cancellation (`cancel`, or the task group closing); the slot is free again howev
 request ends. A briefing becomes ready only if it ends on ``stop``, is not empty and has every
 required section; otherwise, or when its span went stale meanwhile, it is reported with its
 cost (`SummaryRejected`, `SummaryStale`) and dropped.
+
+Sizing (`agentctx.strategies.llm_sizing`): with ``summarizer_context_window`` set, each request
+is sized to fit the summarizer's window; a request the server still refuses as too large is
+sent again at once with half the transcript, and later requests keep the smaller size.
 """
 
 from __future__ import annotations
@@ -27,15 +31,14 @@ import anyio
 
 from agentctx._log import log
 from agentctx.errors import SummarizerError
-from agentctx.events import SummaryRejected, SummaryStale, SummaryStats
+from agentctx.events import CompactionWarning, SummaryRejected, SummaryStale, SummaryStats
 from agentctx.messages import Usage
 from agentctx.pricing import price_for
+from agentctx.strategies.llm_sizing import fit_request, too_large
 from agentctx.summarizer import (
     SummaryRequest,
-    build_prompt,
     check_briefing,
     check_result,
-    serialize_transcript,
 )
 
 if TYPE_CHECKING:
@@ -78,6 +81,8 @@ class Job:
         limit: the hard budget when armed.
         stale: why its briefing can no longer be spliced, once known (it is then not sent,
             or reported as stale when it arrives).
+        conversation: the view through the end of the span when armed, for a
+            provider-native summarizer (`SummaryRequest.conversation`).
     """
 
     start: int
@@ -92,17 +97,20 @@ class Job:
     scope: anyio.CancelScope | None = None
     owner: TaskGroup | None = None
     started: bool = False
+    conversation: tuple[Message, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Ready:
-    """A validated, billed briefing waiting to be spliced."""
+    """A validated, billed briefing waiting to be spliced: ``text``, or the provider-native
+    ``messages`` that replace the span as they are (`SummaryResult.messages`)."""
 
     job: Job
     text: str
     usage: Usage
     cost: float | None
     model: str | None
+    messages: tuple[Message, ...] = ()
 
     def stats(self, summarized: int) -> SummaryStats:
         """The event's summary statistics, with ``summarized`` messages replaced."""
@@ -142,6 +150,10 @@ class Requester:
         self._usage = Usage()
         self._cost: float | None = 0.0
         self._billed = 0
+        # Cap on the transcript's characters, learned from the servers: half of one they
+        # refused as too large, so the same failure is not repeated.
+        self._max_chars: int | None = None
+        self._warned_window = False
 
     @property
     def spend(self) -> SummarizerSpend:
@@ -206,27 +218,59 @@ class Requester:
             if self.inflight is job:
                 self.inflight = None
 
-    async def _summarize(self, job: Job, emit: Callable[[Event], None]) -> None:
+    def _request(self, job: Job) -> SummaryRequest | str:
+        """The request for ``job``, sized (see `fit_request`); why not, when it cannot fit."""
         cfg = self.config
-        transcript = serialize_transcript(
+        fit = fit_request(
             job.messages,
-            block_chars=cfg.transcript_block_chars,
-            total_chars=cfg.transcript_total_chars,
+            job.previous,
+            cfg,
+            window=cfg.summarizer_context_window,
+            max_chars=self._max_chars,
         )
-        request = SummaryRequest(
+        if isinstance(fit, str):
+            return fit
+        return SummaryRequest(
             system=cfg.system_prompt,
-            prompt=build_prompt(
-                transcript,
-                job.previous,
-                instruction=cfg.instruction,
-                update_instruction=cfg.update_instruction,
-            ),
-            max_tokens=cfg.max_summary_tokens,
-            transcript=transcript,
+            prompt=fit.prompt,
+            max_tokens=fit.max_tokens,
+            transcript=fit.transcript,
             previous_briefing=job.previous,
             messages=job.span_messages,
+            conversation=job.conversation,
         )
-        result, attempts, reason, detail = await self._attempts(request, job)
+
+    def _shrink(self, request: SummaryRequest, emit: Callable[[Event], None], detail: str) -> None:
+        """A server refused ``request`` as too large: later ones carry half its transcript."""
+        self._max_chars = len(request.transcript) // 2
+        window = self.config.summarizer_context_window
+        message = (
+            f"the summarizer refused a request as too large ({detail}); requests now carry at "
+            f"most {self._max_chars} characters of transcript. "
+            + (
+                "Set LlmCompactionConfig.summarizer_context_window to the summarizer "
+                "model's context window (see LlmCompactionConfig.small_model)"
+                if window is None
+                else f"Is summarizer_context_window={window} the model's real window?"
+            )
+        )
+        log.warning("llm compaction: " + message)
+        if not self._warned_window:
+            self._warned_window = True
+            emit(CompactionWarning("summarizer_window", message))
+
+    async def _summarize(self, job: Job, emit: Callable[[Event], None]) -> None:
+        request = self._request(job)
+        if isinstance(request, str):
+            log.warning("llm compaction: request does not fit", detail=request)
+            if not self._warned_window:
+                self._warned_window = True
+                emit(CompactionWarning("summarizer_window", request))
+            emit(SummaryRejected("failed", f"not sent: {request}", 0, None))
+            self._on_failure(job)
+            return
+        cfg = self.config
+        result, attempts, reason, detail = await self._attempts(request, job, emit)
         if result is None and reason == "stale":
             log.debug("llm compaction: request dropped before sending", detail=detail)
             return
@@ -248,9 +292,10 @@ class Requester:
         self.ready = ready
 
     async def _attempts(
-        self, request: SummaryRequest, job: Job
+        self, request: SummaryRequest, job: Job, emit: Callable[[Event], None]
     ) -> tuple[SummaryResult | None, int, str, str]:
-        """Send ``request`` until it succeeds or may not be retried; never past the deadline."""
+        """Send ``request`` until it succeeds or may not be retried; never past the deadline.
+        One refused as too large is sent again at once, smaller (see `_shrink`)."""
         cfg = self.config
         deadline = self._clock() + cfg.deadline
         attempt = 0
@@ -276,6 +321,12 @@ class Requester:
                 reason, retryable, retry_after = "failed", e.retryable, e.retry_after
                 status = f" (HTTP {e.status})" if e.status is not None else ""
                 detail = f"attempt {attempt}: {e}{status}"
+                if too_large(e):
+                    self._shrink(request, emit, str(e))
+                    smaller = self._request(job)
+                    if attempt < cfg.retry.max_attempts and not isinstance(smaller, str):
+                        request = smaller
+                        continue
             except BaseException as e:
                 if _ends_background_work(e, job):
                     raise
@@ -302,7 +353,7 @@ class Requester:
         self._usage = self._usage + result.usage
         self._billed += 1
         self._cost = None if self._cost is None or cost is None else self._cost + cost
-        return Ready(job, result.text.strip(), result.usage, cost, model)
+        return Ready(job, result.text.strip(), result.usage, cost, model, result.messages)
 
 
 # NOTE: _ends_background_work and _forget_stray_cancel were RECONSTRUCTED by the hardening-input

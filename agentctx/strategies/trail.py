@@ -22,7 +22,7 @@ from agentctx.messages import (
     ToolResultMessage,
     text_of,
 )
-from agentctx.summarizer import serialize_transcript
+from agentctx.summarizer import is_native_compaction, serialize_transcript
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -98,8 +98,9 @@ def is_marker(m: Message) -> bool:
 
 
 def is_paid_summary(m: Message) -> bool:
-    """A summary that is not this strategy's own marker (a briefing someone paid for)."""
-    return isinstance(m, SummaryMessage) and not is_marker(m)
+    """A summary that is not this strategy's own marker (a briefing someone paid for), or a
+    provider's native compaction (`is_native_compaction`)."""
+    return (isinstance(m, SummaryMessage) and not is_marker(m)) or is_native_compaction(m)
 
 
 def marker_with_trail(dropped: Sequence[Message], rid: str | None = None) -> SummaryMessage:
