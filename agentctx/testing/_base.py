@@ -205,6 +205,10 @@ class FakeServer:
     def _count_tokens(self, path: str, body: Any) -> dict[str, Any] | None:
         return None
 
+    def _check_headers(self, path: str, body: Any, headers: Mapping[str, str]) -> Invalid | None:
+        """Rules that depend on the request's headers too (betas); after `_check`."""
+        return None
+
     def _cache_points(self, body: Any) -> list[int] | None:
         """Indices of the segments holding an explicit cache breakpoint (None: this API
         caches automatically)."""
@@ -250,6 +254,8 @@ class FakeServer:
             message = "There was an error parsing the body of your request: not a JSON object."
             return await call.reject(Invalid(message))
         invalid = self._check(path, body) if self.validate else None
+        if invalid is None and self.validate:
+            invalid = self._check_headers(path, body, request.headers)
         if invalid:
             return await call.reject(invalid)
         counted = self._count_tokens(path, body)

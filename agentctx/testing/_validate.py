@@ -210,7 +210,8 @@ def _anthropic_messages(
             turns.append((role, located))
     if not turns:
         return "messages: at least one message is required"
-    if turns[0][0] != "user":
+    # A compaction block stands for everything before it, so a request may open with it.
+    if turns[0][0] != "user" and turns[0][1][0][2].get("type") != "compaction":
         return 'messages: first message must use the "user" role'
     if uses_tools and not body.get("tools") and not count_tokens:
         return "Requests which include `tool_use` or `tool_result` blocks must define tools."
@@ -596,7 +597,7 @@ def validate_responses(
                     "input",
                 )
             answered.add(cid)
-        elif kind == "reasoning" and check_signatures:
+        elif kind in ("reasoning", "compaction") and check_signatures:
             encrypted = item.get("encrypted_content")
             if isinstance(encrypted, str) and encrypted.startswith("fake:"):
                 payload, _, mac = encrypted[5:].rpartition(".")

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from agentctx.testing import _compaction as native
 from agentctx.testing import _openai_wire as owire
 from agentctx.testing import _wire as wire
 from agentctx.testing._base import FakeServer, RecordedRequest, Rendered
@@ -63,7 +64,9 @@ __all__ = [
 
 class FakeAnthropic(FakeServer):
     """A fake Anthropic API: ``POST /v1/messages`` (streamed or not) and
-    ``POST /v1/messages/count_tokens``.
+    ``POST /v1/messages/count_tokens``. A message request with ``compaction`` (beta
+    ``compact-2026-09-04``) is a compaction request, answered with a signed ``compaction``
+    block (see `agentctx.testing._compaction`).
 
     ``async with FakeAnthropic() as server:`` then
     ``anthropic.AsyncAnthropic(base_url=server.url, api_key="test", max_retries=0)``.
@@ -108,11 +111,19 @@ class FakeAnthropic(FakeServer):
         return None
 
     def _check(self, path: str, body: Any) -> Invalid | None:
-        return validate_anthropic(
+        invalid = validate_anthropic(
             body,
             check_signatures=self.check_signatures,
             count_tokens=path.endswith("/count_tokens"),
         )
+        problem = native.anthropic_blocks_problem(body, check_signatures=self.check_signatures)
+        return invalid or (Invalid(problem) if problem else None)
+
+    def _check_headers(self, path: str, body: Any, headers: Mapping[str, str]) -> Invalid | None:
+        if path.endswith("/count_tokens"):  # counting accepts and ignores `compaction`
+            return None
+        problem = native.anthropic_request_problem(body, headers)
+        return Invalid(problem) if problem else None
 
     def _count_tokens(self, path: str, body: Any) -> dict[str, Any] | None:
         if not path.endswith("/count_tokens"):
@@ -131,9 +142,17 @@ class FakeAnthropic(FakeServer):
         return Invalid(f"prompt is too long: {total} tokens > {window} maximum")
 
     def _render(self, path: str, body: Any, reply: Reply, billing: Billing) -> Rendered:
-        content = wire.anthropic_content(reply, wire.call_ids(reply, self._ids, "toolu"))
         cache_control = body.get("cache_control")
         ttl = cache_control.get("ttl", "5m") if isinstance(cache_control, dict) else "5m"
+        if body.get("compaction") is not None:
+            compacted = native.anthropic_compaction_message(
+                reply,
+                msg_id=self._ids.new("msg"),
+                model=str(body.get("model")),
+                usage=wire.anthropic_usage(billing, ttl),
+            )
+            return Rendered(compacted, wire.anthropic_events(compacted))
+        content = wire.anthropic_content(reply, wire.call_ids(reply, self._ids, "toolu"))
         message = wire.anthropic_message(
             reply,
             content,
@@ -170,7 +189,9 @@ class FakeAnthropic(FakeServer):
 
 class FakeOpenAI(FakeServer):
     """A fake OpenAI API: ``POST /v1/chat/completions`` and ``POST /v1/responses`` (each
-    streamed or not), and ``POST /v1/responses/input_tokens``.
+    streamed or not), ``POST /v1/responses/input_tokens``, and ``POST /v1/responses/compact``
+    (the input's user messages and one encrypted compaction item, checked when it comes back;
+    see `agentctx.testing._compaction`).
 
     ``async with FakeOpenAI() as server:`` then
     ``openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="test", max_retries=0)``.
@@ -197,7 +218,12 @@ class FakeOpenAI(FakeServer):
         self._stored: dict[str, list[Any]] = {}  # stored responses, for previous_response_id
 
     def _endpoints(self) -> Sequence[str]:
-        return ("/v1/chat/completions", "/v1/responses", "/v1/responses/input_tokens")
+        return (
+            "/v1/chat/completions",
+            "/v1/responses",
+            "/v1/responses/input_tokens",
+            native.COMPACT_PATH,
+        )
 
     def _auth_problem(self, headers: Mapping[str, str]) -> tuple[int, str] | None:
         if not headers.get("authorization", "").startswith("Bearer "):
@@ -218,6 +244,8 @@ class FakeOpenAI(FakeServer):
             return validate_chat(body)
         if path == "/v1/responses/input_tokens":
             body = {"model": None, **body}  # counting takes no model
+        if path == native.COMPACT_PATH and (invalid := native.compact_request_problem(body)):
+            return invalid
         history = self._history(body)
         if history is None:
             return Invalid(
@@ -239,7 +267,7 @@ class FakeOpenAI(FakeServer):
         return owire.responses_segments(body, self._history(body) or [])
 
     def _too_long(self, path: str, total: int, window: int) -> Invalid:
-        if path == "/v1/responses":
+        if path.startswith("/v1/responses"):
             return Invalid(
                 "Your input exceeds the context window of this model. Please adjust your input "
                 "and try again.",
@@ -255,6 +283,15 @@ class FakeOpenAI(FakeServer):
 
     def _render(self, path: str, body: Any, reply: Reply, billing: Billing) -> Rendered:
         created = wire.CREATED_BASE + self._count
+        if path == native.COMPACT_PATH:
+            compacted = native.compacted_response(
+                reply,
+                self._history(body) or [],
+                ids=self._ids,
+                created=created,
+                usage=owire.responses_usage(billing, 0),
+            )
+            return Rendered(compacted, [])
         tool_ids = wire.call_ids(reply, self._ids, "call")
         if path == "/v1/chat/completions":
             completion = owire.chat_completion(
