@@ -524,3 +524,34 @@ def test_missing_framework_names_the_extra() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "langchain|langchain"
+
+
+async def test_duplicate_call_ids_renamed_by_repair_stay_paired() -> None:
+    """A model that reuses a call id: the view renames the second call (its tool_use block
+    too) and its result, and the renames reach the LangChain messages."""
+
+    def call(path: str) -> AIMessage:
+        return AIMessage(
+            content=[{"type": "tool_use", "id": "c1", "name": "read", "input": {"path": path}}],
+            tool_calls=[{"name": "read", "args": {"path": path}, "id": "c1", "type": "tool_call"}],
+        )
+
+    messages: list[BaseMessage] = [
+        HumanMessage(TASK),
+        call("a"),
+        ToolMessage("a", tool_call_id="c1"),
+        call("b"),
+        ToolMessage("b", tool_call_id="c1", artifact={"n": 2}),
+    ]
+    async with ContextManager(100_000) as ctx:
+        view = await ctx.prepare(from_langchain(messages))
+    back = to_langchain(view, messages)
+    assert pairing_problems(back) == []
+    assert all(a is b for a, b in zip(back[:3], messages[:3], strict=True))
+    second, result = back[3], back[4]
+    assert isinstance(second, AIMessage) and isinstance(result, ToolMessage)
+    assert second.tool_calls[0]["id"] == result.tool_call_id == "c1-2"
+    assert second.content == [
+        {"type": "tool_use", "id": "c1-2", "name": "read", "input": {"path": "b"}}
+    ]
+    assert (result.content, result.artifact) == ("b", {"n": 2})

@@ -545,3 +545,26 @@ def test_import_agentctx_imports_no_framework() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+async def test_duplicate_call_ids_renamed_by_repair_stay_paired() -> None:
+    """A model that reuses a call id: the view renames the second call and its return, and
+    both renames reach pydantic-ai's parts."""
+    files = [ToolReturnPart("read", "a", "call_1", timestamp=T)]
+    history: list[ModelMessage] = [
+        ModelRequest([UserPromptPart(TASK, timestamp=T)]),
+        ModelResponse([ToolCallPart("read", {"path": "a"}, "call_1")], timestamp=T),
+        ModelRequest(files),
+        ModelResponse([ToolCallPart("read", {"path": "b"}, "call_1")], timestamp=T),
+        ModelRequest([ToolReturnPart("read", "b", "call_1", timestamp=T, metadata={"m": 2})]),
+    ]
+    async with ContextManager(100_000) as ctx:
+        view = await ctx.prepare(from_pydantic_ai(history))
+    back = to_pydantic_ai(view, history)
+    assert pairing_problems(back) == []
+    assert back[:3] == history[:3] and back[1] is history[1]
+    call = back[3].parts[0]
+    result = back[4].parts[0]
+    assert isinstance(call, ToolCallPart) and isinstance(result, ToolReturnPart)
+    assert call.tool_call_id == result.tool_call_id == "call_1-2"
+    assert (call.args, result.content, result.metadata) == ({"path": "b"}, "b", {"m": 2})

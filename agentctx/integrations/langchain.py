@@ -317,10 +317,10 @@ def _back_one(m: Message, h: _History) -> BaseMessage:
             assert isinstance(was, AssistantMessage)
             return _changed_ai(m, source, was)
         if isinstance(m, ToolResultMessage) and isinstance(source, ToolMessage):
-            update = {
-                "content": _content(m.content, source.content),
-                "tool_call_id": m.tool_call_id,
-            }
+            update: dict[str, Any] = {"tool_call_id": m.tool_call_id}
+            if not isinstance(was, ToolResultMessage) or m.content != was.content:
+                # Else only the id changed (`repair` renamed a duplicate): content stays as is.
+                update["content"] = _content(m.content, source.content)
             return source.model_copy(update=update)
         if isinstance(m, UserMessage) and isinstance(source, HumanMessage | SystemMessage):
             return source.model_copy(update={"content": _content(m.content, source.content)})

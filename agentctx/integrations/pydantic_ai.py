@@ -310,12 +310,16 @@ def _stamp(out: Sequence[ModelMessage], messages: Sequence[ModelMessage]) -> dat
     return _EPOCH
 
 
-def _changed_part(m: Message, part: ModelRequestPart) -> ModelRequestPart:
-    """``part`` as the view changed it (its content, or the id `repair` renamed)."""
-    if isinstance(m, ToolResultMessage):
+def _changed_part(m: Message, was: Message, part: ModelRequestPart) -> ModelRequestPart:
+    """``part`` as the view changed it: its content, or only the call id `repair` renamed."""
+    if isinstance(m, ToolResultMessage) and isinstance(was, ToolResultMessage):
+        if m.content == was.content and type(part) is ToolReturnPart:
+            # mypy does not narrow a generic class by ``type() is``; it is the plain class.
+            return dataclasses.replace(
+                cast("ToolReturnPart[Any]", part), tool_call_id=m.tool_call_id
+            )
         content = _user_content(m.content)
         if type(part) is ToolReturnPart:
-            # mypy does not narrow a generic class by ``type() is``; it is the plain class.
             plain = cast("ToolReturnPart[Any]", part)
             return dataclasses.replace(plain, content=content, tool_call_id=m.tool_call_id)
         if isinstance(part, ToolReturnPart):
@@ -378,7 +382,7 @@ def _requests(run: Sequence[Message], h: _History, out: list[ModelMessage]) -> l
             groups.append((i, [m]))
     requests: list[ModelMessage] = []
     for i, members in groups:
-        stamp = _stamp([*out, *requests], h.messages)
+        stamp = _stamp(requests or out, h.messages)
         if i is None:
             requests.append(ModelRequest([_new_part(m, stamp) for m in members], timestamp=stamp))
             continue
@@ -401,7 +405,7 @@ def _request_back(i: int, members: Sequence[Message], h: _History, stamp: dateti
             whole = True
         else:
             part = source.parts[key[1]]
-            mine[key[1]] = part if h.unchanged(m, key) else _changed_part(m, part)
+            mine[key[1]] = part if h.unchanged(m, key) else _changed_part(m, h.at[key], part)
     own = h.own.get(i, set())
     parts: list[ModelRequestPart] = []
     for j, part in enumerate(source.parts):
