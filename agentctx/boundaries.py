@@ -164,14 +164,16 @@ class Repair:
       message the view would have started with.
 
     ``index`` is the position in the output of `repair` of the message concerned (for a
-    message left out: its position in the input); ``tool_call_id`` is set for the tool kinds
-    (the original id for ``duplicate_call_id``).
+    message left out: its position in the input); ``origin`` is that message's origin (see
+    `repair`: a raw index when rendering), which names a repair across renders;
+    ``tool_call_id`` is set for the tool kinds (the original id for ``duplicate_call_id``).
     """
 
     kind: str
     index: int
     tool_call_id: str | None = None
     new_id: str | None = None
+    origin: int = -1
 
 
 def _blank(block: object) -> bool:
@@ -277,7 +279,9 @@ def repair(
                 stub = (TextBlock(MISSING_RESULT_TEXT),)
                 out.append(ToolResultMessage(call.view_id, stub, call.name, is_error=True))
                 out_origin.append(batch_origin)
-                repairs.append(Repair("missing_result", len(out) - 1, call.view_id))
+                repairs.append(
+                    Repair("missing_result", len(out) - 1, call.view_id, origin=batch_origin)
+                )
         batch.clear()
 
     for i, m in enumerate(messages):
@@ -285,7 +289,7 @@ def repair(
             call, known = _answering(batch, m.tool_call_id)
             if call is None:
                 dropped = "duplicate_result" if known else "orphan_result"
-                repairs.append(Repair(dropped, i, m.tool_call_id))
+                repairs.append(Repair(dropped, i, m.tool_call_id, origin=src[i]))
                 continue
             call.answered = True
             if call.view_id != m.tool_call_id:
@@ -296,17 +300,17 @@ def repair(
         close_batch()
         cleaned, kind = _cleaned(m)
         if cleaned is None:
-            repairs.append(Repair("empty_summary", i))
+            repairs.append(Repair("empty_summary", i, origin=src[i]))
             continue
         if not opened and isinstance(cleaned, AssistantMessage):
             out.append(SummaryMessage(LEADING_TEXT))
             out_origin.append(src[i])
-            repairs.append(Repair("leading_assistant", 0))
+            repairs.append(Repair("leading_assistant", 0, origin=src[i]))
         opened = True
         if kind is not None:
-            repairs.append(Repair(kind, len(out)))
+            repairs.append(Repair(kind, len(out), origin=src[i]))
         if isinstance(cleaned, AssistantMessage) and cleaned.tool_calls:
-            cleaned = _unique_calls(cleaned, used, new_ids, batch, len(out), repairs)
+            cleaned = _unique_calls(cleaned, used, new_ids, batch, len(out), src[i], repairs)
             batch_origin = src[i]
         out.append(cleaned)
         out_origin.append(src[i])
@@ -320,6 +324,7 @@ def _unique_calls(
     new_ids: set[str],
     batch: list[_Call],
     index: int,
+    origin: int,
     repairs: list[Repair],
 ) -> AssistantMessage:
     """``m`` with every call id the view already used renamed; opens ``batch``."""
@@ -330,7 +335,7 @@ def _unique_calls(
             call_id = view_id = b.id
             if call_id in used or call_id in new_ids:
                 view_id = _fresh_id(call_id, used, new_ids)
-                repairs.append(Repair("duplicate_call_id", index, call_id, view_id))
+                repairs.append(Repair("duplicate_call_id", index, call_id, view_id, origin))
                 b = ToolCall(view_id, b.name, b.arguments, b.extra)
                 renamed = True
             new_ids.add(view_id)

@@ -126,7 +126,9 @@ class BudgetExceeded(_Event):
 class TranscriptRepaired(_Event):
     """The view was repaired so the provider accepts it (see `agentctx.boundaries.repair`).
 
-    ``repairs`` are ``"<kind>@<raw index>[:<tool call id>]"`` strings, reported once each.
+    ``repairs`` are ``"<kind>@<raw index>[:<tool call id>]"`` strings, reported once each;
+    a renamed duplicate tool-call id adds the new one: ``"duplicate_call_id@7:call_0->call_0-2"``.
+    The kinds are those of `agentctx.boundaries.Repair`.
     """
 
     repairs: tuple[str, ...]

@@ -374,16 +374,11 @@ class ContextManager:
         self._repairs_seen = state.repairs_version
         fresh = []
         for r in state.repairs:
-            key = (
-                r.kind,
-                state.origins[r.index] if r.index < len(state.origins) else -1,
-                r.tool_call_id,
-            )
+            key = (r.kind, r.origin, r.tool_call_id if r.new_id is None else r.new_id)
             if key not in self._reported:
                 self._reported.add(key)
-                fresh.append(
-                    f"{r.kind}@{key[1]}" + (f":{r.tool_call_id}" if r.tool_call_id else "")
-                )
+                call = f":{r.tool_call_id}" if r.tool_call_id else ""
+                fresh.append(f"{r.kind}@{r.origin}{call}" + (f"->{r.new_id}" if r.new_id else ""))
         if fresh:
             self._hub.emit(TranscriptRepaired(tuple(fresh)))
 

@@ -165,6 +165,7 @@ def test_a_history_starting_with_an_assistant_message_gets_a_leading_summary() -
     assert out[0] == SummaryMessage(LEADING_TEXT) and out[1:] == h[1:]
     assert origins == [1, 1, 2, 3]
     assert [r.kind for r in repairs] == ["orphan_result", "leading_assistant"]
+    assert [r.origin for r in repairs] == [0, 1]  # a left-out message is named too
     assert validate(out) == []
     # the placeholder is not a user message: the task is still the first real one
     assert task_index(out) == 3 and turn_starts(out) == [3]
