@@ -568,3 +568,18 @@ async def test_duplicate_call_ids_renamed_by_repair_stay_paired() -> None:
     assert isinstance(call, ToolCallPart) and isinstance(result, ToolReturnPart)
     assert call.tool_call_id == result.tool_call_id == "call_1-2"
     assert (call.args, result.content, result.metadata) == ({"path": "b"}, "b", {"m": 2})
+
+
+def test_run_sync_with_a_manager_not_entered() -> None:
+    """``run_sync`` runs its own event loop: a manager used without ``async with`` works
+    there (deterministic strategies; background summaries need the manager entered)."""
+    seen: list[list[ModelMessage]] = []
+    events: list[Event] = []
+    ctx = Recording(Budget(context_window=12_000, reserve_output=1_000))
+    ctx.subscribe(events.append)
+    agent = Agent(tool_loop(6, seen), system_prompt=SYSTEM, tools=[read_file])
+    result = agent.run_sync(TASK, capabilities=[AgentCtxCapability(ctx)])
+    assert result.output == "They all compute values."
+    assert any(isinstance(e, ContextCompacted) for e in events)
+    for raw, view, _ in ctx.calls:
+        assert check_view(view, raw) == []
