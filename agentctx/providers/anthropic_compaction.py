@@ -1,0 +1,191 @@
+"""`AnthropicCompactionSummarizer`: Anthropic's own compaction as a `Summarizer`.
+
+```python
+from agentctx.providers.anthropic_compaction import AnthropicCompactionSummarizer
+
+native = AnthropicCompactionSummarizer("claude-sonnet-4-5", client=client, system=SYSTEM,
+                                       tools=TOOLS)        # the loop's own system and tools
+strategy = Chain([LlmCompaction(native), DeterministicCompaction()])
+```
+
+Each request is a Messages API compaction request (``client.beta.messages.create`` with
+``compaction={"type": "summarize"}`` and the ``compact-2026-09-04`` beta): the conversation
+through the end of the span (`SummaryRequest.conversation`, rendered by
+`agentctx.adapters.anthropic.to_anthropic`), summarized by the model itself. The answer is one
+signed ``compaction`` block; `LlmCompaction` splices an assistant message holding it, as an
+``OpaqueBlock("anthropic", block)``, in place of the span, byte for byte, with every guarantee
+of a text briefing (background, stale detection, billing, events). The API reads a
+conversation from its latest compaction block on, so the block covers the head too (the
+head stays in the view, and the block is sent after it).
+
+Send your loop's own ``system`` and ``tools``: the request then starts with the prefix your
+loop's requests cached, and the tool calls in the conversation need their tools (without
+``tools`` the summarizer declares a minimal schema for each tool the conversation calls).
+The block is readable and signed, but only Anthropic accepts it back: the history is tied to
+the provider from then on. ``required_sections`` do not apply.
+
+SDK retries are off, errors become `SummarizerError` (`summarizer_error`), cancellation
+propagates; a compaction block without content (the compaction failed) is an ``empty``
+briefing, rejected with its cost.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from agentctx.adapters.anthropic import PROVIDER, to_anthropic
+from agentctx.errors import MissingExtraError, SummarizerError
+from agentctx.messages import AssistantMessage, OpaqueBlock, ToolCall, Usage
+from agentctx.providers._client import ClientOwner, retryless, summarizer_error
+from agentctx.providers._request_options import check_request_options
+from agentctx.summarizer import SummaryResult, normalize_stop_reason
+
+try:
+    import anthropic
+    from anthropic import AsyncAnthropic
+except ImportError as exc:
+    raise MissingExtraError("anthropic", exc.name, needed_by=__name__) from exc
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from anthropic.types.beta import BetaMessage, BetaUsage
+
+    from agentctx.messages import Message
+    from agentctx.summarizer import StopReason, SummaryRequest
+
+__all__ = ["COMPACTION_BETA", "AnthropicCompactionSummarizer"]
+
+COMPACTION_BETA = "compact-2026-09-04"
+"""The ``anthropic-beta`` the ``compaction`` request parameter needs."""
+
+_RESERVED = frozenset({"model", "max_tokens", "messages", "compaction", "system", "tools"})
+
+
+class AnthropicCompactionSummarizer(ClientOwner):
+    """Compacts with the Messages API's own compaction (see the module docs).
+
+    Args:
+        model: the model that compacts (your loop's, so it reads its cached prefix); also
+            used for pricing.
+        client: an `anthropic.AsyncAnthropic` to use (a copy with ``max_retries=0`` is made;
+            the caller keeps ownership and closes it). Default: one made from ``api_key``,
+            ``base_url`` and ``timeout``, closed by `aclose`.
+        api_key: for the client made here (``None``: the SDK's environment default).
+        base_url: for the client made here (``None``: the SDK's environment default).
+        timeout: the HTTP timeout in seconds (``None``: the SDK's default).
+        system: the system prompt to send (your loop's); ``None`` sends none.
+        tools: the tool definitions to send (your loop's); ``None`` declares a minimal schema
+            for each tool the conversation calls, which the API requires.
+        instructions: replaces the server's summarization prompt (``None``: the server's).
+        max_tokens: cap on the compaction's output tokens; ``None`` uses the request's
+            (`LlmCompactionConfig.max_summary_tokens`).
+        request_options: more arguments for every request (``betas`` are added to the
+            compaction beta); the ones set here cannot be.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        client: AsyncAnthropic | None = None,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: float | None = None,
+        system: str | Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        instructions: str | None = None,
+        max_tokens: int | None = None,
+        request_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.model = model
+        self.system = system
+        self.tools = None if tools is None else [dict(t) for t in tools]
+        self.instructions = instructions
+        self.max_tokens = max_tokens
+        self._owned = client is None
+        self.client = retryless(AsyncAnthropic, client, api_key, base_url, timeout)
+        self.request_options = check_request_options(
+            self.client.beta.messages.create, request_options or {}, _RESERVED
+        )
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        """Compact ``request.conversation`` once; raise `SummarizerError` when the call fails."""
+        if not request.conversation:
+            raise SummarizerError(
+                "nothing to compact: the request has no conversation", retryable=False
+            )
+        messages = to_anthropic(request.conversation)
+        options = dict(self.request_options)
+        betas = [*options.pop("betas", ()), COMPACTION_BETA]
+        compaction: dict[str, Any] = {"type": "summarize"}
+        if self.instructions is not None:
+            compaction["instructions"] = self.instructions
+        if self.system is not None:
+            options["system"] = self.system
+        tools = self.tools if self.tools is not None else _tool_stubs(request.conversation)
+        if tools:
+            options["tools"] = tools
+        try:
+            message = await self.client.beta.messages.create(
+                model=self.model,
+                max_tokens=self.max_tokens if self.max_tokens is not None else request.max_tokens,
+                messages=messages,
+                compaction=compaction,
+                betas=list(dict.fromkeys(betas)),
+                **options,
+            )
+        except (anthropic.APIError, json.JSONDecodeError) as exc:
+            raise summarizer_error(anthropic, exc) from exc
+        return _to_result(message)
+
+
+def _tool_stubs(conversation: Iterable[Message]) -> list[dict[str, Any]]:
+    """A minimal definition for each tool the conversation calls (the API wants one)."""
+    names: dict[str, None] = {}
+    for m in conversation:
+        if isinstance(m, AssistantMessage):
+            names.update((b.name, None) for b in m.content if isinstance(b, ToolCall))
+    return [{"name": n, "input_schema": {"type": "object"}} for n in names]
+
+
+def _usage(u: BetaUsage) -> Usage:
+    # Every sampling iteration is billed; a compaction's own may be reported only there.
+    parts: list[Any] = list(u.iterations or ()) or [u]
+    total = Usage()
+    for p in parts:
+        written = p.cache_creation_input_tokens or 0
+        split = p.cache_creation
+        total += Usage(
+            input_tokens=p.input_tokens or 0,
+            output_tokens=p.output_tokens or 0,
+            cache_read_tokens=p.cache_read_input_tokens or 0,
+            cache_write_tokens=written,
+            cache_write_1h_tokens=min(written, split.ephemeral_1h_input_tokens or 0)
+            if split is not None
+            else 0,
+        )
+    return total
+
+
+def _to_result(message: BetaMessage) -> SummaryResult:
+    blocks = [b for b in message.content if b.type == "compaction" and b.content]
+    stop: StopReason = (
+        "stop"
+        if message.stop_reason == "compaction"
+        else normalize_stop_reason(message.stop_reason)
+    )
+    spliced: tuple[Message, ...] = ()
+    if blocks:
+        # The blocks as the server sent them (fields it left out stay out): round-tripped
+        # untouched, signature included.
+        content = tuple(OpaqueBlock(PROVIDER, b.to_dict(mode="json")) for b in blocks)
+        spliced = (AssistantMessage(content),)
+    return SummaryResult(
+        text="\n\n".join(b.content or "" for b in blocks),
+        stop_reason=stop,
+        usage=_usage(message.usage),
+        model=message.model,
+        messages=spliced,
+    )

@@ -1,0 +1,554 @@
+"""Provider-native compaction as a summarizer (issue 13, item 2): Anthropic's ``compaction``
+request parameter and OpenAI's ``responses.compact``, each through the real SDK against the
+fake servers, spliced by `LlmCompaction` with all its guarantees.
+
+Every turn of a session, the loop sends the view to the same fake server as its model call
+(``messages.create`` / ``responses.create``), so the server validates what is spliced like
+the real API does (the compaction block's signature, the item's encrypted content) and its
+simulated prompt cache shows the spliced prefix staying byte-stable.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import gc
+import json
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anthropic
+import anyio
+import openai
+import pytest
+
+from agentctx import (
+    AssistantMessage,
+    Budget,
+    Chain,
+    ContextManager,
+    DeterministicCompaction,
+    Message,
+    UserMessage,
+)
+from agentctx.adapters.anthropic import (
+    from_anthropic,
+    message_from_anthropic_response,
+    to_anthropic,
+)
+from agentctx.adapters.openai_responses import (
+    from_openai_responses,
+    message_from_openai_response,
+    to_openai_responses,
+)
+from agentctx.errors import SummarizerError
+from agentctx.events import (
+    BudgetExceeded,
+    ContextCompacted,
+    Event,
+    HistoryResynced,
+    SummaryRejected,
+    SummaryStale,
+)
+from agentctx.messages import OpaqueBlock, TextBlock, ToolCall, ToolResultMessage, text_of
+from agentctx.providers.anthropic_compaction import (
+    COMPACTION_BETA,
+    AnthropicCompactionSummarizer,
+)
+from agentctx.providers.openai_compaction import OpenAICompactionSummarizer
+from agentctx.strategies.llm import LlmCompaction, LlmCompactionConfig
+from agentctx.strategies.trail import is_paid_summary
+from agentctx.summarizer import (
+    SummaryRequest,
+    SummaryResult,
+    check_briefing,
+    check_result,
+    is_native_compaction,
+)
+from agentctx.testing import assert_view_ok
+from agentctx.testing._openai_wire import responses_items, responses_segments
+from agentctx.testing._wire import anthropic_segments, estimate_tokens
+from agentctx.testing.servers import FakeAnthropic, FakeOpenAI, FakeServer, Reply
+
+from .corpus import corpus_file
+from .sdk_summarizer import poll
+
+Provider = Literal["anthropic", "openai"]
+PROVIDERS: list[Provider] = ["anthropic", "openai"]
+ANTHROPIC_MODEL = "claude-sonnet-4-5"
+OPENAI_MODEL = "gpt-5.4"
+SYSTEM = "You are a coding agent working in a repository."
+TOOLS = [
+    {
+        "name": "bash",
+        "description": "Run a shell command.",
+        "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}},
+    }
+]
+LIMIT = 3_000
+CEILING = 60.0  # seconds to wait for an answer that comes over a local socket
+
+
+@pytest.fixture(autouse=True)
+def no_leaks() -> Iterator[None]:
+    """Unclosed clients or sockets warn when collected, and warnings are errors."""
+    yield
+    gc.collect()
+
+
+# ---------------------------------------------------------------------------------------
+# A session: the loop's model calls and the compaction requests go to one fake server
+
+
+WORDS = ["alpha", "beta", "gamma", "delta", "parser", "cache", "config", "token", "budget"]
+
+
+def prose(i: int, words: int = 50) -> str:
+    return " ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(words))
+
+
+def turn(i: int) -> list[Message]:
+    """A user message, a tool call and its result, then the assistant's answer."""
+    call = ToolCall(f"toolu_{i:03d}", "bash", {"command": f"grep -n step{i} src/parser.py"})
+    return [
+        UserMessage.of(f"step {i}: {prose(i)}"),
+        AssistantMessage((TextBlock(f"Looking at step {i}."), call), "tool_use"),
+        ToolResultMessage.of(call.id, f"{i}: {prose(i + 1, 40)}", tool_name="bash"),
+        AssistantMessage.of(f"Step {i} done: {prose(i + 2, 30)}"),
+    ]
+
+
+@dataclass
+class Session:
+    provider: Provider
+    server: FakeServer
+    client: Any
+    llm: LlmCompaction
+    summarizer: AnthropicCompactionSummarizer | OpenAICompactionSummarizer
+    manager: ContextManager
+    events: list[Event] = field(default_factory=list)
+    history: list[Message] = field(default_factory=list)
+    views: list[list[Message]] = field(default_factory=list)
+    sent: list[list[Any]] = field(default_factory=list)  # what each model call sent
+
+    async def turn(self, messages: list[Message]) -> list[Message]:
+        """One turn: prepare the view, send it as the loop's model call, keep the view."""
+        view = await self.manager.prepare([*self.history, *messages])
+        assert_view_ok(view, self.manager.raw)
+        if self.provider == "anthropic":
+            rendered: list[Any] = to_anthropic(view)
+            message = await self.client.messages.create(
+                model=ANTHROPIC_MODEL,
+                max_tokens=100,
+                system=SYSTEM,
+                tools=TOOLS,
+                messages=rendered,
+            )
+            usage = message_from_anthropic_response(message.to_dict()).usage
+        else:
+            rendered = to_openai_responses(view)
+            response = await self.client.responses.create(
+                model=OPENAI_MODEL, instructions=SYSTEM, input=rendered, store=False
+            )
+            usage = message_from_openai_response(response.to_dict()).usage
+        assert usage is not None
+        self.manager.observe(usage)
+        self.sent.append(rendered)
+        self.history = view
+        self.views.append(view)
+        await anyio.sleep(0.01)  # the rest of the loop's turn
+        return view
+
+    async def answered(self) -> None:
+        """Until the request in flight, if any, has its answer."""
+        assert await poll(lambda: self.llm.phase != "in_flight", CEILING, 0.01)
+
+    def of(self, kind: type[Any]) -> list[Any]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+    def spliced(self) -> list[ContextCompacted]:
+        return [e for e in self.of(ContextCompacted) if e.method == "summarized"]
+
+
+def compaction_blocks(view: list[Message]) -> list[dict[str, Any]]:
+    return [
+        dict(b.payload)
+        for m in view
+        if is_native_compaction(m)
+        for b in m.content  # type: ignore[union-attr]
+        if isinstance(b, OpaqueBlock)
+    ]
+
+
+def summary_of(block: dict[str, Any]) -> str:
+    """The summary a fake server put in a compaction block or item."""
+    if "content" in block:  # Anthropic: readable
+        return str(block["content"])
+    payload = block["encrypted_content"].removeprefix("fake:").rpartition(".")[0]
+    return base64.b64decode(payload).decode()
+
+
+def is_compaction_request(body: dict[str, Any]) -> bool:
+    """Anthropic's carries ``compaction``; OpenAI's (``/v1/responses/compact``) takes no
+    ``store``, which the loop's own calls always send."""
+    return "compaction" in body or ("input" in body and "store" not in body)
+
+
+def answering(summaries: list[str], gate: threading.Event | None = None) -> Any:
+    """The fake server's answer: the next summary to a compaction request (the last one
+    again when they run out; an empty one is a failed compaction), "ok" to the loop's model
+    calls. With ``gate``, a compaction answer waits until it is set (in the server thread,
+    which has nothing else to do meanwhile)."""
+    queue = list(summaries)
+
+    def answer(body: dict[str, Any]) -> Reply:
+        if not is_compaction_request(body):
+            return Reply.text("ok")
+        if gate is not None:
+            gate.wait(CEILING)
+        summary = queue.pop(0) if len(queue) > 1 else queue[0]
+        return Reply.text(summary) if summary else Reply.empty()
+
+    return answer
+
+
+def first_compaction(first: Reply, then: Any) -> Any:
+    """``first`` to the first compaction request, then as ``then`` answers."""
+    used = threading.Event()
+
+    def answer(body: dict[str, Any]) -> Reply:
+        if is_compaction_request(body) and not used.is_set():
+            used.set()
+            return first
+        reply: Reply = then(body)
+        return reply
+
+    return answer
+
+
+@asynccontextmanager
+async def session(provider: Provider, answer: Any, **config: Any) -> AsyncIterator[Session]:
+    budget = Budget(context_window=LIMIT + 1_000, reserve_output=1_000)
+    settings = {"timeout": CEILING, "trigger_ratio": 0.6, **config}
+    if provider == "anthropic":
+        async with (
+            FakeAnthropic(default=answer) as server,
+            anthropic.AsyncAnthropic(base_url=server.url, api_key="test", max_retries=0) as client,
+        ):
+            summarizer: Any = AnthropicCompactionSummarizer(
+                ANTHROPIC_MODEL, client=client, system=SYSTEM, tools=TOOLS
+            )
+            llm = LlmCompaction(summarizer, LlmCompactionConfig(**settings))
+            async with ContextManager(
+                budget, strategy=Chain([llm, DeterministicCompaction()])
+            ) as m:
+                s = Session(provider, server, client, llm, summarizer, m)
+                m.subscribe(s.events.append)
+                yield s
+            assert not server.errors
+        return
+    async with (
+        FakeOpenAI(default=answer) as oserver,
+        openai.AsyncOpenAI(base_url=oserver.url + "/v1", api_key="test", max_retries=0) as oclient,
+    ):
+        summarizer = OpenAICompactionSummarizer(OPENAI_MODEL, client=oclient, instructions=SYSTEM)
+        llm = LlmCompaction(summarizer, LlmCompactionConfig(**settings))
+        async with ContextManager(budget, strategy=Chain([llm, DeterministicCompaction()])) as m:
+            s = Session(provider, oserver, oclient, llm, summarizer, m)
+            m.subscribe(s.events.append)
+            yield s
+        assert not oserver.errors
+
+
+def compaction_requests(s: Session) -> list[Any]:
+    if s.provider == "anthropic":
+        return [r for r in s.server.requests if "compaction" in (r.json or {})]
+    return [r for r in s.server.requests if r.path == "/v1/responses/compact"]
+
+
+# ---------------------------------------------------------------------------------------
+# Splicing, and the spliced prefix staying byte-stable
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_native_briefing_is_spliced_and_its_prefix_stays_byte_stable(
+    provider: Provider,
+) -> None:
+    async with session(provider, answering(["FIRST summary", "LATER summary"])) as s:
+        i = 0
+        while not s.spliced():
+            await s.turn(turn(i))
+            await s.answered()
+            i += 1
+            assert i < 60, [type(e).__name__ for e in s.events]
+        first = len(s.views) - 1
+        for j in range(i, i + 8):  # every answer back before the next turn: deterministic
+            await s.turn(turn(j))
+            await s.answered()
+    # The request: the conversation itself, through the SDK, as the provider documents it.
+    request = compaction_requests(s)[0]
+    assert request.status == 200
+    if provider == "anthropic":
+        assert COMPACTION_BETA in request.headers["anthropic-beta"]
+        assert request.json["compaction"] == {"type": "summarize"}
+        assert request.json["system"] == SYSTEM and request.json["tools"] == TOOLS
+        assert request.json["messages"][0]["content"].startswith("step 0:")
+    else:
+        assert request.path == "/v1/responses/compact"
+        assert request.json["instructions"] == SYSTEM
+        assert request.json["input"][0]["content"].startswith("step 0:")
+    # The splice: the provider's block, untouched, after the head; billed and priced.
+    event = s.spliced()[0]
+    assert event.summary is not None and event.summary.messages_summarized > 0
+    assert event.summary.usage.output_tokens > 0 and event.summary.cost_usd is not None
+    view = s.views[first]
+    blocks = compaction_blocks(view)
+    assert [summary_of(b) for b in blocks] == ["FIRST summary"]
+    assert view[0] == s.manager.raw[0]  # the head, verbatim
+    assert not [e for e in s.events if isinstance(e, SummaryRejected)]
+    # Every later model call was accepted (signature / encrypted content checked) and sent
+    # the spliced prefix byte for byte, until the next briefing replaced it.
+    cut = next(k for k, m in enumerate(view) if is_native_compaction(m)) + 1
+    end = next(
+        (k for k in range(first + 1, len(s.views)) if s.views[k][:cut] != view[:cut]),
+        len(s.views),
+    )
+    assert end - first >= 4
+    render = to_anthropic if provider == "anthropic" else to_openai_responses
+    k = len(render(view[:cut]))
+    prefix = json.dumps(s.sent[first][:k])
+    assert all(json.dumps(sent[:k]) == prefix for sent in s.sent[first:end])
+    calls = [r for r in s.server.requests if not is_compaction_request(r.json)]
+    assert len(calls) == len(s.sent) and all(r.status == 200 for r in calls)
+    # From the second call on, the provider's cache reads at least that prefix.
+    for r in calls[first + 1 : end]:
+        if provider == "anthropic":
+            segments = anthropic_segments(r.json)
+        else:
+            segments = responses_segments(r.json, responses_items(r.json))
+        assert r.usage is not None
+        assert r.usage.cache_read >= sum(map(estimate_tokens, segments[: 1 + k]))
+    # The deterministic tiers never dropped or condensed a native briefing.
+    assert all(compaction_blocks(v) for v in s.views[first:])
+
+
+# ---------------------------------------------------------------------------------------
+# A stale briefing: billed, reported, never spliced
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_briefing_of_a_history_edited_meanwhile_is_stale_billed_and_not_spliced(
+    provider: Provider,
+) -> None:
+    gate = threading.Event()
+    async with session(provider, answering(["FIRST", "LATER"], gate)) as s:
+        i = 0
+        while s.llm.phase == "idle":
+            await s.turn(turn(i))
+            i += 1
+        assert s.llm.phase == "in_flight"  # the answer waits for the gate
+        # Edit a message inside the span, same shape, before the answer arrives.
+        job = s.llm._requests.inflight
+        assert job is not None and job.start <= 4 < job.cut
+        old = s.history[4]
+        assert isinstance(old, UserMessage)
+        text = text_of(old.content)
+        edited = dataclasses.replace(old, content=(TextBlock(text[:-5] + "zzzzz"),))
+        # The loop prepares its next call (the fake server answers nothing meanwhile).
+        s.history = await s.manager.prepare([*s.history[:4], edited, *s.history[5:], *turn(i)])
+        assert s.llm.phase == "in_flight"
+        gate.set()
+        await s.answered()
+        for j in range(i + 1, i + 25):
+            await s.turn(turn(j))
+            await s.answered()
+    assert s.of(HistoryResynced)
+    stale = [e for e in s.of(SummaryStale) if e.reason != "unused"]
+    # (later ones may be superseded: OpenAI's compactions keep every user message, so on
+    # this small budget they end up saving too little to splice)
+    assert stale[0].reason == "history_changed"
+    assert {e.reason for e in stale[1:]} <= ({"superseded"} if provider == "openai" else set())
+    assert stale[0].summary is not None and stale[0].summary.usage.output_tokens > 0
+    assert stale[0].summary.cost_usd is not None and stale[0].summary.messages_summarized == 0
+    assert not any("FIRST" in map(summary_of, compaction_blocks(v)) for v in s.views)
+    spend = s.llm.spend
+    assert spend.requests == len(compaction_requests(s)) >= 2
+
+
+# ---------------------------------------------------------------------------------------
+# Rejected: a provider error, an empty compaction
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_provider_error_is_rejected_and_the_tiers_hold_the_budget(
+    provider: Provider,
+) -> None:
+    error = Reply.error(400, message="The compaction could not be produced.")
+    async with session(provider, first_compaction(error, answering(["LATER"]))) as s:
+        for i in range(30):
+            await s.turn(turn(i))
+            await s.answered()
+            if s.of(SummaryRejected):
+                break
+        for j in range(i + 1, i + 4):
+            await s.turn(turn(j))
+    rejected = s.of(SummaryRejected)[0]
+    assert rejected.reason == "failed" and "could not be produced" in rejected.detail
+    assert "HTTP 400" in rejected.detail and rejected.attempts == 1
+    assert rejected.summary is None  # an error is not billed
+    assert not s.of(BudgetExceeded)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_an_empty_compaction_is_rejected_with_its_cost(provider: Provider) -> None:
+    async with session(provider, answering([""])) as s:
+        for i in range(30):
+            await s.turn(turn(i))
+            await s.answered()
+            if s.of(SummaryRejected):
+                break
+    rejected = s.of(SummaryRejected)[0]
+    assert rejected.reason == "empty" and rejected.attempts == 1
+    assert rejected.summary is not None and rejected.summary.usage.prompt_tokens > 0
+    assert rejected.summary.cost_usd is not None and rejected.summary.cost_usd > 0
+    assert not s.spliced() and not any(compaction_blocks(v) for v in s.views)
+    assert s.llm.spend.requests >= 1
+
+
+# ---------------------------------------------------------------------------------------
+# The pieces
+
+
+def test_native_results_are_checked_at_the_edge() -> None:
+    block = OpaqueBlock("anthropic", {"type": "compaction", "content": "s", "signature": "x"})
+    native = AssistantMessage((block,))
+    ok = SummaryResult(text="", stop_reason="stop", messages=(native,))
+    assert check_result(ok) is ok and check_briefing(ok, ("Goal",)) is None
+    assert check_briefing(dataclasses.replace(ok, stop_reason="length"), ()) is not None
+    call = AssistantMessage((block, ToolCall("c", "bash", {})))
+    for bad in ([native], (ToolResultMessage.of("c", "r"),), (call,), ("text",)):
+        with pytest.raises(SummarizerError, match="the summarizer returned"):
+            check_result(SummaryResult(text="", stop_reason="stop", messages=bad))  # type: ignore[arg-type]
+    assert is_native_compaction(native) and is_paid_summary(native)
+    assert not is_native_compaction(AssistantMessage.of("compaction"))
+
+
+async def test_a_request_without_a_conversation_fails_cleanly() -> None:
+    request = SummaryRequest(system="s", prompt="p", max_tokens=300)
+    ant = AnthropicCompactionSummarizer(ANTHROPIC_MODEL, api_key="k", base_url="http://h:1")
+    oai = OpenAICompactionSummarizer(OPENAI_MODEL, api_key="k", base_url="http://h:1/v1")
+    for summarizer in (ant, oai):
+        with pytest.raises(SummarizerError, match="nothing to compact"):
+            await summarizer.summarize(request)
+        await summarizer.aclose()
+
+
+def test_the_adapters_carry_recorded_compaction_blocks_and_items_untouched() -> None:
+    anthropic_reply = json.loads(
+        corpus_file("anthropic-api", "vercel-anthropic-compaction.1.json").read_text()
+    )
+    message = message_from_anthropic_response(anthropic_reply)
+    assert is_native_compaction(message)
+    assert to_anthropic([message])[0]["content"] == anthropic_reply["content"]
+    params = [{"role": "user", "content": "go on"}, *to_anthropic([message])]
+    assert to_anthropic(from_anthropic(params)) == params
+    openai_reply = json.loads(
+        corpus_file("openai-api", "vercel-responses-compaction.1.json").read_text()
+    )
+    message = message_from_openai_response(openai_reply)
+    assert is_native_compaction(message)
+    assert to_openai_responses([message]) == openai_reply["output"]
+    assert (
+        to_openai_responses(from_openai_responses(openai_reply["output"])) == openai_reply["output"]
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# The fake servers' compaction endpoints, validated like the real APIs
+
+
+async def test_the_fake_anthropic_compaction_is_validated_like_the_api() -> None:
+    messages = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}]
+    async with (
+        FakeAnthropic(default=Reply.text("A summary.")) as server,
+        anthropic.AsyncAnthropic(base_url=server.url, api_key="test", max_retries=0) as client,
+    ):
+        base: dict[str, Any] = {"model": "m", "max_tokens": 100, "messages": messages}
+        bad: list[tuple[dict[str, Any], list[str], str]] = [
+            ({"compaction": {"type": "summarize"}}, [], "Extra inputs are not permitted"),
+            ({"compaction": {"type": "auto"}}, [COMPACTION_BETA], "Input should be 'summarize'"),
+            (
+                {
+                    "compaction": {"type": "summarize"},
+                    "context_management": {"edits": []},
+                },
+                [COMPACTION_BETA],
+                "cannot be combined with `context_management`",
+            ),
+            (
+                {"compaction": {"type": "summarize"}, "stop_sequences": ["END"]},
+                [COMPACTION_BETA],
+                "stop_sequences",
+            ),
+        ]
+        for extra, betas, wording in bad:
+            with pytest.raises(anthropic.BadRequestError, match=wording):
+                await client.beta.messages.create(**base, **extra, betas=betas)
+        compacted = await client.beta.messages.create(
+            **base, compaction={"type": "summarize"}, betas=[COMPACTION_BETA]
+        )
+        assert compacted.stop_reason == "compaction"
+        block = compacted.content[0].to_dict()
+        assert block["type"] == "compaction" and block["content"] == "A summary."
+        assert compacted.usage.iterations and compacted.usage.iterations[0].type == "compaction"
+        # Sent back untouched it is accepted, also first (it stands for what came before).
+        later = [{"role": "assistant", "content": [block]}, {"role": "user", "content": "next"}]
+        await client.messages.create(model="m", max_tokens=10, messages=later)
+        tampered = {**block, "content": "Another summary."}
+        with pytest.raises(anthropic.BadRequestError, match="Invalid `signature`"):
+            await client.messages.create(
+                model="m",
+                max_tokens=10,
+                messages=[{"role": "assistant", "content": [tampered]}, later[1]],
+            )
+        # A failed compaction (no content) is answered, and is a no-op when sent back.
+        server.enqueue(Reply.empty())
+        failed = await client.beta.messages.create(
+            **base, compaction={"type": "summarize"}, betas=[COMPACTION_BETA]
+        )
+        assert failed.content[0].to_dict() == {"type": "compaction", "content": None}
+
+
+async def test_the_fake_openai_compact_endpoint_is_validated_like_the_api() -> None:
+    history = [
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "And 3+3?"},
+    ]
+    async with (
+        FakeOpenAI(default=Reply.text("A summary.")) as server,
+        openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="test", max_retries=0) as client,
+    ):
+        with pytest.raises(openai.BadRequestError, match="Unknown parameter: 'store'"):
+            await client.responses.compact(model="m", input=history, extra_body={"store": False})
+        with pytest.raises(openai.BadRequestError, match="input"):
+            await client.responses.compact(model="m")
+        compacted = await client.responses.compact(model="m", input=history)  # type: ignore[arg-type]
+        assert compacted.object == "response.compaction"
+        # (the SDK types the user messages as output messages: read them, do not dump them)
+        assert [i.type for i in compacted.output] == ["message", "message", "compaction"]
+        texts = [i.content[0].text for i in compacted.output[:2]]  # type: ignore[union-attr]
+        assert texts == ["What is 2+2?", "And 3+3?"]
+        assert compacted.usage.input_tokens > 0
+        # As pydantic-ai's recording does: the compaction item, then the next message.
+        item = compacted.output[-1].to_dict()
+        await client.responses.create(
+            model="m",
+            input=[item, {"role": "user", "content": "And 5+5?"}],  # type: ignore[list-item]
+        )
+        tampered = {**item, "encrypted_content": item["encrypted_content"][:-3] + "AAA"}
+        with pytest.raises(openai.BadRequestError, match="could not be verified"):
+            await client.responses.create(model="m", input=[tampered])  # type: ignore[list-item]
