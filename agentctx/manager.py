@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import bisect
 import operator
-import re
 import time
 import uuid
 from typing import TYPE_CHECKING, Any, Self
@@ -43,6 +42,7 @@ from agentctx.ledger import Ledger
 from agentctx.messages import AssistantMessage, Message, Usage, check_history, fingerprint
 from agentctx.recall.store import LedgerStore
 from agentctx.recall.tool import recall_arguments, recall_page
+from agentctx.recall.writer import RecallWriter
 from agentctx.strategies.deterministic import DeterministicCompaction
 from agentctx.strategy import CompactionContext, end_session
 from agentctx.tokens import MessageCounter
@@ -54,12 +54,12 @@ if TYPE_CHECKING:
 
     from anyio.abc import TaskGroup, TaskStatus
 
+    from agentctx.ledger import Decision
     from agentctx.recall.store import RecallStore
     from agentctx.strategy import CompactionStrategy
 
 __all__ = ["ContextManager"]
 
-_RECALL_ID = re.compile(r"ctx-[0-9a-f]{16}")
 _DENSEST_OVER_QUICK = 0.6  # how much more than its quick count the densest text costs
 
 
@@ -120,6 +120,18 @@ class ContextManager:
                 self._resumed = True
         self._state = ViewState(self.counter, ledger)
         self._hub = EventHub()
+        # Strategies put into the writer; it writes to the store off the event loop.
+        self._writer = (
+            None
+            if recall is None
+            else RecallWriter(
+                recall,
+                self.session_id,
+                emit=self._hub.emit,
+                ledger=self._state.ledger,
+                saved=self._resumed,
+            )
+        )
         self._tasks: TaskGroup | None = None
         self._repairs_seen = -1
         self._sent = 0
@@ -157,6 +169,7 @@ class ContextManager:
         tb: TracebackType | None,
     ) -> bool | None:
         self._end_session()
+        await self._close_recall()
         self._tasks_cancel()
         try:
             return await self._task_group.__aexit__(exc_type, exc, tb)
@@ -176,6 +189,12 @@ class ContextManager:
         if not self._closed:
             end_session(self.strategy, self._hub.emit)
 
+    async def _close_recall(self) -> None:
+        """Write what the recall writer still holds: shielded, bounded by its own deadline."""
+        if self._writer is not None and not self._closed:
+            with anyio.CancelScope(shield=True):
+                await self._writer.aclose()
+
     def _tasks_cancel(self) -> None:
         if self._tasks is not None:
             self._tasks.cancel_scope.cancel()
@@ -185,6 +204,7 @@ class ContextManager:
 
         Inside ``async with`` only the manager's own work is cancelled, never the caller's."""
         self._end_session()
+        await self._close_recall()
         self._tasks_cancel()
         self._hub.bind(None)
         self._hub.close()
@@ -244,7 +264,6 @@ class ContextManager:
             self._resumed = False
             if state.ledger.drop_stale(state.raw):
                 state.rebuild()
-        version = state.ledger.version
         now = self._clock()
         idle = None if self._last_call is None else now - self._last_call
         ctx = CompactionContext(
@@ -253,7 +272,7 @@ class ContextManager:
             budget=budget,
             counter=self.counter,
             ledger=state.ledger,
-            recall=self.recall_store,
+            recall=self._writer,
             clock=self._clock,
             idle_seconds=idle,
             emit=self._hub.emit,
@@ -270,8 +289,7 @@ class ContextManager:
             if len(ctx.taken) == taken:
                 break
         self._current_view()
-        if state.ledger.version != version:
-            self._persist()
+        self._persist(ctx.taken)
         if state.repairs_version != self._repairs_seen:
             self._report_repairs()
         self._last_call = now
@@ -304,29 +322,29 @@ class ContextManager:
             if self.prompt_tokens + quick * _DENSEST_OVER_QUICK > budget.limit:
                 self.counter.refine(new)
 
-    def _persist(self) -> None:
-        """Save the ledger where it is kept, and tell the recall store what is referenced."""
-        recall = self.recall_store
-        if recall is None:
-            return
-        ledger_json = self._state.ledger.to_json()
-        if isinstance(recall, LedgerStore):
-            recall.save_ledger(self.session_id, ledger_json)
-        pin = getattr(recall, "pin", None)
-        if callable(pin):
-            pin(self.session_id, set(_RECALL_ID.findall(ledger_json)))
+    def _persist(self, taken: Sequence[Decision]) -> None:
+        """Hand the decisions just taken to the recall writer: it keeps the entries they name
+        (only those), pins them and saves the ledger, off the event loop (`RecallWriter`)."""
+        if self._writer is not None:
+            self._writer.record(self._state.ledger, taken)
+            self._writer.settle(self._tasks)
 
-    def recall(
+    async def recall(
         self, id: str, offset: int = 0, limit: int = 8000, pattern: str | None = None
     ) -> str:
-        """What the ``recall_context`` tool returns for these arguments (see `recall_page`)."""
-        return recall_page(self.recall_store, self.session_id, id, offset, limit, pattern)
+        """What the ``recall_context`` tool returns for these arguments (see `recall_page`).
 
-    def handle_recall(self, arguments: object) -> str:
+        The store is read off the event loop, under a deadline; a store that is down gets
+        the model an explanation, not an error."""
+        if self._writer is None:
+            return recall_page(None, self.session_id, id, offset, limit, pattern)
+        return await self._writer.page(id, offset, limit, pattern)
+
+    async def handle_recall(self, arguments: object) -> str:
         """The ``recall_context`` tool's result for the model's raw ``arguments`` (a mapping,
         as parsed from the tool call); unusable arguments get an explanation, not an error."""
         parsed = recall_arguments(arguments)
-        return parsed if isinstance(parsed, str) else self.recall(*parsed)
+        return parsed if isinstance(parsed, str) else await self.recall(*parsed)
 
     def _current_view(self) -> tuple[Sequence[Message], Sequence[int]]:
         state = self._state

@@ -269,16 +269,14 @@ def visible_text(view: Sequence[Message]) -> str:
     return "\n".join(parts)
 
 
-def recallable(ctx: ContextManager, ids: Sequence[str], fact: str) -> bool:
+async def recallable(ctx: ContextManager, ids: Sequence[str], fact: str) -> bool:
     """Whether one ``recall_context(id, pattern=fact)`` call on an id shown in the view
-    returns the fact (a store lookup finds the candidate id; the call itself decides)."""
-    store = ctx.recall_store
-    assert store is not None
+    returns the fact (the whole text of each id finds the candidate, references to other
+    entries followed as the tool follows them; the call itself decides)."""
     for rid in ids:
-        content = store.get(ctx.session_id, rid)
-        if content is None or fact not in content:
+        if fact not in await ctx.recall(rid, limit=2**62):
             continue
-        m = _MATCHES.match(ctx.recall(rid, pattern=fact))  # literal text
+        m = _MATCHES.match(await ctx.recall(rid, pattern=fact))  # literal text
         if m and int(m.group(1)) > 0:
             return True
     return False
@@ -373,12 +371,12 @@ async def run(
                 isinstance(e, ContextCompacted) for e in fresh
             ):
                 continue
-            check(ctx, view, workload, row, lost_ever, explain=explain)
+            await check(ctx, view, workload, row, lost_ever, explain=explain)
     row.seconds = time.perf_counter() - t0
     return row
 
 
-def check(
+async def check(
     ctx: ContextManager,
     view: list[Message],
     workload: Workload,
@@ -402,7 +400,7 @@ def check(
     for fact in emitted:
         if fact.text in text:
             where = "view"
-        elif recallable(ctx, ids, fact.text):
+        elif await recallable(ctx, ids, fact.text):
             where = "recall"
         else:
             where = "lost"

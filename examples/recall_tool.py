@@ -6,7 +6,7 @@
 When a tool output is truncated, the cut part is kept in the recall store and the placeholder
 in the view names it: ``[... 401 lines (16040 chars) truncated; recall_context id=ctx-... ...]``.
 The loop adds ``recall_tool("anthropic")`` to its tools and answers a ``recall_context`` call
-with ``ctx.recall(id, offset, limit, pattern)``: a page of the original text (or, with
+with ``await ctx.recall(id, offset, limit, pattern)``: a page of the original text (or, with
 ``pattern``, its matching lines). Recalled text is never compacted again.
 """
 
@@ -149,7 +149,7 @@ async def main() -> None:
                 break
             for call in reply.tool_calls:
                 if call.name == RECALL_TOOL_NAME:
-                    result = ctx.handle_recall(call.arguments)  # pages, grep, or a clear miss
+                    result = await ctx.handle_recall(call.arguments)  # a page, or a clear miss
                     shown = ", ".join(f"{k}={v}" for k, v in call.arguments.items())
                     print(f"{RECALL_TOOL_NAME}({shown}) returned:\n{result}")
                 else:

@@ -133,11 +133,13 @@ async def test_handle_recall_takes_the_models_raw_arguments() -> None:
     store = MemoryRecallStore()
     async with ContextManager(Budget(context_window=100_000), recall=store) as ctx:
         rid = store.put(ctx.session_id, "0123456789" * 10)
-        assert ctx.handle_recall({"id": rid, "offset": "10", "limit": 5}).endswith("\n01234")
-        assert ctx.handle_recall({"id": rid, "pattern": "0123", "extra": 1}).startswith(
+        assert (await ctx.handle_recall({"id": rid, "offset": "10", "limit": 5})).endswith(
+            "\n01234"
+        )
+        assert (await ctx.handle_recall({"id": rid, "pattern": "0123", "extra": 1})).startswith(
             f"[recall_context {rid}: 1 lines match"
         )
-        assert ctx.handle_recall({"id": rid, "offset": None}) == ctx.recall(rid)
+        assert await ctx.handle_recall({"id": rid, "offset": None}) == await ctx.recall(rid)
         for bad, why in [
             ({}, "`id` is required"),
             ({"id": 7}, "`id` is required"),
@@ -146,8 +148,8 @@ async def test_handle_recall_takes_the_models_raw_arguments() -> None:
             ({"id": rid, "offset": True}, "`offset` must be a whole number"),
             ({"id": rid, "pattern": ["x"]}, "`pattern` must be a text"),
         ]:
-            assert why in ctx.handle_recall(bad), bad
-        assert "not found" in ctx.handle_recall({"id": "ctx-0000000000000000"})
+            assert why in await ctx.handle_recall(bad), bad
+        assert "not found" in await ctx.handle_recall({"id": "ctx-0000000000000000"})
 
 
 async def test_condensed_and_dropped_parts_are_recallable_in_one_call() -> None:
@@ -170,7 +172,7 @@ async def test_condensed_and_dropped_parts_are_recallable_in_one_call() -> None:
         condensed = [m for m in view if text_of(getattr(m, "content", ())).startswith("[Earlier")]
         markers = [m for m in view if getattr(m, "text", "").startswith("[Context compacted")]
         assert markers and RID.search(markers[0].text)  # type: ignore[attr-defined]
-        recalled = {rid: ctx.recall(rid, limit=10**9) for rid in ids}
+        recalled = {rid: await ctx.recall(rid, limit=10**9) for rid in ids}
         assert all("not found" not in page for page in recalled.values())
         visible = "\n".join(getattr(m, "text", None) or text_of(m.content) for m in view)  # type: ignore[union-attr]
         gone = [

@@ -41,6 +41,16 @@ def _encode(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
+def _session(session_id: str) -> str | bytes:
+    """The key of ``session_id``: as text (what earlier versions wrote), or as bytes when it
+    holds lone surrogates (a session named after a file, say), which text cannot carry."""
+    try:
+        session_id.encode("utf-8")
+    except UnicodeEncodeError:
+        return _encode(session_id)
+    return session_id
+
+
 def _decode(value: bytes | str) -> str:
     return value if isinstance(value, str) else bytes(value).decode("utf-8", "surrogatepass")
 
@@ -83,7 +93,8 @@ class SQLiteRecallStore:
     def put_many(self, session_id: str, contents: Sequence[str]) -> list[str]:
         """Store each of ``contents`` in one transaction; return their recall ids."""
         rids = [recall_id(session_id, c) for c in contents]
-        rows = [(session_id, rid, _encode(c)) for rid, c in zip(rids, contents, strict=True)]
+        session = _session(session_id)
+        rows = [(session, rid, _encode(c)) for rid, c in zip(rids, contents, strict=True)]
         with self._lock:
             self._check_file()
             try:
@@ -105,13 +116,13 @@ class SQLiteRecallStore:
     def get(self, session_id: str, rid: str) -> str | None:
         """The content stored under ``rid`` for ``session_id``, or ``None``."""
         row = self._run(
-            "SELECT content FROM recall WHERE session = ? AND id = ?", (session_id, rid)
+            "SELECT content FROM recall WHERE session = ? AND id = ?", (_session(session_id), rid)
         )
         return None if row is None else _decode(row[0])
 
     def load_ledger(self, session_id: str) -> str | None:
         """The saved ledger JSON of ``session_id``, or ``None``."""
-        row = self._run("SELECT json FROM ledger WHERE session = ?", (session_id,))
+        row = self._run("SELECT json FROM ledger WHERE session = ?", (_session(session_id),))
         return None if row is None else _decode(row[0])
 
     def save_ledger(self, session_id: str, ledger_json: str) -> None:
@@ -119,7 +130,7 @@ class SQLiteRecallStore:
         self._run(
             "INSERT INTO ledger (session, json) VALUES (?, ?) "
             "ON CONFLICT(session) DO UPDATE SET json = excluded.json",
-            (session_id, _encode(ledger_json)),
+            (_session(session_id), _encode(ledger_json)),
             write=True,
         )
 

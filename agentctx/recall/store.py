@@ -16,24 +16,33 @@ writer then uses:
 - ``update_pins(session_id, added, removed)`` (or ``pin(session_id, rids)``, the exact set):
   which entries the session's ledger references now, so they are kept;
 - ``release(session_id)``: the session ended, its entries need no longer be kept for it.
+
+A stored text may name another entry with a `recall_reference` token instead of repeating it
+(a dropped span that holds a condensed turn or a truncated result names their ids); what the
+recall tool gives the model is the text with each reference expanded (`expand_references`),
+so each original is stored about once and still comes back whole in one call. ``get``
+returns the stored text itself, references unexpanded.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import sys
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
 __all__ = [
     "LedgerStore",
     "MemoryRecallStore",
     "PinningStore",
     "RecallStore",
+    "expand_references",
     "recall_id",
+    "recall_reference",
 ]
 
 
@@ -44,6 +53,33 @@ def recall_id(session_id: str, content: str) -> str:
     h.update(b"\0")
     h.update(content.encode("utf-8", "surrogatepass"))
     return "ctx-" + h.hexdigest()
+
+
+_REFERENCE = re.compile(r"\{\{recall:(ctx-[0-9a-f]{16})\}\}")
+_MAX_DEPTH = 16
+
+
+def recall_reference(rid: str) -> str:
+    """The token a stored text puts where content already stored under ``rid`` belongs, so
+    it is not stored twice; reading it back (`expand_references`) puts the content there."""
+    return f"{{{{recall:{rid}}}}}"
+
+
+def expand_references(text: str, fetch: Callable[[str], str | None]) -> str:
+    """``text`` with each `recall_reference` replaced by what ``fetch(rid)`` returns for
+    it, references in that expanded too (a missing one says so in its place)."""
+
+    def expand(text: str, depth: int) -> str:
+        def one(m: re.Match[str]) -> str:
+            rid = m.group(1)
+            content = fetch(rid) if depth < _MAX_DEPTH else None
+            if content is None:
+                return f"[{rid}: not kept]"
+            return expand(content, depth + 1)
+
+        return _REFERENCE.sub(one, text) if "{{recall:" in text else text
+
+    return expand(text, 0)
 
 
 @runtime_checkable

@@ -4,7 +4,7 @@
 tools = [recall_tool("anthropic")]                      # or "openai-chat", "openai-responses"
 ...
 if call.name == RECALL_TOOL_NAME:
-    text = ctx.handle_recall(call.arguments)            # pages of 8000 chars, or grep
+    text = await ctx.handle_recall(call.arguments)      # pages of 8000 chars, or grep
 ```
 
 Its results are exempt from every compaction pass, so what was recalled is not cleared again;

@@ -49,7 +49,7 @@ from agentctx._log import log
 from agentctx.errors import StoreError
 from agentctx.events import CompactionWarning, StoreDegraded, StoreRecovered
 from agentctx.ledger import Ledger
-from agentctx.recall.store import LedgerStore, recall_id
+from agentctx.recall.store import LedgerStore, expand_references, recall_id
 from agentctx.recall.tool import recall_page
 
 if TYPE_CHECKING:
@@ -66,6 +66,7 @@ __all__ = ["RecallWriter"]
 _RID = re.compile(r"ctx-[0-9a-f]{16}")
 _FIRST_BACKOFF = 0.2
 _MAX_BACKOFF = 5.0
+_EXPANSIONS_BYTES = 16 * 1024 * 1024  # recall texts kept expanded, for paging through them
 _POLL = 0.01  # how often a call waits for the previous one, abandoned at its deadline, to end
 _Key = tuple[str, str]  # (session id, recall id)
 
@@ -148,6 +149,8 @@ class RecallWriter:
         self._backoff = _FIRST_BACKOFF
         self._busy: threading.Event | None = None  # set when the last store call ended
         self._lock: anyio.Lock | None = None
+        self._expansions: OrderedDict[str, str] = OrderedDict()
+        self._expansions_bytes = 0
         self._draining = False
         self._warned_inline = False
         self._closed = False
@@ -189,15 +192,42 @@ class RecallWriter:
                 f'[recall_context] id "{rid}" is not recallable: the recall store was '
                 "unavailable when it was cleared."
             )
-        session = self.session_id
         try:
-            content = await self.aget(session, rid) if _RID.fullmatch(rid) else None
+            content = await self.expanded(rid) if _RID.fullmatch(rid) else None
         except StoreError as exc:
             return (
                 f"[recall_context] the recall store is unavailable right now ({exc}); "
                 "try again later."
             )
-        return recall_page(_Fetched(content), session, rid, offset, limit, pattern)
+        return recall_page(_Fetched(content), self.session_id, rid, offset, limit, pattern)
+
+    async def expanded(self, rid: str) -> str | None:
+        """What ``rid`` stands for in full: its entry with the `recall_reference` tokens in
+        it replaced by what they name (read off the loop like `aget`; the last few are
+        cached, entries never change)."""
+        hit = self._expansions.get(rid)
+        if hit is not None:
+            self._expansions.move_to_end(rid)
+            return hit
+        if self._blocking:
+            text: str | None = await self._call(
+                functools.partial(self._expand, rid), exclusive=False
+            )
+        else:
+            text = self._expand(rid)
+        if text is not None and _size(text) <= _EXPANSIONS_BYTES:
+            self._expansions[rid] = text
+            self._expansions_bytes += _size(text)
+            while self._expansions_bytes > _EXPANSIONS_BYTES:
+                self._expansions_bytes -= _size(self._expansions.popitem(last=False)[1])
+        return text
+
+    def _expand(self, rid: str) -> str | None:
+        session = self.session_id
+        content = self.get(session, rid)
+        if content is None:
+            return None
+        return expand_references(content, lambda r: self.get(session, r))
 
     def lost(self, rid: str) -> bool:
         """Whether ``rid`` was dropped unwritten (the store was unavailable too long)."""

@@ -232,8 +232,9 @@ class DeterministicCompaction:
                 if name in self.exempt_tools or len(m.content) != 1:
                     continue
                 text = _result_text(m)
+                stand_in = f"recall_context id={ID_STAND_IN}" if ctx.recall is not None else ""
                 if view[j] is not m and len(_result_text(view[j])) <= len(  # type: ignore[arg-type]
-                    truncate_text(text, self.max_lines, self.max_chars)
+                    truncate_text(text, self.max_lines, self.max_chars, stand_in)
                 ):
                     continue  # what is sent now is already this short
                 if text.count("\n") < self.max_lines and len(text) <= self.max_chars:
@@ -345,7 +346,9 @@ class DeterministicCompaction:
         for s, e, replacement in pending:
             a, z = origins[s], (origins[e] if e < len(view) else len(raw))
             if ctx.recall is not None:
-                rid = ctx.recall.put(ctx.session_id, span_text(view, origins, raw, s, e))
+                rid = ctx.recall.put(
+                    ctx.session_id, span_text(view, origins, raw, s, e, ctx.ledger)
+                )
                 line = text_of(replacement.content).replace(ID_STAND_IN, rid, 1)
                 replacement = AssistantMessage((TextBlock(line),), "stop")
             ctx.take(ReplaceSpan(anchor(raw, a), z, anchor(raw, z - 1), (replacement,), "condense"))
@@ -427,7 +430,7 @@ class DeterministicCompaction:
             if freed < min(need, _MIN_DROP_GAIN):
                 continue  # the trail would cost about what the span frees
             if recall is not None:
-                rid = recall.put(ctx.session_id, span_text(view, origins, raw, a, e))
+                rid = recall.put(ctx.session_id, span_text(view, origins, raw, a, e, ctx.ledger))
                 trail = SummaryMessage(trail.text.replace(ID_STAND_IN, rid, 1))
             ctx.take(ReplaceSpan(anchor(raw, start), end, anchor(raw, end - 1), (trail,), "drop"))
             actions.append(f"dropped {e - a} messages ({freed} tokens) behind the marker")

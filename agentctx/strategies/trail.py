@@ -14,6 +14,7 @@ import re
 import sys
 from typing import TYPE_CHECKING
 
+from agentctx.ledger import ReplaceArguments, ReplaceResult
 from agentctx.messages import (
     AssistantMessage,
     Message,
@@ -22,10 +23,13 @@ from agentctx.messages import (
     ToolResultMessage,
     text_of,
 )
+from agentctx.recall.store import recall_reference
 from agentctx.summarizer import is_native_compaction, serialize_transcript
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from agentctx.ledger import Ledger
 
 __all__ = [
     "COMPACTION_MARKER",
@@ -129,19 +133,78 @@ def _marker_ids(marker: Message) -> list[str]:
 
 
 def span_text(
-    view: Sequence[Message], origins: Sequence[int], raw: Sequence[Message], start: int, end: int
+    view: Sequence[Message],
+    origins: Sequence[int],
+    raw: Sequence[Message],
+    start: int,
+    end: int,
+    ledger: Ledger | None = None,
 ) -> str:
     """What a recall of the condensed or dropped view part ``[start, end)`` returns: the raw
-    messages it stands for, in full, as plain text, so one call finds any of them (an earlier
-    marker in the part is left out: the new marker passes its recall ids on)."""
-    originals: list[Message] = []
+    messages it stands for, in full, as plain text, so one call finds any of them.
+
+    What the part holds that is already recallable under its own id is not stored again: an
+    earlier marker is left out (the new marker passes its recall ids on); a condensed line,
+    a tool result or arguments cleared with a recall id (found in the message or, with
+    ``ledger``, in its decisions) are stored as the view shows them followed by a
+    `recall_reference` to each id, which the recall tool expands into the original. So every
+    raw message is stored about once, however often its stretch is compacted again.
+    """
+    pieces: list[str] = []
+    run: list[Message] = []  # raw messages to serialize in full
+
+    def flush() -> None:
+        if run:
+            pieces.append(_serialize(run))
+            run.clear()
+
     for j in range(start, end):
-        if not is_marker(view[j]):
-            stop = origins[j + 1] if j + 1 < len(origins) else len(raw)
-            originals += raw[origins[j] : stop]
+        m = view[j]
+        if is_marker(m):
+            continue
+        i = origins[j]
+        stop = origins[j + 1] if j + 1 < len(origins) else len(raw)
+        stored = _stored_as(m, raw[i] if i < len(raw) else None, ledger, i)
+        if stored is None:
+            run += raw[i:stop]
+            continue
+        flush()
+        pieces.append(stored)
+    flush()
+    return "\n".join(p for p in pieces if p)
+
+
+def _serialize(messages: Sequence[Message]) -> str:
     return serialize_transcript(
-        originals, block_chars=sys.maxsize, argument_chars=sys.maxsize, total_chars=sys.maxsize
+        messages, block_chars=sys.maxsize, argument_chars=sys.maxsize, total_chars=sys.maxsize
     )
+
+
+def _stored_as(m: Message, original: Message | None, ledger: Ledger | None, i: int) -> str | None:
+    """The text that stands for view message ``m`` (from raw ``original``) in a span's recall
+    entry when its original is recallable already, else ``None`` (store the raw messages)."""
+    if m is original:
+        return None
+    # A span's replacement stands for the whole span: the decisions at its first message
+    # are hidden under it (its own recall ids are in its text).
+    decided = (
+        ledger.decisions_at(i) if ledger is not None and ledger.span_covering(i) is None else ()
+    )
+    if isinstance(m, ToolResultMessage) and isinstance(original, ToolResultMessage):
+        for d in decided:
+            if isinstance(d, ReplaceResult) and d.recall_id is not None:
+                # The entry holds the result's whole text: the same line the raw one makes.
+                label = "tool error" if original.is_error else "tool result"
+                name = original.tool_name or "tool"
+                return f"[{label}: {name}] {recall_reference(d.recall_id)}"
+    ids = _RECALL_ID.findall(m.text if isinstance(m, SummaryMessage) else text_of(m.content))
+    ids += [
+        d.recall_id for d in decided if isinstance(d, ReplaceArguments) and d.recall_id is not None
+    ]
+    if not ids or (isinstance(original, ToolResultMessage) and not decided):
+        return None
+    refs = [recall_reference(rid) for rid in dict.fromkeys(ids)]
+    return "\n".join([_serialize([m]), *refs])
 
 
 _CONDENSED = "[Earlier turn, condensed]"
