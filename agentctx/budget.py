@@ -25,7 +25,10 @@ if TYPE_CHECKING:
 
     from agentctx.messages import Message
 
-__all__ = ["Budget", "BudgetExceededError", "fraction_from_percent"]
+__all__ = ["DEFAULT_RESERVE_OUTPUT", "Budget", "BudgetExceededError", "fraction_from_percent"]
+
+
+DEFAULT_RESERVE_OUTPUT = 16_000  # tokens kept for the response when nothing says otherwise
 
 
 class _DefaultReserve(int):
@@ -51,7 +54,7 @@ class Budget:
     """
 
     context_window: int
-    reserve_output: int = _DefaultReserve(16_000)
+    reserve_output: int = _DefaultReserve(DEFAULT_RESERVE_OUTPUT)
     trigger_ratio: float = 0.75
     target_ratio: float = 0.5
     hard_budget: int | None = None

@@ -245,6 +245,7 @@ class EventHub:
         self._streams: list[MemoryObjectSendStream[Event]] = []
         self._buffer = buffer
         self._tasks: TaskGroup | None = None
+        self._held: list[tuple[Awaitable[None], Subscriber]] | None = None
 
     def bind(self, tasks: TaskGroup | None) -> None:
         """Run async callbacks in ``tasks`` (the manager's task group); ``None`` unbinds."""
@@ -285,12 +286,7 @@ class EventHub:
                 log.exception("event subscriber raised", subscriber=repr(callback))
                 continue
             if inspect.isawaitable(result):
-                if self._tasks is None:
-                    if inspect.iscoroutine(result):
-                        result.close()
-                    log.error("async subscriber needs `async with ContextManager(...)`")
-                else:
-                    self._tasks.start_soon(self._run_async, result, callback)
+                self._run_later(result, callback)
         for send in list(self._streams):
             try:
                 send.send_nowait(event)
@@ -298,6 +294,32 @@ class EventHub:
                 log.warning("event iterator is full; event dropped", dropped=type(event).__name__)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._streams.remove(send)
+
+    def _run_later(self, awaitable: Awaitable[None], callback: Subscriber) -> None:
+        if self._held is not None:
+            self._held.append((awaitable, callback))
+            return
+        if self._tasks is not None:
+            try:
+                self._tasks.start_soon(self._run_async, awaitable, callback)
+                return
+            except RuntimeError:  # the group is closing; handled below
+                pass
+        if inspect.iscoroutine(awaitable):
+            awaitable.close()
+        log.error("async subscriber needs `async with ContextManager(...)`")
+
+    def collect_async(self) -> None:
+        """Hold async callbacks from now on, for `drain` (the manager does this on close,
+        when its task group is gone)."""
+        if self._held is None:
+            self._held = []
+
+    async def drain(self) -> None:
+        """Run the async callbacks held since `collect_async`, in order."""
+        while self._held:
+            awaitable, callback = self._held.pop(0)
+            await self._run_async(awaitable, callback)
 
     @staticmethod
     async def _run_async(awaitable: Awaitable[None], callback: Subscriber) -> None:
@@ -307,7 +329,11 @@ class EventHub:
             log.exception("event subscriber raised", subscriber=repr(callback))
 
     def close(self) -> None:
-        """End every iterator."""
+        """End every iterator; async callbacks still held are dropped."""
+        for awaitable, _ in self._held or ():
+            if inspect.iscoroutine(awaitable):
+                awaitable.close()
+        self._held = None
         for send in self._streams:
             send.close()
         self._streams.clear()

@@ -27,11 +27,14 @@ from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 
+from agentctx import boundaries
+from agentctx._log import log
 from agentctx._usage import ACCEPTED, usage_of
 from agentctx.budget import Budget, BudgetExceededError
-from agentctx.errors import ConfigError
+from agentctx.errors import ConfigError, StoreError
 from agentctx.events import (
     BudgetExceeded,
+    CompactionWarning,
     Event,
     EventHub,
     HistoryResynced,
@@ -60,7 +63,11 @@ if TYPE_CHECKING:
 
 __all__ = ["ContextManager"]
 
-_DENSEST_OVER_QUICK = 0.6  # how much more than its quick count the densest text costs
+# How much more than its quick count (characters / 3, JSON / 3.5) a new message can cost: no
+# token is shorter than one character (one UTF-8 byte beyond ASCII), so at most 3.5x in all.
+# A measured "densest" ratio is not a bound: 400 lines of "ok N" came to 1.77x.
+_DENSEST_OVER_QUICK = 2.5
+_CLOSE_SECONDS = 5.0  # the most a close waits for background work and async subscribers
 
 
 def _common_prefix(a: Sequence[Message], b: Sequence[Message]) -> int:
@@ -83,7 +90,11 @@ class ContextManager:
         counter: token accounting; default `MessageCounter()` (content-aware estimator).
         recall: where cleared content is kept so `recall` can return it.
         session_id: scopes recall ids; a random one by default.
-        ledger: decisions to resume from (e.g. ``Ledger.from_json(saved)``).
+        ledger: decisions to resume from (e.g. ``Ledger.from_json(saved)``). Without it, a
+            ``recall`` store that keeps ledgers (`LedgerStore`) resumes the session's saved
+            one; a saved ledger that cannot be read is reported once (`CompactionWarning`
+            ``ledger_unreadable``, on the first `prepare`) and the decisions start over —
+            pass ``ledger=Ledger()`` to start over explicitly.
         on_over_budget: ``"raise"`` (default) raises `BudgetExceededError` carrying the best
             view; ``"send"`` returns that view anyway. Both emit `BudgetExceeded`.
         clock: wall-clock seconds (``time.time``; replays and tests pass their own). Message
@@ -113,11 +124,21 @@ class ContextManager:
         self._on_over_budget = on_over_budget
         self._clock = clock
         self._resumed = False
+        self._startup_events: list[Event] = []
         if ledger is None and isinstance(recall, LedgerStore):
             saved = recall.load_ledger(self.session_id)
             if saved is not None:
-                ledger = Ledger.from_json(saved)
-                self._resumed = True
+                try:
+                    ledger = Ledger.from_json(saved)
+                    self._resumed = True
+                except StoreError as e:
+                    # The session goes on with its decisions started over (the history is
+                    # the caller's, so nothing the model needs is lost; the next save
+                    # replaces the unreadable one). Pass ``ledger=`` to decide otherwise.
+                    log.warning("saved ledger unreadable; starting over", error=str(e))
+                    self._startup_events.append(
+                        CompactionWarning("ledger_unreadable", f"{e}; decisions start over")
+                    )
         self._state = ViewState(self.counter, ledger)
         self._hub = EventHub()
         # Strategies put into the writer; it writes to the store off the event loop.
@@ -138,7 +159,9 @@ class ContextManager:
         self._last_call: float | None = None
         self._reported: set[tuple[str, int, str | None]] = set()
         self._rendered_version = self._state.ledger.version
+        self._closing = False
         self._closed = False
+        self._background_done: anyio.Event | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -146,21 +169,34 @@ class ContextManager:
         self._task_group = anyio.create_task_group()
         outer = await self._task_group.__aenter__()
         try:
-            self._tasks = await outer.start(self._own_background_work)
+            await outer.start(self._own_background_work)
         except BaseException:
             await self._task_group.__aexit__(None, None, None)
             raise
-        self._hub.bind(self._tasks)
         return self
 
     async def _own_background_work(
-        self, *, task_status: TaskStatus[TaskGroup] = anyio.TASK_STATUS_IGNORED
+        self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         # Background work lives in a task group of its own, so that cancelling it (aclose)
-        # never cancels the caller's code inside ``async with``.
-        async with anyio.create_task_group() as tasks:
-            task_status.started(tasks)
-            await anyio.sleep_forever()
+        # never cancels the caller's code inside ``async with``. A child task that ends
+        # cancelled without the manager cancelling it (someone cancelled its task) makes
+        # anyio cancel the whole group; only the manager's own close may end background
+        # work, so a new group takes over.
+        done = self._background_done = anyio.Event()
+        try:
+            while not self._closing:
+                async with anyio.create_task_group() as tasks:
+                    self._tasks = tasks
+                    self._hub.bind(tasks)
+                    if not done.is_set() and task_status is not anyio.TASK_STATUS_IGNORED:
+                        task_status.started()
+                        task_status = anyio.TASK_STATUS_IGNORED
+                    await anyio.sleep_forever()
+        finally:
+            self._tasks = None
+            self._hub.bind(None)
+            done.set()
 
     async def __aexit__(
         self,
@@ -168,47 +204,48 @@ class ContextManager:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        self._end_session()
-        await self._close_recall()
-        self._tasks_cancel()
+        await self._shutdown()
         try:
             return await self._task_group.__aexit__(exc_type, exc, tb)
         except BaseExceptionGroup as group:
             # The caller's own exception leaves ``async with`` as itself, not wrapped in a
-            # group by the task group that owns the background work.
+            # group by the task group that owns the background work; so do an interrupt
+            # and an exit.
             if exc is not None and all(e is exc for e in group.exceptions):
                 return False
+            for e in group.exceptions:
+                if isinstance(e, KeyboardInterrupt | SystemExit):
+                    raise e from None
             raise
-        finally:
-            self._hub.bind(None)
-            self._hub.close()
-            self._tasks = None
-            self._closed = True
 
-    def _end_session(self) -> None:
-        if not self._closed:
-            end_session(self.strategy, self._hub.emit)
-
-    async def _close_recall(self) -> None:
-        """Write what the recall writer still holds: shielded, bounded by its own deadline."""
-        if self._writer is not None and not self._closed:
-            with anyio.CancelScope(shield=True):
-                await self._writer.aclose()
-
-    def _tasks_cancel(self) -> None:
+    async def _shutdown(self) -> None:
+        """End background work, then report what it left (a billed briefing never spliced),
+        then close the event streams: every billed request is reported exactly once, however
+        a completing request and the close interleave."""
+        if self._closed:
+            return
+        self._closing = True
         if self._tasks is not None:
             self._tasks.cancel_scope.cancel()
-
-    async def aclose(self) -> None:
-        """Cancel background work and end event iterators (``async with`` does this).
-
-        Inside ``async with`` only the manager's own work is cancelled, never the caller's."""
-        self._end_session()
-        await self._close_recall()
-        self._tasks_cancel()
-        self._hub.bind(None)
+        # Shielded and bounded: a caller being cancelled still gets the report, and a
+        # subscriber or summarizer that ignores cancellation cannot hold the close up.
+        with anyio.move_on_after(_CLOSE_SECONDS, shield=True):
+            if self._background_done is not None:
+                await self._background_done.wait()
+            self._hub.collect_async()
+            end_session(self.strategy, self._hub.emit)
+            if self._writer is not None:
+                await self._writer.aclose()  # what is still unwritten, within its deadline
+            await self._hub.drain()
         self._hub.close()
         self._closed = True
+
+    async def aclose(self) -> None:
+        """End background work, report what it left, end event iterators (``async with``
+        does this).
+
+        Inside ``async with`` only the manager's own work is cancelled, never the caller's."""
+        await self._shutdown()
 
     # -- events -------------------------------------------------------------------------
 
@@ -256,13 +293,21 @@ class ContextManager:
         budget = self.budget if max_tokens is None else self.budget.for_output(max_tokens)
         if self._closed:
             raise ConfigError("this ContextManager is closed")
+        if self._startup_events:
+            for event in self._startup_events:
+                self._hub.emit(event)
+            self._startup_events.clear()
         self._sync(history)
         state = self._state
         self._count_new_near_budget(budget)
         if self._resumed:
             # A resumed ledger must match the history it is applied to, anchor by anchor.
             self._resumed = False
+            # Only a history that differs from the one the ledger was saved with (shorter or
+            # edited) can put a protected message under a kept decision; otherwise this
+            # worker must render exactly the view the last one did.
             if state.ledger.drop_stale(state.raw):
+                state.ledger.drop_protected(state.raw)
                 state.rebuild()
         now = self._clock()
         idle = None if self._last_call is None else now - self._last_call
@@ -302,17 +347,28 @@ class ContextManager:
             fraction = budget.usage_fraction(tokens)
             self._hub.emit(BudgetExceeded(tokens, budget.limit, fraction))
             if self._on_over_budget == "raise":
-                raise BudgetExceededError(tokens, budget.limit, view)
+                raise BudgetExceededError(tokens, budget.limit, view, self._protected(view))
         return view
+
+    def _protected(self, view: Sequence[Message]) -> int:
+        """Tokens of what no compaction may touch in ``view``, request overhead included."""
+        keep = {boundaries.task_index(view), boundaries.latest_user_index(view)}
+        complete = boundaries.newest_complete_turn(view)
+        if complete is not None:
+            keep.update(range(*complete))
+        loop = boundaries.in_flight_start(view)
+        keep.update(j for j in range(loop, len(view)) if boundaries.has_thinking(view[j]))
+        count = self.counter.count
+        return self.counter.overhead + sum(count(view[j]) for j in keep if j is not None)
 
     def _count_new_near_budget(self, budget: Budget) -> None:
         """Count the messages new since the last call in full when their quick estimate could
         be what keeps the prompt under the budget.
 
         A new message is first counted at a few characters (UTF-8 bytes beyond ASCII) a
-        token; the densest output measured (hex, paths) costs up to 1.6x that, so a large new
-        result could pass the budget unseen by every strategy. The full count runs only when
-        that much more would cross the budget: calls far from it stay O(1).
+        token; dense output costs more than that, up to one token a character, so a large
+        new result could pass the budget unseen by every strategy. The full count runs only
+        when that bound would cross the budget: calls far from it stay O(1).
         """
         view, origins = self._current_view()
         k = bisect.bisect_left(origins, self._sent)
@@ -382,6 +438,11 @@ class ContextManager:
         check_history(new, len(history) - len(new))
         dropped = state.truncate(cut)
         state.append(new)
+        # Decisions before the cut were taken on a longer history; what it protects now (the
+        # latest user message, the newest complete turn) may sit under one of them.
+        if unprotected := state.ledger.drop_protected(state.raw):
+            dropped += len(unprotected)
+            state.rebuild()
         self._rendered_version = state.ledger.version
         self._reported = {r for r in self._reported if r[1] < cut}
         self._sent = min(self._sent, cut)

@@ -122,7 +122,7 @@ async def test_replay_clock_lets_background_briefings_splice() -> None:
     tiers = DeterministicCompaction()
     summarizer = OfflineSummarizer(5.0, sleep=clock.sleep)
     strategy = Chain([LlmCompaction(summarizer, fallback=tiers, clock=clock), tiers])
-    budget = Budget(context_window=45_000, reserve_output=8_000)
+    budget = Budget(context_window=53_000)
     report = await replay(messages, budget=budget, strategy=strategy, clock=clock)
     assert report.splices == 1 and len(summarizer.requests) == 1
     assert [s.model for s in report.summaries] == [OFFLINE_MODEL]
@@ -272,14 +272,14 @@ def test_help_shows_defaults_and_units(
     out = " ".join(capsys.readouterr().out.split())  # unwrapped
     assert "%(" not in out and "None" not in out
     if command == ["replay"]:
-        assert "in tokens; the budget is this minus --reserve (default: 45000)" in out
-        assert "(default: 8000)" in out and "(default: llm)" in out
+        assert "in tokens; the budget is this minus --reserve (default: 53000)" in out
+        assert "(default: 16000)" in out and "(default: llm)" in out  # the library's reserve
         assert "seconds of session time" in out and "(default: 8.0)" in out
         shipped = f"(default: the session that ships with agentctx, {DEMO_TRANSCRIPT})"
         assert shipped.replace(" ", "") in out.replace(" ", "")  # long paths wrap anywhere
         assert "at claude-sonnet-4-6 prices" in out
     if command == ["demo"]:
-        assert "(default: 16000)" in out and "(default: 2000)" in out
+        assert "(default: 30000)" in out and "(default: 16000)" in out
 
 
 def test_description_is_prose(capsys: pytest.CaptureFixture[str]) -> None:
@@ -395,7 +395,7 @@ def test_progress_is_called_once_per_request() -> None:
     async def run() -> int:
         report = await replay(
             messages,
-            budget=Budget(context_window=45_000, reserve_output=8_000),
+            budget=Budget(context_window=53_000),
             strategy=DeterministicCompaction(),
             progress=lambda done, total: calls.append((done, total)),
         )

@@ -433,3 +433,33 @@ async def test_the_error_reports_what_the_protected_messages_take() -> None:
     error = caught.value
     assert error.protected is not None and error.protected > error.budget
     assert f"newest turn alone take {error.protected}" in str(error)
+
+
+async def test_giving_way_truncates_the_newest_result_rather_than_dropping_it() -> None:
+    big = "\n".join(f"{k}: " + "x" * 120 for k in range(100))  # ~13k chars, under max_chars
+    history: list[Message] = [user("the task"), assistant(call("a1")), result("a1", big),
+                              assistant(call("a2")), result("a2", big)]  # fmt: skip
+    async with ContextManager(Budget(context_window=8_000, reserve_output=1_000)) as ctx:
+        view = await ctx.prepare(history)
+        assert ctx.prompt_tokens <= ctx.budget.limit
+    assert_view_ok(view, history)
+    newest = [m for m in view if isinstance(m, ToolResultMessage) and m.tool_call_id == "a2"]
+    assert newest and text_of(newest[0].content).startswith("0: xxx")  # cut, not dropped
+
+
+async def test_a_resumed_worker_renders_the_view_the_last_one_sent(tmp_path: Path) -> None:
+    from agentctx._synthetic import synthetic_session
+
+    groups = synthetic_session(seed=3, calls=120)
+    store = SQLiteRecallStore(tmp_path / "s.db")
+    budget = Budget(context_window=30_000, reserve_output=4_000)
+    history: list[Message] = []
+    async with ContextManager(budget, recall=store, session_id="w") as first:
+        for group in groups:
+            history += group
+            view = await first.prepare(history)  # projection mode, as a restarted loop is
+    assert len(first.ledger) > 0
+    async with ContextManager(budget, recall=store, session_id="w") as second:
+        again = await second.prepare(history)
+    assert again == view
+    store.close()

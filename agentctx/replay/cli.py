@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
 import anyio
 
 from agentctx import __version__
-from agentctx.budget import Budget
+from agentctx.budget import DEFAULT_RESERVE_OUTPUT, Budget
 from agentctx.errors import AgentCtxError, ConfigError
 from agentctx.importers import load_transcript
 from agentctx.replay.cached_summarizer import SummaryCache, default_cache_path
@@ -61,7 +61,11 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-DEFAULT_CONTEXT_WINDOW = 45_000
+# The library's default output reserve (Budget.reserve_output), and windows that leave the
+# shipped session a 37k budget (where its briefing is needed) and the demo a 14k one.
+DEFAULT_RESERVE = DEFAULT_RESERVE_OUTPUT
+DEFAULT_CONTEXT_WINDOW = 37_000 + DEFAULT_RESERVE
+DEMO_CONTEXT_WINDOW = 14_000 + DEFAULT_RESERVE
 """Small enough that the shipped session (71k tokens raw) needs a briefing and the tiers."""
 
 DEFAULT_CONCURRENCY = 4
@@ -205,7 +209,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--reserve",
         type=_count,
-        default=8_000,
+        default=DEFAULT_RESERVE,
         metavar="TOKENS",
         help="tokens of the window kept for the output (default: %(default)s)",
     )
@@ -274,14 +278,14 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument(
         "--context-window",
         type=_count,
-        default=16_000,
+        default=DEMO_CONTEXT_WINDOW,
         metavar="TOKENS",
         help="the model's context window, in tokens (default: %(default)s)",
     )
     d.add_argument(
         "--reserve",
         type=_count,
-        default=2_000,
+        default=DEFAULT_RESERVE,
         metavar="TOKENS",
         help="tokens of the window kept for the output (default: %(default)s)",
     )

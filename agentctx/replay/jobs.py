@@ -1,7 +1,7 @@
 """Run the replays of one `agentctx replay` command: every transcript through every strategy.
 
 ```python
-settings = ReplaySettings(context_window=45_000, reserve=8_000)
+settings = ReplaySettings(context_window=53_000, reserve=16_000)
 outcomes = run_replays([load_transcript(p) for p in paths], ["deterministic", "llm"], settings)
 for o in outcomes:
     print(o.transcript.path, o.strategy, o.report.cost_with)

@@ -4,7 +4,7 @@ fetched) with the totals and the settings at the top and chart panels per transc
 ```python
 outcomes = run_replays(transcripts, ["deterministic", "llm"], settings)
 write_report("replay.html", sections_of(outcomes), title="agentctx replay",
-             settings=[("context window", "45,000 tokens"), ...])
+             settings=[("context window", "53,000 tokens"), ...])
 ```
 
 At the top: a card per strategy (tokens saved, cost, cache breaks, requests over budget,

@@ -177,34 +177,37 @@ class DeterministicCompaction:
         """Still over the hard budget: every protection beyond the invariants gives way.
 
         The invariants protect the task, the latest user message, the newest complete turn
-        and signed reasoning in the running tool loop; ``keep_recent_steps``, the truncation
-        floor and the exemption of recalled output are this strategy's own comfort. They are
-        dropped here, and tool output is cut ever shorter (to a few lines), before the
-        manager may say the budget cannot be met.
+        and signed reasoning in the running tool loop; the truncation floor, the exemption of
+        recalled output and ``keep_recent_steps`` are this strategy's own comfort. First tool
+        output is cut ever shorter (down to a few lines), then the recent steps may be
+        condensed or dropped too, all but the newest (whose result the model just asked
+        for), before the manager may say the budget cannot be met.
         """
         lines, chars = self.max_lines, self.max_chars
-        while _tokens(ctx) > ctx.budget.limit:
-            relaxed = DeterministicCompaction(
-                max_lines=lines,
-                max_chars=chars,
-                max_argument_chars=min(self.max_argument_chars, chars),
-                keep_recent_steps=0,
-                exempt_tools=frozenset(),
-                cold_cache_seconds=self.cold_cache_seconds,
-            )
-            taken = len(ctx.taken)
-            ctx.counter.refine(ctx.view)
-            relaxed._truncate(ctx, actions, in_flight=False, again=True)
-            if _tokens(ctx) > target:
-                relaxed._condense(ctx, actions, target, precise=False)
-            if _tokens(ctx) > target:
-                relaxed._drop_middle(ctx, actions, target)
-            if _tokens(ctx) > ctx.budget.limit:
-                relaxed._truncate(ctx, actions, in_flight=True, again=True)
-            ctx.counter.refine(ctx.view)
-            if lines <= _FLOOR_LINES and chars <= _FLOOR_CHARS and len(ctx.taken) == taken:
-                return
-            lines, chars = max(_FLOOR_LINES, lines // 2), max(_FLOOR_CHARS, chars // 2)
+        for keep in (self.keep_recent_steps, min(1, self.keep_recent_steps)):
+            while _tokens(ctx) > ctx.budget.limit:
+                relaxed = DeterministicCompaction(
+                    max_lines=lines,
+                    max_chars=chars,
+                    max_argument_chars=min(self.max_argument_chars, chars),
+                    keep_recent_steps=keep,
+                    exempt_tools=frozenset(),
+                    cold_cache_seconds=self.cold_cache_seconds,
+                )
+                taken = len(ctx.taken)
+                ctx.counter.refine(ctx.view)
+                relaxed._truncate(ctx, actions, in_flight=False, again=True)
+                if _tokens(ctx) > ctx.budget.limit:
+                    relaxed._truncate(ctx, actions, in_flight=True, again=True)
+                if _tokens(ctx) > target:
+                    relaxed._condense(ctx, actions, target, precise=False)
+                if _tokens(ctx) > target:
+                    relaxed._drop_middle(ctx, actions, target)
+                ctx.counter.refine(ctx.view)
+                floor = lines <= _FLOOR_LINES and chars <= _FLOOR_CHARS
+                if floor and len(ctx.taken) == taken:
+                    break
+                lines, chars = max(_FLOOR_LINES, lines // 2), max(_FLOOR_CHARS, chars // 2)
 
     # -- tier 1 -------------------------------------------------------------------------
 
@@ -246,7 +249,11 @@ class DeterministicCompaction:
                 rid = note.removeprefix("recall_context id=") or None
                 pending.append(ReplaceResult(anchor(raw, i), (TextBlock(short),), "truncate", rid))
                 actions.append(f"truncated {name} result {len(text)}->{len(short)} chars")
-            elif isinstance(m, AssistantMessage) and not in_flight:
+            elif isinstance(m, AssistantMessage) and (
+                not in_flight or (again and not b.has_thinking(m))
+            ):
+                # Arguments in the running loop are cut only when giving way, and never in a
+                # message whose signed reasoning must go back as it was.
                 for call in m.tool_calls:
                     new_args, cut = self._shrink_arguments(ctx, call)
                     if cut:
