@@ -1,0 +1,259 @@
+"""Views a provider would reject, one regression per rule, through the real SDKs.
+
+Each test sends the raw history to the fake servers (the real APIs' rules) and gets the real
+API's 400, then sends the view agentctx makes of it (in owned and projection mode, through
+`agentctx.testing.drive`) and has it accepted by Anthropic Messages, OpenAI Chat Completions
+and OpenAI Responses alike. The repairs are those documented in `agentctx.boundaries`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import anthropic
+import openai
+import pytest
+
+from agentctx.adapters import to_anthropic, to_openai_chat, to_openai_responses
+from agentctx.boundaries import EMPTY_TEXT, LEADING_TEXT
+from agentctx.events import Event, TranscriptRepaired
+from agentctx.manager import ContextManager
+from agentctx.messages import (
+    AssistantMessage,
+    Message,
+    SummaryMessage,
+    TextBlock,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+    canonical_json,
+)
+from agentctx.testing import check_view, drive
+from agentctx.testing.servers import FakeAnthropic, FakeOpenAI
+
+MODEL = "m"
+TOOLS = [{"name": "read", "description": "Read a file.", "input_schema": {"type": "object"}}]
+CHAT_TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
+RESPONSES_TOOLS = [{"type": "function", "name": "read", "parameters": {"type": "object"}}]
+Mode = Literal["owned", "projection"]
+
+
+@dataclass
+class Providers:
+    """The fake Anthropic and OpenAI APIs with a real SDK client for each."""
+
+    anthropic: anthropic.AsyncAnthropic
+    openai: openai.AsyncOpenAI
+
+    async def problems(self, messages: Sequence[Message]) -> dict[str, str | None]:
+        """Each endpoint's answer to ``messages``: its 400 message, or None if accepted."""
+        out: dict[str, str | None] = {}
+        calls = {
+            "anthropic": lambda: self.anthropic.messages.create(
+                model=MODEL, max_tokens=64, tools=TOOLS, messages=to_anthropic(messages)
+            ),
+            "chat": lambda: self.openai.chat.completions.create(
+                model=MODEL, tools=CHAT_TOOLS, messages=to_openai_chat(messages)
+            ),
+            "responses": lambda: self.openai.responses.create(
+                model=MODEL, tools=RESPONSES_TOOLS, input=to_openai_responses(messages)
+            ),
+        }
+        for name, call in calls.items():
+            try:
+                await call()
+                out[name] = None
+            except (anthropic.BadRequestError, openai.BadRequestError) as e:
+                out[name] = str(e)
+        return out
+
+
+@pytest.fixture
+async def providers() -> AsyncIterator[Providers]:
+    async with FakeAnthropic() as ant, FakeOpenAI() as oai:
+        async with (
+            anthropic.AsyncAnthropic(base_url=ant.url, api_key="t", max_retries=0) as a,
+            openai.AsyncOpenAI(base_url=oai.url + "/v1", api_key="t", max_retries=0) as o,
+        ):
+            yield Providers(a, o)
+        assert ant.errors == [] and oai.errors == []
+
+
+async def repaired(
+    turns: Sequence[Sequence[Message]], mode: Mode
+) -> tuple[list[Message], list[str], Sequence[Message]]:
+    """Drive ``turns`` (each view checked by `check_view`); the last view, every repair
+    reported, and the raw history."""
+    events: list[Event] = []
+    async with ContextManager(100_000) as ctx:
+        ctx.subscribe(events.append)
+        views = await drive(ctx, turns, mode=mode)
+        again = await ctx.prepare(views[-1] if mode == "owned" else [m for t in turns for m in t])
+        # byte-stable: the same history gives the same bytes, call after call
+        assert [canonical_json(m) for m in again] == [canonical_json(m) for m in views[-1]]
+        reported = [r for e in events if isinstance(e, TranscriptRepaired) for r in e.repairs]
+        assert len(reported) == len(set(reported))  # each repair reported once
+        return views[-1], reported, list(ctx.raw)
+
+
+def read(call_id: str, path: str = "a.py") -> ToolCall:
+    return ToolCall(call_id, "read", {"path": path})
+
+
+def calls(*call_ids: str, text: str | None = None) -> AssistantMessage:
+    blocks: list[Any] = [TextBlock(text)] if text is not None else []
+    blocks += [read(c, f"{c}-{k}.py") for k, c in enumerate(call_ids)]
+    return AssistantMessage(tuple(blocks), "tool_use")
+
+
+def ids(view: Sequence[Message]) -> list[tuple[str, str]]:
+    """(kind, id) of every call and result, in order."""
+    out = []
+    for m in view:
+        if isinstance(m, AssistantMessage):
+            out += [("call", c.id) for c in m.tool_calls]
+        elif isinstance(m, ToolResultMessage):
+            out.append(("result", m.tool_call_id))
+    return out
+
+
+MODES: list[Mode] = ["owned", "projection"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_whitespace_only_user_message(providers: Providers, mode: Mode) -> None:
+    history: list[Message] = [UserMessage.of("\n")]
+    answers = await providers.problems(history)
+    assert "text content blocks must contain non-whitespace text" in str(answers["anthropic"])
+    view, reported, _ = await repaired([history], mode)
+    assert view == [UserMessage.of(EMPTY_TEXT)]
+    assert reported == ["empty_message@0"]
+    assert await providers.problems(view) == dict.fromkeys(answers)
+    # later on, as the latest user message, it stays a user turn
+    turns = [[UserMessage.of("task")], [AssistantMessage.of("Done."), UserMessage.of("\n")]]
+    view, reported, _ = await repaired(turns, mode)
+    assert view[-1] == UserMessage.of(EMPTY_TEXT) and reported == ["empty_message@2"]
+    assert await providers.problems(view) == dict.fromkeys(answers)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_whitespace_text_before_a_tool_call(providers: Providers, mode: Mode) -> None:
+    history: list[Message] = [
+        UserMessage.of("Read a.py"),
+        calls("toolu_1", text="\n\n"),
+        ToolResultMessage.of("toolu_1", "print(1)"),
+    ]
+    answers = await providers.problems(history)
+    assert "text content blocks must contain non-whitespace text" in str(answers["anthropic"])
+    view, reported, raw = await repaired([history], mode)
+    assert view[1] == calls("toolu_1") and view[::2] == history[::2]
+    assert raw == history  # the raw history is untouched
+    assert reported == ["empty_text@1"]
+    assert await providers.problems(view) == dict.fromkeys(answers)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_call_0_on_every_turn(providers: Providers, mode: Mode) -> None:
+    """Some OpenAI-compatible servers number calls per response: ``call_0`` every time."""
+    turns: list[list[Message]] = [[UserMessage.of("Read three files")]]
+    turns += [[calls("call_0"), ToolResultMessage.of("call_0", f"file {n}")] for n in range(3)]
+    history = [m for t in turns for m in t]
+    answers = await providers.problems(history)
+    assert "tool_use ids must be unique" in str(answers["anthropic"])
+    assert "Duplicate value for 'tool_call_id' of 'call_0'" in str(answers["chat"])
+    assert "Duplicate function_call_output for call_id 'call_0'" in str(answers["responses"])
+    view, reported, raw = await repaired(turns, mode)
+    assert ids(view) == [
+        ("call", "call_0"),
+        ("result", "call_0"),
+        ("call", "call_0-2"),
+        ("result", "call_0-2"),
+        ("call", "call_0-3"),
+        ("result", "call_0-3"),
+    ]
+    # each result still answers its own call
+    assert [m.content for m in view if isinstance(m, ToolResultMessage)] == [
+        m.content for m in history if isinstance(m, ToolResultMessage)
+    ]
+    assert reported == [
+        "duplicate_call_id@3:call_0->call_0-2",
+        "duplicate_call_id@5:call_0->call_0-3",
+    ]
+    assert ids(raw) == [(k, "call_0") for k in ("call", "result") * 3]  # raw untouched
+    assert await providers.problems(view) == dict.fromkeys(answers)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_duplicate_ids_within_a_batch(providers: Providers, mode: Mode) -> None:
+    history: list[Message] = [
+        UserMessage.of("Read two files"),
+        calls("call_0", "call_0"),
+        ToolResultMessage.of("call_0", "first"),
+        ToolResultMessage.of("call_0", "second"),
+    ]
+    answers = await providers.problems(history)
+    assert "tool_use ids must be unique" in str(answers["anthropic"])
+    assert "Duplicate value for 'tool_call_id' of 'call_0'" in str(answers["chat"])
+    assert "Duplicate function_call_output for call_id 'call_0'" in str(answers["responses"])
+    view, reported, _ = await repaired([history], mode)
+    renamed = view[1]
+    assert isinstance(renamed, AssistantMessage)
+    assert [(c.id, c.arguments["path"]) for c in renamed.tool_calls] == [
+        ("call_0", "call_0-0.py"),
+        ("call_0-2", "call_0-1.py"),
+    ]
+    # the k-th result carrying an id answers the k-th call carrying it
+    assert view[2:] == [
+        ToolResultMessage.of("call_0", "first"),
+        ToolResultMessage.of("call_0-2", "second"),
+    ]
+    assert reported == ["duplicate_call_id@1:call_0->call_0-2"]
+    assert await providers.problems(view) == dict.fromkeys(answers)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_history_starting_with_an_assistant_message(providers: Providers, mode: Mode) -> None:
+    history: list[Message] = [
+        AssistantMessage.of("Hello! What shall we work on?"),
+        UserMessage.of("Fix the failing test."),
+    ]
+    answers = await providers.problems(history)
+    assert answers["anthropic"] is not None
+    assert 'first message must use the "user" role' in answers["anthropic"]
+    view, reported, _ = await repaired([history], mode)
+    assert view == [SummaryMessage(LEADING_TEXT), *history]
+    assert reported == ["leading_assistant@0"]
+    assert await providers.problems(view) == dict.fromkeys(answers)
+    # appending keeps the placeholder and every byte before the new messages
+    more = [calls("toolu_1"), ToolResultMessage.of("toolu_1", "ok")]
+    longer, _, _ = await repaired([history, more], mode)
+    assert longer[: len(view)] == view and check_view(longer, [*history, *more]) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_every_rule_at_once_keeps_prefix_bytes(providers: Providers, mode: Mode) -> None:
+    """All the hostile shapes in one session, fed turn by turn: each view is accepted and
+    extends the previous one byte for byte (no decision is taken at this budget)."""
+    turns: list[list[Message]] = [
+        [AssistantMessage.of("Hi."), UserMessage.of(" ")],
+        [calls("call_0", "call_0", text=" "), *(ToolResultMessage.of("call_0", "x"),) * 2],
+        [AssistantMessage.of("\n"), UserMessage.of("go on")],
+        [calls("call_0"), ToolResultMessage.of("call_0", "y")],
+    ]
+    previous: list[str] = []
+    async with ContextManager(100_000) as ctx:
+        history: list[Message] = []
+        for turn in turns:
+            history = [*history, *turn]
+            view = await ctx.prepare(history)
+            assert check_view(view, ctx.raw) == []
+            assert await providers.problems(view) == dict.fromkeys(
+                ("anthropic", "chat", "responses")
+            )
+            current = [canonical_json(m) for m in view]
+            assert current[: len(previous)] == previous
+            previous = current
+            if mode == "owned":
+                history = list(view)
