@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-import xllamacpp  # type: ignore[import-not-found, unused-ignore]
+import xllamacpp  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
 
 def main() -> None:
@@ -28,6 +28,12 @@ def main() -> None:
     # One thread: with two, llama.cpp's spinning barrier collapses when the other core is busy.
     params.cpuparams.n_threads = 1
     params.cpuparams_batch.n_threads = 1
+    # One slot: a request never shares a batch with another, whose make-up would change the
+    # arithmetic and so what greedy decoding picks.
+    params.n_parallel = 1
+    # A prompt served from the cache of an earlier one is computed in other batch shapes,
+    # whose rounding can flip a greedy choice: every request starts from scratch.
+    params.cache_prompt = False
     server = xllamacpp.Server(params)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     while server is not None:
