@@ -179,8 +179,10 @@ class CompactionWarning(_Event):
     """A strategy is configured or running in a way that makes it useless; said once.
 
     ``code`` is e.g. ``inert`` (no span can ever be summarized under these settings),
-    ``losing_race`` (briefings keep arriving too late: use a faster summarizer) or
-    ``no_task_group`` (background work needs ``async with ContextManager(...)``).
+    ``losing_race`` (briefings keep arriving too late: use a faster summarizer),
+    ``no_task_group`` (background work, recall store writes included, needs
+    ``async with ContextManager(...)``) or ``recall_evicted`` (a `MemoryRecallStore` too small
+    for what open sessions reference evicted some of it).
     """
 
     code: str

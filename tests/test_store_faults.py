@@ -632,11 +632,15 @@ async def test_recall_stores_each_raw_message_about_once() -> None:
 async def test_memory_store_honours_its_bound_across_sessions() -> None:
     store = MemoryRecallStore(max_bytes=200_000)
     largest = 0
+    warnings: list[str] = []
     for n in range(3):
         budget = Budget(context_window=12_000, reserve_output=2_000)
         async with ContextManager(
             budget, recall=store, session_id=f"s{n}", on_over_budget="send"
         ) as ctx:
+            ctx.subscribe(
+                lambda e: warnings.append(e.code) if isinstance(e, CompactionWarning) else None
+            )
             view: list[Message] = []
             for group in synthetic_session(n, 150, mean_output_lines=40):
                 view = await ctx.prepare([*view, *group])
@@ -645,6 +649,8 @@ async def test_memory_store_honours_its_bound_across_sessions() -> None:
                 assert store.bytes_held <= store.max_bytes + largest
     assert store.bytes_held <= store.max_bytes + largest
     assert store._pins == {} and not store._held  # closed sessions pin nothing
+    # what the sessions referenced did not fit: said once per session that saw it happen
+    assert store.evicted_pinned > 0 and 1 <= warnings.count("recall_evicted") <= 3
 
 
 async def test_proposals_nobody_took_are_neither_kept_nor_pinned() -> None:

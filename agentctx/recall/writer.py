@@ -153,6 +153,8 @@ class RecallWriter:
         self._expansions_bytes = 0
         self._draining = False
         self._warned_inline = False
+        self._warned_evicted = False
+        self._evictions_seen = getattr(store, "evicted_pinned", 0)
         self._closed = False
         self.record(ledger, ())
         self._ledger_dirty = self._keeps_ledger and not saved and len(ledger) > 0
@@ -544,6 +546,24 @@ class RecallWriter:
             return
         if wrote:
             self._succeeded()
+            self._check_evictions()
+
+    def _check_evictions(self) -> None:
+        """Say once when a bounded store had to evict entries a ledger still references."""
+        evicted = getattr(self.store, "evicted_pinned", 0)
+        if isinstance(evicted, int) and evicted > self._evictions_seen and not self._warned_evicted:
+            self._warned_evicted = True
+            bound = getattr(self.store, "max_bytes", None)
+            log.warning("recall store evicted referenced entries", evicted=evicted, max_bytes=bound)
+            self._emit(
+                CompactionWarning(
+                    "recall_evicted",
+                    f"{self._name}(max_bytes={bound}) is too small for what open sessions "
+                    f"reference: {evicted - self._evictions_seen} referenced entries were "
+                    "evicted and their recall ids now answer not found; raise max_bytes or use "
+                    "a durable store",
+                )
+            )
 
     async def _drain(self) -> None:
         try:
