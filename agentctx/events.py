@@ -14,9 +14,11 @@ as ``null``.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import math
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -40,6 +42,7 @@ __all__ = [
     "StoreDegraded",
     "StoreRecovered",
     "Subscriber",
+    "SubscriberWarning",
     "SummaryRejected",
     "SummaryStale",
     "SummaryStats",
@@ -234,6 +237,10 @@ Event: TypeAlias = (
 Subscriber: TypeAlias = Callable[[Event], None | Awaitable[None]]
 
 
+class SubscriberWarning(RuntimeWarning):
+    """An event subscriber raised; the loop went on. Issued once per subscriber."""
+
+
 class EventHub:
     """Fans events out to callbacks and iterators; nothing a subscriber does reaches the emitter.
 
@@ -248,6 +255,7 @@ class EventHub:
         self._buffer = buffer
         self._tasks: TaskGroup | None = None
         self._held: list[tuple[Awaitable[None], Subscriber]] | None = None
+        self._warned: set[int] = set()
 
     def bind(self, tasks: TaskGroup | None) -> None:
         """Run async callbacks in ``tasks`` (the manager's task group); ``None`` unbinds."""
@@ -284,8 +292,8 @@ class EventHub:
         for callback in list(self._callbacks):
             try:
                 result = callback(event)
-            except Exception:
-                log.exception("event subscriber raised", subscriber=repr(callback))
+            except Exception as e:
+                self._subscriber_failed(callback, e)
                 continue
             if inspect.isawaitable(result):
                 self._run_later(result, callback)
@@ -323,12 +331,27 @@ class EventHub:
             awaitable, callback = self._held.pop(0)
             await self._run_async(awaitable, callback)
 
-    @staticmethod
-    async def _run_async(awaitable: Awaitable[None], callback: Subscriber) -> None:
+    async def _run_async(self, awaitable: Awaitable[None], callback: Subscriber) -> None:
         try:
             await awaitable
-        except Exception:
-            log.exception("event subscriber raised", subscriber=repr(callback))
+        except Exception as e:
+            self._subscriber_failed(callback, e)
+
+    def _subscriber_failed(self, callback: Subscriber, error: Exception) -> None:
+        """Log every failure; warn once per subscriber, so it is seen without logging set up
+        (the library's logger has only a NullHandler)."""
+        log.error("event subscriber raised", subscriber=repr(callback), exc_info=error)
+        key = id(callback)
+        if key not in self._warned:
+            self._warned.add(key)
+            # Warnings made errors (python -W error) still never reach the loop.
+            with contextlib.suppress(Warning):
+                warnings.warn(
+                    f"agentctx event subscriber {callback!r} raised {type(error).__name__}: "
+                    f"{error} (further failures of it are only logged)",
+                    SubscriberWarning,
+                    stacklevel=2,
+                )
 
     def close(self) -> None:
         """End every iterator; async callbacks still held are dropped."""

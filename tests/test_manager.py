@@ -19,6 +19,7 @@ from agentctx.events import (
     ContextCompacted,
     Event,
     HistoryResynced,
+    SubscriberWarning,
     TranscriptRepaired,
 )
 from agentctx.manager import ContextManager
@@ -184,13 +185,14 @@ async def test_subscribers_never_reach_the_loop() -> None:
         await anyio.sleep(3600)
 
     turns = [[user("task")]] + [tool_turn(n, lines=80) for n in range(30)]
-    with anyio.fail_after(5):
+    with anyio.fail_after(5), pytest.warns(SubscriberWarning, match="subscriber bug") as seen:
         async with ContextManager(small_budget()) as ctx:
             ctx.subscribe(boom)
             ctx.subscribe(slow)
             ctx.subscribe(got.append)
             await drive(ctx, turns)
     assert any(isinstance(e, ContextCompacted) for e in got)
+    assert len(seen) == 1  # once per subscriber, however often it raised
 
 
 async def test_event_iterator_receives_events() -> None:

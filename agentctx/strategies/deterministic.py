@@ -62,6 +62,7 @@ __all__ = ["COMPACTION_MARKER", "DeterministicCompaction", "describe_call", "tru
 
 _MIN_DROP_GAIN = 64  # tokens; below this a drop only churns the marker and the cache
 _FLOOR_LINES, _FLOOR_CHARS = 8, 600  # the shortest tool output giving way leaves
+_GIVE_WAY_ROUNDS = 12
 
 
 def _slack(target: int) -> int:
@@ -185,7 +186,10 @@ class DeterministicCompaction:
         """
         lines, chars = self.max_lines, self.max_chars
         for keep in (self.keep_recent_steps, min(1, self.keep_recent_steps)):
-            while _tokens(ctx) > ctx.budget.limit:
+            for _ in range(_GIVE_WAY_ROUNDS):  # halving reaches the floor well within these
+                before = _tokens(ctx)
+                if before <= ctx.budget.limit:
+                    return
                 relaxed = DeterministicCompaction(
                     max_lines=lines,
                     max_chars=chars,
@@ -205,8 +209,8 @@ class DeterministicCompaction:
                     relaxed._drop_middle(ctx, actions, target)
                 ctx.counter.refine(ctx.view)
                 floor = lines <= _FLOOR_LINES and chars <= _FLOOR_CHARS
-                if floor and len(ctx.taken) == taken:
-                    break
+                if floor and (len(ctx.taken) == taken or _tokens(ctx) >= before):
+                    break  # at the floor and nothing more to gain
                 lines, chars = max(_FLOOR_LINES, lines // 2), max(_FLOOR_CHARS, chars // 2)
 
     # -- tier 1 -------------------------------------------------------------------------
