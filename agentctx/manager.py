@@ -68,6 +68,8 @@ __all__ = ["ContextManager"]
 # A measured "densest" ratio is not a bound: 400 lines of "ok N" came to 1.77x.
 _DENSEST_OVER_QUICK = 2.5
 _CLOSE_SECONDS = 5.0  # the most a close waits for background work and async subscribers
+_THRASH_CALLS = 3  # prefix rewrites in a row that earn a warning
+_CACHE_TTL_SECONDS = 300.0  # the providers' default prompt-cache lifetime
 
 
 def _common_prefix(a: Sequence[Message], b: Sequence[Message]) -> int:
@@ -125,6 +127,7 @@ class ContextManager:
         self._clock = clock
         self._resumed = False
         self._startup_events: list[Event] = []
+        self._breaks_in_row = 0
         if ledger is None and isinstance(recall, LedgerStore):
             saved = recall.load_ledger(self.session_id)
             if saved is not None:
@@ -337,6 +340,7 @@ class ContextManager:
         self._persist(ctx.taken)
         if state.repairs_version != self._repairs_seen:
             self._report_repairs()
+        self._watch_thrash(ctx, idle)
         self._last_call = now
         self._sent = len(state.raw)
         view = list(state.view)
@@ -349,6 +353,27 @@ class ContextManager:
             if self._on_over_budget == "raise":
                 raise BudgetExceededError(tokens, budget.limit, view, self._protected(view))
         return view
+
+    def _watch_thrash(self, ctx: CompactionContext, idle: float | None) -> None:
+        """Warn once per streak when compaction rewrites the cached prefix on several calls
+        in a row: each rewrite re-bills the whole prompt, which costs more than compacting
+        less often and deeper."""
+        cold = idle is not None and idle > _CACHE_TTL_SECONDS  # nothing cached to lose
+        if not ctx.breaking_cache or cold:
+            self._breaks_in_row = 0
+            return
+        self._breaks_in_row += 1
+        if self._breaks_in_row == _THRASH_CALLS:
+            self._hub.emit(
+                CompactionWarning(
+                    "thrash",
+                    f"compaction rewrote the cached prompt on {_THRASH_CALLS} calls in a row "
+                    f"(now {self.prompt_tokens} of {self.budget.limit} tokens): each rewrite "
+                    "re-bills the prompt. Lower the budget's target_ratio (now "
+                    f"{self.budget.target_ratio}) so each compaction frees more, or, with "
+                    "ToolOutputPipeline, raise clear_at_least",
+                )
+            )
 
     def _protected(self, view: Sequence[Message]) -> int:
         """Tokens of what no compaction may touch in ``view``, request overhead included."""

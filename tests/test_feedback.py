@@ -1,0 +1,55 @@
+"""Feedback a user sees without configuring logging: compaction that rewrites the cached
+prefix call after call is warned about once, with the setting to change."""
+
+from __future__ import annotations
+
+from agentctx import CompactionWarning, ContextManager, Event, TextBlock, ToolResultMessage
+from agentctx.ledger import ReplaceResult, anchor
+from agentctx.messages import Message
+from agentctx.strategy import CompactionContext
+
+from .helpers import tool_turn, user
+
+
+class MaskOneMore:
+    """The peers' costly habit: every call, clear one more old tool result."""
+
+    async def compact(self, ctx: CompactionContext) -> None:
+        for i, m in enumerate(ctx.raw[: ctx.sent]):  # already sent, so cached
+            if isinstance(m, ToolResultMessage) and not ctx.ledger.decisions_at(i):
+                ctx.take(ReplaceResult(anchor(ctx.raw, i), (TextBlock("[cleared]"),), "mask"))
+                return
+
+
+def thrash_warnings(events: list[Event]) -> list[CompactionWarning]:
+    return [e for e in events if isinstance(e, CompactionWarning) and e.code == "thrash"]
+
+
+async def test_rewriting_the_cached_prefix_call_after_call_is_warned_once() -> None:
+    events: list[Event] = []
+    clock = iter(range(0, 10_000, 10))  # 10 s between calls: the cache stays warm
+    async with ContextManager(
+        1_000_000, strategy=MaskOneMore(), clock=lambda: float(next(clock))
+    ) as ctx:
+        ctx.subscribe(events.append)
+        history: list[Message] = [user("the task")]
+        for n in range(8):
+            history += tool_turn(n, lines=5)
+            await ctx.prepare(history)
+    warnings = thrash_warnings(events)
+    assert len(warnings) == 1  # once per streak
+    assert "3 calls in a row" in warnings[0].message and "target_ratio" in warnings[0].message
+
+
+async def test_rewrites_after_the_cache_went_cold_are_no_thrash() -> None:
+    events: list[Event] = []
+    clock = iter(range(0, 100_000, 600))  # 10 minutes between calls: nothing cached
+    async with ContextManager(
+        1_000_000, strategy=MaskOneMore(), clock=lambda: float(next(clock))
+    ) as ctx:
+        ctx.subscribe(events.append)
+        history: list[Message] = [user("the task")]
+        for n in range(8):
+            history += tool_turn(n, lines=5)
+            await ctx.prepare(history)
+    assert thrash_warnings(events) == []
