@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 
-from agentctx import boundaries
+from agentctx import boundaries, telemetry
 from agentctx._log import log
 from agentctx._usage import ACCEPTED, usage_of
 from agentctx.budget import Budget, BudgetExceededError
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from agentctx.ledger import Decision
     from agentctx.recall.store import RecallStore
     from agentctx.strategy import CompactionStrategy
+    from agentctx.telemetry import Tracer
 
 __all__ = ["ContextManager"]
 
@@ -101,6 +102,8 @@ class ContextManager:
             view; ``"send"`` returns that view anyway. Both emit `BudgetExceeded`.
         clock: wall-clock seconds (``time.time``; replays and tests pass their own). Message
             ages come from it and from ``extra["timestamp"]`` (epoch milliseconds).
+        tracer: where to report deciding `prepare` calls and summarizer requests (see
+            `agentctx.telemetry`; OpenTelemetry: `agentctx.integrations.otel.OtelTracer`).
     """
 
     def __init__(
@@ -114,6 +117,7 @@ class ContextManager:
         ledger: Ledger | None = None,
         on_over_budget: str = "raise",
         clock: Callable[[], float] = time.time,
+        tracer: Tracer | None = None,
     ) -> None:
         if on_over_budget not in ("raise", "send"):
             raise ConfigError(f"on_over_budget is 'raise' or 'send', got {on_over_budget!r}")
@@ -125,6 +129,7 @@ class ContextManager:
         self.usage = Usage()
         self._on_over_budget = on_over_budget
         self._clock = clock
+        self._tracer = tracer
         self._resumed = False
         self._startup_events: list[Event] = []
         self._breaks_in_row = 0
@@ -293,6 +298,19 @@ class ContextManager:
         output the request asks for: the budget's default reserve follows it for this call
         (`Budget.for_output`; `wrap` and the middleware pass it).
         """
+        if self._tracer is None:
+            return await self._prepare(history, max_tokens, None)
+        with telemetry.prepare_call(self._tracer, self) as call:
+            view = await self._prepare(history, max_tokens, call)
+            call.messages_after = len(view)
+            return view
+
+    async def _prepare(
+        self,
+        history: Sequence[Message],
+        max_tokens: int | None,
+        call: telemetry.PrepareCall | None,
+    ) -> list[Message]:
         budget = self.budget if max_tokens is None else self.budget.for_output(max_tokens)
         if self._closed:
             raise ConfigError("this ContextManager is closed")
@@ -331,6 +349,8 @@ class ContextManager:
         )
         # Run to a fixed point, so calling prepare() again on the same history takes nothing
         # new (a strategy's decisions can make room for another's, or for its own next step).
+        if call is not None:
+            call.start(ctx, self.prompt_tokens)
         for _ in range(4):
             taken = len(ctx.taken)
             await self.strategy.compact(ctx)

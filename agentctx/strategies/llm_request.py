@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from agentctx import telemetry
 from agentctx._log import log
 from agentctx.errors import SummarizerError
 from agentctx.events import CompactionWarning, SummaryRejected, SummaryStale, SummaryStats
@@ -172,6 +173,7 @@ class Requester:
         except RuntimeError:  # the task group is closing
             self.inflight = None
             return False
+        telemetry.request_started()
         return True
 
     def reap(self, tasks: TaskGroup | None, emit: Callable[[Event], None]) -> None:
@@ -309,9 +311,13 @@ class Requester:
             limit = min(cfg.timeout, remaining)
             retry_after: float | None = None
             try:
-                with anyio.fail_after(limit):
+                with (
+                    telemetry.attempt(self.summarizer, cfg.price, request, attempt) as traced,
+                    anyio.fail_after(limit),  # inside the span: it sees the TimeoutError
+                ):
                     reply = await self.summarizer.summarize(replace(request, attempt=attempt))
                     result = check_result(reply)  # malformed: a failed attempt, not retried
+                    traced.result = result
                 return result, attempt, "", ""
             except TimeoutError:
                 reason = "timeout" if limit >= cfg.timeout else "deadline"

@@ -1,0 +1,198 @@
+"""agentctx in OpenTelemetry traces: a span per deciding `prepare` call and per summarizer request.
+
+```python
+from agentctx import Budget, ContextManager
+from agentctx.integrations.otel import OtelTracer
+
+async with ContextManager(Budget(context_window=200_000), tracer=OtelTracer()) as ctx:
+    view = await ctx.prepare(history)  # inside your own span, if you have one
+```
+
+`OtelTracer` (extra ``otel``) sends spans to the global tracer provider, or to the one you pass
+(``OtelTracer(provider)``). Without a tracer, or without the extra, agentctx makes no spans
+and imports no OpenTelemetry.
+
+- ``agentctx.prepare``: one span per `ContextManager.prepare` call that took a decision,
+  emitted an event, started a summarizer request or raised (a call that does nothing makes
+  none), in the caller's current span. It is recorded when the call ends, with the call's
+  start and end times. Attributes: ``agentctx.strategy``, ``agentctx.budget.limit``,
+  ``agentctx.messages.before`` / ``.after``, ``agentctx.tokens.before`` / ``.after`` (the
+  view's prompt estimate before and after the call's decisions), ``agentctx.decisions``,
+  ``agentctx.summary.requests_started`` and ``gen_ai.conversation.id`` (the session id).
+  Each event emitted during the call is a span event named by its JSON ``type``
+  (``contextCompacted``, ``budgetExceeded``, ``compactionWarning``...) with the fields of
+  its ``to_json()`` as attributes, nested ones joined by dots (``summary.costUsd``) and
+  ``null`` ones left out. A call that raised (`BudgetExceededError`) has status ``ERROR``
+  and ``error.type``.
+- ``chat {model}``: one span per summarizer request attempt (retries are attempts), of kind
+  ``CLIENT``, following the OpenTelemetry GenAI semantic conventions:
+  ``gen_ai.operation.name`` (``chat``), ``gen_ai.provider.name`` (``anthropic`` or
+  ``openai`` for agentctx's own summarizers), ``gen_ai.request.model``,
+  ``gen_ai.request.max_tokens``, ``gen_ai.response.model``,
+  ``gen_ai.response.finish_reasons``, ``gen_ai.usage.input_tokens`` (cached tokens
+  included), ``gen_ai.usage.output_tokens``, ``gen_ai.usage.cache_read.input_tokens``,
+  ``gen_ai.usage.cache_creation.input_tokens``; plus ``agentctx.cost_usd`` (left out when
+  the price is unknown), ``agentctx.summary.messages`` and ``agentctx.summary.attempt``. A
+  failed attempt (error, timeout, malformed reply) has status ``ERROR`` and ``error.type``
+  (the exception's class), and ``http.response.status_code`` when there was one. The
+  request runs in the background: its span is a child of the span that was current when
+  ``prepare`` started it, and links to that call's ``agentctx.prepare`` span.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from agentctx import __version__
+from agentctx.errors import MissingExtraError, SummarizerError
+
+try:
+    from opentelemetry import trace
+    from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
+except ImportError as exc:
+    raise MissingExtraError("otel", exc.name, needed_by=__name__) from exc
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from opentelemetry.util.types import AttributeValue
+
+    from agentctx.telemetry import PrepareCall, SummarizerAttempt
+
+__all__ = ["PREPARE_SPAN", "OtelTracer"]
+
+PREPARE_SPAN = "agentctx.prepare"
+"""The name of the span of a `prepare` call."""
+
+
+class OtelTracer:
+    """An `agentctx.telemetry.Tracer` that makes OpenTelemetry spans (see the module docs).
+
+    Pass it as ``ContextManager(..., tracer=OtelTracer())``; one can serve many sessions.
+
+    Args:
+        tracer_provider: where the spans go; default: the global tracer provider
+            (``opentelemetry.trace.set_tracer_provider``).
+    """
+
+    def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
+        self._tracer = trace.get_tracer("agentctx", __version__, tracer_provider)
+
+    def prepared(self, call: PrepareCall) -> None:
+        """Record the span of a `prepare` call that has ended."""
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.conversation.id": call.session_id,
+            "agentctx.strategy": call.strategy,
+            "agentctx.budget.limit": call.budget_limit,
+            "agentctx.messages.before": call.messages_before,
+            "agentctx.messages.after": call.messages_after,
+            "agentctx.tokens.before": call.tokens_before,
+            "agentctx.tokens.after": call.tokens_after,
+            "agentctx.decisions": call.decisions,
+            "agentctx.summary.requests_started": call.requests_started,
+        }
+        span = self._tracer.start_span(
+            PREPARE_SPAN, kind=SpanKind.INTERNAL, attributes=attributes, start_time=call.start_ns
+        )
+        for at, event in call.events:
+            data = event.to_json()
+            name = str(data.pop("type"))
+            span.add_event(name, attributes=_flatten(data), timestamp=at)
+        if call.error is not None:
+            _failed(span, call.error)
+        span.end(end_time=call.end_ns)
+        call.handle = span.get_span_context()
+
+    @contextlib.contextmanager
+    def attempt(self, attempt: SummarizerAttempt) -> Iterator[None]:
+        """The span of one summarizer request attempt, current while it runs."""
+        request = attempt.request
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.max_tokens": request.max_tokens,
+            "agentctx.summary.messages": request.messages,
+            "agentctx.summary.attempt": attempt.attempt,
+        }
+        if attempt.model is not None:
+            attributes["gen_ai.request.model"] = attempt.model
+        if (provider := _provider(attempt)) is not None:
+            attributes["gen_ai.provider.name"] = provider
+        links = []
+        call = attempt.started_by
+        if call is not None:
+            attributes["gen_ai.conversation.id"] = call.session_id
+            if isinstance(call.handle, SpanContext):
+                links.append(Link(call.handle))
+        name = f"chat {attempt.model}" if attempt.model else "chat"
+        span = self._tracer.start_span(
+            name, kind=SpanKind.CLIENT, attributes=attributes, links=links
+        )
+        # Current while the request runs, so an instrumented HTTP client nests under it.
+        with trace.use_span(
+            span, end_on_exit=True, record_exception=False, set_status_on_exception=False
+        ):
+            try:
+                yield
+            except BaseException as e:
+                _failed(span, e)
+                raise
+            result = attempt.result
+            if result is None:
+                return
+            usage = result.usage
+            span.set_attributes(
+                {
+                    "gen_ai.response.finish_reasons": (result.stop_reason,),
+                    "gen_ai.usage.input_tokens": usage.prompt_tokens,
+                    "gen_ai.usage.output_tokens": usage.output_tokens,
+                    "gen_ai.usage.cache_read.input_tokens": usage.cache_read_tokens,
+                    "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens,
+                }
+            )
+            if (model := attempt.response_model) is not None:
+                span.set_attribute("gen_ai.response.model", model)
+            if (cost := attempt.cost_usd) is not None:
+                span.set_attribute("agentctx.cost_usd", cost)
+
+
+def _provider(attempt: SummarizerAttempt) -> str | None:
+    """``gen_ai.provider.name`` for agentctx's own summarizers (by the module they live in)."""
+    module = type(attempt.summarizer).__module__
+    for provider in ("anthropic", "openai"):
+        if module.startswith(f"agentctx.providers.{provider}"):
+            return provider
+    return None
+
+
+def _failed(span: trace.Span, error: BaseException) -> None:
+    kind = type(error)
+    name = (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
+    span.set_attribute("error.type", name)
+    if isinstance(error, SummarizerError) and error.status is not None:
+        span.set_attribute("http.response.status_code", error.status)
+    span.set_status(Status(StatusCode.ERROR, f"{kind.__name__}: {error}"))
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, AttributeValue]:
+    """An event's JSON fields as span attributes: nested objects joined by dots, ``null``
+    left out, lists of scalars as they are (anything else as its string)."""
+    out: dict[str, AttributeValue] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if value is None:
+            continue
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, f"{name}."))
+        elif isinstance(value, str | bool | int | float):
+            out[name] = value
+        elif isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
+            out[name] = tuple(value)
+        else:
+            out[name] = str(value)
+    return out
