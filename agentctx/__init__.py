@@ -2,6 +2,7 @@
 
 __version__ = "0.1.0"
 
+from agentctx.blocking import BlockingContextManager
 from agentctx.budget import Budget, BudgetExceededError
 from agentctx.errors import (
     AgentCtxError,
@@ -58,6 +59,7 @@ from agentctx.tokens import MessageCounter, TokenCounter
 __all__ = [
     "AgentCtxError",
     "AssistantMessage",
+    "BlockingContextManager",
     "Budget",
     "BudgetExceeded",
     "BudgetExceededError",

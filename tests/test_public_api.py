@@ -18,7 +18,7 @@ EXPECTED = {
     "RedactedThinkingBlock", "StoreError", "SummaryMessage", "SummaryStats", "TextBlock",
     "ThinkingBlock", "TokenCounter", "ToolCall", "ToolResultMessage", "TranscriptFormatError",
     "TranscriptRepaired", "UnsupportedMessageError", "Usage", "UserMessage", "MissingExtraError",
-    "StoreDegraded", "StoreRecovered", "__version__",
+    "StoreDegraded", "StoreRecovered", "__version__", "BlockingContextManager",
 }  # fmt: skip
 
 

@@ -1,0 +1,216 @@
+"""`BlockingContextManager`: `prepare` / `observe` on neutral messages from blocking code.
+
+```python
+from agentctx import Budget, ContextManager
+from agentctx.blocking import BlockingContextManager
+
+with BlockingContextManager(ContextManager(Budget(context_window=200_000))) as ctx:
+    ctx.subscribe(print)  # called on the manager's loop thread
+    while not done:
+        view = ctx.prepare(history)  # blocks; background summaries run between calls
+        response = call_model(view)  # your blocking SDK call
+        ctx.observe(response)
+        history.append(...)
+```
+
+The manager runs on an event loop in a daemon thread that the `BlockingContextManager` owns
+(`LoopThread`, the same one the blocking SDK wrappers use), so its background work (summaries
+on a cheap model) keeps running while your thread sleeps or waits on the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+from contextlib import ExitStack
+from functools import partial
+from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
+
+from anyio.from_thread import start_blocking_portal
+
+from agentctx.errors import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Sequence
+    from types import TracebackType
+
+    from agentctx.events import Subscriber
+    from agentctx.manager import ContextManager
+    from agentctx.messages import Message
+
+__all__ = ["BlockingContextManager", "LoopThread"]
+
+T = TypeVar("T")
+
+
+def _in_event_loop() -> bool:
+    """Whether this thread is running an event loop (asyncio, or trio if it is loaded)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        return True
+    trio = sys.modules.get("trio")
+    in_trio_run = getattr(getattr(trio, "lowlevel", None), "in_trio_run", None)
+    return bool(in_trio_run is not None and in_trio_run())
+
+
+class BlockingContextManager:
+    """A `ContextManager` for blocking code: ``prepare``, ``observe`` and ``handle_recall``
+    block until the manager has done them, on an event loop in a thread this object owns.
+
+    ```python
+    with BlockingContextManager(ContextManager(200_000, strategy=strategy)) as ctx:
+        view = ctx.prepare(history, max_tokens=4096)
+        ctx.observe(response)
+    ```
+
+    It enters ``manager`` (which must not be entered already) on construction. Background
+    work keeps running on the loop thread between your calls, so a summary requested by one
+    `prepare` is written while your thread sleeps or waits on the model, and spliced by a
+    later one. Use it in a ``with`` block or call `close`.
+
+    Errors come out as themselves in your thread (`BudgetExceededError`,
+    `UnsupportedMessageError`, `ConfigError`). Calling it from a thread that runs an event loop
+    (async code, or a subscriber callback) raises `ConfigError`: blocking that loop would stall
+    it, or deadlock if the manager's work needs it; in async code use the `ContextManager`
+    itself. Use it from one thread at a time, as you would the manager.
+
+    Args:
+        manager: the session; read its state (``usage``, ``ledger``, ``raw``) as
+            ``ctx.manager`` between calls.
+    """
+
+    def __init__(self, manager: ContextManager) -> None:
+        self._refuse_in_event_loop("BlockingContextManager()")
+        self.manager = manager
+        self._loop = LoopThread(manager)
+        self._closed = False
+
+    def _refuse_in_event_loop(self, what: str) -> None:
+        if _in_event_loop():
+            raise ConfigError(
+                f"{what} was called from a thread running an event loop (async code, or a "
+                "subscriber callback on the manager's loop thread): it would block that loop, "
+                "stalling it or deadlocking; in async code use `async with ContextManager(...)` "
+                "and `await ctx.prepare(...)`"
+            )
+
+    def _call(self, what: str, func: Callable[[], Any]) -> Any:
+        self._refuse_in_event_loop(what)
+        if self._closed:
+            raise ConfigError(f"{what}: this BlockingContextManager is closed")
+        return self._loop.call(func)
+
+    def prepare(
+        self, history: Sequence[Message], *, max_tokens: int | None = None
+    ) -> list[Message]:
+        """The view to send for ``history``, as `ContextManager.prepare` makes it (same
+        arguments, same errors, raised here); blocks until it is ready, which never waits on
+        network I/O."""
+        view: list[Message] = self._call(
+            "prepare()", partial(self.manager.prepare, history, max_tokens=max_tokens)
+        )
+        return view
+
+    def observe(self, response: Any) -> None:
+        """Record the usage of the response to the last view sent (`ContextManager.observe`:
+        a `Usage`, an `AssistantMessage` carrying one, or the SDK's response)."""
+        self._call("observe()", partial(self.manager.observe, response))
+
+    def subscribe(self, callback: Subscriber) -> Callable[[], None]:
+        """Call ``callback`` with every event from now on, including those the manager
+        reports at close; returns a function that unsubscribes it.
+
+        Callbacks run on the manager's loop thread, not yours: keep them quick and
+        thread-safe (appending to a list is; calling this object back is refused), or pass a
+        coroutine function, which runs as a task on that loop.
+        """
+        unsubscribe: Callable[[], None] = self._call(
+            "subscribe()", partial(self.manager.subscribe, callback)
+        )
+
+        def off() -> None:
+            # From a callback (on the loop thread) or after close nothing can race it.
+            if self._closed or threading.get_ident() == self._loop.thread_id:
+                unsubscribe()
+            else:
+                self._call("unsubscribe()", unsubscribe)
+
+        return off
+
+    def recall(
+        self, id: str, offset: int = 0, limit: int = 8000, pattern: str | None = None
+    ) -> str:
+        """What the ``recall_context`` tool returns for these arguments
+        (`ContextManager.recall`)."""
+        text: str = self._call("recall()", partial(self.manager.recall, id, offset, limit, pattern))
+        return text
+
+    def handle_recall(self, arguments: object) -> str:
+        """The ``recall_context`` tool's result for the model's raw ``arguments``
+        (`ContextManager.handle_recall`): unusable arguments get an explanation, not an error."""
+        text: str = self._call("handle_recall()", partial(self.manager.handle_recall, arguments))
+        return text
+
+    def close(self) -> None:
+        """End the session: the manager closes (cancelling its background work and reporting
+        what it left, such as a billed briefing never spliced, as `SummaryStale` ``unused``,
+        to the subscribers before this returns), then the loop thread ends. A second call
+        does nothing."""
+        self._refuse_in_event_loop("close()")
+        if self._closed:
+            return
+        self._closed = True
+        self._loop.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class LoopThread:
+    """Enters ``manager`` on an event loop in a daemon thread (named ``agentctx``); `call`
+    runs work there. `BlockingContextManager` and the blocking SDK wrappers
+    (``wrap(Anthropic(), ctx)``) run their manager on one.
+
+    The manager's background work (summaries) runs on that loop between the caller's model
+    calls, and everything that touches the session (``prepare``, ``observe``) is run there
+    too, so the caller's thread never races it. `close` exits the manager (cancelling its
+    background work, reporting what it left), stops the loop and joins the thread.
+    ``thread_id`` is that thread's ``threading.get_ident()``.
+    """
+
+    def __init__(self, manager: ContextManager) -> None:
+        self._stack = ExitStack()
+        self._portal = self._stack.enter_context(start_blocking_portal(name="agentctx"))
+        try:
+            self._stack.enter_context(self._portal.wrap_async_context_manager(manager))
+            self.thread_id: int = self._portal.call(threading.get_ident)
+        except BaseException:
+            self._stack.close()
+            raise
+
+    @overload
+    def call(self, func: Callable[..., Awaitable[T]], *args: Any) -> T: ...
+
+    @overload
+    def call(self, func: Callable[..., T], *args: Any) -> T: ...
+
+    def call(self, func: Callable[..., Any], *args: Any) -> Any:
+        """``func(*args)`` on the manager's loop (awaited if it is a coroutine function);
+        what it raises is raised here, as itself."""
+        return self._portal.call(func, *args)
+
+    def close(self) -> None:
+        """Exit the manager, stop the loop and join its thread; a second call does nothing."""
+        self._stack.close()

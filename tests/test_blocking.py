@@ -1,0 +1,215 @@
+"""`BlockingContextManager` from a synchronous harness (plain ``def`` tests, no event loop in
+the test's thread): background summaries run on the loop thread it owns while the caller
+sleeps, errors come out as themselves, close reports what the session left and ends the
+thread, and a caller on an event loop is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import agentctx
+from agentctx import (
+    BlockingContextManager,
+    Budget,
+    BudgetExceededError,
+    Chain,
+    ConfigError,
+    ContextCompacted,
+    ContextManager,
+    DeterministicCompaction,
+    Event,
+    LlmCompaction,
+    LlmCompactionConfig,
+    MemoryRecallStore,
+    Message,
+    MessageCounter,
+    SummaryStale,
+    UnsupportedMessageError,
+    Usage,
+    UserMessage,
+)
+from agentctx.messages import AssistantMessage, SummaryMessage
+from agentctx.strategies.llm_config import SUMMARY_MARKER
+from agentctx.testing import assert_view_ok
+from agentctx.testing.scripted import Outcome, ScriptedSummarizer
+
+GAP = 0.02  # the caller's model call, between two prepare() calls
+REPLY_DELAY = 0.05  # the summarizer's: longer than one gap, so it spans a model call
+BRIEFING = (
+    "## Goal\nShip the parser.\n## Constraints\nKeep the API.\n## Decisions\nUse LALR.\n"
+    "## Files touched\nsrc/parser.py\n## Open items\nWrite tests."
+)
+WORDS = ["alpha", "beta", "gamma", "delta", "parser", "cache", "config", "token", "budget"]
+
+
+def turn(i: int) -> list[Message]:
+    prose = " ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(60))
+    return [
+        UserMessage.of(f"user message {i}: {prose}"),
+        AssistantMessage.of(f"assistant reply {i}: {prose}"),
+    ]
+
+
+def has_briefing(view: list[Message]) -> bool:
+    return any(isinstance(m, SummaryMessage) and m.text.startswith(SUMMARY_MARKER) for m in view)
+
+
+def loop_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "agentctx"]
+
+
+class Harness:
+    """A blocking replay loop in projection mode: one turn, one prepare, one observe."""
+
+    def __init__(self, ctx: BlockingContextManager) -> None:
+        self.ctx = ctx
+        self.history: list[Message] = []
+        self.views: list[list[Message]] = []
+        self.requests_before: list[int] = []  # summaries requested before each prepare
+        self.events: list[Event] = []
+        self.counter = MessageCounter()  # the caller's own: the manager's is the loop's
+        ctx.subscribe(self.events.append)
+
+    def turn(self, i: int, summarizer: ScriptedSummarizer) -> list[Message]:
+        self.history += turn(i)
+        self.requests_before.append(len(summarizer.requests))
+        view = self.ctx.prepare(self.history, max_tokens=1_000)
+        assert_view_ok(view, self.history)
+        self.ctx.observe(Usage(input_tokens=self.counter.count_many(view)))
+        self.views.append(view)
+        time.sleep(GAP)  # the model call: the loop thread works meanwhile
+        return view
+
+    def of(self, kind: type[Any]) -> list[Any]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+
+def test_a_blocking_harness_gets_background_briefings_spliced_and_closes_clean() -> None:
+    threads_before = set(threading.enumerate())
+    summarizer = ScriptedSummarizer(default=Outcome.reply(BRIEFING, delay=REPLY_DELAY))
+    llm = LlmCompaction(summarizer, LlmCompactionConfig(trigger_ratio=0.3))
+    manager = ContextManager(
+        Budget(context_window=3_000, reserve_output=1_000),
+        strategy=Chain([llm, DeterministicCompaction()]),
+    )
+    with BlockingContextManager(manager) as ctx:
+        assert len(loop_threads()) == 1
+        harness = Harness(ctx)
+        i = 0
+        # 1. Past the trigger a summary is requested; it is written on the loop thread
+        # while this thread only sleeps (no prepare runs meanwhile).
+        while not summarizer.requests:
+            harness.turn(i, summarizer)
+            i += 1
+            assert i < 40, "the trigger should have started a summary"
+        deadline = time.monotonic() + 5
+        while llm.phase != "ready":
+            assert time.monotonic() < deadline, llm.phase
+            time.sleep(0.005)
+        assert not harness.of(SummaryStale)
+        # 2. A later prepare splices it, once the history is over the limit.
+        while not any(e.method == "summarized" for e in harness.of(ContextCompacted)):
+            harness.turn(i, summarizer)
+            i += 1
+            assert i < 80, "the briefing should have been spliced"
+        spliced_at = next(n for n, v in enumerate(harness.views) if has_briefing(v))
+        asked_at = next(n for n, k in enumerate(harness.requests_before) if k) - 1
+        assert asked_at < spliced_at, "requested by one prepare, spliced by a later one"
+        assert has_briefing(harness.views[-1])
+        # 3. The next briefing is billed and ready, never spliced, when the session ends.
+        while llm.phase != "ready" or len(summarizer.requests) < 2:
+            harness.turn(i, summarizer)
+            i += 1
+            assert i < 140, "a second summary should have been requested and written"
+        assert not harness.of(SummaryStale)
+    # Close reported it, once, cost included, before it returned; the thread is gone.
+    unused = harness.of(SummaryStale)
+    assert [s.reason for s in unused] == ["unused"] and unused[0].summary is not None
+    spliced = [e for e in harness.of(ContextCompacted) if e.method == "summarized"]
+    assert llm.spend.requests == len(summarizer.requests) == len(spliced) + 1
+    ctx.close()  # a second close reports nothing twice
+    assert len(harness.of(SummaryStale)) == 1
+    assert loop_threads() == []
+    assert set(threading.enumerate()) == threads_before
+    assert manager.usage.input_tokens == sum(
+        harness.counter.count_many(view) for view in harness.views
+    )
+    with pytest.raises(ConfigError, match="closed"):
+        ctx.prepare(harness.history)
+
+
+def test_errors_come_out_as_themselves_and_the_session_goes_on() -> None:
+    tiny = ContextManager(Budget(context_window=1_200, reserve_output=200))
+    task = UserMessage.of("the task " + "word " * 3_000)  # over the budget, and protected
+    with BlockingContextManager(tiny) as ctx:
+        with pytest.raises(BudgetExceededError) as exceeded:
+            ctx.prepare([task])
+        assert type(exceeded.value) is BudgetExceededError
+        assert exceeded.value.view == [task]  # the best view rides along, as with await
+    with BlockingContextManager(ContextManager(200_000)) as ctx:
+        history: list[Any] = [UserMessage.of("hi")]
+        with pytest.raises(UnsupportedMessageError):
+            ctx.prepare([*history, {"role": "user", "content": "a provider dict"}])
+        with pytest.raises(ConfigError, match="max_tokens"):
+            ctx.prepare(history, max_tokens=-1)
+        with pytest.raises(ConfigError, match="observe"):
+            ctx.observe(object())
+        assert ctx.prepare(history, max_tokens=4_096) == history  # still usable
+    assert loop_threads() == []
+
+
+def test_prepare_takes_what_the_async_prepare_takes() -> None:
+    blocking = inspect.signature(BlockingContextManager.prepare)
+    async_ = inspect.signature(ContextManager.prepare)
+    assert blocking.parameters == async_.parameters
+    assert blocking.return_annotation == async_.return_annotation
+    assert agentctx.BlockingContextManager is BlockingContextManager
+
+
+def test_recall_and_events_from_blocking_code() -> None:
+    store = MemoryRecallStore()
+    manager = ContextManager(200_000, recall=store)
+    rid = store.put(manager.session_id, "alpha\nbeta\ngamma")
+    seen: list[Event] = []
+    with BlockingContextManager(manager) as ctx:
+        assert "beta" in ctx.handle_recall({"id": rid})
+        assert "gamma" in ctx.recall(rid, pattern="gamma")
+        assert "arguments must be an object" in ctx.handle_recall("not a mapping")
+        unsubscribe = ctx.subscribe(seen.append)
+        ctx.prepare([UserMessage.of("one")])
+        ctx.prepare([UserMessage.of("two")])  # edited history: HistoryResynced
+        unsubscribe()
+        ctx.prepare([UserMessage.of("three")])
+    assert [type(e).__name__ for e in seen] == ["HistoryResynced"]
+
+
+def test_a_caller_on_an_event_loop_is_refused() -> None:
+    async def inside_a_loop(ctx: BlockingContextManager) -> None:
+        with pytest.raises(ConfigError, match="event loop"):
+            ctx.prepare([UserMessage.of("hi")])
+        with pytest.raises(ConfigError, match="event loop"):
+            BlockingContextManager(ContextManager(200_000))
+
+    refused: list[ConfigError] = []
+    with BlockingContextManager(ContextManager(200_000)) as ctx:
+        asyncio.run(inside_a_loop(ctx))
+
+        def call_back(event: Event) -> None:
+            # on the manager's loop thread: calling back in would block that very loop
+            try:
+                ctx.prepare([UserMessage.of("again")])
+            except ConfigError as e:
+                refused.append(e)
+
+        ctx.subscribe(call_back)
+        ctx.prepare([UserMessage.of("first")])
+        ctx.prepare([UserMessage.of("edited")])  # emits HistoryResynced
+        assert ctx.prepare([UserMessage.of("edited"), UserMessage.of("more")])
+    assert len(refused) == 1 and "event loop" in str(refused[0])
+    assert loop_threads() == []
