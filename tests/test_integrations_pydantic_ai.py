@@ -578,7 +578,17 @@ def test_run_sync_with_a_manager_not_entered() -> None:
     ctx = Recording(Budget(context_window=12_000, reserve_output=1_000))
     ctx.subscribe(events.append)
     agent = Agent(tool_loop(6, seen), system_prompt=SYSTEM, tools=[read_file])
-    result = agent.run_sync(TASK, capabilities=[AgentCtxCapability(ctx)])
+    try:
+        result = agent.run_sync(TASK, capabilities=[AgentCtxCapability(ctx)])
+    finally:
+        # run_sync leaves the event loop it made open as the thread's current one; closed
+        # here, or its sockets are reported unclosed in whichever test runs when it is freed.
+        import asyncio
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            asyncio.get_event_loop().close()
+        asyncio.set_event_loop(None)
     assert result.output == "They all compute values."
     assert any(isinstance(e, ContextCompacted) for e in events)
     for raw, view, _ in ctx.calls:

@@ -185,11 +185,19 @@ class DeterministicCompaction:
         for), before the manager may say the budget cannot be met.
         """
         lines, chars = self.max_lines, self.max_chars
-        for keep in (self.keep_recent_steps, min(1, self.keep_recent_steps)):
+        # Output is cut down to the target, as every compaction aims (so the next new result
+        # does not cross the budget again at once); recent steps go only as far as the
+        # budget needs.
+        for keep, goal in (
+            (self.keep_recent_steps, target),
+            (min(1, self.keep_recent_steps), ctx.budget.limit),
+        ):
+            if _tokens(ctx) <= ctx.budget.limit and goal == ctx.budget.limit:
+                return
             for _ in range(_GIVE_WAY_ROUNDS):  # halving reaches the floor well within these
                 before = _tokens(ctx)
-                if before <= ctx.budget.limit:
-                    return
+                if before <= goal:
+                    break
                 relaxed = DeterministicCompaction(
                     max_lines=lines,
                     max_chars=chars,
@@ -201,7 +209,7 @@ class DeterministicCompaction:
                 taken = len(ctx.taken)
                 ctx.counter.refine(ctx.view)
                 relaxed._truncate(ctx, actions, in_flight=False, again=True)
-                if _tokens(ctx) > ctx.budget.limit:
+                if _tokens(ctx) > goal:
                     relaxed._truncate(ctx, actions, in_flight=True, again=True)
                 if _tokens(ctx) > target:
                     relaxed._condense(ctx, actions, target, precise=False)
