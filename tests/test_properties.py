@@ -3,13 +3,22 @@ driven as real callers do."""
 
 from __future__ import annotations
 
+import signal
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+import anyio
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from agentctx.adapters import to_anthropic, to_openai_chat, to_openai_responses
 from agentctx.budget import Budget
-from agentctx.events import BudgetExceeded, Event
+from agentctx.events import BudgetExceeded, Event, TranscriptRepaired
 from agentctx.ledger import Ledger, render
 from agentctx.manager import ContextManager
 from agentctx.messages import (
@@ -22,8 +31,12 @@ from agentctx.messages import (
     UserMessage,
     canonical_json,
 )
-from agentctx.recall import MemoryRecallStore
-from agentctx.testing import assert_view_ok
+from agentctx.recall import MemoryRecallStore, RecallStore, SQLiteRecallStore
+from agentctx.strategies import DeterministicCompaction, ToolOutputPipeline
+from agentctx.strategies.llm import LlmCompaction
+from agentctx.strategy import Chain, CompactionStrategy
+from agentctx.testing import ScriptedSummarizer, assert_view_ok
+from agentctx.testing._validate import validate_anthropic, validate_chat, validate_responses
 
 _texts = st.text(alphabet=st.sampled_from("abc xyz\n{}:;/.\"'#é字"), min_size=0, max_size=40)
 
@@ -121,3 +134,255 @@ async def test_every_view_keeps_the_invariants(
             previous = current
             if owned:
                 history = list(view)
+
+
+# --------------------------------------------------------------------------------------
+# Hostile histories: every built-in strategy, with and without a recall store, both modes,
+# and histories as real callers and servers produce them: rewound and edited between calls,
+# tool-call ids repeated across turns and within a batch, whitespace-only text, a start on
+# an assistant message, lone surrogates. Every view is checked by `check_view` and, in wire
+# form, by the fake servers' validators (the real APIs' rules).
+
+_SURROGATES = ["\ud800", "\udfff", "\udc80"]
+_hostile_texts = st.text(
+    alphabet=st.sampled_from([*"abc xyz\n\t{}:;/.\"'#é字", *_SURROGATES]), max_size=30
+)
+_blank = st.sampled_from(["", " ", "\n", " \t\n"])
+BRIEFING = (
+    "## Goal\nFinish the task.\n## Constraints\nNone.\n## Decisions\nKeep going.\n"
+    "## Files touched\nsrc/x.py\n## Open items\nTests."
+)
+STRATEGIES = ("deterministic", "pipeline", "chain", "llm")
+STORES = ("none", "memory", "sqlite")
+TOOLS = [{"name": n, "input_schema": {"type": "object"}} for n in ("read", "bash", "write")]
+
+
+@st.composite
+def hostile_output(draw: st.DrawFn) -> str:
+    unit = draw(_hostile_texts) or "x"
+    return "\n".join(f"{unit} {i}" for i in range(draw(st.integers(1, 200))))
+
+
+@st.composite
+def hostile_step(draw: st.DrawFn, n: int, ids: str) -> list[Message]:
+    """One model call's worth of messages: a tool step (maybe parallel, aborted, with blank
+    text before the calls), an answer and the next prompt (maybe blank)."""
+    kind = draw(st.sampled_from(["tool", "tool", "tool", "answer", "aborted", "orphan"]))
+    blocks: list[Any] = [ThinkingBlock(f"think {n}", f"sig{n}")] if draw(st.booleans()) else []
+    if kind == "answer":
+        blocks.append(TextBlock(draw(st.sampled_from([f"answer {n}", " ", "\n"]))))
+        prompt = draw(st.one_of(_blank, _hostile_texts.map(lambda t: f"next {n} {t}")))
+        return [AssistantMessage(tuple(blocks), "stop"), UserMessage.of(prompt)]
+    if draw(st.booleans()):
+        blocks.append(TextBlock(draw(_blank) or "\n"))  # whitespace before the calls
+    width = draw(st.integers(1, 3))
+    naming = {"unique": lambda k: f"c{n}_{k}", "per_turn": lambda k: f"call_{k}"}
+    calls = [
+        ToolCall(
+            naming.get(ids, lambda k: "call_0")(k),
+            draw(st.sampled_from(["read", "bash", "write"])),
+            {
+                "path": f"p{n}_{k}",
+                "content": draw(hostile_output()) if draw(st.booleans()) else "x",
+            },
+        )
+        for k in range(width)
+    ]
+    blocks.extend(calls)
+    step: list[Message] = [AssistantMessage(tuple(blocks), "tool_use")]
+    if kind == "aborted":
+        answered = calls[: draw(st.integers(0, width - 1))]
+        step += [ToolResultMessage.of(c.id, draw(hostile_output())) for c in answered]
+        return [*step, UserMessage.of("interrupted")]
+    step += [
+        ToolResultMessage.of(c.id, draw(hostile_output()), is_error=draw(st.booleans()))
+        for c in calls
+    ]
+    if kind == "orphan":
+        step.append(ToolResultMessage.of(f"ghost{n}", "orphan"))
+    return step
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the caller does before the next prepare(): append ``messages`` after cutting its
+    history back to ``cut`` (a fraction of its length; ``None``: no cut), or after editing
+    the message at ``edit`` (a fraction) to hold ``text``."""
+
+    messages: list[Message]
+    cut: float | None = None
+    edit: float | None = None
+    text: str = ""
+
+
+@st.composite
+def hostile_sessions(draw: st.DrawFn) -> list[Step]:
+    ids = draw(st.sampled_from(["unique", "per_turn", "same"]))
+    lead = draw(st.sampled_from(["user", "user", "assistant", "assistant_tools"]))
+    first: list[Message] = []
+    if lead == "assistant":
+        first.append(AssistantMessage.of(draw(st.sampled_from(["Hello.", "How can I help?"]))))
+    elif lead == "assistant_tools":
+        first += draw(hostile_step(-1, ids))[:2]
+        first = [m for m in first if not isinstance(m, UserMessage)]
+    first.append(UserMessage.of(draw(st.one_of(_blank, _hostile_texts.map("task: {}".format)))))
+    steps = [Step(first)]
+    for n in range(draw(st.integers(1, 25))):
+        messages = draw(hostile_step(n, ids))
+        change = draw(st.sampled_from(["append"] * 6 + ["cut", "edit"]))
+        fraction = draw(st.floats(0, 1))
+        if change == "cut":
+            steps.append(Step(messages, cut=fraction))
+        elif change == "edit":
+            steps.append(Step(messages, edit=fraction, text=draw(_hostile_texts)))
+        else:
+            steps.append(Step(messages))
+    return steps
+
+
+def _apply(history: list[Message], step: Step) -> list[Message]:
+    if step.cut is not None:
+        history = history[: max(1, int(step.cut * len(history)))]
+    elif step.edit is not None and history:
+        i = min(int(step.edit * len(history)), len(history) - 1)
+        m = history[i]
+        if isinstance(m, UserMessage):
+            history = [*history[:i], UserMessage.of(step.text), *history[i + 1 :]]
+        elif isinstance(m, ToolResultMessage):
+            edited = ToolResultMessage.of(m.tool_call_id, step.text or "edited", is_error=True)
+            history = [*history[:i], edited, *history[i + 1 :]]
+        else:
+            history = history[: max(1, i)]
+    return [*history, *step.messages]
+
+
+def _strategy(name: str) -> CompactionStrategy:
+    if name == "deterministic":
+        return DeterministicCompaction()
+    if name == "pipeline":
+        return ToolOutputPipeline()
+    if name == "chain":
+        return Chain([ToolOutputPipeline(), DeterministicCompaction()])
+    return LlmCompaction(ScriptedSummarizer(default=BRIEFING))
+
+
+def _without_reasoning(m: Message) -> Message:
+    if not isinstance(m, AssistantMessage):
+        return m
+    kept = tuple(b for b in m.content if not isinstance(b, ThinkingBlock))
+    # a message that was all reasoning says nothing on Chat
+    return AssistantMessage(kept or (TextBlock("."),), m.stop_reason, m.usage, m.model, m.extra)
+
+
+def wire_problems(view: list[Message]) -> list[str]:
+    """What the fake servers (the real APIs' rules) say about ``view`` in each wire format."""
+    problems = []
+    anthropic = {"model": "m", "max_tokens": 16, "tools": TOOLS, "messages": to_anthropic(view)}
+    problems.append(validate_anthropic(anthropic, check_signatures=False))
+    unsigned = [_without_reasoning(m) for m in view]  # Chat cannot carry signed reasoning
+    problems.append(validate_chat({"model": "m", "messages": to_openai_chat(unsigned)}))
+    items = to_openai_responses(view)
+    problems.append(validate_responses({"model": "m", "input": items}, items))
+    return [p.message for p in problems if p is not None]
+
+
+# Every strategy with every store, a few sessions each (about 25 s in all on 2 cores). No
+# shrinking: a session is costly to replay, and a hang costs the 5 s guard per attempt, so
+# a failure is reported as found (the example database replays it first next time).
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")  # a failing session's
+@pytest.mark.parametrize("store", STORES)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@settings(
+    max_examples=5,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+)
+@given(steps=hostile_sessions(), owned=st.booleans(), window=st.integers(2_000, 30_000))
+async def test_hostile_histories_give_views_every_provider_accepts(
+    strategy: str, store: str, steps: list[Step], owned: bool, window: int
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        recall: RecallStore | None = None
+        if store == "memory":
+            recall = MemoryRecallStore()
+        elif store == "sqlite":
+            recall = SQLiteRecallStore(Path(tmp) / "recall.db")
+        try:
+            await _drive_hostile(steps, _strategy(strategy), recall, owned, window)
+        finally:
+            if isinstance(recall, SQLiteRecallStore):
+                recall.close()
+
+
+@contextmanager
+def _returns_within(seconds: float) -> Iterator[None]:
+    """Fail, rather than hang the suite, when the block loops without awaiting: the alarm
+    raises in the main thread, which runs the event loop."""
+
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError(f"prepare() did not return within {seconds} s")
+
+    if not hasattr(signal, "setitimer"):  # no alarms on this platform: unguarded
+        yield
+        return
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+async def _drive_hostile(
+    steps: list[Step],
+    strategy: CompactionStrategy,
+    recall: RecallStore | None,
+    owned: bool,
+    window: int,
+) -> None:
+    budget = Budget(context_window=window, reserve_output=500)
+    events: list[Event] = []
+    async with ContextManager(
+        budget, strategy=strategy, recall=recall, on_over_budget="send", session_id="h"
+    ) as ctx:
+        ctx.subscribe(events.append)
+        history: list[Message] = []
+        previous: list[str] = []
+        reported: set[str] = set()
+        for step in steps:
+            history = _apply(history, step)
+            appended = step.cut is None and step.edit is None
+            snapshot = fingerprints(history)
+            version = ctx.ledger.version
+            seen = len(events)
+            with _returns_within(5):
+                view = await ctx.prepare(history)
+            assert fingerprints(history) == snapshot  # the input is never mutated
+            if not owned:  # the caller's history is the raw history
+                assert fingerprints(list(ctx.raw)) == snapshot
+            assert_view_ok(view, ctx.raw)  # every invariant and provider rule
+            assert wire_problems(view) == []
+            current = fingerprints(view)
+            decided = ctx.ledger.version
+            with _returns_within(5):
+                again = await ctx.prepare(view if owned else history)
+            if ctx.ledger.version == decided:  # no briefing landed in between
+                assert fingerprints(again) == current
+            restored = render(ctx.raw, Ledger.from_json(ctx.ledger.to_json()))
+            assert fingerprints(restored.messages) == fingerprints(again)
+            if appended and ctx.ledger.version == version:
+                assert current[: len(previous)] == previous
+            if ctx.prompt_tokens > budget.limit:
+                assert any(isinstance(e, BudgetExceeded) for e in events[seen:])
+            if not appended:
+                reported.clear()  # a rewind may bring back what was reported before it
+            for e in events[seen:]:
+                if isinstance(e, TranscriptRepaired):
+                    assert not reported & set(e.repairs)  # each repair is reported once
+                    reported.update(e.repairs)
+            previous = fingerprints(again)
+            history = list(again) if owned else history
+            for _ in range(3):  # the model call: background work (a briefing) may land
+                await anyio.lowlevel.checkpoint()
