@@ -59,14 +59,13 @@ that one's recall ids the view still shows), or the per-message decisions at it.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -81,18 +80,18 @@ from agentctx.messages import (
     SummaryMessage,
     TextBlock,
     ThinkingBlock,
-    ToolCall,
     ToolResultMessage,
     UserMessage,
     text_of,
 )
 from agentctx.recall import MemoryRecallStore
+from agentctx.replay.retention import recallable, visible_text
 from agentctx.strategies import DeterministicCompaction, ToolOutputPipeline
 from agentctx.strategy import Chain
 from agentctx.testing import synthetic_session
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Sequence
 
     from agentctx.strategy import CompactionStrategy
 
@@ -102,7 +101,6 @@ KINDS = ("path", "error", "decision", "constraint")
 TARGET = 0.95
 RECALL_ID = re.compile(r"ctx-[0-9a-f]{16}")
 PATH = re.compile(r"(?:[\w.-]+/)+[\w.-]+\.\w{1,5}")
-_MATCHES = re.compile(r"^\[recall_context ctx-[0-9a-f]{16}: (\d+) lines match")
 
 _CHOICES = (
     "LALR parser",
@@ -240,46 +238,6 @@ def pi_session(name: str) -> Workload:
 
 
 # -- what the model can see ---------------------------------------------------------------
-
-
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict | list | tuple) or hasattr(value, "items"):
-        items = value.values() if hasattr(value, "values") else value
-        for v in items:
-            yield from _strings(v)
-
-
-def visible_text(view: Sequence[Message]) -> str:
-    """What the model reads in ``view``: text blocks, tool-call names and arguments (as JSON
-    and as plain strings, so escaping hides nothing), summaries. Not thinking."""
-    parts: list[str] = []
-    for m in view:
-        if isinstance(m, SummaryMessage):
-            parts.append(m.text)
-            continue
-        for blk in m.content:
-            if isinstance(blk, TextBlock):
-                parts.append(blk.text)
-            elif isinstance(blk, ToolCall):
-                args = dict(blk.arguments)
-                parts.append(f"{blk.name} {json.dumps(args, ensure_ascii=False, default=str)}")
-                parts.extend(_strings(args))
-    return "\n".join(parts)
-
-
-async def recallable(ctx: ContextManager, ids: Sequence[str], fact: str) -> bool:
-    """Whether one ``recall_context(id, pattern=fact)`` call on an id shown in the view
-    returns the fact (the whole text of each id finds the candidate, references to other
-    entries followed as the tool follows them; the call itself decides)."""
-    for rid in ids:
-        if fact not in await ctx.recall(rid, limit=2**62):
-            continue
-        m = _MATCHES.match(await ctx.recall(rid, pattern=fact))  # literal text
-        if m and int(m.group(1)) > 0:
-            return True
-    return False
 
 
 def what_stands_in(ctx: ContextManager, index: int, shown: set[str]) -> str:

@@ -155,16 +155,13 @@ def visible_text(view: Sequence[Message]) -> str:
 
 
 async def recallable(ctx: ContextManager, ids: Sequence[str], fact: str) -> bool:
-    """Whether one ``recall_context(id, pattern=fact)`` call on an id in ``ids`` returns the
-    fact (a store lookup finds the candidates; the tool's own answer decides)."""
-    store = ctx.recall_store
-    if store is None:
-        return False
+    """Whether one ``recall_context(id, pattern=fact)`` call on an id shown in the view
+    returns the fact (the whole text of each id finds the candidate, references to other
+    entries followed as the tool follows them; the call itself decides)."""
     for rid in ids:
-        content = store.get(ctx.session_id, rid)
-        if content is None or fact not in content:
+        if fact not in await ctx.recall(rid, limit=2**62):
             continue
-        m = _MATCHES.match(await ctx.recall(rid, pattern=fact))
+        m = _MATCHES.match(await ctx.recall(rid, pattern=fact))  # literal text
         if m and int(m.group(1)) > 0:
             return True
     return False
