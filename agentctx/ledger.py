@@ -53,6 +53,7 @@ __all__ = [
     "ReplaceSpan",
     "anchor",
     "check_fits",
+    "protected_positions",
     "render",
 ]
 
@@ -224,7 +225,7 @@ class Ledger:
         kept across a resync are checked again here. Replaced tool results and arguments
         stay: truncating output is allowed anywhere.
         """
-        protected = _protected(raw)
+        protected = protected_positions(raw)
         if not protected:
             return []
 
@@ -266,7 +267,7 @@ class Ledger:
             raise StoreError(f"the saved ledger is unreadable: {type(e).__name__}: {e}") from e
 
 
-def _protected(raw: Sequence[Message]) -> set[int]:
+def protected_positions(raw: Sequence[Message]) -> set[int]:
     """Raw indexes the invariants protect: the task, the latest user message, the newest
     complete turn, and the signed reasoning of the in-flight tool loop (the rest of a long
     loop may be dropped, as the tiers do)."""

@@ -74,7 +74,7 @@ from typing import TYPE_CHECKING, Literal
 from agentctx._log import log
 from agentctx.errors import ConfigError
 from agentctx.events import CompactionWarning, ContextCompacted, SummaryStale
-from agentctx.ledger import ReplaceSpan, anchor
+from agentctx.ledger import ReplaceSpan, anchor, protected_positions
 from agentctx.messages import SummaryMessage
 from agentctx.strategies.deterministic import DeterministicCompaction
 from agentctx.strategies.llm_config import (
@@ -380,6 +380,11 @@ class LlmCompaction:
             ctx.emit(SummaryStale("superseded", ready.stats(0)))
             return False
         cut, carried = where
+        if any(a <= i < cut for i in protected_positions(ctx.raw)):
+            # The history was rewound since the request: what the span covers is now the
+            # latest user message, the newest complete turn or the running loop's reasoning.
+            ctx.emit(SummaryStale("history_changed", ready.stats(0)))
+            return False
         vc = bisect.bisect_left(origins, cut)
         counter = ctx.counter
         region = counter.count_many(view[va:vc])
