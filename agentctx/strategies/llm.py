@@ -71,10 +71,11 @@ from __future__ import annotations
 import bisect
 from typing import TYPE_CHECKING, Literal
 
+from agentctx import boundaries as b
 from agentctx._log import log
 from agentctx.errors import ConfigError
 from agentctx.events import CompactionWarning, ContextCompacted, SummaryStale
-from agentctx.ledger import ReplaceSpan, anchor, protected_positions
+from agentctx.ledger import ReplaceSpan, anchor
 from agentctx.messages import SummaryMessage
 from agentctx.strategies.deterministic import DeterministicCompaction
 from agentctx.strategies.llm_config import (
@@ -91,7 +92,7 @@ from agentctx.strategies.llm_tiers import capped, run_tiers
 from agentctx.summarizer import is_native_compaction
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Sequence
 
     from agentctx.events import Event, SummaryStats
     from agentctx.messages import Message
@@ -380,9 +381,9 @@ class LlmCompaction:
             ctx.emit(SummaryStale("superseded", ready.stats(0)))
             return False
         cut, carried = where
-        if any(a <= i < cut for i in protected_positions(ctx.raw)):
+        if any(a <= i < cut for i in _never_summarized(ctx.raw)):
             # The history was rewound since the request: what the span covers is now the
-            # latest user message, the newest complete turn or the running loop's reasoning.
+            # latest user message or the running loop's signed reasoning.
             ctx.emit(SummaryStale("history_changed", ready.stats(0)))
             return False
         vc = bisect.bisect_left(origins, cut)
@@ -542,3 +543,12 @@ _NATIVE_STAND_IN = SummaryMessage(f"{SUMMARY_MARKER}\n\n(a provider-native brief
 def _extent(ctx: CompactionContext, job: Job) -> tuple[int, tuple[Message, ...]] | None:
     """Where a splice of ``job``'s span ends now, and what it carries (see `extent`)."""
     return extent(ctx.ledger.spans, job.start, job.cut)
+
+
+def _never_summarized(raw: Sequence[Message]) -> set[int]:
+    """Raw indexes a briefing may never cover: the task, the latest user message and the
+    signed reasoning of the running tool loop."""
+    out = {i for i in (b.task_index(raw), b.latest_user_index(raw)) if i is not None}
+    loop = b.in_flight_start(raw)
+    out.update(i for i in range(loop, len(raw)) if b.has_thinking(raw[i]))
+    return out
