@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 
-from agentctx import boundaries, telemetry
+from agentctx import telemetry
 from agentctx._log import log
 from agentctx._usage import ACCEPTED, usage_of
 from agentctx.budget import Budget, BudgetExceededError
@@ -41,7 +41,7 @@ from agentctx.events import (
     Subscriber,
     TranscriptRepaired,
 )
-from agentctx.ledger import Ledger
+from agentctx.ledger import Ledger, protected_positions
 from agentctx.messages import AssistantMessage, Message, Usage, check_history, fingerprint
 from agentctx.recall.store import LedgerStore
 from agentctx.recall.tool import recall_arguments, recall_page
@@ -397,14 +397,8 @@ class ContextManager:
 
     def _protected(self, view: Sequence[Message]) -> int:
         """Tokens of what no compaction may touch in ``view``, request overhead included."""
-        keep = {boundaries.task_index(view), boundaries.latest_user_index(view)}
-        complete = boundaries.newest_complete_turn(view)
-        if complete is not None:
-            keep.update(range(*complete))
-        loop = boundaries.in_flight_start(view)
-        keep.update(j for j in range(loop, len(view)) if boundaries.has_thinking(view[j]))
         count = self.counter.count
-        return self.counter.overhead + sum(count(view[j]) for j in keep if j is not None)
+        return self.counter.overhead + sum(count(view[j]) for j in protected_positions(view))
 
     def _count_new_near_budget(self, budget: Budget) -> None:
         """Count the messages new since the last call in full when their quick estimate could
