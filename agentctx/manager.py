@@ -84,6 +84,32 @@ def _common_prefix(a: Sequence[Message], b: Sequence[Message]) -> int:
     return i
 
 
+def _extends_raw(history: Sequence[Message], state: ViewState) -> bool:
+    """Whether ``history`` is the raw history with messages appended, judged by what the view
+    depends on: every message it shows as it is, and the last one. Cost O(view), not
+    O(history): a message a decision already replaced (cleared, condensed, summarized) is
+    not compared, so editing it in place changes nothing sent (see `ContextManager.prepare`).
+    """
+    raw = state.raw
+    n = len(raw)
+    if len(history) < n:
+        return False
+    if n == 0:
+        return True
+    shown = state.shown
+    at = history.__getitem__
+    if history[n - 1] is raw[n - 1] and all(
+        map(operator.is_, map(at, shown), map(raw.__getitem__, shown))
+    ):
+        return True
+    # Equal messages that are other objects (a history converted again from provider dicts).
+    return _same(history[n - 1], raw[n - 1]) and all(_same(at(i), raw[i]) for i in shown)
+
+
+def _same(a: Message, b: Message) -> bool:
+    return a is b or fingerprint(a) == fingerprint(b)
+
+
 class ContextManager:
     """Keeps one agent session inside its budget.
 
@@ -297,6 +323,17 @@ class ContextManager:
         without dropping the task (unless ``on_over_budget="send"``). ``max_tokens`` is the
         output the request asks for: the budget's default reserve follows it for this call
         (`Budget.for_output`; `wrap` and the middleware pass it).
+
+        ``history`` is either the raw history (projection mode) or the view the last call
+        returned, both with new messages appended; a history cut back and extended (a rewind)
+        or with a message edited is followed, dropping the decisions taken after the change.
+        To keep each call O(what is new and what is shown), a raw history is compared with
+        the previous one only where the view depends on it: the messages the view shows as
+        they are and the last one. Editing a message that a decision already replaced (a
+        cleared result, a condensed output, a summarized stretch) changes nothing sent until
+        a change the view does depend on (a rewind, an edit of a shown message) has the
+        history compared in full; to make it count at once, cut the history back to it for
+        one call, then extend it again.
         """
         if self._tracer is None:
             return await self._prepare(history, max_tokens, None)
@@ -454,10 +491,12 @@ class ContextManager:
         # of the raw history, e.g. when repair left out a trailing orphan result), the longer
         # of the two is what the caller holds.
         raw, view = state.raw, state.view
-        for seq in (raw, view) if len(raw) >= len(view) else (view, raw):
-            if len(history) >= len(seq) and _common_prefix(history, seq) == len(seq):
-                new = history[len(seq) :]
-                break
+        if len(raw) >= len(view) and _extends_raw(history, state):
+            new = history[len(raw) :]
+        elif len(history) >= len(view) and _common_prefix(history, view) == len(view):
+            new = history[len(view) :]
+        elif len(raw) < len(view) and _extends_raw(history, state):
+            new = history[len(raw) :]
         else:
             self._resync(history)
             return

@@ -49,11 +49,13 @@ class ViewState:
         "_prefix_vec",
         "_refined_seen",
         "_settled_raw",
+        "_shown_in_prefix",
         "ledger",
         "origins",
         "raw",
         "repairs",
         "repairs_version",
+        "shown",
         "view",
     )
 
@@ -62,6 +64,10 @@ class ViewState:
         self.ledger = ledger if ledger is not None else Ledger()
         self.view: list[Message] = []
         self.origins: list[int] = []
+        # Raw indices of the messages the view shows as they are, in view order: what a
+        # history passed in must still hold for the view to stay true to it.
+        self.shown: list[int] = []
+        self._shown_in_prefix = 0  # how many of them are in view[:_prefix_len]
         self.repairs: list[Repair] = []
         self.repairs_version = 0
         self._counter = counter
@@ -100,6 +106,7 @@ class ViewState:
         self._prefix_ids = set()
         self._refined_seen = len(self._counter.refined)
         self.view, self.origins, self.repairs = [], [], []
+        self.shown, self._shown_in_prefix = [], 0
         self.repairs_version += 1
         self._render_tail()
 
@@ -115,6 +122,9 @@ class ViewState:
         tail: Rendered = render(self.raw, self.ledger, start, continues)
         self.view[keep:] = tail.messages
         self.origins[keep:] = tail.origins
+        raw = self.raw
+        del self.shown[self._shown_in_prefix :]
+        self.shown += [i for m, i in zip(tail.messages, tail.origins, strict=True) if raw[i] is m]
         if tail.repairs or (self.repairs and self.repairs[-1].index >= keep):
             prefix_repairs = [r for r in self.repairs if r.index < keep]
             self.repairs = prefix_repairs + [replace(r, index=r.index + keep) for r in tail.repairs]
@@ -130,6 +140,8 @@ class ViewState:
             new_len = keep
             while new_len < len(self.view) and self.origins[new_len] < settle:
                 m = self.view[new_len]
+                if raw[self.origins[new_len]] is m:
+                    self._shown_in_prefix += 1
                 for i, v in enumerate(vector(m)):
                     vec[i] += v
                 fp = fingerprint(m)

@@ -109,6 +109,29 @@ async def test_rewound_history_resyncs_and_drops_stale_decisions() -> None:
     assert list(ctx.raw) == rewound
 
 
+async def test_projection_compares_what_the_view_shows_and_follows_edits_there() -> None:
+    base = [user("task")] + [m for n in range(40) for m in tool_turn(n, lines=80)]
+    events: list[Event] = []
+    async with ContextManager(small_budget()) as ctx:
+        ctx.subscribe(events.append)
+        view = await ctx.prepare(base)
+        shown = set(ctx._state.shown)
+        hidden = next(i for i, m in enumerate(base) if i not in shown)  # a decision took it
+        shown_result = max(i for i in shown if i < len(base) - 2)
+        # Edited where a decision already replaced it: nothing sent depends on it (documented).
+        edited = [*base[:hidden], user("secret removed"), *base[hidden + 1 :]]
+        assert await ctx.prepare(edited) == view
+        assert not any(isinstance(e, HistoryResynced) for e in events)
+        assert ctx.raw[hidden] is base[hidden]
+        # Edited where the view shows it: followed from the first difference (the earlier
+        # edit too, now that the history is compared in full), decisions after it dropped.
+        again = [*edited[:shown_result], user("changed"), *edited[shown_result + 1 :]]
+        after = await ctx.prepare(again)
+    assert [e.index for e in events if isinstance(e, HistoryResynced)] == [hidden]
+    assert as_json(list(ctx.raw)) == as_json(again)
+    assert_view_ok(after, ctx.raw)
+
+
 async def test_aborted_turn_is_repaired_and_reported_once() -> None:
     history = [user("task"), assistant(call("a"), call("b")), result("a"), user("stop")]
     events: list[Event] = []

@@ -256,6 +256,14 @@ def _apply(history: list[Message], step: Step) -> list[Message]:
     return [*history, *step.messages]
 
 
+def _edited_only_at(before: list[Message], history: list[Message], checked: set[int]) -> bool:
+    """Whether ``history`` extends ``before`` but for messages replaced at unchecked positions."""
+    if len(history) < len(before) or not before:
+        return False
+    changed = {i for i, m in enumerate(before) if canonical_json(history[i]) != canonical_json(m)}
+    return bool(changed) and not changed & checked
+
+
 def _strategy(name: str) -> CompactionStrategy:
     if name == "deterministic":
         return DeterministicCompaction()
@@ -356,15 +364,22 @@ async def _drive_hostile(
         previous: list[str] = []
         reported: set[str] = set()
         for step in steps:
+            before = list(ctx.raw)
+            # What prepare() compares of a projection-mode history (O(view)): the messages the
+            # view shows as they are, and the last one.
+            checked = {*ctx._state.shown, len(before) - 1}
             history = _apply(history, step)
             appended = step.cut is None and step.edit is None
             snapshot = fingerprints(history)
+            unseen = not owned and _edited_only_at(before, history, checked)
             version = ctx.ledger.version
             seen = len(events)
             with _returns_within(5):
                 view = await ctx.prepare(history)
             assert fingerprints(history) == snapshot  # the input is never mutated
-            if not owned:  # the caller's history is the raw history
+            if unseen:  # an edit of what a decision replaced: documented as not seen
+                assert list(ctx.raw) == [*before, *history[len(before) :]]
+            elif not owned:  # the caller's history is the raw history
                 assert fingerprints(list(ctx.raw)) == snapshot
             assert_view_ok(view, ctx.raw)  # every invariant and provider rule
             assert wire_problems(view) == []
