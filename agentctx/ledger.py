@@ -12,6 +12,7 @@ edited, the decisions anchored at or after the change are dropped as stale.
 
 from __future__ import annotations
 
+import bisect
 import json
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -134,12 +135,13 @@ class Ledger:
     renders by it.
     """
 
-    __slots__ = ("_decisions", "_per_message", "_spans", "version")
+    __slots__ = ("_decisions", "_per_message", "_span_starts", "_spans", "version")
 
     def __init__(self, decisions: Iterable[Decision] = ()) -> None:
         self._decisions: list[Decision] = []
         self._per_message: dict[int, list[_PerMessage]] = {}
         self._spans: dict[int, ReplaceSpan] = {}  # start -> outermost span starting there
+        self._span_starts: tuple[int, list[int]] = (-1, [])  # (version, sorted starts)
         self.version = 0
         for d in decisions:
             self.add(d)
@@ -158,9 +160,13 @@ class Ledger:
 
     def span_covering(self, index: int) -> ReplaceSpan | None:
         """The visible span that hides raw ``index``, if any."""
-        for span in self._spans.values():
-            if span.at.index <= index < span.end:
-                return span
+        version, starts = self._span_starts
+        if version != self.version:
+            starts = sorted(self._spans)
+            self._span_starts = (self.version, starts)
+        k = bisect.bisect_right(starts, index) - 1
+        if k >= 0 and index < (span := self._spans[starts[k]]).end:
+            return span
         return None
 
     @property

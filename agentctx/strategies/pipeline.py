@@ -35,7 +35,7 @@ from agentctx._check import fraction, got, number, whole
 from agentctx.errors import ConfigError
 from agentctx.events import ContextCompacted
 from agentctx.strategies.deterministic import DeterministicCompaction
-from agentctx.strategies.pipeline_run import Run, condense, prompt_size
+from agentctx.strategies.pipeline_run import Memo, Run, condense, prompt_size
 
 if TYPE_CHECKING:
     from agentctx.strategy import CompactionContext, CompactionStrategy
@@ -51,6 +51,7 @@ __all__ = [
 ]
 
 RECALL_TOOL = "recall_context"
+_MEMO_SESSIONS = 16  # sessions sharing one pipeline whose work is kept between calls
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -166,6 +167,10 @@ class ToolOutputPipeline:
     cache_ttl_seconds: float = 300.0
     target_ratio: float | None = 0.4
     fallback: CompactionStrategy | None = field(default_factory=DeterministicCompaction)
+    # Per session (by id), the passes' work kept between calls; a few sessions at most.
+    _memos: dict[str, Memo] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
     def __post_init__(self) -> None:
         passes = (
@@ -196,9 +201,19 @@ class ToolOutputPipeline:
         number(self, "cache_ttl_seconds")
         fraction(self, "target_ratio", optional=True)
 
+    def _memo(self, ctx: CompactionContext) -> Memo:
+        memos = self._memos
+        memo = memos.pop(ctx.session_id, None)
+        if memo is None or memo.version != ctx.ledger.version:
+            memo = Memo(ctx.ledger.version)  # decisions change what the passes see
+        memos[ctx.session_id] = memo
+        while len(memos) > _MEMO_SESSIONS:
+            del memos[next(iter(memos))]
+        return memo
+
     async def compact(self, ctx: CompactionContext) -> None:
         """Propose with every pass, then take the batch if it pays (see the module doc)."""
-        run = Run(self, ctx)
+        run = Run(self, ctx, self._memo(ctx))
         run.propose_all()
         budget = ctx.budget
         if self.target_ratio is not None and self.target_ratio < budget.target_ratio:

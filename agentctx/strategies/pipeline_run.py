@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     )
     from agentctx.strategy import CompactionContext
 
-__all__ = ["Proposal", "Run", "condense", "prompt_size"]
+__all__ = ["Memo", "Proposal", "Run", "condense", "prompt_size"]
 
 _COMMAND_KEYS = frozenset({"command", "cmd"})
 _DEFINITION = re.compile(
@@ -85,6 +85,26 @@ class Proposal:
             self.unit = self.decision.at.index
 
 
+class Memo:
+    """What the passes worked out for raw messages (a condensed body, what a replacement
+    frees), kept between the calls of one session while the ledger is unchanged: a call
+    that takes nothing then redoes none of it. Each entry holds the message it was made for
+    and is used only for that same object."""
+
+    __slots__ = ("entries", "version")
+
+    def __init__(self, version: int) -> None:
+        self.version = version
+        self.entries: dict[tuple[str, int], tuple[Message, Any]] = {}
+
+    def get(self, key: tuple[str, int], m: Message) -> Any:
+        hit = self.entries.get(key)
+        return hit[1] if hit is not None and hit[0] is m else None
+
+    def put(self, key: tuple[str, int], m: Message, value: Any) -> None:
+        self.entries[key] = (m, value)
+
+
 def prompt_size(ctx: CompactionContext) -> int:
     """The prompt size after the decisions taken so far (the view renders first)."""
     _ = ctx.origins
@@ -94,8 +114,8 @@ def prompt_size(ctx: CompactionContext) -> int:
 class Run:
     """One pipeline run over one view: the proposals, with what each already claimed."""
 
-    def __init__(self, cfg: ToolOutputPipeline, ctx: CompactionContext) -> None:
-        self.cfg, self.ctx = cfg, ctx
+    def __init__(self, cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo) -> None:
+        self.cfg, self.ctx, self.memo = cfg, ctx, memo
         self.view, self.origins, self.raw = ctx.view, ctx.origins, ctx.raw
         self.proposals: list[Proposal] = []
         self.claimed: set[int] = set()
@@ -163,8 +183,12 @@ class Run:
         replacement = ToolResultMessage(
             m.tool_call_id, (TextBlock(new_text),), m.tool_name, m.is_error, m.extra
         )
-        count = self.ctx.counter
-        freed = count.count_full(m) - count.count_full(replacement)
+        key = (new_text, i)
+        freed = self.memo.get(key, m)
+        if freed is None:
+            count = self.ctx.counter
+            freed = count.count_full(m) - count.count_full(replacement)
+            self.memo.put(key, m, freed)
         decision = ReplaceResult(anchor(self.raw, i), (TextBlock(new_text),), reason, rid)
         self._add(Proposal(decision, freed, i >= self.ctx.sent, action), i)
         self._clear_arguments(m.tool_call_id, reason, i)
@@ -352,7 +376,11 @@ class Run:
             if len(text) <= cfg.threshold_chars:
                 continue
             rid = self._store(text)
-            body = condense(text, cfg.head_lines, cfg.tail_lines, cfg.max_ratio)
+            m = self.view[j]
+            body = self.memo.get(("l1", self.origins[j]), m)
+            if body is None:
+                body = condense(text, cfg.head_lines, cfg.tail_lines, cfg.max_ratio)
+                self.memo.put(("l1", self.origins[j]), m, body)
             where = f' (recall_context id="{rid}")' if rid else ""
             new = f"[Condensed{where}: {self._placeholder(j, 'was', text, None)[1:-1]}]\n{body}"
             self._replace(j, new, "l1", f"condensed {self._name(self.view[j])} output", rid)  # type: ignore[arg-type]
