@@ -1,9 +1,10 @@
 """prepare() cost and memory as a session grows to 1k, 10k and 100k messages.
 
-    python benchmarks/long_session.py [--quick] [--window 60000] [--seed 0]
+    python benchmarks/long_session.py [--quick] [--mode both] [--window 60000] [--seed 0]
 
-Each built-in strategy runs one seeded session in owned mode (the caller keeps the view and
-appends to it) with a `MemoryRecallStore`, in a process of its own so its memory is its own:
+Each built-in strategy runs one seeded session in each mode, owned (the caller keeps the view
+and appends to it) and projection (the caller appends to its own raw history and passes it
+whole), with a `MemoryRecallStore`, in a process of its own so its memory is its own:
 ``deterministic`` (`DeterministicCompaction`), ``pipeline+tiers``
 (``Chain([ToolOutputPipeline(), DeterministicCompaction()])``) and ``llm`` (`LlmCompaction`
 with a scripted summarizer that answers at once, the tiers as its fallback). The session is a
@@ -43,6 +44,7 @@ from agentctx.messages import (
     TextBlock,
     ToolCall,
     ToolResultMessage,
+    Usage,
     UserMessage,
     text_of,
 )
@@ -118,7 +120,9 @@ def pct(values: list[float], q: float) -> float | None:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-async def run(name: str, checkpoints: list[int], window: int, seed: int) -> list[dict[str, Any]]:
+async def run(
+    name: str, mode: str, checkpoints: list[int], window: int, seed: int
+) -> list[dict[str, Any]]:
     clock = [0.0]
     store = MemoryRecallStore()
     rows: list[dict[str, Any]] = []
@@ -132,7 +136,15 @@ async def run(name: str, checkpoints: list[int], window: int, seed: int) -> list
         on_over_budget="send",
     ) as ctx:
         view: list[Message] = []
+        history: list[Message] = []  # projection mode: the caller's raw history, appended to
         source = turns(seed, clock)
+
+        async def call(new: list[Message]) -> list[Message]:
+            if mode == "owned":
+                return await ctx.prepare([*view, *new])
+            history.extend(new)
+            return await ctx.prepare(history)
+
         for checkpoint in checkpoints:
             # Up to TIMED messages before the checkpoint, fed in untimed batches.
             batch: list[Message] = []
@@ -141,26 +153,33 @@ async def run(name: str, checkpoints: list[int], window: int, seed: int) -> list
                 raw_chars += chars(group)
                 batch += group
                 if len(batch) >= BULK:
-                    view = await ctx.prepare([*view, *batch])
+                    view = await call(batch)
                     batch = []
             if batch:
-                view = await ctx.prepare([*view, *batch])
+                view = await call(batch)
             idle: list[float] = []
             decided: list[float] = []
+            observed: list[float] = []
             while len(ctx.raw) < checkpoint:  # then one model call at a time, timed
                 group = next(source)
                 raw_chars += chars(group)
                 version = ctx.ledger.version
-                t0 = time.perf_counter()
-                view = await ctx.prepare([*view, *group])
-                elapsed = time.perf_counter() - t0
+                t0 = time.thread_time()
+                view = await call(group)
+                elapsed = time.thread_time() - t0
                 (idle if ctx.ledger.version == version else decided).append(elapsed)
                 await anyio.lowlevel.checkpoint()  # the model call: background work runs here
+                usage = Usage(ctx.prompt_tokens, 200)
+                t0 = time.thread_time()
+                ctx.observe(usage)
+                observed.append(time.thread_time() - t0)
             n = len(ctx.raw)
             rows.append(
                 {
                     "strategy": name,
+                    "mode": mode,
                     "messages": n,
+                    "observe": pct(observed, 0.5),
                     "idle": [pct(idle, 0.5), pct(idle, 0.99)],
                     "decided": [pct(decided, 0.5), pct(decided, 0.99)],
                     "decisions": len(decided),
@@ -178,19 +197,22 @@ def _ms(value: float | None) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        f"{'strategy':<15} {'messages':>8}  {'idle p50':>8} {'idle p99':>8}  "
-        f"{'decide p50':>10} {'decide p99':>10} {'decisions':>9}  "
+        f"{'strategy':<15} {'mode':<10} {'messages':>8}  {'idle p50':>8} {'idle p99':>8}  "
+        f"{'decide p50':>10} {'decide p99':>10} {'decisions':>9} {'observe':>8}  "
         f"{'mem/msg':>8} {'raw/msg':>8} {'store':>8}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
-            f"{r['strategy']:<15} {r['messages']:>8}  {_ms(r['idle'][0]):>8} "
+            f"{r['strategy']:<15} {r['mode']:<10} {r['messages']:>8}  {_ms(r['idle'][0]):>8} "
             f"{_ms(r['idle'][1]):>8}  {_ms(r['decided'][0]):>10} {_ms(r['decided'][1]):>10} "
-            f"{r['decisions']:>9}  {r['mem_per_msg'] / 1024:>6.1f}KB "
+            f"{r['decisions']:>9} {_ms(r['observe']):>8}  {r['mem_per_msg'] / 1024:>6.1f}KB "
             f"{r['raw_per_msg'] / 1024:>6.1f}KB {r['store'] / 2**20:>6.1f}MB"
         )
-    lines.append("(milliseconds; p50/p99 over the calls that brought the last 2k messages)")
+    lines.append(
+        "(milliseconds of the calling thread's CPU time; p50/p99 over the calls that brought "
+        "the last 2k messages; observe: p50)"
+    )
     return "\n".join(lines)
 
 
@@ -199,17 +221,26 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1k and 10k messages only")
     parser.add_argument("--window", type=int, default=60_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--mode",
+        choices=("both", "owned", "projection"),
+        default="both",
+        help="owned: the caller sends back the view; projection: its own raw history",
+    )
     parser.add_argument("--one", choices=sorted(STRATEGIES), help=argparse.SUPPRESS)
     args = parser.parse_args()
     checkpoints = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
+    modes = ("owned", "projection") if args.mode == "both" else (args.mode,)
     if args.one:
-        print(json.dumps(anyio.run(run, args.one, checkpoints, args.window, args.seed)))
+        rows = anyio.run(run, args.one, args.mode, checkpoints, args.window, args.seed)
+        print(json.dumps(rows))
         return
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    for name in STRATEGIES:
-        command = [sys.executable, __file__, "--one", name, "--window", str(args.window)]
-        command += ["--seed", str(args.seed), *(["--quick"] if args.quick else [])]
+    for name, mode in ((n, m) for n in STRATEGIES for m in modes):
+        command = [sys.executable, __file__, "--one", name, "--mode", mode]
+        command += ["--window", str(args.window), "--seed", str(args.seed)]
+        command += ["--quick"] if args.quick else []
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode:
             sys.exit(f"{name}: {done.stderr.strip()}")
