@@ -190,6 +190,7 @@ class ContextManager:
         self._tasks: TaskGroup | None = None
         self._repairs_seen = -1
         self._sent = 0
+        self._observed = (-1, 0)  # (ledger version, raw length) at the last usage report
         self._last_call: float | None = None
         self._reported: set[tuple[str, int, str | None]] = set()
         self._rendered_version = self._state.ledger.version
@@ -524,6 +525,7 @@ class ContextManager:
         self._rendered_version = state.ledger.version
         self._reported = {r for r in self._reported if r[1] < cut}
         self._sent = min(self._sent, cut)
+        self._observed = (-1, 0)
         self._hub.emit(HistoryResynced(cut, dropped))
 
     def _report_repairs(self) -> None:
@@ -554,5 +556,15 @@ class ContextManager:
             raise ConfigError(f"observe() takes {ACCEPTED}; got {type(response).__name__}")
         self.usage = self.usage + usage
         self._last_call = self._clock()
-        if usage.prompt_tokens > 0 and self._state.view:
-            self.counter.observe(self._state.view, usage.prompt_tokens)
+        state = self._state
+        if usage.prompt_tokens > 0 and state.view:
+            view, origins = self._current_view()
+            # Calibration needs full estimates of what was sent; those made before are kept,
+            # so only what is new since the last report (or every message, after a decision
+            # put new replacements in the view) is estimated in full here.
+            if state.ledger.version == self._observed[0]:
+                self.counter.refine(view[bisect.bisect_left(origins, self._observed[1]) :])
+            else:
+                self.counter.refine(view)
+            self._observed = (state.ledger.version, len(state.raw))
+            self.counter.observe(view, usage.prompt_tokens, vector=state.vector())

@@ -165,6 +165,16 @@ class ViewState:
 
     # -- reading ------------------------------------------------------------------------
 
+    def vector(self) -> list[float]:
+        """The uncalibrated per-slot sum of the view's messages (`MessageCounter.vector`)."""
+        self._apply_refined()
+        total = list(self._prefix_vec)
+        vector = self._counter.vector
+        for m in self.view[self._prefix_len :]:
+            for i, v in enumerate(vector(m)):
+                total[i] += v
+        return total
+
     @property
     def tokens(self) -> int:
         """Estimated tokens of the view's messages (no system prompt or tools)."""

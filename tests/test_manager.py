@@ -284,3 +284,29 @@ async def test_the_callers_exception_leaves_async_with_unwrapped() -> None:
     with pytest.raises(BudgetExceededError):
         async with ContextManager(small_budget()) as ctx:
             await ctx.prepare([user("x" * 400_000)])
+
+
+@pytest.mark.parametrize("mode", ["owned", "projection"])
+async def test_observe_calibrates_on_the_kept_view_vector_as_on_a_full_pass(mode: str) -> None:
+    # observe() sums the view's per-slot vector from what the view keeps (O(new)); it must
+    # be the sum a full pass over the sent messages gives, through decisions and a rewind.
+    history = [user("task")]
+    turns = [tool_turn(n, lines=40 + 13 * (n % 5)) for n in range(60)]
+    async with ContextManager(small_budget(9_000), on_over_budget="send") as ctx:
+        view: list[Any] = []
+        for n, turn in enumerate(turns):
+            if n == 40:  # a rewind
+                history = history[:30]
+            history = history + turn
+            view = await ctx.prepare(history if mode == "projection" else [*view, *turn])
+            if mode == "owned" and n == 40:
+                view = await ctx.prepare(history)
+            ctx.observe(Usage(ctx.prompt_tokens + 150, 50))
+            counter = ctx.counter
+            full = [0.0] * len(counter.slots)
+            for m in view:
+                for i, v in enumerate(counter.vector(m)):
+                    full[i] += v
+            assert counter.refine(view) == 0  # everything sent was estimated in full
+            assert ctx._state.vector() == pytest.approx(full, rel=1e-9, abs=1e-6)
+        assert ctx.ledger.decisions  # the session did compact

@@ -36,6 +36,12 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float]:
     return [m[i][n] / m[i][i] if m[i][i] else 0.0 for i in range(n)]
 
 
+# A report the current fit predicts within this (relative) is recorded without refitting;
+# the fit catches up with what was recorded at least every _REFIT_EVERY reports.
+_REFIT_ERROR = 0.01
+_REFIT_EVERY = 8
+
+
 class Calibration:
     """Least-squares fit of one multiplier per slot and a fixed overhead per request.
 
@@ -46,7 +52,15 @@ class Calibration:
     and ``prior / 10`` on the shared scale and the overhead.
     """
 
-    __slots__ = ("_decay", "_image", "_observations", "_prior", "multipliers", "overhead")
+    __slots__ = (
+        "_decay",
+        "_image",
+        "_observations",
+        "_prior",
+        "_unfitted",
+        "multipliers",
+        "overhead",
+    )
 
     def __init__(
         self,
@@ -66,6 +80,7 @@ class Calibration:
         self._decay = decay
         self._prior = prior
         self._observations: deque[tuple[tuple[float, ...], int]] = deque(maxlen=max_observations)
+        self._unfitted = 0  # reports since the last fit
         self.multipliers: list[float] = [1.0] * slots
         """Calibrated multiplier per slot (all 1.0 before the first report)."""
         self.overhead = 0.0
@@ -78,7 +93,18 @@ class Calibration:
         """Record that a request whose uncalibrated per-slot vector is ``vector`` cost
         ``prompt_tokens``, and refit."""
         self._observations.append((vector, prompt_tokens))
+        self._unfitted += 1
+        predicted = self.overhead + sum(
+            m * x for m, x in zip(self.multipliers, vector, strict=True)
+        )
+        if (
+            len(self._observations) > 2
+            and self._unfitted < _REFIT_EVERY
+            and abs(predicted - prompt_tokens) <= _REFIT_ERROR * prompt_tokens
+        ):
+            return  # the fit already explains it: refitting would move it by a fraction of that
         self._fit()
+        self._unfitted = 0
 
     def _fit(self) -> None:
         # One row per observation in relative terms (residual / reported), so big and small

@@ -118,7 +118,7 @@ class MessageCounter:
         )
         self._mult = self._calibration.multipliers
         self._generation = 0
-        self._anchor: tuple[tuple[str, ...], int] | None = None
+        self._anchor: tuple[tuple[Message, ...], int] | None = None
         self._lazy = lazy
         self.refined: list[tuple[str, tuple[float, ...]]] = []
 
@@ -196,36 +196,46 @@ class MessageCounter:
         if last_sent_len is not None and last_prompt_tokens is not None:
             return last_prompt_tokens + self.count_many(messages[last_sent_len:])
         if self._anchor is not None:
-            fps, reported = self._anchor
-            n = len(fps)
+            sent, reported = self._anchor
+            n = len(sent)
             if len(messages) >= n and all(
-                fingerprint(messages[i]) == fps[i] for i in range(n - 1, -1, -1)
+                messages[i] is sent[i] or fingerprint(messages[i]) == fingerprint(sent[i])
+                for i in range(n - 1, -1, -1)
             ):
                 return reported + self.count_many(messages[n:])
         return self.estimate_prompt(messages)
 
     # -- calibration -----------------------------------------------------------------------
 
-    def observe(self, messages: Sequence[Message], prompt_tokens: int) -> None:
+    def observe(
+        self,
+        messages: Sequence[Message],
+        prompt_tokens: int,
+        *,
+        vector: Sequence[float] | None = None,
+    ) -> None:
         """Record that sending exactly ``messages`` cost ``prompt_tokens``, and refit.
 
         ``prompt_tokens`` is the provider's full prompt count for that request (uncached +
         cache reads + cache writes, i.e. `Usage.prompt_tokens`). Non-positive counts, as
-        aborted turns report, are ignored.
+        aborted turns report, are ignored. ``vector``: the sum of the messages' `vector`s
+        when the caller keeps it up to date (and `refine`d them first), so a long request
+        costs O(1) here instead of a pass over every message.
         """
         if prompt_tokens <= 0:
             return
-        x = [0.0] * len(self._slots)
-        fps = []
-        for message in messages:
-            fps.append(fingerprint(message))
-            entry = self._memo.get(fps[-1]) or self._refresh(message, None)
-            if not entry.exact:
-                self._make_exact(fps[-1], message, entry)
-            for i, v in enumerate(entry.base):
-                x[i] += v
-        self._anchor = (tuple(fps), prompt_tokens)
-        self._calibration.add(tuple(x), prompt_tokens)
+        if vector is None:
+            x = [0.0] * len(self._slots)
+            for message in messages:
+                fp = fingerprint(message)
+                entry = self._memo.get(fp) or self._refresh(message, None)
+                if not entry.exact:
+                    self._make_exact(fp, message, entry)
+                for i, v in enumerate(entry.base):
+                    x[i] += v
+            vector = x
+        self._anchor = (tuple(messages), prompt_tokens)
+        self._calibration.add(tuple(vector), prompt_tokens)
         self._mult = self._calibration.multipliers
         self._generation += 1
 
