@@ -2,7 +2,8 @@
 
 __version__ = "0.1.0"
 
-from agentctx.blocking import BlockingContextManager
+from typing import TYPE_CHECKING
+
 from agentctx.budget import Budget, BudgetExceededError
 from agentctx.errors import (
     AgentCtxError,
@@ -55,6 +56,20 @@ from agentctx.strategies.llm import LlmCompaction, LlmCompactionConfig, RetryPol
 from agentctx.strategy import Chain, CompactionContext, CompactionStrategy
 from agentctx.summarizer import Summarizer, SummaryRequest, SummaryResult
 from agentctx.tokens import MessageCounter, TokenCounter
+
+if TYPE_CHECKING:
+    from agentctx.blocking import BlockingContextManager
+
+
+def __getattr__(name: str) -> object:
+    # The blocking API runs a loop thread (anyio.from_thread, which imports asyncio): async
+    # callers, who have asyncio already, should not pay for it at import.
+    if name == "BlockingContextManager":
+        from agentctx.blocking import BlockingContextManager
+
+        return BlockingContextManager
+    raise AttributeError(f"module 'agentctx' has no attribute {name!r}")
+
 
 __all__ = [
     "AgentCtxError",

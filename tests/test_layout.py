@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "agentctx"
@@ -42,3 +44,23 @@ def test_the_core_never_imports_the_edge() -> None:
 def test_errors_is_a_leaf_and_messages_imports_only_errors() -> None:
     assert _imports(PACKAGE / "errors.py") == set()
     assert _imports(PACKAGE / "messages.py") <= {"agentctx.errors"}
+
+
+def test_import_agentctx_stays_lean() -> None:
+    # No vendor SDK, HTTP client, logging backend, tokenizer or event loop at import: each
+    # comes when the feature that needs it is used.
+    heavy = (
+        "anthropic",
+        "openai",
+        "httpx",
+        "structlog",
+        "rich",
+        "tiktoken",
+        "redis",
+        "pydantic",
+        "asyncio",
+        "concurrent.futures",
+    )
+    code = f"import sys, agentctx; print([m for m in {heavy!r} if m in sys.modules])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
