@@ -2,90 +2,63 @@
 
     python benchmarks/cache_breaks.py [--explain]
 
-For each session and budget (100k and 50k tokens) and each strategy, replays the session
-request by request (`agentctx.replay`) and prints: prefix-cache breaks next to the
-theoretical minimum ceil((S0 + G - B) / (B - R)), simulated input cost against no compaction
-(ideal Anthropic-style prefix cache), requests over budget, and the share of file paths
-touched in the first third of the session that are still visible in the final request.
-``--explain`` also lists every break and cold rewrite: the prompt it would have sent, what it
-sent, why (over the budget, cold cache, or a batch that paid for itself) and what was done.
+For each session and budget (100k and 50k tokens) and each of agentctx's deterministic
+strategies, replays the session request by request through `ContextManager` and judges what
+was sent with the yardstick `benchmarks/peers.py` judges agentctx's peers with
+(`_yardstick`): tokens are exact o200k when the ``tokenizer`` extra is installed (agentctx
+counts with it too then, and hears the exact size of each request it sent through
+``observe``); the budget's hard limit is exactly B. Printed per cell: prefix-cache breaks next
+to the theoretical minimum, the cold rewrites, simulated input cost against no compaction
+(Anthropic prefix cache at Sonnet prices, the cache expiring only where the transcript shows
+an idle gap of more than 5 minutes), requests over budget, and how many of the file paths
+seen in the first third of the session (tool arguments and tool output) are still in the
+final request. ``--explain`` also lists every break and cold rewrite: the prompt the request
+would have sent without a new decision (the previous one plus what the raw history grew by),
+what it sent, why (over the budget, cold cache, or a batch that paid for itself) and what was
+done.
 
-The minimum: S0 is the first request, S0 + G the raw size of the last one, B the hard budget,
-and R the smallest context a compaction leaves: the smallest prompt sent right after a cache
-break, but never more than the budget's target. Every compaction makes at most B - R of room
-before the prompt reaches B again, hence the bound. R is capped at the target because a
-strategy that stops short of the target at every break would otherwise lower its own bar
-(compacting from 100k to 95k each time makes the "minimum" 20x larger); taking the smallest
-R seen rather than a typical one means a single deep compaction sets the bar for all of them,
-so landing at a consistent depth matters as much as going deep.
+A *break* rewrites what the previous request sent while the cache was warm; the same after
+an idle gap over 5 minutes is a *cold* rewrite (the cache had expired: nothing to lose).
+
+The minimum is the same for every strategy (`_yardstick.minimum`): ceil((S0 + G - B) / (B -
+R)), S0 the first request, S0 + G the raw size of the last one, B the hard budget, and R = S0
++ the mean tokens of the tail holding the last 10 tool results with their calls, over the
+requests whose raw size is above B: the least any compaction that keeps the task and a
+working set of 10 results can leave, so each compaction makes at most B - R of room.
 """
 
 from __future__ import annotations
 
-import math
 import re
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from agentctx.budget import Budget
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _yardstick as y
+
+from agentctx.events import ContextCompacted
 from agentctx.importers import load_transcript
-from agentctx.messages import AssistantMessage, Message, canonical_json
-from agentctx.replay import ReplayReport, replay
 from agentctx.strategies import DeterministicCompaction, ToolOutputPipeline
 from agentctx.strategy import Chain
 from agentctx.testing import synthetic_session
 
+if TYPE_CHECKING:
+    from agentctx.messages import Message
+
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "corpus"
-PATH = re.compile(r"(?:[\w.-]+/)+[\w.-]+\.\w{1,5}")
 
 
-def early_paths(messages: list[Message]) -> set[str]:
-    """Paths touched in the first third of the assistant turns: values of ``*path*`` arguments
-    and path-like tokens of shell commands (as the peers' measurements count them)."""
-    turns = [m for m in messages if isinstance(m, AssistantMessage)]
-    found: set[str] = set()
-    for m in turns[: len(turns) // 3]:
-        for call in m.tool_calls:
-            for key, value in call.arguments.items():
-                if not isinstance(value, str):
-                    continue
-                if "path" in key.lower():
-                    found.add(value)
-                elif key in ("command", "cmd"):
-                    found.update(PATH.findall(value.split("\n", 1)[0]))
-    return found
-
-
-def strategies() -> dict[str, object]:
+def strategies() -> dict[str, Any]:
+    """Builders on the replay's clock, by label."""
     return {
-        "pipeline+tiers": Chain([ToolOutputPipeline(), DeterministicCompaction()]),
-        "tiers only": DeterministicCompaction(),
+        "pipeline+tiers": lambda clock: Chain([ToolOutputPipeline(), DeterministicCompaction()]),
+        "tiers only": lambda clock: DeterministicCompaction(),
     }
-
-
-def explain(report: ReplayReport, limit: int) -> None:
-    """One line per break or cold rewrite: the prompt the request would have sent without a
-    new decision (the previous one plus what the raw history grew by), what it sent, why."""
-    previous = None
-    for row in report.rows:
-        if previous is not None and (row.cache_break or row.cold_rewrite):
-            would = previous.tokens_with + row.tokens_without - previous.tokens_without
-            why = (
-                "cold cache"
-                if row.cold_rewrite
-                else "over the budget"
-                if would > limit
-                else "batch paid for itself"
-            )
-            done = ", ".join(f"{n} {k}" for k, n in _kinds(row.actions).most_common())
-            print(
-                f"    request {row.number:>3}: ~{would:>6} -> {row.tokens_with:>6} tokens "
-                f"({'break' if row.cache_break else 'cold'}: {why}); {done}"
-            )
-        previous = row
 
 
 _KINDS = (
@@ -117,41 +90,79 @@ def _kinds(actions: tuple[str, ...]) -> Counter[str]:
     return kinds
 
 
-async def cell(name: str, messages: list[Message], window: int, *, verbose: bool) -> None:
-    budget = Budget(context_window=window + 16_000, reserve_output=16_000)
-    paths = early_paths(messages)
-    for label, strategy in strategies().items():
-        report = await replay(messages, budget=budget, strategy=strategy)  # type: ignore[arg-type]
-        rows = report.rows
-        s0 = rows[0].tokens_without
-        growth = rows[-1].tokens_without - s0
-        after = [r.tokens_with for r in rows if r.cache_break]
-        smallest = min([budget.target_tokens, *after])
-        b = budget.limit
-        minimum = max(0, math.ceil((s0 + growth - b) / max(1, b - smallest)))
-        final = "\n".join(canonical_json(m) for m in report.final_view)
-        kept = sum(p in final for p in paths) / len(paths) if paths else 1.0
-        ratio = report.cost_with / report.cost_without
+def explain(result: y.Result, raw: list[int], events: list[list[Any]], limit: int) -> None:
+    """One line per break or cold rewrite (see the module docs)."""
+    for n in sorted(result.break_at + result.cold_at):
+        k = n - 1
+        if k == 0:
+            continue
+        would = result.sizes[k - 1] + raw[k] - raw[k - 1]
+        cold = n in result.cold_at
+        why = (
+            "cold cache"
+            if cold
+            else "over the budget"
+            if would > limit
+            else "batch paid for itself"
+        )
+        actions = tuple(a for e in events[k] if isinstance(e, ContextCompacted) for a in e.actions)
+        done = ", ".join(f"{c} {kind}" for kind, c in _kinds(actions).most_common())
         print(
-            f"{name:<26} {window // 1000:>4}k {label:<15} breaks {report.cache_breaks:>3} "
-            f"(min {minimum:>2}, +{report.cold_rewrites} cold)  cost x{ratio:.2f}  "
-            f"over budget {report.over_budget:>2}  "
-            f"early paths {kept:.0%} of {len(paths)}"
+            f"    request {n:>3}: ~{would:>6} -> {result.sizes[k]:>6} tokens "
+            f"({'cold' if cold else 'break'}: {why}); {done}"
+        )
+
+
+async def cell(
+    canon: y.Canon, name: str, messages: list[Message], b: int, *, verbose: bool
+) -> None:
+    times = y.request_times(messages)
+    converted = [canon.neutral(m) for m in messages]
+    raw_requests = [y.merge(converted[:i]) for i in y.calls(messages)]
+    task, tools = y.first_user_text(messages), y.tool_names(messages)
+    paths = y.early_paths(messages)
+    none = y.Judge(canon, "none", b, task=task, tools=tools)
+    for request, at in zip(raw_requests, times, strict=True):
+        none.add(request, at, merged=True)
+    baseline = none.finish(paths)
+    bound = y.minimum(canon, raw_requests, b)
+    floor = "n/a" if bound.value is None else str(bound.value)
+    r_text = "-" if bound.r is None else f"{bound.r:,}"
+    print(f"{name:<28} {b // 1000:>4}k S0 {bound.s0:,}, G {bound.g:,}, R {r_text}: min {floor}")
+    for label, make in strategies().items():
+        judge = y.Judge(canon, label, b, task=task, tools=tools)
+        run = await y.run_agentctx(messages, judge, make, b)
+        r = judge.finish(paths)
+        kept = r.paths_kept / r.paths if r.paths else 1.0
+        print(
+            f"{name:<28} {b // 1000:>4}k {label:<15} breaks {r.breaks:>3} "
+            f"(min {floor:>2}, +{r.cold} cold)  cost x{r.cost / baseline.cost:.2f}  "
+            f"over budget {r.over:>2} (peak {r.peak:,})  invalid {r.invalid}  "
+            f"task lost {r.task_lost}  "
+            f"early paths {kept:.0%} of {r.paths}",
+            flush=True,
         )
         if verbose:
-            explain(report, b)
+            explain(r, baseline.sizes, run.events, b)
+
+
+def sessions() -> list[tuple[str, list[Message]]]:
+    found: list[tuple[str, list[Message]]] = []
+    for name in ("large-session", "before-compaction"):
+        raw = load_transcript(CORPUS / "pi" / f"{name}.jsonl").messages
+        found.append((f"pi/{name}", y.clean_history(raw)))
+    synthetic = [m for g in synthetic_session(0, 200, mean_output_lines=35) for m in g]
+    found.append(("synthetic seed 0 (200 calls)", y.clean_history(synthetic)))
+    return found
 
 
 async def main() -> None:
     verbose = "--explain" in sys.argv[1:]
-    sessions: list[tuple[str, list[Message]]] = []
-    for name in ("large-session.jsonl", "before-compaction.jsonl"):
-        sessions.append((f"pi/{name}", list(load_transcript(CORPUS / "pi" / name).messages)))
-    synthetic = [m for g in synthetic_session(0, 200, mean_output_lines=35) for m in g]
-    sessions.append(("synthetic seed 0 (200 calls)", synthetic))
-    for name, messages in sessions:
-        for window in (100_000, 50_000):
-            await cell(name, messages, window, verbose=verbose)
+    canon = y.Canon()
+    print(f"tokens: o200k_base, {'exact' if canon.exact else 'estimated (no tokenizer extra)'}")
+    for name, messages in sessions():
+        for b in (100_000, 50_000):
+            await cell(canon, name, messages, b, verbose=verbose)
 
 
 if __name__ == "__main__":
