@@ -1,34 +1,50 @@
-"""How close are token estimates to o200k on real transcripts? Prints one table.
+"""How close and how fast are token estimates next to exact o200k? Prints tables.
 
-    python benchmarks/token_accuracy.py
+    python benchmarks/token_accuracy.py [--repeat 5] [--no-speed]
 
-Texts: every tool result, tool-call argument JSON and assistant text in the pi and Claude
-Code sessions of the corpus in ``tests/corpus``. Each is classified with
-`agentctx.tokens.classify` and scored as ``|estimate - exact| / exact`` against
-`ExactCounter("o200k_base")`, per content class, for:
+Texts: everything `MessageCounter` counts as text (user and assistant text, thinking, tool-call
+argument JSON, tool results, summaries) in every transcript of ``tests/corpus`` that
+`agentctx.importers.load_transcript` reads (pi, Claude Code with its subagent threads,
+SWE-agent, OpenHands; the recorded API traffic in the other folders is not a transcript).
+Each text is classified with `agentctx.tokens.classify` (tool-call arguments are JSON) and
+scored as ``(estimate - exact) / exact`` against ``ExactCounter("o200k_base")``, per source
+format and content class, for:
 
-- chars/4, the usual rule of thumb;
-- chars / the class's measured o200k ratio (papers.md section 6);
-- `Estimator()`, uncalibrated;
-- the same after calibration: per session, a `MessageCounter` observes three "reported
-  usages", the exact size of the prompts sent before the assistant turns nearest to 1/3,
-  2/3 and the end of the session, plus a fake system-prompt-and-tools overhead of 3000.
+- ``Estimator``: ``Estimator().count``, uncalibrated, no tokenizer (pure Python);
+- ``calibrated``: per session, a `MessageCounter` wrapping the same estimator observes three
+  "reported usages" (the exact size of the prompts sent before the assistant turns nearest to
+  1/3, 2/3 and the end of the session, plus a system-prompt-and-tools overhead of 3000) and
+  counts the text with ``count_text``; sessions with fewer than three turns stay uncalibrated;
+- ``auto``: `agentctx.tokens.count.default_counter()`, what `MessageCounter()` uses: exact
+  counts for texts where the tokenizer is as cheap as the estimate, when the ``tokenizer``
+  extra is installed.
 
-The target is a median |error| of at most 5 % per class after calibration.
+Each cell is the median and 90th percentile of ``|error|`` and the median signed error (bias).
+The target is a median ``|error|`` of at most 5 % per format and class, uncalibrated and
+calibrated. Throughput (MB/s of UTF-8) per text size is measured on slices of the same texts:
+``Estimator().count`` (which classifies the text, as callers do), the estimator given the class,
+``auto``, and ``tiktoken``'s o200k ``encode``, interleaved in the same run (best of
+``--repeat``); machines are noisy, so compare the columns, not runs.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import random
 import statistics
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentctx.importers import claude_code, load_transcript
 from agentctx.messages import (
     AssistantMessage,
     Message,
+    SummaryMessage,
     TextBlock,
     ThinkingBlock,
     ToolCall,
@@ -39,132 +55,66 @@ from agentctx.tokens import ContentClass, Estimator, MessageCounter, classify
 from agentctx.tokens.exact import ExactCounter
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
+
+    from agentctx.tokens import TokenCounter
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "corpus"
 FAKE_OVERHEAD = 3000
 TARGET = 0.05
-MIN_N = 30
-# o200k chars/token per class, papers.md section 6.1 (first corpus draw).
-PAPER_RATIO = {
-    ContentClass.CODE: 3.91,
-    ContentClass.JSON: 3.68,
-    ContentClass.PROSE: 4.23,
-    ContentClass.SHELL: 2.63,
-    ContentClass.LOG: 3.99,
-}
+SIZES = (64, 512, 2048, 8192, 65536, 1 << 20)
 
 
 # -- reading sessions ------------------------------------------------------------------------
 
 
-def _blocks(content: Any) -> list[dict[str, Any]]:
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    return [b for b in content or [] if isinstance(b, dict)]
+def sessions(corpus: Path = CORPUS) -> Iterator[tuple[str, str, list[Message]]]:
+    """(format, session name, messages) for every transcript in the corpus folders.
 
-
-def _read_pi(path: Path) -> list[Message]:
-    """Minimal pi reader, used only when `agentctx.importers` is not available."""
-    out: list[Message] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        entry = json.loads(line)
-        msg = entry.get("message") if entry.get("type") == "message" else None
-        if not isinstance(msg, dict):
-            continue
-        blocks = _blocks(msg.get("content"))
-        texts = tuple(TextBlock(b["text"]) for b in blocks if b.get("type") == "text")
-        if msg.get("role") == "user":
-            out.append(UserMessage(texts))
-        elif msg.get("role") == "toolResult":
-            out.append(ToolResultMessage(msg.get("toolCallId", ""), texts, msg.get("toolName")))
-        elif msg.get("role") == "assistant":
-            content: list[Any] = []
-            for b in blocks:
-                if b.get("type") == "text":
-                    content.append(TextBlock(b["text"]))
-                elif b.get("type") == "thinking":
-                    content.append(ThinkingBlock(b.get("thinking", "")))
-                elif b.get("type") == "toolCall":
-                    content.append(ToolCall(b["id"], b["name"], b.get("arguments") or {}))
-            out.append(AssistantMessage(tuple(content)))
-    return out
-
-
-def _read_claude_code(path: Path) -> list[Message]:
-    """Minimal Claude Code reader (split assistant records merged by message id)."""
-    out: list[Message] = []
-    last_id = None
-    for line in path.read_text(encoding="utf-8").splitlines():
-        rec = json.loads(line)
-        msg = rec.get("message")
-        if rec.get("type") not in ("user", "assistant") or not isinstance(msg, dict):
-            continue
-        blocks = _blocks(msg.get("content"))
-        if rec["type"] == "assistant":
-            content: list[Any] = []
-            for b in blocks:
-                if b.get("type") == "text":
-                    content.append(TextBlock(b["text"]))
-                elif b.get("type") == "thinking":
-                    content.append(ThinkingBlock(b.get("thinking", "")))
-                elif b.get("type") == "tool_use":
-                    content.append(ToolCall(b["id"], b["name"], b.get("input") or {}))
-            if out and last_id == msg.get("id") and isinstance(out[-1], AssistantMessage):
-                out[-1] = AssistantMessage(out[-1].content + tuple(content))
-            else:
-                out.append(AssistantMessage(tuple(content)))
-            last_id = msg.get("id")
-            continue
-        last_id = None
-        for b in blocks:
-            if b.get("type") == "tool_result":
-                text = "\n".join(x.get("text", "") for x in _blocks(b.get("content")))
-                out.append(ToolResultMessage(b.get("tool_use_id", ""), (TextBlock(text),)))
-            elif b.get("type") == "text":
-                out.append(UserMessage((TextBlock(b["text"]),)))
-    return out
-
-
-def sessions() -> Iterator[tuple[str, list[Message]]]:
-    """(name, messages) per session: pi files, and Claude Code main threads and subagents."""
-    files = [("pi", p) for p in sorted((CORPUS / "pi").glob("*.jsonl"))]
-    files += [("claude-code", p) for p in sorted((CORPUS / "claude-code").glob("*.jsonl"))]
-    try:
-        from agentctx.importers import claude_code, pi
-    except ImportError:
-        for kind, path in files:
-            reader = _read_pi if kind == "pi" else _read_claude_code
-            yield path.name, reader(path)
-        return
-    for kind, path in files:
-        if kind == "pi":
-            yield path.name, list(pi.load(path).messages)
-            continue
-        for thread in ("main", "sidechains"):
-            try:
-                messages = list(claude_code.load(path, thread=thread).messages)
-            except Exception:  # a file with no such thread
+    Claude Code files give their main thread and, separately, their subagent threads.
+    """
+    for folder in sorted(p for p in corpus.iterdir() if p.is_dir()):
+        for path in sorted(folder.iterdir()):
+            if path.suffix == ".md" or not path.is_file():
                 continue
-            if messages:
-                yield f"{path.name}:{thread}", messages
+            try:
+                transcript = load_transcript(path)
+            except Exception:  # not a transcript (recorded API traffic, a lone message)
+                continue
+            if transcript.format != "claude-code":
+                yield transcript.format, path.name, list(transcript.messages)
+                continue
+            for thread in ("main", "sidechains"):
+                try:
+                    messages = list(claude_code.load(path, thread=thread).messages)
+                except Exception:  # a file with no such thread
+                    continue
+                if messages:
+                    yield transcript.format, f"{path.name}:{thread}", messages
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 def texts(messages: Sequence[Message]) -> Iterator[tuple[str, ContentClass | None]]:
-    """Tool results, tool-call arguments (known to be JSON) and assistant text."""
+    """Every text a `MessageCounter` estimates, with its class when it is known (JSON)."""
     for m in messages:
-        if isinstance(m, ToolResultMessage):
-            yield from ((b.text, None) for b in m.content if isinstance(b, TextBlock))
-        elif isinstance(m, AssistantMessage):
-            for b in m.content:
-                if isinstance(b, TextBlock):
-                    yield b.text, None
-                elif isinstance(b, ToolCall):
-                    args = json.dumps(dict(b.arguments), separators=(",", ":"), ensure_ascii=False)
-                    yield args, ContentClass.JSON
+        if isinstance(m, SummaryMessage):
+            yield m.text, None
+            continue
+        if not isinstance(m, (UserMessage, AssistantMessage, ToolResultMessage)):
+            continue
+        for b in m.content:
+            if isinstance(b, TextBlock):
+                yield b.text, None
+            elif isinstance(b, ThinkingBlock):
+                yield b.thinking, None
+            elif isinstance(b, ToolCall):
+                yield _compact(dict(b.arguments)), ContentClass.JSON
 
 
-# -- scoring ---------------------------------------------------------------------------------
+# -- accuracy --------------------------------------------------------------------------------
 
 
 def calibrate(messages: Sequence[Message], exact: MessageCounter) -> MessageCounter | None:
@@ -187,94 +137,200 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def main() -> int:
-    exact_counter = ExactCounter("o200k_base")
-    exact_messages = MessageCounter(exact_counter, lazy=False)
-    estimator = Estimator()
-    methods = ("chars/4", "class ratio", "Estimator", "calibrated")
-    errors: dict[ContentClass, dict[str, list[float]]] = {
-        c: {m: [] for m in methods} for c in ContentClass
-    }
-    prompt_rows = []
+def _auto_counter() -> TokenCounter | None:
+    try:
+        from agentctx.tokens.count import default_counter
+    except ImportError:  # an agentctx without it
+        return None
+    return default_counter()
+
+
+Errors = dict[tuple[str, ContentClass], dict[str, list[float]]]
+
+
+def accuracy(
+    exact: ExactCounter, methods: dict[str, Callable[[str, ContentClass], float] | None]
+) -> tuple[Errors, list[tuple[str, str, int, int]], int, int]:
+    """Signed relative errors per (format, class) and method; whole-prompt rows; totals."""
+    exact_messages = MessageCounter(exact, lazy=False)
+    errors: Errors = defaultdict(lambda: {m: [] for m in methods})
+    prompts = []
     n_texts = n_chars = 0
-    est_seconds = 0.0
-    for name, messages in sessions():
+    for fmt, name, messages in sessions():
         calibrated = calibrate(messages, exact_messages)
         if calibrated is not None:
             truth = exact_messages.count_many(messages) + FAKE_OVERHEAD
-            prompt_rows.append(
-                (
-                    name,
-                    len(messages),
-                    truth,
-                    calibrated.overhead,
-                    calibrated.estimate_prompt(messages),
-                )
-            )
+            prompts.append((fmt, name, truth, calibrated.estimate_prompt(messages)))
         for text, kind in texts(messages):
             if not text.strip():
                 continue
-            exact = exact_counter.count(text)
+            truth = exact.count(text)
             cls = kind or classify(text)
-            t0 = time.perf_counter()
-            uncal = estimator.count(text, cls)
-            est_seconds += time.perf_counter() - t0
-            cal = calibrated.count_text(text, cls) if calibrated is not None else uncal
             n_texts += 1
             n_chars += len(text)
-            for method, value in zip(
-                methods, (len(text) / 4, len(text) / PAPER_RATIO[cls], uncal, cal), strict=True
-            ):
-                errors[cls][method].append(abs(value - exact) / exact)
+            cell = errors[(fmt, cls)]
+            for method, fn in methods.items():
+                value: float
+                if method == "calibrated":
+                    value = (
+                        calibrated.count_text(text, cls)
+                        if calibrated is not None
+                        else Estimator().count(text, cls)
+                    )
+                elif fn is None:
+                    continue
+                else:
+                    value = fn(text, cls)
+                cell[method].append((value - truth) / truth)
+    return errors, prompts, n_texts, n_chars
 
-    print("Token estimates vs exact o200k_base (tiktoken), per text: |estimate - exact| / exact")
-    kinds = "tool results, tool-call arguments, assistant text"
-    print(f"{n_texts} texts ({kinds}), {n_chars / 1e6:.2f} M chars")
-    print(f"from the pi and Claude Code sessions in {CORPUS}")
-    print()
-    header = f"{'class':<6} {'n':>5}" + "".join(f"  {m:>15}" for m in methods) + "   target ≤5%"
-    print(header)
-    print(f"{'':<6} {'':>5}" + "  {:>7} {:>7}".format("median", "p90") * len(methods))
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return f"{'-':>7} {'-':>6} {'-':>7}"
+    absolute = [abs(v) for v in values]
+    return (
+        f"{statistics.median(absolute) * 100:6.1f}% {pct(absolute, 0.9) * 100:5.1f}%"
+        f" {statistics.median(values) * 100:+6.1f}%"
+    )
+
+
+def print_accuracy(errors: Errors, methods: Sequence[str]) -> list[str]:
+    """The accuracy table; returns the (format, class, method) cells that miss the target."""
+    header = f"{'format':<12} {'class':<6} {'n':>5}"
+    print(header + "".join(f"  {m:^22}" for m in methods))
+    print(f"{'':<12} {'':<6} {'':>5}" + f"  {'median':>7} {'p90':>6} {'bias':>7}" * len(methods))
     missed = []
-    everything: dict[str, list[float]] = {m: [] for m in methods}
-    for cls in ContentClass:
-        row = errors[cls]
-        if not row["chars/4"]:
+    formats = sorted({f for f, _ in errors})
+    for fmt in formats:
+        for cls in ContentClass:
+            row = errors.get((fmt, cls))
+            if not row or not row["Estimator"]:
+                continue
+            cells = "".join(f"  {_cell(row[m])}" for m in methods)
+            flags = [m for m in methods if row[m] and statistics.median(map(abs, row[m])) > TARGET]
+            missed += [f"{fmt}/{cls.value}/{m}" for m in flags]
+            note = f"  > 5 %: {', '.join(flags)}" if flags else ""
+            print(f"{fmt:<12} {cls.value:<6} {len(row['Estimator']):>5}{cells}{note}")
+        everything: dict[str, list[float]] = {m: [] for m in methods}
+        for (f, _), row in errors.items():
+            if f == fmt:
+                for m in methods:
+                    everything[m] += row[m]
+        cells = "".join(f"  {_cell(everything[m])}" for m in methods)
+        print(f"{fmt:<12} {'all':<6} {len(everything['Estimator']):>5}{cells}")
+    return missed
+
+
+# -- speed -----------------------------------------------------------------------------------
+
+
+def _tiktoken_encode() -> Callable[[str], list[int]] | None:
+    """tiktoken's own o200k ``encode`` (no wrapper), with the vocabulary `ExactCounter` seeds."""
+    try:
+        import tiktoken
+
+        from agentctx.tokens.exact import _seed
+    except ImportError:
+        return None
+    directory = _seed("o200k_base")
+    if directory is None:
+        return None
+    previous = os.environ.get("TIKTOKEN_CACHE_DIR")
+    os.environ["TIKTOKEN_CACHE_DIR"] = str(directory)
+    try:
+        encoding = tiktoken.get_encoding("o200k_base")
+    finally:
+        if previous is None:
+            del os.environ["TIKTOKEN_CACHE_DIR"]
+        else:
+            os.environ["TIKTOKEN_CACHE_DIR"] = previous
+
+    def encode(text: str) -> list[int]:
+        return encoding.encode(text, disallowed_special=())
+
+    return encode
+
+
+def speed(blob: str, repeat: int, sizes: Sequence[int] = SIZES) -> None:
+    """MB/s per text size for the estimator (classifying, and given the class) and tiktoken."""
+    estimator = Estimator()
+    candidates: dict[str, Callable[[str], object]] = {"Estimator": estimator.count}
+    candidates["given class"] = lambda s: estimator.count(s, ContentClass.PROSE)
+    auto = _auto_counter()
+    if auto is not None:
+        candidates["auto"] = auto.count
+    encode = _tiktoken_encode()
+    if encode is not None:
+        candidates["tiktoken"] = encode
+    rng = random.Random(0)
+    budget = 4 << 20  # characters timed per size and candidate per round
+    print(f"{'size':>8} {'texts':>6}" + "".join(f"  {c:>12}" for c in candidates) + "   (MB/s)")
+    for size in sizes:
+        if size > len(blob):
             continue
-        cells = "".join(
-            f"  {statistics.median(row[m]) * 100:6.1f}% {pct(row[m], 0.9) * 100:6.1f}%"
-            for m in methods
-        )
-        med = statistics.median(row["calibrated"])
-        verdict = "met" if med <= TARGET else f"MISSED ({med * 100:.1f}%)"
-        if len(row["calibrated"]) < MIN_N:
-            verdict += f" (n < {MIN_N}: too few texts to judge)"
-        if med > TARGET:
-            missed.append(cls.value)
-        print(f"{cls.value:<6} {len(row['chars/4']):>5}{cells}   {verdict}")
-        for m in methods:
-            everything[m] += row[m]
-    cells = "".join(
-        f"  {statistics.median(everything[m]) * 100:6.1f}% {pct(everything[m], 0.9) * 100:6.1f}%"
-        for m in methods
-    )
-    print(f"{'all':<6} {len(everything['chars/4']):>5}{cells}")
+        n = max(3, min(4000, budget // size))
+        pieces = []
+        for _ in range(n):
+            i = rng.randrange(0, len(blob) - size + 1)
+            pieces.append(blob[i : i + size])
+        nbytes = sum(len(p.encode("utf-8", "surrogatepass")) for p in pieces)
+        best = dict.fromkeys(candidates, float("inf"))
+        for _ in range(repeat):  # interleaved, so load on the machine hits every candidate
+            for name, fn in candidates.items():
+                t0 = time.perf_counter()
+                for p in pieces:
+                    fn(p)
+                best[name] = min(best[name], time.perf_counter() - t0)
+        cells = "".join(f"  {nbytes / best[c] / 1e6:12.1f}" for c in candidates)
+        label = f"{size // 1024} KB" if size >= 1024 else f"{size} B"
+        if size >= 1 << 20:
+            label = f"{size >> 20} MB"
+        print(f"{label:>8} {n:>6}{cells}")
+
+
+# -- main ------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeat", type=int, default=5, help="timing rounds per size")
+    parser.add_argument("--no-speed", action="store_true", help="accuracy only")
+    args = parser.parse_args(argv)
+
+    exact = ExactCounter("o200k_base")
+    estimator = Estimator()
+    auto = _auto_counter()
+    methods: dict[str, Callable[[str, ContentClass], float] | None] = {
+        "Estimator": lambda s, c: estimator.count(s, c),
+        "calibrated": None,
+    }
+    if auto is not None:
+        methods["auto"] = lambda s, c: auto.count(s)
+    errors, prompts, n_texts, n_chars = accuracy(exact, methods)
+
+    print("Token estimates vs exact o200k_base, per text: (estimate - exact) / exact")
+    print(f"{n_texts} texts, {n_chars / 1e6:.2f} M chars, transcripts in tests/corpus")
     print()
-    print(
-        f"Estimator speed: {n_chars / est_seconds / 1e6:.1f} M chars/s "
-        f"({est_seconds * 1000:.0f} ms for all texts, uncached)"
-    )
+    missed = print_accuracy(errors, list(methods))
     print()
-    print(f"Whole prompts after calibration (3 observations, true overhead {FAKE_OVERHEAD}):")
-    print(f"{'session':<48} {'msgs':>5} {'exact':>8} {'overhead':>8} {'estimate':>9} {'error':>7}")
-    for name, n, truth, overhead, estimate in prompt_rows:
-        err = (estimate - truth) / truth * 100
-        print(f"{name:<48} {n:>5} {truth:>8} {overhead:>8} {estimate:>9} {err:>6.1f}%")
+    print(f"Whole prompts after calibration (3 observations, overhead {FAKE_OVERHEAD}):")
+    by_format: dict[str, list[float]] = defaultdict(list)
+    for fmt, _, truth, estimate in prompts:
+        by_format[fmt].append((estimate - truth) / truth)
+    for fmt, errs in sorted(by_format.items()):
+        print(f"  {fmt:<12} {len(errs):>3} sessions  {_cell(errs)}  (median, p90, bias)")
     print()
     if missed:
-        print(f"Target missed for: {', '.join(missed)} (see the calibrated median above).")
+        print(f"Target (median |error| <= 5 %) missed: {', '.join(missed)}")
     else:
-        print("Target met for every class.")
+        print("Target (median |error| <= 5 %) met for every format, class and method.")
+    if not args.no_speed:
+        print()
+        blob = "\n".join(
+            t for _, _, messages in sessions() for t, _ in texts(messages) if t.strip()
+        )
+        speed(blob, args.repeat)
     return 0
 
 
