@@ -681,6 +681,7 @@ async def run_cell(
 ) -> list[y.Result]:
     raw = raw_requests(canon, session)
     bound = y.minimum(canon, raw, b)
+    started = time.perf_counter()
     title = f"#### {session.name}, B = {_fmt_budget(b)} ({len(session.calls)} requests)"
     print(title, "", bound.line() + ".", "", sep="\n", flush=True)
     results: list[y.Result] = []
@@ -697,7 +698,7 @@ async def run_cell(
             reasons.setdefault(r.first_invalid.split(": ", 1)[1], []).append(r.name)
     for reason, names in reasons.items():
         print(f"\nFirst invalid request of {', '.join(names)}: the validator says {reason!r}")
-    print(flush=True)
+    print(f"\n(cell: {time.perf_counter() - started:.1f} s)\n", flush=True)
     return results
 
 
