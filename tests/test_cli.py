@@ -56,7 +56,7 @@ def test_replay_of_the_shipped_transcript(capsys: pytest.CaptureFixture[str]) ->
     expected = float(share[1]) / (float(share[1]) + float(spent[1]))
     assert float(share[2]) == pytest.approx(100 * expected, abs=0.06)
     assert float(share[2]) <= 5.0  # the target: summarizer spend at most 5 % of the total
-    assert "cache reads/writes:" in out and "cleared or summarized: truncated x7" in out
+    assert "cache reads/writes:" in out and "cleared or summarized: truncated x8" in out
     assert "\x1b[" not in out  # not a terminal: plain text, no escape codes
     header = f"{'req':>4} {'msgs':>9} {'without':>9} {'with':>9} {'cache rd':>9} {'cache wr':>9}"
     assert out.splitlines()[1] == header + "  what"

@@ -251,10 +251,11 @@ async def test_splices_when_over_budget_and_holds_the_budget(
     assert has_briefing(caller.views[-1], "Ship the parser.")
     assert all(e.tokens_after <= LIMIT < e.tokens_before for e in spliced)
     assert not caller.of(TranscriptRepaired)
-    # nothing went stale; at most the briefing waiting when the session ended is unused
-    assert [s.reason for s in caller.of(SummaryStale)] in ([], ["unused"])
-    unused = len(caller.of(SummaryStale))
-    assert llm.spend.requests == len(summarizer.requests) == len(spliced) + unused
+    # Nothing went stale: briefings brought up to date while they waited were replaced by
+    # their update, and at most the one waiting when the session ended is unused.
+    stale = [s.reason for s in caller.of(SummaryStale)]
+    assert set(stale) <= {"updated", "unused"} and stale.count("unused") <= 1
+    assert llm.spend.requests == len(summarizer.requests) == len(spliced) + len(stale)
 
 
 async def test_under_the_trigger_nothing_happens(make_summarizer: SummarizerFactory) -> None:
@@ -289,7 +290,7 @@ async def test_a_rewound_history_never_gets_a_stale_splice(
         caller.history = [*caller.history[:index], edited, *caller.history[index + 1 :]]
         await caller.run([turn(j) for j in range(i, i + 30)])
     assert caller.of(HistoryResynced)
-    stale = [s for s in caller.of(SummaryStale) if s.reason != "unused"]
+    stale = [s for s in caller.of(SummaryStale) if s.reason not in ("unused", "updated")]
     assert [s.reason for s in stale] == ["history_changed"]
     assert stale[0].summary is not None and stale[0].summary.usage.input_tokens > 0
     assert not any(has_briefing(v, "FIRST") for v in caller.views)
@@ -683,9 +684,11 @@ async def test_the_transcript_is_capped_in_total_oldest_first(
         caller = Caller(m)
         await caller.run([turn(i) for i in range(20)])
     assert summarizer.requests
+    assert summarizer.requests[0].transcript.startswith("[... ")
     for request in summarizer.requests:
         assert len(request.transcript) <= 1_500 + 1_000
-        assert request.transcript.startswith("[... ")
+        # an update sends only what was added since, which may need no cap
+        assert request.transcript.startswith("[... ") or len(request.transcript) <= 1_500
 
 
 async def test_a_provider_failure_falls_back_to_the_deterministic_tiers(
@@ -861,9 +864,16 @@ async def test_cost_is_reported_for_rejected_briefings_and_in_the_session_total(
     assert [r.reason for r in rejected] == ["malformed"]
     assert rejected[0].summary is not None
     assert rejected[0].summary.cost_usd == pytest.approx(0.002)
-    spliced = caller.compactions("summarized")
-    assert spliced[0].summary is not None
-    assert spliced[0].summary.cost_usd == pytest.approx(0.0025)
+    # The PAID briefing is reported once with its cost: spliced, or replaced by its update.
+    (paid,) = [
+        e.summary
+        for e in caller.events
+        if isinstance(e, ContextCompacted | SummaryStale)
+        and e.summary is not None
+        and e.summary.usage == Usage(2_000, 100)
+    ]
+    assert paid.cost_usd == pytest.approx(0.0025)
+    assert caller.compactions("summarized")
     assert rejected[0].to_json()["summary"]["costUsd"] == pytest.approx(0.002)
     # Every billed response is in exactly one event; one may still wait, unspliced.
     reported = [
@@ -881,6 +891,122 @@ async def test_cost_is_reported_for_rejected_briefings_and_in_the_session_total(
     assert unknown.spend.cost_usd == 0.0 and unknown.spend.requests == 0
 
 
+def halfway() -> Budget:
+    """`budget()` with the target at half the limit and the trigger at three quarters,
+    whatever the defaults: the landing tests compare with where that target is."""
+    return Budget(
+        context_window=LIMIT + 1_000, reserve_output=1_000, trigger_ratio=0.75, target_ratio=0.5
+    )
+
+
+def view_tokens(m: ContextManager, messages: Sequence[Message]) -> int:
+    m.counter.refine(messages)
+    return m.counter.count_many(messages)
+
+
+async def test_a_waiting_briefing_is_brought_up_to_date_before_it_is_spliced(
+    make_summarizer: SummarizerFactory,
+) -> None:
+    """The briefing ready at the trigger would cover only the history up to then; while it
+    waits for the limit, updates bring it up to date, so the one spliced covers everything
+    but about the retained tail, and the splice lands well under the target."""
+    summarizer = make_summarizer([briefing("FIRST")], default=briefing("CURRENT"))
+    chain, llm = strategy(summarizer)
+    async with ContextManager(halfway(), strategy=chain) as m:
+        caller = Caller(m)
+        i = 0
+        while not caller.compactions("summarized"):
+            await caller.turn(turn(i))
+            i += 1
+            assert i < 80
+        (spliced,) = caller.compactions("summarized")
+        view = caller.views[-1]
+        k = next(j for j, msg in enumerate(view) if has_briefing([msg]))
+        tail = view_tokens(m, view[k + 1 :])
+        retain, step = llm.retain_tail_for(LIMIT), LIMIT // 10
+        largest = max(view_tokens(m, turn(j)) for j in range(i))
+    first, update = summarizer.requests[:2]
+    assert first.previous_briefing is None
+    assert update.previous_briefing is not None and "FIRST" in update.previous_briefing
+    assert "FIRST" not in update.transcript, "only what was added since is sent again"
+    assert has_briefing(view, "CURRENT") and not has_briefing(view, "FIRST")
+    # The briefing it replaced is reported once, with its cost, as updated.
+    updated = [s for s in caller.of(SummaryStale) if s.reason == "updated"]
+    assert updated and all(s.summary is not None for s in updated)
+    assert len(summarizer.requests) == 1 + len(updated) + (llm.phase == "in_flight")
+    # Everything but the retained tail (give or take what grew since the last update) is
+    # summarized; without the updates the tail would also hold all of trigger..limit.
+    assert tail <= retain + step + largest
+    assert spliced.tokens_after <= m.budget.target_tokens < spliced.tokens_before
+
+
+async def test_a_splice_lands_at_or_under_the_target_even_when_its_briefing_is_behind(
+    make_summarizer: SummarizerFactory,
+) -> None:
+    """The update never comes back, so the briefing spliced at the limit covers only the
+    history up to an early trigger, and would land between the target and the session's
+    trigger: the tiers shrink the tail in the same call (the splice rewrites the prefix from
+    there anyway), so the prompt lands at the target at most, as deep as the tiers alone
+    would have landed, and the next compaction is as far away."""
+    summarizer = make_summarizer([briefing("BEHIND")], default=Outcome.hang())
+    chain, llm = strategy(summarizer, trigger_ratio=0.55, retain_tail_tokens=100)
+    async with ContextManager(halfway(), strategy=chain) as m:
+        caller = Caller(m)
+        i = 0
+        while not caller.compactions("summarized"):
+            await caller.turn(turn(i))
+            i += 1
+            assert i < 80
+        (spliced,) = caller.compactions("summarized")
+        assert len(summarizer.requests) == 2 and llm.phase == "in_flight"
+        assert spliced.actions[0].startswith("spliced a briefing over")
+        assert any("condensed" in a or "dropped" in a for a in spliced.actions[1:])
+        assert spliced.tokens_after <= m.budget.target_tokens < spliced.tokens_before
+        assert has_briefing(caller.views[-1], "BEHIND")
+        llm.cancel()
+
+
+async def test_an_update_whose_briefing_was_spliced_meanwhile_replaces_it_later(
+    make_summarizer: SummarizerFactory,
+) -> None:
+    """The limit comes while an update is out: the briefing it updates is spliced as it is,
+    and the update, once back, is spliced over it at the next crossing (its span starts
+    where the spliced briefing does), never lost and never stale."""
+    script: list[Outcome | str] = [
+        briefing("FIRST"),
+        Outcome.reply(briefing("SECOND"), delay=0.3),
+    ]
+    summarizer = make_summarizer(script, default=briefing("LATER"))
+    chain, llm = strategy(summarizer)
+    async with ContextManager(halfway(), strategy=chain) as m:
+        caller = Caller(m)
+        i = 0
+        while len(summarizer.requests) < 2:
+            await caller.turn(turn(i))
+            i += 1
+            assert i < 80
+        while not caller.compactions("summarized"):
+            await caller.turn(turn(i, 150))  # to the limit before the update is back
+            i += 1
+            assert i < 80
+        assert has_briefing(caller.views[-1], "FIRST") and llm.phase == "in_flight"
+        await anyio.sleep(0.4)
+        while len(caller.compactions("summarized")) < 2:
+            await caller.turn(turn(i))
+            i += 1
+            assert i < 160
+        later = caller.views[-1]
+    assert has_briefing(later, "SECOND") or has_briefing(later, "LATER")
+    assert not has_briefing(later, "FIRST") and sum(has_briefing([x]) for x in later) == 1
+    assert not [s for s in caller.of(SummaryStale) if s.reason not in ("updated", "unused")]
+    reported = [
+        e
+        for e in caller.events
+        if isinstance(e, ContextCompacted | SummaryStale) and e.summary is not None
+    ]
+    assert llm.spend.requests == len(reported) + (llm.phase != "idle")
+
+
 @pytest.mark.parametrize("words", [40, 120, 300])
 async def test_feeding_the_result_back_never_pays_without_splicing(
     words: int, make_summarizer: SummarizerFactory
@@ -894,7 +1020,7 @@ async def test_feeding_the_result_back_never_pays_without_splicing(
         await caller.run([turn(i, words) for i in range(30)])
     requests = len(summarizer.requests)
     assert caller.spliced_rounds > 0 or requests == 0, f"{requests} paid, never spliced"
-    assert len(caller.of(SummaryStale)) <= 1
+    assert len([s for s in caller.of(SummaryStale) if s.reason != "updated"]) <= 1
 
 
 async def test_losing_the_race_warns_once_and_rearms_after_a_splice(
@@ -1085,7 +1211,14 @@ async def test_a_transient_fault_is_retried_and_the_briefing_splices(
         overloaded = 503 if fault.status == 529 and summarizer.backend != "anthropic" else None
         statuses = [r.status for r in summarizer.server.requests[:2]]
         assert statuses == [overloaded or fault.status, 200]
-        assert first.summary.usage == billed(summarizer, 1), "the server's bill, as reported"
+        # The briefing spliced first is the last of those that brought the retried one up
+        # to date while it waited (each of them reported, when replaced, as "updated").
+        before = caller.events[: caller.events.index(first)]
+        updates = [e for e in before if isinstance(e, SummaryStale) and e.reason == "updated"]
+        assert first.summary.usage == billed(summarizer, 1 + len(updates)), "the server's bill"
+        if updates:
+            assert updates[0].summary is not None
+            assert updates[0].summary.usage == billed(summarizer, 1)
 
 
 @pytest.mark.parametrize("name", list(faults(1.0)))

@@ -18,9 +18,11 @@ How it works, turn by turn (``prepare`` never awaits the summarizer):
 ```text
 turn N   view above trigger_ratio · limit
   └── start: summarize view[head:cut) in a standalone request (a task in the manager's group)
-turn N+1..M   loop continues untouched; the request runs
+turn N+1..M   loop continues untouched; the request runs, then its briefing waits
+  └── update (view grew by limit/10): briefing + view[cut:cut') -> a briefing of [head:cut')
 turn M   view above the limit and the briefing is back and valid
-  └── splice: ReplaceSpan(head..cut) -> SummaryMessage(SUMMARY_MARKER + briefing)
+  └── splice: ReplaceSpan(head..cut') -> SummaryMessage(SUMMARY_MARKER + briefing),
+      then the tiers on what follows it if the prompt is still above the target
 ```
 
 - The head (everything through the task, at least ``keep_first`` messages) is sent verbatim
@@ -42,8 +44,18 @@ turn M   view above the limit and the briefing is back and valid
   span, which rewrites only the recent end of the prefix cache, then, if that is not enough,
   inside the span, which the briefing replaces whole anyway. An earlier briefing is kept the
   same way. What is still over the limit is left to the tiers after this strategy.
-- If the splice is still over the trigger, the tiers run on the tail (to the target), and if
-  it is still over the limit, before the span too, around the briefing, which they never
+- While a briefing waits for the limit, the view goes on growing behind its span. Each time
+  it has grown by a tenth of the limit since the waiting briefing was asked for, a follow-up
+  request updates it: its text and what the view holds after its span, up to the retained
+  tail, go out as an update. The update takes its place when it is back and valid (the one
+  it replaced is reported as `SummaryStale` ``updated``); one that fails leaves the waiting
+  briefing as it was. So the briefing spliced covers everything but about the retained tail,
+  not just the history up to when it was first asked for. An update still out when the limit
+  comes is spliced later, over the briefing spliced meanwhile.
+- If the splice is still above the budget's target, the tiers run on the tail, to the target
+  (the splice rewrites the prefix cache from there on anyway), so a splice lands at least as
+  deep as the tiers alone would have, and the next compaction is as far away; if it is still
+  over the limit, they run before the span too, around the briefing, which they never
   drop. The briefing is discarded (the event says ``method="deterministic"``) only if head
   and briefing do not fit, or if dropping it is what lets the rest fit; when the rest alone
   is over the limit (protected messages), it is kept.
@@ -51,11 +63,12 @@ turn M   view above the limit and the briefing is back and valid
   has grown a little, unless any decision (the tiers', or this strategy's own) changed it.
 - When the provider's cache has gone cold, a ready briefing is spliced above the trigger.
 - A later request updates the previous briefing (sent along with the new span) instead of
-  summarizing a summary.
+  summarizing a summary, whether that briefing is spliced already or still waits.
 - A provider-native summarizer (`agentctx.providers.anthropic_compaction`,
   `agentctx.providers.openai_compaction`) reads `SummaryRequest.conversation` and returns the
   messages to splice (`SummaryResult.messages`: the provider's opaque compaction block); they
   are spliced as they are, under the same checks, and the tiers never condense or drop them.
+  Being opaque, one that waits is never updated.
 - With ``summarizer_context_window`` set, every request is sized to the summarizer's window
   (`agentctx.strategies.llm_sizing`); one a server refuses as too large is sent again smaller.
 - Every billed request shows up once in an event (`ContextCompacted.summary`,
@@ -269,7 +282,7 @@ class LlmCompaction:
     # -- arming -------------------------------------------------------------------------
 
     def _arm(self, ctx: CompactionContext) -> None:
-        if self.phase != "idle":
+        if self._requests.inflight is not None:
             return
         budget = ctx.budget
         tokens = ctx.prompt_tokens
@@ -287,6 +300,13 @@ class LlmCompaction:
             return
         self._deferred = False
         if ctx.ledger.version == self._hold[0] and tokens < self._hold[1]:
+            return
+        ready = self._requests.ready
+        if ready is not None and (
+            ready.messages or tokens - ready.job.armed_tokens < self._update_step(budget.limit)
+        ):
+            # Waiting to be spliced, and what was added since it was asked for is still too
+            # little to pay for an update (a provider-native briefing is never updated).
             return
         step = max(1, budget.limit // 100)
         if ctx.tasks is None:
@@ -312,7 +332,52 @@ class LlmCompaction:
             else:
                 log.debug("llm compaction: nothing to summarize yet", why=cut)
             return
+        if ready is not None:
+            if not self._update(ctx, ready, cut, tokens):
+                self._hold = (ctx.ledger.version, tokens + self._update_step(budget.limit))
+            return
         self._spawn(ctx, cut, tokens)
+
+    def _update_step(self, limit: int) -> int:
+        """Growth of the view (tokens) since a waiting briefing was asked for that is worth a
+        request bringing it up to date."""
+        # A tenth of the limit: with the default tail (a quarter at most) and at most this
+        # much left uncovered, head, briefing and tail still land under the default target.
+        return max(1, limit // 10)
+
+    def _update(self, ctx: CompactionContext, ready: Ready, cut: Cut, tokens: int) -> bool:
+        """Ask for ``ready`` brought up to date through ``cut``: its text and what the view
+        holds after its span (with the stretch it would carry, `extent`) go out as an update,
+        so once spliced it covers everything but the retained tail. ``False``: not now."""
+        view, origins, raw = ctx.view, ctx.origins, ctx.raw
+        job = ready.job
+        where = _extent(ctx, job)
+        va = bisect.bisect_left(origins, job.start)
+        if where is None or va >= len(view) or origins[va] != job.start or cut.start > va:
+            return False  # the next call drops it as superseded, or its span moved
+        end, carried = where
+        after = bisect.bisect_left(origins, end)
+        raw_cut = origins[cut.end] if cut.end < len(view) else len(raw)
+        if raw_cut <= end or cut.end - after < 1:
+            return False
+        update = Job(
+            start=job.start,
+            cut=raw_cut,
+            prefix=tuple(raw[:raw_cut]),
+            messages=(*carried, *view[after : cut.end]),
+            previous=ready.text,
+            span_messages=cut.end - va,
+            armed_tokens=tokens,
+            limit=ctx.budget.limit,
+            conversation=tuple(view[: cut.end]),
+            base=ready,
+        )
+        assert ctx.tasks is not None
+        if not self._requests.start(update, ctx.tasks, ctx.emit):
+            return False
+        self._requests_started += 1
+        log.debug("llm compaction: updating", start=job.start, cut=raw_cut, tokens=tokens)
+        return True
 
     def _spawn(self, ctx: CompactionContext, cut: Cut, tokens: int) -> None:
         view, origins, raw = ctx.view, ctx.origins, ctx.raw
@@ -403,10 +468,11 @@ class LlmCompaction:
         head = min(va, head_end(view, self.config.keep_first))
         if counter.overhead + counter.count_many(view[:head]) + size > limit:
             problem = "the head and the briefing do not fit the budget"
-        elif ctx.prompt_tokens - region + size > max(1, budget.trigger_tokens):
-            # Still above the trigger: shrink the tail, to the target (the splice breaks the
-            # prefix cache from here on anyway, and the tail is the newest part of it).
-            aim = capped(budget.trigger_tokens, budget.target_tokens)
+        elif ctx.prompt_tokens - region + size > max(1, budget.target_tokens):
+            # Still above the target: shrink the tail to it, so the splice lands as deep as
+            # the tiers would have and the next compaction is as far away (the splice breaks
+            # the prefix cache from here on anyway, and the tail is the newest part of it).
+            aim = capped(budget.target_tokens)
             actions += await run_tiers(self.fallback, ctx, start=vc, delta=size - region, aim=aim)
             if ctx.prompt_tokens - region + size > limit and va > head:
                 # Still over the limit: make room before the span too, around the briefing
@@ -451,6 +517,10 @@ class LlmCompaction:
         )
         stats = ready.stats(job.span_messages)
         self._emit_compacted(ctx, "summarized", tokens, before, actions, stats)
+        update = self._requests.inflight
+        if update is not None and update.base is ready:
+            # Its growth since it was asked for is measured on the view as it is now.
+            update.armed_tokens -= tokens - ctx.prompt_tokens
         log.info(
             "llm compaction: spliced",
             messages=job.span_messages,

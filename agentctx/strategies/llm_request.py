@@ -84,6 +84,9 @@ class Job:
             or reported as stale when it arrives).
         conversation: the view through the end of the span when armed, for a
             provider-native summarizer (`SummaryRequest.conversation`).
+        base: the ready, not yet spliced briefing this job brings up to date (``previous``
+            is its text). If it still waits when this one is accepted, this one takes its
+            place and it is reported as `SummaryStale` ``updated``.
     """
 
     start: int
@@ -99,6 +102,7 @@ class Job:
     owner: TaskGroup | None = None
     started: bool = False
     conversation: tuple[Message, ...] = ()
+    base: Ready | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +295,10 @@ class Requester:
         if job.stale is not None:
             emit(SummaryStale(job.stale, ready.stats(0)))
             return
+        if job.base is not None and self.ready is job.base:
+            # The update takes the waiting briefing's place; what that one cost is reported
+            # now, as every billed request is, in an event of its own.
+            emit(SummaryStale("updated", job.base.stats(0)))
         self.ready = ready
 
     async def _attempts(
