@@ -36,7 +36,7 @@ import json
 import math
 import re
 import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -719,13 +719,17 @@ async def run_agentctx(
     b: int,
     *,
     target_ratio: float | None = None,
+    recall: Any = None,
+    after: Callable[[Any, list[Message]], Awaitable[None]] | None = None,
 ) -> AgentctxRun:
     """Replay ``messages`` request by request through agentctx at hard budget ``b``, judging
     each view as sent: `ContextManager.prepare` on the history so far (projection mode), timed
     alone; then `observe` with the exact size of what was sent as the provider's input tokens
     (timed too), as the peers' responses report it. The manager runs on the transcript's clock
     (`agentctx.replay.ReplayClock`), so message ages, idle gaps and background summaries follow
-    the session's time; ``make_strategy(clock)`` builds the strategy on it."""
+    the session's time; ``make_strategy(clock)`` builds the strategy on it. ``recall``: the
+    manager's recall store (none by default); ``after(ctx, view)``, if given, is awaited with
+    the manager and the last view before the manager closes (to look at what was kept)."""
     import time
 
     from agentctx.events import ContextCompacted
@@ -754,8 +758,10 @@ async def run_agentctx(
         session_id="bench",
         on_over_budget="send",
         clock=clock,
+        recall=recall,
     ) as ctx:
         ctx.subscribe(events.append)
+        view: list[Message] = []
         for k, i in enumerate(calls(messages)):
             at = times[k]
             seen = len(events)
@@ -773,5 +779,7 @@ async def run_agentctx(
             run.splices += sum(
                 isinstance(e, ContextCompacted) and e.method == "summarized" for e in new
             )
+        if after is not None:
+            await after(ctx, view)
         await clock.advance(clock())
     return run
