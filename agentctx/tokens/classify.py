@@ -23,10 +23,12 @@ class ContentClass(StrEnum):
 CLASS_ORDER = tuple(ContentClass)  # slot order of the estimator's class slots
 _SAMPLE_EDGE = 2048  # classify looks at this many chars from each end
 
-# Line kinds are found with a few passes over the whole sample (MULTILINE; no pattern
-# crosses a newline) and identified by the offset of the newline before the match.
+# Line kinds are found with a few passes over the sample with a newline put before it (no
+# pattern crosses a newline) and identified by the offset of the newline that starts their
+# line. Patterns for the start of a line begin with that newline rather than ^ (MULTILINE):
+# Python's re jumps from one to the next instead of trying ^ at every character.
 _SHELL_LINE_START = re.compile(
-    r"^(?:[-dlcbps][rwxsStT-]{9}[@+.]?[ \t]"  # ls -l
+    r"\n(?:[-dlcbps][rwxsStT-]{9}[@+.]?[ \t]"  # ls -l
     r"|total \d+[ \t]*$"
     r"|[ \t]*(?:[\w.~@+-]*/)+[\w.@+-]*/?[ \t]*$"  # a path (find, glob)
     r"|[\w./-]+:\d+[:-])",  # grep -n
@@ -46,21 +48,24 @@ _LOG_ANYWHERE = (
     ),
 )
 _LOG_LINE_START = re.compile(
-    r"^(?:(?:ok|not ok|PASS|FAIL)\b|={3,}|_{3,}"
+    r"\n(?:(?:ok|not ok|PASS|FAIL)\b|={3,}|_{3,}"
     r"|[ \t\d\[\]:.-]*(?:info|warn|error|debug|verbose|silly|timing|notice)\b)",
     re.MULTILINE,
 )
-_CODE_LINES = re.compile(
-    r"^(?:[ \t]*\d+(?:→|\t|: |\| ))?"  # cat -n / Read-tool line numbers
-    r"(?:[ \t]+(?![-*•\s])"  # indented, but not a list item
+# Code lines: indented (not a list item) or led by a keyword, after any line number (cat -n,
+# the Read tool), or ending in punctuation. Two passes: as one pattern, the line-end test
+# would scan every line from its start.
+_CODE_LINE_START = re.compile(
+    r"\n(?:[ \t]*\d+(?:→|\t|: |\| ))?"
+    r"(?:[ \t]+(?![-*•\s])"
     r"|(?:def |class |import |from \S+ import|function\b|const |let |var |return\b"
     r"|if\b[^\n]*[:{(]|for\b[^\n]*[:{(]|while\b|export |#include|#define|fn |pub |func "
     r"|package |public |private |static |async |await |@\w|[{}]|//|/\*|\*/|#!|elif |else\b"
-    r"|try\b|except\b|switch\b|case\b)"
-    r"|[^\n]*(?:[;{}(),:\[\]]|=>)[ \t]*$)",
-    re.MULTILINE,
+    r"|try\b|except\b|switch\b|case\b))"
 )
-_NONBLANK_LINE = re.compile(r"^[ \t]*\S", re.MULTILINE)
+_CODE_LINE_END = re.compile(r"(?:[;{}(),:\[\]]|=>)[ \t]*$", re.MULTILINE)
+_NONBLANK_LINE = re.compile(r"\n[ \t]*\S")
+_SYMBOLS = b"{}();=<>[]"
 
 
 def _sample(text: str) -> str:
@@ -69,24 +74,29 @@ def _sample(text: str) -> str:
     return text[:_SAMPLE_EDGE] + "\n" + text[-_SAMPLE_EDGE:]
 
 
-def _lines_of(pattern: re.Pattern[str], sample: str) -> list[int]:
-    """For each match, the line it is on (as the offset of the preceding newline)."""
-    rfind = sample.rfind
-    return [rfind("\n", 0, m.start()) for m in pattern.finditer(sample)]
+def _lines_of(pattern: re.Pattern[str], lines: str) -> list[int]:
+    """For each match, the line it is on (as the offset of the newline that starts it)."""
+    rfind = lines.rfind
+    return [rfind("\n", 0, m.start()) for m in pattern.finditer(lines)]
 
 
-def _table_rows(sample: str) -> set[int]:
+def _line_starts(pattern: re.Pattern[str], lines: str) -> list[int]:
+    """The lines where a pattern that begins with their newline matches."""
+    return [m.start() for m in pattern.finditer(lines)]
+
+
+def _table_rows(lines: str) -> set[int]:
     """Lines of three or more columns (separated by runs of spaces or a tab)."""
     gaps: Counter[int] = Counter()
     for pattern in _COLUMN_GAPS:
-        for m in pattern.finditer(sample):
+        for m in pattern.finditer(lines):
             i = m.start()
-            if i and not sample[i - 1].isspace():  # spaces after a newline are indentation
-                gaps[sample.rfind("\n", 0, i)] += 1
+            if not lines[i - 1].isspace():  # spaces after a newline are indentation
+                gaps[lines.rfind("\n", 0, i)] += 1
     rows = set()
     for line, k in gaps.items():
-        end = sample.find("\n", line + 1)
-        if k >= 2 and _TABLE_ROW.search(sample, line + 1, end if end >= 0 else len(sample)):
+        end = lines.find("\n", line + 1)
+        if k >= 2 and _TABLE_ROW.search(lines, line + 1, end if end >= 0 else len(lines)):
             rows.add(line)
     return rows
 
@@ -117,22 +127,27 @@ def classify(text: str) -> ContentClass:
     sample = _sample(text)
     if _looks_like_json(sample, text):
         return ContentClass.JSON
-    n = len(_NONBLANK_LINE.findall(sample))
+    lines = "\n" + sample
+    n = len(_NONBLANK_LINE.findall(lines))
     if not n:
         return ContentClass.PROSE
-    shell = len(_table_rows(sample).union(_lines_of(_SHELL_LINE_START, sample)))
-    log_lines = set(_lines_of(_LOG_LINE_START, sample))
+    shell = len(_table_rows(lines).union(_line_starts(_SHELL_LINE_START, lines)))
+    log_lines = set(_line_starts(_LOG_LINE_START, lines))
     for pattern in _LOG_ANYWHERE:
-        log_lines.update(_lines_of(pattern, sample))
+        log_lines.update(_lines_of(pattern, lines))
     log = len(log_lines)
-    code = len(_CODE_LINES.findall(sample))
-    symbols = sum(sample.count(c) for c in "{}();=<>[]") / len(sample)
     # Each class has its own threshold (share of lines); the one furthest above it wins.
     scores: list[tuple[float, ContentClass]] = []
     if shell >= 0.5 * n:
         scores.append((shell / (0.5 * n), ContentClass.SHELL))
     if log >= 0.3 * n:
         scores.append((log / (0.3 * n), ContentClass.LOG))
-    if code >= 0.5 * n and symbols >= 0.02:
-        scores.append((code / (0.5 * n), ContentClass.CODE))
+    encoded = sample.encode("utf-8", "surrogatepass")
+    symbols = (len(encoded) - len(encoded.translate(None, _SYMBOLS))) / len(sample)
+    if symbols >= 0.02:
+        code = len(
+            set(_line_starts(_CODE_LINE_START, lines)).union(_lines_of(_CODE_LINE_END, lines))
+        )
+        if code >= 0.5 * n:
+            scores.append((code / (0.5 * n), ContentClass.CODE))
     return max(scores)[1] if scores else ContentClass.PROSE
