@@ -56,7 +56,7 @@ class Budget:
     context_window: int
     reserve_output: int = _DefaultReserve(DEFAULT_RESERVE_OUTPUT)
     trigger_ratio: float = 0.75
-    target_ratio: float = 0.5
+    target_ratio: float = 0.1
     hard_budget: int | None = None
 
     def __post_init__(self) -> None:

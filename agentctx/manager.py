@@ -71,6 +71,7 @@ _DENSEST_OVER_QUICK = 2.5
 _CLOSE_SECONDS = 5.0  # the most a close waits for background work and async subscribers
 _THRASH_CALLS = 3  # prefix rewrites in a row that earn a warning
 _CACHE_TTL_SECONDS = 300.0  # the providers' default prompt-cache lifetime
+_MAX_SHORT_FRACTION = 10  # a report raises the estimate of its view by at most a tenth of it
 
 
 def _common_prefix(a: Sequence[Message], b: Sequence[Message]) -> int:
@@ -191,6 +192,10 @@ class ContextManager:
         self._repairs_seen = -1
         self._sent = 0
         self._observed = (-1, 0)  # (ledger version, raw length) at the last usage report
+        # (tokens, ledger version, view epoch): how far the estimate of the view last reported
+        # on fell short of the provider's count; an overestimate is not carried (it only
+        # makes compaction come a little early, and calibration corrects it).
+        self._short = (0, -1, -1)
         self._last_call: float | None = None
         self._reported: set[tuple[str, int, str | None]] = set()
         self._rendered_version = self._state.ledger.version
@@ -311,7 +316,17 @@ class ContextManager:
     @property
     def prompt_tokens(self) -> int:
         """Estimated prompt size of the current view, system prompt and tools included."""
-        return self.counter.overhead + self._state.tokens
+        return self.counter.overhead + self._view_tokens()
+
+    def _view_tokens(self) -> int:
+        """The view's estimate, raised by what the last report showed it to be short of while
+        that view is still the one sent (no decision or rewind since): the provider's count
+        of the sent prefix is exact, only what came after it is estimated."""
+        state = self._state
+        short, version, epoch = self._short
+        if short and version == state.ledger.version and epoch == state.repairs_version:
+            return state.tokens + short
+        return state.tokens
 
     async def prepare(
         self, history: Sequence[Message], *, max_tokens: int | None = None
@@ -383,7 +398,7 @@ class ContextManager:
             tasks=self._tasks,
             sent=self._sent,
             _view=self._current_view,
-            _view_tokens=lambda: self._state.tokens,
+            _view_tokens=self._view_tokens,
         )
         # Run to a fixed point, so calling prepare() again on the same history takes nothing
         # new (a strategy's decisions can make room for another's, or for its own next step).
@@ -568,3 +583,8 @@ class ContextManager:
                 self.counter.refine(view)
             self._observed = (state.ledger.version, len(state.raw))
             self.counter.observe(view, usage.prompt_tokens, vector=state.vector())
+            short = usage.prompt_tokens - self.counter.overhead - state.tokens
+            # Capped: a report far above the estimate is another request's (a host that adds
+            # its own context), not this view's size.
+            short = max(0, min(short, usage.prompt_tokens // _MAX_SHORT_FRACTION))
+            self._short = (short, state.ledger.version, state.repairs_version)

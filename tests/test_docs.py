@@ -43,7 +43,8 @@ def _strategy_class() -> Any:
 async def test_custom_strategy_example_compacts_validly_and_recallably() -> None:
     clear_old_searches = _strategy_class()
     events: list[Any] = []
-    budget = Budget(context_window=6_000, reserve_output=1_000)
+    # The example clears search results and nothing else: a target it can reach.
+    budget = Budget(context_window=6_000, reserve_output=1_000, target_ratio=0.5)
     async with ContextManager(
         budget,
         strategy=Chain([clear_old_searches(), DeterministicCompaction()]),

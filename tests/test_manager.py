@@ -310,3 +310,25 @@ async def test_observe_calibrates_on_the_kept_view_vector_as_on_a_full_pass(mode
             assert counter.refine(view) == 0  # everything sent was estimated in full
             assert ctx._state.vector() == pytest.approx(full, rel=1e-9, abs=1e-6)
         assert ctx.ledger.decisions  # the session did compact
+
+
+async def test_a_report_above_the_estimate_raises_it_until_the_view_changes() -> None:
+    # The provider's count of what was sent is exact: a view estimated short of it is
+    # counted at least at the report until a decision or rewind changes the view, so a
+    # request that only appends cannot pass the budget on the estimate's error.
+    async with ContextManager(Budget(context_window=200_000, reserve_output=1_000)) as ctx:
+        history = [user("task"), *tool_turn(0, lines=30)]
+        await ctx.prepare(history)
+        estimate = ctx.prompt_tokens
+        ctx.observe(Usage(estimate + 40, 10))
+        assert ctx.prompt_tokens >= estimate + 40 - 1  # calibration may take part of it
+        history = [*history, *tool_turn(1, lines=30)]
+        await ctx.prepare(history)
+        grown = ctx.prompt_tokens
+        ctx.observe(Usage(grown - 500, 10))  # an overestimate is not carried
+        assert ctx.prompt_tokens <= grown
+        ctx.observe(Usage(3 * grown, 10))  # not this view's size: at most a tenth more
+        calibrated = ctx.counter.overhead + ctx._state.tokens
+        assert calibrated < ctx.prompt_tokens <= calibrated + 3 * grown // 10
+        await ctx.prepare(history[:2])  # a rewind: the report no longer describes the view
+        assert ctx.prompt_tokens < grown

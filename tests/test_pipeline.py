@@ -470,7 +470,8 @@ async def test_the_emergency_fraction_waits_for_the_budget_on_a_warm_cache() -> 
 
 async def test_a_forced_rewrite_reaches_the_target_in_the_same_call() -> None:
     """What expiring results cannot free (here the text of long answers) the deterministic
-    tiers condense in the same call, instead of in a second rewrite a few calls later."""
+    tiers condense or drop in the same call, instead of in a second rewrite a few calls
+    later."""
     history: list[Message] = [u("task: port src/a.ts", 100)]
     for k in range(1, 9):
         history += [
@@ -490,7 +491,7 @@ async def test_a_forced_rewrite_reaches_the_target_in_the_same_call() -> None:
             "[Earlier turn, condensed]" in text_of(m.content)
             for m in view
             if isinstance(m, AssistantMessage)
-        )
+        ) or any(isinstance(m, SummaryMessage) and COMPACTION_MARKER in m.text for m in view)
 
 
 async def test_expiry_to_the_target_skips_results_a_placeholder_would_not_shrink() -> None:

@@ -63,6 +63,7 @@ __all__ = ["COMPACTION_MARKER", "DeterministicCompaction", "describe_call", "tru
 _MIN_DROP_GAIN = 64  # tokens; below this a drop only churns the marker and the cache
 _FLOOR_LINES, _FLOOR_CHARS = 8, 600  # the shortest tool output giving way leaves
 _GIVE_WAY_ROUNDS = 12
+_COLD_FACTOR = 3  # with a cold cache, compact once the prompt is this many targets
 
 
 def _slack(target: int) -> int:
@@ -126,15 +127,11 @@ class DeterministicCompaction:
         )
         # Above the trigger, a call whose prefix is already being rewritten (cold cache, or an
         # earlier strategy in the chain broke it) goes all the way to the target: same break.
-        due = tokens > budget.limit or (
-            (cold or ctx.breaking_cache) and tokens > budget.trigger_tokens
-        )
+        due = self._due(ctx, tokens, cold)
         if due and ctx.counter.refine(ctx.view):
             # New messages carry a quick, high estimate until now: decide on the full one.
             tokens = ctx.prompt_tokens
-            due = tokens > budget.limit or (
-                (cold or ctx.breaking_cache) and tokens > budget.trigger_tokens
-            )
+            due = self._due(ctx, tokens, cold)
         if not due:
             return
         before_messages = len(ctx.view)
@@ -171,6 +168,17 @@ class DeterministicCompaction:
                     actions=tuple(actions),
                 )
             )
+
+    @staticmethod
+    def _due(ctx: CompactionContext, tokens: int, cold: bool) -> bool:
+        budget = ctx.budget
+        if tokens > budget.limit:
+            return True
+        if ctx.breaking_cache:
+            return tokens > budget.trigger_tokens
+        # A cold cache writes the whole prompt again anyway: compacting now costs no extra
+        # write and puts the next rewrite further away, once there is enough to free.
+        return cold and tokens > budget.target_tokens * _COLD_FACTOR
 
     # -- over the budget whatever the tiers did --------------------------------------
 
