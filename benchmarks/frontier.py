@@ -623,6 +623,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         bound = y.minimum(canon, pr.raw_requests(canon, session), b)
         minima[cell] = bound.value
         results = anyio.run(run_peers, canon, session, b, runners, peers)
+        peers_s = time.perf_counter() - t0
         none = next(r for r in results if r.name == "none")
         cell_points = [point(cell, r, none, None) for r in results]
         for strategy in ours:
@@ -655,7 +656,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         notes = [f"{r.name}: {'; '.join(r.notes)}" for r in results if r.notes]
         if notes:
             out.para("Notes: " + " | ".join(notes))
-        out.para(f"(cell: {time.perf_counter() - t0:.1f} s)")
+        spent = time.perf_counter() - t0
+        out.para(
+            f"(cell: {spent:.1f} s; peers once, {peers_s:.1f} s; agentctx "
+            f"{sum(len(depths(n)) for n in ours)} runs, {spent - peers_s:.1f} s)"
+        )
 
     # Domination.
     out.heading("Domination: the cheapest agentctx point at least as good as each peer")
