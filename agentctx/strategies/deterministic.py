@@ -153,7 +153,9 @@ class DeterministicCompaction:
             ctx.counter.refine(ctx.view)  # judge the round on full estimates
             if len(ctx.taken) == taken or ctx.prompt_tokens <= target:
                 break
-        if _tokens(ctx) > budget.limit:
+        if _tokens(ctx) > budget.trigger_tokens:
+            # Landing above the trigger, the next few new messages would force another
+            # rewrite, call after call: the comforts give way down to the trigger.
             self._give_way(ctx, actions, target)
         if actions:
             ctx.emit(
@@ -183,24 +185,26 @@ class DeterministicCompaction:
     # -- over the budget whatever the tiers did --------------------------------------
 
     def _give_way(self, ctx: CompactionContext, actions: list[str], target: int) -> None:
-        """Still over the hard budget: every protection beyond the invariants gives way.
+        """Still above the trigger: every protection beyond the invariants gives way.
 
         The invariants protect the task, the latest user message, the newest complete turn
         and signed reasoning in the running tool loop; the truncation floor, the exemption of
         recalled output and ``keep_recent_steps`` are this strategy's own comfort. First tool
         output is cut ever shorter (down to a few lines), then the recent steps may be
         condensed or dropped too, all but the newest (whose result the model just asked
-        for), before the manager may say the budget cannot be met.
+        for), down to the trigger: landing just under the hard budget would have the next
+        few new messages force another rewrite, call after call. Only over the budget does
+        the manager then say it cannot be met.
         """
         lines, chars = self.max_lines, self.max_chars
         # Output is cut down to the target, as every compaction aims (so the next new result
         # does not cross the budget again at once); recent steps go only as far as the
-        # budget needs.
+        # trigger needs.
         for keep, goal in (
             (self.keep_recent_steps, target),
-            (min(1, self.keep_recent_steps), ctx.budget.limit),
+            (min(1, self.keep_recent_steps), ctx.budget.trigger_tokens),
         ):
-            if _tokens(ctx) <= ctx.budget.limit and goal == ctx.budget.limit:
+            if _tokens(ctx) <= ctx.budget.trigger_tokens and goal == ctx.budget.trigger_tokens:
                 return
             for _ in range(_GIVE_WAY_ROUNDS):  # halving reaches the floor well within these
                 before = _tokens(ctx)
