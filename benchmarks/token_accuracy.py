@@ -15,9 +15,9 @@ format and content class, for:
   "reported usages" (the exact size of the prompts sent before the assistant turns nearest to
   1/3, 2/3 and the end of the session, plus a system-prompt-and-tools overhead of 3000) and
   counts the text with ``count_text``; sessions with fewer than three turns stay uncalibrated;
-- ``auto``: `agentctx.tokens.count.default_counter()`, what `MessageCounter()` uses: exact
-  counts for texts where the tokenizer is as cheap as the estimate, when the ``tokenizer``
-  extra is installed.
+- ``auto``: `agentctx.tokens.default_estimator()`, what `MessageCounter()` counts with: the
+  same estimator, with texts of up to `EXACT_BELOW` characters (where tiktoken costs about
+  what the estimate does) counted exactly when tiktoken is installed.
 
 Each cell is the median and 90th percentile of ``|error|`` and the median signed error (bias).
 The target is a median ``|error|`` of at most 5 % per format and class, uncalibrated and
@@ -139,10 +139,11 @@ def pct(values: list[float], q: float) -> float:
 
 def _auto_counter() -> TokenCounter | None:
     try:
-        from agentctx.tokens.count import default_counter
+        from agentctx.tokens import default_estimator
     except ImportError:  # an agentctx without it
         return None
-    return default_counter()
+    counter: TokenCounter = default_estimator()
+    return counter
 
 
 Errors = dict[tuple[str, ContentClass], dict[str, list[float]]]

@@ -23,14 +23,17 @@ from agentctx.tokens.calibrate import Calibration
 from agentctx.tokens.classify import ContentClass, classify
 from agentctx.tokens.count import MessageCounter
 from agentctx.tokens.estimate import (
+    EXACT_BELOW,
     UNKNOWN_IMAGE_TOKENS,
     Estimator,
     FeatureCounter,
     TokenCounter,
+    default_estimator,
     image_tokens,
 )
 
 __all__ = [
+    "EXACT_BELOW",
     "UNKNOWN_IMAGE_TOKENS",
     "Calibration",
     "ContentClass",
@@ -39,5 +42,6 @@ __all__ = [
     "MessageCounter",
     "TokenCounter",
     "classify",
+    "default_estimator",
     "image_tokens",
 ]

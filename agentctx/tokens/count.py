@@ -26,7 +26,12 @@ if TYPE_CHECKING:
 
 from agentctx.tokens.calibrate import Calibration
 from agentctx.tokens.classify import CLASS_ORDER, ContentClass
-from agentctx.tokens.estimate import Estimator, FeatureCounter, TokenCounter, image_tokens
+from agentctx.tokens.estimate import (
+    FeatureCounter,
+    TokenCounter,
+    default_estimator,
+    image_tokens,
+)
 
 __all__ = ["MessageCounter"]
 
@@ -76,7 +81,9 @@ class MessageCounter:
     per image, compact JSON of opaque blocks, ``len(data) // 6`` for redacted thinking
     (encrypted base64; thinking signatures are not counted). The text goes to the wrapped
     counter's slots (per content class for an `Estimator`, one slot otherwise), framing and
-    ids to a ``fixed`` slot, images to an ``image`` slot.
+    ids to a ``fixed`` slot, images to an ``image`` slot. The default counter is
+    `default_estimator`: the estimate, with texts of up to `EXACT_BELOW` characters counted
+    exactly when tiktoken (the ``tokenizer`` extra) is installed.
 
     `observe` fits the hidden ``overhead`` (system prompt and tool schemas) and one multiplier
     per slot, made of a scale shared by all text and framing slots (another tokenizer) and a
@@ -101,7 +108,7 @@ class MessageCounter:
     ) -> None:
         if max_entries < 1:
             raise ConfigError(f"MessageCounter needs max_entries >= 1, got {max_entries}")
-        self._counter: TokenCounter = counter if counter is not None else Estimator()
+        self._counter: TokenCounter = counter if counter is not None else default_estimator()
         self._features = self._counter if isinstance(self._counter, FeatureCounter) else None
         text_slots = self._features.slots if self._features is not None else ("text",)
         self._slots = (*text_slots, "fixed", "image")

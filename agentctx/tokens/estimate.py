@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import importlib.util
 import math
 import re
 from dataclasses import dataclass, field
@@ -32,7 +33,15 @@ if TYPE_CHECKING:
 
 from agentctx.tokens.classify import CLASS_ORDER, ContentClass, classify
 
-__all__ = ["Estimator", "FeatureCounter", "TokenCounter", "UNKNOWN_IMAGE_TOKENS", "image_tokens"]
+__all__ = [
+    "EXACT_BELOW",
+    "UNKNOWN_IMAGE_TOKENS",
+    "Estimator",
+    "FeatureCounter",
+    "TokenCounter",
+    "default_estimator",
+    "image_tokens",
+]
 
 
 @runtime_checkable
@@ -136,7 +145,6 @@ _SEGMENT = re.compile(rb"[AE]*[ab]+|[AE]+")  # o200k splits camelCase runs here
 _PUNCT = _byte_table(
     lambda c: c if _char_class(c) == "p" or c == _SYMBOL_LEAD else _BREAK if c in (10, 13) else 32
 )
-_ESCAPE_SEQUENCE = re.compile(rb"\\[ntr]")  # in JSON strings: a token, and what follows is bare
 
 # Pre-tokens that hinge on a character and its neighbours are counted in eight lanes at once:
 # three tables give each character one bit per lane, for what the character must be (_NOW),
@@ -323,13 +331,13 @@ def _scan(text: str) -> tuple[float, float]:
         r2, r3, r4 = _SCRIPT_RATES
         other = r2 * scripts.count(b"2") + r3 * scripts.count(b"3") + r4 * scripts.count(b"4")
     units = 0.0
-    # `find` rather than `in`: twice as fast on short bytes.
+    # `find` rather than `in`: twice as fast on short bytes. Each escape replaced shortens
+    # the text by one.
     if b.find(b"\\") >= 0:
-        b, escapes = _ESCAPE_SEQUENCE.subn(_GAP, b)
-        units += _ESCAPE * escapes
-    spaced = b.replace(b" ", _SPACE_MARKED)
-    if b.find(b"\t") >= 0:
-        spaced = spaced.replace(b"\t", _TAB_MARKED)
+        n = len(b)
+        b = b.replace(b"\\n", _GAP).replace(b"\\t", _GAP).replace(b"\\r", _GAP)
+        units += _ESCAPE * (n - len(b))
+    spaced = b.replace(b" ", _SPACE_MARKED).replace(b"\t", _TAB_MARKED)
     # Letter runs (as shapes) and punctuation runs, priced in one pass; a KeyError means a
     # piece not seen before (`map(dict.__getitem__, ...)` stays in C, a dict subclass with
     # __missing__ would not be as fast).
@@ -395,24 +403,61 @@ _DEFAULT_WEIGHTS = (1.0,) * (len(CLASS_ORDER) + 1)
 _ESTIMATOR_SLOTS = (*(c.value for c in CLASS_ORDER), "non_ascii")
 _CLASS_INDEX = {c: i for i, c in enumerate(CLASS_ORDER)}
 
+EXACT_BELOW = 256
+"""Texts up to this many characters cost about as much to encode with tiktoken as to estimate
+(a few microseconds), and are where an estimate is furthest off in relative terms: what
+`default_estimator` counts exactly when tiktoken is installed."""
+
+_encode: Callable[[str], list[int]] | None = None
+_encode_loaded = False
+
+
+def _exact_encode() -> Callable[[str], list[int]] | None:
+    """tiktoken's o200k ``encode``, loaded on first use; None without tiktoken (the pure
+    Python encoder the ``tokenizer`` extra also ships costs far more than an estimate)."""
+    global _encode, _encode_loaded
+    if not _encode_loaded:
+        try:
+            from agentctx.tokens.exact import ExactCounter
+
+            exact = ExactCounter("o200k_base")
+            _encode = exact.encode if exact.backend == "tiktoken" else None
+        except ImportError:  # MissingExtraError: neither tokenizer package is installed
+            _encode = None
+        _encode_loaded = True
+    return _encode
+
+
+def _tiktoken_installed() -> bool:
+    """Whether tiktoken can be imported (checked without importing it)."""
+    return importlib.util.find_spec("tiktoken") is not None
+
 
 @dataclass(frozen=True, slots=True)
 class Estimator:
-    """Estimates o200k-like token counts with no tokenizer and bounded work per text.
+    """Estimates o200k-like token counts with bounded work per text.
 
-    ``Estimator().count(text)`` is deterministic and never 0 for a non-empty text.
-    ``features(text)`` gives the per-slot units (one slot per `ContentClass`, then
-    non-ASCII text) and ``weights`` the tokens per unit; ``scaled(multipliers)`` is how
+    ``Estimator().count(text)`` needs no tokenizer, is deterministic and never 0 for a
+    non-empty text. ``features(text)`` gives the per-slot units (one slot per `ContentClass`,
+    then non-ASCII text) and ``weights`` the tokens per unit; ``scaled(multipliers)`` is how
     calibration adjusts them. While every class slot has the same weight (the default),
     ``count`` does not classify the text.
+
+    With ``exact_below=n``, texts of at most ``n`` characters are counted with tiktoken's
+    o200k encoder instead, when tiktoken is installed (the ``tokenizer`` extra; it is loaded
+    on the first such text, which takes about half a second); without it they are estimated
+    as any other. `default_estimator` sets it to `EXACT_BELOW` when tiktoken is there.
     """
 
     weights: tuple[float, ...] = _DEFAULT_WEIGHTS
+    exact_below: int = 0
     _uniform: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.weights) != len(_ESTIMATOR_SLOTS) or min(self.weights) <= 0:
             raise ConfigError(f"Estimator needs {len(_ESTIMATOR_SLOTS)} positive weights")
+        if self.exact_below < 0:
+            raise ConfigError(f"Estimator needs exact_below >= 0, got {self.exact_below}")
         classes = self.weights[:-1]
         object.__setattr__(self, "_uniform", max(classes) == min(classes))
 
@@ -421,11 +466,18 @@ class Estimator:
         """``("code", "json", "shell", "prose", "log", "non_ascii")``."""
         return _ESTIMATOR_SLOTS
 
+    def _units(self, text: str) -> tuple[float, float]:
+        if len(text) <= self.exact_below:
+            encode = _exact_encode()
+            if encode is not None:
+                return float(len(encode(text))), 0.0
+        return _scan(text) if len(text) <= _SCAN_LIMIT else _scan_windows(text)
+
     def features(self, text: str, kind: ContentClass | None = None) -> tuple[float, ...]:
         """Units per slot: the text's class slot holds its ASCII units, the last non-ASCII."""
         if not text:
             return (0.0,) * len(_ESTIMATOR_SLOTS)
-        units, other = _scan(text) if len(text) <= _SCAN_LIMIT else _scan_windows(text)
+        units, other = self._units(text)
         out = [0.0] * len(_ESTIMATOR_SLOTS)
         out[_CLASS_INDEX[kind or classify(text)]] = units
         out[-1] = other
@@ -435,7 +487,7 @@ class Estimator:
         """Estimated tokens of ``text`` (``kind`` skips classification)."""
         if not text:
             return 0
-        units, other = _scan(text) if len(text) <= _SCAN_LIMIT else _scan_windows(text)
+        units, other = self._units(text)
         weights = self.weights
         if kind is not None:
             rate = weights[_CLASS_INDEX[kind]]
@@ -447,7 +499,14 @@ class Estimator:
 
     def scaled(self, multipliers: Sequence[float]) -> Estimator:
         """A copy with each slot's weight multiplied by the matching multiplier."""
-        return Estimator(tuple(w * m for w, m in zip(self.weights, multipliers, strict=True)))
+        weights = tuple(w * m for w, m in zip(self.weights, multipliers, strict=True))
+        return Estimator(weights, self.exact_below)
+
+
+def default_estimator() -> Estimator:
+    """What `MessageCounter()` counts with: ``Estimator(exact_below=EXACT_BELOW)`` when
+    tiktoken is installed, else ``Estimator()``."""
+    return Estimator(exact_below=EXACT_BELOW if _tiktoken_installed() else 0)
 
 
 # ---------------------------------------------------------------------------------------
