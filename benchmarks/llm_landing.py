@@ -1,6 +1,6 @@
 """Does a briefing pay for itself? The LLM strategy next to the deterministic tiers, per cell.
 
-    python benchmarks/llm_landing.py [--rows]
+    python benchmarks/llm_landing.py [--rows] [--target-ratio R] [--no-updates]
 
 Replays the pi sessions (`tests/corpus/pi/large-session.jsonl`, `before-compaction.jsonl`) at
 budgets of 100k and 50k tokens (`agentctx.replay`, an ideal prefix cache priced at Claude
@@ -14,7 +14,9 @@ tokens right after each break or cold rewrite (a splice marked ``*``).
 
 Each cell ends with the condition the LLM strategy must meet:
 ``cost(llm) <= cost(deterministic) + summarizer spend``, in USD. ``--rows`` also lists every
-request that compacted, with its actions.
+request that compacted, with its actions. ``--target-ratio`` sets `Budget.target_ratio` (default:
+the library's), ``--no-updates`` runs the LLM strategy with ``update_ratio=None`` (a waiting
+briefing is never brought up to date).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from agentctx.replay.engine import ReplayClock
 from agentctx.replay.jobs import DEFAULT_SUMMARIZER_DELAY
 from agentctx.replay.offline_summarizer import OfflineSummarizer
 from agentctx.strategies import DeterministicCompaction
-from agentctx.strategies.llm import LlmCompaction
+from agentctx.strategies.llm import LlmCompaction, LlmCompactionConfig
 from agentctx.strategy import Chain
 
 if TYPE_CHECKING:
@@ -78,8 +80,23 @@ def rows(report: ReplayReport) -> None:
                 print(f"        ({note})")
 
 
-async def cell(name: str, messages: list[Message], window: int, *, verbose: bool) -> bool:
+async def cell(
+    name: str,
+    messages: list[Message],
+    window: int,
+    *,
+    verbose: bool,
+    target_ratio: float | None = None,
+    updates: bool = True,
+) -> bool:
     budget = Budget(context_window=window + 16_000, reserve_output=16_000)
+    if target_ratio is not None:
+        budget = Budget(
+            context_window=window + 16_000,
+            reserve_output=16_000,
+            trigger_ratio=max(budget.trigger_ratio, target_ratio),
+            target_ratio=target_ratio,
+        )
     print(f"{name} at {window // 1000}k (target {budget.target_tokens}, limit {budget.limit})")
     det = await replay(messages, budget=budget, strategy=DeterministicCompaction())
     describe("deterministic", det)
@@ -88,7 +105,8 @@ async def cell(name: str, messages: list[Message], window: int, *, verbose: bool
     clock = ReplayClock()
     tiers = DeterministicCompaction()
     summarizer = OfflineSummarizer(DEFAULT_SUMMARIZER_DELAY, sleep=clock.sleep)
-    llm = LlmCompaction(summarizer, fallback=tiers, clock=clock, sleep=clock.sleep)
+    config = LlmCompactionConfig() if updates else LlmCompactionConfig(update_ratio=None)
+    llm = LlmCompaction(summarizer, config, fallback=tiers, clock=clock, sleep=clock.sleep)
     report = await replay(messages, budget=budget, strategy=Chain([llm, tiers]), clock=clock)
     spend = llm.spend
     price = price_for(SUMMARIZER_PRICE_MODEL)
@@ -112,13 +130,25 @@ async def cell(name: str, messages: list[Message], window: int, *, verbose: bool
 
 
 async def main() -> None:
-    verbose = "--rows" in sys.argv[1:]
+    args = sys.argv[1:]
+    verbose = "--rows" in args
+    updates = "--no-updates" not in args
+    target_ratio = (
+        float(args[args.index("--target-ratio") + 1]) if "--target-ratio" in args else None
+    )
     met = 0
     cells = 0
     for file in ("large-session.jsonl", "before-compaction.jsonl"):
         messages = list(load_transcript(CORPUS / "pi" / file).messages)
         for window in (100_000, 50_000):
-            met += await cell(f"pi/{file}", messages, window, verbose=verbose)
+            met += await cell(
+                f"pi/{file}",
+                messages,
+                window,
+                verbose=verbose,
+                target_ratio=target_ratio,
+                updates=updates,
+            )
             cells += 1
     print(f"condition met in {met} of {cells} cells")
 

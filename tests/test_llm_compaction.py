@@ -942,6 +942,27 @@ async def test_a_waiting_briefing_is_brought_up_to_date_before_it_is_spliced(
     assert spliced.tokens_after <= m.budget.target_tokens < spliced.tokens_before
 
 
+async def test_without_updates_the_briefing_asked_for_first_is_spliced(
+    make_summarizer: SummarizerFactory,
+) -> None:
+    """``update_ratio=None`` (a slow or costly summarizer): one request, spliced as it came
+    back, however much the view grew meanwhile; the tiers still take the splice to the
+    target."""
+    summarizer = make_summarizer([briefing("FIRST")], default=briefing("LATER"))
+    chain, llm = strategy(summarizer, update_ratio=None)
+    async with ContextManager(halfway(8_000), strategy=chain) as m:
+        caller = Caller(m)
+        i = 0
+        while not caller.compactions("summarized"):
+            await caller.turn(turn(i))
+            i += 1
+            assert i < 120
+        (spliced,) = caller.compactions("summarized")
+    assert len(summarizer.requests) == 1 and has_briefing(caller.views[-1], "FIRST")
+    assert not caller.of(SummaryStale)
+    assert spliced.tokens_after <= m.budget.target_tokens < spliced.tokens_before
+
+
 async def test_a_splice_lands_at_or_under_the_target_even_when_its_briefing_is_behind(
     make_summarizer: SummarizerFactory,
 ) -> None:
@@ -1292,6 +1313,10 @@ def test_settings_are_validated() -> None:
         RetryPolicy(max_attempts=0)
     with pytest.raises(ConfigError):
         LlmCompactionConfig(timeout=0)
+    for ratio in (0.0, 1.5, float("nan")):
+        with pytest.raises(ConfigError, match="update_ratio"):
+            LlmCompactionConfig(update_ratio=ratio)
+    assert LlmCompactionConfig(update_ratio=None).update_ratio is None
     assert LlmCompactionConfig(max_summary_tokens=10).max_summary_tokens == 256
     policy = RetryPolicy(base_delay=1.0, max_delay=5.0, jitter=0.0)
     assert [policy.delay(n, None, 0.9) for n in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 5.0]

@@ -190,19 +190,23 @@ async def test_a_small_local_model_splices_with_only_its_window_configured(
     result = summarizer.results[0]
     print(f"\nSmolLM2 ({result.stop_reason}, {result.usage}):\n{result.text}")
 
-    assert not [e for e in events if isinstance(e, SummaryRejected | SummaryStale)]
+    assert not [e for e in events if isinstance(e, SummaryRejected)]
+    # Only a briefing its update replaced while it waited, or one that came back after the
+    # splice, goes unspliced.
+    assert all(e.reason in ("updated", "unused") for e in events if isinstance(e, SummaryStale))
     assert not [e for e in events if isinstance(e, CompactionWarning)]
-    assert len(summarizer.requests) == 1  # it worked the first time
-    request = summarizer.requests[0]
-    assert request.max_tokens == WINDOW // 4
-    assert request.attempt == 1
-    # The request fit the window by the model's own count, its whole answer included.
-    assert result.usage.prompt_tokens + request.max_tokens <= WINDOW
-    assert result.stop_reason == "stop" and result.text.strip()
+    assert summarizer.results
+    for request, answer in zip(summarizer.requests, summarizer.results, strict=False):
+        assert request.max_tokens == WINDOW // 4
+        assert request.attempt == 1  # it worked the first time
+        # The request fit the window by the model's own count, its whole answer included.
+        assert answer.usage.prompt_tokens + request.max_tokens <= WINDOW
+        assert answer.stop_reason == "stop" and answer.text.strip()
     stats = next(
         e.summary for e in events if isinstance(e, ContextCompacted) and e.method == "summarized"
     )
-    assert stats is not None and stats.usage == result.usage and stats.cost_usd is None
+    assert stats is not None and stats.cost_usd is None
+    assert stats.usage in [answer.usage for answer in summarizer.results]
 
 
 # ---------------------------------------------------------------------------------------

@@ -45,13 +45,13 @@ turn M   view above the limit and the briefing is back and valid
   inside the span, which the briefing replaces whole anyway. An earlier briefing is kept the
   same way. What is still over the limit is left to the tiers after this strategy.
 - While a briefing waits for the limit, the view goes on growing behind its span. Each time
-  it has grown by a tenth of the limit since the waiting briefing was asked for, a follow-up
-  request updates it: its text and what the view holds after its span, up to the retained
-  tail, go out as an update. The update takes its place when it is back and valid (the one
-  it replaced is reported as `SummaryStale` ``updated``); one that fails leaves the waiting
-  briefing as it was. So the briefing spliced covers everything but about the retained tail,
-  not just the history up to when it was first asked for. An update still out when the limit
-  comes is spliced later, over the briefing spliced meanwhile.
+  it has grown by ``update_ratio`` of the limit (default a tenth) since the waiting briefing
+  was asked for, a follow-up request updates it: its text and what the view holds after its
+  span, up to the retained tail, go out as an update. The update takes its place when it is
+  back and valid (the one it replaced is reported as `SummaryStale` ``updated``); one that
+  fails leaves the waiting briefing as it was. So the briefing spliced covers everything but
+  about the retained tail, not just the history up to when it was first asked for. An update
+  still out when the limit comes is spliced later, over the briefing spliced meanwhile.
 - If the splice is still above the budget's target, the tiers run on the tail, to the target
   (the splice rewrites the prefix cache from there on anyway), so a splice lands at least as
   deep as the tiers alone would have, and the next compaction is as far away; if it is still
@@ -303,7 +303,9 @@ class LlmCompaction:
             return
         ready = self._requests.ready
         if ready is not None and (
-            ready.messages or tokens - ready.job.armed_tokens < self._update_step(budget.limit)
+            ready.messages
+            or self.config.update_ratio is None
+            or tokens - ready.job.armed_tokens < self._update_step(budget.limit)
         ):
             # Waiting to be spliced, and what was added since it was asked for is still too
             # little to pay for an update (a provider-native briefing is never updated).
@@ -341,9 +343,11 @@ class LlmCompaction:
     def _update_step(self, limit: int) -> int:
         """Growth of the view (tokens) since a waiting briefing was asked for that is worth a
         request bringing it up to date."""
-        # A tenth of the limit: with the default tail (a quarter at most) and at most this
-        # much left uncovered, head, briefing and tail still land under the default target.
-        return max(1, limit // 10)
+        # The default, a tenth of the limit: with the default tail (a quarter at most) and at
+        # most this much left uncovered, head, briefing and tail land under the default
+        # target. On the pi sessions a twentieth or a fortieth cost more requests and saved
+        # no more (benchmarks/llm_landing.py).
+        return max(1, int(limit * (self.config.update_ratio or 1.0)))
 
     def _update(self, ctx: CompactionContext, ready: Ready, cut: Cut, tokens: int) -> bool:
         """Ask for ``ready`` brought up to date through ``cut``: its text and what the view

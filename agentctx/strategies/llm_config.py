@@ -142,6 +142,11 @@ class LlmCompactionConfig:
         required_sections: markdown headings a briefing must have (empty: no check).
         warn_after_fallbacks: consecutive over-limit calls without a splice (after a request
             was made) before a ``losing_race`` warning; it re-arms after a splice.
+        update_ratio: 0-1 fraction of the limit the view must grow by, after a briefing that
+            waits to be spliced was asked for, before a request brings it up to date (its
+            text and what followed its span go out as an update, so the briefing spliced
+            covers everything but about the retained tail); ``None`` never updates a waiting
+            briefing, which then covers the history up to when it was asked for.
         cold_cache_seconds: after this long without a model call the provider's prefix cache
             has expired, so a ready briefing is spliced above the trigger already (a rewrite
             is free then); ``None`` splices only over the limit.
@@ -176,6 +181,7 @@ class LlmCompactionConfig:
     update_instruction: str = DEFAULT_UPDATE_INSTRUCTION
     required_sections: tuple[str, ...] = REQUIRED_SECTIONS
     warn_after_fallbacks: int = 5
+    update_ratio: float | None = 0.1
     cold_cache_seconds: float | None = 300.0
     protect_paid_work: bool = True
     transcript_block_chars: int = TRANSCRIPT_BLOCK_CHARS
@@ -216,6 +222,9 @@ class LlmCompactionConfig:
         ratio = self.trigger_ratio
         if ratio is not None and not (math.isfinite(ratio) and 0 < ratio <= 1):
             raise ConfigError(f"trigger_ratio is a 0-1 fraction, got {ratio!r}")
+        update = self.update_ratio
+        if update is not None and not (math.isfinite(update) and 0 < update <= 1):
+            raise ConfigError(f"update_ratio is a 0-1 fraction or None, got {update!r}")
         if self.retain_tail_tokens is not None and self.retain_tail_tokens < 0:
             raise ConfigError("retain_tail_tokens must be >= 0")
         if self.keep_first < 0 or self.warn_after_fallbacks < 1:
