@@ -123,6 +123,10 @@ _SPACE_MARKED = b" \x81"
 _TAB_MARKED = b"\t\x81"
 _BREAK_BYTE = bytes([_BREAK])
 _SYMBOL_LEAD = 0xE2  # U+2000-U+2FFF: arrows, box drawing, dashes, bullets: punctuation
+# Horizontal box-drawing lines (─ ━ ═) become one byte each that UTF-8 never uses: o200k has
+# tokens for long runs of them, while other symbols cost about a token each (├── is ├, ──).
+_RULERS = ((b"\xe2\x94\x80", b"\xf8"), (b"\xe2\x94\x81", b"\xf9"), (b"\xe2\x95\x90", b"\xfa"))
+_RULER_BYTES = frozenset(b"\xf8\xf9\xfa")
 
 # Letter runs as shapes: a lowercase vowel, b lowercase consonant, E uppercase vowel,
 # A uppercase consonant, S the mark of a preceding space; everything else separates them.
@@ -143,7 +147,13 @@ _SEGMENT = re.compile(rb"[AE]*[ab]+|[AE]+")  # o200k splits camelCase runs here
 # Punctuation runs, with line breaks as _BREAK: o200k ends a punctuation pre-token with the
 # line breaks right after it (");\n"); a run of line breaks alone is one pre-token.
 _PUNCT = _byte_table(
-    lambda c: c if _char_class(c) == "p" or c == _SYMBOL_LEAD else _BREAK if c in (10, 13) else 32
+    lambda c: (
+        c
+        if _char_class(c) == "p" or c == _SYMBOL_LEAD or c in _RULER_BYTES
+        else _BREAK
+        if c in (10, 13)
+        else 32
+    )
 )
 
 # Pre-tokens that hinge on a character and its neighbours are counted in eight lanes at once:
@@ -193,7 +203,7 @@ _NOT_AT_START = 1 << 4  # lane 4 needs a space before: the first character has n
 _SCRIPT = _byte_table(
     lambda c: ord("2") if 0xC0 <= c < 0xE0 else ord("3") if 0xE0 <= c < 0xF0 else ord("4")
 )
-_NOT_SCRIPT = bytes([*range(0x80), _SYMBOL_LEAD])
+_NOT_SCRIPT = bytes([*range(0x80), _SYMBOL_LEAD, *_RULER_BYTES])
 
 
 def _rows(table: str) -> dict[str, tuple[float, ...]]:
@@ -216,14 +226,14 @@ sU  1.00 1.01 1.20 1.20 1.50 1.60 1.60 1.97 2.37 2.37 2.37 2.57 2.57 2.57 2.57 2
 sUx 1.00 1.01 1.37 1.37 1.62 1.62 1.62 1.97 2.37 2.37 2.37 2.57 2.57 2.57 2.57 2.57
 sM  1.00 1.10 1.35 1.40 1.40 1.58 2.26 2.61 2.61 2.61 2.61 2.61 2.64 2.82 2.87 2.91
 sMx 1.00 1.10 1.39 1.61 1.61 1.61 2.26 2.61 2.61 2.61 2.61 2.61 2.64 2.82 2.87 2.91
-nl  1.00 1.00 1.06 1.06 1.13 1.13 1.25 1.38 1.53 1.53 1.53 3.32 3.32 3.32 3.32 4.10
-nlx 1.00 1.00 1.25 1.63 2.05 2.11 2.11 2.27 2.53 3.73 3.73 3.73 3.73 3.73 3.73 4.07
-nC  1.00 1.05 1.05 1.05 1.05 1.05 1.05 1.06 1.11 1.35 1.35 1.35 1.36 1.38 1.86 2.10
-nCx 1.00 1.05 1.38 1.84 1.86 1.86 1.86 1.86 1.86 1.86 1.86 1.86 1.86 1.86 1.86 2.10
-nU  1.00 1.04 1.43 1.76 1.98 1.98 2.09 2.69 3.38 3.76 4.01 4.01 4.67 5.04 5.38 6.67
-nUx 1.00 1.04 1.69 1.78 2.40 2.48 2.48 2.66 3.45 3.76 4.01 4.01 4.67 5.04 5.38 6.59
-nM  1.00 1.10 1.99 2.32 2.63 3.31 3.71 4.31 4.33 5.06 5.06 5.26 6.19 6.51 6.78 8.77
-nMx 1.00 1.10 2.05 2.48 3.08 3.59 3.94 4.50 4.51 5.06 5.06 5.26 6.19 6.51 6.85 8.77
+nl  1.00 1.01 1.08 1.08 1.18 1.18 1.26 1.38 1.53 1.53 1.53 3.32 3.32 3.32 3.32 4.10
+nlx 1.00 1.01 1.33 1.72 2.08 2.34 2.34 2.34 2.53 3.73 3.73 3.73 3.73 3.73 3.73 4.07
+nC  1.00 1.10 1.10 1.10 1.10 1.10 1.10 1.10 1.12 1.36 1.36 1.36 1.36 1.38 1.86 2.43
+nCx 1.00 1.10 1.62 2.25 2.40 2.40 2.40 2.40 2.40 2.40 2.40 2.40 2.40 2.40 2.40 2.43
+nU  1.00 1.07 1.54 1.89 2.12 2.15 2.16 2.76 3.42 3.85 4.04 4.04 4.68 5.05 5.39 6.68
+nUx 1.00 1.07 1.82 2.06 2.71 2.79 2.79 2.79 3.60 4.00 4.04 4.04 4.68 5.05 5.39 6.60
+nM  1.00 1.10 2.01 2.35 2.75 3.39 3.84 4.38 4.46 5.17 5.17 5.35 6.28 6.55 6.87 8.79
+nMx 1.00 1.10 2.06 2.48 3.13 3.64 4.22 4.63 4.75 5.24 5.24 5.35 6.28 6.55 6.93 8.79
 """
 )
 # Mean tokens of the punctuation runs that cost more or less than others of their length.
@@ -245,14 +255,27 @@ _RUN_LENGTH_COST = (1, 1.022, 1.265, 1.776, 2.084, 2.994, 3.292, 3.39, 4.232, 4.
 # What a single punctuation character before a letter run adds to the run's own price (lanes
 # 0-2): most merge for free, a slash before 5+ letters less so; an apostrophe inside a word
 # (lane 3) undoes most of what its parts cost; line breaks merged into punctuation add little.
-_QUOTED = -0.635
-_DOTTED = -1.006
-_SLASHED = -0.773
-_SLASHED_LONG = 0.334
-_CONTRACTED = -1.276
+_QUOTED = -0.652
+_DOTTED = -1.035
+_SLASHED = -0.791
+_SLASHED_LONG = 0.326
+_CONTRACTED = -1.309
 _LINE_END = 0.014
-_ESCAPE = 0.996
-_SCRIPT_RATES = (0.391, 0.75, 1.5)  # per non-ASCII character of 2, 3, 4 UTF-8 bytes
+_ESCAPE = 0.991
+_SCRIPT_RATES = (0.39, 0.749, 1.5)  # per non-ASCII character of 2, 3, 4 UTF-8 bytes
+
+# Per segment of a run of 2..6+ camelCase segments whose mean length is under 3, under 4.5,
+# or more letters.
+_CAMEL = (
+    (0.09, 0.0, -0.08),
+    (0.13, 0.04, -0.07),
+    (0.16, 0.13, -0.05),
+    (0.18, 0.17, 0.03),
+    (0.2, 0.2, 0.17),
+)
+_SYMBOL = 1.0  # an arrow, bullet, box side or other symbol of U+2000-U+2FFF
+_NON_ASCII_PUNCT = bytes([_SYMBOL_LEAD, *_RULER_BYTES])
+_ONE_RULER = tuple(bytes(c if c == r else 32 for c in range(256)) for r in _RULER_BYTES)
 
 _MEMO_MAX = 1 << 16  # distinct shapes and runs are few; bounded all the same
 _PIECES: dict[bytes, float] = {}  # price per piece (shape or run), filled on first sight
@@ -261,7 +284,8 @@ _PIECES: dict[bytes, float] = {}  # price per piece (shape or run), filled on fi
 def _word_cost(shape: bytes) -> float:
     prefix = "s" if shape[:1] == b"S" else "n"
     cost = 0.0
-    for segment in _SEGMENT.findall(shape):
+    segments = _SEGMENT.findall(shape)
+    for segment in segments:
         n = len(segment)
         upper = n - segment.count(b"a") - segment.count(b"b")
         case = "l" if not upper else "U" if upper == n else "C" if upper == 1 else "M"
@@ -270,6 +294,12 @@ def _word_cost(shape: bytes) -> float:
         costs = _WORD_COST[prefix + case]
         cost += costs[n - 1] if n <= 16 else costs[15] + 0.3 * (n - 16)
         prefix = "n"
+    if len(segments) > 1:
+        # camelCase words of whole words cost a little less a segment than the table says,
+        # random ids (many short segments, "xcSvVWynFdb") more
+        k = len(segments)
+        mean = (len(shape) - (shape[:1] == b"S")) / k
+        cost += k * _CAMEL[min(k, 6) - 2][0 if mean < 3 else 1 if mean < 4.5 else 2]
     return cost
 
 
@@ -277,9 +307,18 @@ def _punct_cost(run: bytes) -> float:
     known = _RUN_COST.get(run)
     if known is not None:
         return known
+    if not run.isascii():
+        # Symbols cost about a token each, a run of one ruler a token per 14 or so, the ASCII
+        # punctuation among them as a run of its own.
+        rest = run.translate(None, _NON_ASCII_PUNCT)
+        cost = (_punct_cost(rest) if rest else 0.0) + _SYMBOL * run.count(_SYMBOL_LEAD)
+        for only in _ONE_RULER:
+            for segment in run.translate(only).split():
+                cost += 1.0 + (len(segment) - 1) / 14
+        return cost
     n = len(run)
-    if run.count(run[:1]) == n:  # rulers: "-----", "=====", "────" are long tokens
-        return 1.0 + (n - 1) / (12 if run[0] == _SYMBOL_LEAD else 32)
+    if run.count(run[:1]) == n:  # rulers: "-----", "=====" are long tokens
+        return 1.0 + (n - 1) / 32
     return _RUN_LENGTH_COST[n - 1] if n <= 12 else _RUN_LENGTH_COST[11] + 0.5 * (n - 12)
 
 
@@ -326,7 +365,11 @@ def _scan(text: str) -> tuple[float, float]:
         b = text.encode("ascii")
         other = 0.0
     else:
-        b = text.encode("utf-8", "surrogatepass").translate(None, _CONTINUATION)
+        raw = text.encode("utf-8", "surrogatepass")
+        if raw.find(b"\xe2\x94") >= 0 or raw.find(b"\xe2\x95") >= 0:
+            for ruler, mark in _RULERS:
+                raw = raw.replace(ruler, mark)
+        b = raw.translate(None, _CONTINUATION)
         scripts = b.translate(_SCRIPT, _NOT_SCRIPT)
         r2, r3, r4 = _SCRIPT_RATES
         other = r2 * scripts.count(b"2") + r3 * scripts.count(b"3") + r4 * scripts.count(b"4")
