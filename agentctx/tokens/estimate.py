@@ -121,6 +121,10 @@ _SPACED = 0x81
 _BREAK = 0x83
 _SPACE_MARKED = b" \x81"
 _TAB_MARKED = b"\t\x81"
+_BREAKS_AFTER = re.compile(rb"([^\x83]*)(\x83*)")
+# o200k's longest whitespace tokens: runs longer than these take one more token each.
+_TABS = b"\t" * 16
+_SPACES = b" " * 128
 _BREAK_BYTE = bytes([_BREAK])
 _SYMBOL_LEAD = 0xE2  # U+2000-U+2FFF: arrows, box drawing, dashes, bullets: punctuation
 # Horizontal box-drawing lines (─ ━ ═) become one byte each that UTF-8 never uses: o200k has
@@ -158,7 +162,7 @@ _PUNCT = _byte_table(
 
 # Pre-tokens that hinge on a character and its neighbours are counted in eight lanes at once:
 # three tables give each character one bit per lane, for what the character must be (_NOW),
-# what must follow it (_NEXT) and what must not precede it (_NOT_AFTER). Lanes:
+# what must follow it (_NEXT) and what may precede it (_AFTER). Lanes:
 #   0-2 a single punctuation character (0 other, 1 one of _DOT_PREFIXES, 2 a slash) before a
 #       letter run and after neither punctuation nor a space: o200k merges it into the run;
 #   3   an apostrophe between a letter and s t m d r v l: o200k keeps "don't", "it's" whole;
@@ -184,19 +188,19 @@ def _lanes(c: int, *, now: bool = False, after: bool = False) -> int:
             kind == "t",
             digit,
         )
-    elif after:
+    elif after:  # what the next character must be
         ordinary = not (hspace or kind == "n")
         lanes = (letter, letter, letter, c in _CONTRACTED_BY, ordinary, digit, punct, False)
     else:
-        blocks = punct or kind == " "
-        lanes = (blocks, blocks, blocks, not letter, not hspace, False, False, digit)
+        free = not (punct or kind == " ")
+        lanes = (free, free, free, letter, hspace, True, True, not digit)
     return sum(1 << i for i, on in enumerate(lanes) if on)
 
 
 _NOW = _byte_table(lambda c: _lanes(c, now=True))
 _NEXT = _byte_table(lambda c: _lanes(c, after=True))
-_NOT_AFTER = _byte_table(_lanes)
-_NOT_AT_START = 1 << 4  # lane 4 needs a space before: the first character has none
+_AFTER = _byte_table(_lanes)
+_AT_START = 0b11101111  # what may begin a text: all but lane 4, which needs a space before
 
 # Non-ASCII characters by UTF-8 length: 2 (Latin, Greek, Cyrillic, Hebrew, Arabic), 3 (CJK,
 # kana, Hangul, Indic; not the symbols, priced as punctuation), 4 (emoji).
@@ -273,6 +277,20 @@ _CAMEL = (
     (0.18, 0.17, 0.03),
     (0.2, 0.2, 0.17),
 )
+# Tokens per extra character of a run of one repeated punctuation character: rulers (---,
+# ===, ###) have long tokens, brackets and quotes short ones, control characters none.
+_REPEATED = tuple(
+    1 / 32
+    if chr(c) in "!#%*+-./:;=_~"
+    else 1 / 8
+    if chr(c) in "<>?@^"
+    else 1 / 4
+    if chr(c) in "\"$'(),\\|"
+    else 1 / 2
+    if chr(c) in "\0&[]`{}"
+    else 1.0
+    for c in range(256)
+)
 _SYMBOL = 1.0  # an arrow, bullet, box side or other symbol of U+2000-U+2FFF
 _NON_ASCII_PUNCT = bytes([_SYMBOL_LEAD, *_RULER_BYTES])
 _ONE_RULER = tuple(bytes(c if c == r else 32 for c in range(256)) for r in _RULER_BYTES)
@@ -317,20 +335,22 @@ def _punct_cost(run: bytes) -> float:
                 cost += 1.0 + (len(segment) - 1) / 14
         return cost
     n = len(run)
-    if run.count(run[:1]) == n:  # rulers: "-----", "=====" are long tokens
-        return 1.0 + (n - 1) / 32
+    if run.count(run[:1]) == n:  # one character repeated: "-----" is a token, "\0\0" two
+        return 1.0 + (n - 1) * _REPEATED[run[0]]
     return _RUN_LENGTH_COST[n - 1] if n <= 12 else _RUN_LENGTH_COST[11] + 0.5 * (n - 12)
 
 
 def _run_cost(run: bytes) -> float:
     if _BREAK_BYTE not in run:
         return _punct_cost(run)
-    parts = run.split(_BREAK_BYTE)
-    cost = 0.0 if parts[0] else 1.0  # breaks before any punctuation: a pre-token
-    last = len(parts) - 1
-    for i, part in enumerate(parts):
-        if part:
-            cost += _punct_cost(part) + (_LINE_END if i < last else 0.0)
+    # Breaks before any punctuation are a pre-token, encoded 16 breaks a token; those after
+    # punctuation join its pre-token, a token per 11 or so.
+    cost = 0.0
+    for i, (punct, breaks) in enumerate(_BREAKS_AFTER.findall(run)):
+        if punct:
+            cost += _punct_cost(punct) + _LINE_END + round(len(breaks) / 11)
+        elif i == 0:
+            cost += (len(breaks) + 15) // 16
     return cost
 
 
@@ -380,7 +400,12 @@ def _scan(text: str) -> tuple[float, float]:
         n = len(b)
         b = b.replace(b"\\n", _GAP).replace(b"\\t", _GAP).replace(b"\\r", _GAP)
         units += _ESCAPE * (n - len(b))
-    spaced = b.replace(b" ", _SPACE_MARKED).replace(b"\t", _TAB_MARKED)
+    spaced = b.replace(b" ", _SPACE_MARKED)
+    if b.find(b"\t") >= 0:
+        spaced = spaced.replace(b"\t", _TAB_MARKED)
+        units += b.count(_TABS)
+    if len(b) > 128:
+        units += b.count(_SPACES)
     # Letter runs (as shapes) and punctuation runs, priced in one pass; a KeyError means a
     # piece not seen before (`map(dict.__getitem__, ...)` stays in C, a dict subclass with
     # __missing__ would not be as fast).
@@ -390,14 +415,14 @@ def _scan(text: str) -> tuple[float, float]:
     except KeyError:
         units += _price_new(pieces)
     # The lanes (see _NOW), character i at bits 8i..8i+7 of each integer; `nxt` holds the next
-    # character's bits at each character, `not_after` the previous one's. Lane 7 needs no
-    # next character, so it holds at the last one too.
+    # character's bits at each character, `prev` the previous one's. Lane 7 needs no next
+    # character, so it holds at the last one too.
     n = len(b)
     ones, ones7, ones15, ones128 = _ONES[n] if n < _SMALL else _ones(n)
     now = _from_bytes(b.translate(_NOW), "little")
     nxt = (_from_bytes(b.translate(_NEXT), "little") >> 8) | ones128
-    not_after = (_from_bytes(b.translate(_NOT_AFTER), "little") << 8) | _NOT_AT_START
-    hits = now & nxt & ~not_after
+    prev = (_from_bytes(b.translate(_AFTER), "little") << 8) | _AT_START
+    hits = now & nxt & prev
     if hits & ones7:
         slash = (hits >> 2) & ones
         units += _QUOTED * (hits & ones).bit_count() + _DOTTED * ((hits >> 1) & ones).bit_count()
@@ -510,11 +535,12 @@ class Estimator:
         return _ESTIMATOR_SLOTS
 
     def _units(self, text: str) -> tuple[float, float]:
-        if len(text) <= self.exact_below:
+        n = len(text)
+        if n <= self.exact_below:
             encode = _exact_encode()
             if encode is not None:
                 return float(len(encode(text))), 0.0
-        return _scan(text) if len(text) <= _SCAN_LIMIT else _scan_windows(text)
+        return _scan(text) if n <= _SCAN_LIMIT else _scan_windows(text)
 
     def features(self, text: str, kind: ContentClass | None = None) -> tuple[float, ...]:
         """Units per slot: the text's class slot holds its ASCII units, the last non-ASCII."""
