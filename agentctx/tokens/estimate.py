@@ -200,6 +200,8 @@ def _lanes(c: int, *, now: bool = False, after: bool = False) -> int:
 _NOW = _byte_table(lambda c: _lanes(c, now=True))
 _NEXT = _byte_table(lambda c: _lanes(c, after=True))
 _AFTER = _byte_table(_lanes)
+_DIGITS = _byte_table(lambda c: 1 if 48 <= c <= 57 else 0)
+_FOUR_DIGITS = b"\1" * 4
 _AT_START = 0b11101111  # what may begin a text: all but lane 4, which needs a space before
 
 # Non-ASCII characters by UTF-8 length: 2 (Latin, Greek, Cyrillic, Hebrew, Arabic), 3 (CJK,
@@ -429,19 +431,19 @@ def _scan(text: str) -> tuple[float, float]:
         if slash:
             long_slash = slash & (nxt >> 8) & (nxt >> 16) & (nxt >> 24) & (nxt >> 32)
             units += _SLASHED * slash.bit_count() + _SLASHED_LONG * long_slash.bit_count()
-    if hits >> 3 & ones:
+    if b.find(b"'") >= 0:
         units += _CONTRACTED * ((hits >> 3) & ones).bit_count()
     units += ((hits >> 4) & ones15).bit_count()  # lanes 4-7: a pre-token each
     # Digits go in groups of up to three, so a run of n is ceil(n / 3) pre-tokens: lane 7
     # counted each run once; add its 4th and 7th digit and a third of each from the 10th on.
-    if hits >> 7 & ones:
+    # (Cheap tests in C first: these few integer operations cost more than they save.)
+    if b.translate(_DIGITS).find(_FOUR_DIGITS) >= 0:
         digit = (now >> 7) & ones
         d3 = digit & (digit << 8) & (digit << 16)
         d4 = d3 & (digit << 24)
-        if d4:
-            d7 = d4 & (d4 << 24)
-            units += ((d4 & ~(digit << 32)) | (d7 & ~(digit << 56))).bit_count()
-            units += (d7 & (d3 << 56)).bit_count() / 3
+        d7 = d4 & (d4 << 24)
+        units += ((d4 & ~(digit << 32)) | (d7 & ~(digit << 56))).bit_count()
+        units += (d7 & (d3 << 56)).bit_count() / 3
     return units, other
 
 
@@ -554,9 +556,13 @@ class Estimator:
 
     def count(self, text: str, kind: ContentClass | None = None) -> int:
         """Estimated tokens of ``text`` (``kind`` skips classification)."""
-        if not text:
+        n = len(text)
+        if n > self.exact_below:
+            units, other = _scan(text) if n <= _SCAN_LIMIT else _scan_windows(text)
+        elif n:
+            units, other = self._units(text)
+        else:
             return 0
-        units, other = self._units(text)
         weights = self.weights
         if kind is not None:
             rate = weights[_CLASS_INDEX[kind]]
