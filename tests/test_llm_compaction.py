@@ -51,6 +51,7 @@ from agentctx import (
     Chain,
     ContextManager,
     DeterministicCompaction,
+    MemoryRecallStore,
     Message,
     SummaryMessage,
     ToolResultMessage,
@@ -79,6 +80,7 @@ from agentctx.strategies.llm import (
     LlmCompactionConfig,
     RetryPolicy,
 )
+from agentctx.strategies.llm_config import briefing_text
 from agentctx.summarizer import (
     TRANSCRIPT_BLOCK_CHARS,
     TRANSCRIPT_TOTAL_CHARS,
@@ -1439,3 +1441,22 @@ def test_outcomes_a_fake_server_cannot_give_are_refused() -> None:
     assert (reply.status, reply.headers, reply.delay) == (429, (("retry-after", "0.5"),), 0.1)
     with pytest.raises(Unsupported):
         SummarizerFactory("scripted")([Reply.reset()])
+
+
+async def test_what_a_briefing_replaces_is_one_recall_away(
+    make_summarizer: SummarizerFactory,
+) -> None:
+    # Found by the frontier benchmark: a spliced briefing named no recall id, so whatever it
+    # left out was lost (26-28 % of planted facts kept), where the tiers' markers keep 100 %.
+    summarizer = make_summarizer(default=briefing())
+    chain, _ = strategy(summarizer)
+    async with ContextManager(budget(), strategy=chain, recall=MemoryRecallStore()) as m:
+        caller = Caller(m, "projection")
+        turns = [turn(i) for i in range(40)]
+        await caller.run(turns)
+        spliced = [b for b in caller.views[-1] if briefing_text(b) is not None]
+        assert spliced
+        ids = re.findall(r'recall_context\(id="(ctx-[0-9a-f]{16})"\)', spliced[0].text)
+        assert len(ids) == 1
+        page = await m.recall(ids[0], limit=8000, pattern="user message 1:")
+    assert "user message 1: " + prose(1, 60) in page  # an early message, word for word

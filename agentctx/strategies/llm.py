@@ -102,6 +102,7 @@ from agentctx.strategies.llm_config import (
 from agentctx.strategies.llm_cut import Cut, choose_cut, extent, head_end, intact
 from agentctx.strategies.llm_request import Job, Requester, SummarizerSpend
 from agentctx.strategies.llm_tiers import capped, run_tiers
+from agentctx.strategies.trail import span_text
 from agentctx.summarizer import is_native_compaction
 
 if TYPE_CHECKING:
@@ -437,6 +438,18 @@ class LlmCompaction:
         if job is not None and job.stale is None and _extent(ctx, job) is None:
             job.stale = "superseded"
 
+    @staticmethod
+    def _briefing(ctx: CompactionContext, text: str, va: int, vc: int) -> SummaryMessage:
+        """The briefing message for view part ``[va, vc)``; with a recall store it names the
+        id under which that part is kept in full, so what the briefing leaves out is one
+        ``recall_context`` call away, as under the tiers' markers."""
+        if ctx.recall is None:
+            return SummaryMessage(f"{SUMMARY_MARKER}\n\n{text}")
+        part = span_text(ctx.view, ctx.origins, ctx.raw, va, vc, ctx.ledger)
+        rid = ctx.recall.put(ctx.session_id, part)
+        where = f'[The {vc - va} messages it replaces, in full: recall_context(id="{rid}")]'
+        return SummaryMessage(f"{SUMMARY_MARKER}\n\n{text}\n\n{where}")
+
     async def _splice(self, ctx: CompactionContext, ready: Ready, tokens: int) -> bool:
         job = ready.job
         if not intact(ctx.raw, job.prefix):
@@ -459,7 +472,7 @@ class LlmCompaction:
         counter = ctx.counter
         region = counter.count_many(view[va:vc])
         # A provider-native briefing is spliced as the provider returned it, byte for byte.
-        briefing = ready.messages or (SummaryMessage(f"{SUMMARY_MARKER}\n\n{ready.text}"),)
+        briefing = ready.messages or (self._briefing(ctx, ready.text, va, vc),)
         size = sum(map(counter.count_full, briefing)) + counter.count_many(carried)
         if vc <= va or size >= region:  # other compaction shrank that part below the briefing
             ctx.emit(SummaryStale("superseded", ready.stats(0)))
