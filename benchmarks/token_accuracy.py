@@ -11,13 +11,14 @@ scored as ``(estimate - exact) / exact`` against ``ExactCounter("o200k_base")``,
 format and content class, for:
 
 - ``Estimator``: ``Estimator().count``, uncalibrated, no tokenizer (pure Python);
-- ``calibrated``: per session, a `MessageCounter` wrapping the same estimator observes three
-  "reported usages" (the exact size of the prompts sent before the assistant turns nearest to
-  1/3, 2/3 and the end of the session, plus a system-prompt-and-tools overhead of 3000) and
-  counts the text with ``count_text``; sessions with fewer than three turns stay uncalibrated;
 - ``auto``: `agentctx.tokens.default_estimator()`, what `MessageCounter()` counts with: the
   same estimator, with texts of up to `EXACT_BELOW` characters (where tiktoken costs about
-  what the estimate does) counted exactly when tiktoken is installed.
+  what the estimate does) counted exactly when tiktoken is installed;
+- ``... cal``: the same after calibration: per session, a `MessageCounter` wrapping it
+  observes three "reported usages" (the exact size of the prompts sent before the assistant
+  turns nearest to 1/3, 2/3 and the end of the session, plus a system-prompt-and-tools
+  overhead of 3000) and counts the text with ``count_text``; sessions with fewer than three
+  turns stay uncalibrated.
 
 Each cell is the median and 90th percentile of ``|error|`` and the median signed error (bias).
 The target is a median ``|error|`` of at most 5 % per format and class, uncalibrated and
@@ -117,19 +118,22 @@ def texts(messages: Sequence[Message]) -> Iterator[tuple[str, ContentClass | Non
 # -- accuracy --------------------------------------------------------------------------------
 
 
-def calibrate(messages: Sequence[Message], exact: MessageCounter) -> MessageCounter | None:
-    """A counter that observed three simulated usages of this session, or None if too short."""
+def calibrate(
+    messages: Sequence[Message], exact: MessageCounter, counter: TokenCounter | None = None
+) -> MessageCounter | None:
+    """A counter (wrapping ``counter``, an `Estimator` by default) that observed three
+    simulated usages of this session, or None if the session is too short."""
     turns = [i for i, m in enumerate(messages) if isinstance(m, AssistantMessage) and i > 0]
     if len(turns) < 3:
         return None
     points = sorted({turns[round(f * (len(turns) - 1))] for f in (1 / 3, 2 / 3, 1.0)})
     if len(points) < 3:
         points = turns[-3:]
-    counter = MessageCounter(Estimator(), lazy=False)
+    calibrated = MessageCounter(counter or Estimator(), lazy=False)
     for end in points:
         sent = messages[:end]
-        counter.observe(sent, exact.count_many(sent) + FAKE_OVERHEAD)
-    return counter
+        calibrated.observe(sent, exact.count_many(sent) + FAKE_OVERHEAD)
+    return calibrated
 
 
 def pct(values: list[float], q: float) -> float:
@@ -150,18 +154,21 @@ Errors = dict[tuple[str, ContentClass], dict[str, list[float]]]
 
 
 def accuracy(
-    exact: ExactCounter, methods: dict[str, Callable[[str, ContentClass], float] | None]
+    exact: ExactCounter, counters: dict[str, TokenCounter]
 ) -> tuple[Errors, list[tuple[str, str, int, int]], int, int]:
-    """Signed relative errors per (format, class) and method; whole-prompt rows; totals."""
+    """Signed relative errors per (format, class) and column (each counter as it is and
+    calibrated per session); whole-prompt rows after calibrating the first; totals."""
     exact_messages = MessageCounter(exact, lazy=False)
-    errors: Errors = defaultdict(lambda: {m: [] for m in methods})
+    columns = [c for name in counters for c in (name, f"{name} cal")]
+    errors: Errors = defaultdict(lambda: {c: [] for c in columns})
     prompts = []
     n_texts = n_chars = 0
     for fmt, name, messages in sessions():
-        calibrated = calibrate(messages, exact_messages)
-        if calibrated is not None:
+        calibrated = {n: calibrate(messages, exact_messages, c) for n, c in counters.items()}
+        first = next(iter(calibrated.values()))
+        if first is not None:
             truth = exact_messages.count_many(messages) + FAKE_OVERHEAD
-            prompts.append((fmt, name, truth, calibrated.estimate_prompt(messages)))
+            prompts.append((fmt, name, truth, first.estimate_prompt(messages)))
         for text, kind in texts(messages):
             if not text.strip():
                 continue
@@ -170,20 +177,19 @@ def accuracy(
             n_texts += 1
             n_chars += len(text)
             cell = errors[(fmt, cls)]
-            for method, fn in methods.items():
-                value: float
-                if method == "calibrated":
-                    value = (
-                        calibrated.count_text(text, cls)
-                        if calibrated is not None
-                        else Estimator().count(text, cls)
-                    )
-                elif fn is None:
-                    continue
-                else:
-                    value = fn(text, cls)
-                cell[method].append((value - truth) / truth)
+            for column, counter in counters.items():
+                plain = _count(counter, text, cls)
+                cal = calibrated[column]
+                value = cal.count_text(text, cls) if cal is not None else plain
+                cell[column].append((plain - truth) / truth)
+                cell[f"{column} cal"].append((value - truth) / truth)
     return errors, prompts, n_texts, n_chars
+
+
+def _count(counter: TokenCounter, text: str, kind: ContentClass) -> int:
+    if isinstance(counter, Estimator):
+        return counter.count(text, kind)
+    return counter.count(text)
 
 
 def _cell(values: list[float]) -> str:
@@ -300,22 +306,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     exact = ExactCounter("o200k_base")
-    estimator = Estimator()
+    counters: dict[str, TokenCounter] = {"Estimator": Estimator()}
     auto = _auto_counter()
-    methods: dict[str, Callable[[str, ContentClass], float] | None] = {
-        "Estimator": lambda s, c: estimator.count(s, c),
-        "calibrated": None,
-    }
     if auto is not None:
-        methods["auto"] = lambda s, c: auto.count(s)
-    errors, prompts, n_texts, n_chars = accuracy(exact, methods)
+        counters["auto"] = auto
+    errors, prompts, n_texts, n_chars = accuracy(exact, counters)
+    methods = [c for name in counters for c in (name, f"{name} cal")]
 
     print("Token estimates vs exact o200k_base, per text: (estimate - exact) / exact")
     print(f"{n_texts} texts, {n_chars / 1e6:.2f} M chars, transcripts in tests/corpus")
     print()
-    missed = print_accuracy(errors, list(methods))
+    missed = print_accuracy(errors, methods)
     print()
-    print(f"Whole prompts after calibration (3 observations, overhead {FAKE_OVERHEAD}):")
+    print(f"Whole prompts, Estimator cal (3 observations, overhead {FAKE_OVERHEAD}):")
     by_format: dict[str, list[float]] = defaultdict(list)
     for fmt, _, truth, estimate in prompts:
         by_format[fmt].append((estimate - truth) / truth)

@@ -488,10 +488,10 @@ def _exact_encode() -> Callable[[str], list[int]] | None:
     global _encode, _encode_loaded
     if not _encode_loaded:
         try:
-            from agentctx.tokens.exact import ExactCounter
+            from agentctx.tokens.exact import _encoder
 
-            exact = ExactCounter("o200k_base")
-            _encode = exact.encode if exact.backend == "tiktoken" else None
+            backend, encode = _encoder("o200k_base")
+            _encode = encode if backend == "tiktoken" else None
         except ImportError:  # MissingExtraError: neither tokenizer package is installed
             _encode = None
         _encode_loaded = True
