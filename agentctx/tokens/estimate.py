@@ -133,7 +133,8 @@ _RULERS = ((b"\xe2\x94\x80", b"\xf8"), (b"\xe2\x94\x81", b"\xf9"), (b"\xe2\x95\x
 _RULER_BYTES = frozenset(b"\xf8\xf9\xfa")
 
 # Letter runs as shapes: a lowercase vowel, b lowercase consonant, E uppercase vowel,
-# A uppercase consonant, S the mark of a preceding space; everything else separates them.
+# A uppercase consonant, S the mark of a preceding space, Q a double quote next to the run
+# (JSON keys and strings are mostly common words); everything else separates them.
 _VOWELS = frozenset(b"aeiouyAEIOUY")
 _SHAPE = _byte_table(
     lambda c: (
@@ -143,10 +144,13 @@ _SHAPE = _byte_table(
         if 65 <= c <= 90
         else ord("S")
         if c == _SPACED
+        else ord("Q")
+        if c == 34
         else 32
     )
 )
-_SHAPE_BYTES = frozenset(b"abAES")
+_SHAPE_BYTES = frozenset(b"abAESQ")
+_ROW = {ord("S"): "s", ord("Q"): "q"}
 _SEGMENT = re.compile(rb"[AE]*[ab]+|[AE]+")  # o200k splits camelCase runs here
 # Punctuation runs, with line breaks as _BREAK: o200k ends a punctuation pre-token with the
 # line breaks right after it (");\n"); a run of line breaks alone is one pre-token.
@@ -224,22 +228,30 @@ def _rows(table: str) -> dict[str, tuple[float, ...]]:
 # then lower) + x when it has no vowel (ids, hashes, abbreviations).
 _WORD_COST = _rows(
     """
-sl  1.00 1.00 1.00 1.02 1.03 1.04 1.05 1.13 1.14 1.24 1.24 1.24 1.34 1.48 1.57 2.04
-slx 1.00 1.00 1.27 1.29 1.29 1.37 1.37 1.37 1.37 1.37 1.37 1.37 1.37 1.48 1.57 2.04
-sC  1.00 1.01 1.02 1.02 1.04 1.06 1.08 1.22 1.27 1.47 1.47 1.47 1.61 1.61 1.62 1.71
-sCx 1.00 1.01 1.29 1.29 1.38 1.38 1.38 1.38 1.38 1.47 1.47 1.47 1.61 1.61 1.62 1.71
-sU  1.00 1.01 1.20 1.20 1.50 1.60 1.60 1.97 2.37 2.37 2.37 2.57 2.57 2.57 2.57 2.57
-sUx 1.00 1.01 1.37 1.37 1.62 1.62 1.62 1.97 2.37 2.37 2.37 2.57 2.57 2.57 2.57 2.57
-sM  1.00 1.10 1.35 1.40 1.40 1.58 2.26 2.61 2.61 2.61 2.61 2.61 2.64 2.82 2.87 2.91
-sMx 1.00 1.10 1.39 1.61 1.61 1.61 2.26 2.61 2.61 2.61 2.61 2.61 2.64 2.82 2.87 2.91
-nl  1.00 1.01 1.08 1.08 1.18 1.18 1.26 1.38 1.53 1.53 1.53 3.32 3.32 3.32 3.32 4.10
-nlx 1.00 1.01 1.33 1.72 2.08 2.34 2.34 2.34 2.53 3.73 3.73 3.73 3.73 3.73 3.73 4.07
-nC  1.00 1.10 1.10 1.10 1.10 1.10 1.10 1.10 1.12 1.36 1.36 1.36 1.36 1.38 1.86 2.43
-nCx 1.00 1.10 1.62 2.25 2.40 2.40 2.40 2.40 2.40 2.40 2.40 2.40 2.40 2.40 2.40 2.43
-nU  1.00 1.07 1.54 1.89 2.12 2.15 2.16 2.76 3.42 3.85 4.04 4.04 4.68 5.05 5.39 6.68
-nUx 1.00 1.07 1.82 2.06 2.71 2.79 2.79 2.79 3.60 4.00 4.04 4.04 4.68 5.05 5.39 6.60
-nM  1.00 1.10 2.01 2.35 2.75 3.39 3.84 4.38 4.46 5.17 5.17 5.35 6.28 6.55 6.87 8.79
-nMx 1.00 1.10 2.06 2.48 3.13 3.64 4.22 4.63 4.75 5.24 5.24 5.35 6.28 6.55 6.93 8.79
+sl  1.000 1.001 1.005 1.020 1.028 1.041 1.050 1.127 1.142 1.235 1.238 1.238 1.342 1.479 1.566 2.037
+slx 1.000 1.001 1.269 1.286 1.286 1.372 1.372 1.372 1.372 1.372 1.372 1.372 1.372 1.479 1.566 2.037
+sC  1.000 1.010 1.023 1.023 1.036 1.057 1.078 1.221 1.275 1.472 1.472 1.472 1.608 1.608 1.620 1.707
+sCx 1.000 1.010 1.287 1.287 1.381 1.381 1.381 1.381 1.381 1.472 1.472 1.472 1.608 1.608 1.620 1.707
+sU  1.000 1.010 1.196 1.196 1.503 1.605 1.605 1.968 2.368 2.368 2.368 2.572 2.572 2.572 2.572 2.572
+sUx 1.000 1.010 1.371 1.374 1.620 1.620 1.620 1.968 2.368 2.368 2.368 2.572 2.572 2.572 2.572 2.572
+sM  1.000 1.100 1.351 1.397 1.397 1.580 2.259 2.608 2.608 2.608 2.608 2.608 2.640 2.821 2.869 2.914
+sMx 1.000 1.100 1.385 1.614 1.614 1.614 2.259 2.608 2.608 2.608 2.608 2.608 2.640 2.821 2.869 2.914
+nl  1.000 1.010 1.113 1.113 1.221 1.221 1.380 1.472 1.664 1.664 1.664 3.692 3.692 3.692 3.692 4.402
+nlx 1.000 1.010 1.365 1.842 2.406 2.406 2.406 2.406 2.619 3.932 3.932 3.932 3.932 3.932 3.932 4.361
+nC  1.000 1.102 1.102 1.102 1.102 1.102 1.102 1.102 1.114 1.342 1.342 1.342 1.342 1.367 1.815 2.390
+nCx 1.000 1.102 1.624 2.257 2.399 2.399 2.399 2.399 2.399 2.399 2.399 2.399 2.399 2.399 2.399 2.399
+nU  1.000 1.076 1.572 1.946 2.158 2.238 2.238 2.841 3.509 3.935 4.150 4.150 4.715 5.088 5.420 6.797
+nUx 1.000 1.076 1.836 2.067 2.725 2.845 2.845 2.859 3.684 4.081 4.150 4.150 4.715 5.088 5.420 6.716
+nM  1.000 1.100 2.014 2.346 2.748 3.398 3.845 4.388 4.540 5.221 5.221 5.363 6.279 6.670 6.935 8.844
+nMx 1.000 1.100 2.056 2.475 3.131 3.645 4.220 4.633 4.813 5.280 5.280 5.363 6.279 6.670 6.995 8.844
+ql  1.000 1.000 1.011 1.014 1.082 1.082 1.082 1.180 1.272 1.272 1.399 1.819 1.819 2.604 3.589 4.342
+qlx 1.000 1.010 1.116 1.137 1.157 2.400 2.406 2.406 2.619 3.932 3.932 3.932 3.932 3.932 3.932 4.361
+qC  1.000 1.014 1.028 1.083 1.083 1.083 1.104 1.207 1.216 1.475 1.475 1.475 1.520 1.520 1.882 2.390
+qCx 1.000 1.102 1.492 2.073 2.399 2.399 2.399 2.399 2.399 2.399 2.399 2.399 2.399 2.399 2.399 2.399
+qU  1.000 1.014 1.383 1.553 1.782 1.782 1.934 2.570 3.139 3.714 3.883 4.175 4.723 5.072 5.420 6.628
+qUx 1.000 1.076 1.720 2.012 2.718 2.845 2.845 2.859 3.684 4.081 4.150 4.150 4.715 5.088 5.420 6.716
+qM  1.000 1.100 2.014 2.313 2.714 3.137 3.780 4.011 4.011 4.891 5.081 5.363 6.279 6.414 6.935 8.743
+qMx 1.000 1.100 2.056 2.483 3.127 3.645 4.220 4.633 4.813 5.280 5.280 5.363 6.279 6.670 6.995 8.844
 """
 )
 # Mean tokens of the punctuation runs that cost more or less than others of their length.
@@ -248,6 +260,8 @@ _RUN_COST: dict[bytes, float] = {
     b'":"': 1,
     b'":"/': 2,
     b'":{"': 1,
+    b"&&": 1,
+    b"((": 1,
     b"():": 1,
     b"()`": 1,
     b'(\\"': 1.01,
@@ -255,29 +269,30 @@ _RUN_COST: dict[bytes, float] = {
     b'=\\"': 1,
     b'\\",': 1.01,
     b'\\":': 1,
+    b"``": 1,
 }
 # Other punctuation runs of 1..12 characters (then +0.5 a character).
 _RUN_LENGTH_COST = (1, 1.022, 1.265, 1.776, 2.084, 2.994, 3.292, 3.39, 4.232, 4.517, 4.657, 5.271)
 # What a single punctuation character before a letter run adds to the run's own price (lanes
 # 0-2): most merge for free, a slash before 5+ letters less so; an apostrophe inside a word
 # (lane 3) undoes most of what its parts cost; line breaks merged into punctuation add little.
-_QUOTED = -0.652
-_DOTTED = -1.035
-_SLASHED = -0.791
-_SLASHED_LONG = 0.326
-_CONTRACTED = -1.309
+_QUOTED = -0.694
+_DOTTED = -1.08
+_SLASHED = -0.814
+_SLASHED_LONG = 0.269
+_CONTRACTED = -1.27
 _LINE_END = 0.014
-_ESCAPE = 0.991
-_SCRIPT_RATES = (0.39, 0.749, 1.5)  # per non-ASCII character of 2, 3, 4 UTF-8 bytes
+_ESCAPE = 0.982
+_SCRIPT_RATES = (0.39, 0.748, 1.5)  # per non-ASCII character of 2, 3, 4 UTF-8 bytes
 
 # Per segment of a run of 2..6+ camelCase segments whose mean length is under 3, under 4.5,
 # or more letters.
 _CAMEL = (
-    (0.09, 0.0, -0.08),
-    (0.13, 0.04, -0.07),
+    (0.08, -0.01, -0.09),
+    (0.13, 0.03, -0.08),
     (0.16, 0.13, -0.05),
     (0.18, 0.17, 0.03),
-    (0.2, 0.2, 0.17),
+    (0.19, 0.19, 0.16),
 )
 # Tokens per extra character of a run of one repeated punctuation character: rulers (---,
 # ===, ###) have long tokens, brackets and quotes short ones, control characters none.
@@ -302,7 +317,12 @@ _PIECES: dict[bytes, float] = {}  # price per piece (shape or run), filled on fi
 
 
 def _word_cost(shape: bytes) -> float:
-    prefix = "s" if shape[:1] == b"S" else "n"
+    core = shape.strip(b"SQ")  # a closing quote says nothing: '"ls"' is Q, bb, Q
+    if not core:
+        return 0.0
+    start = shape.find(core)
+    prefix = _ROW.get(shape[start - 1], "n") if start else "n"
+    shape = core
     cost = 0.0
     segments = _SEGMENT.findall(shape)
     for segment in segments:
@@ -318,7 +338,7 @@ def _word_cost(shape: bytes) -> float:
         # camelCase words of whole words cost a little less a segment than the table says,
         # random ids (many short segments, "xcSvVWynFdb") more
         k = len(segments)
-        mean = (len(shape) - (shape[:1] == b"S")) / k
+        mean = len(shape) / k
         cost += k * _CAMEL[min(k, 6) - 2][0 if mean < 3 else 1 if mean < 4.5 else 2]
     return cost
 
