@@ -113,14 +113,10 @@ def _char_class(c: int) -> str:
 
 # `_scan` reads non-ASCII text as one byte per character (the first of its UTF-8 bytes), so
 # it never holds UTF-8 continuation bytes and uses them as marks in its copy: _GAP where it cut
-# out a JSON escape (priced on its own), _SPACED after each space or tab (so a letter run's
-# shape says whether a space precedes it), _BREAK in punctuation runs for a line break.
+# out a JSON escape (priced on its own), _BREAK in punctuation runs for a line break.
 _CONTINUATION = bytes(range(0x80, 0xC0))
 _GAP = b"\x80"
-_SPACED = 0x81
 _BREAK = 0x83
-_SPACE_MARKED = b" \x81"
-_TAB_MARKED = b"\t\x81"
 _BREAKS_AFTER = re.compile(rb"([^\x83]*)(\x83*)")
 # o200k's longest whitespace tokens: runs longer than these take one more token each.
 _TABS = b"\t" * 16
@@ -133,8 +129,9 @@ _RULERS = ((b"\xe2\x94\x80", b"\xf8"), (b"\xe2\x94\x81", b"\xf9"), (b"\xe2\x95\x
 _RULER_BYTES = frozenset(b"\xf8\xf9\xfa")
 
 # Letter runs as shapes: a lowercase vowel, b lowercase consonant, E uppercase vowel,
-# A uppercase consonant, S the mark of a preceding space, Q a double quote next to the run
-# (JSON keys and strings are mostly common words); everything else separates them.
+# A uppercase consonant, S a space or tab before the run, Q a double quote next to it (JSON
+# keys and strings are mostly common words); everything else separates them. `_scan` puts a
+# gap before each S and drops the S of a space before no letter.
 _VOWELS = frozenset(b"aeiouyAEIOUY")
 _SHAPE = _byte_table(
     lambda c: (
@@ -143,7 +140,7 @@ _SHAPE = _byte_table(
         else (ord("E") if c in _VOWELS else ord("A"))
         if 65 <= c <= 90
         else ord("S")
-        if c == _SPACED
+        if c in (32, 9, 11, 12)
         else ord("Q")
         if c == 34
         else 32
@@ -422,16 +419,15 @@ def _scan(text: str) -> tuple[float, float]:
         n = len(b)
         b = b.replace(b"\\n", _GAP).replace(b"\\t", _GAP).replace(b"\\r", _GAP)
         units += _ESCAPE * (n - len(b))
-    spaced = b.replace(b" ", _SPACE_MARKED)
     if b.find(b"\t") >= 0:
-        spaced = spaced.replace(b"\t", _TAB_MARKED)
         units += b.count(_TABS)
     if len(b) > 128:
         units += b.count(_SPACES)
     # Letter runs (as shapes) and punctuation runs, priced in one pass; a KeyError means a
     # piece not seen before (`map(dict.__getitem__, ...)` stays in C, a dict subclass with
     # __missing__ would not be as fast).
-    pieces = (spaced.translate(_SHAPE) + b" " + b.translate(_PUNCT)).split()
+    shapes = b.translate(_SHAPE).replace(b"S", b" S").replace(b"S ", b" ")
+    pieces = (shapes + b" " + b.translate(_PUNCT)).split()
     try:
         units += sum(map(_PIECES.__getitem__, pieces))
     except KeyError:
