@@ -311,6 +311,7 @@ _ONE_RULER = tuple(bytes(c if c == r else 32 for c in range(256)) for r in _RULE
 
 _MEMO_MAX = 1 << 16  # distinct shapes and runs are few; bounded all the same
 _PIECES: dict[bytes, float] = {}  # price per piece (shape or run), filled on first sight
+_price = _PIECES.__getitem__
 
 
 def _word_cost(shape: bytes) -> float:
@@ -427,9 +428,9 @@ def _scan(text: str) -> tuple[float, float]:
     # piece not seen before (`map(dict.__getitem__, ...)` stays in C, a dict subclass with
     # __missing__ would not be as fast).
     shapes = b.translate(_SHAPE).replace(b"S", b" S").replace(b"S ", b" ")
-    pieces = (shapes + b" " + b.translate(_PUNCT)).split()
+    pieces = b" ".join((shapes, b.translate(_PUNCT))).split()
     try:
-        units += sum(map(_PIECES.__getitem__, pieces))
+        units += sum(map(_price, pieces))
     except KeyError:
         units += _price_new(pieces)
     # The lanes (see _NOW), character i at bits 8i..8i+7 of each integer; `nxt` holds the next
