@@ -121,7 +121,6 @@ _BREAKS_AFTER = re.compile(rb"([^\x83]*)(\x83*)")
 # o200k's longest whitespace tokens: runs longer than these take one more token each.
 _TABS = b"\t" * 16
 _SPACES = b" " * 128
-_NOT_RARE = bytes(c for c in range(256) if c not in b"\\'")
 _BREAK_BYTE = bytes([_BREAK])
 _SYMBOL_LEAD = 0xE2  # U+2000-U+2FFF: arrows, box drawing, dashes, bullets: punctuation
 # Horizontal box-drawing lines (─ ━ ═) become one byte each that UTF-8 never uses: o200k has
@@ -132,7 +131,7 @@ _RULER_BYTES = frozenset(b"\xf8\xf9\xfa")
 # Letter runs as shapes: a lowercase vowel, b lowercase consonant, E uppercase vowel,
 # A uppercase consonant, S a space or tab before the run, Q a double quote next to it (JSON
 # keys and strings are mostly common words); everything else separates them. `_scan` puts a
-# gap before each S and drops the S of a space before no letter.
+# gap before each S (an S before no letter is a piece of its own, priced 0).
 _VOWELS = frozenset(b"aeiouyAEIOUY")
 _SHAPE = _byte_table(
     lambda c: (
@@ -415,8 +414,9 @@ def _scan(text: str) -> tuple[float, float]:
         r2, r3, r4 = _SCRIPT_RATES
         other = r2 * scripts.count(b"2") + r3 * scripts.count(b"3") + r4 * scripts.count(b"4")
     units = 0.0
-    rare = b.translate(None, _NOT_RARE)  # backslashes and apostrophes, most often none
-    if rare and rare.find(b"\\") >= 0:  # each escape replaced shortens the text by one
+    # `find` rather than `in`: twice as fast on short bytes. Each escape replaced shortens
+    # the text by one.
+    if b.find(b"\\") >= 0:
         n = len(b)
         b = b.replace(b"\\n", _GAP).replace(b"\\t", _GAP).replace(b"\\r", _GAP)
         units += _ESCAPE * (n - len(b))
@@ -425,7 +425,7 @@ def _scan(text: str) -> tuple[float, float]:
     # Letter runs (as shapes) and punctuation runs, priced in one pass; a KeyError means a
     # piece not seen before (`map(dict.__getitem__, ...)` stays in C, a dict subclass with
     # __missing__ would not be as fast).
-    shapes = b.translate(_SHAPE).replace(b"S", b" S").replace(b"S ", b" ")
+    shapes = b.translate(_SHAPE).replace(b"S", b" S")
     pieces = b" ".join((shapes, b.translate(_PUNCT))).split()
     try:
         units += sum(map(_price, pieces))
@@ -446,7 +446,7 @@ def _scan(text: str) -> tuple[float, float]:
         if slash:
             long_slash = slash & (nxt >> 8) & (nxt >> 16) & (nxt >> 24) & (nxt >> 32)
             units += _SLASHED * slash.bit_count() + _SLASHED_LONG * long_slash.bit_count()
-    if rare and rare.find(b"'") >= 0:
+    if b.find(b"'") >= 0:
         units += _CONTRACTED * ((hits >> 3) & ones).bit_count()
     units += ((hits >> 4) & ones15).bit_count()  # lanes 4-7: a pre-token each
     # Digits go in groups of up to three, so a run of n is ceil(n / 3) pre-tokens: lane 7
