@@ -179,18 +179,23 @@ async def test_a_small_local_model_splices_with_only_its_window_configured(
         def spliced() -> bool:
             return any(isinstance(e, ContextCompacted) and e.method == "summarized" for e in events)
 
-        while llm.phase == "idle":  # up to the trigger, where the request starts
-            await turn()
-        await wait_for(lambda: llm.phase != "in_flight", "the briefing")
-        assert llm.phase == "ready" or spliced(), [type(e).__name__ for e in events]
-        while not spliced():  # on to the limit, where it is spliced
-            await turn()
+        while not spliced():
+            while llm.phase == "idle" and not spliced():  # up to the trigger: a request
+                await turn()
+            await wait_for(lambda: llm.phase != "in_flight", "the briefing")
+            if llm.phase == "ready":
+                while not spliced():  # on to the limit, where it is spliced
+                    await turn()
+            # Otherwise rejected: on some spans a model this small runs out of output before
+            # it stops; the next request goes out once the view has grown a little.
+            assert len(summarizer.results) <= 3, [type(e).__name__ for e in events]
 
     # The model's answer, for the record (pytest -s shows it).
     result = summarizer.results[0]
     print(f"\nSmolLM2 ({result.stop_reason}, {result.usage}):\n{result.text}")
 
-    assert not [e for e in events if isinstance(e, SummaryRejected)]
+    rejected = [e for e in events if isinstance(e, SummaryRejected)]
+    assert all(e.reason == "stop_reason" and "'length'" in e.detail for e in rejected)
     # Only a briefing its update replaced while it waited, or one that came back after the
     # splice, goes unspliced.
     assert all(e.reason in ("updated", "unused") for e in events if isinstance(e, SummaryStale))
@@ -201,12 +206,13 @@ async def test_a_small_local_model_splices_with_only_its_window_configured(
         assert request.attempt == 1  # it worked the first time
         # The request fit the window by the model's own count, its whole answer included.
         assert answer.usage.prompt_tokens + request.max_tokens <= WINDOW
-        assert answer.stop_reason == "stop" and answer.text.strip()
+        assert answer.text.strip()
     stats = next(
         e.summary for e in events if isinstance(e, ContextCompacted) and e.method == "summarized"
     )
     assert stats is not None and stats.cost_usd is None
-    assert stats.usage in [answer.usage for answer in summarizer.results]
+    answer = next(a for a in summarizer.results if a.usage == stats.usage)
+    assert answer.stop_reason == "stop"  # the briefing spliced ended as it should
 
 
 # ---------------------------------------------------------------------------------------
