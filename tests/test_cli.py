@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 CORPUS = Path(__file__).parent / "corpus"
+PI_SESSION = CORPUS / "pi" / "large-session.jsonl"  # long enough for briefings to splice
 
 
 def test_replay_of_the_shipped_transcript(capsys: pytest.CaptureFixture[str]) -> None:
@@ -45,10 +46,22 @@ def test_replay_of_the_shipped_transcript(capsys: pytest.CaptureFixture[str]) ->
     assert "claude-code" in out and "strategy llm" in out
     assert "tokens sent:" in out and "prefix-cache breaks" in out
     assert "over budget 0" in out
-    # The default shows the whole thing: a briefing spliced, its request and cost reported.
+    # A short subagent whose one 48k-token tool result crosses the budget at once: the
+    # tiers meet it in that call, before a briefing could be asked for, and land deep
+    # enough (Budget.target_ratio) that the session ends without crossing it again.
+    assert "cleared or summarized: truncated x" in out and "summarizer: no requests" in out
+    assert "\x1b[" not in out  # not a terminal: plain text, no escape codes
+    header = f"{'req':>4} {'msgs':>9} {'without':>9} {'with':>9} {'cache rd':>9} {'cache wr':>9}"
+    assert out.splitlines()[1] == header + "  what"
+
+
+def test_replay_of_a_long_session_splices_briefings(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", str(PI_SESSION), "--context-window", "66000"]) == 0
+    out = capsys.readouterr().out
+    assert "pi" in out and "strategy llm" in out and "over budget 0" in out
     assert "spliced a briefing over" in out
-    assert "1 briefing spliced over" in out
-    assert "summarizer: 1 request (offline-extractive)" in out
+    assert re.search(r"briefings? spliced over", out)
+    assert re.search(r"summarizer: \d+ requests? \(offline-extractive\)", out)
     assert "cost unknown" in out and "at claude-haiku-5-5 prices $" in out
     share = re.search(r"prices \$([\d.]+), ([\d.]+)% of all spent \(target <= 5 %\)", out)
     spent = re.search(r"simulated input cost at claude-sonnet-4-6 prices: \$([\d.]+) with", out)
@@ -56,10 +69,6 @@ def test_replay_of_the_shipped_transcript(capsys: pytest.CaptureFixture[str]) ->
     expected = float(share[1]) / (float(share[1]) + float(spent[1]))
     assert float(share[2]) == pytest.approx(100 * expected, abs=0.06)
     assert float(share[2]) <= 5.0  # the target: summarizer spend at most 5 % of the total
-    assert "cache reads/writes:" in out and "cleared or summarized: truncated x13" in out
-    assert "\x1b[" not in out  # not a terminal: plain text, no escape codes
-    header = f"{'req':>4} {'msgs':>9} {'without':>9} {'with':>9} {'cache rd':>9} {'cache wr':>9}"
-    assert out.splitlines()[1] == header + "  what"
 
 
 def test_default_replay_is_deterministic(capsys: pytest.CaptureFixture[str]) -> None:
@@ -117,22 +126,24 @@ def test_offline_briefing_of_nothing_and_update_keeps_items() -> None:
 
 
 async def test_replay_clock_lets_background_briefings_splice() -> None:
-    messages = load_transcript(DEMO_TRANSCRIPT).messages
+    messages = load_transcript(PI_SESSION).messages
     clock = ReplayClock()
     tiers = DeterministicCompaction()
     summarizer = OfflineSummarizer(5.0, sleep=clock.sleep)
     strategy = Chain([LlmCompaction(summarizer, fallback=tiers, clock=clock), tiers])
-    budget = Budget(context_window=53_000)
+    budget = Budget(context_window=66_000)
     report = await replay(messages, budget=budget, strategy=strategy, clock=clock)
-    assert report.splices == 1 and len(summarizer.requests) == 1
-    assert [s.model for s in report.summaries] == [OFFLINE_MODEL]
+    assert report.splices >= 1 and len(summarizer.requests) >= report.splices
+    assert {s.model for s in report.summaries} == {OFFLINE_MODEL}
     row = next(r for r in report.rows if r.summarized)
     assert any(a.startswith("spliced a briefing") for a in row.actions)
 
 
 def test_html_chart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     chart = tmp_path / "replay.html"
-    assert main(["replay", "--chart", str(chart)]) == 0
+    assert (
+        main(["replay", str(PI_SESSION), "--context-window", "66000", "--chart", str(chart)]) == 0
+    )
     assert f"chart: {chart}" in capsys.readouterr().out
     text = chart.read_text()
     assert (
@@ -146,8 +157,10 @@ def test_html_chart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ids = {e.get("id") for e in root.iter()}
     assert {"with", "without", "budget"} <= ids
     lines = {e.get("id"): e for e in root.iter(f"{ns}polyline")}
-    assert len(lines["with"].get("points", "").split()) == 12
-    assert len(lines["without"].get("points", "").split()) == 12
+    messages = load_transcript(PI_SESSION).messages
+    requests = sum(1 for i, m in enumerate(messages) if m.role == "assistant" and i)
+    assert len(lines["with"].get("points", "").split()) == requests
+    assert len(lines["without"].get("points", "").split()) == requests
     classes = [e.get("class", "") for e in root.iter()]
     assert any("summarized" in c for c in classes)
     assert any("cache-break" in c for c in classes)
@@ -361,7 +374,7 @@ def test_rich_report_on_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
         "summarizer",
     ):
         assert re.search(rf"│ {re.escape(label)} +\S", plain), label
-    assert "with compaction" in plain and "(52% fewer)" in plain
+    assert "with compaction" in plain and "(68% fewer)" in plain
     assert "replaying" not in plain  # a quick replay shows no progress bar
 
 
@@ -423,4 +436,4 @@ def test_rich_comparison_on_a_terminal() -> None:
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
     header = next(line for line in plain.splitlines() if "tokens sent" in line)
     assert [c.strip() for c in header.split("┃")][:3] == ["strategy", "tokens sent", "change"]
-    assert re.search(r"^llm +│ +314,510 │ 52% fewer", plain, flags=re.M), plain
+    assert re.search(r"^llm +│ +207,063 │ 68% fewer", plain, flags=re.M), plain

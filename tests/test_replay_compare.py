@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -59,6 +60,15 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
         yield s
 
 
+# Long enough for briefings to be asked for and spliced (the shipped session crosses its
+# budget once, in one step the tiers meet before a briefing could be ready).
+LONG = [
+    str(Path(__file__).parent / "corpus" / "pi" / "large-session.jsonl"),
+    "--context-window",
+    "66000",
+]
+
+
 def _run_json(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
     assert main(["replay", *args, "--json"]) == 0
     captured = capsys.readouterr()
@@ -83,7 +93,7 @@ def test_real_summarizer_splices_its_briefing_and_a_rerun_sends_nothing(
 ) -> None:
     cache = tmp_path / "summaries.jsonl"
     spec = f"openai-compatible:{MODEL}@{server.url}/v1"
-    args = ["--summarizer", spec, "--summary-cache", str(cache)]
+    args = [*LONG, "--summarizer", spec, "--summary-cache", str(cache)]
     first = _run_json(args, capsys)
     sent = len(server.requests)
     assert sent >= 1
@@ -91,7 +101,7 @@ def test_real_summarizer_splices_its_briefing_and_a_rerun_sends_nothing(
     assert len(server.requests) == sent  # the rerun is answered from the cache: 0 requests
     assert llm == first  # and replays the same session, to the byte
     row = _row(llm, "llm")
-    assert row["splices"] == 1
+    assert row["splices"] >= 1
     summarizer = row["summarizer"]
     assert isinstance(summarizer, dict)
     assert summarizer["requests"] == sent
@@ -118,11 +128,11 @@ def test_real_summarizer_report_shows_the_briefing_and_its_cost(
     spec = f"openai-compatible:{MODEL}@{server.url}/v1"
     cache = tmp_path / "c.jsonl"
     report = tmp_path / "r.html"
-    args = ["replay", "--summarizer", spec, "--summary-cache", str(cache)]
+    args = ["replay", *LONG, "--summarizer", spec, "--summary-cache", str(cache)]
     assert main([*args, "--report", str(report)]) == 0
     out = capsys.readouterr().out
     assert f"strategy llm (summarizer {spec}, real latency)" in out
-    assert "1 briefing spliced over" in out
+    assert re.search(r"\d+ briefings? spliced over", out)
     assert f"({MODEL}), " in out and "cost $" in out and "cost unknown" not in out
     assert "briefing spliced at request" in out and MARK in out
     assert f"summary cache: {cache} (" in out and "0 cached)" in out
@@ -140,19 +150,21 @@ def test_compare_with_a_real_summarizer_runs_replays_at_once(
     folder = tmp_path / "sessions"
     folder.mkdir()
     for name in ("a.jsonl", "b.jsonl"):
-        shutil.copy(DEMO_TRANSCRIPT, folder / name)
-    args = [str(folder), "--compare", "deterministic,llm", "--summarizer", spec]
+        shutil.copy(LONG[0], folder / name)
+    args = [str(folder), *LONG[1:], "--compare", "deterministic,llm", "--summarizer", spec]
     args += ["--summary-cache", str(tmp_path / "c.jsonl"), "--concurrency", "3"]
     doc = _run_json(args, capsys)
     # Two identical transcripts: the second one's requests are the first one's, so at most
     # the requests of one file reach the server (threads may race to the same request).
-    assert _row(doc, "llm", 0)["splices"] == _row(doc, "llm", 1)["splices"] == 1
+    splices = _row(doc, "llm", 0)["splices"]
+    assert isinstance(splices, int) and splices >= 1
+    assert _row(doc, "llm", 1)["splices"] == splices
     assert _row(doc, "llm", 0)["tokens_sent"] == _row(doc, "llm", 1)["tokens_sent"]
     totals = doc["totals"]
     assert isinstance(totals, list)
     assert [t["strategy"] for t in totals] == ["deterministic", "llm"]
     llm = next(t for t in totals if t["strategy"] == "llm")
-    assert llm["splices"] == 2 and llm["briefings"] == []
+    assert llm["splices"] == 2 * splices and llm["briefings"] == []
 
 
 def test_summarizer_spec_forms_and_errors() -> None:
@@ -272,7 +284,8 @@ def test_compare_prints_a_row_per_strategy(capsys: pytest.CaptureFixture[str]) -
     assert head[:3] == ["strategy", "tokens", "sent"] and "retention" in head
     rows = {line.split()[0]: line for line in lines[2:5]}
     assert list(rows) == ["deterministic", "pipeline", "llm"]
-    assert "(1 spliced)" in rows["llm"] and "~$0.0003 (0.1%)" in rows["llm"]
+    # The shipped session crosses its budget once, in one step the tiers meet at once.
+    assert "(0 spliced)" in rows["llm"]
     assert "100.0% / 100.0%" in rows["deterministic"]
 
 

@@ -146,9 +146,12 @@ def test_dom_after_load_holds_every_series(
         assert count("polyline", f"series cost {s}") == 2
     assert count("line", "budget") == 2 * (n + 1)
     assert count("div", "card") == n
-    assert any(c.startswith("marker summarized") for _, c in classes)
     assert any(c == "marker cache-break" for _, c in classes)
-    assert count("details", "briefings") == 1  # llm's panel: what the summarizer wrote
+    # The shipped session crosses its budget once, in one step the tiers meet at once: only
+    # the long one has briefings spliced.
+    spliced = name == "long"
+    assert any(c.startswith("marker summarized") for _, c in classes) == spliced
+    assert count("details", "briefings") == spliced  # llm's panel: what the summarizer wrote
     ids = [a["id"] for _, a in parser.elements if "id" in a]
     assert len(ids) == len(set(ids))
     # Self-contained: no script, nothing fetched.

@@ -74,6 +74,16 @@ DEFAULT_CONCURRENCY = 4
 TRANSCRIPT_SUFFIXES = (".jsonl", ".json", ".traj")
 """The files of a folder given as PATH that are replayed."""
 
+_DEFAULT_TARGET_RATIO = Budget.__dataclass_fields__["target_ratio"].default
+
+
+def _ratio(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 0.75:
+        raise argparse.ArgumentTypeError(f"a fraction in (0, 0.75] (the trigger), got {text}")
+    return value
+
+
 _STRATEGY_HELP = (
     "how to compact: llm: background briefings from a summarizer (the offline extractive "
     "one unless --summarizer), then the deterministic tiers; pipeline: ToolOutputPipeline "
@@ -213,6 +223,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="TOKENS",
         help="tokens of the window kept for the output (default: %(default)s)",
     )
+    r.add_argument(
+        "--target-ratio",
+        type=_ratio,
+        default=_DEFAULT_TARGET_RATIO,
+        metavar="FRACTION",
+        help="how deep a compaction brings the prompt, as a fraction of the budget "
+        "(Budget.target_ratio; default: %(default)s)",
+    )
     how = r.add_mutually_exclusive_group()
     how.add_argument("--strategy", choices=list(STRATEGIES), default="llm", help=_STRATEGY_HELP)
     how.add_argument(
@@ -331,6 +349,7 @@ def _settings_json(args: argparse.Namespace, settings: ReplaySettings) -> dict[s
         "context_window": settings.context_window,
         "reserve": settings.reserve,
         "budget": settings.budget.limit,
+        "target_ratio": settings.budget.target_ratio,
         "strategies": list(args.compare or [args.strategy]),
         "summarizer": str(settings.summarizer)
         if settings.summarizer
@@ -401,6 +420,7 @@ def _replay(args: argparse.Namespace, console: Console | None) -> int:
     settings = ReplaySettings(
         context_window=args.context_window,
         reserve=args.reserve,
+        target_ratio=args.target_ratio,
         summarizer_delay=args.summarizer_delay,
         summarizer=spec if cache is not None else None,
         cache=cache,

@@ -95,6 +95,8 @@ class ReplaySettings:
 
     context_window: int
     reserve: int
+    target_ratio: float | None = None
+    """`Budget.target_ratio`; ``None``: the library's default."""
     summarizer_delay: float = DEFAULT_SUMMARIZER_DELAY
     summarizer: SummarizerSpec | None = None
     """A real model for ``llm``; ``None``: the offline extractive summarizer."""
@@ -106,7 +108,13 @@ class ReplaySettings:
     @property
     def budget(self) -> Budget:
         """The hard budget of every replay."""
-        return Budget(context_window=self.context_window, reserve_output=self.reserve)
+        if self.target_ratio is None:
+            return Budget(context_window=self.context_window, reserve_output=self.reserve)
+        return Budget(
+            context_window=self.context_window,
+            reserve_output=self.reserve,
+            target_ratio=self.target_ratio,
+        )
 
     @property
     def summarizer_model(self) -> str:
