@@ -49,6 +49,7 @@ from agentctx.recall.writer import RecallWriter
 from agentctx.strategies.deterministic import DeterministicCompaction
 from agentctx.strategy import CompactionContext, end_session
 from agentctx.tokens import MessageCounter
+from agentctx.tokens.estimate import Estimator, exact_encoder_pending, load_exact_encoder
 from agentctx.view import ViewState
 
 if TYPE_CHECKING:
@@ -213,6 +214,10 @@ class ContextManager:
         except BaseException:
             await self._task_group.__aexit__(None, None, None)
             raise
+        counter = self.counter.counter
+        if isinstance(counter, Estimator) and counter.exact_below and exact_encoder_pending():
+            # Loading the tokenizer takes about half a second: never on the event loop.
+            outer.start_soon(anyio.to_thread.run_sync, load_exact_encoder)
         return self
 
     async def _own_background_work(

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from typing import Any
 
 import anyio
@@ -332,3 +334,39 @@ async def test_a_report_above_the_estimate_raises_it_until_the_view_changes() ->
         assert calibrated < ctx.prompt_tokens <= calibrated + 3 * grown // 10
         await ctx.prepare(history[:2])  # a rewind: the report no longer describes the view
         assert ctx.prompt_tokens < grown
+
+
+def test_the_tokenizer_loads_off_the_event_loop() -> None:
+    # With tiktoken installed, short texts are counted exactly; loading its encoder takes
+    # about half a second, which the first prepare() must not wait for on the loop.
+    code = """
+import sys, time, anyio
+from agentctx import ContextManager, Budget, UserMessage
+from agentctx.tokens import estimate
+
+async def main():
+    gaps, last = [], [time.perf_counter()]
+    async def beat():
+        while True:
+            await anyio.sleep(0.005)
+            now = time.perf_counter()
+            gaps.append(now - last[0])
+            last[0] = now
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(beat)
+        async with ContextManager(Budget(context_window=50_000)) as ctx:
+            for n in range(20):
+                await ctx.prepare([UserMessage.of(f"short task {k}") for k in range(n + 1)])
+                await anyio.sleep(0.05)
+            with anyio.move_on_after(10):
+                while not estimate._encode_loaded:
+                    await anyio.sleep(0.05)
+        tg.cancel_scope.cancel()
+    print(round(max(gaps), 3), "tiktoken" in sys.modules, estimate._encode is not None)
+
+anyio.run(main)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    worst, loaded, exact = done.stdout.split()
+    assert loaded == exact == "True"  # it did load, and short texts count exactly now
+    assert float(worst) < 0.2  # the loop never stalled on it (the load alone is ~0.5 s)
