@@ -145,11 +145,9 @@ class ToolOutputPipeline:
             OpenAI 300-600); after it the cache is cold and compaction is free.
         target_ratio: the fraction (0-1) of the hard budget that a batch rewriting the sent
             prefix compacts down to, when lower than the budget's own ``target_ratio``
-            (``None``: the budget's). Each rewrite breaks the prefix cache once, so the deeper
-            it goes, the longer until the next one and the smaller the prefix every request
-            in between reads: on the pi sessions 0.4 rather than 0.5 takes 6 rewrites instead
-            of 7 and 13 instead of 16 on before-compaction (100k, 50k) and 6-14 % less input
-            cost (benchmarks/cache_breaks.py).
+            (``None``: the budget's, 0.1 by default, which is lower). Each rewrite breaks the
+            prefix cache once, so the deeper it goes, the longer until the next one and the
+            smaller the prefix every request in between reads (benchmarks/frontier.py).
         fallback: when a call rewrites the sent prefix (or must, being over the budget) and
             the passes leave the prompt above the target, these tiers condense the rest in the
             same call, to the target; ``None`` leaves it to whatever is chained after.
