@@ -108,6 +108,12 @@ def _extends_raw(history: Sequence[Message], state: ViewState) -> bool:
     return _same(history[n - 1], raw[n - 1]) and all(_same(at(i), raw[i]) for i in shown)
 
 
+def _extends_view(history: Sequence[Message], state: ViewState) -> bool:
+    """Whether ``history`` is the view last returned with messages appended (owned mode)."""
+    view = state.view
+    return len(history) >= len(view) and _common_prefix(history, view) == len(view)
+
+
 def _same(a: Message, b: Message) -> bool:
     return a is b or fingerprint(a) == fingerprint(b)
 
@@ -192,11 +198,11 @@ class ContextManager:
         self._tasks: TaskGroup | None = None
         self._repairs_seen = -1
         self._sent = 0
-        self._observed = (-1, 0)  # (ledger version, raw length) at the last usage report
-        # (tokens, ledger version, view epoch): how far the estimate of the view last reported
-        # on fell short of the provider's count; an overestimate is not carried (it only
-        # makes compaction come a little early, and calibration corrects it).
-        self._short = (0, -1, -1)
+        # The view the last usage report was on, as (ledger version, view epoch), the raw
+        # length then, and how far its estimate fell short of the provider's count (an
+        # overestimate is not carried: it only makes compaction come a little early, and
+        # calibration corrects it).
+        self._reported_view = ((-1, -1), 0, 0)
         self._last_call: float | None = None
         self._reported: set[tuple[str, int, str | None]] = set()
         self._rendered_version = self._state.ledger.version
@@ -328,8 +334,8 @@ class ContextManager:
         that view is still the one sent (no decision or rewind since): the provider's count
         of the sent prefix is exact, only what came after it is estimated."""
         state = self._state
-        short, version, epoch = self._short
-        if short and version == state.ledger.version and epoch == state.repairs_version:
+        view, _, short = self._reported_view
+        if short and view == (state.ledger.version, state.repairs_version):
             return state.tokens + short
         return state.tokens
 
@@ -511,13 +517,13 @@ class ContextManager:
         # When the input extends both the view and the raw history (the view can be a prefix
         # of the raw history, e.g. when repair left out a trailing orphan result), the longer
         # of the two is what the caller holds.
-        raw, view = state.raw, state.view
-        if len(raw) >= len(view) and _extends_raw(history, state):
-            new = history[len(raw) :]
-        elif len(history) >= len(view) and _common_prefix(history, view) == len(view):
-            new = history[len(view) :]
-        elif len(raw) < len(view) and _extends_raw(history, state):
-            new = history[len(raw) :]
+        checks = [(state.raw, _extends_raw), (state.view, _extends_view)]
+        if len(state.raw) < len(state.view):
+            checks.reverse()
+        for seq, extends in checks:
+            if extends(history, state):
+                new = history[len(seq) :]
+                break
         else:
             self._resync(history)
             return
@@ -545,7 +551,6 @@ class ContextManager:
         self._rendered_version = state.ledger.version
         self._reported = {r for r in self._reported if r[1] < cut}
         self._sent = min(self._sent, cut)
-        self._observed = (-1, 0)
         self._hub.emit(HistoryResynced(cut, dropped))
 
     def _report_repairs(self) -> None:
@@ -579,17 +584,16 @@ class ContextManager:
         state = self._state
         if usage.prompt_tokens > 0 and state.view:
             view, origins = self._current_view()
+            epoch = (state.ledger.version, state.repairs_version)
             # Calibration needs full estimates of what was sent; those made before are kept,
             # so only what is new since the last report (or every message, after a decision
-            # put new replacements in the view) is estimated in full here.
-            if state.ledger.version == self._observed[0]:
-                self.counter.refine(view[bisect.bisect_left(origins, self._observed[1]) :])
-            else:
-                self.counter.refine(view)
-            self._observed = (state.ledger.version, len(state.raw))
+            # or a rewind put other messages in the view) is estimated in full here.
+            reported, raw_len, _ = self._reported_view
+            first = bisect.bisect_left(origins, raw_len) if reported == epoch else 0
+            self.counter.refine(view[first:])
             self.counter.observe(view, usage.prompt_tokens, vector=state.vector())
             short = usage.prompt_tokens - self.counter.overhead - state.tokens
             # Capped: a report far above the estimate is another request's (a host that adds
             # its own context), not this view's size.
             short = max(0, min(short, usage.prompt_tokens // _MAX_SHORT_FRACTION))
-            self._short = (short, state.ledger.version, state.repairs_version)
+            self._reported_view = (epoch, len(state.raw), short)

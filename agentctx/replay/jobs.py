@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import anyio
@@ -108,13 +108,10 @@ class ReplaySettings:
     @property
     def budget(self) -> Budget:
         """The hard budget of every replay."""
+        budget = Budget(context_window=self.context_window, reserve_output=self.reserve)
         if self.target_ratio is None:
-            return Budget(context_window=self.context_window, reserve_output=self.reserve)
-        return Budget(
-            context_window=self.context_window,
-            reserve_output=self.reserve,
-            target_ratio=self.target_ratio,
-        )
+            return budget
+        return replace(budget, target_ratio=self.target_ratio)
 
     @property
     def summarizer_model(self) -> str:
