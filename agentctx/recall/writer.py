@@ -147,7 +147,7 @@ class RecallWriter:
         self._last_error = ""
         self._retry_at = 0.0
         self._backoff = _FIRST_BACKOFF
-        self._busy: threading.Event | None = None  # set when the last store call ended
+        self._busy: _Turn | None = None  # the last write's hold on the store
         self._lock: anyio.Lock | None = None
         self._expansions: OrderedDict[str, str] = OrderedDict()
         self._expansions_bytes = 0
@@ -580,16 +580,23 @@ class RecallWriter:
 
         Writes run one at a time: a write abandoned at its deadline (the thread cannot be
         stopped; the store's own timeouts end it) is waited for, within the next one's
-        deadline, so threads never pile up on a stuck store."""
+        deadline, so threads never pile up on a stuck store. A write abandoned before its
+        thread started never runs and is not waited for."""
         try:
             with anyio.fail_after(self.deadline):
-                done = None
+                turn = None
                 if exclusive:
                     await self._previous_call_ended()
-                    done = self._busy = threading.Event()
-                return await anyio.to_thread.run_sync(
-                    self._guarded, work, done, abandon_on_cancel=True
-                )
+                    turn = self._busy = _Turn()
+                try:
+                    return await anyio.to_thread.run_sync(
+                        self._guarded, work, turn, abandon_on_cancel=True
+                    )
+                finally:
+                    if turn is not None:
+                        # Cancelled (or late) before a thread took the work, no thread will
+                        # ever end this turn: the next call must not wait for one.
+                        turn.give_up()
         except TimeoutError as exc:
             raise StoreError(f"{self._name}: no answer within {self.deadline:g} s") from exc
 
@@ -600,11 +607,13 @@ class RecallWriter:
         for _ in range(
             1_000_000
         ):  # a thread's end cannot be awaited: poll (the caller's deadline bounds it)
-            if busy.is_set():
+            if busy.ended.is_set():
                 return
             await anyio.sleep(_POLL)
 
-    def _guarded(self, work: Callable[[], Any], done: threading.Event | None) -> Any:
+    def _guarded(self, work: Callable[[], Any], turn: _Turn | None) -> Any:
+        if turn is not None and not turn.take():
+            return None  # its caller is gone and the next call may be running already
         try:
             return work()
         except StoreError:
@@ -612,8 +621,38 @@ class RecallWriter:
         except Exception as exc:  # a store's own error type, mapped at this edge
             raise StoreError(f"{self._name}: {type(exc).__name__}: {exc}") from exc
         finally:
-            if done is not None:
-                done.set()
+            if turn is not None:
+                turn.ended.set()
+
+
+class _Turn:
+    """One write's hold on the store: the worker thread calls `take` before the work, the
+    caller `give_up` when it stops waiting; ``ended`` is set once no thread runs the work or
+    ever will."""
+
+    __slots__ = ("_given_up", "_lock", "_taken", "ended")
+
+    def __init__(self) -> None:
+        # The thread's start and the caller's cancellation race: one lock decides which
+        # came first, so a write never runs after the next one was let through.
+        self._lock = threading.Lock()
+        self._taken = False
+        self._given_up = False
+        self.ended = threading.Event()
+
+    def take(self) -> bool:
+        """In the worker thread, before the work: whether to run it."""
+        with self._lock:
+            self._taken = not self._given_up
+            return self._taken
+
+    def give_up(self) -> None:
+        """When the caller stops waiting: a work no thread took yet never runs."""
+        with self._lock:
+            if self._taken:
+                return
+            self._given_up = True
+        self.ended.set()
 
 
 class _Fetched:
