@@ -167,7 +167,9 @@ class Usage:
 
 
 # Each message caches its fingerprint in a private slot: computing it means serializing the
-# message, and the hot path asks for it on every call.
+# message, and the hot path asks for it on every call. A second slot holds the token estimate
+# of the `MessageCounter` that last counted it, so a message seen for the first time is counted
+# without being serialized at all.
 _NO_FP = ""
 
 
@@ -178,6 +180,7 @@ class UserMessage:
     content: tuple[UserContent, ...]
     extra: JSONMap = field(default_factory=lambda: _EMPTY)
     _fp: str = field(default=_NO_FP, init=False, repr=False, compare=False)
+    _tk: Any = field(default=None, init=False, repr=False, compare=False)
     role: ClassVar[str] = "user"
 
     @classmethod
@@ -196,6 +199,7 @@ class AssistantMessage:
     model: str | None = None
     extra: JSONMap = field(default_factory=lambda: _EMPTY)
     _fp: str = field(default=_NO_FP, init=False, repr=False, compare=False)
+    _tk: Any = field(default=None, init=False, repr=False, compare=False)
     role: ClassVar[str] = "assistant"
 
     @classmethod
@@ -229,6 +233,7 @@ class ToolResultMessage:
     is_error: bool = False
     extra: JSONMap = field(default_factory=lambda: _EMPTY)
     _fp: str = field(default=_NO_FP, init=False, repr=False, compare=False)
+    _tk: Any = field(default=None, init=False, repr=False, compare=False)
     role: ClassVar[str] = "tool"
 
     @classmethod
@@ -246,6 +251,7 @@ class SummaryMessage:
     text: str
     extra: JSONMap = field(default_factory=lambda: _EMPTY)
     _fp: str = field(default=_NO_FP, init=False, repr=False, compare=False)
+    _tk: Any = field(default=None, init=False, repr=False, compare=False)
     role: ClassVar[str] = "summary"
 
 
@@ -395,9 +401,13 @@ def from_dict(d: Mapping[str, Any]) -> Message:
     raise UnsupportedMessageError(None, f"role {role!r}")
 
 
+# One encoder for every call: ``json.dumps`` with options builds a new one each time.
+_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(message: Message) -> str:
     """Deterministic JSON text of a message: sorted keys, no whitespace, UTF-8 kept."""
-    return json.dumps(to_dict(message), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL_JSON.encode(to_dict(message))
 
 
 def fingerprint(message: Message) -> str:

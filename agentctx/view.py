@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from agentctx.ledger import Ledger, Rendered, render
-from agentctx.messages import AssistantMessage, Message, ToolResultMessage, fingerprint
+from agentctx.messages import AssistantMessage, Message, ToolResultMessage
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -25,17 +25,18 @@ __all__ = ["ViewState"]
 
 def _settle_point(raw: Sequence[Message]) -> int:
     """Index before which appending can no longer change the rendering."""
-    i = len(raw)
-    answered: Counter[str] = Counter()
+    n = i = len(raw)
     while i > 0 and isinstance(raw[i - 1], ToolResultMessage):
         i -= 1
-        answered[raw[i].tool_call_id] += 1  # type: ignore[union-attr]
     if i > 0:
         last = raw[i - 1]
-        # Counted, not a set: a batch may repeat an id, one result per call (see `repair`).
-        if isinstance(last, AssistantMessage) and Counter(c.id for c in last.tool_calls) - answered:
-            return i - 1
-    return len(raw)
+        if isinstance(last, AssistantMessage):
+            calls = [c.id for c in last.tool_calls]
+            answered = [m.tool_call_id for m in raw[i:n]]  # type: ignore[union-attr]
+            # Counted, not a set: a batch may repeat an id, one result per call (see `repair`).
+            if calls and calls != answered and Counter(calls) - Counter(answered):
+                return i - 1
+    return n
 
 
 class ViewState:
@@ -43,8 +44,8 @@ class ViewState:
 
     __slots__ = (
         "_counter",
-        "_prefix_fps",
         "_prefix_ids",
+        "_prefix_keys",
         "_prefix_len",
         "_prefix_vec",
         "_refined_seen",
@@ -76,7 +77,7 @@ class ViewState:
         # Token accounting of the settled prefix as a per-slot vector sum, so calibration
         # changes cost O(slots) and refined estimates are applied as deltas.
         self._prefix_vec = [0.0] * len(counter.slots)
-        self._prefix_fps: dict[str, int] = {}
+        self._prefix_keys: dict[object, int] = {}  # estimate keys of the prefix: how often
         # Tool-call ids of view[:_prefix_len]: the tail is repaired as their continuation.
         self._prefix_ids: set[str] = set()
         self._refined_seen = len(counter.refined)
@@ -102,7 +103,7 @@ class ViewState:
         self._settled_raw = 0
         self._prefix_len = 0
         self._prefix_vec = [0.0] * len(self._counter.slots)
-        self._prefix_fps = {}
+        self._prefix_keys = {}
         self._prefix_ids = set()
         self._refined_seen = len(self._counter.refined)
         self.view, self.origins, self.repairs = [], [], []
@@ -135,8 +136,8 @@ class ViewState:
             settle = span.at.index
         if settle > self._settled_raw:
             self._apply_refined()  # before adding vectors that already include them
-            vector = self._counter.vector
-            vec, fps, ids = self._prefix_vec, self._prefix_fps, self._prefix_ids
+            vector, key_of = self._counter.vector, self._counter.estimate_key
+            vec, keys, ids = self._prefix_vec, self._prefix_keys, self._prefix_ids
             new_len = keep
             while new_len < len(self.view) and self.origins[new_len] < settle:
                 m = self.view[new_len]
@@ -144,8 +145,8 @@ class ViewState:
                     self._shown_in_prefix += 1
                 for i, v in enumerate(vector(m)):
                     vec[i] += v
-                fp = fingerprint(m)
-                fps[fp] = fps.get(fp, 0) + 1
+                key = key_of(m)
+                keys[key] = keys.get(key, 0) + 1
                 if isinstance(m, AssistantMessage):
                     ids.update(c.id for c in m.tool_calls)
                 new_len += 1
@@ -155,9 +156,9 @@ class ViewState:
     def _apply_refined(self) -> None:
         refined = self._counter.refined
         if len(refined) != self._refined_seen:
-            vec, fps = self._prefix_vec, self._prefix_fps
-            for fp, delta in refined[self._refined_seen :]:
-                times = fps.get(fp)
+            vec, keys = self._prefix_vec, self._prefix_keys
+            for key, delta in refined[self._refined_seen :]:
+                times = keys.get(key)
                 if times:
                     for i, d in enumerate(delta):
                         vec[i] += d * times

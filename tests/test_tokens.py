@@ -22,6 +22,7 @@ from agentctx.messages import (
     ToolCall,
     ToolResultMessage,
     UserMessage,
+    fingerprint,
 )
 from agentctx.tokens import (
     ContentClass,
@@ -231,8 +232,31 @@ def test_memo_is_bounded() -> None:
     for m in messages:
         counter.count(m)
     calls = inner.calls
-    counter.count(messages[0])  # evicted by the third message
+    assert len(counter._memo) == 2
+    counter.count(messages[0])  # its own estimate lives on the message, as long as it does
+    assert inner.calls == calls
+    counter.count(UserMessage.of("message 0"))  # an equal message: evicted by the third one
     assert inner.calls == calls + 1
+
+
+def test_lazy_counter_counts_a_new_message_without_serializing_it() -> None:
+    counter = MessageCounter(CountingCounter())
+    message = ToolResultMessage.of("call_1", "one two three " * 50, tool_name="bash")
+    quick = counter.count(message)
+    assert counter.refine([message]) == 1
+    assert counter.count(message) < quick  # the quick estimate is deliberately high
+    assert message._fp == ""  # neither estimate serialized it
+    # an equal message whose fingerprint is known shares the full estimate of one that is
+    inner = counter.counter
+    assert isinstance(inner, CountingCounter)
+    known = ToolResultMessage.of("call_2", "four five " * 50, tool_name="bash")
+    twin = ToolResultMessage.of("call_2", "four five " * 50, tool_name="bash")
+    assert fingerprint(known) == fingerprint(twin)
+    counter.refine([known])
+    calls = inner.calls
+    counter.refine([twin])
+    assert inner.calls == calls
+    assert counter.count(twin) == counter.count(known)
 
 
 def test_generic_counter_has_one_text_slot() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from operator import mul
 from typing import TYPE_CHECKING, Any
 
 from agentctx.errors import ConfigError
@@ -43,22 +44,29 @@ __all__ = ["MessageCounter"]
 class _Entry:
     """Memo entry: the uncalibrated per-slot vector and the count at one generation.
 
-    ``exact`` is false while ``base`` is the quick first estimate (see `MessageCounter.refine`).
+    ``exact`` is false while ``base`` is the quick first estimate (see `MessageCounter.refine`);
+    ``owner`` is the counter's key, so a message carrying the entry of another counter is
+    counted again.
     """
 
-    __slots__ = ("base", "count", "exact", "generation")
+    __slots__ = ("base", "count", "exact", "generation", "owner")
 
     def __init__(
-        self, base: tuple[float, ...], count: int, generation: int, exact: bool = True
+        self, owner: object, base: tuple[float, ...], generation: int, exact: bool = True
     ) -> None:
+        self.owner = owner
         self.base = base
-        self.count = count
+        self.count = 0
         self.generation = generation
         self.exact = exact
 
 
+# One encoder for every call: ``json.dumps`` with options builds a new one each time.
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
+
+
 def _compact_json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _COMPACT_JSON.encode(value)
 
 
 def _quick_len(text: str) -> int:
@@ -67,7 +75,7 @@ def _quick_len(text: str) -> int:
 
 
 class MessageCounter:
-    """Counts message tokens (memoized by `fingerprint`) and calibrates from reported usage.
+    """Counts message tokens (memoized on each message) and calibrates from reported usage.
 
     ```python
     counter = MessageCounter()              # or MessageCounter(ExactCounter())
@@ -113,9 +121,18 @@ class MessageCounter:
         text_slots = self._features.slots if self._features is not None else ("text",)
         self._slots = (*text_slots, "fixed", "image")
         self._fixed = len(text_slots)
+        self._quick_slots = (
+            (CLASS_ORDER.index(ContentClass.PROSE), CLASS_ORDER.index(ContentClass.JSON))
+            if self._features is not None
+            else (0, 0)
+        )
         self._message_overhead = message_overhead
         self._max_entries = max_entries
+        # Estimates live on the messages counted (`_tk`), found without serializing them;
+        # the memo shares them between equal messages that are other objects, for those
+        # whose fingerprint is known anyway.
         self._memo: dict[str, _Entry] = {}
+        self._key = object()
         self._calibration = Calibration(
             len(self._slots),
             len(self._slots) - 1,
@@ -127,7 +144,7 @@ class MessageCounter:
         self._generation = 0
         self._anchor: tuple[tuple[Message, ...], int] | None = None
         self._lazy = lazy
-        self.refined: list[tuple[str, tuple[float, ...]]] = []
+        self.refined: list[tuple[object, tuple[float, ...]]] = []
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -165,10 +182,12 @@ class MessageCounter:
 
     def count(self, message: Message) -> int:
         """Calibrated tokens of one message."""
-        entry = self._memo.get(fingerprint(message))
-        if entry is not None and entry.generation == self._generation:
+        entry: _Entry | None = message._tk
+        if entry is None or entry.owner is not self._key:
+            entry = self._entry(message)
+        if entry.generation == self._generation:
             return entry.count
-        return self._refresh(message, entry).count
+        return self._refresh(entry).count
 
     def count_many(self, messages: Iterable[Message]) -> int:
         """Calibrated tokens of several messages (no request overhead)."""
@@ -179,7 +198,7 @@ class MessageCounter:
         """Calibrated tokens of a bare text, with no message framing."""
         vec = [0.0] * len(self._slots)
         self._add_text(vec, text, kind)
-        total = round(sum(m * x for m, x in zip(self._mult, vec, strict=True)))
+        total = round(float(sum(map(mul, self._mult, vec))))
         return max(1, total) if text else 0
 
     def estimate_prompt(self, messages: Sequence[Message]) -> int:
@@ -234,10 +253,9 @@ class MessageCounter:
         if vector is None:
             x = [0.0] * len(self._slots)
             for message in messages:
-                fp = fingerprint(message)
-                entry = self._memo.get(fp) or self._refresh(message, None)
+                entry = self._entry(message)
                 if not entry.exact:
-                    self._make_exact(fp, message, entry)
+                    self._make_exact(message, entry)
                 for i, v in enumerate(entry.base):
                     x[i] += v
             vector = x
@@ -248,17 +266,35 @@ class MessageCounter:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _refresh(self, message: Message, entry: _Entry | None) -> _Entry:
+    def _entry(self, message: Message) -> _Entry:
+        """The estimate of ``message``: its own, an equal message's, or a new one.
+
+        A lazy counter never serializes a message to count it (its quick and full estimates
+        cost less than a fingerprint); equal messages share an estimate through the memo when
+        their fingerprint is known anyway (compared, anchored by a decision)."""
+        entry: _Entry | None = message._tk
+        if entry is not None and entry.owner is self._key:
+            return entry
+        fp = message._fp or ("" if self._lazy else fingerprint(message))
+        entry = self._memo.get(fp) if fp else None
         if entry is None:
-            memo = self._memo
-            if len(memo) >= self._max_entries:
-                del memo[next(iter(memo))]  # FIFO: oldest first, O(1)
             if self._lazy:
-                entry = _Entry(self._quick_base(message), 0, -1, exact=False)
+                entry = _Entry(self._key, self._quick_base(message), -1, exact=False)
             else:
-                entry = _Entry(self._base(message), 0, -1)
-            memo[fingerprint(message)] = entry
-        entry.count = round(sum(m * x for m, x in zip(self._mult, entry.base, strict=True)))
+                entry = _Entry(self._key, self._base(message), -1)
+            if fp:
+                self._remember(fp, entry)
+        object.__setattr__(message, "_tk", entry)
+        return entry
+
+    def _remember(self, fp: str, entry: _Entry) -> None:
+        memo = self._memo
+        if fp not in memo and len(memo) >= self._max_entries:
+            del memo[next(iter(memo))]  # FIFO: oldest first, O(1)
+        memo[fp] = entry
+
+    def _refresh(self, entry: _Entry) -> _Entry:
+        entry.count = round(sum(map(mul, self._mult, entry.base)))
         entry.generation = self._generation
         return entry
 
@@ -272,10 +308,9 @@ class MessageCounter:
         """
         changed = 0
         for message in messages:
-            fp = fingerprint(message)
-            entry = self._memo.get(fp)
-            if entry is not None and not entry.exact:
-                self._make_exact(fp, message, entry)
+            entry = self._entry(message)
+            if not entry.exact:
+                self._make_exact(message, entry)
                 changed += 1
         if changed:
             self._generation += 1
@@ -287,33 +322,42 @@ class MessageCounter:
         self.refine((message,))
         return self.count(message)
 
-    def _make_exact(self, fp: str, message: Message, entry: _Entry) -> None:
-        base = self._base(message)
-        self.refined.append((fp, tuple(b - a for a, b in zip(entry.base, base, strict=True))))
+    def _make_exact(self, message: Message, entry: _Entry) -> None:
+        fp = message._fp
+        known = self._memo.get(fp) if fp else None
+        if known is not None and known.exact:
+            base = known.base
+        else:
+            base = self._base(message)
+            if fp:
+                self._remember(fp, entry)
+        self.refined.append((entry, tuple(b - a for a, b in zip(entry.base, base, strict=True))))
         entry.base, entry.exact = base, True
 
     def vector(self, message: Message) -> tuple[float, ...]:
         """The uncalibrated per-slot vector of a message (memoized, quick first if lazy).
 
         Sum vectors and pass the sum to `total` to count many messages in O(slots) after a
-        calibration change; `refined` lists ``(fingerprint, delta)`` of every vector that
-        `refine` or `observe` replaced, so a cached sum can be kept up to date.
+        calibration change; `refined` lists ``(key, delta)`` of every vector that `refine` or
+        `observe` replaced, where ``key`` is the `estimate_key` of the messages it belongs to,
+        so a cached sum can be kept up to date.
         """
-        entry = self._memo.get(fingerprint(message))
-        if entry is None:
-            entry = self._refresh(message, None)
-        return entry.base
+        return self._entry(message).base
+
+    def estimate_key(self, message: Message) -> object:
+        """What identifies the estimate ``message`` shares with others in `refined`."""
+        return self._entry(message)
 
     def total(self, vector: Sequence[float]) -> int:
         """Calibrated tokens of a summed per-slot vector (see `vector`)."""
-        return round(sum(m * x for m, x in zip(self._mult, vector, strict=True)))
+        total: float = sum(map(mul, self._mult, vector))
+        return round(total)
 
     def _quick_base(self, message: Message) -> tuple[float, ...]:
         """A cheap, deliberately high first estimate: characters / 3 (JSON arguments / 3.5),
         counting UTF-8 bytes for text that is not ASCII (CJK runs about a token a character)."""
         vec = [0.0] * len(self._slots)
-        prose = CLASS_ORDER.index(ContentClass.PROSE) if self._features is not None else 0
-        json_slot = CLASS_ORDER.index(ContentClass.JSON) if self._features is not None else 0
+        prose, json_slot = self._quick_slots
         fixed = float(self._message_overhead)
         if isinstance(message, SummaryMessage):
             vec[prose] += _quick_len(message.text) / 3.0
