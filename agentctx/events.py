@@ -139,8 +139,9 @@ class TranscriptRepaired(_Event):
 
 @dataclass(frozen=True, slots=True)
 class HistoryResynced(_Event):
-    """The history passed in did not extend the known one (rewound or edited): the session
-    resynchronized at ``index`` and dropped the decisions anchored after it."""
+    """The history passed in did not extend the known one (rewound or edited), or its new
+    messages followed a raw tail the view had left out (results answering no call): the
+    session resynchronized at ``index`` and dropped the decisions anchored after it."""
 
     index: int
     dropped_decisions: int

@@ -42,7 +42,14 @@ from agentctx.events import (
     TranscriptRepaired,
 )
 from agentctx.ledger import Ledger, protected_positions
-from agentctx.messages import AssistantMessage, Message, Usage, check_history, fingerprint
+from agentctx.messages import (
+    AssistantMessage,
+    Message,
+    ToolResultMessage,
+    Usage,
+    check_history,
+    fingerprint,
+)
 from agentctx.recall.store import LedgerStore
 from agentctx.recall.tool import recall_arguments, recall_page
 from agentctx.recall.writer import RecallWriter
@@ -112,6 +119,22 @@ def _extends_view(history: Sequence[Message], state: ViewState) -> bool:
     """Whether ``history`` is the view last returned with messages appended (owned mode)."""
     view = state.view
     return len(history) >= len(view) and _common_prefix(history, view) == len(view)
+
+
+def _shown_until(state: ViewState) -> int:
+    """The raw index past what the view's messages stand for: the raw history after it is a
+    tail the view left out. O(last tool batch)."""
+    view, origins = state.view, state.origins
+    if not view:
+        return 0
+    # Stubs for missing results take the origin of their call's message, after the results.
+    k = len(view) - 1
+    top = origins[k]
+    while k > 0 and isinstance(view[k], ToolResultMessage):
+        k -= 1
+        top = max(top, origins[k])
+    span = state.ledger.span_covering(top)
+    return span.end if span is not None else top + 1
 
 
 def _same(a: Message, b: Message) -> bool:
@@ -527,6 +550,14 @@ class ContextManager:
         else:
             self._resync(history)
             return
+        if seq is state.view and new:
+            end = _shown_until(state)
+            if end < len(state.raw):
+                # New messages follow a raw tail the view left out (results answering no
+                # call, a blank summary): a projection caller edited it and went on, an owned
+                # caller never held it. Either way it is not the caller's history any more.
+                self._rebase(end, new, len(history) - len(new))
+                return
         check_history(new, len(history) - len(new))
         state.append(new)
         self._rendered_version = state.ledger.version
@@ -540,7 +571,12 @@ class ContextManager:
             cut, new = in_raw, history[in_raw:]
         else:
             cut, new = view_cut, history[in_view:]
-        check_history(new, len(history) - len(new))
+        self._rebase(cut, new, len(history) - len(new))
+
+    def _rebase(self, cut: int, new: Sequence[Message], offset: int) -> None:
+        """Cut the raw history back to ``cut``, append ``new`` (at ``offset`` of the input)."""
+        state = self._state
+        check_history(new, offset)
         dropped = state.truncate(cut)
         state.append(new)
         # Decisions before the cut were taken on a longer history; what it protects now (the

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from operator import add
 from typing import TYPE_CHECKING
 
 from agentctx.ledger import Ledger, Rendered, render
@@ -143,8 +144,7 @@ class ViewState:
                 m = self.view[new_len]
                 if raw[self.origins[new_len]] is m:
                     self._shown_in_prefix += 1
-                for i, v in enumerate(vector(m)):
-                    vec[i] += v
+                vec[:] = map(add, vec, vector(m))
                 key = key_of(m)
                 keys[key] = keys.get(key, 0) + 1
                 if isinstance(m, AssistantMessage):
@@ -160,8 +160,7 @@ class ViewState:
             for key, delta in refined[self._refined_seen :]:
                 times = keys.get(key)
                 if times:
-                    for i, d in enumerate(delta):
-                        vec[i] += d * times
+                    vec[:] = map(add, vec, delta if times == 1 else [d * times for d in delta])
             self._refined_seen = len(refined)
 
     # -- reading ------------------------------------------------------------------------
@@ -172,8 +171,7 @@ class ViewState:
         total = list(self._prefix_vec)
         vector = self._counter.vector
         for m in self.view[self._prefix_len :]:
-            for i, v in enumerate(vector(m)):
-                total[i] += v
+            total[:] = map(add, total, vector(m))
         return total
 
     @property

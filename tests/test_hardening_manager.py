@@ -22,6 +22,7 @@ from agentctx import (
     ContextManager,
     DeterministicCompaction,
     Event,
+    HistoryResynced,
     LlmCompaction,
     LlmCompactionConfig,
     Message,
@@ -39,7 +40,7 @@ from agentctx import (
     UserMessage,
 )
 from agentctx.ledger import Ledger, ReplaceResult, anchor
-from agentctx.messages import AssistantMessage, text_of
+from agentctx.messages import AssistantMessage, fingerprint, text_of
 from agentctx.strategy import CompactionContext
 from agentctx.testing import assert_view_ok
 from agentctx.testing.scripted import Outcome, ScriptedSummarizer
@@ -463,3 +464,32 @@ async def test_a_resumed_worker_renders_the_view_the_last_one_sent(tmp_path: Pat
         again = await second.prepare(history)
     assert again == view
     store.close()
+
+
+# -- a raw tail the view left out ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("owned", [False, True])
+async def test_messages_after_a_tail_the_view_left_out_replace_that_tail(owned: bool) -> None:
+    # Repair leaves a result answering no call out of the view; the caller's next messages
+    # follow the view: in projection mode the caller edited that result and went on, in owned
+    # mode it never held it. Either way the raw history becomes what the caller holds, once,
+    # and later calls extend it (it used to keep the stale tail and, in projection mode,
+    # resync on every later call, growing the raw history: 5, 8, 11 for histories of 4, 6, 8).
+    events: list[Event] = []
+    async with ContextManager(100_000) as ctx:
+        ctx.subscribe(events.append)
+        view = await ctx.prepare([user("the task"), ToolResultMessage.of("ghost", "no call")])
+        assert texts(view) == ["the task"]
+        edited = ToolResultMessage.of("ghost", "edited", is_error=True)
+        held = [*view] if owned else [user("the task"), edited]
+        for k in range(4):
+            held += [assistant(text=f"answer {k}"), user(f"next {k}")]
+            view = await ctx.prepare(held)
+            assert_view_ok(view, ctx.raw)
+            assert list(map(fingerprint, ctx.raw)) == list(map(fingerprint, held))
+            assert texts(view)[-2:] == [f"answer {k}", f"next {k}"]
+            if owned:
+                held = list(view)
+        resyncs = [(e.index, e.dropped_decisions) for e in events if isinstance(e, HistoryResynced)]
+        assert resyncs == [(1, 0)]  # once, where the view's messages end; no decision lost
