@@ -52,6 +52,7 @@ from agentctx.strategies.trail import (
     span_text,
     truncate_text,
 )
+from agentctx.strategies.undecided import undecided
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -246,21 +247,26 @@ class DeterministicCompaction:
         }
         pending: list[Any] = []
         for j in range(lo, hi):
-            m, i = view[j], origins[j]
+            shown, i = view[j], origins[j]
             if ctx.ledger.span_covering(i):
                 continue
-            if raw[i] is not m:
-                # Already replaced; only cut again, and from the original, when giving way.
+            # Undecided by the ledger, not by identity: repair's renamed ids and dropped blank
+            # text make other objects of messages no decision touched.
+            m = undecided(ctx.ledger, raw, view, origins, j)
+            replaced = m is None
+            if m is None:
+                # Already replaced; only a result is cut again, from the original, when giving
+                # way (a stub repair added has none: its origin is the call's message).
+                m = raw[i]
                 if not (again and isinstance(m, ToolResultMessage)):
                     continue
-                m = raw[i]
-            if isinstance(m, ToolResultMessage):
-                name = m.tool_name or names.get(m.tool_call_id, "tool")
+            if isinstance(m, ToolResultMessage) and isinstance(shown, ToolResultMessage):
+                name = m.tool_name or names.get(shown.tool_call_id, "tool")
                 if name in self.exempt_tools or len(m.content) != 1:
                     continue
                 text = _result_text(m)
                 stand_in = f"recall_context id={ID_STAND_IN}" if ctx.recall is not None else ""
-                if view[j] is not m and len(_result_text(view[j])) <= len(  # type: ignore[arg-type]
+                if replaced and len(_result_text(shown)) <= len(
                     truncate_text(text, self.max_lines, self.max_chars, stand_in)
                 ):
                     continue  # what is sent now is already this short
@@ -278,7 +284,10 @@ class DeterministicCompaction:
             ):
                 # Arguments in the running loop are cut only when giving way, and never in a
                 # message whose signed reasoning must go back as it was.
-                for call in m.tool_calls:
+                calls = m.tool_calls
+                for call in calls:
+                    if len(calls) > 1 and sum(c.id == call.id for c in calls) > 1:
+                        continue  # decisions name calls by id: this one cannot change alone
                     new_args, cut = self._shrink_arguments(ctx, call)
                     if cut:
                         rid = self._recall_id(

@@ -22,6 +22,7 @@ from agentctx.messages import (
     text_of,
 )
 from agentctx.strategies.trail import describe_call
+from agentctx.strategies.undecided import raw_call, undecided
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -144,10 +145,14 @@ class Run:
     def _candidate(self, j: int, m: Message) -> bool:
         if not isinstance(m, ToolResultMessage):
             return False
-        i = self.origins[j]
-        if self.raw[i] is not m or self.ctx.ledger.span_covering(i):
-            return False  # already replaced, or hidden by a summary
+        if self._undecided(j) is None:
+            return False  # already replaced, hidden by a summary, or a stub repair added
         return self._name(m) not in self.cfg.exclude_tools
+
+    def _undecided(self, j: int) -> Message | None:
+        # By the ledger, not by identity: repair renames ids and drops blank text of
+        # messages no decision touched.
+        return undecided(self.ctx.ledger, self.raw, self.view, self.origins, j)
 
     def _name(self, m: ToolResultMessage) -> str:
         call = self.calls.get(m.tool_call_id)
@@ -201,9 +206,14 @@ class Run:
         found = self.calls.get(call_id)
         if found is None or found[0] >= self.loop_start:
             return  # never the in-flight tool loop's calls
-        j, call = found
-        i = self.origins[j]
-        if self.raw[i] is not self.view[j]:
+        j, shown = found
+        i, message = self.origins[j], self.view[j]
+        original = self._undecided(j)
+        if not isinstance(original, AssistantMessage) or not isinstance(message, AssistantMessage):
+            return
+        # Named as in the raw message: the decision anchors there, and rendering renames it.
+        call = raw_call(original, message, shown)
+        if call is None:
             return
         long_args = {
             k: v
@@ -320,7 +330,11 @@ class Run:
                 and j != latest
             ):
                 text = text_of(m.content)
-                if len(text) > cfg.user_shell_chars and self.raw[i] is m and i not in self.claimed:
+                if (
+                    len(text) > cfg.user_shell_chars
+                    and self._undecided(j) is not None
+                    and i not in self.claimed
+                ):
                     rid = self._store(text)
                     note = f' recall_context(id="{rid}")' if rid else ""
                     tail = text[-cfg.user_shell_chars :]
@@ -345,7 +359,7 @@ class Run:
                 isinstance(m, AssistantMessage)
                 and j < self.loop_start - 1
                 and b.has_thinking(m)
-                and self.raw[i] is m
+                and self._undecided(j) is not None
                 and (age := self._age(j)) is not None
                 and age > cfg.thinking_expire_seconds
             ):
