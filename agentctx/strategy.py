@@ -90,6 +90,15 @@ class CompactionContext:
         """Whether a decision taken in this call already rewrites what was sent before."""
         return any(d.at.index < self.sent for d in self.taken)
 
+    def undecided(self, j: int) -> Message | None:
+        """The raw message ``view[j]`` shows with no decision applied, else ``None`` (replaced,
+        hidden in a span, or a stub result `repair` added). Read from the ledger, not from
+        identity: a message repair rewrote (a renamed duplicate call id, blank text left
+        out) is still undecided. Anchor a decision on ``raw[origins[j]]``."""
+        from agentctx.strategies.undecided import undecided
+
+        return undecided(self.ledger, self.raw, self.view, self.origins, j)
+
     def take(self, decision: Decision) -> None:
         """Add ``decision`` to the ledger; raises `ConfigError` for one that does not fit the
         message it is anchored to (see `agentctx.ledger.check_fits`)."""

@@ -22,6 +22,7 @@ from agentctx import (
     ToolResultMessage,
     UserMessage,
 )
+from agentctx.messages import text_of
 from agentctx.testing import check_view
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -56,7 +57,8 @@ async def test_custom_strategy_example_compacts_validly_and_recallably() -> None
             view = await ctx.prepare(history)
             assert check_view(view, ctx.raw) == []
             assert ctx.prompt_tokens <= budget.limit
-            call = ToolCall(f"call_{n}", "search", {"query": f"config {n}"})
+            # call_0 twice: repair renames the second (and its result), still clearable
+            call = ToolCall(f"call_{max(n - 1, 0)}", "search", {"query": f"config {n}"})
             output = "\n".join(f"src/mod{n}/file{k}.py: config = load()" for k in range(60))
             history += [
                 AssistantMessage.of(tool_calls=[call]),
@@ -73,6 +75,9 @@ async def test_custom_strategy_example_compacts_validly_and_recallably() -> None
     # It lands near the target, not just under the limit.
     assert all(e.tokens_after <= budget.target_tokens + budget.limit // 10 for e in ours)
     placeholder = view[2].content[0].text  # type: ignore[union-attr]
+    renamed = view[4]
+    assert isinstance(renamed, ToolResultMessage) and renamed.tool_call_id == "call_0-2"
+    assert text_of(renamed.content).startswith("[search output cleared")
     match = re.search(r"recall_context id=(ctx-[0-9a-f]{16})", placeholder)
     assert match is not None, placeholder
     page = ctx.handle_recall({"id": match[1], "limit": 100})

@@ -259,6 +259,22 @@ def test_lazy_counter_counts_a_new_message_without_serializing_it() -> None:
     assert counter.count(twin) == counter.count(known)
 
 
+def test_a_message_two_counters_count_keeps_each_ones_estimate() -> None:
+    # Sessions may share message objects (a briefing from a shared summary cache): the
+    # second counter must neither take the first one's estimate away nor lose its own.
+    first, second = MessageCounter(), MessageCounter()
+    shared = ToolResultMessage.of("call_1", "alpha beta gamma delta " * 100, tool_name="bash")
+    quick = first.count(shared)
+    assert first.refine([shared]) == 1
+    full = first.count(shared)
+    assert second.count(shared) == quick  # its own quick estimate
+    assert first.count(shared) == full and first.refine([shared]) == 0
+    assert second.refine([shared]) == 1 and second.count(shared) == full
+    for _ in range(3):  # interleaved, neither goes back to a quick estimate
+        assert first.count(shared) == second.count(shared) == full
+    assert first.refine([shared]) == second.refine([shared]) == 0
+
+
 def test_generic_counter_has_one_text_slot() -> None:
     counter = MessageCounter(CountingCounter(), lazy=False)
     assert counter.slots == ("text", "fixed", "image")

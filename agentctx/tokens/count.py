@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from operator import mul
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,11 @@ __all__ = ["MessageCounter"]
 
 # ---------------------------------------------------------------------------------------
 # Message counter with calibration
+
+
+# Claiming a message for a counter's estimate is one check and one write: sessions in other
+# threads may count the same message object (a briefing from a shared summary cache).
+_CLAIMS = threading.Lock()
 
 
 class _Entry:
@@ -269,23 +275,33 @@ class MessageCounter:
     def _entry(self, message: Message) -> _Entry:
         """The estimate of ``message``: its own, an equal message's, or a new one.
 
-        A lazy counter never serializes a message to count it (its quick and full estimates
-        cost less than a fingerprint); equal messages share an estimate through the memo when
-        their fingerprint is known anyway (compared, anchored by a decision)."""
+        The first counter to count a message keeps its estimate on it. A lazy counter never
+        serializes a message it is the first to count (its quick and full estimates cost
+        less than a fingerprint); another counter (a message shared between sessions) keeps
+        its own in its memo, by fingerprint, as it does for a message whose fingerprint is
+        known anyway: equal messages share an estimate there."""
         entry: _Entry | None = message._tk
         if entry is not None and entry.owner is self._key:
             return entry
-        fp = message._fp or ("" if self._lazy else fingerprint(message))
-        entry = self._memo.get(fp) if fp else None
-        if entry is None:
+        fp = message._fp
+        if not fp and (entry is not None or not self._lazy):
+            fp = fingerprint(message)
+        found = self._memo.get(fp) if fp else None
+        if found is None:
             if self._lazy:
-                entry = _Entry(self._key, self._quick_base(message), -1, exact=False)
+                found = _Entry(self._key, self._quick_base(message), -1, exact=False)
             else:
-                entry = _Entry(self._key, self._base(message), -1)
+                found = _Entry(self._key, self._base(message), -1)
             if fp:
-                self._remember(fp, entry)
-        object.__setattr__(message, "_tk", entry)
-        return entry
+                self._remember(fp, found)
+        if entry is None:
+            with _CLAIMS:
+                claimed = message._tk is None
+                if claimed:
+                    object.__setattr__(message, "_tk", found)
+            if not claimed and not fp:  # another session's counter was first, just now
+                self._remember(fingerprint(message), found)
+        return found
 
     def _remember(self, fp: str, entry: _Entry) -> None:
         memo = self._memo

@@ -20,6 +20,7 @@ import binascii
 import importlib.util
 import math
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -496,46 +497,45 @@ EXACT_BELOW = 256
 
 _encode: Callable[[str], list[int]] | None = None
 _encode_loaded = False
-_encode_loading = False  # a load runs off the event loop: estimate until it is done
+_encode_lock = threading.Lock()
 
 
 def _exact_encode() -> Callable[[str], list[int]] | None:
-    """tiktoken's o200k ``encode``, loaded on first use (unless `load_exact_encoder` is
-    already loading it elsewhere); None without tiktoken (the pure Python encoder the
-    ``tokenizer`` extra also ships costs far more than an estimate)."""
-    if not _encode_loaded and not _encode_loading:
+    """tiktoken's o200k ``encode``, loaded on first use; None without tiktoken (the pure
+    Python encoder the ``tokenizer`` extra also ships costs far more than an estimate)."""
+    if not _encode_loaded:
         load_exact_encoder()
     return _encode
 
 
 def load_exact_encoder() -> None:
     """Load tiktoken's o200k encoder for the exact counts of short texts (about half a
-    second, once per process). `ContextManager` runs this in a worker thread on entering, so
-    the first counts on the event loop never wait for it; they are estimated meanwhile."""
-    global _encode, _encode_loaded, _encode_loading
-    if _encode_loaded:
-        return
-    _encode_loading = True
-    try:
-        from agentctx.tokens.exact import _encoder
+    second, once per process; callers at the same time wait for the one load).
+    `ContextManager` runs this in a worker thread when entered, so the event loop never
+    waits for it and every count a session makes is the same whenever the load finished."""
+    global _encode, _encode_loaded
+    with _encode_lock:
+        if _encode_loaded:
+            return
+        try:
+            from agentctx.tokens.exact import _encoder
 
-        backend, encode = _encoder("o200k_base")
-        _encode = encode if backend == "tiktoken" else None
-    except ImportError:  # MissingExtraError: neither tokenizer package is installed
-        _encode = None
-    finally:
-        _encode_loaded = True
-        _encode_loading = False
+            backend, encode = _encoder("o200k_base")
+            _encode = encode if backend == "tiktoken" else None
+        except ImportError:  # MissingExtraError: neither tokenizer package is installed
+            _encode = None
+        finally:
+            _encode_loaded = True
 
 
-def exact_encoder_pending() -> bool:
-    """Whether short texts would be counted exactly but the encoder is not loaded yet; marks
-    it as loading, so counts estimate until `load_exact_encoder` (run elsewhere) is done."""
-    global _encode_loading
-    if _encode_loaded or _encode_loading or not _tiktoken_installed():
-        return False
-    _encode_loading = True
-    return True
+def exact_encoder_needed(counter: object) -> bool:
+    """Whether ``counter`` counts short texts exactly with an encoder not loaded yet."""
+    return (
+        isinstance(counter, Estimator)
+        and counter.exact_below > 0
+        and not _encode_loaded
+        and _tiktoken_installed()
+    )
 
 
 def _tiktoken_installed() -> bool:
