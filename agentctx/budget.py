@@ -104,6 +104,19 @@ class Budget:
             return self
         return dataclasses.replace(self, reserve_output=_DefaultReserve(max_tokens))
 
+    def lowered(self, tokens: int) -> Budget:
+        """This budget with its hard limit ``tokens`` lower, its trigger and target where
+        they were (as far as the lower limit leaves room for them)."""
+        if tokens <= 0:
+            return self
+        limit = max(1, self.limit - tokens)
+        # Half a token up, so int(limit * ratio) gives back the same whole number of tokens.
+        trigger = min(1.0, (self.trigger_tokens + 0.5) / limit)
+        target = min(trigger, (self.target_tokens + 0.5) / limit)
+        return dataclasses.replace(
+            self, hard_budget=limit, trigger_ratio=trigger, target_ratio=target
+        )
+
     @property
     def limit(self) -> int:
         """The hard budget in tokens."""

@@ -357,19 +357,24 @@ class ContextManager:
     def _view_tokens(self) -> int:
         """The view's estimate, raised by what the last report showed it to be short of while
         that view is still the one sent (no decision or rewind since): the provider's count
-        of the sent prefix is exact, only what came after it is estimated. Messages new
-        since the last call count a margin more: a calibrated estimate of one new message
-        can still fall a few percent short (4 % on a 10k-token result measured in o200k),
-        enough to cross the hard limit unseen when the prompt rides just under it."""
+        of the sent prefix is exact, only what came after it is estimated."""
         state = self._state
-        tokens = state.tokens
         view, _, short = self._reported_view
         if short and view == (state.ledger.version, state.repairs_version):
-            tokens += short
-        if 0 < self._sent < len(state.raw):  # (a first call renders as a resumed one did)
-            unsent = state.view[bisect.bisect_left(state.origins, self._sent) :]
-            tokens += math.ceil(self.counter.count_many(unsent) * _UNSENT_MARGIN)
-        return tokens
+            return state.tokens + short
+        return state.tokens
+
+    def _unsent_margin(self) -> int:
+        """How far the estimate of the messages new since the last call may fall short: a
+        calibrated estimate of one new message can still be a few percent low (4 % on a
+        10k-token result measured in o200k), enough to cross the hard limit unseen when the
+        prompt rides just under it. Nothing on a first call, which renders as a resumed
+        worker did."""
+        state = self._state
+        if not 0 < self._sent < len(state.raw):
+            return 0
+        unsent = state.view[bisect.bisect_left(state.origins, self._sent) :]
+        return math.ceil(self.counter.count_many(unsent) * _UNSENT_MARGIN)
 
     async def prepare(
         self, history: Sequence[Message], *, max_tokens: int | None = None
@@ -428,10 +433,17 @@ class ContextManager:
                 state.rebuild()
         now = self._clock()
         idle = None if self._last_call is None else now - self._last_call
+        # Near the limit, strategies decide against one lowered by what new messages may cost
+        # beyond their estimate; the call's own check below is against the budget itself.
+        margin = self._unsent_margin()
+        if self.prompt_tokens + margin > budget.limit:
+            deciding = budget.lowered(margin)
+        else:
+            deciding = budget
         ctx = CompactionContext(
             session_id=self.session_id,
             raw=state.raw,
-            budget=budget,
+            budget=deciding,
             counter=self.counter,
             ledger=state.ledger,
             recall=self._writer,
@@ -446,7 +458,7 @@ class ContextManager:
         # Run to a fixed point, so calling prepare() again on the same history takes nothing
         # new (a strategy's decisions can make room for another's, or for its own next step).
         if call is not None:
-            call.start(ctx, self.prompt_tokens)
+            call.start(ctx, self.prompt_tokens, budget.limit)
         for _ in range(4):
             taken = len(ctx.taken)
             await self.strategy.compact(ctx)

@@ -79,11 +79,11 @@ class PrepareCall:
     handle: object = None
     _taken: list[Decision] | None = None
 
-    def start(self, ctx: CompactionContext, tokens: int) -> None:
+    def start(self, ctx: CompactionContext, tokens: int, limit: int) -> None:
         """The manager calls this before the strategy runs: what the call starts from."""
         self.messages_before = len(ctx.view)
         self.tokens_before = tokens
-        self.budget_limit = ctx.budget.limit
+        self.budget_limit = limit
         self._taken = ctx.taken
 
     @property

@@ -35,3 +35,20 @@ def test_percent_adapter() -> None:
     assert fraction_from_percent(90) == 0.9
     with pytest.raises(ConfigError):
         fraction_from_percent(-1)
+
+
+def test_a_lowered_budget_keeps_its_trigger_and_target() -> None:
+    for budget in (
+        Budget(context_window=200_000),
+        Budget(context_window=60_000, reserve_output=8_000, trigger_ratio=0.8, target_ratio=0.33),
+        Budget(context_window=1_000_000, hard_budget=50_000),
+    ):
+        assert budget.lowered(0) is budget
+        for by in (1, 37, 1_000):
+            lower = budget.lowered(by)
+            assert lower.limit == budget.limit - by
+            assert lower.trigger_tokens == budget.trigger_tokens
+            assert lower.target_tokens == budget.target_tokens
+    # lowered below the trigger: the trigger is the limit, the target stays where it was
+    small = Budget(context_window=10_000, reserve_output=2_000).lowered(3_000)
+    assert small.limit == small.trigger_tokens == 5_000 and small.target_tokens == 800

@@ -11,6 +11,8 @@ import math
 import re
 from typing import Any
 
+import pytest
+
 from agentctx.budget import Budget
 from agentctx.events import BudgetExceeded, ContextCompacted, Event
 from agentctx.importers import load_transcript
@@ -29,6 +31,7 @@ from agentctx.messages import (
 )
 from agentctx.recall import MemoryRecallStore
 from agentctx.replay import replay
+from agentctx.strategies import pipeline_run
 from agentctx.strategies.deterministic import COMPACTION_MARKER, DeterministicCompaction
 from agentctx.strategies.pipeline import (
     BudgetPass,
@@ -403,6 +406,59 @@ async def test_cache_breaking_decisions_wait_for_a_worthwhile_batch() -> None:
         h = [*h, u("t2", 0)]
         view = await ctx.prepare(h)  # now both are due and together they pay
         assert "expired" in txt(view[2]) and "expired" in txt(view[5])
+
+
+async def test_a_call_that_takes_nothing_works_on_the_new_messages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What the view's messages say about its structure is kept between calls, and what the
+    # passes propose about sent messages (due, but not paying for a rewrite yet) comes from
+    # the memo: each recall id is worked out once, and stored only with a decision taken.
+    scanned: list[int] = []
+    hashed: list[str] = []
+    candidate, rid_of = pipeline_run.Run._candidate, pipeline_run.recall_id
+
+    def counting_candidate(run: pipeline_run.Run, j: int, m: Message) -> bool:
+        scanned.append(j)
+        return candidate(run, j, m)
+
+    def counting_rid(session_id: str, content: str) -> str:
+        hashed.append(content)
+        return rid_of(session_id, content)
+
+    monkeypatch.setattr(pipeline_run.Run, "_candidate", counting_candidate)
+    monkeypatch.setattr(pipeline_run, "recall_id", counting_rid)
+    now = [NOW]
+    cfg = ToolOutputPipeline(clear_at_least=10**9)  # a stale batch never pays here
+    store = MemoryRecallStore()
+
+    def stamp() -> dict[str, Any]:
+        return {"timestamp": int(now[0] * 1000)}
+
+    history: list[Message] = [UserMessage((TextBlock("the task"),), stamp())]
+    async with ContextManager(BIG, strategy=cfg, recall=store, clock=lambda: now[0]) as ctx:
+        await ctx.prepare(history)
+        idle = 0
+        for k in range(40):
+            now[0] += 5 * MIN
+            call = ToolCall(f"c{k}", "read", {"path": f"src/m{k}.ts"})
+            new: list[Message] = [
+                UserMessage((TextBlock(f"step {k}"),), stamp()),
+                AssistantMessage((call,), "tool_use", extra=stamp()),
+                ToolResultMessage(
+                    call.id, (TextBlock(f"src/m{k}.ts\n" + code(120)),), "read", False, stamp()
+                ),
+            ]
+            history = [*history, *new]
+            scanned.clear()
+            version = ctx.ledger.version
+            view = await ctx.prepare(history)
+            if ctx.ledger.version == version and k > 0:
+                idle += 1
+                assert scanned and min(scanned) >= len(view) - len(new)
+        assert idle > 30
+        assert len(ctx.ledger) == 0 and store.bytes_held == 0  # due, never taken
+        assert len(hashed) == len(set(hashed)) > 10  # each expired result hashed once
 
 
 # -- cache-aware scheduling: when a rewrite happens, and how deep it goes ------------------

@@ -226,7 +226,7 @@ class ToolOutputPipeline:
         fresh = [p for p in run.proposals if p.fresh]
         stale = [p for p in run.proposals if not p.fresh]
         for p in fresh:
-            ctx.take(p.decision)
+            run.take(p)
         tokens = prompt_size(ctx) if fresh else tokens_before
         forced = tokens > budget.limit
         threshold = self.clear_at_least if self.clear_at_least is not None else budget.limit // 2
@@ -237,7 +237,7 @@ class ToolOutputPipeline:
         if cold or paying:
             # The whole prompt is written again anyway, or the batch pays for the rewrite.
             for p in stale:
-                ctx.take(p.decision)
+                run.take(p)
             taken += stale
         elif forced:
             # Rewriting what was sent: the oldest due decisions first, as many as reach the

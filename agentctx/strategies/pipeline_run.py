@@ -21,6 +21,7 @@ from agentctx.messages import (
     UserMessage,
     text_of,
 )
+from agentctx.recall.store import recall_id
 from agentctx.strategies.trail import describe_call
 from agentctx.strategies.undecided import raw_call, undecided
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from agentctx.ledger import Decision
-    from agentctx.messages import Message
+    from agentctx.messages import Message, ToolCall
     from agentctx.strategies.pipeline import (
         BudgetPass,
         CondensePass,
@@ -80,10 +81,26 @@ class Proposal:
     fresh: bool
     action: str
     unit: int = -1  # raw index of the message it belongs with (a call's arguments: its result)
+    rid: str | None = None  # the recall id of what it replaces, stored when it is taken
 
     def __post_init__(self) -> None:
         if self.unit < 0:
             self.unit = self.decision.at.index
+
+
+class _Scan:
+    """What a view's messages say about its structure, kept while they stay the same."""
+
+    __slots__ = ("boundary", "calls", "messages", "results", "shaped", "turn_of", "turns")
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []  # the view scanned so far
+        self.calls: dict[str, tuple[int, ToolCall]] = {}  # call id: view index, call
+        self.turn_of: list[int] = []  # per view message: the user turns up to it
+        self.turns = 0
+        self.boundary = -1  # the last summary's view index
+        self.results: list[int] = []  # view indices of the results the passes may touch
+        self.shaped: list[int] = []  # of user shell output and of steps with thinking (L0)
 
 
 class Memo:
@@ -92,17 +109,18 @@ class Memo:
     that takes nothing then redoes none of it. Each entry holds the message it was made for
     and is used only for that same object."""
 
-    __slots__ = ("entries", "version")
+    __slots__ = ("entries", "scan", "version")
 
     def __init__(self, version: int) -> None:
         self.version = version
-        self.entries: dict[tuple[str, int], tuple[Message, Any]] = {}
+        self.entries: dict[tuple[Any, ...], tuple[Message, Any]] = {}
+        self.scan: _Scan | None = None
 
-    def get(self, key: tuple[str, int], m: Message) -> Any:
+    def get(self, key: tuple[Any, ...], m: Message) -> Any:
         hit = self.entries.get(key)
         return hit[1] if hit is not None and hit[0] is m else None
 
-    def put(self, key: tuple[str, int], m: Message, value: Any) -> None:
+    def put(self, key: tuple[Any, ...], m: Message, value: Any) -> None:
         self.entries[key] = (m, value)
 
 
@@ -119,26 +137,37 @@ class Run:
         self.cfg, self.ctx, self.memo = cfg, ctx, memo
         self.view, self.origins, self.raw = ctx.view, ctx.origins, ctx.raw
         self.proposals: list[Proposal] = []
+        # What the proposals' recall ids stand for: stored only with a decision taken, so the
+        # many a call proposes and does not take (stale, not paying yet) cost a memo lookup.
+        self.contents: dict[str, str] = {}
         self.claimed: set[int] = set()
         self.now = ctx.clock()
-        self.calls = {
-            c.id: (j, c)
-            for j, m in enumerate(self.view)
-            if isinstance(m, AssistantMessage)
-            for c in m.tool_calls
-        }
-        users = [j for j, m in enumerate(self.view) if isinstance(m, UserMessage)]
-        self.turn_of = [0] * len(self.view)
-        t = 0
-        for j in range(len(self.view)):
-            if t < len(users) and users[t] == j:
-                t += 1
-            self.turn_of[j] = t
-        self.turns = t
-        summaries = [j for j, m in enumerate(self.view) if isinstance(m, SummaryMessage)]
-        self.boundary = summaries[-1] if summaries else -1
-        self.loop_start = b.in_flight_start(self.view)
-        self.results = [j for j, m in enumerate(self.view) if self._candidate(j, m)]
+        scan = memo.scan
+        view = self.view
+        n = len(scan.messages) if scan is not None else 0
+        if scan is None or n > len(view) or view[:n] != scan.messages:
+            scan, n = _Scan(), 0  # its end was rendered again (a pending batch answered)
+        self.calls, self.turn_of, self.results = scan.calls, scan.turn_of, scan.results
+        for j in range(n, len(view)):  # what a call with no decision adds: the new messages
+            m = view[j]
+            if isinstance(m, AssistantMessage):
+                for c in m.tool_calls:
+                    scan.calls[c.id] = (j, c)
+                if b.has_thinking(m):
+                    scan.shaped.append(j)
+            elif isinstance(m, UserMessage):
+                scan.turns += 1
+                if m.extra.get("source") == "bash_execution":
+                    scan.shaped.append(j)
+            elif isinstance(m, SummaryMessage):
+                scan.boundary = j
+            scan.turn_of.append(scan.turns)
+            if self._candidate(j, m):
+                scan.results.append(j)
+        scan.messages = list(view)
+        memo.scan = self.scan = scan
+        self.turns, self.boundary = scan.turns, scan.boundary
+        self.loop_start = b.in_flight_start(view)
 
     # -- what may be touched -------------------------------------------------------------
 
@@ -168,34 +197,56 @@ class Run:
     # -- building decisions --------------------------------------------------------------
 
     def _placeholder(self, j: int, kind: str, text: str, rid: str | None) -> str:
+        """What stands in for ``text``, the result ``view[j]`` holds."""
         m = self.view[j]
         assert isinstance(m, ToolResultMessage)
-        call = self.calls.get(m.tool_call_id)
-        what = describe_call(call[1]) if call else self._name(m)
-        lines = text.count("\n") + 1
-        status = ", error" if m.is_error else ""
-        where = f' Use recall_context(id="{rid}") to read it.' if rid else ""
-        return f"[{kind}: {what} -> {lines} lines, {len(text)} chars{status}.{where}]"
+        key = ("placeholder", kind, rid, self.origins[j])
+        made: str | None = self.memo.get(key, m)
+        if made is None:
+            call = self.calls.get(m.tool_call_id)
+            what = describe_call(call[1]) if call else self._name(m)
+            lines = text.count("\n") + 1
+            status = ", error" if m.is_error else ""
+            where = f' Use recall_context(id="{rid}") to read it.' if rid else ""
+            made = f"[{kind}: {what} -> {lines} lines, {len(text)} chars{status}.{where}]"
+            self.memo.put(key, m, made)
+        return made
 
-    def _store(self, text: str) -> str | None:
-        recall = self.ctx.recall
-        return recall.put(self.ctx.session_id, text) if recall is not None else None
+    def _store(self, text: str, key: tuple[Any, ...], m: Message) -> str | None:
+        """The recall id ``text`` (made from ``m``, remembered as ``key``) will have."""
+        if self.ctx.recall is None:
+            return None
+        rid: str | None = self.memo.get(key, m)
+        if rid is None:
+            rid = recall_id(self.ctx.session_id, text)
+            self.memo.put(key, m, rid)
+        self.contents[rid] = text
+        return rid
+
+    def take(self, proposal: Proposal) -> None:
+        """Take ``proposal``'s decision, storing what its recall id stands for."""
+        ctx = self.ctx
+        if proposal.rid is not None and ctx.recall is not None:
+            ctx.recall.put(ctx.session_id, self.contents[proposal.rid])
+        ctx.take(proposal.decision)
 
     def _replace(self, j: int, new_text: str, reason: str, action: str, rid: str | None) -> None:
         m = self.view[j]
         assert isinstance(m, ToolResultMessage)
         i = self.origins[j]
-        replacement = ToolResultMessage(
-            m.tool_call_id, (TextBlock(new_text),), m.tool_name, m.is_error, m.extra
-        )
-        key = (new_text, i)
-        freed = self.memo.get(key, m)
-        if freed is None:
+        key = (new_text, i, reason)
+        made = self.memo.get(key, m)
+        if made is None:
+            replacement = ToolResultMessage(
+                m.tool_call_id, (TextBlock(new_text),), m.tool_name, m.is_error, m.extra
+            )
             count = self.ctx.counter
             freed = count.count_full(m) - count.count_full(replacement)
-            self.memo.put(key, m, freed)
-        decision = ReplaceResult(anchor(self.raw, i), (TextBlock(new_text),), reason, rid)
-        self._add(Proposal(decision, freed, i >= self.ctx.sent, action), i)
+            decision = ReplaceResult(anchor(self.raw, i), (TextBlock(new_text),), reason, rid)
+            made = (decision, freed)
+            self.memo.put(key, m, made)
+        decision, freed = made
+        self._add(Proposal(decision, freed, i >= self.ctx.sent, action, rid=rid), i)
         self._clear_arguments(m.tool_call_id, reason, i)
 
     def _add(self, proposal: Proposal, i: int) -> None:
@@ -222,7 +273,7 @@ class Run:
         }
         if not long_args:
             return
-        rid = self._store(_json(dict(long_args)))
+        rid = self._store(_json(dict(long_args)), ("args", i, call.id), message)
         args: dict[str, Any] = dict(call.arguments)
         for key, value in long_args.items():
             note = f' recall_context(id="{rid}")' if rid else ""
@@ -238,6 +289,7 @@ class Run:
                 i >= self.ctx.sent,
                 f"cleared arguments of {describe_call(call)}",
                 unit,
+                rid,
             )
         )
 
@@ -252,7 +304,7 @@ class Run:
             self.claimed.add(self.origins[j])
             self._clear_arguments(m.tool_call_id, reason, self.origins[j])
             return
-        rid = self._store(text)
+        rid = self._store(text, ("rid", self.origins[j]), m)
         new = self._placeholder(j, kind, text, rid)
         self._replace(j, new, reason, f"{reason}: {self._name(m)}", rid)
 
@@ -300,7 +352,7 @@ class Run:
                 if total <= cfg.max_chars_per_turn:
                     break
                 text = text_of(self.view[j].content)  # type: ignore[union-attr]
-                rid = self._store(text)
+                rid = self._store(text, ("rid", self.origins[j]), self.view[j])
                 where = f' (recall_context id="{rid}")' if rid else ""
                 preview = text[: cfg.preview_chars]
                 new = f"[Persisted output{where}. Preview: {preview}... Total: {len(text)} chars]"
@@ -322,8 +374,8 @@ class Run:
             ):
                 self._expire(j, "Tool result expired", "l0")
         latest = b.latest_user_index(self.view)
-        for j, m in enumerate(self.view):
-            i = self.origins[j]
+        for j in self.scan.shaped:
+            m, i = self.view[j], self.origins[j]
             if (
                 isinstance(m, UserMessage)
                 and m.extra.get("source") == "bash_execution"
@@ -335,14 +387,16 @@ class Run:
                     and self._undecided(j) is not None
                     and i not in self.claimed
                 ):
-                    rid = self._store(text)
+                    rid = self._store(text, ("rid", i), m)
                     note = f' recall_context(id="{rid}")' if rid else ""
                     tail = text[-cfg.user_shell_chars :]
                     new = f"... [truncated{note}. Total: {len(text)} chars]\n\n{tail}"
                     replacement = UserMessage((TextBlock(new),), m.extra)
-                    freed = self.ctx.counter.count_full(m) - self.ctx.counter.count_full(
-                        replacement
-                    )
+                    freed = self.memo.get(("shell", i), m)
+                    if freed is None:
+                        count = self.ctx.counter.count_full
+                        freed = count(m) - count(replacement)
+                        self.memo.put(("shell", i), m, freed)
                     decision = ReplaceSpan(
                         anchor(self.raw, i), i + 1, anchor(self.raw, i), (replacement,), "l0-shell"
                     )
@@ -352,6 +406,7 @@ class Run:
                             freed,
                             i >= self.ctx.sent,
                             "kept the tail of user shell output",
+                            rid=rid,
                         ),
                         i,
                     )
@@ -389,8 +444,8 @@ class Run:
             text = text_of(self.view[j].content)  # type: ignore[union-attr]
             if len(text) <= cfg.threshold_chars:
                 continue
-            rid = self._store(text)
             m = self.view[j]
+            rid = self._store(text, ("rid", self.origins[j]), m)
             body = self.memo.get(("l1", self.origins[j]), m)
             if body is None:
                 body = condense(text, cfg.head_lines, cfg.tail_lines, cfg.max_ratio)
@@ -444,7 +499,7 @@ class Run:
             if sum(p.freed for p in unit) <= 0:
                 continue  # a placeholder no smaller than what it replaces only churns the cache
             for p in unit:
-                ctx.take(p.decision)
+                self.take(p)
                 freed += p.freed
             taken += unit
             if freed >= need:
