@@ -129,9 +129,13 @@ def in_flight_start(messages: Sequence[Message]) -> int:
 
 
 def newest_complete_turn(messages: Sequence[Message]) -> tuple[int, int] | None:
-    """``[start, end)`` of the newest turn that ended in an assistant answer with no calls."""
+    """``[start, end)`` of the newest turn that ended in an assistant answer with no calls.
+
+    Read from the end: O(the turns after it)."""
     end = len(messages)
-    for start in reversed(turn_starts(messages)):
+    for start in range(end - 1, -1, -1):
+        if not isinstance(messages[start], UserMessage):
+            continue
         last = messages[end - 1]
         if end - 1 > start and isinstance(last, AssistantMessage) and not last.tool_calls:
             return start, end

@@ -90,6 +90,27 @@ class CompactionContext:
         """Whether a decision taken in this call already rewrites what was sent before."""
         return any(d.at.index < self.sent for d in self.taken)
 
+    @property
+    def protected_turn(self) -> tuple[int, int] | None:
+        """View positions ``[start, end)`` of the raw history's newest complete turn, which
+        no span may cover (its results and arguments may be cut down); ``None`` if none.
+
+        Read from the raw history: in the view, a turn condensed to one line ends in an
+        answer too and would pass for the newest complete one."""
+        from agentctx.boundaries import newest_complete_turn
+
+        complete = newest_complete_turn(self.raw)
+        if complete is None:
+            return None
+        origins = self.origins
+        j = len(origins)
+        while j > 0 and origins[j - 1] >= complete[1]:
+            j -= 1
+        end = j
+        while j > 0 and origins[j - 1] >= complete[0]:
+            j -= 1
+        return j, end
+
     def undecided(self, j: int) -> Message | None:
         """The raw message ``view[j]`` shows with no decision applied, else ``None`` (replaced,
         hidden in a span, or a stub result `repair` added). Read from the ledger, not from

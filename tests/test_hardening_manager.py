@@ -546,3 +546,26 @@ async def test_a_new_result_the_estimate_undercounts_never_crosses_the_limit(
             history.append(user(f"go on {i}"))
         assert max(sizes) <= budget.limit
         assert sum(s > budget.limit - 1_500 for s in sizes) > 5  # it did ride up near the limit
+
+
+# -- the newest complete turn, behind turns condensed to one line ---------------------------
+
+
+async def test_the_newest_complete_turn_survives_turns_condensed_after_it() -> None:
+    # A turn condensed to one line ends in an answer in the view, so it passed for the newest
+    # complete turn, and the real one (older, a long loop that ended in an answer) was
+    # condensed in turn: its answer was gone. Found by the invariant check on every view.
+    body = "\n".join(f"line {k} of the output" for k in range(40))
+    history: list[Message] = [user("the task")]
+    for k in range(6):
+        history += [assistant(call(f"a{k}")), result(f"a{k}", body)]
+    history.append(assistant(text="the answer to the task"))
+    async with ContextManager(
+        Budget(context_window=5_000, reserve_output=1_000), on_over_budget="send"
+    ) as ctx:
+        for n in range(12):  # turns the user interrupts: none of them ends in an answer
+            history += [user(f"next {n}"), assistant(call(f"c{n}")), result(f"c{n}", body)]
+            view = await ctx.prepare(history)
+            assert_view_ok(view, ctx.raw)
+        assert "the answer to the task" in texts(view)
+        assert ctx.ledger.spans  # the turns after it were condensed or dropped

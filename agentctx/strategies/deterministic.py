@@ -338,7 +338,7 @@ class DeterministicCompaction:
     ) -> None:
         view, origins = ctx.view, ctx.origins
         tail = min(self._recent_start(view), b.in_flight_start(view) - 1)
-        protected = b.newest_complete_turn(view)
+        protected = ctx.protected_turn or (0, 0)
         starts = b.turn_starts(view)
         count = ctx.counter.count
         need = ctx.prompt_tokens - target
@@ -355,7 +355,8 @@ class DeterministicCompaction:
             if e > tail or (precise and available >= need + slack):
                 break
             part = view[s + 1 : e]
-            if not part or (s, e) == protected or any(map(is_paid_summary, part)):
+            overlaps = s < protected[1] and e > protected[0]
+            if not part or overlaps or any(map(is_paid_summary, part)):
                 continue
             if len(part) == 1 and ctx.ledger.span_covering(origins[s + 1]):
                 continue
@@ -404,7 +405,7 @@ class DeterministicCompaction:
         if task is None:
             return
         tail = self._recent_start(view)
-        complete = b.newest_complete_turn(view) or (0, 0)
+        complete = ctx.protected_turn or (0, 0)
         loop_start = b.in_flight_start(view)
         count = ctx.counter.count
         marker = SummaryMessage(COMPACTION_MARKER)

@@ -80,7 +80,7 @@ def choose_cut(ctx: CompactionContext, keep_first: int, retain: int) -> Cut | No
     latest = b.latest_user_index(view)
     if latest is not None:
         barriers.append((latest, latest + 1))
-    complete = b.newest_complete_turn(view)
+    complete = ctx.protected_turn
     if complete is not None:
         barriers.append(complete)
     start = head

@@ -15,6 +15,7 @@ from agentctx._synthetic import synthetic_session
 from agentctx.boundaries import (
     in_flight_start,
     latest_user_index,
+    newest_complete_turn,
     repaired_message,
     task_index,
     validate,
@@ -23,6 +24,7 @@ from agentctx.messages import (
     AssistantMessage,
     RedactedThinkingBlock,
     ThinkingBlock,
+    canonical_json,
 )
 from agentctx.testing.scripted import Outcome, ScriptedSummarizer
 from agentctx.testing.servers import (
@@ -66,13 +68,25 @@ def _reasoning(messages: Iterable[Message]) -> list[ThinkingBlock | RedactedThin
     ]
 
 
+def _spoken(m: Message) -> str:
+    """``m`` without its reasoning, as canonical JSON."""
+    if isinstance(m, AssistantMessage):
+        kept = tuple(
+            b for b in m.content if not isinstance(b, ThinkingBlock | RedactedThinkingBlock)
+        )
+        m = AssistantMessage(kept, m.stop_reason, m.usage, m.model, m.extra)
+    return canonical_json(m)
+
+
 def check_view(view: Sequence[Message], raw: Sequence[Message]) -> list[str]:
     """Every way ``view`` breaks an invariant (docs/invariants.md) given its ``raw`` history.
 
     Provider validity for Anthropic and OpenAI (`agentctx.boundaries.validate`: tool calls
     answered exactly once and right away, unique tool-call ids, no empty or whitespace-only
-    text, a user message first); the task and the latest user message present (as `repair`
-    sends them: a blank one holds `agentctx.boundaries.EMPTY_TEXT`); every reasoning block in
+    text, a user message first); the task, the latest user message, and the question and the
+    answer of the newest complete turn present (as `repair` sends them: a blank one holds
+    `agentctx.boundaries.EMPTY_TEXT`; the turn's results, arguments and user-run shell
+    output may be cut down and its reasoning dropped whole); every reasoning block in
     the view byte-identical to one in ``raw``; every reasoning block of the raw in-flight tool
     loop present in the view.
     """
@@ -81,6 +95,20 @@ def check_view(view: Sequence[Message], raw: Sequence[Message]) -> list[str]:
     for name, index in (("task", task_index(raw)), ("latest user message", latest_user_index(raw))):
         if index is not None and repaired_message(raw[index]) not in view:
             problems.append(f"{name} (raw message {index}) is missing from the view")
+    complete = newest_complete_turn(raw)
+    if complete is not None:
+        # Its results and arguments may be cut down and its reasoning dropped whole (it is
+        # complete); its question and its answer stay.
+        kept = {_spoken(m) for m in view}
+        for name, index in (("question", complete[0]), ("answer", complete[1] - 1)):
+            original = repaired_message(raw[index])
+            if original is None or original.extra.get("source") == "bash_execution":
+                continue  # user-run shell output is cut down like a tool result
+            if _spoken(original) not in kept:
+                problems.append(
+                    f"the newest complete turn's {name} (raw message {index}) is missing from "
+                    "the view"
+                )
     raw_reasoning = _reasoning(raw)
     for blk in _reasoning(view):
         if blk not in raw_reasoning:
