@@ -85,7 +85,7 @@ class MessageCounter:
 
     ```python
     counter = MessageCounter()              # or MessageCounter(ExactCounter())
-    counter.count(message)                  # memo hit: a dict lookup
+    counter.count(message)                  # counted once: then an attribute read
     counter.observe(sent, usage.prompt_tokens)
     counter.estimate_prompt(view)           # overhead + calibrated message tokens
     ```
