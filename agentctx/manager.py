@@ -435,11 +435,9 @@ class ContextManager:
         idle = None if self._last_call is None else now - self._last_call
         # Near the limit, strategies decide against one lowered by what new messages may cost
         # beyond their estimate; the call's own check below is against the budget itself.
+        tokens = self.prompt_tokens
         margin = self._unsent_margin()
-        if self.prompt_tokens + margin > budget.limit:
-            deciding = budget.lowered(margin)
-        else:
-            deciding = budget
+        deciding = budget.lowered(margin) if tokens + margin > budget.limit else budget
         ctx = CompactionContext(
             session_id=self.session_id,
             raw=state.raw,
@@ -458,7 +456,7 @@ class ContextManager:
         # Run to a fixed point, so calling prepare() again on the same history takes nothing
         # new (a strategy's decisions can make room for another's, or for its own next step).
         if call is not None:
-            call.start(ctx, self.prompt_tokens, budget.limit)
+            call.start(ctx, tokens, budget.limit)
         for _ in range(4):
             taken = len(ctx.taken)
             await self.strategy.compact(ctx)

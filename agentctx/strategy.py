@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from agentctx.boundaries import newest_complete_turn
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
@@ -97,8 +99,6 @@ class CompactionContext:
 
         Read from the raw history: in the view, a turn condensed to one line ends in an
         answer too and would pass for the newest complete one."""
-        from agentctx.boundaries import newest_complete_turn
-
         complete = newest_complete_turn(self.raw)
         if complete is None:
             return None

@@ -52,7 +52,7 @@ from agentctx.strategies.trail import (
     span_text,
     truncate_text,
 )
-from agentctx.strategies.undecided import undecided
+from agentctx.strategies.undecided import alone, undecided
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -286,8 +286,8 @@ class DeterministicCompaction:
                 # message whose signed reasoning must go back as it was.
                 calls = m.tool_calls
                 for call in calls:
-                    if len(calls) > 1 and sum(c.id == call.id for c in calls) > 1:
-                        continue  # decisions name calls by id: this one cannot change alone
+                    if not alone(call, calls):
+                        continue
                     new_args, cut = self._shrink_arguments(ctx, call)
                     if cut:
                         rid = self._recall_id(

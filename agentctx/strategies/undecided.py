@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from agentctx.ledger import Ledger
     from agentctx.messages import Message
 
-__all__ = ["decided", "raw_call", "undecided"]
+__all__ = ["alone", "decided", "raw_call", "undecided"]
 
 
 def decided(ledger: Ledger, index: int) -> bool:
@@ -53,6 +53,12 @@ def undecided(
     return original if shown is original or _repaired(shown, original) else None
 
 
+def alone(call: ToolCall, calls: Sequence[ToolCall]) -> bool:
+    """Whether ``call`` is the only one of ``calls`` (its message's) with its id: decisions
+    name calls by id, so only such a call can change alone."""
+    return sum(c.id == call.id for c in calls) == 1
+
+
 def raw_call(
     original: AssistantMessage, shown: AssistantMessage, call: ToolCall
 ) -> ToolCall | None:
@@ -67,7 +73,7 @@ def raw_call(
     if k is None or k >= len(calls):
         return None
     mine = calls[k]
-    return mine if sum(c.id == mine.id for c in calls) == 1 else None
+    return mine if alone(mine, calls) else None
 
 
 def _repaired(shown: Message, original: Message) -> bool:

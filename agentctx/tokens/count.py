@@ -204,7 +204,7 @@ class MessageCounter:
         """Calibrated tokens of a bare text, with no message framing."""
         vec = [0.0] * len(self._slots)
         self._add_text(vec, text, kind)
-        total = round(float(sum(map(mul, self._mult, vec))))
+        total = self.total(vec)
         return max(1, total) if text else 0
 
     def estimate_prompt(self, messages: Sequence[Message]) -> int:
@@ -310,7 +310,7 @@ class MessageCounter:
         memo[fp] = entry
 
     def _refresh(self, entry: _Entry) -> _Entry:
-        entry.count = round(sum(map(mul, self._mult, entry.base)))
+        entry.count = self.total(entry.base)
         entry.generation = self._generation
         return entry
 
