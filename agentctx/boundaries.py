@@ -64,6 +64,7 @@ __all__ = [
     "EMPTY_TEXT",
     "LEADING_TEXT",
     "MISSING_RESULT_TEXT",
+    "CompleteTurns",
     "Provider",
     "Repair",
     "has_thinking",
@@ -141,6 +142,40 @@ def newest_complete_turn(messages: Sequence[Message]) -> tuple[int, int] | None:
             return start, end
         end = start
     return None
+
+
+class CompleteTurns:
+    """`newest_complete_turn` of a history that only grows at its end, in O(new messages).
+
+    Call `update` after each append (any other change: a new instance); `newest` answers
+    for the history as last updated."""
+
+    __slots__ = ("_answered", "_closed", "_open", "_seen")
+
+    def __init__(self) -> None:
+        self._seen = 0
+        self._open: int | None = None  # where the last turn seen starts
+        self._closed: tuple[int, int] | None = None  # newest complete turn before it
+        self._answered = False  # whether the last turn seen ends in an answer
+
+    def update(self, messages: Sequence[Message]) -> None:
+        """Read the messages appended since the last call."""
+        for i in range(self._seen, len(messages)):
+            m = messages[i]
+            if isinstance(m, UserMessage):
+                if self._answered and self._open is not None:
+                    self._closed = self._open, i
+                self._open, self._answered = i, False
+            else:
+                self._answered = isinstance(m, AssistantMessage) and not m.tool_calls
+        self._seen = len(messages)
+
+    @property
+    def newest(self) -> tuple[int, int] | None:
+        """``[start, end)`` of the newest complete turn, as `newest_complete_turn` says."""
+        if self._answered and self._open is not None:
+            return self._open, self._seen
+        return self._closed
 
 
 def has_thinking(message: Message) -> bool:

@@ -452,6 +452,7 @@ class ContextManager:
             sent=self._sent,
             _view=self._current_view,
             _view_tokens=self._view_tokens,
+            _complete_turn=state.turns.newest,
         )
         # Run to a fixed point, so calling prepare() again on the same history takes nothing
         # new (a strategy's decisions can make room for another's, or for its own next step).

@@ -18,10 +18,9 @@ network I/O (start background work in ``ctx.tasks`` instead).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
-
-from agentctx.boundaries import newest_complete_turn
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -70,6 +69,7 @@ class CompactionContext:
     sent: int
     _view: Callable[[], tuple[Sequence[Message], Sequence[int]]]
     _view_tokens: Callable[[], int]
+    _complete_turn: tuple[int, int] | None
     taken: list[Decision] = field(default_factory=list)
 
     @property
@@ -99,17 +99,11 @@ class CompactionContext:
 
         Read from the raw history: in the view, a turn condensed to one line ends in an
         answer too and would pass for the newest complete one."""
-        complete = newest_complete_turn(self.raw)
+        complete = self._complete_turn
         if complete is None:
             return None
-        origins = self.origins
-        j = len(origins)
-        while j > 0 and origins[j - 1] >= complete[1]:
-            j -= 1
-        end = j
-        while j > 0 and origins[j - 1] >= complete[0]:
-            j -= 1
-        return j, end
+        origins = self.origins  # non-decreasing
+        return bisect_left(origins, complete[0]), bisect_left(origins, complete[1])
 
     def undecided(self, j: int) -> Message | None:
         """The raw message ``view[j]`` shows with no decision applied, else ``None`` (replaced,

@@ -12,6 +12,7 @@ from dataclasses import replace
 from operator import add
 from typing import TYPE_CHECKING
 
+from agentctx.boundaries import CompleteTurns
 from agentctx.ledger import Ledger, Rendered, render
 from agentctx.messages import AssistantMessage, Message, ToolResultMessage
 
@@ -58,11 +59,13 @@ class ViewState:
         "repairs",
         "repairs_version",
         "shown",
+        "turns",
         "view",
     )
 
     def __init__(self, counter: MessageCounter, ledger: Ledger | None = None) -> None:
         self.raw: list[Message] = []
+        self.turns = CompleteTurns()  # the raw history's newest complete turn
         self.ledger = ledger if ledger is not None else Ledger()
         self.view: list[Message] = []
         self.origins: list[int] = []
@@ -90,11 +93,14 @@ class ViewState:
         if not messages:
             return
         self.raw.extend(messages)
+        self.turns.update(self.raw)
         self._render_tail()
 
     def truncate(self, index: int) -> int:
         """Cut the raw history back to ``index``; drop decisions after it; return how many."""
         del self.raw[index:]
+        self.turns = CompleteTurns()
+        self.turns.update(self.raw)
         dropped = len(self.ledger.drop_from(index))
         self.rebuild()
         return dropped

@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from agentctx.boundaries import (
     EMPTY_TEXT,
     LEADING_TEXT,
     MISSING_RESULT_TEXT,
+    CompleteTurns,
     in_flight_start,
     newest_complete_turn,
     repair,
@@ -15,6 +19,7 @@ from agentctx.boundaries import (
 )
 from agentctx.messages import (
     AssistantMessage,
+    Message,
     SummaryMessage,
     TextBlock,
     ToolCall,
@@ -39,6 +44,29 @@ def test_turns_and_in_flight_loop() -> None:
     assert turn_starts(h) == [0, 4]
     assert in_flight_start(h) == 5
     assert newest_complete_turn(h) == (0, 4)
+
+
+_KINDS = {
+    "user": lambda: user("q"),
+    "answer": lambda: assistant(text="a"),
+    "call": lambda: assistant(call("c")),
+    "result": lambda: result("c"),
+    "summary": lambda: SummaryMessage("s"),
+}
+
+
+@given(st.lists(st.lists(st.sampled_from(sorted(_KINDS)), max_size=6), max_size=8))
+def test_the_tracked_complete_turn_is_the_scanned_one_after_every_append(
+    appends: list[list[str]],
+) -> None:
+    # The manager keeps the newest complete turn in O(new messages) a call; a decision reads it
+    # from there, so it must always say what a scan of the whole history says.
+    history: list[Message] = []
+    turns = CompleteTurns()
+    for kinds in appends:
+        history += [_KINDS[k]() for k in kinds]
+        turns.update(history)
+        assert turns.newest == newest_complete_turn(history)
 
 
 def test_safe_cut_never_splits_a_parallel_batch() -> None:

@@ -102,13 +102,13 @@ async def test_a_catastrophic_pattern_is_searched_as_literal_text_in_linear_time
         rid = store.put(ctx.session_id, "a" * 26 + "!")
         started = time.perf_counter()
         answer = await ask(ctx, {"id": rid, "pattern": "(a+)+$"})
-        assert time.perf_counter() - started < 0.5
+        assert time.perf_counter() - started < 2  # the pattern backtracking took 20 s
         assert answer.startswith(f"[recall_context {rid}: 0 lines match '(a+)+$'")
         # Literal, case-insensitive, per line; a big input stays fast too.
         big = store.put(ctx.session_id, ("a" * 5_000 + "\n") * 2_000 + "x (A+)+$ y")
         started = time.perf_counter()
         answer = await ask(ctx, {"id": big, "pattern": "(a+)+$"})
-        assert time.perf_counter() - started < 0.5
+        assert time.perf_counter() - started < 2  # the pattern backtracking took 20 s
         assert "1 lines match" in answer and answer.endswith("2001: x (A+)+$ y")
     description = recall_tool("anthropic")["description"]
     assert "not a regular expression" in description

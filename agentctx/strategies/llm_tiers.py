@@ -121,6 +121,7 @@ async def run_tiers(
         sent=ctx.sent,
         _view=part,
         _view_tokens=lambda: ctx.prompt_tokens - counter.overhead + delta,
+        _complete_turn=ctx._complete_turn,
         taken=ctx.taken,
     )
     await fallback.compact(sub)
