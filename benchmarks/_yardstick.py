@@ -692,16 +692,13 @@ def agentctx_budget(b: int, target_ratio: float | None = None) -> Any:
     return Budget(context_window=b + RESERVE, reserve_output=RESERVE, target_ratio=target_ratio)
 
 
-def agentctx_counter(canon: Canon) -> Any:
-    """agentctx's message counter on the exact o200k tokenizer when the yardstick has it
-    (agentctx counts with its estimator unless given one), else its default."""
+def agentctx_counter() -> Any:
+    """agentctx's default message counter, as a user gets it: each peer counts with its own
+    default too, and only the judge counts exactly. (An exact o200k counter would be a kinder
+    yardstick: agentctx would count exactly what the judge counts.)"""
     from agentctx.tokens import MessageCounter
 
-    if not canon.exact:
-        return MessageCounter()
-    from agentctx.tokens.exact import ExactCounter
-
-    return MessageCounter(ExactCounter("o200k_base"))
+    return MessageCounter()
 
 
 @dataclass
@@ -754,7 +751,7 @@ async def run_agentctx(
     async with ContextManager(
         agentctx_budget(b, target_ratio),
         strategy=make_strategy(clock),
-        counter=agentctx_counter(canon),
+        counter=agentctx_counter(),
         session_id="bench",
         on_over_budget="send",
         clock=clock,

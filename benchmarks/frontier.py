@@ -333,7 +333,7 @@ async def run_planted(
     async with ContextManager(
         y.agentctx_budget(b, ratio),
         strategy=build_strategy(AGENTCTX[name], clock, delay=DEFAULT_SUMMARIZER_DELAY),
-        counter=y.agentctx_counter(canon),
+        counter=y.agentctx_counter(),
         recall=MemoryRecallStore(),
         session_id="retention",
         on_over_budget="send",

@@ -61,8 +61,9 @@ async def run(
                 decided.append(elapsed)
             # The provider's reported usage after the call: here the counter's own estimate
             # plus a 3k-token system prompt (observe() refines what was sent; timed apart).
+            usage = Usage(input_tokens=ctx.counter.count_many(view) + 3_000)
             t2 = time.perf_counter()
-            ctx.observe(Usage(input_tokens=ctx.counter.count_many(view) + 3_000))
+            ctx.observe(usage)
             observed.append(time.perf_counter() - t2)
             history = view
         # Sized by a fresh counter: the session's own is calibrated on this run's feedback.

@@ -36,9 +36,10 @@ The strategies, each at its defaults, driven through its own hook as its framewo
 * agentctx: ``DeterministicCompaction()`` (the default), ``ToolOutputPipeline`` then the tiers,
   and the ``llm`` strategy of ``agentctx replay`` (background briefings from the offline
   extractive summarizer, 8 s of session time each, then the tiers), with a `Budget` whose
-  hard prompt limit is exactly B, counting with the exact o200k tokenizer when the
-  ``tokenizer`` extra is installed, through ``prepare`` (projection mode) and ``observe``
-  with the exact size of what it sent (`_yardstick.run_agentctx`). ``--target-ratio`` adds
+  hard prompt limit is exactly B, counting with its default `MessageCounter` (its estimator,
+  texts under 256 characters exact with the ``tokenizer`` extra), as the peers count with
+  theirs, through ``prepare`` (projection mode) and ``observe`` with the exact size of what
+  it sent (`_yardstick.run_agentctx`). ``--target-ratio`` adds
   the deterministic strategy at other ``Budget.target_ratio`` values.
 
 Time is ``perf_counter`` around the strategy's own call only (``before_model_request``,

@@ -23,6 +23,7 @@ loop. When the budget cannot be met even so, the manager reports it.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -76,6 +77,16 @@ def _tokens(ctx: CompactionContext) -> int:
     """The prompt size after the decisions taken so far (the view renders first)."""
     _ = ctx.origins
     return ctx.prompt_tokens
+
+
+_MARKER = SummaryMessage(COMPACTION_MARKER)
+
+
+@functools.lru_cache(maxsize=1024)
+def _line_message(line: str) -> AssistantMessage:
+    """One message per condensed line: every decision call sizes the same old turns again,
+    and a counter keeps its estimate on the message object it counted."""
+    return AssistantMessage((TextBlock(line),), "stop")
 
 
 def _result_text(m: ToolResultMessage) -> str:
@@ -365,7 +376,7 @@ class DeterministicCompaction:
                 continue
             # Sized with a stand-in id; the real one is made only for the turns condensed.
             line = condensed_line(part, ID_STAND_IN if ctx.recall is not None else None)
-            replacement = AssistantMessage((TextBlock(line),), "stop")
+            replacement = _line_message(line)
             gain = size - ctx.counter.count_full(replacement)
             if gain > 0:
                 eligible.append((s + 1, e, replacement, gain))
@@ -408,8 +419,7 @@ class DeterministicCompaction:
         complete = ctx.protected_turn or (0, 0)
         loop_start = b.in_flight_start(view)
         count = ctx.counter.count
-        marker = SummaryMessage(COMPACTION_MARKER)
-        marker_cost = ctx.counter.count_full(marker)
+        marker_cost = ctx.counter.count_full(_MARKER)
         # Segments of droppable view positions, split at protected messages.
         segments: list[list[int]] = [[]]
         for j in range(task + 1, tail):
@@ -465,13 +475,15 @@ class DeterministicCompaction:
             if a > 0 and is_marker(view[a - 1]):
                 a -= 1  # grow the earlier marker's span instead of adding a second marker
             start, end = origins[a], (origins[e] if e < len(view) else len(raw))
+            # The real recall id before sizing: the message sized is the one taken, so its
+            # estimate (a trail runs to a few KB) is made once. An id not taken is not written.
             recall = ctx.recall
-            trail = marker_with_trail(view[a:e], ID_STAND_IN if recall is not None else None)
+            rid = None
+            if recall is not None:
+                rid = recall.put(ctx.session_id, span_text(view, origins, raw, a, e, ctx.ledger))
+            trail = marker_with_trail(view[a:e], rid)
             freed = sum(map(count, view[a:e])) - ctx.counter.count_full(trail)
             if freed < min(need, _MIN_DROP_GAIN):
                 continue  # the trail would cost about what the span frees
-            if recall is not None:
-                rid = recall.put(ctx.session_id, span_text(view, origins, raw, a, e, ctx.ledger))
-                trail = SummaryMessage(trail.text.replace(ID_STAND_IN, rid, 1))
             ctx.take(ReplaceSpan(anchor(raw, start), end, anchor(raw, end - 1), (trail,), "drop"))
             actions.append(f"dropped {e - a} messages ({freed} tokens) behind the marker")

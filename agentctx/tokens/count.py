@@ -323,7 +323,11 @@ class MessageCounter:
         `observe` (after the model call, for what was sent) and before a strategy decides.
         """
         changed = 0
+        key = self._key
         for message in messages:
+            entry: _Entry | None = message._tk
+            if entry is not None and entry.exact and entry.owner is key:
+                continue  # the common case, checked inline: a view is refined whole
             entry = self._entry(message)
             if not entry.exact:
                 self._make_exact(message, entry)
