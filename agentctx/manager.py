@@ -182,7 +182,7 @@ class ContextManager:
             raise ConfigError(f"on_over_budget is 'raise' or 'send', got {on_over_budget!r}")
         self.budget = budget if isinstance(budget, Budget) else Budget(context_window=budget)
         self.strategy: CompactionStrategy = strategy or DeterministicCompaction()
-        self.counter = counter or MessageCounter()
+        self._counter = counter or MessageCounter()
         self.recall_store = recall
         self.session_id = session_id or uuid.uuid4().hex
         self.usage = Usage()
@@ -206,7 +206,7 @@ class ContextManager:
                     self._startup_events.append(
                         CompactionWarning("ledger_unreadable", f"{e}; decisions start over")
                     )
-        self._state = ViewState(self.counter, ledger)
+        self._state = ViewState(self._counter, ledger)
         self._hub = EventHub()
         # Strategies put into the writer; it writes to the store off the event loop.
         self._writer = (
@@ -228,6 +228,8 @@ class ContextManager:
         # overestimate is not carried: it only makes compaction come a little early, and
         # calibration corrects it).
         self._reported_view = ((-1, -1), 0, 0)
+        self._report: int | None = None  # prompt tokens of a usage report not applied yet
+        self._report_arrived: anyio.Event | None = None
         self._last_call: float | None = None
         self._reported: set[tuple[str, int, str | None]] = set()
         self._rendered_version = self._state.ledger.version
@@ -238,7 +240,7 @@ class ContextManager:
     # -- lifecycle ----------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        if exact_encoder_needed(self.counter.counter):
+        if exact_encoder_needed(self._counter.counter):
             # About half a second, once per process, in a worker thread: the loop goes on,
             # and the session counts exactly from its first call, however busy the machine.
             await anyio.to_thread.run_sync(load_exact_encoder)
@@ -264,6 +266,7 @@ class ContextManager:
             while not self._closing:
                 async with anyio.create_task_group() as tasks:
                     self._tasks = tasks
+                    tasks.start_soon(self._settle_reports)
                     self._hub.bind(tasks)
                     if not done.is_set() and task_status is not anyio.TASK_STATUS_IGNORED:
                         task_status.started()
@@ -271,6 +274,7 @@ class ContextManager:
                     await anyio.sleep_forever()
         finally:
             self._tasks = None
+            self._report_arrived = None
             self._hub.bind(None)
             done.set()
 
@@ -352,7 +356,14 @@ class ContextManager:
     @property
     def prompt_tokens(self) -> int:
         """Estimated prompt size of the current view, system prompt and tools included."""
-        return self.counter.overhead + self._view_tokens()
+        self._settle()
+        return self._counter.overhead + self._view_tokens()
+
+    @property
+    def counter(self) -> MessageCounter:
+        """The session's token counter, calibrated on every usage report `observe` got."""
+        self._settle()
+        return self._counter
 
     def _view_tokens(self) -> int:
         """The view's estimate, raised by what the last report showed it to be short of while
@@ -374,7 +385,7 @@ class ContextManager:
         if not 0 < self._sent < len(state.raw):
             return 0
         unsent = state.view[bisect.bisect_left(state.origins, self._sent) :]
-        return math.ceil(self.counter.count_many(unsent) * _UNSENT_MARGIN)
+        return math.ceil(self._counter.count_many(unsent) * _UNSENT_MARGIN)
 
     async def prepare(
         self, history: Sequence[Message], *, max_tokens: int | None = None
@@ -419,6 +430,7 @@ class ContextManager:
             for event in self._startup_events:
                 self._hub.emit(event)
             self._startup_events.clear()
+        self._settle()
         self._sync(history)
         state = self._state
         self._count_new_near_budget(budget)
@@ -442,7 +454,7 @@ class ContextManager:
             session_id=self.session_id,
             raw=state.raw,
             budget=deciding,
-            counter=self.counter,
+            counter=self._counter,
             ledger=state.ledger,
             recall=self._writer,
             clock=self._clock,
@@ -472,7 +484,7 @@ class ContextManager:
         self._sent = len(state.raw)
         view = list(state.view)
         tokens = self.prompt_tokens
-        if tokens > budget.limit and self.counter.refine(view):
+        if tokens > budget.limit and self._counter.refine(view):
             tokens = self.prompt_tokens
         if tokens > budget.limit:
             fraction = budget.usage_fraction(tokens)
@@ -504,8 +516,8 @@ class ContextManager:
 
     def _protected(self, view: Sequence[Message]) -> int:
         """Tokens of what no compaction may touch in ``view``, request overhead included."""
-        count = self.counter.count
-        return self.counter.overhead + sum(count(view[j]) for j in protected_positions(view))
+        count = self._counter.count
+        return self._counter.overhead + sum(count(view[j]) for j in protected_positions(view))
 
     def _count_new_near_budget(self, budget: Budget) -> None:
         """Count the messages new since the last call in full when their quick estimate could
@@ -520,9 +532,9 @@ class ContextManager:
         k = bisect.bisect_left(origins, self._sent)
         if k < len(view):
             new = view[k:]
-            quick = self.counter.count_many(new)
+            quick = self._counter.count_many(new)
             if self.prompt_tokens + quick * _DENSEST_OVER_QUICK > budget.limit:
-                self.counter.refine(new)
+                self._counter.refine(new)
 
     def _persist(self, taken: Sequence[Decision]) -> None:
         """Hand the decisions just taken to the recall writer: it keeps the entries they name
@@ -630,26 +642,56 @@ class ContextManager:
         Accepts a `Usage`, an `AssistantMessage` carrying one, or what the SDK returned:
         ``ctx.observe(resp)`` / ``ctx.observe(resp.usage)`` for an anthropic ``Message``, an
         openai ``ChatCompletion`` or ``Response`` (or a stream's final message), read by
-        their fields (`usage_of`). Calibrates the token estimate from it.
+        their fields (`usage_of`). Calibrates the token estimate from it: inside
+        ``async with`` in the background, once the caller's code yields (while the agent runs
+        its tools), since it estimates in full what the request sent that was new; without,
+        at once. Counts read through the manager (`prompt_tokens`, `counter`, `prepare`)
+        always see it applied, whenever it ran.
         """
         usage = usage_of(response)
         if usage is None:
             raise ConfigError(f"observe() takes {ACCEPTED}; got {type(response).__name__}")
         self.usage = self.usage + usage
         self._last_call = self._clock()
+        if usage.prompt_tokens > 0 and self._state.view:
+            self._settle()  # an earlier report first
+            self._report = usage.prompt_tokens
+            if self._report_arrived is None:
+                self._settle()
+            else:
+                self._report_arrived.set()
+
+    def _settle(self) -> None:
+        """Calibrate on the last usage report, if it is not yet: in the background once the
+        caller's code yields (an agent runs its tools), else at the next read of the counts
+        or `prepare`, whichever comes first; the view it was on is the current one until
+        then, so when it runs changes nothing."""
+        tokens = self._report
+        if tokens is None:
+            return
+        self._report = None
         state = self._state
-        if usage.prompt_tokens > 0 and state.view:
-            view, origins = self._current_view()
-            epoch = (state.ledger.version, state.repairs_version)
-            # Calibration needs full estimates of what was sent; those made before are kept,
-            # so only what is new since the last report (or every message, after a decision
-            # or a rewind put other messages in the view) is estimated in full here.
-            reported, raw_len, _ = self._reported_view
-            first = bisect.bisect_left(origins, raw_len) if reported == epoch else 0
-            self.counter.refine(view[first:])
-            self.counter.observe(view, usage.prompt_tokens, vector=state.vector())
-            short = usage.prompt_tokens - self.counter.overhead - state.tokens
-            # Capped: a report far above the estimate is another request's (a host that adds
-            # its own context), not this view's size.
-            short = max(0, min(short, usage.prompt_tokens // _MAX_SHORT_FRACTION))
-            self._reported_view = (epoch, len(state.raw), short)
+        counter = self._counter
+        view, origins = self._current_view()
+        epoch = (state.ledger.version, state.repairs_version)
+        # Calibration needs full estimates of what was sent; those made before are kept,
+        # so only what is new since the last report (or every message, after a decision
+        # or a rewind put other messages in the view) is estimated in full here.
+        reported, raw_len, _ = self._reported_view
+        first = bisect.bisect_left(origins, raw_len) if reported == epoch else 0
+        counter.refine(view[first:])
+        counter.observe(view, tokens, vector=state.vector())
+        short = tokens - counter.overhead - state.tokens
+        # Capped: a report far above the estimate is another request's (a host that adds
+        # its own context), not this view's size.
+        short = max(0, min(short, tokens // _MAX_SHORT_FRACTION))
+        self._reported_view = (epoch, len(state.raw), short)
+
+    async def _settle_reports(self) -> None:
+        while True:
+            arrived = self._report_arrived = anyio.Event()
+            await arrived.wait()
+            try:
+                self._settle()
+            except Exception:  # a report is dropped, not the manager's background work
+                log.exception("usage report not applied")

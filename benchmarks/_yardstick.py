@@ -492,6 +492,8 @@ class Result:
     paths: int = 0
     times_ms: list[float] = field(default_factory=list)
     observe_ms: list[float] = field(default_factory=list)
+    background_ms: list[float] = field(default_factory=list)
+    """What ``observe`` left to the background (the calibration), timed apart."""
     notes: list[str] = field(default_factory=list)
     first_invalid: str | None = None
     break_at: list[int] = field(default_factory=list)
@@ -512,6 +514,10 @@ class Result:
     @property
     def observe_p50(self) -> float | None:
         return statistics.median(self.observe_ms) if self.observe_ms else None
+
+    @property
+    def background_p50(self) -> float | None:
+        return statistics.median(self.background_ms) if self.background_ms else None
 
 
 class Judge:
@@ -657,7 +663,7 @@ class Judge:
 def table(results: Sequence[Result], baseline: Result | None) -> str:
     """The results as one markdown table; ``x none`` against ``baseline``."""
     head = (
-        "| strategy | ms p50 | ms p99 | observe p50 | breaks | cold | input Mtok "
+        "| strategy | ms p50 | ms p99 | observe p50 (+bg) | breaks | cold | input Mtok "
         "| cache-write ktok | peak tok | req > B | invalid | task lost | cost $ | x none "
         "| paths kept |"
     )
@@ -666,6 +672,8 @@ def table(results: Sequence[Result], baseline: Result | None) -> str:
     for r in results:
         ratio = r.cost / baseline.cost if baseline is not None and baseline.cost else float("nan")
         obs = "-" if r.observe_p50 is None else f"{r.observe_p50:.3f}"
+        if r.background_p50 is not None:
+            obs += f" (+{r.background_p50:.3f})"
         invalid = f"{r.invalid}" + (f" ({r.empty} empty)" if r.empty else "")
         paths = f"{r.paths_kept}/{r.paths}" if r.paths else "-"
         name = r.name + (f" [{'; '.join(r.notes)}]" if r.notes else "")
@@ -722,12 +730,16 @@ async def run_agentctx(
     """Replay ``messages`` request by request through agentctx at hard budget ``b``, judging
     each view as sent: `ContextManager.prepare` on the history so far (projection mode), timed
     alone; then `observe` with the exact size of what was sent as the provider's input tokens
-    (timed too), as the peers' responses report it. The manager runs on the transcript's clock
-    (`agentctx.replay.ReplayClock`), so message ages, idle gaps and background summaries follow
-    the session's time; ``make_strategy(clock)`` builds the strategy on it. ``recall``: the
-    manager's recall store (none by default); ``after(ctx, view)``, if given, is awaited with
-    the manager and the last view before the manager closes (to look at what was kept)."""
+    (timed too), as the peers' responses report it, and the calibration it leaves to the
+    background (timed apart: one checkpoint of the loop right after it). The manager runs on
+    the transcript's clock (`agentctx.replay.ReplayClock`), so message ages, idle gaps and
+    background summaries follow the session's time; ``make_strategy(clock)`` builds the
+    strategy on it. ``recall``: the manager's recall store (none by default); ``after(ctx,
+    view)``, if given, is awaited with the manager and the last view before the manager
+    closes (to look at what was kept)."""
     import time
+
+    import anyio.lowlevel
 
     from agentctx.events import ContextCompacted
     from agentctx.manager import ContextManager
@@ -771,6 +783,11 @@ async def run_agentctx(
             started = time.perf_counter()
             ctx.observe(Usage(input_tokens=tokens))
             judge.result.observe_ms.append((time.perf_counter() - started) * 1000)
+            # What it left to the background runs once the loop is free (the agent runs its
+            # tools): timed apart, not hidden.
+            started = time.perf_counter()
+            await anyio.lowlevel.checkpoint()
+            judge.result.background_ms.append((time.perf_counter() - started) * 1000)
             new = events[seen:]
             run.events.append(new)
             run.splices += sum(

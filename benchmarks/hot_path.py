@@ -15,6 +15,7 @@ import statistics
 import time
 
 import anyio
+import anyio.lowlevel
 
 from agentctx.budget import Budget
 from agentctx.manager import ContextManager
@@ -31,12 +32,13 @@ def pct(values: list[float], q: float) -> float:
 
 async def run(
     seed: int, window: int
-) -> tuple[list[float], list[float], list[float], list[float], int]:
+) -> tuple[list[float], list[float], list[float], list[float], list[float], int]:
     groups = synthetic_session(seed, 200, mean_output_lines=35)
     idle: list[float] = []
     decided: list[float] = []
     ratios: list[float] = []
     observed: list[float] = []
+    background: list[float] = []
     async with ContextManager(
         Budget(context_window=window, reserve_output=8_000),
         recall=MemoryRecallStore(),
@@ -65,10 +67,13 @@ async def run(
             t2 = time.perf_counter()
             ctx.observe(usage)
             observed.append(time.perf_counter() - t2)
+            t3 = time.perf_counter()
+            await anyio.lowlevel.checkpoint()  # the tools run: what observe left runs here
+            background.append(time.perf_counter() - t3)
             history = view
         # Sized by a fresh counter: the session's own is calibrated on this run's feedback.
         total = MessageCounter(lazy=False).count_many(ctx.raw)
-    return idle, decided, ratios, observed, total
+    return idle, decided, ratios, observed, background, total
 
 
 def main() -> None:
@@ -81,14 +86,16 @@ def main() -> None:
     decided: list[float] = []
     ratios: list[float] = []
     observed: list[float] = []
+    background: list[float] = []
     total = 0
     for r in range(args.repeat):
-        i, d, q, o, total = anyio.run(run, args.seed, args.window)
+        i, d, q, o, g, total = anyio.run(run, args.seed, args.window)
         if r:  # the first run warms caches and the interpreter
             idle += i
             decided += d
             ratios += q
             observed += o
+            background += g
     ms = 1000.0
     print(f"workload: 200 model calls, {total} tokens of raw history (seed {args.seed})")
     print(
@@ -104,8 +111,10 @@ def main() -> None:
         f"p99 {pct(ratios, 0.99):.4f} (target <= 0.05)"
     )
     print(
-        f"observe() after each call (full estimate of what was sent, calibration): "
-        f"p50 {pct(observed, 0.5) * ms:.3f} ms  p99 {pct(observed, 0.99) * ms:.3f} ms"
+        f"observe() after each call: p50 {pct(observed, 0.5) * ms:.3f} ms  "
+        f"p99 {pct(observed, 0.99) * ms:.3f} ms; the calibration it leaves to the background "
+        f"(a full estimate of what was sent new): p50 {pct(background, 0.5) * ms:.3f} ms  "
+        f"p99 {pct(background, 0.99) * ms:.3f} ms"
     )
     if decided:
         print(
