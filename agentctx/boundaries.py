@@ -216,7 +216,12 @@ class Repair:
 
 
 def _blank(block: object) -> bool:
-    return isinstance(block, TextBlock) and not block.text.strip()
+    # isspace stops at the first other character; strip() would copy a long text first
+    return isinstance(block, TextBlock) and _blank_text(block.text)
+
+
+def _blank_text(text: str) -> bool:
+    return not text or text.isspace()
 
 
 def repaired_message(m: Message) -> Message | None:
@@ -239,7 +244,7 @@ def _cleaned(m: Message) -> tuple[Message | None, str | None]:
         if isinstance(m, UserMessage):
             return UserMessage(kept, m.extra), kind  # type: ignore[arg-type]
         return AssistantMessage(kept, m.stop_reason, m.usage, m.model, m.extra), kind  # type: ignore[arg-type]
-    if isinstance(m, SummaryMessage) and not m.text.strip():
+    if isinstance(m, SummaryMessage) and _blank_text(m.text):
         return None, "empty_summary"
     return m, None
 
@@ -428,7 +433,7 @@ def validate(messages: Sequence[Message], provider: Provider = "anthropic") -> l
         if isinstance(m, SummaryMessage):
             if not m.text:
                 problems.append(f"message {i}: empty summary")
-            elif provider == "anthropic" and not m.text.strip():
+            elif provider == "anthropic" and _blank_text(m.text):
                 problems.append(
                     f"message {i}: text content blocks must contain non-whitespace text"
                 )

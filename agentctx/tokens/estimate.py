@@ -377,15 +377,17 @@ def _run_cost(run: bytes) -> float:
 
 
 def _price_new(pieces: list[bytes]) -> float:
-    total = 0.0
-    for piece in pieces:
-        cost = _PIECES.get(piece)
-        if cost is None:
-            cost = _word_cost(piece) if piece[0] in _SHAPE_BYTES else _run_cost(piece)
-            if len(_PIECES) < _MEMO_MAX:
-                _PIECES[piece] = cost
-        total += cost
-    return total
+    # Only the pieces never seen are priced in Python; the sum stays one pass in C, in the
+    # same order (the same float) as the memo's fast path.
+    new = {
+        piece: _word_cost(piece) if piece[0] in _SHAPE_BYTES else _run_cost(piece)
+        for piece in set(pieces).difference(_PIECES)
+    }
+    if len(_PIECES) + len(new) <= _MEMO_MAX:
+        _PIECES.update(new)
+        return sum(map(_price, pieces))
+    get = _PIECES.get
+    return sum([new[piece] if (cost := get(piece)) is None else cost for piece in pieces])
 
 
 _from_bytes = int.from_bytes
