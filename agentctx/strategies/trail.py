@@ -283,6 +283,21 @@ def _trail_items(messages: Sequence[Message]) -> list[str]:
     return items
 
 
+# The same items come back in every span that grows over them: parsed once each.
+@functools.lru_cache(maxsize=8192)
+def _path_argument(item: str) -> tuple[tuple[str, ...], str | None]:
+    """The tools of ``tool(path=...)`` and its path; ``((), None)`` for any other item."""
+    m = _ITEM.fullmatch(item)
+    if m and m.group(2) in _PATH_KEYS:
+        return tuple(m.group(1).split("+")), m.group(3)
+    return (), None
+
+
+@functools.lru_cache(maxsize=8192)
+def _paths_named(item: str) -> tuple[str, ...]:
+    return tuple(_PATH_TOKEN.findall(item))
+
+
 def _fit_trail(items: Sequence[str], limit: int = _TRAIL_LIMIT) -> list[str]:
     """Distinct trail items within about ``limit`` characters (see `_fit_trail_of`)."""
     return list(_fit_trail_of(tuple(items), limit))
@@ -304,13 +319,13 @@ def _fit_trail_of(items: tuple[str, ...], limit: int) -> tuple[str, ...]:
     named: dict[str, list[str]] = {}  # path -> items (commands, ...) whose text names it
     others: list[str] = []
     for item in dict.fromkeys(items):
-        m = _ITEM.fullmatch(item)
-        if m and m.group(2) in _PATH_KEYS:
-            names = files.setdefault(m.group(3), [])
-            names += [n for n in m.group(1).split("+") if n not in names]
+        tools, path = _path_argument(item)
+        if path is not None:
+            names = files.setdefault(path, [])
+            names += [n for n in tools if n not in names]
             continue
         others.append(item)
-        for path in _PATH_TOKEN.findall(item):
+        for path in _paths_named(item):
             files.setdefault(path, [])
             named.setdefault(path, []).append(item)
     room = max(limit // 4, limit - sum(len(p) + 12 for p, n in files.items() if n))
