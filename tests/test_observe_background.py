@@ -110,3 +110,26 @@ async def test_a_report_that_fails_in_the_background_is_logged_and_work_goes_on(
         await anyio.lowlevel.checkpoint()
         assert counter.observations == 1
         assert_view_ok(view, ctx.raw)
+
+
+async def test_a_report_belongs_to_the_view_it_was_on_even_when_the_next_call_rewinds() -> None:
+    async def session(apply_in_background: bool) -> tuple[int, int, tuple[float, ...]]:
+        counter = MessageCounter()
+        async with ContextManager(
+            Budget(context_window=30_000, reserve_output=4_000),
+            counter=counter,
+            session_id="s",
+            clock=lambda: 0.0,
+        ) as ctx:
+            groups = synthetic_session(5, 40, mean_output_lines=30)
+            history = [m for g in groups[:30] for m in g]
+            await ctx.prepare(history)
+            ctx.observe(Usage(input_tokens=round(1.1 * ctx.prompt_tokens)))
+            if apply_in_background:
+                await anyio.lowlevel.checkpoint()
+            # The caller rewinds: the report is still the one for the view it sent.
+            view = await ctx.prepare(history[: len(history) // 2])
+            assert_view_ok(view, ctx.raw)
+            return ctx.prompt_tokens, counter.observations, counter.multipliers
+
+    assert await session(apply_in_background=False) == await session(apply_in_background=True)
