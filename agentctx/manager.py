@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import threading
 import time
 import uuid
 from operator import itemgetter
@@ -229,6 +230,7 @@ class ContextManager:
         # calibration corrects it).
         self._reported_view = ((-1, -1), 0, 0)
         self._report: int | None = None  # prompt tokens of a usage report not applied yet
+        self._settling = threading.Lock()
         self._report_arrived: anyio.Event | None = None
         self._last_call: float | None = None
         self._reported: set[tuple[str, int, str | None]] = set()
@@ -666,10 +668,20 @@ class ContextManager:
         caller's code yields (an agent runs its tools), else at the next read of the counts
         or `prepare`, whichever comes first; the view it was on is the current one until
         then, so when it runs changes nothing."""
-        tokens = self._report
-        if tokens is None:
+        if self._report is None:
             return
-        self._report = None
+        # The blocking API runs the manager on a thread of its own: a read of its counts from
+        # the caller's thread waits here for the background work to finish, never sees half.
+        with self._settling:
+            tokens = self._report
+            if tokens is None:
+                return
+            try:
+                self._calibrate(tokens)
+            finally:
+                self._report = None
+
+    def _calibrate(self, tokens: int) -> None:
         state = self._state
         counter = self._counter
         view, origins = self._current_view()

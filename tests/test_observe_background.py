@@ -133,3 +133,26 @@ async def test_a_report_belongs_to_the_view_it_was_on_even_when_the_next_call_re
             return ctx.prompt_tokens, counter.observations, counter.multipliers
 
     assert await session(apply_in_background=False) == await session(apply_in_background=True)
+
+
+def test_the_blocking_api_reads_counts_the_loop_thread_calibrates_in_the_background() -> None:
+    # The manager lives on a loop thread: observe() returns before the calibration ran there,
+    # and a read of the counts from the caller's thread waits for it rather than see half.
+    from agentctx.blocking import BlockingContextManager
+
+    groups = synthetic_session(2, 30, mean_output_lines=30)
+    seen = []
+    for _ in range(2):
+        manager = ContextManager(
+            Budget(context_window=20_000, reserve_output=4_000), session_id="s", clock=lambda: 0.0
+        )
+        with BlockingContextManager(manager) as ctx:
+            view: list[Message] = []
+            trace = []
+            for group in groups:
+                view = ctx.prepare([*view, *group])
+                ctx.observe(Usage(input_tokens=round(1.05 * manager.prompt_tokens) + 700))
+                trace.append((manager.prompt_tokens, len(view), manager.counter.observations))
+            seen.append(trace)
+    assert seen[0] == seen[1]
+    assert seen[0][-1][2] > 10  # calibrated on every report (the fit keeps the last 16)
