@@ -91,7 +91,17 @@ class Proposal:
 class _Scan:
     """What a view's messages say about its structure, kept while they stay the same."""
 
-    __slots__ = ("boundary", "calls", "messages", "results", "shaped", "turn_of", "turns")
+    __slots__ = (
+        "boundary",
+        "calls",
+        "messages",
+        "results",
+        "shaped",
+        "sizes",
+        "stamps",
+        "turn_of",
+        "turns",
+    )
 
     def __init__(self) -> None:
         self.messages: list[Message] = []  # the view scanned so far
@@ -100,6 +110,8 @@ class _Scan:
         self.turns = 0
         self.boundary = -1  # the last summary's view index
         self.results: list[int] = []  # view indices of the results the passes may touch
+        self.sizes: dict[int, int] = {}  # per result: the characters of its text
+        self.stamps: list[float | None] = []  # per view message: its timestamp, in seconds
         self.shaped: list[int] = []  # of user shell output and of steps with thinking (L0)
 
 
@@ -148,6 +160,7 @@ class Run:
         if scan is None or n > len(view) or view[:n] != scan.messages:
             scan, n = _Scan(), 0  # its end was rendered again (a pending batch answered)
         self.calls, self.turn_of, self.results = scan.calls, scan.turn_of, scan.results
+        self.sizes, self.stamps = scan.sizes, scan.stamps
         for j in range(n, len(view)):  # what a call with no decision adds: the new messages
             m = view[j]
             if isinstance(m, AssistantMessage):
@@ -162,8 +175,11 @@ class Run:
             elif isinstance(m, SummaryMessage):
                 scan.boundary = j
             scan.turn_of.append(scan.turns)
-            if self._candidate(j, m):
+            stamp = m.extra.get("timestamp")
+            scan.stamps.append(stamp / 1000 if isinstance(stamp, int | float) else None)
+            if isinstance(m, ToolResultMessage) and self._candidate(j, m):
                 scan.results.append(j)
+                scan.sizes[j] = len(text_of(m.content))
         scan.messages = list(view)
         memo.scan = self.scan = scan
         self.turns, self.boundary = scan.turns, scan.boundary
@@ -191,8 +207,8 @@ class Run:
         return self.turn_of[j] > self.turns - turns
 
     def _age(self, j: int) -> float | None:
-        stamp = self.view[j].extra.get("timestamp")
-        return self.now - stamp / 1000 if isinstance(stamp, int | float) else None
+        stamp = self.stamps[j]
+        return None if stamp is None else self.now - stamp
 
     # -- building decisions --------------------------------------------------------------
 
@@ -346,7 +362,7 @@ class Run:
         for j in self.results:
             groups.setdefault(self.turn_of[j], []).append(j)
         for members in groups.values():
-            sizes = {j: len(text_of(self.view[j].content)) for j in members if self._open(j)}  # type: ignore[union-attr]
+            sizes = {j: self.sizes[j] for j in members if self._open(j)}
             total = sum(sizes.values())
             for j in sorted(sizes, key=lambda k: (-sizes[k], k)):
                 if total <= cfg.max_chars_per_turn:
@@ -439,12 +455,12 @@ class Run:
 
     def _l1(self, cfg: CondensePass) -> None:
         for j in self.results:
+            if self.sizes[j] <= cfg.threshold_chars:
+                continue
             if self._protected(j, cfg.protect_recent_turns) or not self._open(j):
                 continue
-            text = text_of(self.view[j].content)  # type: ignore[union-attr]
-            if len(text) <= cfg.threshold_chars:
-                continue
             m = self.view[j]
+            text = text_of(m.content)  # type: ignore[union-attr]
             rid = self._store(text, ("rid", self.origins[j]), m)
             body = self.memo.get(("l1", self.origins[j]), m)
             if body is None:
