@@ -100,6 +100,7 @@ class _Scan:
         "sizes",
         "stamps",
         "turn_of",
+        "turn_results",
         "turns",
     )
 
@@ -111,6 +112,7 @@ class _Scan:
         self.boundary = -1  # the last summary's view index
         self.results: list[int] = []  # view indices of the results the passes may touch
         self.sizes: dict[int, int] = {}  # per result: the characters of its text
+        self.turn_results: dict[int, list[int]] = {}  # per user turn: its results, in order
         self.stamps: list[float | None] = []  # per view message: its timestamp, in seconds
         self.shaped: list[int] = []  # of user shell output and of steps with thinking (L0)
 
@@ -160,7 +162,7 @@ class Run:
         if scan is None or n > len(view) or view[:n] != scan.messages:
             scan, n = _Scan(), 0  # its end was rendered again (a pending batch answered)
         self.calls, self.turn_of, self.results = scan.calls, scan.turn_of, scan.results
-        self.sizes, self.stamps = scan.sizes, scan.stamps
+        self.sizes, self.stamps, self.turn_results = scan.sizes, scan.stamps, scan.turn_results
         for j in range(n, len(view)):  # what a call with no decision adds: the new messages
             m = view[j]
             if isinstance(m, AssistantMessage):
@@ -180,6 +182,7 @@ class Run:
             if isinstance(m, ToolResultMessage) and self._candidate(j, m):
                 scan.results.append(j)
                 scan.sizes[j] = len(text_of(m.content))
+                scan.turn_results.setdefault(scan.turns, []).append(j)
         scan.messages = list(view)
         memo.scan = self.scan = scan
         self.turns, self.boundary = scan.turns, scan.boundary
@@ -358,11 +361,11 @@ class Run:
             self._expire(j, "Old tool result expired", "mc")
 
     def _budget(self, cfg: BudgetPass) -> None:
-        groups: dict[int, list[int]] = {}
-        for j in self.results:
-            groups.setdefault(self.turn_of[j], []).append(j)
-        for members in groups.values():
-            sizes = {j: self.sizes[j] for j in members if self._open(j)}
+        every = self.sizes
+        for members in self.turn_results.values():
+            if sum([every[j] for j in members]) <= cfg.max_chars_per_turn:
+                continue  # within the budget even before what other passes claimed
+            sizes = {j: every[j] for j in members if self._open(j)}
             total = sum(sizes.values())
             for j in sorted(sizes, key=lambda k: (-sizes[k], k)):
                 if total <= cfg.max_chars_per_turn:
