@@ -278,21 +278,38 @@ class Run:
             return  # never the in-flight tool loop's calls
         j, shown = found
         i, message = self.origins[j], self.view[j]
+        key = ("args", i, shown.id, reason)
+        made: tuple[Any, ...] | None = self.memo.get(key, message)
+        if made is None:
+            made = self._arguments_cleared(j, shown, reason)
+            self.memo.put(key, message, made)
+        if not made:
+            return
+        decision, freed, action, rid, text = made
+        if rid is not None:
+            self.contents[rid] = text
+        self.proposals.append(Proposal(decision, freed, i >= self.ctx.sent, action, unit, rid))
+
+    def _arguments_cleared(self, j: int, shown: ToolCall, reason: str) -> tuple[Any, ...]:
+        """``(decision, freed, action, rid, stored text)`` clearing the long arguments of the
+        call ``shown`` in ``view[j]``; ``()`` when it has none (or is not undecided)."""
+        i, message = self.origins[j], self.view[j]
         original = self._undecided(j)
         if not isinstance(original, AssistantMessage) or not isinstance(message, AssistantMessage):
-            return
+            return ()
         # Named as in the raw message: the decision anchors there, and rendering renames it.
         call = raw_call(original, message, shown)
         if call is None:
-            return
+            return ()
         long_args = {
             k: v
             for k, v in call.arguments.items()
             if isinstance(v, str) and len(v) > self.cfg.argument_chars
         }
         if not long_args:
-            return
-        rid = self._store(_json(dict(long_args)), ("args", i, call.id), message)
+            return ()
+        text = _json(dict(long_args))
+        rid = recall_id(self.ctx.session_id, text) if self.ctx.recall is not None else None
         args: dict[str, Any] = dict(call.arguments)
         for key, value in long_args.items():
             note = f' recall_context(id="{rid}")' if rid else ""
@@ -301,16 +318,7 @@ class Run:
             args[key] = f"{head}[cleared: {len(value)} chars{note}]"
         freed = sum(len(v) - len(str(args[k])) for k, v in long_args.items()) // 4
         decision = ReplaceArguments(anchor(self.raw, i), call.id, args, reason, rid)
-        self.proposals.append(
-            Proposal(
-                decision,
-                freed,
-                i >= self.ctx.sent,
-                f"cleared arguments of {describe_call(call)}",
-                unit,
-                rid,
-            )
-        )
+        return decision, freed, f"cleared arguments of {describe_call(call)}", rid, text
 
     def _expire(self, j: int, kind: str, reason: str, *, only_if_smaller: bool = False) -> None:
         m = self.view[j]
