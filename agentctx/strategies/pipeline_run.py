@@ -355,8 +355,18 @@ class Run:
 
     def _mc(self, mc: MicroCompact) -> None:
         idle = self.ctx.idle_seconds
-        last = [j for j, m in enumerate(self.view) if isinstance(m, AssistantMessage)]
-        gap = idle if idle is not None else (self._age(last[-1]) if last else None)
+        if idle is None:
+            last = next(
+                (
+                    j
+                    for j in range(len(self.view) - 1, -1, -1)
+                    if isinstance(self.view[j], AssistantMessage)
+                ),
+                None,
+            )
+            gap = None if last is None else self._age(last)
+        else:
+            gap = idle
         if gap is None or gap <= mc.gap_seconds:
             return
         allowed = self.cfg.compactable_tools
