@@ -43,7 +43,7 @@ from agentctx.summarizer import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Sequence
 
     from anyio.abc import TaskGroup
 
@@ -74,7 +74,8 @@ class Job:
     Attributes:
         start: raw index where the span starts (a previous briefing's span start, if any).
         cut: raw index the span ends before.
-        prefix: ``raw[:cut]`` when armed: what must be unchanged for the briefing to splice.
+        prefix: ``raw[:cut]`` when armed (a list of its own, never changed): what must be
+            unchanged for the briefing to splice.
         messages: the view messages sent as the transcript.
         previous: the briefing this job updates, if any.
         span_messages: view messages the briefing replaces.
@@ -91,7 +92,7 @@ class Job:
 
     start: int
     cut: int
-    prefix: tuple[Message, ...]
+    prefix: Sequence[Message]
     messages: tuple[Message, ...]
     previous: str | None
     span_messages: int
