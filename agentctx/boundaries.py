@@ -137,11 +137,15 @@ def newest_complete_turn(messages: Sequence[Message]) -> tuple[int, int] | None:
     for start in range(end - 1, -1, -1):
         if not isinstance(messages[start], UserMessage):
             continue
-        last = messages[end - 1]
-        if end - 1 > start and isinstance(last, AssistantMessage) and not last.tool_calls:
+        if end - 1 > start and _answers(messages[end - 1]):
             return start, end
         end = start
     return None
+
+
+def _answers(m: Message) -> bool:
+    """Whether a turn ending with ``m`` is complete: an assistant answer with no calls."""
+    return isinstance(m, AssistantMessage) and not m.tool_calls
 
 
 class CompleteTurns:
@@ -167,7 +171,7 @@ class CompleteTurns:
                     self._closed = self._open, i
                 self._open, self._answered = i, False
             else:
-                self._answered = isinstance(m, AssistantMessage) and not m.tool_calls
+                self._answered = _answers(m)
         self._seen = len(messages)
 
     @property

@@ -368,7 +368,7 @@ class LlmCompaction:
         update = Job(
             start=job.start,
             cut=raw_cut,
-            prefix=raw[:raw_cut],  # a slice is a copy: half the cost of a tuple of it
+            prefix=raw[:raw_cut],
             messages=(*carried, *view[after : cut.end]),
             previous=ready.text,
             span_messages=cut.end - va,
