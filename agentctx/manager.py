@@ -112,7 +112,8 @@ def _extends_raw(history: Sequence[Message], state: ViewState) -> bool:
     shown = state.shown
     if len(shown) > 1:
         pick = itemgetter(*shown)
-        if history[n - 1] == raw[n - 1] and pick(history) == pick(raw):
+        last, known = history[n - 1], raw[n - 1]
+        if (last is known or last == known) and pick(history) == pick(raw):
             return True
     # Equal messages that are other objects (a history converted again from provider dicts).
     return _same(history[n - 1], raw[n - 1]) and all(_same(history[i], raw[i]) for i in shown)
@@ -377,17 +378,28 @@ class ContextManager:
             return state.tokens + short
         return state.tokens
 
-    def _unsent_margin(self) -> int:
-        """How far the estimate of the messages new since the last call may fall short: a
-        calibrated estimate of one new message can still be a few percent low (4 % on a
-        10k-token result measured in o200k), enough to cross the hard limit unseen when the
-        prompt rides just under it. Nothing on a first call, which renders as a resumed
-        worker did."""
+    def _rendered_tokens(self) -> int:
+        """`_view_tokens` of the view as it renders after the decisions taken so far."""
+        self._current_view()
+        return self._view_tokens()
+
+    def _deciding_budget(self, budget: Budget, tokens: int) -> Budget:
+        """The budget strategies decide against: near the limit, lowered by how far the
+        estimate of the messages new since the last call may fall short. A calibrated
+        estimate of one new message can still be a few percent low (4 % on a 10k-token
+        result measured in o200k), enough to cross the hard limit unseen when the prompt
+        rides just under it. The call's own check is against ``budget`` itself. Nothing on a
+        first call, which renders as a resumed worker did."""
         state = self._state
+        # What is new is part of the view, so its margin is at most the view's (each count
+        # rounded): far from the limit, nothing to count.
+        if tokens + math.ceil((tokens + len(state.view)) * _UNSENT_MARGIN) <= budget.limit:
+            return budget
         if not 0 < self._sent < len(state.raw):
-            return 0
+            return budget
         unsent = state.view[bisect.bisect_left(state.origins, self._sent) :]
-        return math.ceil(self._counter.count_many(unsent) * _UNSENT_MARGIN)
+        margin = math.ceil(self._counter.count_many(unsent) * _UNSENT_MARGIN)
+        return budget.lowered(margin) if tokens + margin > budget.limit else budget
 
     async def prepare(
         self, history: Sequence[Message], *, max_tokens: int | None = None
@@ -432,10 +444,11 @@ class ContextManager:
             for event in self._startup_events:
                 self._hub.emit(event)
             self._startup_events.clear()
-        self._settle()
+        if self._report is not None:
+            self._settle()
         self._sync(history)
         state = self._state
-        self._count_new_near_budget(budget)
+        tokens = self._count_new_near_budget(budget)
         if self._resumed:
             # A resumed ledger must match the history it is applied to, anchor by anchor.
             self._resumed = False
@@ -445,17 +458,13 @@ class ContextManager:
             if state.ledger.drop_stale(state.raw):
                 state.ledger.drop_protected(state.raw)
                 state.rebuild()
+                tokens = self.prompt_tokens
         now = self._clock()
         idle = None if self._last_call is None else now - self._last_call
-        # Near the limit, strategies decide against one lowered by what new messages may cost
-        # beyond their estimate; the call's own check below is against the budget itself.
-        tokens = self.prompt_tokens
-        margin = self._unsent_margin()
-        deciding = budget.lowered(margin) if tokens + margin > budget.limit else budget
         ctx = CompactionContext(
             session_id=self.session_id,
             raw=state.raw,
-            budget=deciding,
+            budget=self._deciding_budget(budget, tokens),
             counter=self._counter,
             ledger=state.ledger,
             recall=self._writer,
@@ -465,7 +474,7 @@ class ContextManager:
             tasks=self._tasks,
             sent=self._sent,
             _view=self._current_view,
-            _view_tokens=self._view_tokens,
+            _view_tokens=self._rendered_tokens,
             _complete_turn=state.turns.newest,
         )
         # Run to a fixed point, so calling prepare() again on the same history takes nothing
@@ -521,9 +530,9 @@ class ContextManager:
         count = self._counter.count
         return self._counter.overhead + sum(count(view[j]) for j in protected_positions(view))
 
-    def _count_new_near_budget(self, budget: Budget) -> None:
+    def _count_new_near_budget(self, budget: Budget) -> int:
         """Count the messages new since the last call in full when their quick estimate could
-        be what keeps the prompt under the budget.
+        be what keeps the prompt under the budget; return the prompt's estimate.
 
         A new message is first counted at a few characters (UTF-8 bytes beyond ASCII) a
         token; dense output costs more than that, up to one token a character, so a large
@@ -531,12 +540,14 @@ class ContextManager:
         when that bound would cross the budget: calls far from it stay O(1).
         """
         view, origins = self._current_view()
+        tokens = self.prompt_tokens
         k = bisect.bisect_left(origins, self._sent)
         if k < len(view):
             new = view[k:]
             quick = self._counter.count_many(new)
-            if self.prompt_tokens + quick * _DENSEST_OVER_QUICK > budget.limit:
-                self._counter.refine(new)
+            if tokens + quick * _DENSEST_OVER_QUICK > budget.limit and self._counter.refine(new):
+                tokens = self.prompt_tokens
+        return tokens
 
     def _persist(self, taken: Sequence[Decision]) -> None:
         """Hand the decisions just taken to the recall writer: it keeps the entries they name

@@ -53,6 +53,8 @@ class ViewState:
         "_refined_seen",
         "_settled_raw",
         "_shown_in_prefix",
+        "_tokens_memo",
+        "_version",
         "ledger",
         "origins",
         "raw",
@@ -85,6 +87,9 @@ class ViewState:
         # Tool-call ids of view[:_prefix_len]: the tail is repaired as their continuation.
         self._prefix_ids: set[str] = set()
         self._refined_seen = len(counter.refined)
+        # ``tokens`` as (view version, counter generation, value): read several times a call.
+        self._tokens_memo = (-1, -1, 0)
+        self._version = 0  # bumped whenever the view or its prefix vector changes
 
     # -- changes ------------------------------------------------------------------------
 
@@ -119,6 +124,7 @@ class ViewState:
         self._render_tail()
 
     def _render_tail(self) -> None:
+        self._version += 1
         start = self._settled_raw
         span = self.ledger.span_covering(start)
         if span is not None and span.at.index < start:
@@ -143,15 +149,15 @@ class ViewState:
             settle = span.at.index
         if settle > self._settled_raw:
             self._apply_refined()  # before adding vectors that already include them
-            vector, key_of = self._counter.vector, self._counter.estimate_key
+            keyed_vector = self._counter.keyed_vector
             vec, keys, ids = self._prefix_vec, self._prefix_keys, self._prefix_ids
             new_len = keep
             while new_len < len(self.view) and self.origins[new_len] < settle:
                 m = self.view[new_len]
                 if raw[self.origins[new_len]] is m:
                     self._shown_in_prefix += 1
-                vec[:] = map(add, vec, vector(m))
-                key = key_of(m)
+                key, vector = keyed_vector(m)
+                vec[:] = map(add, vec, vector)
                 keys[key] = keys.get(key, 0) + 1
                 if isinstance(m, AssistantMessage):
                     ids.update(c.id for c in m.tool_calls)
@@ -168,6 +174,7 @@ class ViewState:
                 if times:
                     vec[:] = map(add, vec, delta if times == 1 else [d * times for d in delta])
             self._refined_seen = len(refined)
+            self._version += 1
 
     # -- reading ------------------------------------------------------------------------
 
@@ -185,5 +192,10 @@ class ViewState:
         """Estimated tokens of the view's messages (no system prompt or tools)."""
         counter = self._counter
         self._apply_refined()
+        version, generation, tokens = self._tokens_memo
+        if version == self._version and generation == counter.generation:
+            return tokens
         tail = self.view[self._prefix_len :]
-        return counter.total(self._prefix_vec) + (counter.count_many(tail) if tail else 0)
+        tokens = counter.total(self._prefix_vec) + (counter.count_many(tail) if tail else 0)
+        self._tokens_memo = (self._version, counter.generation, tokens)
+        return tokens

@@ -53,3 +53,27 @@ async def test_rewrites_after_the_cache_went_cold_are_no_thrash() -> None:
             history += tool_turn(n, lines=5)
             await ctx.prepare(history)
     assert thrash_warnings(events) == []
+
+
+async def test_a_strategy_reads_the_prompt_size_its_decision_left() -> None:
+    # A custom strategy that takes a decision and reads ctx.prompt_tokens at once (without
+    # reading ctx.view first) must see the view as it now renders, not the one before.
+    seen: list[tuple[int, int]] = []
+
+    class ClearOneAndMeasure:
+        async def compact(self, ctx: CompactionContext) -> None:
+            if seen:
+                return
+            before = ctx.prompt_tokens
+            for i, m in enumerate(ctx.raw):
+                if isinstance(m, ToolResultMessage):
+                    ctx.take(ReplaceResult(anchor(ctx.raw, i), (TextBlock("[cleared]"),), "x"))
+                    seen.append((before, ctx.prompt_tokens))
+                    return
+
+    async with ContextManager(1_000_000, strategy=ClearOneAndMeasure()) as ctx:
+        history: list[Message] = [user("the task"), *tool_turn(0, lines=400), user("go on")]
+        await ctx.prepare(history)
+        ((before, after),) = seen
+        assert after < before
+        assert after == ctx.prompt_tokens

@@ -117,6 +117,10 @@ async def test_every_view_keeps_the_invariants(
             # signed thinking untouched (assert_view_ok)
             assert fingerprints(history) == snapshot
             assert_view_ok(view, ctx.raw)
+            # the view's kept estimate (vector sums, memoized per call) is a recount's
+            counter = ctx.counter
+            recount = counter.overhead + counter.count_many(view)
+            assert abs(ctx.prompt_tokens - recount) <= len(view)
             current = fingerprints(view)
             # re-running prepare on settled history is a byte-identical no-op
             again = await ctx.prepare(view if owned else history)

@@ -273,6 +273,21 @@ def test_a_message_two_counters_count_keeps_each_ones_estimate() -> None:
     for _ in range(3):  # interleaved, neither goes back to a quick estimate
         assert first.count(shared) == second.count(shared) == full
     assert first.refine([shared]) == second.refine([shared]) == 0
+    assert shared._fp == ""  # the second counter found its own without serializing it
+
+
+def test_a_message_many_counters_count_holds_a_bounded_number_of_estimates() -> None:
+    # A process that builds a manager per request over one in-memory history: the message
+    # keeps the estimates of the latest few counters, and an older one counts it again.
+    shared = ToolResultMessage.of("call_1", "alpha beta gamma delta " * 100, tool_name="bash")
+    counters = [MessageCounter() for _ in range(40)]
+    quick = [c.count(shared) for c in counters]
+    assert len(set(quick)) == 1
+    assert len(shared._tk) <= 16
+    assert [c.refine([shared]) for c in counters[-16:]] == [1] * 16
+    assert counters[0].count(shared) == quick[0]  # its estimate gave way: counted again
+    assert len(shared._tk) <= 16
+    assert counters[-1].refine([shared]) == 0  # the newest kept its own
 
 
 def test_generic_counter_has_one_text_slot() -> None:

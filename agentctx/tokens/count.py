@@ -67,6 +67,20 @@ class _Entry:
         self.exact = exact
 
 
+class _Estimates(dict[object, _Entry]):
+    """The estimates of a message that several counters counted (sessions sharing message
+    objects: managers replaying one history, a briefing from a shared summary cache), by
+    counter key. Its ``owner`` is no counter's, so the inline checks of `_Entry` fall
+    through to `MessageCounter._entry`."""
+
+    __slots__ = ()
+    owner = None
+    exact = False
+
+
+_SHARED_ESTIMATES = 16  # per message: the oldest counter's gives way (a session long gone)
+
+
 # One encoder for every call: ``json.dumps`` with options builds a new one each time.
 _COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
 
@@ -275,32 +289,40 @@ class MessageCounter:
     def _entry(self, message: Message) -> _Entry:
         """The estimate of ``message``: its own, an equal message's, or a new one.
 
-        The first counter to count a message keeps its estimate on it. A lazy counter never
-        serializes a message it is the first to count (its quick and full estimates cost
-        less than a fingerprint); another counter (a message shared between sessions) keeps
-        its own in its memo, by fingerprint, as it does for a message whose fingerprint is
-        known anyway: equal messages share an estimate there."""
-        entry: _Entry | None = message._tk
-        if entry is not None and entry.owner is self._key:
-            return entry
+        Estimates live on the message (a counter that is not the first to count it keeps
+        its own beside the others'), found without serializing it. A lazy counter never
+        serializes a message for its estimate (its quick and full estimates cost less than
+        a fingerprint); the memo shares estimates between equal messages that are other
+        objects, for a counter that is not lazy and for messages whose fingerprint is known
+        anyway."""
+        key = self._key
+        held = message._tk
+        if held is not None:
+            if held.owner is key:
+                return held  # type: ignore[no-any-return]
+            if type(held) is _Estimates and (mine := held.get(key)) is not None:
+                return mine
         fp = message._fp
-        if not fp and (entry is not None or not self._lazy):
+        if not fp and not self._lazy:
             fp = fingerprint(message)
         found = self._memo.get(fp) if fp else None
         if found is None:
             if self._lazy:
-                found = _Entry(self._key, self._quick_base(message), -1, exact=False)
+                found = _Entry(key, self._quick_base(message), -1, exact=False)
             else:
-                found = _Entry(self._key, self._base(message), -1)
+                found = _Entry(key, self._base(message), -1)
             if fp:
                 self._remember(fp, found)
-        if entry is None:
-            with _CLAIMS:
-                claimed = message._tk is None
-                if claimed:
-                    object.__setattr__(message, "_tk", found)
-            if not claimed and not fp:  # another session's counter was first, just now
-                self._remember(fingerprint(message), found)
+        with _CLAIMS:
+            held = message._tk
+            if held is None:
+                object.__setattr__(message, "_tk", found)
+            elif type(held) is _Estimates:
+                if len(held) >= _SHARED_ESTIMATES:
+                    del held[next(iter(held))]
+                held[key] = found
+            else:
+                object.__setattr__(message, "_tk", _Estimates({held.owner: held, key: found}))
         return found
 
     def _remember(self, fp: str, entry: _Entry) -> None:
@@ -326,7 +348,7 @@ class MessageCounter:
         key = self._key
         for message in messages:
             entry: _Entry | None = message._tk
-            if entry is not None and entry.exact and entry.owner is key:
+            if entry is not None and entry.owner is key and entry.exact:
                 continue  # the common case, checked inline: a view is refined whole
             entry = self._entry(message)
             if not entry.exact:
@@ -367,6 +389,11 @@ class MessageCounter:
     def estimate_key(self, message: Message) -> object:
         """What identifies the estimate ``message`` shares with others in `refined`."""
         return self._entry(message)
+
+    def keyed_vector(self, message: Message) -> tuple[object, tuple[float, ...]]:
+        """`estimate_key` and `vector` of ``message`` in one lookup."""
+        entry = self._entry(message)
+        return entry, entry.base
 
     def total(self, vector: Sequence[float]) -> int:
         """Calibrated tokens of a summed per-slot vector (see `vector`)."""
