@@ -253,12 +253,15 @@ class DeterministicCompaction:
         view, origins, raw = ctx.view, ctx.origins, ctx.raw
         loop_start = b.in_flight_start(view)
         lo, hi = (loop_start, len(view)) if in_flight else (0, loop_start)
-        names = {
-            c.id: c.name for m in view if isinstance(m, AssistantMessage) for c in m.tool_calls
-        }
+        names: dict[str, str] | None = None
         pending: list[Any] = []
         for j in range(lo, hi):
             shown, i = view[j], origins[j]
+            # Whatever the ledger says, only a raw message this tier would cut can give a
+            # decision: the view scan is called several times a decision, most of it on
+            # messages short enough, so that is checked before the ledger is asked.
+            if 0 <= i < len(raw) and not self._cuttable(raw[i]):
+                continue
             if ctx.ledger.span_covering(i):
                 continue
             # Undecided by the ledger, not by identity: repair's renamed ids and dropped blank
@@ -272,6 +275,13 @@ class DeterministicCompaction:
                 if not (again and isinstance(m, ToolResultMessage)):
                     continue
             if isinstance(m, ToolResultMessage) and isinstance(shown, ToolResultMessage):
+                if names is None:
+                    names = {
+                        c.id: c.name
+                        for v in view
+                        if isinstance(v, AssistantMessage)
+                        for c in v.tool_calls
+                    }
                 name = m.tool_name or names.get(shown.tool_call_id, "tool")
                 if name in self.exempt_tools or len(m.content) != 1:
                     continue
@@ -310,6 +320,23 @@ class DeterministicCompaction:
                         actions.append(f"truncated arguments of {describe_call(call)}")
         for decision in pending:
             ctx.take(decision)
+
+    def _cuttable(self, m: Message) -> bool:
+        """Whether ``m`` has what `_truncate` cuts: a lone text result over the line or
+        character limit, or a string argument over ``max_argument_chars``."""
+        if isinstance(m, ToolResultMessage):
+            if len(m.content) != 1:
+                return False
+            text = _result_text(m)
+            return len(text) > self.max_chars or text.count("\n") >= self.max_lines
+        if isinstance(m, AssistantMessage):
+            limit = self.max_argument_chars
+            return any(
+                isinstance(v, str) and len(v) > limit
+                for call in m.tool_calls
+                for v in call.arguments.values()
+            )
+        return False
 
     def _shrink_arguments(
         self, ctx: CompactionContext, call: ToolCall
