@@ -319,11 +319,16 @@ def _clip(text: str, limit: int) -> str:
     return f"{text[:limit]} [... {len(text) - limit} chars cut]"
 
 
+# ``json.dumps`` with options builds an encoder on every call: a recall entry of a condensed
+# turn serializes each of its calls, a dozen or more a turn on the decision path.
+_ARGUMENTS_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
+
+
 def _arguments(arguments: Mapping[str, Any], limit: int) -> str:
     # Clip long strings before serializing, so a 10 MB argument costs no more than a short one.
     clipped = {k: v[: limit + 1] if isinstance(v, str) else v for k, v in arguments.items()}
     try:
-        text = json.dumps(clipped, ensure_ascii=False, default=str)
+        text = _ARGUMENTS_JSON.encode(clipped)
     except (TypeError, ValueError):  # pragma: no cover - arguments are parsed JSON
         text = repr(clipped)
     return _clip(text, limit)
