@@ -150,6 +150,20 @@ def test_classify_compact_tool_arguments_as_json() -> None:
     assert classify(args) is ContentClass.JSON
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["[true]", "[NaN]", "[-Infinity]", ' {"a": [1]}', "[\n {}]", "[]", "{}", "[null, 2]"],
+)
+def test_classify_parses_every_json_opening(text: str) -> None:
+    # The parse is skipped only where it must fail (a marker's "[Context ..."): never on JSON.
+    assert classify(text) is ContentClass.JSON
+
+
+def test_classify_a_bracketed_line_as_before() -> None:
+    marker = "[Context compacted: earlier messages were removed]\n- read(path=src/a.py)"
+    assert classify(marker) is not ContentClass.JSON
+
+
 def test_classify_empty_and_blank_are_prose() -> None:
     assert classify("") is ContentClass.PROSE
     assert classify("   \n\n") is ContentClass.PROSE

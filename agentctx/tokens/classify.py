@@ -101,11 +101,20 @@ def _table_rows(lines: str) -> set[int]:
     return rows
 
 
+# The first character after a JSON text's opening bracket (past whitespace): anything else
+# fails `json.loads` at once. Markers and condensed lines start with "[" and a word, and the
+# exception costs more than the rest of the test on them.
+_JSON_OPENING = re.compile(r"[ \t\n\r]*([\[{])[ \t\n\r]*(.)", re.DOTALL)
+_JSON_NEXT = {"[": frozenset('{["]-0123456789tfnNI'), "{": frozenset('"}')}
+
+
 def _looks_like_json(sample: str, whole: str) -> bool:
     head = sample.lstrip()[:1]
     if head not in ("{", "["):
         return False
-    if len(whole) <= 65536:
+    opening = _JSON_OPENING.match(whole)
+    may_parse = opening is None or opening[2] in _JSON_NEXT[opening[1]]
+    if may_parse and len(whole) <= 65536:
         try:
             # Cheap at this size, and exact: compact tool arguments have too few quotes per
             # char (an escaped file body) for the density test below.
