@@ -324,16 +324,19 @@ class DeterministicCompaction:
     def _cuttable(self, m: Message) -> bool:
         """Whether ``m`` has what `_truncate` cuts: a lone text result over the line or
         character limit, or a string argument over ``max_argument_chars``."""
+        # Read from the blocks directly: this runs on every message of the view, and
+        # ``text_of`` and ``tool_calls`` build a string and a tuple each time.
         if isinstance(m, ToolResultMessage):
-            if len(m.content) != 1:
+            if len(m.content) != 1 or not isinstance(block := m.content[0], TextBlock):
                 return False
-            text = _result_text(m)
+            text = block.text
             return len(text) > self.max_chars or text.count("\n") >= self.max_lines
         if isinstance(m, AssistantMessage):
             limit = self.max_argument_chars
             return any(
                 isinstance(v, str) and len(v) > limit
-                for call in m.tool_calls
+                for call in m.content
+                if isinstance(call, ToolCall)
                 for v in call.arguments.values()
             )
         return False
