@@ -135,9 +135,13 @@ class Ledger:
     renders by it.
     """
 
-    __slots__ = ("_decisions", "_per_message", "_span_starts", "_spans", "version")
+    __slots__ = ("_applied", "_decisions", "_per_message", "_span_starts", "_spans", "version")
 
     def __init__(self, decisions: Iterable[Decision] = ()) -> None:
+        # What `render` made of each message with decisions, by raw index: (the raw message,
+        # its decisions, the result). Rendering again gives the same object, so the token
+        # estimate kept on it stays (a new object is estimated again, in full to be sent).
+        self._applied: dict[int, tuple[Message, tuple[_PerMessage, ...], Message]] = {}
         self._decisions: list[Decision] = []
         self._per_message: dict[int, list[_PerMessage]] = {}
         self._spans: dict[int, ReplaceSpan] = {}  # start -> outermost span starting there
@@ -246,9 +250,11 @@ class Ledger:
         dropped = [d for d in self._decisions if drop(d)]
         if dropped:
             kept = [d for d in self._decisions if not drop(d)]
-            version = self.version
+            version, applied = self.version, self._applied
             self.__init__(kept)  # type: ignore[misc]
             self.version = version + 1
+            # Still checked on use: a rewind may have put another message at an index.
+            self._applied = {i: a for i, a in applied.items() if i in self._per_message}
         return dropped
 
     # -- serialization ------------------------------------------------------------------
@@ -400,6 +406,17 @@ def _apply(message: Message, decisions: Sequence[_PerMessage]) -> Message:
     return message
 
 
+def _applied(ledger: Ledger, i: int, message: Message, decisions: list[_PerMessage]) -> Message:
+    """`_apply`, the same object as the last render's for the same message and decisions."""
+    key = tuple(decisions)
+    known = ledger._applied.get(i)
+    if known is not None and known[0] is message and known[1] == key:
+        return known[2]
+    shown = _apply(message, key)
+    ledger._applied[i] = (message, key, shown)
+    return shown
+
+
 @dataclass(frozen=True, slots=True)
 class Rendered:
     """A rendered view: the messages, the raw index each came from, and the repairs made."""
@@ -434,7 +451,7 @@ def render(
             i = span.end
             continue
         decisions = per_message.get(i)
-        out.append(_apply(raw[i], decisions) if decisions else raw[i])
+        out.append(_applied(ledger, i, raw[i], decisions) if decisions else raw[i])
         origins.append(i)
         i += 1
     messages, origins, repairs = repair(out, origins, continues=continues)

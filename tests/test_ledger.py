@@ -23,7 +23,7 @@ from agentctx.messages import (
     text_of,
 )
 
-from .helpers import assistant, call, result, user
+from .helpers import assistant, call, result, tool_turn, user
 
 
 def history() -> list:  # type: ignore[type-arg]
@@ -112,3 +112,25 @@ def test_stale_decisions_are_dropped() -> None:
     v = ledger.version
     assert [type(d).__name__ for d in ledger.drop_from(5)] == ["Keep"]
     assert ledger.version == v + 1
+
+
+def test_rendering_again_gives_the_same_objects_so_their_estimates_stay() -> None:
+    from agentctx.tokens import MessageCounter
+
+    raw = [user("task"), *tool_turn(0, lines=300), *tool_turn(1, lines=300), user("go on")]
+    ledger = Ledger()
+    ledger.add(ReplaceResult(anchor(raw, 2), (TextBlock("[cleared 0]"),), "mask"), raw)
+    first = render(raw, ledger).messages
+    counter = MessageCounter()
+    counter.refine(first)
+    ledger.add(ReplaceResult(anchor(raw, 4), (TextBlock("[cleared 1]"),), "mask"), raw)
+    second = render(raw, ledger).messages
+    assert second[2] is first[2]  # decided before: the same object, its estimate kept
+    assert second[4] is not first[4] and counter.refine(second) == 1  # only the new one
+    # the same decisions on another message at that index (a rewind): rendered anew
+    other = [*raw[:2], result("c0_0", "other output"), *raw[3:]]
+    again = render(other, ledger).messages
+    assert again[2] is not first[2] and again[2] == first[2]
+    # decisions dropped: the raw message again
+    ledger.drop_from(4)
+    assert render(raw, ledger).messages[4] is raw[4]
