@@ -48,7 +48,7 @@ _CLAIMS = threading.Lock()
 
 
 class _Entry:
-    """Memo entry: the uncalibrated per-slot vector and the count at one generation.
+    """Memo entry: the uncalibrated per-slot vector and its count under one calibration.
 
     ``exact`` is false while ``base`` is the quick first estimate (see `MessageCounter.refine`);
     ``owner`` is the counter's key, so a message carrying the entry of another counter is
@@ -162,6 +162,9 @@ class MessageCounter:
         )
         self._mult = self._calibration.multipliers
         self._generation = 0
+        # Calibrations so far: what an entry's count is valid for (a refined entry is made
+        # stale on its own, so refining one message leaves the others' counts valid).
+        self._epoch = 0
         self._anchor: tuple[tuple[Message, ...], int] | None = None
         self._lazy = lazy
         self.refined: list[tuple[object, tuple[float, ...]]] = []
@@ -205,7 +208,7 @@ class MessageCounter:
         entry: _Entry | None = message._tk
         if entry is None or entry.owner is not self._key:
             entry = self._entry(message)
-        if entry.generation == self._generation:
+        if entry.generation == self._epoch:
             return entry.count
         return self._refresh(entry).count
 
@@ -283,6 +286,7 @@ class MessageCounter:
         self._calibration.add(tuple(vector), prompt_tokens)
         self._mult = self._calibration.multipliers
         self._generation += 1
+        self._epoch += 1
 
     # -- internals -------------------------------------------------------------------------
 
@@ -333,7 +337,7 @@ class MessageCounter:
 
     def _refresh(self, entry: _Entry) -> _Entry:
         entry.count = self.total(entry.base)
-        entry.generation = self._generation
+        entry.generation = self._epoch
         return entry
 
     def refine(self, messages: Iterable[Message]) -> int:
@@ -374,7 +378,8 @@ class MessageCounter:
             if fp:
                 self._remember(fp, entry)
         self.refined.append((entry, tuple(b - a for a, b in zip(entry.base, base, strict=True))))
-        entry.base, entry.exact = base, True
+        # Only this entry's count changes: the others' stay valid (no new generation).
+        entry.base, entry.exact, entry.generation = base, True, -1
 
     def vector(self, message: Message) -> tuple[float, ...]:
         """The uncalibrated per-slot vector of a message (memoized, quick first if lazy).
