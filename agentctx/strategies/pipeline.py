@@ -35,7 +35,7 @@ from agentctx._check import fraction, got, number, whole
 from agentctx.errors import ConfigError
 from agentctx.events import ContextCompacted
 from agentctx.strategies.deterministic import DeterministicCompaction
-from agentctx.strategies.pipeline_run import Memo, Run, condense, prompt_size
+from agentctx.strategies.pipeline_run import Memo, Proposal, Run, condense, prompt_size
 
 if TYPE_CHECKING:
     from agentctx.strategy import CompactionContext, CompactionStrategy
@@ -219,6 +219,13 @@ class ToolOutputPipeline:
         messages_before = len(ctx.view)
         tokens_before = prompt_size(ctx)
         cold = ctx.idle_seconds is not None and ctx.idle_seconds > self.cache_ttl_seconds
+        threshold = self.clear_at_least if self.clear_at_least is not None else budget.limit // 2
+        if run.deferred is not None and (
+            cold or tokens_before > budget.limit or _paying(run.proposals) >= threshold
+        ):
+            # L2 deferred only what this call could take in exactly these cases (there is
+            # nothing fresh to take first: the prompt is still ``tokens_before``).
+            run.propose_deferred()
         if not run.proposals and tokens_before <= budget.limit and not cold:
             return
         # Decisions about messages not sent yet cost no cache write: always taken, and then
@@ -229,10 +236,7 @@ class ToolOutputPipeline:
             run.take(p)
         tokens = prompt_size(ctx) if fresh else tokens_before
         forced = tokens > budget.limit
-        threshold = self.clear_at_least if self.clear_at_least is not None else budget.limit // 2
-        # The emergency pass's proposals are the budget's to force: counting them as a
-        # worthwhile batch would break the cache at the emergency fraction, not at the budget.
-        paying = sum(p.freed for p in stale if p.decision.reason != "l2") >= threshold
+        paying = _paying(stale) >= threshold
         taken = list(fresh)
         if cold or paying:
             # The whole prompt is written again anyway, or the batch pays for the rewrite.
@@ -277,3 +281,10 @@ class ToolOutputPipeline:
             ratio = min(1.0, max(1, budget.target_tokens) / trigger)
             aim = replace(budget, hard_budget=trigger, trigger_ratio=ratio, target_ratio=ratio)
             await self.fallback.compact(replace(ctx, budget=aim))
+
+
+def _paying(proposals: list[Proposal]) -> int:
+    """What the stale ones of ``proposals`` free towards a batch worth a rewrite."""
+    # The emergency pass's proposals are the budget's to force: counting them as a
+    # worthwhile batch would break the cache at the emergency fraction, not at the budget.
+    return sum(p.freed for p in proposals if not p.fresh and p.decision.reason != "l2")

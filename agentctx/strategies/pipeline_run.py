@@ -155,6 +155,9 @@ class Run:
         # many a call proposes and does not take (stale, not paying yet) cost a memo lookup.
         self.contents: dict[str, str] = {}
         self.claimed: set[int] = set()
+        # L2, due but not proposed: everything it would propose rewrites the sent prefix,
+        # which only a cold cache, a paying batch or the budget takes (see `propose_all`).
+        self.deferred: EmergencyPass | None = None
         self.now = ctx.clock()
         scan = memo.scan
         view = self.view
@@ -338,6 +341,7 @@ class Run:
     # -- the passes ----------------------------------------------------------------------
 
     def propose_all(self) -> None:
+        """Run every pass; L2's proposals may be left to `propose_deferred` (``deferred``)."""
         cfg = self.cfg
         if cfg.mc is not None:
             self._mc(cfg.mc)
@@ -347,8 +351,34 @@ class Run:
             self._l0(cfg.l0)
         if cfg.l1 is not None:
             self._l1(cfg.l1)
-        if cfg.l2 is not None:
-            self._l2(cfg.l2)
+        l2 = cfg.l2
+        if l2 is None or self.ctx.prompt_tokens < l2.usage_fraction * self.ctx.budget.limit:
+            return
+        picks = self._l2_picks(l2)
+        if self._defer_l2(picks):
+            # Near the budget every call is due for L2, on every result outside the protected
+            # turns: building (and counting) all those placeholders on each call that takes
+            # none was most of the pipeline's slow calls. Only the refinement of the results'
+            # estimates, which the counting did on the way, is kept: later calls see it.
+            self.deferred = l2
+            self.ctx.counter.refine(self.view[j] for j in picks)
+        else:
+            self._l2(picks)
+
+    def _defer_l2(self, picks: list[int]) -> bool:
+        # With a proposal about unsent messages the call takes decisions anyway, and these
+        # come in order with L2's own; then L2 proposes at once, as it always did.
+        sent = self.ctx.sent
+        return not any(p.fresh for p in self.proposals) and all(
+            self.origins[j] < sent for j in picks
+        )
+
+    def propose_deferred(self) -> None:
+        """Make the proposals L2 left for later (``deferred``), before any is taken: the
+        same, in the same order, as if it had made them in `propose_all`."""
+        if self.deferred is not None:
+            self._l2(self._l2_picks(self.deferred))
+            self.deferred = None
 
     def _open(self, j: int, *, after_boundary: bool = True) -> bool:
         return self.origins[j] not in self.claimed and (not after_boundary or j > self.boundary)
@@ -491,12 +521,13 @@ class Run:
             new = f"[Condensed{where}: {self._placeholder(j, 'was', text, None)[1:-1]}]\n{body}"
             self._replace(j, new, "l1", f"condensed {self._name(self.view[j])} output", rid)  # type: ignore[arg-type]
 
-    def _l2(self, cfg: EmergencyPass) -> None:
-        if self.ctx.prompt_tokens < cfg.usage_fraction * self.ctx.budget.limit:
-            return
-        for j in self.results:
-            if not self._protected(j, cfg.protect_recent_turns) and self._open(j):
-                self._expire(j, "Tool result expired", "l2")
+    def _l2_picks(self, cfg: EmergencyPass) -> list[int]:
+        turns = cfg.protect_recent_turns
+        return [j for j in self.results if not self._protected(j, turns) and self._open(j)]
+
+    def _l2(self, picks: list[int]) -> None:
+        for j in picks:  # each claims only itself: the picks stay open as it goes
+            self._expire(j, "Tool result expired", "l2")
 
     def take_until(self, proposals: list[Proposal], target: int) -> list[Proposal]:
         """Take ``proposals`` oldest first, whole units (a result with its call's arguments),

@@ -1,0 +1,184 @@
+"""What `ToolOutputPipeline` leaves undone on calls that take no decision, and that leaving it
+undone changes nothing: the same session sends the same views, counts the same tokens and
+takes the same decisions with each saving switched off."""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any
+
+import anyio.lowlevel
+import pytest
+
+from agentctx.budget import Budget
+from agentctx.manager import ContextManager
+from agentctx.messages import (
+    AssistantMessage,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from agentctx.recall import MemoryRecallStore
+from agentctx.strategies import DeterministicCompaction, ToolOutputPipeline, pipeline_run
+from agentctx.strategies.pipeline import EmergencyPass
+from agentctx.strategy import Chain
+from agentctx.testing import assert_view_ok
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+WORDS = ("cache", "parser", "token", "budget", "stream", "index", "query", "client")
+
+
+def steps(seed: int, clock: list[float]) -> Iterator[list[Message]]:
+    """An agent loop with heavy-tailed output, a user prompt every 8 steps, thinking, user
+    shell output and now and then an idle gap long enough to let the prefix cache go cold
+    (and, rarely, micro-compaction's)."""
+    rng = random.Random(seed)
+    yield [UserMessage.of("Task: make src/cache/core.py twice as fast.")]
+    n = 0
+    while True:
+        n += 1
+        gap = rng.choice((3, 7, 15)) if rng.random() > 0.03 else rng.choice((400, 4000))
+        clock[0] += gap
+        stamp = {"timestamp": int(clock[0] * 1000)}
+        if n % 8 == 0:
+            text = " ".join(rng.choice(WORDS) for _ in range(10))
+            prompt: Message = UserMessage((TextBlock(f"Next: {text}"),), stamp)
+            if rng.random() < 0.3:
+                shell = "\n".join(f"$ make {i}: ok {text}" for i in range(rng.randint(50, 400)))
+                prompt = UserMessage((TextBlock(shell),), {**stamp, "source": "bash_execution"})
+            yield [AssistantMessage((TextBlock(f"Done: {text}."),), "stop", extra=stamp), prompt]
+            continue
+        lines = min(600, max(1, int(rng.paretovariate(1.2) * 8)))
+        path = f"src/{rng.choice(WORDS)}/f{n}.py"
+        out = "\n".join(
+            f"def f{i}(x):" if i % 11 == 0 else f"{path}:{i}: v = compute({i}, {n})"
+            for i in range(lines)
+        )
+        args: dict[str, Any] = {"path": path}
+        if rng.random() < 0.1:
+            args = {"command": f"cat > {path} << EOF\n" + "x = 1\n" * 300 + "EOF"}
+        blocks: list[Any] = [ThinkingBlock(f"plan {n} " * 40, "sig")] if n % 5 == 0 else []
+        blocks.append(ToolCall(f"c{n}", "bash" if "command" in args else "read", args))
+        yield [
+            AssistantMessage(tuple(blocks), "tool_use", extra=stamp),
+            ToolResultMessage(f"c{n}", (TextBlock(out),), "read", False, stamp),
+        ]
+
+
+async def session(
+    strategy: Any, *, calls: int, window: int, rewind_at: int | None, observe: bool
+) -> list[tuple[Any, ...]]:
+    """Per call: the view sent, its tokens, the decisions so far and what recall holds.
+    Without usage reports (``observe``) estimates stay quick until something counts them in
+    full, as the passes do with what they propose to replace."""
+    clock = [1_700_000_000.0]
+    store = MemoryRecallStore()
+    trace: list[tuple[Any, ...]] = []
+    budget = Budget(context_window=window, reserve_output=1_000)
+    async with ContextManager(
+        budget,
+        strategy=strategy,
+        recall=store,
+        clock=lambda: clock[0],
+        session_id="s",
+        on_over_budget="send",
+    ) as ctx:
+        source = steps(1, clock)
+        history: list[Message] = []
+        for k in range(calls):
+            if k == rewind_at:
+                del history[len(history) // 2 :]  # the user rewinds: later decisions go
+            history += next(source)
+            view = await ctx.prepare(history)
+            assert_view_ok(view, ctx.raw)
+            trace.append((view, ctx.prompt_tokens, ctx.ledger.decisions, store.bytes_held))
+            if not observe:
+                continue
+            await anyio.lowlevel.checkpoint()
+            # A report a little off the estimate: calibration moves on every call.
+            ctx.observe(Usage(int(ctx.prompt_tokens * (1.02 + 0.05 * (k % 3))), 100))
+            await anyio.lowlevel.checkpoint()
+    return trace
+
+
+# Each with a rewind after its saving has worked for a while or without, with usage reports
+# or without.
+CASES: list[tuple[Any, int | None, bool]] = [
+    (Chain([ToolOutputPipeline(), DeterministicCompaction()]), 150, True),
+    (ToolOutputPipeline(fallback=None), None, True),
+    (ToolOutputPipeline(clear_at_least=0), None, False),
+    (ToolOutputPipeline(clear_at_least=3_000, target_ratio=None), 120, True),
+    (ToolOutputPipeline(l2=EmergencyPass(usage_fraction=0.5)), 150, True),
+    (ToolOutputPipeline(l2=EmergencyPass(usage_fraction=0.5)), 150, False),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+async def test_deferring_l2_changes_nothing_sent(
+    case: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    strategy, rewind_at, observe = CASES[case]
+    deferred: list[bool] = []
+    defer = pipeline_run.Run._defer_l2
+
+    def counting(run: pipeline_run.Run, picks: list[int]) -> bool:
+        out = defer(run, picks)
+        deferred.append(out)
+        return out
+
+    monkeypatch.setattr(pipeline_run.Run, "_defer_l2", counting)
+    kept = await session(strategy, calls=200, window=12_000, rewind_at=rewind_at, observe=observe)
+    assert sum(deferred) > 10  # the saving is exercised
+    monkeypatch.setattr(pipeline_run.Run, "_defer_l2", lambda run, picks: False)
+    eager = await session(strategy, calls=200, window=12_000, rewind_at=rewind_at, observe=observe)
+    assert len(kept[-1][2]) > 10
+    for k, (a, b) in enumerate(zip(kept, eager, strict=True)):
+        assert a == b, f"call {k}"
+
+
+async def test_near_the_budget_a_call_that_takes_nothing_builds_no_l2_placeholder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Over L2's usage fraction every result outside the protected turns is due; building,
+    # hashing and counting each one's placeholder on every call was most of the slow calls.
+    expired: list[str] = []
+    due: list[int] = []
+    expire, picks_of = pipeline_run.Run._expire, pipeline_run.Run._l2_picks
+
+    def counting(run: pipeline_run.Run, j: int, kind: str, reason: str, **kw: Any) -> None:
+        expired.append(reason)
+        expire(run, j, kind, reason, **kw)
+
+    def picking(run: pipeline_run.Run, cfg: Any) -> list[int]:
+        picks = picks_of(run, cfg)
+        due.append(len(picks))
+        return picks
+
+    monkeypatch.setattr(pipeline_run.Run, "_expire", counting)
+    monkeypatch.setattr(pipeline_run.Run, "_l2_picks", picking)
+    idle_near_budget = 0
+    clock = [1_700_000_000.0]
+    # A stale batch never pays here, and L2 is due for long stretches.
+    cfg = ToolOutputPipeline(clear_at_least=10**9, l2=EmergencyPass(usage_fraction=0.5))
+    budget = Budget(context_window=40_000, reserve_output=1_000)
+    async with ContextManager(
+        budget, strategy=cfg, clock=lambda: clock[0], on_over_budget="send"
+    ) as ctx:
+        source = steps(2, clock)
+        history: list[Message] = []
+        for _ in range(400):
+            history += next(source)
+            version = ctx.ledger.version
+            expired.clear()
+            due.clear()
+            await ctx.prepare(history)
+            if due and due[0] > 3 and ctx.ledger.version == version:
+                idle_near_budget += 1  # L2 was due on several results, and nothing was taken
+                assert "l2" not in expired
+    assert idle_near_budget > 5
