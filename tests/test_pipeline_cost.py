@@ -5,10 +5,13 @@ takes the same decisions with each saving switched off."""
 from __future__ import annotations
 
 import random
+import re
 from typing import TYPE_CHECKING, Any
 
 import anyio.lowlevel
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentctx.budget import Budget
 from agentctx.manager import ContextManager
@@ -24,7 +27,7 @@ from agentctx.messages import (
 )
 from agentctx.recall import MemoryRecallStore
 from agentctx.strategies import DeterministicCompaction, ToolOutputPipeline, pipeline_run
-from agentctx.strategies.pipeline import EmergencyPass
+from agentctx.strategies.pipeline import EmergencyPass, condense
 from agentctx.strategy import Chain
 from agentctx.testing import assert_view_ok
 
@@ -182,3 +185,108 @@ async def test_near_the_budget_a_call_that_takes_nothing_builds_no_l2_placeholde
                 idle_near_budget += 1  # L2 was due on several results, and nothing was taken
                 assert "l2" not in expired
     assert idle_near_budget > 5
+
+
+# -- L1's condensing, one regex pass over the text instead of a search per line ---------------
+
+_PER_LINE = re.compile(
+    r"^\s*(import|export)\s|\b(function|class|interface|type|const|let|var|def)\s+\w"
+)
+
+
+def condense_per_line(text: str, head: int, tail: int, max_ratio: float) -> str:
+    """`condense` as it was: a search per line (the reference it must agree with)."""
+    lines = text.split("\n")
+    if len(lines) > head + tail:
+        out = lines[:head]
+        omitted = 0
+        for line in lines[head : len(lines) - tail]:
+            if _PER_LINE.search(line):
+                if omitted:
+                    out.append(f"[... {omitted} lines omitted]")
+                    omitted = 0
+                out.append(line)
+            else:
+                omitted += 1
+        if omitted:
+            out.append(f"[... {omitted} lines omitted]")
+        out.extend(lines[len(lines) - tail :])
+        condensed = "\n".join(out)
+        if len(condensed) <= max_ratio * len(text):
+            return condensed
+    return text[: int(max_ratio * len(text))] + "\n[... truncated for space]"
+
+
+# Lines a per-line search and a whole-text one could disagree on: keywords at a line's end
+# or start, whitespace other than a space next to a newline, several definitions in a line.
+FRAGMENTS = (
+    "import",
+    "export",
+    "import x",
+    " import\t",
+    "class",
+    "class ",
+    "class X",
+    "def",
+    "def f(x):",
+    "xdef y",
+    "const",
+    "let",
+    "var v",
+    "type T",
+    "function",
+    "interface I",
+    "\r",
+    "\t",
+    "\x0b",
+    "\x0c",
+    "\u2028",
+    "\u00a0",
+    " ",
+    "x",
+    "é",
+    "_",
+    "1",
+    "(",
+    "=",
+    "\n",
+    "\n",
+    "xdef class A",
+    "imports",
+    "typeclass ",
+    "le",
+    "t v",
+    "\n",
+    "\n\n",
+    "\nimport",
+    "class\n",
+    "def\n f",
+    "import\n",
+    "\r\n",
+)
+
+
+@given(
+    st.lists(st.sampled_from(FRAGMENTS), max_size=80),
+    st.integers(0, 4),
+    st.integers(0, 4),
+    st.sampled_from((0.0, 0.2, 0.4, 0.7, 1.0)),
+)
+@settings(max_examples=1500, deadline=None)
+def test_condense_finds_the_lines_a_per_line_search_finds(
+    parts: list[str], head: int, tail: int, ratio: float
+) -> None:
+    text = "".join(parts)
+    assert condense(text, head, tail, ratio) == condense_per_line(text, head, tail, ratio)
+
+
+def test_condense_agrees_on_long_code() -> None:
+    rng = random.Random(3)
+    for _ in range(200):
+        lines = [
+            rng.choice(("", "  ", "\t")) + rng.choice(FRAGMENTS) + rng.choice(FRAGMENTS)
+            for _ in range(rng.randint(0, 400))
+        ]
+        text = "\n".join(lines)
+        for head, tail, ratio in ((10, 5, 0.4), (0, 0, 1.0), (3, 0, 0.9), (0, 7, 0.6)):
+            assert condense(text, head, tail, ratio) == condense_per_line(text, head, tail, ratio)

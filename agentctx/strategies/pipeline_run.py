@@ -43,32 +43,76 @@ if TYPE_CHECKING:
 __all__ = ["Memo", "Proposal", "Run", "condense", "prompt_size"]
 
 _COMMAND_KEYS = frozenset({"command", "cmd"})
-_DEFINITION = re.compile(
-    r"^\s*(import|export)\s|\b(function|class|interface|type|const|let|var|def)\s+\w"
+# An import or definition line: ``^\s*(import|export)\s`` or ``\b(function|...)\s+\w`` in
+# the line. The text is searched at once for the keywords (each alternative starts with a
+# literal, so the regex engine skips to their first letters); where the line starts and the
+# word boundary are checked on each keyword found. [^\S\n] is \s within a line.
+_KEYWORD = re.compile(
+    r"import[^\S\n]|export[^\S\n]|function[^\S\n]+\w|class[^\S\n]+\w|interface[^\S\n]+\w"
+    r"|type[^\S\n]+\w|const[^\S\n]+\w|let[^\S\n]+\w|var[^\S\n]+\w|def[^\S\n]+\w"
 )
+_INDENT = re.compile(r"[^\S\n]*")
+_WORD = re.compile(r"\w")
+
+
+def _defines(text: str, at: int, line_start: int) -> bool:
+    """Whether the keyword `_KEYWORD` found at ``at`` makes its line (from ``line_start``)
+    an import or definition line."""
+    if text.startswith(("import", "export"), at):
+        return _INDENT.fullmatch(text, line_start, at) is not None
+    return at == line_start or _WORD.match(text, at - 1) is None
 
 
 def condense(text: str, head: int, tail: int, max_ratio: float) -> str:
     """Head, tail and the import/definition lines between, or a clipped prefix as fallback."""
     lines = text.split("\n")
-    if len(lines) > head + tail:
+    n = len(lines)
+    limit = max_ratio * len(text)
+    if n > head + tail:
         out = lines[:head]
-        omitted = 0
-        for line in lines[head : len(lines) - tail]:
-            if _DEFINITION.search(line):
-                if omitted:
-                    out.append(f"[... {omitted} lines omitted]")
-                    omitted = 0
-                out.append(line)
-            else:
-                omitted += 1
-        if omitted:
-            out.append(f"[... {omitted} lines omitted]")
-        out.extend(lines[len(lines) - tail :])
-        condensed = "\n".join(out)
-        if len(condensed) <= max_ratio * len(text):
-            return condensed
-    return text[: int(max_ratio * len(text))] + "\n[... truncated for space]"
+        kept = lines[n - tail :]
+        # The joined length so far: the parts and a newline between each two.
+        size = sum(map(len, out)) + sum(map(len, kept)) + head + tail - 1
+        # One search of the middle lines for the keywords, not a search per line: condensing
+        # a long result is what a call that first sees it outside the protected turns spends
+        # most of its time on.
+        pos = sum(map(len, out)) + head  # the start of line ``line``
+        end = len(text) - sum(map(len, kept)) - tail if tail else len(text)
+        line = done = head  # lines before ``done`` are in ``out`` or counted as omitted
+        scan = pos
+        while size <= limit:
+            m = _KEYWORD.search(text, scan, end)
+            if m is None:
+                break
+            at = m.start()
+            if newlines := text.count("\n", pos, at):
+                line += newlines
+                pos = text.rfind("\n", pos, at) + 1
+            if not _defines(text, at, pos):
+                scan = at + 1  # keywords may overlap (``xdef class A``)
+                continue
+            if line > done:
+                marker = f"[... {line - done} lines omitted]"
+                out.append(marker)
+                size += len(marker) + 1
+            out.append(lines[line])
+            size += len(lines[line]) + 1
+            done = line + 1
+            nl = text.find("\n", at, end)
+            if nl < 0:
+                break  # that was the last middle line
+            pos = scan = nl + 1
+            line += 1
+        if size <= limit:
+            if n - tail > done:
+                marker = f"[... {n - tail - done} lines omitted]"
+                out.append(marker)
+                size += len(marker) + 1
+            out.extend(kept)
+            condensed = "\n".join(out)
+            if len(condensed) <= limit:
+                return condensed
+    return text[: int(limit)] + "\n[... truncated for space]"
 
 
 @dataclass(slots=True)
