@@ -27,7 +27,7 @@ from agentctx.messages import (
 )
 from agentctx.recall import MemoryRecallStore
 from agentctx.strategies import DeterministicCompaction, ToolOutputPipeline, pipeline_run
-from agentctx.strategies.pipeline import EmergencyPass, condense
+from agentctx.strategies.pipeline import EmergencyPass, ExpiryPass, condense
 from agentctx.strategy import Chain
 from agentctx.testing import assert_view_ok
 
@@ -110,38 +110,52 @@ async def session(
     return trace
 
 
-# Each with a rewind after its saving has worked for a while or without, with usage reports
-# or without.
-CASES: list[tuple[Any, int | None, bool]] = [
-    (Chain([ToolOutputPipeline(), DeterministicCompaction()]), 150, True),
-    (ToolOutputPipeline(fallback=None), None, True),
-    (ToolOutputPipeline(clear_at_least=0), None, False),
-    (ToolOutputPipeline(clear_at_least=3_000, target_ratio=None), 120, True),
-    (ToolOutputPipeline(l2=EmergencyPass(usage_fraction=0.5)), 150, True),
-    (ToolOutputPipeline(l2=EmergencyPass(usage_fraction=0.5)), 150, False),
+# Each with a rewind after the savings have worked for a while or without, with usage
+# reports or without, and the saving it exercises most.
+SHORT = ExpiryPass(expire_seconds=60)  # results are due for expiry a few calls after they came
+CASES: list[tuple[Any, int, int | None, bool, str]] = [
+    (Chain([ToolOutputPipeline(), DeterministicCompaction()]), 12_000, 150, True, "l2"),
+    (ToolOutputPipeline(fallback=None), 12_000, None, True, "l2"),
+    (ToolOutputPipeline(clear_at_least=3_000, target_ratio=None), 12_000, 120, True, "l2"),
+    (ToolOutputPipeline(l2=EmergencyPass(usage_fraction=0.5)), 12_000, 150, False, "l2"),
+    (
+        Chain([ToolOutputPipeline(l0=SHORT, clear_at_least=10**9), DeterministicCompaction()]),
+        12_000,
+        150,
+        False,
+        "units",
+    ),
+    (ToolOutputPipeline(l0=SHORT, clear_at_least=10**9), 12_000, None, False, "units"),
+    (ToolOutputPipeline(l0=SHORT, clear_at_least=8_000), 30_000, 150, True, "units"),
 ]
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))
-async def test_deferring_l2_changes_nothing_sent(
-    case: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    strategy, rewind_at, observe = CASES[case]
+async def test_the_savings_change_nothing_sent(case: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """L2 deferred on calls that cannot take it, and expiry proposals reused from an earlier
+    call: the same session with both switched off sends the same."""
+    strategy, window, rewind_at, observe, saving = CASES[case]
     deferred: list[bool] = []
-    defer = pipeline_run.Run._defer_l2
+    reused: list[bool] = []
+    defer, reuse = pipeline_run.Run._defer_l2, pipeline_run.Run._reuse_unit
 
-    def counting(run: pipeline_run.Run, picks: list[int]) -> bool:
-        out = defer(run, picks)
-        deferred.append(out)
-        return out
+    def deferring(run: pipeline_run.Run, picks: list[int]) -> bool:
+        deferred.append(defer(run, picks))
+        return deferred[-1]
 
-    monkeypatch.setattr(pipeline_run.Run, "_defer_l2", counting)
-    kept = await session(strategy, calls=200, window=12_000, rewind_at=rewind_at, observe=observe)
-    assert sum(deferred) > 10  # the saving is exercised
-    monkeypatch.setattr(pipeline_run.Run, "_defer_l2", lambda run, picks: False)
-    eager = await session(strategy, calls=200, window=12_000, rewind_at=rewind_at, observe=observe)
+    def reusing(run: pipeline_run.Run, key: tuple[Any, ...], m: Any, i: int) -> bool:
+        reused.append(reuse(run, key, m, i))
+        return reused[-1]
+
+    monkeypatch.setattr(pipeline_run.Run, "_defer_l2", deferring)
+    monkeypatch.setattr(pipeline_run.Run, "_reuse_unit", reusing)
+    kept = await session(strategy, calls=200, window=window, rewind_at=rewind_at, observe=observe)
+    assert sum(deferred if saving == "l2" else reused) > 10  # the saving is exercised
+    monkeypatch.setattr(pipeline_run.Run, "_defer_l2", lambda *_: False)
+    monkeypatch.setattr(pipeline_run.Run, "_reuse_unit", lambda *_: False)
+    plain = await session(strategy, calls=200, window=window, rewind_at=rewind_at, observe=observe)
     assert len(kept[-1][2]) > 10
-    for k, (a, b) in enumerate(zip(kept, eager, strict=True)):
+    for k, (a, b) in enumerate(zip(kept, plain, strict=True)):
         assert a == b, f"call {k}"
 
 
@@ -290,3 +304,53 @@ def test_condense_agrees_on_long_code() -> None:
         text = "\n".join(lines)
         for head, tail, ratio in ((10, 5, 0.4), (0, 0, 1.0), (3, 0, 0.9), (0, 7, 0.6)):
             assert condense(text, head, tail, ratio) == condense_per_line(text, head, tail, ratio)
+
+
+async def test_an_expiry_kept_from_the_in_flight_loop_gets_its_arguments_cleared_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A result due while its call is in the in-flight loop keeps its call's arguments; once
+    a user message ends that loop they are cleared with it: the expiry proposed on the
+    earlier call is not reused as it was."""
+
+    async def run() -> list[Message]:
+        clock = [1_700_000_000.0]
+
+        def at(seconds: float) -> dict[str, Any]:
+            clock[0] += seconds
+            return {"timestamp": int(clock[0] * 1000)}
+
+        command = "cat > src/x.py << EOF\n" + "x = 1\n" * 400 + "EOF"
+        call = ToolCall("c1", "bash", {"command": command})
+        history: list[Message] = [UserMessage((TextBlock("task"),), at(0))]
+        history += [
+            AssistantMessage((call,), "tool_use", extra=at(1)),
+            ToolResultMessage("c1", (TextBlock("ok\n" * 300),), "bash", False, at(1)),
+        ]
+        now = ToolOutputPipeline(
+            l0=ExpiryPass(expire_seconds=60, protect_recent_turns=0, keep_recent=0),
+            clear_at_least=10**9,  # nothing stale is taken until the cache is cold
+        )
+        async with ContextManager(
+            BIG, strategy=now, clock=lambda: clock[0], recall=MemoryRecallStore(), session_id="s"
+        ) as ctx:
+            await ctx.prepare(history)
+            clock[0] += 120  # c1's result is due, its call still in flight
+            history += [AssistantMessage((ToolCall("c2", "read", {"path": "a"}),), "tool_use")]
+            history += [ToolResultMessage("c2", (TextBlock("a"),), "read", False, at(0))]
+            await ctx.prepare(history)
+            assert len(ctx.ledger) == 0
+            history += [AssistantMessage.of("done"), UserMessage((TextBlock("next"),), at(10))]
+            await ctx.prepare(history)  # the loop is over: the arguments may go too
+            assert len(ctx.ledger) == 0
+            clock[0] += 600  # a cold cache: every due proposal is taken
+            return await ctx.prepare([*history, UserMessage((TextBlock("again"),), at(0))])
+
+    kept = await run()
+    monkeypatch.setattr(pipeline_run.Run, "_reuse_unit", lambda *_: False)
+    assert kept == await run()
+    cleared = kept[1]
+    assert isinstance(cleared, AssistantMessage) and "[cleared" in str(cleared.tool_calls[0])
+
+
+BIG = Budget(context_window=2_000_000, reserve_output=1_000)

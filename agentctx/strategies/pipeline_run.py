@@ -370,17 +370,59 @@ class Run:
     def _expire(self, j: int, kind: str, reason: str, *, only_if_smaller: bool = False) -> None:
         m = self.view[j]
         assert isinstance(m, ToolResultMessage)
+        i = self.origins[j]
+        if not only_if_smaller and self._reuse_unit(("unit", kind, reason, i), m, i):
+            return
         text = text_of(m.content)
         if only_if_smaller and len(self._placeholder(j, kind, text, "ctx-" + "0" * 16)) >= len(
             text
         ):
             # A placeholder as long as the result frees nothing; its call's long arguments may.
-            self.claimed.add(self.origins[j])
-            self._clear_arguments(m.tool_call_id, reason, self.origins[j])
+            self.claimed.add(i)
+            self._clear_arguments(m.tool_call_id, reason, i)
             return
-        rid = self._store(text, ("rid", self.origins[j]), m)
+        rid = self._store(text, ("rid", i), m)
         new = self._placeholder(j, kind, text, rid)
+        before = len(self.proposals)
         self._replace(j, new, reason, f"{reason}: {self._name(m)}", rid)
+        if not only_if_smaller:
+            self._keep_unit(("unit", kind, reason, i), m, self.proposals[before:])
+
+    # A result due for expiry stays due on every later call until a decision is taken (old
+    # results outside the protected turns, near the budget every one): its proposals, with
+    # its call's arguments, are kept whole in the memo (reset with the ledger version) and
+    # reused while nothing they were made from changed, one lookup instead of five.
+
+    def _keep_unit(self, key: tuple[Any, ...], m: ToolResultMessage, unit: list[Proposal]) -> None:
+        if any(p.fresh for p in unit):
+            return  # taken on this call anyway
+        found = self.calls.get(m.tool_call_id)  # the call: its arguments, how it is described
+        shown = self.view[found[0]] if found is not None else None
+        args = found is not None and found[0] < self.loop_start  # cleared with the result?
+        stored = tuple((p.rid, self.contents[p.rid]) for p in unit if p.rid is not None)
+        self.memo.put(key, m, (found, shown, args, tuple(unit), stored))
+
+    def _reuse_unit(self, key: tuple[Any, ...], m: ToolResultMessage, i: int) -> bool:
+        """Propose what `_expire` made for ``m`` under ``key`` on an earlier call, if it would
+        make exactly that again; whether it did."""
+        kept = self.memo.get(key, m)
+        if kept is None:
+            return False
+        found, shown, args, unit, stored = kept
+        if self.calls.get(m.tool_call_id) is not found:
+            return False  # the view was scanned again: its call may be another message
+        if found is not None and (
+            self.view[found[0]] is not shown or (found[0] < self.loop_start) != args
+        ):
+            return False
+        sent = self.ctx.sent
+        if any(p.decision.at.index >= sent for p in unit):
+            return False  # a rewind: they are about unsent messages again
+        for rid, text in stored:
+            self.contents[rid] = text
+        self.claimed.add(i)
+        self.proposals += unit
+        return True
 
     # -- the passes ----------------------------------------------------------------------
 
