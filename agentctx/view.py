@@ -7,8 +7,10 @@ batch still waiting for results, whose stubs `repair` adds) is rendered again on
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from dataclasses import replace
+from functools import reduce
 from operator import add
 from typing import TYPE_CHECKING
 
@@ -83,7 +85,7 @@ class ViewState:
         # Token accounting of the settled prefix as a per-slot vector sum, so calibration
         # changes cost O(slots) and refined estimates are applied as deltas.
         self._prefix_vec = [0.0] * len(counter.slots)
-        self._prefix_keys: dict[object, int] = {}  # estimate keys of the prefix: how often
+        self._prefix_keys: Counter[object] = Counter()  # estimate keys of the prefix: how often
         # Tool-call ids of view[:_prefix_len]: the tail is repaired as their continuation.
         self._prefix_ids: set[str] = set()
         self._refined_seen = len(counter.refined)
@@ -115,7 +117,7 @@ class ViewState:
         self._settled_raw = 0
         self._prefix_len = 0
         self._prefix_vec = [0.0] * len(self._counter.slots)
-        self._prefix_keys = {}
+        self._prefix_keys = Counter()
         self._prefix_ids = set()
         self._refined_seen = len(self._counter.refined)
         self.view, self.origins, self.repairs = [], [], []
@@ -149,20 +151,24 @@ class ViewState:
             settle = span.at.index
         if settle > self._settled_raw:
             self._apply_refined()  # before adding vectors that already include them
-            keyed_vector = self._counter.keyed_vector
-            vec, keys, ids = self._prefix_vec, self._prefix_keys, self._prefix_ids
-            new_len = keep
-            while new_len < len(self.view) and self.origins[new_len] < settle:
-                m = self.view[new_len]
-                if raw[self.origins[new_len]] is m:
-                    self._shown_in_prefix += 1
-                key, vector = keyed_vector(m)
-                vec[:] = map(add, vec, vector)
-                keys[key] = keys.get(key, 0) + 1
-                if isinstance(m, AssistantMessage):
-                    ids.update(c.id for c in m.tool_calls)
-                new_len += 1
-            self._prefix_len = new_len
+            view, origins = self.view, self.origins
+            stop = keep
+            while stop < len(view) and origins[stop] < settle:
+                stop += 1
+            if stop > keep:
+                settled = view[keep:stop]
+                keys, vectors = self._counter.keyed_vectors(settled)
+                self._prefix_keys.update(keys)
+                # Slot by slot, in view order: the same sums as adding message by message.
+                vec = self._prefix_vec
+                columns = zip(*vectors, strict=True)
+                vec[:] = [reduce(add, col, v) for v, col in zip(vec, columns, strict=True)]
+                self._prefix_ids.update(
+                    c.id for m in settled if isinstance(m, AssistantMessage) for c in m.tool_calls
+                )
+                # Raw indices of what the view shows as is rise with it (`shown`).
+                self._shown_in_prefix = bisect_left(self.shown, settle)
+            self._prefix_len = stop
             self._settled_raw = settle
 
     def _apply_refined(self) -> None:

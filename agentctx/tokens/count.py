@@ -395,10 +395,18 @@ class MessageCounter:
         """What identifies the estimate ``message`` shares with others in `refined`."""
         return self._entry(message)
 
-    def keyed_vector(self, message: Message) -> tuple[object, tuple[float, ...]]:
-        """`estimate_key` and `vector` of ``message`` in one lookup."""
-        entry = self._entry(message)
-        return entry, entry.base
+    def keyed_vectors(
+        self, messages: Iterable[Message]
+    ) -> tuple[list[object], list[tuple[float, ...]]]:
+        """The `estimate_key` and the `vector` of each message, in one lookup each."""
+        key, entry_of = self._key, self._entry
+        entries = []
+        for message in messages:
+            entry: _Entry | None = message._tk
+            if entry is None or entry.owner is not key:
+                entry = entry_of(message)
+            entries.append(entry)
+        return entries, [entry.base for entry in entries]  # type: ignore[return-value]
 
     def total(self, vector: Sequence[float]) -> int:
         """Calibrated tokens of a summed per-slot vector (see `vector`)."""
