@@ -42,6 +42,7 @@ async def run(
     async with ContextManager(
         Budget(context_window=window, reserve_output=8_000),
         recall=MemoryRecallStore(),
+        session_id="hot-path",  # recall ids name it: a random one varies the decisions run to run
         on_over_budget="send",
     ) as ctx:
         history: list[Message] = []
