@@ -138,6 +138,7 @@ class _Scan:
     __slots__ = (
         "boundary",
         "calls",
+        "latest_user",
         "messages",
         "results",
         "shaped",
@@ -153,6 +154,7 @@ class _Scan:
         self.calls: dict[str, tuple[int, ToolCall]] = {}  # call id: view index, call
         self.turn_of: list[int] = []  # per view message: the user turns up to it
         self.turns = 0
+        self.latest_user: int | None = None  # the latest user message's view index
         self.boundary = -1  # the last summary's view index
         self.results: list[int] = []  # view indices of the results the passes may touch
         self.sizes: dict[int, int] = {}  # per result: the characters of its text
@@ -219,6 +221,7 @@ class Run:
                     scan.shaped.append(j)
             elif isinstance(m, UserMessage):
                 scan.turns += 1
+                scan.latest_user = j
                 if m.extra.get("source") == "bash_execution":
                     scan.shaped.append(j)
             elif isinstance(m, SummaryMessage):
@@ -233,7 +236,8 @@ class Run:
         scan.messages = list(view)
         memo.scan = self.scan = scan
         self.turns, self.boundary = scan.turns, scan.boundary
-        self.loop_start = b.in_flight_start(view)
+        # Where the in-flight tool loop starts (`boundaries.in_flight_start`), from the scan.
+        self.loop_start = 0 if scan.latest_user is None else scan.latest_user + 1
 
     # -- what may be touched -------------------------------------------------------------
 
@@ -516,17 +520,17 @@ class Run:
 
     def _l0(self, cfg: ExpiryPass) -> None:
         recent = set(self.results[-cfg.keep_recent :]) if cfg.keep_recent else set()
-        for j in self.results:
-            age = self._age(j)
+        # Old enough first, in one pass (every call walks the results; few are that old).
+        now, stamps, expire = self.now, self.stamps, cfg.expire_seconds
+        old = [j for j in self.results if (at := stamps[j]) is not None and now - at > expire]
+        for j in old:
             if (
-                age is not None
-                and age > cfg.expire_seconds
-                and not self._protected(j, cfg.protect_recent_turns)
+                not self._protected(j, cfg.protect_recent_turns)
                 and j not in recent
                 and self._open(j, after_boundary=False)
             ):
                 self._expire(j, "Tool result expired", "l0")
-        latest = b.latest_user_index(self.view)
+        latest = self.scan.latest_user
         for j in self.scan.shaped:
             m, i = self.view[j], self.origins[j]
             if (
@@ -591,9 +595,8 @@ class Run:
                 )
 
     def _l1(self, cfg: CondensePass) -> None:
-        for j in self.results:
-            if self.sizes[j] <= cfg.threshold_chars:
-                continue
+        sizes, threshold = self.sizes, cfg.threshold_chars
+        for j in [j for j in self.results if sizes[j] > threshold]:
             if self._protected(j, cfg.protect_recent_turns) or not self._open(j):
                 continue
             m = self.view[j]
