@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 
 __all__ = ["ViewState"]
 
+# Settling this many messages at once (a rebuild) sums their vectors slot by slot; fewer (a
+# call's new messages) are added one at a time, which costs less for a few.
+_TRANSPOSE_FROM = 8
+
 
 def _settle_point(raw: Sequence[Message]) -> int:
     """Index before which appending can no longer change the rendering."""
@@ -85,7 +89,7 @@ class ViewState:
         # Token accounting of the settled prefix as a per-slot vector sum, so calibration
         # changes cost O(slots) and refined estimates are applied as deltas.
         self._prefix_vec = [0.0] * len(counter.slots)
-        self._prefix_keys: Counter[object] = Counter()  # estimate keys of the prefix: how often
+        self._prefix_keys: dict[object, int] = {}  # estimate keys of the prefix: how often
         # Tool-call ids of view[:_prefix_len]: the tail is repaired as their continuation.
         self._prefix_ids: set[str] = set()
         self._refined_seen = len(counter.refined)
@@ -117,7 +121,7 @@ class ViewState:
         self._settled_raw = 0
         self._prefix_len = 0
         self._prefix_vec = [0.0] * len(self._counter.slots)
-        self._prefix_keys = Counter()
+        self._prefix_keys = {}
         self._prefix_ids = set()
         self._refined_seen = len(self._counter.refined)
         self.view, self.origins, self.repairs = [], [], []
@@ -158,11 +162,16 @@ class ViewState:
             if stop > keep:
                 settled = view[keep:stop]
                 keys, vectors = self._counter.keyed_vectors(settled)
-                self._prefix_keys.update(keys)
-                # Slot by slot, in view order: the same sums as adding message by message.
+                counts = self._prefix_keys
+                for key in keys:
+                    counts[key] = counts.get(key, 0) + 1
                 vec = self._prefix_vec
-                columns = zip(*vectors, strict=True)
-                vec[:] = [reduce(add, col, v) for v, col in zip(vec, columns, strict=True)]
+                if len(vectors) < _TRANSPOSE_FROM:
+                    for vector in vectors:
+                        vec[:] = map(add, vec, vector)
+                else:  # slot by slot, in view order: the same sums, without a list per message
+                    columns = zip(*vectors, strict=True)
+                    vec[:] = [reduce(add, col, v) for v, col in zip(vec, columns, strict=True)]
                 self._prefix_ids.update(
                     c.id for m in settled if isinstance(m, AssistantMessage) for c in m.tool_calls
                 )
