@@ -372,3 +372,18 @@ anyio.run(main)
     # The loop went on while it loaded (about half a second on a quiet machine; the worker
     # thread still takes the GIL now and then, so the loop may wait a little, never for all).
     assert float(worst) < 0.6 * float(loading)
+
+
+async def test_a_rebuilt_view_sums_its_estimates_as_the_calls_did() -> None:
+    # A rebuild settles the whole view at once (slot by slot), a call only its new messages
+    # (one at a time): in the same order, so the same floats. A counter that is not lazy has
+    # no quick estimates to refine, so nothing else moves the sums apart.
+    from agentctx.tokens import MessageCounter
+
+    turns = [[user("task")]] + [tool_turn(n, lines=5 + n, width=1 + n % 3) for n in range(40)]
+    async with ContextManager(1_000_000, counter=MessageCounter(lazy=False)) as ctx:
+        await drive(ctx, turns)
+        state = ctx._state
+        kept = state.vector()
+        state.rebuild()
+        assert state.vector() == kept
