@@ -207,10 +207,11 @@ class ViewState:
         """Estimated tokens of the view's messages (no system prompt or tools)."""
         counter = self._counter
         self._apply_refined()
+        key = (self._version, counter.generation)
         version, generation, tokens = self._tokens_memo
-        if version == self._version and generation == counter.generation:
+        if (version, generation) == key:
             return tokens
         tail = self.view[self._prefix_len :]
         tokens = counter.total(self._prefix_vec) + (counter.count_many(tail) if tail else 0)
-        self._tokens_memo = (self._version, counter.generation, tokens)
+        self._tokens_memo = (*key, tokens)
         return tokens

@@ -290,18 +290,45 @@ def test_a_message_two_counters_count_keeps_each_ones_estimate() -> None:
     assert shared._fp == ""  # the second counter found its own without serializing it
 
 
-def test_a_message_many_counters_count_holds_a_bounded_number_of_estimates() -> None:
+def test_a_message_many_counters_count_keeps_every_ones_estimate() -> None:
     # A process that builds a manager per request over one in-memory history: the message
-    # keeps the estimates of the latest few counters, and an older one counts it again.
+    # holds the first few counters' estimates, a counter beyond them keeps its own in its memo;
+    # none gives way (a live session's view sums are made of it).
     shared = ToolResultMessage.of("call_1", "alpha beta gamma delta " * 100, tool_name="bash")
     counters = [MessageCounter() for _ in range(40)]
     quick = [c.count(shared) for c in counters]
     assert len(set(quick)) == 1
     assert len(shared._tk) <= 16
-    assert [c.refine([shared]) for c in counters[-16:]] == [1] * 16
-    assert counters[0].count(shared) == quick[0]  # its estimate gave way: counted again
-    assert len(shared._tk) <= 16
-    assert counters[-1].refine([shared]) == 0  # the newest kept its own
+    assert [c.refine([shared]) for c in counters] == [1] * 40
+    full = counters[0].count(shared)
+    assert full < quick[0]
+    assert [c.refine([shared]) for c in counters] == [0] * 40  # every one kept its own
+    assert all(c.count(shared) == full for c in counters)
+
+
+async def test_seventeen_sessions_on_one_history_each_keep_their_estimates() -> None:
+    # The 17th counter of a message used to evict the first one's estimate: that session's
+    # view kept summing the quick estimate, and its calibration went wrong.
+    from agentctx import ContextManager, Usage
+
+    from .helpers import tool_turn, user
+
+    turns = [[user("task")]] + [tool_turn(n, lines=20 + 7 * n) for n in range(12)]
+    managers = [ContextManager(1_000_000, session_id="s") for _ in range(17)]
+    history: list[Message] = []
+    for turn in turns:
+        history = [*history, *turn]
+        for ctx in managers:
+            view = await ctx.prepare(history)
+            ctx.observe(Usage(input_tokens=ctx.counter.count_many(view) + 300))
+    for ctx in managers:
+        state = ctx._state
+        counter = ctx.counter
+        by_vectors = counter.total(
+            [sum(col) for col in zip(*map(counter.vector, state.view), strict=True)]
+        )
+        assert abs(state.tokens - by_vectors) <= len(state.view)
+    assert len({ctx.counter.multipliers for ctx in managers}) == 1
 
 
 def test_generic_counter_has_one_text_slot() -> None:

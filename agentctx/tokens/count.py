@@ -78,7 +78,7 @@ class _Estimates(dict[object, _Entry]):
     exact = False
 
 
-_SHARED_ESTIMATES = 16  # per message: the oldest counter's gives way (a session long gone)
+_SHARED_ESTIMATES = 16  # per message; a counter beyond them keeps its estimate in its memo
 
 
 # One encoder for every call: ``json.dumps`` with options builds a new one each time.
@@ -319,14 +319,19 @@ class MessageCounter:
                 self._remember(fp, found)
         with _CLAIMS:
             held = message._tk
+            kept = True
             if held is None:
                 object.__setattr__(message, "_tk", found)
-            elif type(held) is _Estimates:
-                if len(held) >= _SHARED_ESTIMATES:
-                    del held[next(iter(held))]
+            elif type(held) is not _Estimates:
+                object.__setattr__(message, "_tk", _Estimates({held.owner: held, key: found}))
+            elif len(held) < _SHARED_ESTIMATES:
                 held[key] = found
             else:
-                object.__setattr__(message, "_tk", _Estimates({held.owner: held, key: found}))
+                kept = False
+        if not kept and not fp:
+            # No session's estimate gives way (its view's sums are made of it): this one
+            # lives in this counter's memo, found by fingerprint from now on.
+            self._remember(fingerprint(message), found)
         return found
 
     def _remember(self, fp: str, entry: _Entry) -> None:
