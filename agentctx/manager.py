@@ -444,8 +444,7 @@ class ContextManager:
             for event in self._startup_events:
                 self._hub.emit(event)
             self._startup_events.clear()
-        if self._report is not None:
-            self._settle()
+        self._settle()
         self._sync(history)
         state = self._state
         tokens = self._count_new_near_budget(budget)

@@ -73,12 +73,6 @@ def _slack(target: int) -> int:
     return max(_MIN_DROP_GAIN, target // 10)
 
 
-def _tokens(ctx: CompactionContext) -> int:
-    """The prompt size after the decisions taken so far (the view renders first)."""
-    _ = ctx.origins
-    return ctx.prompt_tokens
-
-
 _MARKER = SummaryMessage(COMPACTION_MARKER)
 
 
@@ -154,18 +148,18 @@ class DeterministicCompaction:
             taken = len(ctx.taken)
             ctx.counter.refine(ctx.view)  # replacements start with quick estimates
             self._truncate(ctx, actions, in_flight=False)
-            if _tokens(ctx) > target:
+            if ctx.prompt_tokens > target:
                 self._condense(ctx, actions, target, precise=True)
-            if _tokens(ctx) > target:
+            if ctx.prompt_tokens > target:
                 self._drop_middle(ctx, actions, target)
-            if _tokens(ctx) > target + _slack(target):  # what the drop tier cannot cut
+            if ctx.prompt_tokens > target + _slack(target):  # what the drop tier cannot cut
                 self._condense(ctx, actions, target, precise=False)
-            if _tokens(ctx) > budget.limit:
+            if ctx.prompt_tokens > budget.limit:
                 self._truncate(ctx, actions, in_flight=True)
             ctx.counter.refine(ctx.view)  # judge the round on full estimates
             if len(ctx.taken) == taken or ctx.prompt_tokens <= target:
                 break
-        if _tokens(ctx) > budget.trigger_tokens:
+        if ctx.prompt_tokens > budget.trigger_tokens:
             # Landing above the trigger, the next few new messages would force another
             # rewrite, call after call: the comforts give way down to the trigger.
             self._give_way(ctx, actions, target)
@@ -216,10 +210,10 @@ class DeterministicCompaction:
             (self.keep_recent_steps, target),
             (min(1, self.keep_recent_steps), ctx.budget.trigger_tokens),
         ):
-            if _tokens(ctx) <= ctx.budget.trigger_tokens and goal == ctx.budget.trigger_tokens:
+            if ctx.prompt_tokens <= ctx.budget.trigger_tokens and goal == ctx.budget.trigger_tokens:
                 return
             for _ in range(_GIVE_WAY_ROUNDS):  # halving reaches the floor well within these
-                before = _tokens(ctx)
+                before = ctx.prompt_tokens
                 if before <= goal:
                     break
                 relaxed = DeterministicCompaction(
@@ -233,15 +227,15 @@ class DeterministicCompaction:
                 taken = len(ctx.taken)
                 ctx.counter.refine(ctx.view)
                 relaxed._truncate(ctx, actions, in_flight=False, again=True)
-                if _tokens(ctx) > goal:
+                if ctx.prompt_tokens > goal:
                     relaxed._truncate(ctx, actions, in_flight=True, again=True)
-                if _tokens(ctx) > target:
+                if ctx.prompt_tokens > target:
                     relaxed._condense(ctx, actions, target, precise=False)
-                if _tokens(ctx) > target:
+                if ctx.prompt_tokens > target:
                     relaxed._drop_middle(ctx, actions, target)
                 ctx.counter.refine(ctx.view)
                 floor = lines <= _FLOOR_LINES and chars <= _FLOOR_CHARS
-                if floor and (len(ctx.taken) == taken or _tokens(ctx) >= before):
+                if floor and (len(ctx.taken) == taken or ctx.prompt_tokens >= before):
                     break  # at the floor and nothing more to gain
                 lines, chars = max(_FLOOR_LINES, lines // 2), max(_FLOOR_CHARS, chars // 2)
 
@@ -291,7 +285,7 @@ class DeterministicCompaction:
                     truncate_text(text, self.max_lines, self.max_chars, stand_in)
                 ):
                     continue  # what is sent now is already this short
-                if text.count("\n") < self.max_lines and len(text) <= self.max_chars:
+                if not self._too_long(text):
                     continue
                 note = self._recall_note(ctx, text)
                 short = truncate_text(text, self.max_lines, self.max_chars, note)
@@ -329,17 +323,23 @@ class DeterministicCompaction:
         if isinstance(m, ToolResultMessage):
             if len(m.content) != 1 or not isinstance(block := m.content[0], TextBlock):
                 return False
-            text = block.text
-            return len(text) > self.max_chars or text.count("\n") >= self.max_lines
+            return self._too_long(block.text)
         if isinstance(m, AssistantMessage):
-            limit = self.max_argument_chars
             return any(
-                isinstance(v, str) and len(v) > limit
+                self._too_long_argument(v)
                 for call in m.content
                 if isinstance(call, ToolCall)
                 for v in call.arguments.values()
             )
         return False
+
+    def _too_long(self, text: str) -> bool:
+        """Whether tier 1 cuts ``text``, a tool result's."""
+        return len(text) > self.max_chars or text.count("\n") >= self.max_lines
+
+    def _too_long_argument(self, value: object) -> bool:
+        """Whether tier 1 cuts ``value``, an argument of a completed call."""
+        return isinstance(value, str) and len(value) > self.max_argument_chars
 
     def _shrink_arguments(
         self, ctx: CompactionContext, call: ToolCall
@@ -348,7 +348,7 @@ class DeterministicCompaction:
         out: dict[str, Any] = {}
         cut = False
         for key, value in call.arguments.items():
-            if isinstance(value, str) and len(value) > limit:
+            if self._too_long_argument(value):
                 out[key] = truncate_text(value, max(3, limit // 80), limit)
                 cut = True
             else:

@@ -35,7 +35,7 @@ from agentctx._check import fraction, got, number, whole
 from agentctx.errors import ConfigError
 from agentctx.events import ContextCompacted
 from agentctx.strategies.deterministic import DeterministicCompaction
-from agentctx.strategies.pipeline_run import Memo, Proposal, Run, condense, prompt_size
+from agentctx.strategies.pipeline_run import Memo, Proposal, Run, condense
 
 if TYPE_CHECKING:
     from agentctx.strategy import CompactionContext, CompactionStrategy
@@ -217,7 +217,7 @@ class ToolOutputPipeline:
         if self.target_ratio is not None and self.target_ratio < budget.target_ratio:
             budget = replace(budget, target_ratio=self.target_ratio)
         messages_before = len(ctx.view)
-        tokens_before = prompt_size(ctx)
+        tokens_before = ctx.prompt_tokens
         cold = ctx.idle_seconds is not None and ctx.idle_seconds > self.cache_ttl_seconds
         threshold = self.clear_at_least if self.clear_at_least is not None else budget.limit // 2
         if run.deferred is not None and (
@@ -234,7 +234,7 @@ class ToolOutputPipeline:
         stale = [p for p in run.proposals if not p.fresh]
         for p in fresh:
             run.take(p)
-        tokens = prompt_size(ctx) if fresh else tokens_before
+        tokens = ctx.prompt_tokens if fresh else tokens_before
         forced = tokens > budget.limit
         paying = _paying(stale) >= threshold
         taken = list(fresh)
@@ -248,7 +248,7 @@ class ToolOutputPipeline:
             # target, so every rewrite lands near it and the next is as far away as it puts it.
             taken += run.take_until(stale, budget.target_tokens)
         rewrites = any(not p.fresh for p in taken)
-        if (forced or cold or rewrites) and prompt_size(ctx) > budget.target_tokens:
+        if (forced or cold or rewrites) and ctx.prompt_tokens > budget.target_tokens:
             # The prefix is rewritten in this call anyway: go all the way to the target in
             # this same call, so no second rewrite follows a few calls later. Over the hard
             # budget only the newest turn is spared; otherwise the turns L2 protects are.
@@ -271,7 +271,7 @@ class ToolOutputPipeline:
         if (
             self.fallback is not None
             and (forced or cold or rewrites)
-            and prompt_size(ctx) > budget.target_tokens
+            and ctx.prompt_tokens > budget.target_tokens
         ):
             # What the passes cannot reach (arguments, text, turns) the tiers condense, in the
             # same call and to the same target. For this call their hard budget is the

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     )
     from agentctx.strategy import CompactionContext
 
-__all__ = ["Memo", "Proposal", "Run", "condense", "prompt_size"]
+__all__ = ["Memo", "Proposal", "Run", "condense"]
 
 _COMMAND_KEYS = frozenset({"command", "cmd"})
 # An import or definition line: ``^\s*(import|export)\s`` or ``\b(function|...)\s+\w`` in
@@ -182,12 +182,6 @@ class Memo:
 
     def put(self, key: tuple[Any, ...], m: Message, value: Any) -> None:
         self.entries[key] = (m, value)
-
-
-def prompt_size(ctx: CompactionContext) -> int:
-    """The prompt size after the decisions taken so far (the view renders first)."""
-    _ = ctx.origins
-    return ctx.prompt_tokens
 
 
 class Run:
@@ -648,7 +642,7 @@ class Run:
         # again only when those say the target is reached, not after every decision.
         ctx = self.ctx
         taken: list[Proposal] = []
-        need = prompt_size(ctx) - target
+        need = ctx.prompt_tokens - target
         freed = 0
         for unit in units:
             if need <= 0:
@@ -660,7 +654,7 @@ class Run:
                 freed += p.freed
             taken += unit
             if freed >= need:
-                need, freed = prompt_size(ctx) - target, 0
+                need, freed = ctx.prompt_tokens - target, 0
         return taken
 
 

@@ -383,7 +383,7 @@ class MessageCounter:
             if fp:
                 self._remember(fp, entry)
         self.refined.append((entry, tuple(b - a for a, b in zip(entry.base, base, strict=True))))
-        # Only this entry's count changes: the others' stay valid (no new generation).
+        # Only this entry's count changes: the others' stay valid (no new calibration epoch).
         entry.base, entry.exact, entry.generation = base, True, -1
 
     def vector(self, message: Message) -> tuple[float, ...]:
@@ -404,13 +404,7 @@ class MessageCounter:
         self, messages: Iterable[Message]
     ) -> tuple[list[object], list[tuple[float, ...]]]:
         """The `estimate_key` and the `vector` of each message, in one lookup each."""
-        key, entry_of = self._key, self._entry
-        entries = []
-        for message in messages:
-            entry: _Entry | None = message._tk
-            if entry is None or entry.owner is not key:
-                entry = entry_of(message)
-            entries.append(entry)
+        entries = list(map(self._entry, messages))
         return entries, [entry.base for entry in entries]  # type: ignore[return-value]
 
     def total(self, vector: Sequence[float]) -> int:
