@@ -70,6 +70,7 @@ __all__ = [
     "has_thinking",
     "in_flight_start",
     "latest_user_index",
+    "needs_no_repair",
     "newest_complete_turn",
     "repair",
     "repaired_message",
@@ -364,6 +365,33 @@ def repair(
         out_origin.append(src[i])
     close_batch()
     return out, out_origin, repairs
+
+
+def needs_no_repair(messages: Sequence[Message], used: Set[str]) -> bool:
+    """Whether `repair` returns ``messages`` as they are, with no repair and every call
+    answered, when they continue a view that uses the tool-call ids ``used`` (the common
+    append: one or more turns, each batch of calls answered in order). A quick check, so it
+    may say no for messages repair would still leave alone."""
+    calls: list[str] = []  # the open batch's call ids, in order
+    answered = 0
+    seen: set[str] = set()
+    for m in messages:
+        if isinstance(m, ToolResultMessage):
+            if answered == len(calls) or m.tool_call_id != calls[answered]:
+                return False
+            answered += 1
+            continue
+        if answered != len(calls) or _cleaned(m)[0] is not m:
+            return False
+        calls, answered = [], 0
+        if isinstance(m, AssistantMessage):
+            for call in m.content:
+                if isinstance(call, ToolCall):
+                    if call.id in used or call.id in seen:
+                        return False
+                    seen.add(call.id)
+                    calls.append(call.id)
+    return answered == len(calls)
 
 
 def _unique_calls(

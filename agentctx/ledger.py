@@ -128,6 +128,10 @@ Decision: TypeAlias = ReplaceResult | ReplaceArguments | DropThinking | Keep | R
 _PerMessage: TypeAlias = ReplaceResult | ReplaceArguments | DropThinking | Keep
 
 
+def _end_of(decision: Decision) -> int:
+    return decision.end if isinstance(decision, ReplaceSpan) else decision.at.index + 1
+
+
 class Ledger:
     """Decisions for one session, in the order they were taken.
 
@@ -135,7 +139,15 @@ class Ledger:
     renders by it.
     """
 
-    __slots__ = ("_applied", "_decisions", "_per_message", "_span_starts", "_spans", "version")
+    __slots__ = (
+        "_applied",
+        "_decisions",
+        "_end",
+        "_per_message",
+        "_span_starts",
+        "_spans",
+        "version",
+    )
 
     def __init__(self, decisions: Iterable[Decision] = ()) -> None:
         # What `render` made of each message with decisions, by raw index: (the raw message,
@@ -146,6 +158,7 @@ class Ledger:
         self._per_message: dict[int, list[_PerMessage]] = {}
         self._spans: dict[int, ReplaceSpan] = {}  # start -> outermost span starting there
         self._span_starts: tuple[int, list[int]] = (-1, [])  # (version, sorted starts)
+        self._end = (0, 0)  # (version, `end`)
         self.version = 0
         for d in decisions:
             self.add(d)
@@ -172,6 +185,16 @@ class Ledger:
         if k >= 0 and index < (span := self._spans[starts[k]]).end:
             return span
         return None
+
+    @property
+    def end(self) -> int:
+        """One past the last raw index a decision touches (0 with none): messages from
+        there on render as they are."""
+        version, end = self._end
+        if version != self.version:
+            end = max(map(_end_of, self._decisions), default=0)
+            self._end = (self.version, end)
+        return end
 
     @property
     def spans(self) -> tuple[ReplaceSpan, ...]:
@@ -209,9 +232,7 @@ class Ledger:
 
     def drop_from(self, index: int) -> list[Decision]:
         """Drop decisions that touch raw messages at or after ``index``; return them."""
-        return self._rebuild(
-            lambda d: (d.end if isinstance(d, ReplaceSpan) else d.at.index + 1) > index
-        )
+        return self._rebuild(lambda d: _end_of(d) > index)
 
     def drop_stale(self, raw: Sequence[Message]) -> list[Decision]:
         """Drop decisions whose anchors no longer match ``raw``; return them."""

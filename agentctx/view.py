@@ -14,7 +14,7 @@ from functools import reduce
 from operator import add
 from typing import TYPE_CHECKING
 
-from agentctx.boundaries import CompleteTurns
+from agentctx.boundaries import CompleteTurns, needs_no_repair
 from agentctx.ledger import Ledger, Rendered, render
 from agentctx.messages import AssistantMessage, Message, ToolResultMessage
 
@@ -103,9 +103,33 @@ class ViewState:
         """Append new raw messages and bring the view up to date."""
         if not messages:
             return
+        start = len(self.raw)
         self.raw.extend(messages)
         self.turns.update(self.raw)
-        self._render_tail()
+        if not self._append_as_is(start, messages):
+            self._render_tail()
+
+    def _append_as_is(self, start: int, messages: Sequence[Message]) -> bool:
+        """The common append, in O(new messages) without a render: everything before is
+        settled, no decision touches the new messages and they need no repair, so the view
+        grows by them as they are and they settle at once."""
+        keep = self._prefix_len
+        if not (
+            keep == len(self.view)
+            and keep
+            and self._settled_raw == start
+            and self.ledger.end <= start
+            and not (self.repairs and self.repairs[-1].index >= keep)
+            and needs_no_repair(messages, self._prefix_ids)
+        ):
+            return False
+        self._version += 1
+        self.view += messages
+        indices = range(start, len(self.raw))
+        self.origins += indices
+        self.shown += indices
+        self._settle_prefix(len(self.view), len(self.raw))
+        return True
 
     def truncate(self, index: int) -> int:
         """Cut the raw history back to ``index``; drop decisions after it; return how many."""
@@ -154,31 +178,37 @@ class ViewState:
         if span is not None:
             settle = span.at.index
         if settle > self._settled_raw:
-            self._apply_refined()  # before adding vectors that already include them
             view, origins = self.view, self.origins
             stop = keep
             while stop < len(view) and origins[stop] < settle:
                 stop += 1
-            if stop > keep:
-                settled = view[keep:stop]
-                keys, vectors = self._counter.keyed_vectors(settled)
-                counts = self._prefix_keys
-                for key in keys:
-                    counts[key] = counts.get(key, 0) + 1
-                vec = self._prefix_vec
-                if len(vectors) < _TRANSPOSE_FROM:
-                    for vector in vectors:
-                        vec[:] = map(add, vec, vector)
-                else:  # slot by slot, in view order: the same sums, without a list per message
-                    columns = zip(*vectors, strict=True)
-                    vec[:] = [reduce(add, col, v) for v, col in zip(vec, columns, strict=True)]
-                self._prefix_ids.update(
-                    c.id for m in settled if isinstance(m, AssistantMessage) for c in m.tool_calls
-                )
-                # Raw indices of what the view shows as is rise with it (`shown`).
-                self._shown_in_prefix = bisect_left(self.shown, settle)
-            self._prefix_len = stop
-            self._settled_raw = settle
+            self._settle_prefix(stop, settle)
+
+    def _settle_prefix(self, stop: int, settle: int) -> None:
+        """Add ``view[_prefix_len:stop]`` to the settled prefix, which then stands for
+        ``raw[:settle]``."""
+        self._apply_refined()  # before adding vectors that already include them
+        keep = self._prefix_len
+        if stop > keep:
+            settled = self.view[keep:stop]
+            keys, vectors = self._counter.keyed_vectors(settled)
+            counts = self._prefix_keys
+            for key in keys:
+                counts[key] = counts.get(key, 0) + 1
+            vec = self._prefix_vec
+            if len(vectors) < _TRANSPOSE_FROM:
+                for vector in vectors:
+                    vec[:] = map(add, vec, vector)
+            else:  # slot by slot, in view order: the same sums, without a list per message
+                columns = zip(*vectors, strict=True)
+                vec[:] = [reduce(add, col, v) for v, col in zip(vec, columns, strict=True)]
+            self._prefix_ids.update(
+                c.id for m in settled if isinstance(m, AssistantMessage) for c in m.tool_calls
+            )
+            # Raw indices of what the view shows as is rise with it (`shown`).
+            self._shown_in_prefix = bisect_left(self.shown, settle)
+        self._prefix_len = stop
+        self._settled_raw = settle
 
     def _apply_refined(self) -> None:
         refined = self._counter.refined

@@ -9,6 +9,7 @@ from agentctx.boundaries import (
     MISSING_RESULT_TEXT,
     CompleteTurns,
     in_flight_start,
+    needs_no_repair,
     newest_complete_turn,
     repair,
     repaired_message,
@@ -227,3 +228,40 @@ def test_repairing_a_suffix_as_a_continuation_matches_the_full_repair() -> None:
         ids = {c.id for m in head if isinstance(m, AssistantMessage) for c in m.tool_calls}
         tail, tail_origins, _ = repair(h[cut:], range(cut, len(h)), continues=ids)
         assert head + tail == full and head_origins + tail_origins == full_origins
+
+
+_PIECES = {
+    "user": lambda k: user(f"q{k}"),
+    "blank user": lambda k: user(" "),
+    "answer": lambda k: assistant(text="a"),
+    "call a": lambda k: assistant(call("a")),
+    "call a b": lambda k: assistant(call("a"), call("b")),
+    "call a a": lambda k: assistant(call("a"), call("a")),
+    "call old": lambda k: assistant(call("old")),
+    "result a": lambda k: result("a"),
+    "result b": lambda k: result("b"),
+    "result old": lambda k: result("old"),
+    "summary": lambda k: SummaryMessage("s"),
+    "blank summary": lambda k: SummaryMessage(""),
+}
+
+
+@given(st.lists(st.sampled_from(sorted(_PIECES)), max_size=8), st.booleans())
+def test_messages_said_to_need_no_repair_come_back_from_repair_as_they_are(
+    pieces: list[str], old_used: bool
+) -> None:
+    messages = [_PIECES[p](k) for k, p in enumerate(pieces)]
+    used = {"old"} if old_used else set()
+    fixed, origins, repairs = repair(messages, range(len(messages)), continues=used)
+    if needs_no_repair(messages, used):
+        assert fixed == messages and origins == list(range(len(messages))) and repairs == []
+        assert all(a is b for a, b in zip(fixed, messages, strict=True))
+
+
+def test_the_common_appends_need_no_repair() -> None:
+    step = [assistant(call("a"), call("b")), result("a"), result("b")]
+    assert needs_no_repair(step, {"old"})
+    assert needs_no_repair([*step, assistant(text="done"), user("next")], set())
+    assert not needs_no_repair(step[:2], set())  # a batch still open gets a stub
+    assert not needs_no_repair(step, {"a"})  # a reused id is renamed
+    assert not needs_no_repair([result("a")], set())  # answers nothing new: dropped

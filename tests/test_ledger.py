@@ -134,3 +134,40 @@ def test_rendering_again_gives_the_same_objects_so_their_estimates_stay() -> Non
     # decisions dropped: the raw message again
     ledger.drop_from(4)
     assert render(raw, ledger).messages[4] is raw[4]
+
+
+def test_end_is_past_the_last_message_a_decision_touches() -> None:
+    raw = history()
+    ledger = Ledger()
+    assert ledger.end == 0
+    ledger.add(ReplaceResult(anchor(raw, 2), (TextBlock("[cleared]"),), "test"))
+    assert ledger.end == 3
+    ledger.add(ReplaceSpan(anchor(raw, 3), 5, anchor(raw, 4), (SummaryMessage("s"),), "t"))
+    assert ledger.end == 5
+    ledger.drop_from(4)
+    assert ledger.end == 3
+
+
+def test_a_clean_append_grows_the_view_without_a_render(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The common append (`ViewState._append_as_is`) gives what a render of it would."""
+    import agentctx.view as view_module
+    from agentctx.tokens import MessageCounter
+
+    counter = MessageCounter()
+    state = view_module.ViewState(counter)
+    state.append([user("task"), *tool_turn(0, lines=50)])
+    state.ledger.add(ReplaceResult(anchor(state.raw, 2), (TextBlock("[cleared]"),), "t"))
+    state.rebuild()
+    rendered: list[int] = []
+    real_render = view_module.render
+    monkeypatch.setattr(
+        view_module, "render", lambda *a, **k: rendered.append(1) or real_render(*a, **k)
+    )
+    state.append([*tool_turn(1, lines=50), assistant(text="done"), user("next")])
+    assert rendered == []
+    assert state.view == render(state.raw, state.ledger).messages
+    assert state.origins == render(state.raw, state.ledger).origins
+    assert abs(state.tokens - counter.count_many(state.view)) <= len(state.view)  # rounding
+    state.append([assistant(call("c0_0"))])  # a reused id, a batch left open: rendered
+    assert rendered == [1]
+    assert state.view == render(state.raw, state.ledger).messages
