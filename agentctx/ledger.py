@@ -158,7 +158,7 @@ class Ledger:
         self._per_message: dict[int, list[_PerMessage]] = {}
         self._spans: dict[int, ReplaceSpan] = {}  # start -> outermost span starting there
         self._span_starts: tuple[int, list[int]] = (-1, [])  # (version, sorted starts)
-        self._end = (0, 0)  # (version, `end`)
+        self._end = 0
         self.version = 0
         for d in decisions:
             self.add(d)
@@ -190,11 +190,7 @@ class Ledger:
     def end(self) -> int:
         """One past the last raw index a decision touches (0 with none): messages from
         there on render as they are."""
-        version, end = self._end
-        if version != self.version:
-            end = max(map(_end_of, self._decisions), default=0)
-            self._end = (self.version, end)
-        return end
+        return self._end
 
     @property
     def spans(self) -> tuple[ReplaceSpan, ...]:
@@ -228,6 +224,7 @@ class Ledger:
         else:
             self._per_message.setdefault(decision.at.index, []).append(decision)
         self._decisions.append(decision)
+        self._end = max(self._end, _end_of(decision))
         self.version += 1
 
     def drop_from(self, index: int) -> list[Decision]:
