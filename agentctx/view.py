@@ -236,7 +236,8 @@ class ViewState:
     def tokens(self) -> int:
         """Estimated tokens of the view's messages (no system prompt or tools)."""
         counter = self._counter
-        self._apply_refined()
+        if len(counter.refined) != self._refined_seen:
+            self._apply_refined()
         key = (self._version, counter.generation)
         version, generation, tokens = self._tokens_memo
         if (version, generation) == key:

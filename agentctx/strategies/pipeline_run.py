@@ -144,6 +144,7 @@ class _Scan:
         "shaped",
         "sizes",
         "stamps",
+        "turn_chars",
         "turn_of",
         "turn_results",
         "turns",
@@ -159,6 +160,7 @@ class _Scan:
         self.results: list[int] = []  # view indices of the results the passes may touch
         self.sizes: dict[int, int] = {}  # per result: the characters of its text
         self.turn_results: dict[int, list[int]] = {}  # per user turn: its results, in order
+        self.turn_chars: dict[int, int] = {}  # per user turn: the characters of its results
         self.stamps: list[float | None] = []  # per view message: its timestamp, in seconds
         self.shaped: list[int] = []  # of user shell output and of steps with thinking (L0)
 
@@ -225,8 +227,9 @@ class Run:
             scan.stamps.append(stamp / 1000 if isinstance(stamp, int | float) else None)
             if isinstance(m, ToolResultMessage) and self._candidate(j, m):
                 scan.results.append(j)
-                scan.sizes[j] = len(text_of(m.content))
+                size = scan.sizes[j] = len(text_of(m.content))
                 scan.turn_results.setdefault(scan.turns, []).append(j)
+                scan.turn_chars[scan.turns] = scan.turn_chars.get(scan.turns, 0) + size
         scan.messages = list(view)
         memo.scan = self.scan = scan
         self.turns, self.boundary = scan.turns, scan.boundary
@@ -398,23 +401,23 @@ class Run:
         shown = self.view[found[0]] if found is not None else None
         args = found is not None and found[0] < self.loop_start  # cleared with the result?
         stored = tuple((p.rid, self.contents[p.rid]) for p in unit if p.rid is not None)
-        self.memo.put(key, m, (found, shown, args, tuple(unit), stored))
+        last = max((p.decision.at.index for p in unit), default=-1)
+        self.memo.put(key, m, (found, shown, args, tuple(unit), stored, last))
 
     def _reuse_unit(self, key: tuple[Any, ...], m: ToolResultMessage, i: int) -> bool:
         """Propose what `_expire` made for ``m`` under ``key`` on an earlier call, if it would
         make exactly that again; whether it did."""
-        kept = self.memo.get(key, m)
-        if kept is None:
+        hit = self.memo.entries.get(key)
+        if hit is None or hit[0] is not m:
             return False
-        found, shown, args, unit, stored = kept
+        found, shown, args, unit, stored, last = hit[1]
         if self.calls.get(m.tool_call_id) is not found:
             return False  # the view was scanned again: its call may be another message
         if found is not None and (
             self.view[found[0]] is not shown or (found[0] < self.loop_start) != args
         ):
             return False
-        sent = self.ctx.sent
-        if any(p.decision.at.index >= sent for p in unit):
+        if last >= self.ctx.sent:
             return False  # a rewind: they are about unsent messages again
         for rid, text in stored:
             self.contents[rid] = text
@@ -493,9 +496,9 @@ class Run:
             self._expire(j, "Old tool result expired", "mc")
 
     def _budget(self, cfg: BudgetPass) -> None:
-        every = self.sizes
-        for members in self.turn_results.values():
-            if sum([every[j] for j in members]) <= cfg.max_chars_per_turn:
+        every, chars = self.sizes, self.scan.turn_chars
+        for turn, members in self.turn_results.items():
+            if chars[turn] <= cfg.max_chars_per_turn:
                 continue  # within the budget even before what other passes claimed
             sizes = {j: every[j] for j in members if self._open(j)}
             total = sum(sizes.values())
@@ -517,12 +520,12 @@ class Run:
         # Old enough first, in one pass (every call walks the results; few are that old).
         now, stamps, expire = self.now, self.stamps, cfg.expire_seconds
         old = [j for j in self.results if (at := stamps[j]) is not None and now - at > expire]
+        # Near the end of a long session most results are old: `_protected` and `_open`
+        # inline, a few calls less for each on every call.
+        turn_of, newest, origins, claimed = self.turn_of, self.turns, self.origins, self.claimed
+        protected_from = newest - cfg.protect_recent_turns
         for j in old:
-            if (
-                not self._protected(j, cfg.protect_recent_turns)
-                and j not in recent
-                and self._open(j, after_boundary=False)
-            ):
+            if turn_of[j] <= protected_from and j not in recent and origins[j] not in claimed:
                 self._expire(j, "Tool result expired", "l0")
         latest = self.scan.latest_user
         for j in self.scan.shaped:
