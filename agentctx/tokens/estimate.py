@@ -129,6 +129,12 @@ _SYMBOL_LEAD = 0xE2  # U+2000-U+2FFF: arrows, box drawing, dashes, bullets: punc
 # tokens for long runs of them, while other symbols cost about a token each (├── is ├, ──).
 _RULERS = ((b"\xe2\x94\x80", b"\xf8"), (b"\xe2\x94\x81", b"\xf9"), (b"\xe2\x95\x90", b"\xfa"))
 _RULER_BYTES = frozenset(b"\xf8\xf9\xfa")
+# o200k has no token for a space and a box-drawing character but " │": after a space the
+# character's first bytes join the space and the rest is a token of its own (" ├── x" is
+# " \xe2\x94", "\x9c", "──", " x"), so each costs one token more than on its own.
+_SPACED_BOXES = (b" \xe2\x94", b" \xe2\x95")
+_SPACED_SIDE = b" \xe2\x94\x82"  # " │"
+_SPACED_BOX = 1.0
 
 # Letter runs as shapes: a lowercase vowel, b lowercase consonant, E uppercase vowel,
 # A uppercase consonant, S a space or tab before the run, Q a double quote next to it (JSON
@@ -405,19 +411,21 @@ _ONES = [_ones(n) for n in range(_SMALL)]
 
 def _scan(text: str) -> tuple[float, float]:
     """(ASCII token units, non-ASCII units) of ``text``."""
+    units = 0.0
     if text.isascii():
         b = text.encode("ascii")
         other = 0.0
     else:
         raw = text.encode("utf-8", "surrogatepass")
         if raw.find(b"\xe2\x94") >= 0 or raw.find(b"\xe2\x95") >= 0:
+            spaced = raw.count(_SPACED_BOXES[0]) + raw.count(_SPACED_BOXES[1])
+            units += _SPACED_BOX * (spaced - raw.count(_SPACED_SIDE))
             for ruler, mark in _RULERS:
                 raw = raw.replace(ruler, mark)
         b = raw.translate(None, _CONTINUATION)
         scripts = b.translate(_SCRIPT, _NOT_SCRIPT)
         r2, r3, r4 = _SCRIPT_RATES
         other = r2 * scripts.count(b"2") + r3 * scripts.count(b"3") + r4 * scripts.count(b"4")
-    units = 0.0
     # `find` rather than `in`: twice as fast on short bytes. Each escape replaced shortens
     # the text by one.
     if b.find(b"\\") >= 0:
