@@ -180,6 +180,45 @@ def test_estimator_close_to_exact_o200k(kind: ContentClass) -> None:
     assert abs(estimate - exact) / exact < 0.12, (kind, estimate, exact)
 
 
+LS_MODES = "\n".join(
+    [
+        "total 48",
+        "drwxr-xr-x  6 dev  staff   192 Mar  3 10:12 .",
+        "drwxr-xr-x 14 dev  staff   448 Mar  3 09:58 ..",
+        "-rw-r--r--  1 dev  staff  1064 Mar  3 10:12 README.md",
+        "-rw-r--r--  1 dev  staff   412 Mar  3 10:01 pyproject.toml",
+        "drwxrwxr-x  5 dev  staff   160 Mar  3 10:05 src",
+        "-rwxr-xr-x  1 dev  staff   233 Mar  3 10:07 run.sh",
+        "drwxr-xr-x  3 dev  staff    96 Mar  3 10:09 tests",
+        "-rw-rw-r--  1 dev  staff  2210 Mar  3 10:11 notes.txt",
+    ]
+)
+TREE = "\n".join(
+    [
+        ".",
+        "├── README.md",
+        "├── pyproject.toml",
+        "├── src",
+        "│   └── app",
+        "│       ├── __init__.py",
+        "│       ├── cli.py",
+        "│       └── server.py",
+        "└── tests",
+        "    ├── conftest.py",
+        "    └── test_cli.py",
+    ]
+)
+
+
+@pytest.mark.parametrize(("text", "within"), [(LS_MODES, 0.03), (TREE, 0.05)])
+def test_estimator_prices_file_modes_and_tree_lines_as_o200k_splits_them(
+    text: str, within: float
+) -> None:
+    # "drwxr-xr-x" is six o200k tokens and " ├" two: both were underpriced (-4 %, -13 %).
+    exact = exact_counter().count(text)
+    assert abs(Estimator().count(text) - exact) / exact < within
+
+
 def test_estimator_never_zero_and_deterministic() -> None:
     est = Estimator()
     for text in (" ", "a", "\n", "\x00", "é", "你", "\udc80"):
