@@ -5,12 +5,15 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 import struct
 import subprocess
 import sys
 import zlib
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agentctx.errors import ConfigError
 from agentctx.messages import (
@@ -162,6 +165,16 @@ def test_classify_parses_every_json_opening(text: str) -> None:
 def test_classify_a_bracketed_line_as_before() -> None:
     marker = "[Context compacted: earlier messages were removed]\n- read(path=src/a.py)"
     assert classify(marker) is not ContentClass.JSON
+
+
+@given(st.text(alphabet=st.sampled_from(list("ab ;{}(),:[]=>\t\n\r x")), max_size=80))
+def test_code_line_ends_are_the_lines_a_line_end_pattern_finds(text: str) -> None:
+    from agentctx.tokens.classify import _code_line_ends
+
+    lines = "\n" + text
+    pattern = re.compile(r"(?:[;{}(),:\[\]]|=>)[ \t]*$", re.MULTILINE)
+    by_pattern = {lines.rfind("\n", 0, m.start()) for m in pattern.finditer(lines)}
+    assert set(_code_line_ends(lines)) == by_pattern
 
 
 def test_classify_empty_and_blank_are_prose() -> None:

@@ -63,7 +63,7 @@ _CODE_LINE_START = re.compile(
     r"|package |public |private |static |async |await |@\w|[{}]|//|/\*|\*/|#!|elif |else\b"
     r"|try\b|except\b|switch\b|case\b))"
 )
-_CODE_LINE_END = re.compile(r"(?:[;{}(),:\[\]]|=>)[ \t]*$", re.MULTILINE)
+_CODE_LINE_ENDS = (";", "{", "}", "(", ")", ",", ":", "[", "]", "=>")  # before trailing blanks
 _NONBLANK_LINE = re.compile(r"\n[ \t]*\S")
 _SYMBOLS = b"{}();=<>[]"
 
@@ -85,8 +85,22 @@ def _line_starts(pattern: re.Pattern[str], lines: str) -> list[int]:
     return [m.start() for m in pattern.finditer(lines)]
 
 
+def _code_line_ends(lines: str) -> list[int]:
+    """The lines that end in punctuation code lines end with (past spaces and tabs). A loop
+    over the lines: a pattern for the line end would be tried at every character."""
+    found = []
+    start = 0  # the offset of the newline that starts the line
+    for line in lines[1:].split("\n"):
+        if line.rstrip(" \t").endswith(_CODE_LINE_ENDS):
+            found.append(start)
+        start += len(line) + 1
+    return found
+
+
 def _table_rows(lines: str) -> set[int]:
     """Lines of three or more columns (separated by runs of spaces or a tab)."""
+    if "  " not in lines and "\t" not in lines:
+        return set()  # no gap at all (prose, one-line texts): no pattern pass
     gaps: Counter[int] = Counter()
     for pattern in _COLUMN_GAPS:
         for m in pattern.finditer(lines):
@@ -154,9 +168,7 @@ def classify(text: str) -> ContentClass:
     encoded = sample.encode("utf-8", "surrogatepass")
     symbols = (len(encoded) - len(encoded.translate(None, _SYMBOLS))) / len(sample)
     if symbols >= 0.02:
-        code = len(
-            set(_line_starts(_CODE_LINE_START, lines)).union(_lines_of(_CODE_LINE_END, lines))
-        )
+        code = len(set(_line_starts(_CODE_LINE_START, lines)).union(_code_line_ends(lines)))
         if code >= 0.5 * n:
             scores.append((code / (0.5 * n), ContentClass.CODE))
     return max(scores)[1] if scores else ContentClass.PROSE
