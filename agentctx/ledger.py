@@ -54,6 +54,7 @@ __all__ = [
     "ReplaceSpan",
     "anchor",
     "check_fits",
+    "decision_json",
     "protected_positions",
     "render",
 ]
@@ -279,7 +280,7 @@ class Ledger:
 
     def to_json(self) -> str:
         """The decisions as JSON text (the form stores keep)."""
-        return json.dumps([_decision_to_dict(d) for d in self._decisions], ensure_ascii=False)
+        return "[" + ", ".join(map(decision_json, self._decisions)) + "]"
 
     @classmethod
     def from_json(cls, text: str) -> Ledger:
@@ -295,6 +296,11 @@ class Ledger:
             return cls(_decision_from_dict(d) for d in items)
         except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as e:
             raise StoreError(f"the saved ledger is unreadable: {type(e).__name__}: {e}") from e
+
+
+def decision_json(decision: Decision) -> str:
+    """One decision as its element of `Ledger.to_json` (whose items ``", "`` joins)."""
+    return json.dumps(_decision_to_dict(decision), ensure_ascii=False)
 
 
 def protected_positions(raw: Sequence[Message]) -> set[int]:

@@ -48,7 +48,7 @@ import anyio
 from agentctx._log import log
 from agentctx.errors import StoreError
 from agentctx.events import CompactionWarning, StoreDegraded, StoreRecovered
-from agentctx.ledger import Ledger
+from agentctx.ledger import Ledger, decision_json
 from agentctx.recall.store import LedgerStore, expand_references, recall_id
 from agentctx.recall.tool import recall_page
 
@@ -73,11 +73,6 @@ _Key = tuple[str, str]  # (session id, recall id)
 
 def _size(content: str) -> int:
     return sys.getsizeof(content)
-
-
-def _decision_json(d: Decision) -> str:
-    """``d`` as its element of `Ledger.to_json` (the list's items joined by ``", "``)."""
-    return Ledger([d]).to_json()[1:-1]
 
 
 @dataclass(slots=True)
@@ -259,7 +254,7 @@ class RecallWriter:
             if not n:
                 return
             for d in taken:
-                js = _decision_json(d)
+                js = decision_json(d)
                 for rid in _RID.findall(js):
                     self._pin(rid)
                 if self._keeps_ledger:
@@ -369,7 +364,7 @@ class RecallWriter:
             self._ready_bytes -= _size(content)
 
     def _rebuild(self, ledger: Ledger) -> None:
-        parts = [_decision_json(d) for d in ledger.decisions]
+        parts = [decision_json(d) for d in ledger.decisions]
         live: set[str] = set()
         for js in parts:
             live.update(_RID.findall(js))
