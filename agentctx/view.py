@@ -236,8 +236,7 @@ class ViewState:
     def tokens(self) -> int:
         """Estimated tokens of the view's messages (no system prompt or tools)."""
         counter = self._counter
-        if len(counter.refined) != self._refined_seen:
-            self._apply_refined()
+        self._apply_refined()
         key = (self._version, counter.generation)
         version, generation, tokens = self._tokens_memo
         if (version, generation) == key:

@@ -71,13 +71,14 @@ def condense(text: str, head: int, tail: int, max_ratio: float) -> str:
     if n > head + tail:
         out = lines[:head]
         kept = lines[n - tail :]
+        head_chars, tail_chars = sum(map(len, out)), sum(map(len, kept))
         # The joined length so far: the parts and a newline between each two.
-        size = sum(map(len, out)) + sum(map(len, kept)) + head + tail - 1
+        size = head_chars + tail_chars + head + tail - 1
         # One search of the middle lines for the keywords, not a search per line: condensing
         # a long result is what a call that first sees it outside the protected turns spends
         # most of its time on.
-        pos = sum(map(len, out)) + head  # the start of line ``line``
-        end = len(text) - sum(map(len, kept)) - tail if tail else len(text)
+        pos = head_chars + head  # the start of line ``line``
+        end = len(text) - tail_chars - tail if tail else len(text)
         line = done = head  # lines before ``done`` are in ``out`` or counted as omitted
         scan = pos
         while size <= limit:
@@ -407,10 +408,10 @@ class Run:
     def _reuse_unit(self, key: tuple[Any, ...], m: ToolResultMessage, i: int) -> bool:
         """Propose what `_expire` made for ``m`` under ``key`` on an earlier call, if it would
         make exactly that again; whether it did."""
-        hit = self.memo.entries.get(key)
-        if hit is None or hit[0] is not m:
+        kept = self.memo.get(key, m)
+        if kept is None:
             return False
-        found, shown, args, unit, stored, last = hit[1]
+        found, shown, args, unit, stored, last = kept
         if self.calls.get(m.tool_call_id) is not found:
             return False  # the view was scanned again: its call may be another message
         if found is not None and (
