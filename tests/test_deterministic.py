@@ -28,6 +28,34 @@ def test_truncation_is_idempotent_and_bounded(text: str, max_lines: int, max_cha
         assert "truncated" in once
 
 
+def _truncate_by_split(text: str, max_lines: int, max_chars: int, note: str) -> str:
+    """The obvious line cut (split, keep head and tail, join), then `truncate_text`'s
+    character cut: what `truncate_text` must return without splitting the whole text."""
+    lines = text.split("\n")
+    if len(lines) > max_lines >= 3:
+        head, tail = max_lines // 2, (max_lines - 1) // 2
+        cut = lines[head : len(lines) - tail]
+        chars = sum(map(len, cut)) + len(cut)
+        marker = f"[... {len(cut)} lines ({chars} chars) truncated; {note} ...]"
+        text = "\n".join([*lines[:head], marker, *lines[len(lines) - tail :]])
+    return truncate_text(text, max_lines, max_chars, note) if len(text) > max_chars else text
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.text(alphabet="a \n\r\udcff字", max_size=2000),
+    max_lines=st.integers(1, 40),
+    max_chars=st.integers(200, 100_000),
+)
+def test_truncation_keeps_the_lines_a_split_keeps(
+    text: str, max_lines: int, max_chars: int
+) -> None:
+    note = "recall_context id=ctx-1"
+    assert truncate_text(text, max_lines, max_chars, note) == _truncate_by_split(
+        text, max_lines, max_chars, note
+    )
+
+
 def test_truncation_marker_tells_the_truth() -> None:
     text = "\n".join(f"line {i}" for i in range(1000))
     out = truncate_text(text, 10, 100_000)

@@ -54,17 +54,23 @@ def truncate_text(text: str, max_lines: int, max_chars: int, note: str = "") -> 
     function to its own output returns it unchanged. ``note`` (e.g. a recall hint) is added
     to the marker.
     """
-    lines = text.split("\n")
     suffix = f"; {note}" if note else ""
-    if len(lines) > max_lines and max_lines >= 3:
+    lines = text.count("\n") + 1
+    if lines > max_lines >= 3:
+        # Found from both ends rather than split: outputs run to thousands of lines, of
+        # which only the head and the tail are kept.
         keep = max_lines - 1
-        head, tail = (keep + 1) // 2, keep // 2
-        cut = lines[head : len(lines) - tail]
-        marker = (
-            f"[... {len(cut)} lines ({sum(map(len, cut)) + len(cut)} chars) truncated{suffix} ...]"
-        )
-        lines = lines[:head] + [marker] + (lines[len(lines) - tail :] if tail else [])
-        text = "\n".join(lines)
+        head, tail = (keep + 1) // 2, keep // 2  # both at least 1
+        head_end = -1
+        for _ in range(head):
+            head_end = text.find("\n", head_end + 1)
+        tail_start = len(text)
+        for _ in range(tail):
+            tail_start = text.rfind("\n", 0, tail_start)
+        # The cut lines and their newlines lie between the two.
+        cut_lines, cut_chars = lines - head - tail, tail_start - head_end
+        marker = f"[... {cut_lines} lines ({cut_chars} chars) truncated{suffix} ...]"
+        text = text[: head_end + 1] + marker + text[tail_start:]
     if len(text) > max_chars:
         marker_room = 80 + len(suffix)
         keep = max(0, max_chars - marker_room)
