@@ -87,6 +87,37 @@ def _result_text(m: ToolResultMessage) -> str:
     return text_of(m.content)
 
 
+def _deep_enough(ctx: CompactionContext, lines: int, chars: int, need: int) -> tuple[int, int]:
+    """The first of the halving limits from ``(lines, chars)`` at which cutting every tool
+    result in the view would free about ``need`` tokens, else the floor.
+
+    Giving way halves the limits round after round until the prompt is small enough; each
+    round cuts and estimates every long result again. Sized by characters here (a result's
+    tokens shrink with its text), the rounds that could not be enough are skipped.
+    """
+    view, origins, raw, count = ctx.view, ctx.origins, ctx.raw, ctx.counter.count
+    results: list[tuple[int, int, int, int]] = []  # tokens shown, chars shown, of the original
+    for j, shown in enumerate(view):
+        i = origins[j]
+        if not isinstance(shown, ToolResultMessage) or not 0 <= i < len(raw):
+            continue
+        original = raw[i]
+        if not isinstance(original, ToolResultMessage) or len(original.content) != 1:
+            continue
+        text = _result_text(original)
+        results.append((count(shown), len(_result_text(shown)), len(text), text.count("\n") + 1))
+    while lines > _FLOOR_LINES or chars > _FLOOR_CHARS:
+        freed = 0.0
+        for tokens, shown_chars, length, line_count in results:
+            kept = min(length, chars, length * lines // line_count + 80)
+            if kept < shown_chars:
+                freed += tokens * (1 - kept / shown_chars)
+        if freed >= need:
+            break
+        lines, chars = max(_FLOOR_LINES, lines // 2), max(_FLOOR_CHARS, chars // 2)
+    return lines, chars
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeterministicCompaction:
     """Truncate, condense, drop; aimed at the budget's target ratio.
@@ -212,10 +243,15 @@ class DeterministicCompaction:
         ):
             if ctx.prompt_tokens <= ctx.budget.trigger_tokens and goal == ctx.budget.trigger_tokens:
                 return
+            # Once tiers 2 and 3 find nothing at this protection, cutting output shorter only
+            # shrinks what they could free: later rounds leave them out.
+            tiers_idle = False
             for _ in range(_GIVE_WAY_ROUNDS):  # halving reaches the floor well within these
                 before = ctx.prompt_tokens
                 if before <= goal:
                     break
+                if tiers_idle:  # only cutting output is left: no need to go level by level
+                    lines, chars = _deep_enough(ctx, lines, chars, before - goal)
                 relaxed = DeterministicCompaction(
                     max_lines=lines,
                     max_chars=chars,
@@ -229,10 +265,12 @@ class DeterministicCompaction:
                 relaxed._truncate(ctx, actions, in_flight=False, again=True)
                 if ctx.prompt_tokens > goal:
                     relaxed._truncate(ctx, actions, in_flight=True, again=True)
-                if ctx.prompt_tokens > target:
+                if not tiers_idle and ctx.prompt_tokens > target:
+                    cut = len(ctx.taken)
                     relaxed._condense(ctx, actions, target, precise=False)
-                if ctx.prompt_tokens > target:
-                    relaxed._drop_middle(ctx, actions, target)
+                    if ctx.prompt_tokens > target:
+                        relaxed._drop_middle(ctx, actions, target)
+                    tiers_idle = len(ctx.taken) == cut
                 ctx.counter.refine(ctx.view)
                 floor = lines <= _FLOOR_LINES and chars <= _FLOOR_CHARS
                 if floor and (len(ctx.taken) == taken or ctx.prompt_tokens >= before):
