@@ -74,14 +74,22 @@ def _sample(text: str) -> str:
     return text[:_SAMPLE_EDGE] + "\n" + text[-_SAMPLE_EDGE:]
 
 
+# Most passes find nothing, and on short texts an iterator and a comprehension cost more
+# than the scan itself: one `search` (a C call) answers those first.
+
+
 def _lines_of(pattern: re.Pattern[str], lines: str) -> list[int]:
     """For each match, the line it is on (as the offset of the newline that starts it)."""
+    if pattern.search(lines) is None:
+        return []
     rfind = lines.rfind
     return [rfind("\n", 0, m.start()) for m in pattern.finditer(lines)]
 
 
 def _line_starts(pattern: re.Pattern[str], lines: str) -> list[int]:
     """The lines where a pattern that begins with their newline matches."""
+    if pattern.search(lines) is None:
+        return []
     return [m.start() for m in pattern.finditer(lines)]
 
 
