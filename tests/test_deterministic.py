@@ -111,3 +111,26 @@ async def test_truncated_output_is_recallable() -> None:
     rid = text.split("recall_context id=")[1].split(" ")[0].split(";")[0]
     assert store.get("s1", rid) == big
     assert store.get("other-session", rid) is None
+
+
+async def test_giving_way_skips_the_levels_that_cannot_be_enough() -> None:
+    # The running loop's output is too large for the target at every halving level but the
+    # last few: once the older turns are condensed and dropped, giving way goes straight to
+    # the first level that is enough (one decision per result), no deeper.
+    per = 1_400
+    history = [user("task: speed up src/x.py")]
+    for n in range(8):
+        history += tool_turn(n, lines=150)
+    history += [assistant(text="done"), user("next: the other half"), *tool_turn(30, lines=150),
+                assistant(text="half done"), user("now the rest"), *tool_turn(20, lines=per),
+                *tool_turn(21, lines=per), assistant(call("big", "bash", command="grep -rn v")),
+                result("big", "\n".join(f"src/x.py:{i}: v_{i} = f({i})" for i in range(per)),
+                       "bash")]  # fmt: skip
+    budget = Budget(context_window=60_000, reserve_output=8_000, target_ratio=0.02)
+    async with ContextManager(budget) as ctx:
+        view = await ctx.prepare(history)
+        assert ctx.prompt_tokens <= budget.target_tokens
+        newest = ctx.ledger.decisions_at(len(history) - 1)
+    assert [d.reason for d in newest] == ["truncate", "truncate"]  # 200 lines, then the level
+    shown = next(m for m in view if isinstance(m, ToolResultMessage) and m.tool_call_id == "big")
+    assert text_of(shown.content).count("\n") + 1 == 12  # halving 200 -> 100 -> 50 -> 25 -> 12
