@@ -1,7 +1,9 @@
 """The package logger: structlog over the stdlib ``agentctx`` logger.
 
 Silent unless the application configures logging; key-value lines when it does. structlog is
-imported on the first log call, so ``import agentctx`` does not pay for it.
+imported on the first log call a handler would hear (or by `warm_logger`), so neither
+``import agentctx`` nor a session that nobody logs pays for it: importing it (and the
+``rich`` it pulls in when installed) takes tens of milliseconds, a stall on the event loop.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-__all__ = ["log", "stdlib_logger"]
+__all__ = ["heard", "log", "stdlib_logger", "warm_logger"]
 
 stdlib_logger = logging.getLogger("agentctx")
 # A library's logger stays quiet until the application configures logging; without this the
@@ -17,8 +19,46 @@ stdlib_logger = logging.getLogger("agentctx")
 stdlib_logger.addHandler(logging.NullHandler())
 
 
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "exception": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
+
+
+def heard(level: int = logging.CRITICAL) -> bool:
+    """Whether a record at ``level`` (by default: at some level) would reach a handler other
+    than the package's `~logging.NullHandler`."""
+    if not stdlib_logger.isEnabledFor(level):
+        return False
+    logger: logging.Logger | None = stdlib_logger
+    while logger is not None:
+        for handler in logger.handlers:
+            if not isinstance(handler, logging.NullHandler) and level >= handler.level:
+                return True
+        if not logger.propagate:
+            return False
+        logger = logger.parent
+    return False  # the NullHandler keeps the stdlib's last-resort handler out
+
+
+def _silent(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def warm_logger() -> None:
+    """Build the structlog logger now if logging is configured (call it off the event loop),
+    so the session's first log line does not import structlog."""
+    if heard():
+        log.build()
+
+
 class _Logger:
-    """Builds the structlog logger the first time it is used, then forwards to it."""
+    """Builds the structlog logger the first time a handler would hear it, then forwards to
+    it; until then a log call checks the stdlib configuration and returns."""
 
     __slots__ = ("_bound",)
 
@@ -26,6 +66,14 @@ class _Logger:
         self._bound: Any = None
 
     def __getattr__(self, name: str) -> Any:
+        if self._bound is None:
+            level = _LEVELS.get(name)
+            if level is not None and not heard(level):
+                return _silent
+            self.build()
+        return getattr(self._bound, name)
+
+    def build(self) -> None:
         if self._bound is None:
             import structlog
 
@@ -38,7 +86,6 @@ class _Logger:
                     structlog.processors.KeyValueRenderer(key_order=["event"], sort_keys=True),
                 ],
             )
-        return getattr(self._bound, name)
 
 
 log: Any = _Logger()

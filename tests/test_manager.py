@@ -258,6 +258,45 @@ def test_agentctx_logs_nothing_to_stderr_unless_configured() -> None:
     assert done.stderr == ""
 
 
+_LOGGING_SESSION = """
+import logging, sys
+import anyio
+from agentctx import Budget, ContextManager
+from agentctx._log import log
+if sys.argv[1] == "configured":
+    logging.basicConfig(level=logging.INFO)
+async def main():
+    async with ContextManager(Budget(context_window=50_000)):
+        print("at start", "structlog" in sys.modules)
+        log.warning("store evicted entries", evicted=3)
+        print("after a warning", "structlog" in sys.modules)
+anyio.run(main)
+"""
+
+
+@pytest.mark.parametrize("logging_", ["unconfigured", "configured"])
+def test_structlog_is_imported_as_the_session_starts_or_never(logging_: str) -> None:
+    # Importing structlog (and rich) on a session's first log line stalled the event loop
+    # for tens of milliseconds in the middle of the session (the first recall-store
+    # eviction warning at 100k messages: a 60 ms decision). Nobody listening: never
+    # imported; logging configured: imported in a worker thread as the session starts.
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-c", _LOGGING_SESSION, logging_],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    configured = logging_ == "configured"
+    assert run.stdout.split("\n")[:2] == [f"at start {configured}", f"after a warning {configured}"]
+    if configured:
+        assert "event='store evicted entries' evicted=3" in run.stderr
+    else:
+        assert run.stderr == ""
+
+
 async def test_running_token_total_matches_a_fresh_count() -> None:
     """The view's cached token total (vector sums, refined deltas) equals a recount."""
     turns = [[user("task")]] + [tool_turn(n, lines=40 + n) for n in range(50)]

@@ -45,7 +45,6 @@ from agentctx import (
     StoreError,
     StoreRecovered,
 )
-from agentctx._log import log
 from agentctx.ledger import ReplaceResult, ReplaceSpan, anchor
 from agentctx.messages import (
     AssistantMessage,
@@ -135,10 +134,9 @@ async def run_session(
                     await anyio.sleep(0.005)
                     out.lag = max(out.lag, time.perf_counter() - t0 - 0.005)
 
-            # One-time imports are not the store's doing: agentctx's logger imports structlog
-            # (which imports rich) on its first line, here the outage warning; anyio's thread
-            # pool starts on its first call.
-            log.debug("warm-up")
+            # Not the store's doing either: anyio's thread pool starts on its first call.
+            # (structlog, which a first log line would import, is imported as the manager
+            # starts, since pytest's handlers hear the agentctx logger.)
             await anyio.to_thread.run_sync(lambda: None)
             tg.start_soon(heartbeat)
             view: list[Message] = []
