@@ -96,7 +96,8 @@ def _deep_enough(ctx: CompactionContext, lines: int, chars: int, need: int) -> t
     tokens shrink with its text), the rounds that could not be enough are skipped.
     """
     view, origins, raw, count = ctx.view, ctx.origins, ctx.raw, ctx.counter.count
-    results: list[tuple[int, int, int, int]] = []  # tokens shown, chars shown, of the original
+    # Per result: tokens and characters shown, characters and lines of the original.
+    results: list[tuple[int, int, int, int]] = []
     for j, shown in enumerate(view):
         i = origins[j]
         if not isinstance(shown, ToolResultMessage) or not 0 <= i < len(raw):

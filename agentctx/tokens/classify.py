@@ -74,12 +74,10 @@ def _sample(text: str) -> str:
     return text[:_SAMPLE_EDGE] + "\n" + text[-_SAMPLE_EDGE:]
 
 
-# Most passes find nothing, and on short texts an iterator and a comprehension cost more
-# than the scan itself: one `search` (a C call) answers those first.
-
-
 def _lines_of(pattern: re.Pattern[str], lines: str) -> list[int]:
     """For each match, the line it is on (as the offset of the newline that starts it)."""
+    # Most passes find nothing, and on short texts an iterator and a comprehension cost more
+    # than the scan itself: one `search` (a C call) answers those first.
     if pattern.search(lines) is None:
         return []
     rfind = lines.rfind
@@ -88,7 +86,7 @@ def _lines_of(pattern: re.Pattern[str], lines: str) -> list[int]:
 
 def _line_starts(pattern: re.Pattern[str], lines: str) -> list[int]:
     """The lines where a pattern that begins with their newline matches."""
-    if pattern.search(lines) is None:
+    if pattern.search(lines) is None:  # as in `_lines_of`
         return []
     return [m.start() for m in pattern.finditer(lines)]
 
