@@ -543,6 +543,9 @@ class DeterministicCompaction:
         for freed, a, e in chosen:
             if a > 0 and is_marker(view[a - 1]):
                 a -= 1  # grow the earlier marker's span instead of adding a second marker
+            span_tokens = sum(map(count, view[a:e]))
+            if span_tokens - marker_cost < min(need, _MIN_DROP_GAIN):
+                continue  # even a bare marker would cost about what the span frees
             start, end = origins[a], (origins[e] if e < len(view) else len(raw))
             # The real recall id before sizing: the message sized is the one taken, so its
             # estimate (a trail runs to a few KB) is made once. An id not taken is not written.
@@ -551,7 +554,7 @@ class DeterministicCompaction:
             if recall is not None:
                 rid = recall.put(ctx.session_id, span_text(view, origins, raw, a, e, ctx.ledger))
             trail = marker_with_trail(view[a:e], rid)
-            freed = sum(map(count, view[a:e])) - ctx.counter.count_full(trail)
+            freed = span_tokens - ctx.counter.count_full(trail)
             if freed < min(need, _MIN_DROP_GAIN):
                 continue  # the trail would cost about what the span frees
             ctx.take(ReplaceSpan(anchor(raw, start), end, anchor(raw, end - 1), (trail,), "drop"))
