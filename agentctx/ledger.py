@@ -478,5 +478,9 @@ def render(
         out.append(_applied(ledger, i, raw[i], decisions) if decisions else raw[i])
         origins.append(i)
         i += 1
+    # Most renders need no repair: the check costs a fraction of what repairing does.
+    opens_fine = continues is not None or not out or not isinstance(out[0], AssistantMessage)
+    if opens_fine and boundaries.needs_no_repair(out, continues or frozenset()):
+        return Rendered(out, origins, [])
     messages, origins, repairs = repair(out, origins, continues=continues)
     return Rendered(messages, origins, repairs)

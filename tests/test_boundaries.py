@@ -258,6 +258,19 @@ def test_messages_said_to_need_no_repair_come_back_from_repair_as_they_are(
         assert all(a is b for a, b in zip(fixed, messages, strict=True))
 
 
+@given(st.lists(st.sampled_from(sorted(_PIECES)), max_size=8))
+def test_a_view_that_opens_with_no_repair_needed_comes_back_as_it_is(pieces: list[str]) -> None:
+    # What `render` skips `repair` for when the messages open the view (no ``continues``):
+    # they need no repair and do not start with an assistant message.
+    messages = [_PIECES[p](k) for k, p in enumerate(pieces)]
+    fixed, origins, repairs = repair(messages, range(len(messages)))
+    if needs_no_repair(messages, frozenset()) and not (
+        messages and isinstance(messages[0], AssistantMessage)
+    ):
+        assert fixed == messages and origins == list(range(len(messages))) and repairs == []
+        assert all(a is b for a, b in zip(fixed, messages, strict=True))
+
+
 def test_the_common_appends_need_no_repair() -> None:
     step = [assistant(call("a"), call("b")), result("a"), result("b")]
     assert needs_no_repair(step, {"old"})
