@@ -89,7 +89,7 @@ class ViewState:
         # Token accounting of the settled prefix as a per-slot vector sum, so calibration
         # changes cost O(slots) and refined estimates are applied as deltas.
         self._prefix_vec = [0.0] * len(counter.slots)
-        self._prefix_keys: dict[object, int] = {}  # estimate keys of the prefix: how often
+        self._prefix_keys: Counter[object] = Counter()  # estimate keys of the prefix: how often
         # Tool-call ids of view[:_prefix_len]: the tail is repaired as their continuation.
         self._prefix_ids: set[str] = set()
         self._refined_seen = len(counter.refined)
@@ -145,7 +145,7 @@ class ViewState:
         self._settled_raw = 0
         self._prefix_len = 0
         self._prefix_vec = [0.0] * len(self._counter.slots)
-        self._prefix_keys = {}
+        self._prefix_keys = Counter()
         self._prefix_ids = set()
         self._refined_seen = len(self._counter.refined)
         self.view, self.origins, self.repairs = [], [], []
@@ -192,9 +192,7 @@ class ViewState:
         if stop > keep:
             settled = self.view[keep:stop]
             keys, vectors = self._counter.keyed_vectors(settled)
-            counts = self._prefix_keys
-            for key in keys:
-                counts[key] = counts.get(key, 0) + 1
+            self._prefix_keys.update(keys)
             vec = self._prefix_vec
             if len(vectors) < _TRANSPOSE_FROM:
                 for vector in vectors:

@@ -404,7 +404,12 @@ class MessageCounter:
         self, messages: Iterable[Message]
     ) -> tuple[list[object], list[tuple[float, ...]]]:
         """The `estimate_key` and the `vector` of each message, in one lookup each."""
-        entries = list(map(self._entry, messages))
+        key, find = self._key, self._entry
+        entries: list[_Entry] = []
+        for m in messages:
+            entry = m._tk
+            # The common case inline (this counter's own estimate), as in `count`.
+            entries.append(entry if entry is not None and entry.owner is key else find(m))
         return entries, [entry.base for entry in entries]  # type: ignore[return-value]
 
     def total(self, vector: Sequence[float]) -> int:
