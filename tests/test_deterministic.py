@@ -116,7 +116,8 @@ async def test_truncated_output_is_recallable() -> None:
 async def test_giving_way_skips_the_levels_that_cannot_be_enough() -> None:
     # The running loop's output is too large for the target at every halving level but the
     # last few: once the older turns are condensed and dropped, giving way goes straight to
-    # the first level that is enough (one decision per result), no deeper.
+    # the first level that is enough, no deeper, and leaves the view as the level-by-level
+    # loop did.
     per = 1_400
     history = [user("task: speed up src/x.py")]
     for n in range(8):
@@ -131,6 +132,8 @@ async def test_giving_way_skips_the_levels_that_cannot_be_enough() -> None:
         view = await ctx.prepare(history)
         assert ctx.prompt_tokens <= budget.target_tokens
         newest = ctx.ledger.decisions_at(len(history) - 1)
-    assert [d.reason for d in newest] == ["truncate", "truncate"]  # 200 lines, then the level
+    # 200 lines; the last level skipped (25), as the level-by-level loop left the running
+    # loop's output before the level that is enough; 12 (that loop took five decisions).
+    assert [d.reason for d in newest] == ["truncate"] * 3
     shown = next(m for m in view if isinstance(m, ToolResultMessage) and m.tool_call_id == "big")
     assert text_of(shown.content).count("\n") + 1 == 12  # halving 200 -> 100 -> 50 -> 25 -> 12

@@ -87,9 +87,12 @@ def _result_text(m: ToolResultMessage) -> str:
     return text_of(m.content)
 
 
-def _deep_enough(ctx: CompactionContext, lines: int, chars: int, need: int) -> tuple[int, int]:
+def _deep_enough(
+    ctx: CompactionContext, lines: int, chars: int, need: int
+) -> tuple[tuple[int, int], list[tuple[int, int]]]:
     """The first of the halving limits from ``(lines, chars)`` at which cutting every tool
-    result in the view would free about ``need`` tokens, else the floor.
+    result in the view would free about ``need`` tokens (else the floor), and the limits
+    skipped on the way to it.
 
     Giving way halves the limits round after round until the prompt is small enough; each
     round cuts and estimates every long result again. Sized by characters here (a result's
@@ -107,6 +110,7 @@ def _deep_enough(ctx: CompactionContext, lines: int, chars: int, need: int) -> t
             continue
         text = _result_text(original)
         results.append((count(shown), len(_result_text(shown)), len(text), text.count("\n") + 1))
+    skipped: list[tuple[int, int]] = []
     while lines > _FLOOR_LINES or chars > _FLOOR_CHARS:
         freed = 0.0
         for tokens, shown_chars, length, line_count in results:
@@ -115,8 +119,9 @@ def _deep_enough(ctx: CompactionContext, lines: int, chars: int, need: int) -> t
                 freed += tokens * (1 - kept / shown_chars)
         if freed >= need:
             break
+        skipped.append((lines, chars))
         lines, chars = max(_FLOOR_LINES, lines // 2), max(_FLOOR_CHARS, chars // 2)
-    return lines, chars
+    return (lines, chars), skipped
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -251,18 +256,23 @@ class DeterministicCompaction:
                 before = ctx.prompt_tokens
                 if before <= goal:
                     break
-                if tiers_idle:  # only cutting output is left: no need to go level by level
-                    lines, chars = _deep_enough(ctx, lines, chars, before - goal)
-                relaxed = DeterministicCompaction(
-                    max_lines=lines,
-                    max_chars=chars,
-                    max_argument_chars=min(self.max_argument_chars, chars),
-                    keep_recent_steps=keep,
-                    exempt_tools=frozenset(),
-                    cold_cache_seconds=self.cold_cache_seconds,
-                )
                 taken = len(ctx.taken)
                 ctx.counter.refine(ctx.view)
+                if tiers_idle:  # only cutting output is left: no need to go level by level
+                    need = ctx.prompt_tokens - goal
+                    (lines, chars), skipped = _deep_enough(ctx, lines, chars, need)
+                    # What a skipped level would have left: arguments are cut once, at the
+                    # first level they exceed; output is cut again from the original at each
+                    # level, so only the running loop's stays as the last skipped level left it
+                    # (an older result is cut at the level reached first, before the loop's).
+                    for k, level in enumerate(skipped):
+                        at = self._relaxed(*level, keep)
+                        last = k == len(skipped) - 1
+                        at._truncate(ctx, actions, in_flight=False, again=True, results=False)
+                        at._truncate(ctx, actions, in_flight=True, again=True, results=last)
+                    if skipped:
+                        ctx.counter.refine(ctx.view)  # as each round ends
+                relaxed = self._relaxed(lines, chars, keep)
                 relaxed._truncate(ctx, actions, in_flight=False, again=True)
                 if ctx.prompt_tokens > goal:
                     relaxed._truncate(ctx, actions, in_flight=True, again=True)
@@ -278,10 +288,27 @@ class DeterministicCompaction:
                     break  # at the floor and nothing more to gain
                 lines, chars = max(_FLOOR_LINES, lines // 2), max(_FLOOR_CHARS, chars // 2)
 
+    def _relaxed(self, lines: int, chars: int, keep: int) -> DeterministicCompaction:
+        """This strategy with the comforts that give way relaxed to these limits."""
+        return DeterministicCompaction(
+            max_lines=lines,
+            max_chars=chars,
+            max_argument_chars=min(self.max_argument_chars, chars),
+            keep_recent_steps=keep,
+            exempt_tools=frozenset(),
+            cold_cache_seconds=self.cold_cache_seconds,
+        )
+
     # -- tier 1 -------------------------------------------------------------------------
 
     def _truncate(
-        self, ctx: CompactionContext, actions: list[str], *, in_flight: bool, again: bool = False
+        self,
+        ctx: CompactionContext,
+        actions: list[str],
+        *,
+        in_flight: bool,
+        again: bool = False,
+        results: bool = True,
     ) -> None:
         view, origins, raw = ctx.view, ctx.origins, ctx.raw
         loop_start = b.in_flight_start(view)
@@ -308,6 +335,8 @@ class DeterministicCompaction:
                 if not (again and isinstance(m, ToolResultMessage)):
                     continue
             if isinstance(m, ToolResultMessage) and isinstance(shown, ToolResultMessage):
+                if not results:
+                    continue
                 if names is None:
                     names = {
                         c.id: c.name
