@@ -88,11 +88,12 @@ def _result_text(m: ToolResultMessage) -> str:
 
 
 def _deep_enough(
-    ctx: CompactionContext, lines: int, chars: int, need: int
+    ctx: CompactionContext, lines: int, chars: int, need: int, arguments: int
 ) -> tuple[tuple[int, int], list[tuple[int, int]]]:
     """The first of the halving limits from ``(lines, chars)`` at which cutting every tool
-    result in the view would free about ``need`` tokens (else the floor), and the limits
-    skipped on the way to it.
+    result in the view could free ``need`` tokens, and the limits skipped on the way to it;
+    never past one that would cut arguments shorter than ``arguments``, the limit they were
+    cut to so far (they are cut once, at the first level they exceed, and are not sized here).
 
     Giving way halves the limits round after round until the prompt is small enough; each
     round cuts and estimates every long result again. Sized by characters here (a result's
@@ -111,7 +112,7 @@ def _deep_enough(
         text = _result_text(original)
         results.append((count(shown), len(_result_text(shown)), len(text), text.count("\n") + 1))
     skipped: list[tuple[int, int]] = []
-    while lines > _FLOOR_LINES or chars > _FLOOR_CHARS:
+    while (lines > _FLOOR_LINES or chars > _FLOOR_CHARS) and chars >= arguments:
         freed = 0.0
         for tokens, shown_chars, length, line_count in results:
             kept = min(length, chars, length * lines // line_count + 80)
@@ -240,6 +241,7 @@ class DeterministicCompaction:
         the manager then say it cannot be met.
         """
         lines, chars = self.max_lines, self.max_chars
+        ran = lines, chars  # the limits of the last round run
         # Output is cut down to the target, as every compaction aims (so the next new result
         # does not cross the budget again at once); recent steps go only as far as the
         # trigger needs.
@@ -260,19 +262,17 @@ class DeterministicCompaction:
                 ctx.counter.refine(ctx.view)
                 if tiers_idle:  # only cutting output is left: no need to go level by level
                     need = ctx.prompt_tokens - goal
-                    (lines, chars), skipped = _deep_enough(ctx, lines, chars, need)
-                    # What a skipped level would have left: arguments are cut once, at the
-                    # first level they exceed; output is cut again from the original at each
-                    # level, so only the running loop's stays as the last skipped level left it
-                    # (an older result is cut at the level reached first, before the loop's).
-                    for k, level in enumerate(skipped):
-                        at = self._relaxed(*level, keep)
-                        last = k == len(skipped) - 1
-                        at._truncate(ctx, actions, in_flight=False, again=True, results=False)
-                        at._truncate(ctx, actions, in_flight=True, again=True, results=last)
+                    cut_to = min(self.max_argument_chars, ran[1])
+                    (lines, chars), skipped = _deep_enough(ctx, lines, chars, need, cut_to)
                     if skipped:
+                        # What the skipped levels left: each cut output again from the
+                        # original, so only the running loop's (cut after the older results,
+                        # none being enough) stays as the last of them left it.
+                        last = self._relaxed(*skipped[-1], keep)
+                        last._truncate(ctx, actions, in_flight=True, again=True)
                         ctx.counter.refine(ctx.view)  # as each round ends
                 relaxed = self._relaxed(lines, chars, keep)
+                ran = lines, chars
                 relaxed._truncate(ctx, actions, in_flight=False, again=True)
                 if ctx.prompt_tokens > goal:
                     relaxed._truncate(ctx, actions, in_flight=True, again=True)
@@ -308,7 +308,6 @@ class DeterministicCompaction:
         *,
         in_flight: bool,
         again: bool = False,
-        results: bool = True,
     ) -> None:
         view, origins, raw = ctx.view, ctx.origins, ctx.raw
         loop_start = b.in_flight_start(view)
@@ -335,8 +334,6 @@ class DeterministicCompaction:
                 if not (again and isinstance(m, ToolResultMessage)):
                     continue
             if isinstance(m, ToolResultMessage) and isinstance(shown, ToolResultMessage):
-                if not results:
-                    continue
                 if names is None:
                     names = {
                         c.id: c.name
