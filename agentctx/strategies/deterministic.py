@@ -241,7 +241,7 @@ class DeterministicCompaction:
         the manager then say it cannot be met.
         """
         lines, chars = self.max_lines, self.max_chars
-        ran = lines, chars  # the limits of the last round run
+        ran_chars = chars  # the character limit of the last round run
         # Output is cut down to the target, as every compaction aims (so the next new result
         # does not cross the budget again at once); recent steps go only as far as the
         # trigger needs.
@@ -262,7 +262,7 @@ class DeterministicCompaction:
                 ctx.counter.refine(ctx.view)
                 if tiers_idle:  # only cutting output is left: no need to go level by level
                     need = ctx.prompt_tokens - goal
-                    cut_to = min(self.max_argument_chars, ran[1])
+                    cut_to = min(self.max_argument_chars, ran_chars)
                     (lines, chars), skipped = _deep_enough(ctx, lines, chars, need, cut_to)
                     if skipped:
                         # What the skipped levels left: each cut output again from the
@@ -272,7 +272,7 @@ class DeterministicCompaction:
                         last._truncate(ctx, actions, in_flight=True, again=True)
                         ctx.counter.refine(ctx.view)  # as each round ends
                 relaxed = self._relaxed(lines, chars, keep)
-                ran = lines, chars
+                ran_chars = chars
                 relaxed._truncate(ctx, actions, in_flight=False, again=True)
                 if ctx.prompt_tokens > goal:
                     relaxed._truncate(ctx, actions, in_flight=True, again=True)
@@ -302,12 +302,7 @@ class DeterministicCompaction:
     # -- tier 1 -------------------------------------------------------------------------
 
     def _truncate(
-        self,
-        ctx: CompactionContext,
-        actions: list[str],
-        *,
-        in_flight: bool,
-        again: bool = False,
+        self, ctx: CompactionContext, actions: list[str], *, in_flight: bool, again: bool = False
     ) -> None:
         view, origins, raw = ctx.view, ctx.origins, ctx.raw
         loop_start = b.in_flight_start(view)
