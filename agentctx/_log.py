@@ -9,7 +9,10 @@ imported on the first log call a handler would hear (or by `warm_logger`), so ne
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
+
+import anyio
 
 __all__ = ["heard", "log", "stdlib_logger", "warm_logger"]
 
@@ -49,11 +52,20 @@ def _silent(*args: Any, **kwargs: Any) -> None:
     return None
 
 
-def warm_logger() -> None:
-    """Build the structlog logger now if logging is configured (call it off the event loop),
-    so the session's first log line does not import structlog."""
-    if heard():
-        log.build()
+async def warm_logger() -> None:
+    """If logging is configured and structlog not imported yet, import it in a thread of its
+    own and wait for it, so a session's first log line does not stall the event loop.
+
+    A plain thread, ended when this returns: anyio's pool would keep a worker thread alive
+    after the session."""
+    if log.built or not heard():
+        return
+    thread = threading.Thread(target=log.build, name="agentctx-logging", daemon=True)
+    thread.start()
+    # Polled: setting an anyio.Event from a thread anyio did not start needs an anyio newer
+    # than the one this package supports, and this runs once per process.
+    while thread.is_alive():  # noqa: ASYNC110
+        await anyio.sleep(0.005)
 
 
 class _Logger:
@@ -72,6 +84,10 @@ class _Logger:
                 return _silent
             self.build()
         return getattr(self._bound, name)
+
+    @property
+    def built(self) -> bool:
+        return self._bound is not None
 
     def build(self) -> None:
         if self._bound is None:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Self
 import anyio
 
 from agentctx import telemetry
-from agentctx._log import heard, log, warm_logger
+from agentctx._log import log, warm_logger
 from agentctx._usage import ACCEPTED, usage_of
 from agentctx.budget import Budget, BudgetExceededError
 from agentctx.errors import ConfigError, StoreError
@@ -253,8 +253,7 @@ class ContextManager:
             # About half a second, once per process, in a worker thread: the loop goes on,
             # and the session counts exactly from its first call, however busy the machine.
             await anyio.to_thread.run_sync(load_exact_encoder)
-        if heard():  # structlog is imported for the first log line: not mid-session
-            await anyio.to_thread.run_sync(warm_logger)
+        await warm_logger()  # structlog, if logging is configured: not mid-session
         self._task_group = anyio.create_task_group()
         outer = await self._task_group.__aenter__()
         try:

@@ -118,9 +118,13 @@ async def run_session(
     recover_at: int = 45,
 ) -> Outcome:
     """A seeded session in owned mode, a model call (50 ms) between prepares; ``fault`` runs
-    before call ``fault_at``, ``recover`` before ``recover_at``; then up to 15 s for the
-    writer to catch up, and the close."""
+    before call ``fault_at``, ``recover`` before ``recover_at`` once the outage is reported
+    (up to 15 s); then up to 15 s for the writer to catch up, and the close."""
     out = Outcome()
+
+    def degraded() -> bool:
+        return any(isinstance(e, StoreDegraded) for e in out.events)
+
     async with ContextManager(
         BUDGET, recall=store, session_id=session, on_over_budget="send"
     ) as ctx:
@@ -144,6 +148,9 @@ async def run_session(
                 if n == fault_at:
                     await anyio.to_thread.run_sync(fault)
                 if n == recover_at and recover is not None:
+                    # The outage lasts until the manager has reported it: how many calls that
+                    # takes depends on how fast they are, against the store's own timeouts.
+                    await wait_until(degraded, 15)
                     await anyio.to_thread.run_sync(recover)
                 t0 = time.perf_counter()
                 view = await ctx.prepare([*view, *group])
