@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 
-__all__ = ["heard", "log", "stdlib_logger", "warm_logger"]
+__all__ = ["log", "stdlib_logger", "warm_logger"]
 
 stdlib_logger = logging.getLogger("agentctx")
 # A library's logger stays quiet until the application configures logging; without this the

@@ -617,20 +617,15 @@ class Estimator:
     def count(self, text: str, kind: ContentClass | None = None) -> int:
         """Estimated tokens of ``text`` (``kind`` skips classification)."""
         n = len(text)
-        if n > self.exact_below:
-            units, other = _scan(text) if n <= _SCAN_LIMIT else _scan_windows(text)
-        elif n:
-            # The exact count, inline: on texts this short a call and a tuple are a tenth of
+        if not n:
+            return 0
+        if n <= self.exact_below and self._unscaled:
+            # The exact count as it is: on texts this short the weighing costs a tenth of
             # tiktoken's own time.
             encode = _encode if _encode_loaded else _exact_encode()
-            if encode is None:
-                units, other = _scan(text) if n <= _SCAN_LIMIT else _scan_windows(text)
-            elif self._unscaled:
+            if encode is not None:
                 return len(encode(text))
-            else:
-                units, other = len(encode(text)), 0.0
-        else:
-            return 0
+        units, other = self._units(text)
         weights = self.weights
         if kind is not None:
             rate = weights[_CLASS_INDEX[kind]]
