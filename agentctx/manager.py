@@ -482,6 +482,7 @@ class ContextManager:
             _view=self._current_view,
             _view_tokens=self._rendered_tokens,
             _complete_turn=state.turns.newest,
+            _cuts=state.cuts,
         )
         # Run to a fixed point, so calling prepare() again on the same history takes nothing
         # new (a strategy's decisions can make room for another's, or for its own next step).

@@ -70,6 +70,7 @@ class CompactionContext:
     _view: Callable[[], tuple[Sequence[Message], Sequence[int]]]
     _view_tokens: Callable[[], int]
     _complete_turn: tuple[int, int] | None
+    _cuts: Sequence[int]
     taken: list[Decision] = field(default_factory=list)
 
     @property
@@ -86,6 +87,20 @@ class CompactionContext:
     def prompt_tokens(self) -> int:
         """Estimated prompt size of the current view, system prompt and tools included."""
         return self.counter.overhead + self._view_tokens()
+
+    @property
+    def rewinds(self) -> int:
+        """How many times this session's raw history was cut back (a rewind, or an edit of a
+        message the view depends on); keep it to ask `rewound_to` later."""
+        return len(self._cuts)
+
+    def rewound_to(self, rewinds: int) -> int | None:
+        """The lowest raw index the history was cut back to since `rewinds` was ``rewinds``,
+        or ``None`` if it was not: ``raw[:i]`` is still made of the same message objects for
+        any ``i`` up to it. O(cuts since), where a copy of the prefix to compare would cost
+        O(history) when taken."""
+        since = self._cuts[rewinds:]
+        return min(since) if since else None
 
     @property
     def breaking_cache(self) -> bool:

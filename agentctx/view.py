@@ -61,6 +61,7 @@ class ViewState:
         "_shown_in_prefix",
         "_tokens_memo",
         "_version",
+        "cuts",
         "ledger",
         "origins",
         "raw",
@@ -83,6 +84,9 @@ class ViewState:
         self._shown_in_prefix = 0  # how many of them are in view[:_prefix_len]
         self.repairs: list[Repair] = []
         self.repairs_version = 0
+        # Where each cut back of the raw history (a rewind, an edit) went to, in order: what
+        # was computed from raw[:i] still holds while no later cut went below i.
+        self.cuts: list[int] = []
         self._counter = counter
         self._settled_raw = 0  # raw[:_settled_raw] renders to view[:_prefix_len] for good
         self._prefix_len = 0
@@ -134,6 +138,7 @@ class ViewState:
     def truncate(self, index: int) -> int:
         """Cut the raw history back to ``index``; drop decisions after it; return how many."""
         del self.raw[index:]
+        self.cuts.append(index)
         self.turns = CompleteTurns()
         self.turns.update(self.raw)
         dropped = len(self.ledger.drop_from(index))

@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
+import tracemalloc
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal
 
@@ -297,6 +298,72 @@ async def test_a_rewound_history_never_gets_a_stale_splice(
     assert stale[0].summary is not None and stale[0].summary.usage.input_tokens > 0
     assert not any(has_briefing(v, "FIRST") for v in caller.views)
     assert has_briefing(caller.views[-1], "LATER")
+
+
+@pytest.mark.parametrize("where", ["at the span's end", "into the span"])
+async def test_a_rewind_makes_a_briefing_stale_only_when_it_cuts_into_its_span(
+    where: str,
+) -> None:
+    """A request keeps `CompactionContext.rewinds` from when it was armed, not a copy of the
+    history: a rewind back to the end of its span leaves its briefing good, one into the span
+    makes it stale for good, although the history is then extended again with the very same
+    messages. (No updates: the briefing waits as it came back.)"""
+    summarizer = ScriptedSummarizer([briefing("FIRST")], default=briefing("LATER"))
+    chain, llm = strategy(summarizer, trigger_ratio=0.3, update_ratio=None)
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m, "projection")
+        i = 0
+        while llm.phase != "ready":
+            await caller.turn(turn(i))
+            i += 1
+        ready = llm._requests.ready
+        assert ready is not None
+        span_end = ready.job.cut
+        assert span_end < len(caller.history)
+        kept = caller.history
+        caller.history = kept[: span_end if where == "at the span's end" else span_end - 1]
+        await caller.turn([])
+        caller.history = kept
+        await caller.run([turn(j) for j in range(i, i + 30)])
+    assert len(caller.of(HistoryResynced)) == 1  # the cut back; extending it again is no rewind
+    stale = [s.reason for s in caller.of(SummaryStale) if s.reason not in ("unused", "updated")]
+    if where == "into the span":
+        assert stale == ["history_changed"]
+        assert not any(has_briefing(v, "FIRST") for v in caller.views)
+    else:
+        assert stale == []
+        assert any(has_briefing(v, "FIRST") for v in caller.views)
+
+
+async def test_arming_a_request_copies_nothing_of_the_history() -> None:
+    """Found at 100k messages: each request armed copied the raw history up to its span
+    (to find rewinds when the briefing came back), about a millisecond on a call that
+    decides nothing. What arming allocates now follows the view, not the history."""
+    summarizer = ScriptedSummarizer([], default=briefing())
+    chain, llm = strategy(summarizer, trigger_ratio=0.3)
+    long = [msg for i in range(5_000) for msg in turn(i, 4)]
+    peaks: list[int] = []
+    async with ContextManager(budget(), strategy=chain) as m:
+        view = await m.prepare(long)
+        i = len(long)
+        tracemalloc.start()
+        try:
+            while len(peaks) < 3:
+                before = llm.phase
+                new = turn(i)
+                tracemalloc.reset_peak()
+                held = tracemalloc.get_traced_memory()[0]
+                view = await m.prepare([*view, *new])
+                if before == "idle" and llm.phase == "in_flight":
+                    peaks.append(tracemalloc.get_traced_memory()[1] - held)
+                await settle()
+                i += 1
+        finally:
+            tracemalloc.stop()
+        raw = len(m.raw)
+    assert raw > 10_000
+    # A list of the history's messages takes 8 bytes a message.
+    assert max(peaks) < 2 * raw, (peaks, raw)
 
 
 async def test_a_briefing_ready_when_the_session_ends_is_reported_unused(

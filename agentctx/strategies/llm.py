@@ -162,7 +162,7 @@ class LlmCompaction:
             on_failure=self._after_failure,
         )
         self._ctx: CompactionContext | None = None  # the context of the previous call
-        self._known = 0  # len(raw) at the previous call: a smaller ctx.sent means a rewind
+        self._rewinds = 0  # ctx.rewinds at the previous call: a larger one means a rewind
         self._version = -1  # ledger version at the end of the previous call
         self._fell_back = False  # over the limit with nothing spliced in the previous call
         self._deferred = False
@@ -215,7 +215,7 @@ class LlmCompaction:
         """Splice a ready briefing when over the limit; start a request past the trigger."""
         # prepare() may call a strategy several times with the same context (to a fixed
         # point); the rewind check belongs to the first call only.
-        if ctx is not self._ctx and ctx.sent < self._known:
+        if ctx is not self._ctx and ctx.rewinds != self._rewinds:
             self._after_rewind(ctx)
         if ctx is not self._ctx:
             self._requests.reap(ctx.tasks, ctx.emit)
@@ -243,7 +243,7 @@ class LlmCompaction:
                 self._fallbacks = 0
                 self._warned.discard("losing_race")
         self._arm(ctx)
-        self._known = len(ctx.raw)
+        self._rewinds = ctx.rewinds
         self._version = ctx.ledger.version
 
     async def _over_limit(self, ctx: CompactionContext, tokens: int) -> None:
@@ -368,7 +368,7 @@ class LlmCompaction:
         update = Job(
             start=job.start,
             cut=raw_cut,
-            prefix=raw[:raw_cut],
+            rewinds=ctx.rewinds,
             messages=(*carried, *view[after : cut.end]),
             previous=ready.text,
             span_messages=cut.end - va,
@@ -394,7 +394,7 @@ class LlmCompaction:
         job = Job(
             start=origins[cut.start],
             cut=raw_cut,
-            prefix=raw[:raw_cut],
+            rewinds=ctx.rewinds,
             messages=tuple(m for k, m in enumerate(span) if not mine or k != mine[-1]),
             previous=previous,
             span_messages=cut.end - cut.start,
@@ -420,11 +420,11 @@ class LlmCompaction:
         self._deferred = False
         requests = self._requests
         ready = requests.ready
-        if ready is not None and not intact(ctx.raw, ready.job.prefix):
+        if ready is not None and not intact(ctx, ready.job.cut, ready.job.rewinds):
             requests.ready = None
             ctx.emit(SummaryStale("history_changed", ready.stats(0)))
         job = requests.inflight
-        if job is not None and not intact(ctx.raw, job.prefix):
+        if job is not None and not intact(ctx, job.cut, job.rewinds):
             job.stale = "history_changed"  # reported with its cost when it arrives
 
     def _check_superseded(self, ctx: CompactionContext) -> None:
@@ -452,7 +452,7 @@ class LlmCompaction:
 
     async def _splice(self, ctx: CompactionContext, ready: Ready, tokens: int) -> bool:
         job = ready.job
-        if not intact(ctx.raw, job.prefix):
+        if not intact(ctx, job.cut, job.rewinds):
             ctx.emit(SummaryStale("history_changed", ready.stats(0)))
             return False
         a = job.start

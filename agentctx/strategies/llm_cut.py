@@ -2,9 +2,9 @@
 
 ```python
 cut = choose_cut(ctx, keep_first=1, retain=8_000)    # a Cut, or why there is none
-prefix = tuple(ctx.raw[:raw_cut])                     # what the briefing is made from
+rewinds = ctx.rewinds                                 # raw[:raw_cut] is what it summarizes
 ...                                                   # later, when the briefing is back:
-if intact(ctx.raw, prefix) and (where := extent(ctx.ledger.spans, start, raw_cut)):
+if intact(ctx, raw_cut, rewinds) and (where := extent(ctx.ledger.spans, start, raw_cut)):
     end, carried = where                              # splice raw [start, end), then carried
 ```
 
@@ -14,12 +14,10 @@ the meantime do not renumber.
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from agentctx import boundaries as b
-from agentctx.messages import fingerprint
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -104,16 +102,12 @@ def choose_cut(ctx: CompactionContext, keep_first: int, retain: int) -> Cut | No
     return "short"
 
 
-def intact(raw: Sequence[Message], prefix: Sequence[Message]) -> bool:
-    """Whether ``raw`` still starts with ``prefix``, message by message (by content)."""
-    if len(raw) < len(prefix):
-        return False
-    # Identity first (O(cut) pointer compares); content where a rewind put in new objects.
-    if all(map(operator.is_, prefix, raw)):
-        return True
-    return all(
-        x is y or fingerprint(x) == fingerprint(y) for x, y in zip(prefix, raw, strict=False)
-    )
+def intact(ctx: CompactionContext, cut: int, rewinds: int) -> bool:
+    """Whether ``ctx.raw[:cut]`` is still what it was when `CompactionContext.rewinds` was
+    ``rewinds``: no rewind or edit since cut the history back below ``cut``. (A history cut
+    back and extended again with equal messages counts as changed.)"""
+    low = ctx.rewound_to(rewinds)
+    return low is None or low >= cut
 
 
 def extent(

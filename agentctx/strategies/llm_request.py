@@ -43,7 +43,7 @@ from agentctx.summarizer import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Awaitable, Callable
 
     from anyio.abc import TaskGroup
 
@@ -74,8 +74,8 @@ class Job:
     Attributes:
         start: raw index where the span starts (a previous briefing's span start, if any).
         cut: raw index the span ends before.
-        prefix: ``raw[:cut]`` when armed (a list of its own, never changed): what must be
-            unchanged for the briefing to splice.
+        rewinds: `CompactionContext.rewinds` when armed: a rewind or edit after it that cuts
+            the history back below ``cut`` leaves the briefing nothing to splice into.
         messages: the view messages sent as the transcript.
         previous: the briefing this job updates, if any.
         span_messages: view messages the briefing replaces.
@@ -92,7 +92,7 @@ class Job:
 
     start: int
     cut: int
-    prefix: Sequence[Message]
+    rewinds: int
     messages: tuple[Message, ...]
     previous: str | None
     span_messages: int

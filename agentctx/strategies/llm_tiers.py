@@ -122,6 +122,7 @@ async def run_tiers(
         _view=part,
         _view_tokens=lambda: ctx.prompt_tokens - counter.overhead + delta,
         _complete_turn=ctx._complete_turn,
+        _cuts=ctx._cuts,
         taken=ctx.taken,
     )
     await fallback.compact(sub)
