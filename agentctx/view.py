@@ -56,7 +56,7 @@ class ViewState:
         "_prefix_keys",
         "_prefix_len",
         "_prefix_vec",
-        "_refined_seen",
+        "__weakref__",
         "_settled_raw",
         "_shown_in_prefix",
         "_tokens_memo",
@@ -96,7 +96,7 @@ class ViewState:
         self._prefix_keys: Counter[object] = Counter()  # estimate keys of the prefix: how often
         # Tool-call ids of view[:_prefix_len]: the tail is repaired as their continuation.
         self._prefix_ids: set[str] = set()
-        self._refined_seen = len(counter.refined)
+        counter.on_refined(self._refined)
         # ``tokens`` as (view version, counter generation, value): read several times a call.
         self._tokens_memo = (-1, -1, 0)
         self._version = 0  # bumped whenever the view or its prefix vector changes
@@ -152,7 +152,6 @@ class ViewState:
         self._prefix_vec = [0.0] * len(self._counter.slots)
         self._prefix_keys = Counter()
         self._prefix_ids = set()
-        self._refined_seen = len(self._counter.refined)
         self.view, self.origins, self.repairs = [], [], []
         self.shown, self._shown_in_prefix = [], 0
         self.repairs_version += 1
@@ -192,7 +191,6 @@ class ViewState:
     def _settle_prefix(self, stop: int, settle: int) -> None:
         """Add ``view[_prefix_len:stop]`` to the settled prefix, which then stands for
         ``raw[:settle]``."""
-        self._apply_refined()  # before adding vectors that already include them
         keep = self._prefix_len
         if stop > keep:
             settled = self.view[keep:stop]
@@ -213,22 +211,18 @@ class ViewState:
         self._prefix_len = stop
         self._settled_raw = settle
 
-    def _apply_refined(self) -> None:
-        refined = self._counter.refined
-        if len(refined) != self._refined_seen:
-            vec, keys = self._prefix_vec, self._prefix_keys
-            for key, delta in refined[self._refined_seen :]:
-                times = keys.get(key)
-                if times:
-                    vec[:] = map(add, vec, delta if times == 1 else [d * times for d in delta])
-            self._refined_seen = len(refined)
-            self._version += 1
+    def _refined(self, key: object, delta: tuple[float, ...]) -> None:
+        """The counter replaced the vector of the messages estimated as ``key``."""
+        times = self._prefix_keys.get(key)
+        if times:
+            vec = self._prefix_vec
+            vec[:] = map(add, vec, delta if times == 1 else [d * times for d in delta])
+        self._version += 1
 
     # -- reading ------------------------------------------------------------------------
 
     def vector(self) -> list[float]:
         """The uncalibrated per-slot sum of the view's messages (`MessageCounter.vector`)."""
-        self._apply_refined()
         total = list(self._prefix_vec)
         vector = self._counter.vector
         for m in self.view[self._prefix_len :]:
@@ -239,7 +233,6 @@ class ViewState:
     def tokens(self) -> int:
         """Estimated tokens of the view's messages (no system prompt or tools)."""
         counter = self._counter
-        self._apply_refined()
         key = (self._version, counter.generation)
         version, generation, tokens = self._tokens_memo
         if (version, generation) == key:

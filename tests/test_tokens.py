@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import math
 import re
@@ -559,6 +560,36 @@ def test_lazy_counting_is_quick_first_then_refined() -> None:
     assert inner.calls > 0
     assert counter.count(message) < quick
     assert counter.refine([message]) == 0  # already full
+
+
+def test_on_refined_tells_each_listener_the_change_while_it_lives() -> None:
+    counter = MessageCounter()
+    heard: list[tuple[str, object, tuple[float, ...]]] = []
+
+    class CachedSum:
+        def refined(self, key: object, delta: tuple[float, ...]) -> None:
+            heard.append(("method", key, delta))
+
+    cached = CachedSum()
+    counter.on_refined(cached.refined)
+    counter.on_refined(lambda key, delta: heard.append(("function", key, delta)))
+    first = ToolResultMessage.of("call_1", "one two three " * 50, tool_name="bash")
+    quick = counter.vector(first)
+    counter.refine([first])
+    assert [who for who, _, _ in heard] == ["method", "function"]
+    _, key, delta = heard[0]
+    assert key is counter.estimate_key(first)
+    assert [q + d for q, d in zip(quick, delta, strict=True)] == pytest.approx(
+        counter.vector(first)
+    )
+    # A bound method is held weakly: a cached sum that is gone is not kept alive by it.
+    del cached
+    gc.collect()
+    heard.clear()
+    second = ToolResultMessage.of("call_2", "four five six " * 50, tool_name="bash")
+    counter.count(second)
+    counter.observe([second], 300)
+    assert [who for who, _, _ in heard] == ["function"]
 
 
 def test_observe_refines_what_was_sent() -> None:

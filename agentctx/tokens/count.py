@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import weakref
 from operator import mul
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,7 @@ from agentctx.messages import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
 from agentctx.tokens.calibrate import Calibration
 from agentctx.tokens.classify import CLASS_ORDER, ContentClass
@@ -167,7 +168,9 @@ class MessageCounter:
         self._epoch = 0
         self._anchor: tuple[tuple[Message, ...], int] | None = None
         self._lazy = lazy
-        self.refined: list[tuple[object, tuple[float, ...]]] = []
+        self._on_refined: list[
+            Callable[[], Callable[[object, tuple[float, ...]], None] | None]
+        ] = []
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -382,22 +385,37 @@ class MessageCounter:
             base = self._base(message)
             if fp:
                 self._remember(fp, entry)
-        self.refined.append((entry, tuple(b - a for a, b in zip(entry.base, base, strict=True))))
+        if self._on_refined:
+            delta = tuple(b - a for a, b in zip(entry.base, base, strict=True))
         # Only this entry's count changes: the others' stay valid (no new calibration epoch).
         entry.base, entry.exact, entry.generation = base, True, -1
+        for held in self._on_refined:
+            listener = held()
+            if listener is not None:
+                listener(entry, delta)
+
+    def on_refined(self, listener: Callable[[object, tuple[float, ...]], None]) -> None:
+        """Call ``listener(key, delta)`` whenever `refine` or `observe` replaces a vector:
+        ``key`` is the `estimate_key` of the messages it belongs to, ``delta`` what the new
+        vector adds, so a cached sum of vectors can be kept up to date. A bound method is
+        held weakly: it stops being called once its object is gone."""
+        self._on_refined = [held for held in self._on_refined if held() is not None]
+        if hasattr(listener, "__self__"):
+            self._on_refined.append(weakref.WeakMethod(listener))
+        else:
+            self._on_refined.append(lambda: listener)
 
     def vector(self, message: Message) -> tuple[float, ...]:
         """The uncalibrated per-slot vector of a message (memoized, quick first if lazy).
 
         Sum vectors and pass the sum to `total` to count many messages in O(slots) after a
-        calibration change; `refined` lists ``(key, delta)`` of every vector that `refine` or
-        `observe` replaced, where ``key`` is the `estimate_key` of the messages it belongs to,
-        so a cached sum can be kept up to date.
+        calibration change; `on_refined` tells when `refine` or `observe` replaces one, so a
+        cached sum can be kept up to date.
         """
         return self._entry(message).base
 
     def estimate_key(self, message: Message) -> object:
-        """What identifies the estimate ``message`` shares with others in `refined`."""
+        """What identifies the estimate ``message`` shares with others in `on_refined`."""
         return self._entry(message)
 
     def keyed_vectors(
