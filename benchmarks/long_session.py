@@ -19,12 +19,17 @@ decision and of calls that did, and how many did; ``mem/msg``: the growth of the
 resident memory since the session started, per raw message (everything the session holds:
 the raw history itself, the ledger, the view, the recall store, caches); ``raw/msg``: the raw
 history's own text per message, for scale; ``store``: what the recall store holds. A decision's
-cost should not grow with the history: only with what the decision touches.
+cost should not grow with the history: only with what the decision touches. At the last
+checkpoint only (a collection there would change when the next ones come): ``gc``, what one
+full garbage collection takes with the session held, the pause Python takes on its own
+whenever its heap has grown by a quarter, in whatever call is running then; ``objs/msg``, the
+objects it walks per raw message (the history's own included: 3 a message here).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import subprocess
@@ -127,6 +132,7 @@ async def run(
     store = MemoryRecallStore()
     rows: list[dict[str, Any]] = []
     rss0 = rss_bytes()
+    tracked0 = len(gc.get_objects())
     raw_chars = 0
     async with ContextManager(
         Budget(context_window=window, reserve_output=8_000),
@@ -178,6 +184,13 @@ async def run(
                 await anyio.lowlevel.checkpoint()  # the tools run: what observe left runs here
                 background.append(time.thread_time() - t0)
             n = len(ctx.raw)
+            collection: float | None = None
+            tracked: float | None = None
+            if checkpoint == checkpoints[-1]:
+                tracked = (len(gc.get_objects()) - tracked0) / n
+                t0 = time.thread_time()
+                gc.collect()
+                collection = time.thread_time() - t0
             rows.append(
                 {
                     "strategy": name,
@@ -191,6 +204,8 @@ async def run(
                     "mem_per_msg": (rss_bytes() - rss0) / n,
                     "raw_per_msg": raw_chars / n,
                     "store": store.bytes_held,
+                    "gc": collection,
+                    "tracked": tracked,
                 }
             )
     return rows
@@ -204,7 +219,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     head = (
         f"{'strategy':<15} {'mode':<10} {'messages':>8}  {'idle p50':>8} {'idle p99':>8}  "
         f"{'decide p50':>10} {'decide p99':>10} {'decisions':>9} {'observe':>8} {'+bg':>6}  "
-        f"{'mem/msg':>8} {'raw/msg':>8} {'store':>8}"
+        f"{'mem/msg':>8} {'raw/msg':>8} {'store':>8} {'gc':>7} {'objs/msg':>8}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -213,12 +228,14 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{_ms(r['idle'][1]):>8}  {_ms(r['decided'][0]):>10} {_ms(r['decided'][1]):>10} "
             f"{r['decisions']:>9} {_ms(r['observe']):>8} {_ms(r['background']):>6}  "
             f"{r['mem_per_msg'] / 1024:>6.1f}KB "
-            f"{r['raw_per_msg'] / 1024:>6.1f}KB {r['store'] / 2**20:>6.1f}MB"
+            f"{r['raw_per_msg'] / 1024:>6.1f}KB {r['store'] / 2**20:>6.1f}MB "
+            f"{_ms(r['gc']):>7} {'-' if r['tracked'] is None else format(r['tracked'], '.1f'):>8}"
         )
     lines.append(
         "(milliseconds of the calling thread's CPU time; p50/p99 over the calls that brought "
         "the last 2k messages; observe: p50 of the call, +bg: of the calibration it leaves to the "
-        "background, which runs while the tools do)"
+        "background, which runs while the tools do; gc: one full garbage collection, in ms, at "
+        "the last checkpoint)"
     )
     return "\n".join(lines)
 
