@@ -466,6 +466,7 @@ def render(
     origins: list[int] = []
     spans = ledger._spans
     per_message = ledger._per_message
+    shown: list[int] = []  # indexes rendered through `_applied`
     i, n = start, len(raw)
     while i < n:
         span = spans.get(i)
@@ -475,9 +476,18 @@ def render(
             i = span.end
             continue
         decisions = per_message.get(i)
-        out.append(_applied(ledger, i, raw[i], decisions) if decisions else raw[i])
+        if decisions:
+            out.append(_applied(ledger, i, raw[i], decisions))
+            shown.append(i)
+        else:
+            out.append(raw[i])
         origins.append(i)
         i += 1
+    applied = ledger._applied
+    if not start and len(applied) > 2 * len(shown) + 64:
+        # What spans now hide is rendered again only if a rewind drops them: keeping it
+        # would hold a message and its estimate per hidden decision for the whole session.
+        ledger._applied = {k: applied[k] for k in shown}
     # Most renders need no repair: the check costs a fraction of what repairing does.
     opens_fine = continues is not None or not out or not isinstance(out[0], AssistantMessage)
     if opens_fine and boundaries.needs_no_repair(out, continues or frozenset()):

@@ -6,6 +6,7 @@ checks the fixed behaviour, and says so in its docstring.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import math
 import re
@@ -25,6 +26,7 @@ from agentctx.messages import (
     ThinkingBlock,
     ToolCall,
     ToolResultMessage,
+    Usage,
     UserMessage,
     canonical_json,
     text_of,
@@ -42,7 +44,7 @@ from agentctx.strategies.pipeline import (
 )
 from agentctx.strategies.trail import condensed_line, marker_with_trail
 from agentctx.strategy import Chain
-from agentctx.testing import assert_view_ok
+from agentctx.testing import assert_view_ok, synthetic_session
 from agentctx.tokens import MessageCounter
 
 from .corpus import corpus_file
@@ -714,3 +716,37 @@ async def test_pi_session_at_50k_holds_the_budget_with_near_minimal_breaks() -> 
     early = [m for m in messages if isinstance(m, AssistantMessage)][: len(rows) // 3]
     paths = {str(c.arguments["path"]) for m in early for c in m.tool_calls if "path" in c.arguments}
     assert sum(p in final for p in paths) >= 0.95 * len(paths)
+
+
+async def test_a_session_keeps_no_rendering_of_what_spans_now_hide() -> None:
+    """Found at 100k messages: the ledger kept what it rendered for every decided message,
+    those a span had since hidden (shown again only if a rewind drops the span) included:
+    with `ToolOutputPipeline`, 2.7 of the 5.7 objects per message agentctx held for the
+    garbage collector. What it keeps now follows what the view shows."""
+    groups = synthetic_session(seed=5, calls=700)
+    strategy = Chain([ToolOutputPipeline(), DeterministicCompaction()])
+    budget = Budget(context_window=30_000, reserve_output=1_000)
+    async with ContextManager(
+        budget, strategy=strategy, recall=MemoryRecallStore(), on_over_budget="send"
+    ) as ctx:
+        history: list[Message] = []
+        for group in groups:
+            history += group
+            view = await ctx.prepare(history)
+            ctx.observe(Usage(input_tokens=ctx.prompt_tokens))
+        gc.collect()
+        key = ctx.counter._key
+        kept = {id(m) for m in history} | {id(m) for m in view}
+        kept |= {id(m) for span in ctx.ledger.spans for m in span.replacement}
+        stray = [
+            o
+            for o in gc.get_objects()
+            if isinstance(o, (ToolResultMessage, AssistantMessage, UserMessage, SummaryMessage))
+            and getattr(o._tk, "owner", None) is key
+            and id(o) not in kept
+        ]
+        decided = len({d.at.index for d in ctx.ledger.decisions})
+    assert decided > 300
+    # Renderings are kept for what the view shows, and by the tiers' bounded caches: not
+    # one per decision (1,012 here before).
+    assert len(stray) < decided // 2, (len(stray), len(view), decided)
