@@ -58,6 +58,7 @@ from agentctx import (
     ToolResultMessage,
     Usage,
     UserMessage,
+    boundaries,
 )
 from agentctx.errors import ConfigError, SummarizerError
 from agentctx.events import (
@@ -300,14 +301,18 @@ async def test_a_rewound_history_never_gets_a_stale_splice(
     assert has_briefing(caller.views[-1], "LATER")
 
 
-@pytest.mark.parametrize("where", ["at the span's end", "into the span"])
+@pytest.mark.parametrize(
+    "where", ["at the span's end", "into the span", "at the span's end, then tools only"]
+)
 async def test_a_rewind_makes_a_briefing_stale_only_when_it_cuts_into_its_span(
     where: str,
 ) -> None:
     """A request keeps `CompactionContext.rewinds` from when it was armed, not a copy of the
     history: a rewind back to the end of its span leaves its briefing good, one into the span
     makes it stale for good, although the history is then extended again with the very same
-    messages. (No updates: the briefing waits as it came back.)"""
+    messages. A rewind after the span that leaves its last user message the latest (the
+    loop goes on with tools only) makes it stale too: that message is never summarized.
+    (No updates: the briefing waits as it came back.)"""
     summarizer = ScriptedSummarizer([briefing("FIRST")], default=briefing("LATER"))
     chain, llm = strategy(summarizer, trigger_ratio=0.3, update_ratio=None)
     async with ContextManager(budget(), strategy=chain) as m:
@@ -321,18 +326,63 @@ async def test_a_rewind_makes_a_briefing_stale_only_when_it_cuts_into_its_span(
         span_end = ready.job.cut
         assert span_end < len(caller.history)
         kept = caller.history
-        caller.history = kept[: span_end if where == "at the span's end" else span_end - 1]
+        caller.history = kept[: span_end if where.startswith("at") else span_end - 1]
         await caller.turn([])
-        caller.history = kept
-        await caller.run([turn(j) for j in range(i, i + 30)])
+        if where.endswith("tools only"):
+            body = prose(i, 60)
+            await caller.run(
+                [[assistant(call(f"c{j}", "bash")), result(f"c{j}", body)] for j in range(30)]
+            )
+        else:
+            caller.history = kept
+            await caller.run([turn(j) for j in range(i, i + 30)])
     assert len(caller.of(HistoryResynced)) == 1  # the cut back; extending it again is no rewind
     stale = [s.reason for s in caller.of(SummaryStale) if s.reason not in ("unused", "updated")]
-    if where == "into the span":
-        assert stale == ["history_changed"]
-        assert not any(has_briefing(v, "FIRST") for v in caller.views)
-    else:
+    if where == "at the span's end":
         assert stale == []
         assert any(has_briefing(v, "FIRST") for v in caller.views)
+    else:
+        assert stale == ["history_changed"]
+        assert not any(has_briefing(v, "FIRST") for v in caller.views)
+
+
+async def test_a_splice_in_a_loop_run_from_one_task_reads_no_whole_history(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found in an agent that runs on tools alone from one task message (as SWE-agent and
+    OpenHands do): every splice read the whole running tool loop, that is the whole history,
+    for signed reasoning a briefing may not cover: 30-50 ms a decision at 50k messages
+    where 10-16 ms remain. Without a rewind since the request none can be in its span."""
+    reads = 0
+    has_thinking = boundaries.has_thinking
+
+    def counted(message: Message) -> bool:
+        nonlocal reads
+        reads += 1
+        return has_thinking(message)
+
+    monkeypatch.setattr(boundaries, "has_thinking", counted)
+    summarizer = ScriptedSummarizer([], default=briefing())
+    chain, llm = strategy(summarizer, trigger_ratio=0.3)
+    steps = [
+        [assistant(call(f"c{j}", "bash")), result(f"c{j}", prose(j, 40))] for j in range(3_000)
+    ]
+    history: list[Message] = [UserMessage.of("Task: keep the tests green."), *steps[0]]
+    per_splice: list[int] = []
+    async with ContextManager(budget(), strategy=chain) as m:
+        events: list[Event] = []
+        m.subscribe(events.append)
+        for step in steps[1:]:
+            history += step
+            reads, seen = 0, len(events)
+            await m.prepare(history)
+            if any(
+                isinstance(e, ContextCompacted) and e.method == "summarized" for e in events[seen:]
+            ):
+                per_splice.append(reads)
+            await settle()
+    assert len(per_splice) > 10
+    assert max(per_splice) < len(history) // 10, (per_splice, len(history))
 
 
 async def test_arming_a_request_copies_nothing_of_the_history() -> None:

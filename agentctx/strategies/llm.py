@@ -463,9 +463,14 @@ class LlmCompaction:
             ctx.emit(SummaryStale("superseded", ready.stats(0)))
             return False
         cut, carried = where
-        if any(a <= i < cut for i in _never_summarized(ctx.raw)):
-            # The history was rewound since the request: what the span covers is now the
-            # latest user message or the running loop's signed reasoning.
+        if ctx.rewound_to(job.rewinds) is not None and any(
+            a <= i < cut for i in _never_summarized(ctx.raw)
+        ):
+            # A rewind since the request (to after the span: one into it made it stale
+            # above) can leave the latest user message or the running loop's signed
+            # reasoning inside it. Without one neither can be there: the cut kept them out
+            # and they only move later. (The check reads the whole running loop: in an
+            # agent that runs on its own from one task, the whole history.)
             ctx.emit(SummaryStale("history_changed", ready.stats(0)))
             return False
         vc = bisect.bisect_left(origins, cut)
