@@ -1,6 +1,7 @@
 """prepare() cost and memory as a session grows to 1k, 10k and 100k messages.
 
     python benchmarks/long_session.py [--quick] [--mode both] [--window 60000] [--seed 0]
+                                      [--one-task]
 
 Each built-in strategy runs one seeded session in each mode, owned (the caller keeps the view
 and appends to it) and projection (the caller appends to its own raw history and passes it
@@ -9,7 +10,9 @@ whole), with a `MemoryRecallStore`, in a process of its own so its memory is its
 (``Chain([ToolOutputPipeline(), DeterministicCompaction()])``) and ``llm`` (`LlmCompaction`
 with a scripted summarizer that answers at once, the tiers as its fallback). The session is a
 generated agent loop: one tool call a step, heavy-tailed output, a user prompt every 15 steps,
-timestamps a few seconds apart (the session's own clock follows them).
+timestamps a few seconds apart (the session's own clock follows them). ``--one-task``: no user
+prompt after the task, so the whole session is one running tool loop, as in an agent that
+works on its own (SWE-agent, OpenHands).
 
 At each checkpoint (1k, 10k, 100k raw messages; ``--quick`` stops at 10k) the table shows,
 over the calls that brought the last 2,000 messages before it, one model call's worth at a
@@ -76,8 +79,9 @@ BULK = 1_000  # messages a batch feeds at once on the way to the next checkpoint
 _WORDS = ("cache", "parser", "token", "budget", "stream", "index", "query", "client", "retry")
 
 
-def turns(seed: int, clock: list[float]) -> Iterator[list[Message]]:
-    """An endless agent loop; ``clock[0]`` follows its timestamps (seconds)."""
+def turns(seed: int, clock: list[float], *, prompts: bool = True) -> Iterator[list[Message]]:
+    """An endless agent loop; ``clock[0]`` follows its timestamps (seconds). Without
+    ``prompts``, the steps that would end with a user prompt are left out."""
     rng = random.Random(seed)
     ts = 1_700_000_000_000
     yield [UserMessage.of("Task: make the session cache in src/cache/core.py twice as fast.")]
@@ -88,6 +92,8 @@ def turns(seed: int, clock: list[float]) -> Iterator[list[Message]]:
         clock[0] = ts / 1000
         stamp = {"timestamp": ts}
         if n % 15 == 0:
+            if not prompts:
+                continue
             text = " ".join(rng.choice(_WORDS) for _ in range(12))
             yield [
                 AssistantMessage.of(f"Done with that part: {text}."),
@@ -126,7 +132,7 @@ def pct(values: list[float], q: float) -> float | None:
 
 
 async def run(
-    name: str, mode: str, checkpoints: list[int], window: int, seed: int
+    name: str, mode: str, checkpoints: list[int], window: int, seed: int, prompts: bool = True
 ) -> list[dict[str, Any]]:
     clock = [0.0]
     store = MemoryRecallStore()
@@ -143,7 +149,7 @@ async def run(
     ) as ctx:
         view: list[Message] = []
         history: list[Message] = []  # projection mode: the caller's raw history, appended to
-        source = turns(seed, clock)
+        source = turns(seed, clock, prompts=prompts)
 
         async def call(new: list[Message]) -> list[Message]:
             if mode == "owned":
@@ -251,12 +257,19 @@ def main() -> None:
         default="both",
         help="owned: the caller sends back the view; projection: its own raw history",
     )
+    parser.add_argument(
+        "--one-task",
+        action="store_true",
+        help="no user prompt after the task: the session is one running tool loop",
+    )
     parser.add_argument("--one", choices=sorted(STRATEGIES), help=argparse.SUPPRESS)
     args = parser.parse_args()
     checkpoints = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
     modes = ("owned", "projection") if args.mode == "both" else (args.mode,)
     if args.one:
-        rows = anyio.run(run, args.one, args.mode, checkpoints, args.window, args.seed)
+        rows = anyio.run(
+            run, args.one, args.mode, checkpoints, args.window, args.seed, not args.one_task
+        )
         print(json.dumps(rows))
         return
     rows: list[dict[str, Any]] = []
@@ -265,12 +278,14 @@ def main() -> None:
         command = [sys.executable, __file__, "--one", name, "--mode", mode]
         command += ["--window", str(args.window), "--seed", str(args.seed)]
         command += ["--quick"] if args.quick else []
+        command += ["--one-task"] if args.one_task else []
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode:
             sys.exit(f"{name}: {done.stderr.strip()}")
         rows += json.loads(done.stdout.strip().splitlines()[-1])
     print(table(rows))
-    print(f"window {args.window}, seed {args.seed}, {time.perf_counter() - t0:.0f} s")
+    workload = ", one task then tools only" if args.one_task else ""
+    print(f"window {args.window}, seed {args.seed}{workload}, {time.perf_counter() - t0:.0f} s")
 
 
 if __name__ == "__main__":
