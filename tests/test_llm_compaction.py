@@ -226,6 +226,14 @@ class Caller:
         for messages in turns:
             await self.turn(messages)
 
+    async def until(self, llm: LlmCompaction, phase: str) -> int:
+        """Take turns until ``llm`` is in ``phase``; return how many it took."""
+        i = 0
+        while llm.phase != phase:
+            await self.turn(turn(i))
+            i += 1
+        return i
+
     def of(self, kind: type[Any]) -> list[Any]:
         return [e for e in self.events if isinstance(e, kind)]
 
@@ -281,10 +289,7 @@ async def test_a_rewound_history_never_gets_a_stale_splice(
     chain, llm = strategy(summarizer, trigger_ratio=0.3)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
-        i = 0
-        while llm.phase != "ready":
-            await caller.turn(turn(i))
-            i += 1
+        i = await caller.until(llm, "ready")
         assert not caller.compactions("summarized"), "armed early, so not spliced yet"
         index = 0 if edit == "rewrite the task" else 3
         old = caller.history[index]
@@ -317,10 +322,7 @@ async def test_a_rewind_makes_a_briefing_stale_only_when_it_cuts_into_its_span(
     chain, llm = strategy(summarizer, trigger_ratio=0.3, update_ratio=None)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m, "projection")
-        i = 0
-        while llm.phase != "ready":
-            await caller.turn(turn(i))
-            i += 1
+        i = await caller.until(llm, "ready")
         ready = llm._requests.ready
         assert ready is not None
         span_end = ready.job.cut
@@ -425,10 +427,7 @@ async def test_a_briefing_ready_when_the_session_ends_is_reported_unused(
     chain, llm = strategy(summarizer, trigger_ratio=0.3)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
-        i = 0
-        while llm.phase != "ready":
-            await caller.turn(turn(i))
-            i += 1
+        await caller.until(llm, "ready")
         assert not caller.of(SummaryStale)
     unused = [s for s in caller.of(SummaryStale) if s.reason == "unused"]
     assert len(unused) == 1 and llm.phase == "idle"
@@ -551,10 +550,7 @@ async def test_the_briefing_survives_the_safety_net(make_summarizer: SummarizerF
     chain, llm = strategy(summarizer, retain_tail_tokens=200)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
-        i = 0
-        while llm.phase != "ready":
-            await caller.turn(turn(i))
-            i += 1
+        i = await caller.until(llm, "ready")
         await caller.turn(tool_turn(i, 500))  # crosses the limit by more than the splice saves
         await caller.run([turn(j) for j in range(i + 1, i + 20)])
     summarized = caller.compactions("summarized")
@@ -575,10 +571,7 @@ async def test_a_briefing_that_cannot_fit_is_reported_as_deterministic(
     chain, llm = strategy(summarizer, retain_tail_tokens=200)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
-        i = 0
-        while llm.phase != "ready":
-            await caller.turn(turn(i))
-            i += 1
+        i = await caller.until(llm, "ready")
         # A complete turn too big to share the budget with head and briefing (it is the
         # newest complete turn, which nothing may drop or summarize), though it fits alone.
         count = m.counter.count_full
@@ -605,10 +598,7 @@ async def test_a_briefing_is_kept_when_discarding_it_could_not_meet_the_budget(
     chain, llm = strategy(summarizer, retain_tail_tokens=200)
     async with ContextManager(budget(), strategy=chain, on_over_budget="send") as m:
         caller = Caller(m)
-        i = 0
-        while llm.phase != "ready":
-            await caller.turn(turn(i))
-            i += 1
+        i = await caller.until(llm, "ready")
         # The latest user message alone is over the limit and nothing may drop it: without
         # the briefing the view would be over the budget all the same.
         huge = UserMessage.of(prose(i, 1_800))
@@ -643,10 +633,7 @@ async def test_a_ready_briefing_is_spliced_early_when_the_cache_is_cold(
     chain, llm = strategy(summarizer, trigger_ratio=0.3)
     async with ContextManager(budget(), strategy=chain, clock=lambda: now[0]) as m:
         caller = Caller(m)
-        i = 0
-        while llm.phase != "ready":
-            await caller.turn(turn(i))
-            i += 1
+        i = await caller.until(llm, "ready")
         await caller.turn(turn(i))
         assert not caller.compactions("summarized"), "a warm cache waits for the limit"
         now[0] += 301.0  # longer than the provider's cache lifetime
@@ -666,10 +653,7 @@ async def test_a_stretch_compacted_across_the_cut_meanwhile_is_taken_along(
     marker = SummaryMessage("[compacted meanwhile]")
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
-        i = 0
-        while llm.phase != "in_flight":
-            await caller.turn(turn(i))
-            i += 1
+        i = await caller.until(llm, "in_flight")
         cut = llm._requests.inflight.cut  # type: ignore[union-attr]
         raw = m.raw
         m.ledger.add(ReplaceSpan(anchor(raw, cut - 1), cut + 1, anchor(raw, cut), (marker,), "x"))
@@ -696,10 +680,7 @@ async def test_a_request_in_flight_survives_a_crossing_the_tail_cannot_absorb(
     chain, llm = strategy(summarizer, retain_tail_tokens=200)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
-        i = 0
-        while llm.phase != "in_flight":
-            await caller.turn(turn(i))
-            i += 1
+        i = await caller.until(llm, "in_flight")
         job = llm._requests.inflight
         assert job is not None
         await caller.turn(turn(i, 400))  # the newest complete turn, too big to compact
@@ -769,10 +750,7 @@ async def test_a_hung_request_releases_the_slot(make_summarizer: SummarizerFacto
     )
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
-        i = 0
-        while llm.phase != "in_flight":
-            await caller.turn(turn(i))
-            i += 1
+        i = await caller.until(llm, "in_flight")
         # within three timeouts at most (polled: the slot is free after one)
         await poll(lambda: str(llm.phase) == "idle", 3 * make_summarizer.timeout, 0.01)
         assert str(llm.phase) == "idle", "a hung request must not pin the slot"
@@ -915,10 +893,7 @@ async def test_closing_the_manager_cancels_the_request_and_leaves_no_task(
     chain, llm = strategy(summarizer, trigger_ratio=0.3)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
-        i = 0
-        while llm.phase != "in_flight":
-            await caller.turn(turn(i))
-            i += 1
+        await caller.until(llm, "in_flight")
         await settle()
         assert summarizer.in_flight == 1
         if isinstance(summarizer, SdkSummarizer):
