@@ -144,6 +144,7 @@ async def run(
         Budget(context_window=window, reserve_output=8_000),
         strategy=STRATEGIES[name](),
         recall=store,
+        session_id="long-session",  # recall ids name it: a random one varies the decisions
         clock=lambda: clock[0],
         on_over_budget="send",
     ) as ctx:
