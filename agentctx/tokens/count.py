@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import types
 import weakref
 from operator import mul
 from typing import TYPE_CHECKING, Any
@@ -400,7 +401,7 @@ class MessageCounter:
         vector adds, so a cached sum of vectors can be kept up to date. A bound method is
         held weakly: it stops being called once its object is gone."""
         self._on_refined = [held for held in self._on_refined if held() is not None]
-        if hasattr(listener, "__self__"):
+        if isinstance(listener, types.MethodType):  # a builtin's bound method has no weak form
             self._on_refined.append(weakref.WeakMethod(listener))
         else:
             self._on_refined.append(lambda: listener)
