@@ -695,7 +695,10 @@ async def test_a_request_in_flight_survives_a_crossing_the_tail_cannot_absorb(
             assert i < 80
     (spliced,) = caller.compactions("summarized")
     region, size = map(int, re.findall(r"\((\d+)->(\d+) tokens\)", spliced.actions[0])[0])
-    assert region > 4 * size and not caller.of(SummaryStale)
+    # A request armed after the splice may be back, and so unused, when the session ends
+    # (its reply takes 50 ms of real time): only that one.
+    stale = caller.of(SummaryStale)
+    assert region > 4 * size and [s.reason for s in stale] in ([], ["unused"])
 
 
 # ---------------------------------------------------------------------------------------
