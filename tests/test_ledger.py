@@ -136,6 +136,22 @@ def test_rendering_again_gives_the_same_objects_so_their_estimates_stay() -> Non
     assert render(raw, ledger).messages[4] is raw[4]
 
 
+def test_a_preview_is_the_object_the_view_shows_once_the_decision_is_taken() -> None:
+    raw = [user("task"), *tool_turn(0, lines=30), *tool_turn(1, lines=30), user("go on")]
+    ledger = Ledger()
+    cleared = ReplaceResult(anchor(raw, 2), (TextBlock("[cleared 0]"),), "mask")
+    preview = ledger.preview(cleared, raw)
+    assert text_of(preview.content) == "[cleared 0]" and ledger.preview(cleared, raw) is preview
+    assert render(raw, ledger).messages[2] is raw[2] and len(ledger) == 0  # nothing taken
+    ledger.add(cleared, raw)
+    assert render(raw, ledger).messages[2] is preview
+    # another decision than the one previewed: rendered anew
+    other = ReplaceResult(anchor(raw, 4), (TextBlock("[other]"),), "mask")
+    ledger.preview(ReplaceResult(anchor(raw, 4), (TextBlock("[cleared 1]"),), "mask"), raw)
+    ledger.add(other, raw)
+    assert text_of(render(raw, ledger).messages[4].content) == "[other]"
+
+
 def test_end_is_past_the_last_message_a_decision_touches() -> None:
     raw = history()
     ledger = Ledger()

@@ -12,6 +12,7 @@ import math
 import re
 from typing import Any
 
+import anyio.lowlevel
 import pytest
 
 from agentctx.budget import Budget
@@ -716,6 +717,35 @@ async def test_pi_session_at_50k_holds_the_budget_with_near_minimal_breaks() -> 
     early = [m for m in messages if isinstance(m, AssistantMessage)][: len(rows) // 3]
     paths = {str(c.arguments["path"]) for m in early for c in m.tool_calls if "path" in c.arguments}
     assert sum(p in final for p in paths) >= 0.95 * len(paths)
+
+
+async def test_a_placeholder_is_estimated_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each placeholder was estimated in full twice: once to size its proposal, and again
+    once taken, as the view showed another object made of the same decision (a sixth of a
+    pipeline decision's time). The view shows the object the proposal was sized on now."""
+    estimated: dict[str, int] = {}
+    full = MessageCounter._base
+
+    def counted(self: MessageCounter, message: Message) -> Any:
+        if isinstance(message, ToolResultMessage) and "expired" in text_of(message.content):
+            text = text_of(message.content)
+            estimated[text] = estimated.get(text, 0) + 1
+        return full(self, message)
+
+    monkeypatch.setattr(MessageCounter, "_base", counted)
+    strategy = Chain([ToolOutputPipeline(), DeterministicCompaction()])
+    budget = Budget(context_window=30_000, reserve_output=1_000)
+    async with ContextManager(
+        budget, strategy=strategy, recall=MemoryRecallStore(), on_over_budget="send"
+    ) as ctx:
+        history: list[Message] = []
+        for group in synthetic_session(seed=5, calls=150):
+            history += group
+            await ctx.prepare(history)
+            ctx.observe(Usage(input_tokens=ctx.prompt_tokens))
+            await anyio.lowlevel.checkpoint()  # what observe left to the background runs
+    assert len(estimated) > 50
+    assert max(estimated.values()) == 1, sorted(estimated.values())[-5:]
 
 
 async def test_a_session_keeps_no_rendering_of_what_spans_now_hide() -> None:

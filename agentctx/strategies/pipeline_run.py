@@ -305,12 +305,17 @@ class Run:
         key = (new_text, i, reason)
         made = self.memo.get(key, m)
         if made is None:
-            replacement = ToolResultMessage(
-                m.tool_call_id, (TextBlock(new_text),), m.tool_name, m.is_error, m.extra
-            )
+            decision = ReplaceResult(anchor(self.raw, i), (TextBlock(new_text),), reason, rid)
+            if m is self.raw[i]:
+                # The view will show this very object once the decision is taken: its
+                # estimate, made here, is not made again then.
+                replacement = self.ctx.ledger.preview(decision, self.raw)
+            else:  # as the view shows it (repair may have renamed its call id)
+                replacement = ToolResultMessage(
+                    m.tool_call_id, decision.content, m.tool_name, m.is_error, m.extra
+                )
             count = self.ctx.counter
             freed = count.count_full(m) - count.count_full(replacement)
-            decision = ReplaceResult(anchor(self.raw, i), (TextBlock(new_text),), reason, rid)
             made = (decision, freed)
             self.memo.put(key, m, made)
         decision, freed = made
