@@ -294,7 +294,7 @@ class MessageCounter:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _entry(self, message: Message) -> _Entry:
+    def _entry(self, message: Message, *, full: bool = False) -> _Entry:
         """The estimate of ``message``: its own, an equal message's, or a new one.
 
         Estimates live on the message (a counter that is not the first to count it keeps
@@ -302,7 +302,7 @@ class MessageCounter:
         serializes a message for its estimate (its quick and full estimates cost less than
         a fingerprint); the memo shares estimates between equal messages that are other
         objects, for a counter that is not lazy and for messages whose fingerprint is known
-        anyway."""
+        anyway. ``full``: a new estimate is the full one, not a quick one first."""
         key = self._key
         held = message._tk
         if held is not None:
@@ -315,7 +315,7 @@ class MessageCounter:
             fp = fingerprint(message)
         found = self._memo.get(fp) if fp else None
         if found is None:
-            if self._lazy:
+            if self._lazy and not full:
                 found = _Entry(key, self._quick_base(message), -1, exact=False)
             else:
                 found = _Entry(key, self._base(message), -1)
@@ -373,9 +373,15 @@ class MessageCounter:
 
     def count_full(self, message: Message) -> int:
         """Calibrated tokens of one message from the full estimate (refined if quick)."""
-        self.count(message)  # creates the memo entry a first-seen message needs to be refined
-        self.refine((message,))
-        return self.count(message)
+        entry: _Entry | None = message._tk
+        if entry is None or entry.owner is not self._key:
+            entry = self._entry(message, full=True)  # a first-seen message: no quick one first
+        if not entry.exact:
+            self._make_exact(message, entry)
+            self._generation += 1
+        if entry.generation == self._epoch:
+            return entry.count
+        return self._refresh(entry).count
 
     def _make_exact(self, message: Message, entry: _Entry) -> None:
         fp = message._fp
