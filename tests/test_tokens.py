@@ -562,6 +562,19 @@ def test_lazy_counting_is_quick_first_then_refined() -> None:
     assert counter.refine([message]) == 0  # already full
 
 
+def test_counting_a_new_message_in_full_makes_no_quick_estimate_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    counter = MessageCounter()
+    seen = ToolResultMessage.of("call_1", "one two three " * 50, tool_name="bash")
+    quick = counter.count(seen)
+    monkeypatch.setattr(MessageCounter, "_quick_base", lambda self, m: pytest.fail("quick"))
+    new = ToolResultMessage.of("call_2", "one two three " * 50, tool_name="bash")
+    full = counter.count_full(new)
+    assert full == counter.count_full(seen) < quick  # the one seen before is refined
+    assert counter.refine([new, seen]) == 0
+
+
 def test_on_refined_tells_each_listener_the_change_while_it_lives() -> None:
     counter = MessageCounter()
     heard: list[tuple[str, object, tuple[float, ...]]] = []
