@@ -172,6 +172,15 @@ class Ledger:
         """All decisions, oldest first."""
         return tuple(self._decisions)
 
+    @property
+    def renderings(self) -> int:
+        """How many rendered messages the ledger keeps (see `render`)."""
+        return len(self._applied)
+
+    def added_since(self, count: int) -> Sequence[Decision]:
+        """The decisions after the first ``count``, oldest first."""
+        return self._decisions[count:]
+
     def decisions_at(self, index: int) -> tuple[_PerMessage, ...]:
         """The per-message decisions anchored at raw ``index``."""
         return tuple(self._per_message.get(index, ()))

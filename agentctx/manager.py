@@ -583,7 +583,7 @@ class ContextManager:
     def _current_view(self) -> tuple[Sequence[Message], Sequence[int]]:
         state = self._state
         if state.ledger.version != self._rendered_version:
-            state.rebuild()
+            state.refresh()
             self._rendered_version = state.ledger.version
         return state.view, state.origins
 

@@ -14,7 +14,7 @@ from functools import reduce
 from operator import add
 from typing import TYPE_CHECKING
 
-from agentctx.boundaries import CompleteTurns, needs_no_repair
+from agentctx.boundaries import CompleteTurns, needs_no_repair, safe_cut
 from agentctx.ledger import Ledger, Rendered, render
 from agentctx.messages import AssistantMessage, Message, ToolResultMessage
 
@@ -57,6 +57,7 @@ class ViewState:
         "_prefix_len",
         "_prefix_vec",
         "__weakref__",
+        "_rendered",
         "_settled_raw",
         "_shown_in_prefix",
         "_tokens_memo",
@@ -100,6 +101,9 @@ class ViewState:
         # ``tokens`` as (view version, counter generation, value): read several times a call.
         self._tokens_memo = (-1, -1, 0)
         self._version = 0  # bumped whenever the view or its prefix vector changes
+        # The ledger's (version, decisions) the view was last rendered under: what `refresh`
+        # renders again is what the decisions added since then touch.
+        self._rendered = (self.ledger.version, len(self.ledger))
 
     # -- changes ------------------------------------------------------------------------
 
@@ -145,20 +149,62 @@ class ViewState:
         self.rebuild()
         return dropped
 
+    def refresh(self) -> None:
+        """Bring the view up to date with the ledger: render again from the first message the
+        decisions added since the last render touch (everything, after any was dropped)."""
+        ledger = self.ledger
+        version, count = self._rendered
+        added = len(ledger) - count
+        if ledger.version == version:
+            return
+        if (
+            added <= 0
+            or ledger.version != version + added
+            or ledger.renderings > 2 * len(self.view) + 64
+        ):
+            # Only a full render lets the ledger drop what it rendered for messages hidden
+            # since (a few times a long session).
+            self.rebuild()
+            return
+        # Render is per message and `repair` keeps to its batch, so the view before a safe
+        # cut at or below that message (not inside a span) stays as it is.
+        cut = min(d.at.index for d in ledger.added_since(count))
+        while True:
+            cut = safe_cut(self.raw, cut)
+            span = ledger.span_covering(cut)
+            if span is None or span.at.index >= cut:
+                break
+            cut = span.at.index
+        if cut < self._settled_raw:
+            stop = bisect_left(self.origins, cut)
+            if not stop:
+                self.rebuild()
+                return
+            # The settled prefix shrinks to what stays, summed anew from nothing as a full
+            # render would (the same additions in the same order: the same totals).
+            self._clear_prefix()
+            self._settle_prefix(stop, cut)
+        self._render_tail()
+
     def rebuild(self) -> None:
         """Render everything again (after new decisions)."""
+        self._clear_prefix()
+        self.view, self.origins, self.repairs = [], [], []
+        self.shown = []
+        self.repairs_version += 1
+        self._render_tail()
+
+    def _clear_prefix(self) -> None:
         self._settled_raw = 0
         self._prefix_len = 0
         self._prefix_vec = [0.0] * len(self._counter.slots)
         self._prefix_keys = Counter()
         self._prefix_ids = set()
-        self.view, self.origins, self.repairs = [], [], []
-        self.shown, self._shown_in_prefix = [], 0
-        self.repairs_version += 1
-        self._render_tail()
+        self._shown_in_prefix = 0
 
     def _render_tail(self) -> None:
         self._version += 1
+        self._rendered = (self.ledger.version, len(self.ledger))
         start = self._settled_raw
         span = self.ledger.span_covering(start)
         if span is not None and span.at.index < start:
@@ -173,8 +219,10 @@ class ViewState:
         raw = self.raw
         del self.shown[self._shown_in_prefix :]
         self.shown += [i for m, i in zip(tail.messages, tail.origins, strict=True) if raw[i] is m]
-        if tail.repairs or (self.repairs and self.repairs[-1].index >= keep):
-            prefix_repairs = [r for r in self.repairs if r.index < keep]
+        # A repair belongs with the raw message it was made for: one that left a message out
+        # of the view has no position in it to tell prefix from tail.
+        if tail.repairs or (self.repairs and self.repairs[-1].origin >= start):
+            prefix_repairs = [r for r in self.repairs if r.origin < start]
             self.repairs = prefix_repairs + [replace(r, index=r.index + keep) for r in tail.repairs]
             self.repairs_version += 1
         settle = _settle_point(self.raw)

@@ -7,7 +7,7 @@ import signal
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from agentctx.messages import (
     ToolResultMessage,
     UserMessage,
     canonical_json,
+    text_of,
 )
 from agentctx.recall import MemoryRecallStore, RecallStore, SQLiteRecallStore
 from agentctx.strategies import DeterministicCompaction, ToolOutputPipeline
@@ -37,6 +38,7 @@ from agentctx.strategies.llm import LlmCompaction
 from agentctx.strategy import Chain, CompactionStrategy
 from agentctx.testing import ScriptedSummarizer, assert_view_ok
 from agentctx.testing._validate import validate_anthropic, validate_chat, validate_responses
+from agentctx.view import ViewState
 
 _texts = st.text(alphabet=st.sampled_from("abc xyz\n{}:;/.\"'#é字"), min_size=0, max_size=40)
 
@@ -329,6 +331,54 @@ async def test_hostile_histories_give_views_every_provider_accepts(
         finally:
             if isinstance(recall, SQLiteRecallStore):
                 recall.close()
+
+
+# A decision renders the view again only from the first message it touches (the prefix
+# before a safe cut stays): every such render must be what rendering it all gives.
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@settings(max_examples=8, derandomize=True, deadline=None, phases=[Phase.generate])
+@given(steps=hostile_sessions(), owned=st.booleans(), window=st.integers(2_000, 30_000))
+async def test_rendering_from_the_first_decided_message_is_rendering_it_all(
+    strategy: str, steps: list[Step], owned: bool, window: int
+) -> None:
+    refresh = ViewState.refresh
+
+    def compared(state: ViewState) -> None:
+        refresh(state)
+        full = render(state.raw, state.ledger)
+        assert fingerprints(state.view) == fingerprints(full.messages)
+        assert state.origins == full.origins
+        # Where a left-out message sat in what was repaired depends on where that began.
+        assert [replace(r, index=0) for r in state.repairs] == [
+            replace(r, index=0) for r in full.repairs
+        ]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ViewState, "refresh", compared)
+        await _drive_hostile(steps, _strategy(strategy), MemoryRecallStore(), owned, window)
+
+
+def test_the_rendering_check_sees_partial_renders() -> None:
+    """The property above is not vacuous: a session of the corpus shape renders from a kept
+    prefix most of the times a decision lands."""
+    raw = [UserMessage.of("task")]
+    for k in range(30):
+        raw += [
+            AssistantMessage((ToolCall(f"c{k}", "read", {"path": f"f{k}.py"}),)),
+            ToolResultMessage.of(f"c{k}", "x\n" * 400, tool_name="read"),
+        ]
+    from agentctx.ledger import ReplaceResult, anchor
+    from agentctx.tokens import MessageCounter
+
+    state = ViewState(MessageCounter())
+    state.append(raw)
+    before = list(state.view)
+    state.ledger.add(ReplaceResult(anchor(raw, 50), (TextBlock("[cut]"),), "test"), raw)
+    state.refresh()
+    assert all(a is b for a, b in zip(state.view[:49], before[:49], strict=True))
+    assert text_of(state.view[50].content) == "[cut]"
+    assert fingerprints(state.view) == fingerprints(render(raw, state.ledger).messages)
 
 
 @contextmanager
