@@ -307,7 +307,13 @@ async def test_a_rewound_history_never_gets_a_stale_splice(
 
 
 @pytest.mark.parametrize(
-    "where", ["at the span's end", "into the span", "at the span's end, then tools only"]
+    "where",
+    [
+        "at the span's end",
+        "into the span",
+        "at the span's end, then tools only",
+        "after the span's end, then tools only",
+    ],
 )
 async def test_a_rewind_makes_a_briefing_stale_only_when_it_cuts_into_its_span(
     where: str,
@@ -316,7 +322,9 @@ async def test_a_rewind_makes_a_briefing_stale_only_when_it_cuts_into_its_span(
     history: a rewind back to the end of its span leaves its briefing good, one into the span
     makes it stale for good, although the history is then extended again with the very same
     messages. A rewind after the span that leaves its last user message the latest (the
-    loop goes on with tools only) makes it stale too: that message is never summarized.
+    loop goes on with tools only) makes it stale too: that message is never summarized. So
+    does one that leaves the newest complete turn in the span (the turn after it never got its
+    answer): found by the hostile-history property test, the briefing was spliced over it.
     (No updates: the briefing waits as it came back.)"""
     summarizer = ScriptedSummarizer([briefing("FIRST")], default=briefing("LATER"))
     chain, llm = strategy(summarizer, trigger_ratio=0.3, update_ratio=None)
@@ -328,7 +336,9 @@ async def test_a_rewind_makes_a_briefing_stale_only_when_it_cuts_into_its_span(
         span_end = ready.job.cut
         assert span_end < len(caller.history)
         kept = caller.history
-        caller.history = kept[: span_end if where.startswith("at") else span_end - 1]
+        cut = {"at": span_end, "into": span_end - 1, "after": span_end + 1}[where.split()[0]]
+        assert isinstance(kept[span_end], UserMessage)  # the first turn after the span
+        caller.history = kept[:cut]
         await caller.turn([])
         if where.endswith("tools only"):
             body = prose(i, 60)

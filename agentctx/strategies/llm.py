@@ -84,11 +84,10 @@ from __future__ import annotations
 import bisect
 from typing import TYPE_CHECKING, Literal
 
-from agentctx import boundaries as b
 from agentctx._log import log
 from agentctx.errors import ConfigError
 from agentctx.events import CompactionWarning, ContextCompacted, SummaryStale
-from agentctx.ledger import ReplaceSpan, anchor
+from agentctx.ledger import ReplaceSpan, anchor, protected_positions
 from agentctx.messages import SummaryMessage
 from agentctx.strategies.deterministic import DeterministicCompaction
 from agentctx.strategies.llm_config import (
@@ -106,7 +105,7 @@ from agentctx.strategies.trail import span_text
 from agentctx.summarizer import is_native_compaction
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Awaitable, Callable
 
     from agentctx.events import Event, SummaryStats
     from agentctx.messages import Message
@@ -464,11 +463,12 @@ class LlmCompaction:
             return False
         cut, carried = where
         if ctx.rewound_to(job.rewinds) is not None and any(
-            a <= i < cut for i in _never_summarized(ctx.raw)
+            a <= i < cut for i in protected_positions(ctx.raw)
         ):
             # A rewind since the request (to after the span: one into it made it stale
-            # above) can leave the latest user message or the running loop's signed
-            # reasoning inside it. Without one neither can be there: the cut kept them out
+            # above) can leave what is protected inside it: the latest user message, the
+            # newest complete turn (the turns after it gone or not answered), the running
+            # loop's signed reasoning. Without one none can be there: the cut kept them out
             # and they only move later. (The check reads the whole running loop: in an
             # agent that runs on its own from one task, the whole history.)
             ctx.emit(SummaryStale("history_changed", ready.stats(0)))
@@ -635,12 +635,3 @@ _NATIVE_STAND_IN = SummaryMessage(f"{SUMMARY_MARKER}\n\n(a provider-native brief
 def _extent(ctx: CompactionContext, job: Job) -> tuple[int, tuple[Message, ...]] | None:
     """Where a splice of ``job``'s span ends now, and what it carries (see `extent`)."""
     return extent(ctx.ledger.spans, job.start, job.cut)
-
-
-def _never_summarized(raw: Sequence[Message]) -> set[int]:
-    """Raw indexes a briefing may never cover: the task, the latest user message and the
-    signed reasoning of the running tool loop."""
-    out = {i for i in (b.task_index(raw), b.latest_user_index(raw)) if i is not None}
-    loop = b.in_flight_start(raw)
-    out.update(i for i in range(loop, len(raw)) if b.has_thinking(raw[i]))
-    return out
