@@ -11,7 +11,7 @@ from bisect import bisect_left
 from collections import Counter
 from dataclasses import replace
 from functools import reduce
-from operator import add
+from operator import add, sub
 from typing import TYPE_CHECKING
 
 from agentctx.boundaries import CompleteTurns, needs_no_repair, safe_cut
@@ -180,10 +180,13 @@ class ViewState:
             if not stop:
                 self.rebuild()
                 return
-            # The settled prefix shrinks to what stays, summed anew from nothing as a full
-            # render would (the same additions in the same order: the same totals).
-            self._clear_prefix()
-            self._settle_prefix(stop, cut)
+            # The settled prefix shrinks to what stays: what leaves it is taken out of its
+            # sums, or, when that is most of it, what stays is summed anew.
+            if stop < self._prefix_len - stop:
+                self._clear_prefix()
+                self._settle_prefix(stop, cut)
+            else:
+                self._unsettle(stop, cut)
         self._render_tail()
 
     def rebuild(self) -> None:
@@ -256,6 +259,30 @@ class ViewState:
             )
             # Raw indices of what the view shows as is rise with it (`shown`).
             self._shown_in_prefix = bisect_left(self.shown, settle)
+        self._prefix_len = stop
+        self._settled_raw = settle
+
+    def _unsettle(self, stop: int, settle: int) -> None:
+        """Take ``view[stop:_prefix_len]`` out of the settled prefix, which then stands for
+        ``raw[:settle]``."""
+        left = self.view[stop : self._prefix_len]
+        if not left:  # the raw messages that leave it left nothing in the view
+            self._settled_raw = settle
+            return
+        keys, vectors = self._counter.keyed_vectors(left)
+        held = self._prefix_keys
+        held.subtract(keys)
+        for key in keys:
+            if held[key] <= 0:
+                del held[key]
+        vec = self._prefix_vec
+        columns = zip(*vectors, strict=True)
+        vec[:] = [reduce(sub, col, v) for v, col in zip(vec, columns, strict=True)]
+        # Repair keeps a view's call ids distinct: none that leaves is also one that stays.
+        self._prefix_ids.difference_update(
+            c.id for m in left if isinstance(m, AssistantMessage) for c in m.tool_calls
+        )
+        self._shown_in_prefix = bisect_left(self.shown, settle)
         self._prefix_len = stop
         self._settled_raw = settle
 

@@ -353,6 +353,11 @@ async def test_rendering_from_the_first_decided_message_is_rendering_it_all(
         assert [replace(r, index=0) for r in state.repairs] == [
             replace(r, index=0) for r in full.repairs
         ]
+        # The kept sums, with what left them taken out: the sums made anew, to rounding.
+        counter = state._counter
+        vectors = [counter.vector(m) for m in state.view]
+        anew = counter.total([sum(column) for column in zip(*vectors, strict=True)])
+        assert abs(state.tokens - anew) <= 1
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ViewState, "refresh", compared)
