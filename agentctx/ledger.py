@@ -242,14 +242,7 @@ class Ledger:
         for a decision not taken yet: rendered now and kept, so that `render` shows this same
         object if it is taken, and a token estimate made of it here is not made again."""
         i = decision.at.index
-        message = raw[i]
-        key = (*self._per_message.get(i, ()), decision)
-        known = self._applied.get(i)
-        if known is not None and known[0] is message and known[1] == key:
-            return known[2]
-        shown = _apply(message, key)
-        self._applied[i] = (message, key, shown)
-        return shown
+        return _applied(self, i, raw[i], [*self._per_message.get(i, ()), decision])
 
     def drop_from(self, index: int) -> list[Decision]:
         """Drop decisions that touch raw messages at or after ``index``; return them."""

@@ -19,7 +19,7 @@ from agentctx.ledger import Ledger, Rendered, render
 from agentctx.messages import AssistantMessage, Message, ToolResultMessage
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     from agentctx.boundaries import Repair
     from agentctx.tokens import MessageCounter
@@ -45,6 +45,10 @@ def _settle_point(raw: Sequence[Message]) -> int:
             if calls and calls != answered and Counter(calls) - Counter(answered):
                 return i - 1
     return n
+
+
+def _call_ids(messages: Sequence[Message]) -> Iterator[str]:
+    return (c.id for m in messages if isinstance(m, AssistantMessage) for c in m.tool_calls)
 
 
 class ViewState:
@@ -254,9 +258,7 @@ class ViewState:
             else:  # slot by slot, in view order: the same sums, without a list per message
                 columns = zip(*vectors, strict=True)
                 vec[:] = [reduce(add, col, v) for v, col in zip(vec, columns, strict=True)]
-            self._prefix_ids.update(
-                c.id for m in settled if isinstance(m, AssistantMessage) for c in m.tool_calls
-            )
+            self._prefix_ids.update(_call_ids(settled))
             # Raw indices of what the view shows as is rise with it (`shown`).
             self._shown_in_prefix = bisect_left(self.shown, settle)
         self._prefix_len = stop
@@ -279,9 +281,7 @@ class ViewState:
         columns = zip(*vectors, strict=True)
         vec[:] = [reduce(sub, col, v) for v, col in zip(vec, columns, strict=True)]
         # Repair keeps a view's call ids distinct: none that leaves is also one that stays.
-        self._prefix_ids.difference_update(
-            c.id for m in left if isinstance(m, AssistantMessage) for c in m.tool_calls
-        )
+        self._prefix_ids.difference_update(_call_ids(left))
         self._shown_in_prefix = bisect_left(self.shown, settle)
         self._prefix_len = stop
         self._settled_raw = settle

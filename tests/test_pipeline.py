@@ -719,6 +719,15 @@ async def test_pi_session_at_50k_holds_the_budget_with_near_minimal_breaks() -> 
     assert sum(p in final for p in paths) >= 0.95 * len(paths)
 
 
+def _pipeline_manager() -> ContextManager:
+    """The pipeline then the tiers at a 29k budget, with a recall store."""
+    strategy = Chain([ToolOutputPipeline(), DeterministicCompaction()])
+    budget = Budget(context_window=30_000, reserve_output=1_000)
+    return ContextManager(
+        budget, strategy=strategy, recall=MemoryRecallStore(), on_over_budget="send"
+    )
+
+
 async def test_a_placeholder_is_estimated_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each placeholder was estimated in full twice: once to size its proposal, and again
     once taken, as the view showed another object made of the same decision (a sixth of a
@@ -733,11 +742,7 @@ async def test_a_placeholder_is_estimated_once(monkeypatch: pytest.MonkeyPatch) 
         return full(self, message)
 
     monkeypatch.setattr(MessageCounter, "_base", counted)
-    strategy = Chain([ToolOutputPipeline(), DeterministicCompaction()])
-    budget = Budget(context_window=30_000, reserve_output=1_000)
-    async with ContextManager(
-        budget, strategy=strategy, recall=MemoryRecallStore(), on_over_budget="send"
-    ) as ctx:
+    async with _pipeline_manager() as ctx:
         history: list[Message] = []
         for group in synthetic_session(seed=5, calls=150):
             history += group
@@ -754,11 +759,7 @@ async def test_a_session_keeps_no_rendering_of_what_spans_now_hide() -> None:
     with `ToolOutputPipeline`, 2.7 of the 5.7 objects per message agentctx held for the
     garbage collector. What it keeps now follows what the view shows."""
     groups = synthetic_session(seed=5, calls=700)
-    strategy = Chain([ToolOutputPipeline(), DeterministicCompaction()])
-    budget = Budget(context_window=30_000, reserve_output=1_000)
-    async with ContextManager(
-        budget, strategy=strategy, recall=MemoryRecallStore(), on_over_budget="send"
-    ) as ctx:
+    async with _pipeline_manager() as ctx:
         history: list[Message] = []
         for group in groups:
             history += group
