@@ -19,7 +19,7 @@ from agentctx.ledger import Ledger, Rendered, render
 from agentctx.messages import AssistantMessage, Message, ToolResultMessage
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from agentctx.boundaries import Repair
     from agentctx.tokens import MessageCounter
@@ -45,6 +45,18 @@ def _settle_point(raw: Sequence[Message]) -> int:
             if calls and calls != answered and Counter(calls) - Counter(answered):
                 return i - 1
     return n
+
+
+def _fold(
+    vec: list[float], vectors: Sequence[tuple[float, ...]], op: Callable[[float, float], float]
+) -> None:
+    """Fold ``vectors`` into ``vec`` with ``op`` (add or sub), slot by slot, in order."""
+    if len(vectors) < _TRANSPOSE_FROM:
+        for vector in vectors:
+            vec[:] = map(op, vec, vector)
+    else:  # slot by slot, in view order: the same sums, without a list per message
+        columns = zip(*vectors, strict=True)
+        vec[:] = [reduce(op, col, v) for v, col in zip(vec, columns, strict=True)]
 
 
 def _call_ids(messages: Sequence[Message]) -> Iterator[str]:
@@ -251,13 +263,7 @@ class ViewState:
             settled = self.view[keep:stop]
             keys, vectors = self._counter.keyed_vectors(settled)
             self._prefix_keys.update(keys)
-            vec = self._prefix_vec
-            if len(vectors) < _TRANSPOSE_FROM:
-                for vector in vectors:
-                    vec[:] = map(add, vec, vector)
-            else:  # slot by slot, in view order: the same sums, without a list per message
-                columns = zip(*vectors, strict=True)
-                vec[:] = [reduce(add, col, v) for v, col in zip(vec, columns, strict=True)]
+            _fold(self._prefix_vec, vectors, add)
             self._prefix_ids.update(_call_ids(settled))
             # Raw indices of what the view shows as is rise with it (`shown`).
             self._shown_in_prefix = bisect_left(self.shown, settle)
@@ -277,9 +283,7 @@ class ViewState:
         for key in keys:
             if held[key] <= 0:
                 del held[key]
-        vec = self._prefix_vec
-        columns = zip(*vectors, strict=True)
-        vec[:] = [reduce(sub, col, v) for v, col in zip(vec, columns, strict=True)]
+        _fold(self._prefix_vec, vectors, sub)
         # Repair keeps a view's call ids distinct: none that leaves is also one that stays.
         self._prefix_ids.difference_update(_call_ids(left))
         self._shown_in_prefix = bisect_left(self.shown, settle)

@@ -379,9 +379,7 @@ class MessageCounter:
         if not entry.exact:
             self._make_exact(message, entry)
             self._generation += 1
-        if entry.generation == self._epoch:
-            return entry.count
-        return self._refresh(entry).count
+        return self.count(message)
 
     def _make_exact(self, message: Message, entry: _Entry) -> None:
         fp = message._fp
