@@ -245,6 +245,9 @@ class ContextManager:
         self._closing = False
         self._closed = False
         self._background_done: anyio.Event | None = None
+        # Whether a `prepare` call is running, and the calls waiting for it to end.
+        self._preparing = False
+        self._turns: list[anyio.Event] = []
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -430,13 +433,36 @@ class ContextManager:
         a change the view does depend on (a rewind, an edit of a shown message) has the
         history compared in full; to make it count at once, cut the history back to it for
         one call, then extend it again.
+
+        Calls of one session take turns: one made while another is running (its strategy
+        awaiting inside `compact`) waits for it, then renders its own history.
         """
-        if self._tracer is None:
-            return await self._prepare(history, max_tokens, None)
-        with telemetry.prepare_call(self._tracer, self) as call:
-            view = await self._prepare(history, max_tokens, call)
-            call.messages_after = len(view)
-            return view
+        if self._preparing:
+            await self._wait_for_turn()
+        self._preparing = True
+        try:
+            if self._tracer is None:
+                return await self._prepare(history, max_tokens, None)
+            with telemetry.prepare_call(self._tracer, self) as call:
+                view = await self._prepare(history, max_tokens, call)
+                call.messages_after = len(view)
+                return view
+        finally:
+            self._preparing = False
+            if self._turns:
+                turns, self._turns = self._turns, []
+                for turn in turns:
+                    turn.set()
+
+    async def _wait_for_turn(self) -> None:
+        """Wait until no other `prepare` call runs. A strategy that awaits inside `compact`
+        lets another call of the session start; taking turns, each renders the history it
+        was given, not one that the other appended to. (A flag and events, not an
+        `anyio.Lock`: the uncontended case costs an attribute read, the lock microseconds.)"""
+        while self._preparing:
+            turn = anyio.Event()
+            self._turns.append(turn)
+            await turn.wait()
 
     async def _prepare(
         self,

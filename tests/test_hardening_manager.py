@@ -569,3 +569,83 @@ async def test_the_newest_complete_turn_survives_turns_condensed_after_it() -> N
             assert_view_ok(view, ctx.raw)
         assert "the answer to the task" in texts(view)
         assert ctx.ledger.spans  # the turns after it were condensed or dropped
+
+
+# ---------------------------------------------------------------------------------------
+# Calls that overlap: a strategy that awaits inside compact lets another call in
+
+
+class _Yielding(DeterministicCompaction):
+    """The default strategy, giving the event loop a turn before it decides (as one that
+    awaits a worker thread for its CPU work would)."""
+
+    async def compact(self, ctx: CompactionContext) -> None:
+        await anyio.sleep(0.01)
+        await super().compact(ctx)
+
+
+@pytest.mark.parametrize("window", [200_000, 3_000])  # no decision; decisions on both calls
+async def test_overlapping_calls_each_get_the_view_of_their_own_history(window: int) -> None:
+    """Two calls of one session that overlap (one suspended in the strategy while the other
+    starts) take turns: each returns the view of the history it was given, never one that
+    the other call appended to."""
+    short = questions(3)
+    long = [*short, user("question 3"), assistant(text="answer 3")]
+    for first, second in [(short, long), (long, short)]:
+        views: dict[int, list[Message]] = {}
+        async with ContextManager(
+            Budget(context_window=window, reserve_output=500), strategy=_Yielding()
+        ) as ctx:
+
+            async def run(history: list[Message], views: dict[int, list[Message]] = views) -> None:
+                views[len(history)] = await ctx.prepare(history)
+
+            with anyio.fail_after(5):  # a turn never handed on would hang here
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(run, first)
+                    await anyio.sleep(0.001)  # the first call is inside compact
+                    tg.start_soon(run, second)
+        for history in (short, long):
+            view = views[len(history)]
+            assert_view_ok(view, history)
+            # what the view ends with is the history's own newest message, as it is
+            assert view[-1] is history[-1], f"{len(history)} messages: view ends elsewhere"
+            if window == 200_000:
+                assert view == history
+
+
+async def test_a_call_cancelled_inside_the_strategy_lets_the_waiting_call_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    history = questions(3)
+    waits: list[int] = []
+    wait = ContextManager._wait_for_turn
+
+    async def counted(self: ContextManager) -> None:
+        waits.append(1)
+        await wait(self)
+
+    monkeypatch.setattr(ContextManager, "_wait_for_turn", counted)
+    async with ContextManager(
+        Budget(context_window=3_000, reserve_output=500), strategy=_Yielding()
+    ) as ctx:
+        views: list[list[Message]] = []
+
+        async def second() -> None:
+            views.append(await ctx.prepare(history))
+
+        with anyio.fail_after(5):  # a turn never handed on would hang here
+            async with anyio.create_task_group() as tg:
+                with anyio.CancelScope() as first:
+                    tg.start_soon(second)
+                    first.cancel()  # the first call is cancelled once it awaits in compact
+                    await ctx.prepare(history[:5])
+        assert first.cancelled_caught
+        assert waits == [1]  # the second call waited for the first
+        assert len(views) == 1
+        assert_view_ok(views[0], history)
+        assert views[0][-1] is history[-1]
+        longer = [*history, user("question 3"), assistant(text="answer 3")]
+        view = await ctx.prepare(longer)
+        assert_view_ok(view, longer)
+        assert view[-1] is longer[-1]
