@@ -644,11 +644,15 @@ class ContextManager:
         state = self._state
         in_view = _common_prefix(history, state.view)
         in_raw = _common_prefix(history, state.raw)
-        view_cut = state.origins[in_view] if in_view < len(state.origins) else len(state.raw)
-        if in_raw >= view_cut:
+        # The history is read as the raw one (projection) unless it follows the view further
+        # (owned): where the view leaves raw messages out (results answering no call), a
+        # raw history edited there matches both as far, and read as the view it would keep
+        # the raw messages it replaces beside the new ones.
+        if in_raw >= in_view:
             cut, new = in_raw, history[in_raw:]
         else:
-            cut, new = view_cut, history[in_view:]
+            cut = state.origins[in_view] if in_view < len(state.origins) else len(state.raw)
+            new = history[in_view:]
         self._rebase(cut, new, len(history) - len(new))
 
     def _rebase(self, cut: int, new: Sequence[Message], offset: int) -> None:

@@ -144,6 +144,29 @@ async def test_projection_compares_what_the_view_shows_and_follows_edits_there()
     assert_view_ok(after, ctx.raw)
 
 
+@pytest.mark.parametrize("left_out", [1, 3])  # results the view leaves out before the edit
+async def test_a_rewind_after_an_unseen_edit_of_a_left_out_message_follows_the_history(
+    left_out: int,
+) -> None:
+    """Found by the hostile-history generator: a result answering no call is left out of
+    the view, so editing it goes unseen (it is neither shown nor last); a later rewind has
+    the history compared in full. Matching the view and the raw history equally far, it was
+    read as a view passed back (owned mode) and the raw history kept the old result beside
+    the edited one: the raw history no longer was the caller's."""
+    orphans = [result(f"ghost{k}", f"orphan {k}") for k in range(left_out)]
+    history = [user("task"), *orphans, assistant(text="a1"), user("q2"), assistant(text="a2")]
+    async with ContextManager(small_budget()) as ctx:
+        view = await ctx.prepare(history)
+        assert len(view) == len(history) - left_out
+        edited = list(history)
+        edited[left_out] = result(f"ghost{left_out - 1}", "edited", error=True)
+        await ctx.prepare([*edited, user("q3")])  # an unseen edit (documented)
+        rewound = [*edited[:-1], user("q3 again")]  # the last answer cut off, then a question
+        view = await ctx.prepare(rewound)
+    assert as_json(list(ctx.raw)) == as_json(rewound)
+    assert_view_ok(view, rewound)
+
+
 async def test_aborted_turn_is_repaired_and_reported_once() -> None:
     history = [user("task"), assistant(call("a"), call("b")), result("a"), user("stop")]
     events: list[Event] = []
