@@ -28,6 +28,7 @@ from agentctx.messages import (
     ThinkingBlock,
     ToolCall,
     ToolResultMessage,
+    Usage,
     UserMessage,
     canonical_json,
     text_of,
@@ -219,6 +220,7 @@ class Step:
     cut: float | None = None
     edit: float | None = None
     text: str = ""
+    report: float | None = None  # after the call: a usage report of this times the estimate
 
 
 @st.composite
@@ -237,12 +239,15 @@ def hostile_sessions(draw: st.DrawFn) -> list[Step]:
         messages = draw(hostile_step(n, ids))
         change = draw(st.sampled_from(["append"] * 6 + ["cut", "edit"]))
         fraction = draw(st.floats(0, 1))
+        # The provider's count, as a multiple of the estimate: near it, far off either way,
+        # none (an aborted turn), another request's (a host adding its own context).
+        report = draw(st.none() | st.floats(0.7, 1.5) | st.sampled_from([0.0, 0.05, 40.0]))
         if change == "cut":
-            steps.append(Step(messages, cut=fraction))
+            steps.append(Step(messages, cut=fraction, report=report))
         elif change == "edit":
-            steps.append(Step(messages, edit=fraction, text=draw(_hostile_texts)))
+            steps.append(Step(messages, edit=fraction, text=draw(_hostile_texts), report=report))
         else:
-            steps.append(Step(messages))
+            steps.append(Step(messages, report=report))
     return steps
 
 
@@ -462,5 +467,14 @@ async def _drive_hostile(
                     reported.update(e.repairs)
             previous = fingerprints(again)
             history = list(again) if owned else history
+            if step.report is not None:
+                ctx.observe(Usage(int(ctx.prompt_tokens * step.report), 10))
             for _ in range(3):  # the model call: background work (a briefing) may land
                 await anyio.lowlevel.checkpoint()
+            # The view's kept sums, through calibrations and refined estimates, are what
+            # summing its messages' estimates anew gives.
+            state = ctx._state
+            fresh = [0.0] * len(ctx.counter.slots)
+            for m in state.view:
+                fresh = [a + b for a, b in zip(fresh, ctx.counter.vector(m), strict=True)]
+            assert abs(state.tokens - ctx.counter.total(fresh)) <= 1
