@@ -1565,3 +1565,32 @@ async def test_what_a_briefing_replaces_is_one_recall_away(
         assert len(ids) == 1
         page = await m.recall(ids[0], limit=8000, pattern="user message 1:")
     assert "user message 1: " + prose(1, 60) in page  # an early message, word for word
+
+
+async def test_the_tiers_on_part_of_the_view_keep_the_task_inside_it() -> None:
+    """Found by the hostile-history generator (a summarizer that fails in turn, a history
+    cut back to the assistant's steps): while a briefing was in flight, the tiers ran on the
+    view after its span with a stand-in for the task before it, and the task (the history's
+    first user message, inside that part) was dropped as any other message."""
+    from agentctx.strategies.llm_tiers import capped, run_tiers
+    from agentctx.strategy import CompactionContext
+    from agentctx.testing import assert_view_ok
+
+    from .helpers import user
+
+    class TiersAfterTheFirstMessage:
+        async def compact(self, ctx: CompactionContext) -> None:
+            if ctx.prompt_tokens > 600:
+                await run_tiers(DeterministicCompaction(), ctx, start=1, aim=capped(600))
+
+    body = "\n".join(f"line {k}: " + "word " * 12 for k in range(40))
+    raw = [assistant(call("r0")), result("r0", body), user("the task: fix the parser")]
+    for n in range(1, 4):
+        raw += [assistant(call(f"r{n}")), result(f"r{n}", body), assistant(text=f"done {n}")]
+        raw.append(user(f"question {n + 1}"))
+    async with ContextManager(
+        Budget(context_window=50_000, reserve_output=500), strategy=TiersAfterTheFirstMessage()
+    ) as ctx:
+        view = await ctx.prepare(raw)
+        assert ctx.ledger.spans  # the tiers dropped a stretch after the task
+    assert_view_ok(view, raw)

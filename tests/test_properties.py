@@ -39,6 +39,7 @@ from agentctx.strategies.llm import LlmCompaction
 from agentctx.strategy import Chain, CompactionStrategy
 from agentctx.testing import ScriptedSummarizer, assert_view_ok
 from agentctx.testing._validate import validate_anthropic, validate_chat, validate_responses
+from agentctx.testing.scripted import Outcome
 from agentctx.view import ViewState
 
 _texts = st.text(alphabet=st.sampled_from("abc xyz\n{}:;/.\"'#é字"), min_size=0, max_size=40)
@@ -159,7 +160,7 @@ BRIEFING = (
     "## Goal\nFinish the task.\n## Constraints\nNone.\n## Decisions\nKeep going.\n"
     "## Files touched\nsrc/x.py\n## Open items\nTests."
 )
-STRATEGIES = ("deterministic", "pipeline", "chain", "llm")
+STRATEGIES = ("deterministic", "pipeline", "chain", "llm", "llm-flaky")
 STORES = ("none", "memory", "sqlite")
 TOOLS = [{"name": n, "input_schema": {"type": "object"}} for n in ("read", "bash", "write")]
 
@@ -282,7 +283,22 @@ def _strategy(name: str) -> CompactionStrategy:
         return ToolOutputPipeline()
     if name == "chain":
         return Chain([ToolOutputPipeline(), DeterministicCompaction()])
+    if name == "llm-flaky":
+        return LlmCompaction(ScriptedSummarizer(_FLAKY * 4, default=BRIEFING))
     return LlmCompaction(ScriptedSummarizer(default=BRIEFING))
+
+
+# A summarizer that fails in every way it can, in turn: errors to retry and not, a reply
+# without the sections, one cut off, one that lands calls later, one that never comes.
+_FLAKY = [
+    Outcome.fail(status=500),
+    Outcome.reply("Nothing to report."),
+    Outcome.reply(BRIEFING, delay=0.005),
+    Outcome.fail(status=400),
+    Outcome.reply(BRIEFING[:30], stop_reason="length"),
+    Outcome.hang(),
+    Outcome.reply(BRIEFING),
+]
 
 
 def _without_reasoning(m: Message) -> Message:

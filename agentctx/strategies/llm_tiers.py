@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 from typing import TYPE_CHECKING
 
+from agentctx.boundaries import task_index
 from agentctx.budget import Budget
 from agentctx.events import ContextCompacted
 from agentctx.ledger import ReplaceSpan
@@ -56,12 +57,12 @@ async def run_tiers(
     were ``delta`` tokens larger, against ``aim`` (default: the session's budget); return the
     actions of the events it emitted, which are folded into the caller's own.
 
-    A synthetic user message stands in for everything before ``start``, so the tiers treat
-    it as the task and cut only after it. With ``fence`` a synthetic briefing sits before
-    ``view[fence]``, and with ``instead=(i, j, briefing)`` the briefing stands in for
-    ``view[i:j]`` (count its difference in ``delta``): the tiers never condense or drop a
-    briefing, so none of their decisions touches it or runs across it. Other events pass
-    through to ``ctx.emit``.
+    A synthetic user message stands in for everything before ``start`` (when the task is
+    not in the part), so the tiers treat it as the task and cut only after it. With
+    ``fence`` a synthetic briefing sits before ``view[fence]``, and with
+    ``instead=(i, j, briefing)`` the briefing stands in for ``view[i:j]`` (count its
+    difference in ``delta``): the tiers never condense or drop a briefing, so none of their
+    decisions touches it or runs across it. Other events pass through to ``ctx.emit``.
     """
     collected: list[str] = []
 
@@ -78,6 +79,10 @@ async def run_tiers(
 
     # Fixed in raw positions: decisions inside the part renumber the view.
     first = position(start) if start is not None else 0
+    # Where the task itself is in the part (a history opening with the assistant's steps),
+    # the tiers must take it for the task, not a stand-in before it that they cut after.
+    task = task_index(raw)
+    head = start is not None and (task is None or task < first)
     overlay: tuple[int, int, Message] | None = None
     if instead is not None:
         overlay = (position(instead[0]), position(instead[1]), instead[2])
@@ -100,7 +105,7 @@ async def run_tiers(
                 j = bisect.bisect_left(origins, z, lo) - lo
                 messages[i:j] = [stand_in]
                 positions[i:j] = [a]
-            if start is not None:
+            if head:
                 messages.insert(0, _SYNTHETIC_HEAD)
                 positions.insert(0, origins[lo - 1] if lo > 0 else 0)
             cache[:] = [(version, messages, positions)]
