@@ -15,7 +15,6 @@ from __future__ import annotations
 import bisect
 import json
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from agentctx import boundaries
@@ -404,7 +403,8 @@ def _decision_from_dict(d: Mapping[str, Any]) -> Decision:
         content = tuple(block_from_dict(b) for b in d["content"])
         return ReplaceResult(at, content, reason, d.get("recall_id"))  # type: ignore[arg-type]
     if kind == "ReplaceArguments":
-        args = MappingProxyType(dict(d["arguments"]))
+        # A plain dict, as the strategies make them: what renders goes to JSON writers.
+        args = dict(d["arguments"])
         return ReplaceArguments(at, d["call_id"], args, reason, d.get("recall_id"))
     if kind == "DropThinking":
         return DropThinking(at, reason)

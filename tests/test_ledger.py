@@ -187,3 +187,39 @@ def test_a_clean_append_grows_the_view_without_a_render(monkeypatch: pytest.Monk
     state.append([assistant(call("c0_0"))])  # a reused id, a batch left open: rendered
     assert rendered == [1]
     assert state.view == render(state.raw, state.ledger).messages
+
+
+def test_a_restored_ledger_renders_arguments_every_wire_format_can_write() -> None:
+    """Found by the hostile-history generator (a second worker resuming from SQLite): a
+    ledger read back gave cut-down arguments as a read-only mapping, which the OpenAI
+    adapters' JSON could not write (a TypeError converting the view)."""
+    import json
+
+    from agentctx.adapters import to_anthropic, to_openai_chat, to_openai_responses
+
+    raw = [user("task"), assistant(call("a", path="x.py", content="y" * 500)), result("a")]
+    ledger = Ledger()
+    ledger.add(ReplaceArguments(anchor(raw, 1), "a", {"path": "x.py", "content": "[cut]"}, "t"))
+    restored = Ledger.from_json(ledger.to_json())
+    for kept in (ledger, restored):
+        view = render(raw, kept).messages
+        assert view[1].tool_calls[0].arguments == {"path": "x.py", "content": "[cut]"}
+        json.dumps(to_anthropic(view))
+        chat = to_openai_chat(view)
+        assert json.loads(chat[1]["tool_calls"][0]["function"]["arguments"])["content"] == "[cut]"
+        json.dumps(to_openai_responses(view))
+
+
+def test_arguments_in_a_read_only_mapping_convert_to_every_wire_format() -> None:
+    import json
+    from types import MappingProxyType
+
+    from agentctx.adapters import to_anthropic, to_openai_chat, to_openai_responses
+    from agentctx.messages import AssistantMessage, ToolCall
+
+    frozen = ToolCall("a", "read", MappingProxyType({"path": "x.py", "lines": [1, 2]}))
+    view = [user("task"), AssistantMessage((frozen,), "tool_use"), result("a")]
+    assert json.loads(json.dumps(to_anthropic(view)))[1]["content"][0]["input"]["path"] == "x.py"
+    chat = to_openai_chat(view)
+    assert json.loads(chat[1]["tool_calls"][0]["function"]["arguments"])["lines"] == [1, 2]
+    json.dumps(to_openai_responses(view))

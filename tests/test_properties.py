@@ -33,7 +33,7 @@ from agentctx.messages import (
     canonical_json,
     text_of,
 )
-from agentctx.recall import MemoryRecallStore, RecallStore, SQLiteRecallStore
+from agentctx.recall import LedgerStore, MemoryRecallStore, RecallStore, SQLiteRecallStore
 from agentctx.strategies import DeterministicCompaction, ToolOutputPipeline
 from agentctx.strategies.llm import LlmCompaction
 from agentctx.strategy import Chain, CompactionStrategy
@@ -222,6 +222,7 @@ class Step:
     edit: float | None = None
     text: str = ""
     report: float | None = None  # after the call: a usage report of this times the estimate
+    restart: bool = False  # then a new worker goes on (projection mode, a store with ledgers)
 
 
 @st.composite
@@ -243,12 +244,14 @@ def hostile_sessions(draw: st.DrawFn) -> list[Step]:
         # The provider's count, as a multiple of the estimate: near it, far off either way,
         # none (an aborted turn), another request's (a host adding its own context).
         report = draw(st.none() | st.floats(0.7, 1.5) | st.sampled_from([0.0, 0.05, 40.0]))
+        restart = draw(st.sampled_from([False] * 7 + [True]))
         if change == "cut":
-            steps.append(Step(messages, cut=fraction, report=report))
+            steps.append(Step(messages, cut=fraction, report=report, restart=restart))
         elif change == "edit":
-            steps.append(Step(messages, edit=fraction, text=draw(_hostile_texts), report=report))
+            text = draw(_hostile_texts)
+            steps.append(Step(messages, edit=fraction, text=text, report=report, restart=restart))
         else:
-            steps.append(Step(messages, report=report))
+            steps.append(Step(messages, report=report, restart=restart))
     return steps
 
 
@@ -348,7 +351,7 @@ async def test_hostile_histories_give_views_every_provider_accepts(
         elif store == "sqlite":
             recall = SQLiteRecallStore(Path(tmp) / "recall.db")
         try:
-            await _drive_hostile(steps, _strategy(strategy), recall, owned, window)
+            await _drive_hostile(steps, strategy, recall, owned, window)
         finally:
             if isinstance(recall, SQLiteRecallStore):
                 recall.close()
@@ -382,7 +385,7 @@ async def test_rendering_from_the_first_decided_message_is_rendering_it_all(
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ViewState, "refresh", compared)
-        await _drive_hostile(steps, _strategy(strategy), MemoryRecallStore(), owned, window)
+        await _drive_hostile(steps, strategy, MemoryRecallStore(), owned, window)
 
 
 def test_the_rendering_check_sees_partial_renders() -> None:
@@ -429,68 +432,78 @@ def _returns_within(seconds: float) -> Iterator[None]:
 
 async def _drive_hostile(
     steps: list[Step],
-    strategy: CompactionStrategy,
+    strategy: str,
     recall: RecallStore | None,
     owned: bool,
     window: int,
 ) -> None:
     budget = Budget(context_window=window, reserve_output=500)
     events: list[Event] = []
-    async with ContextManager(
-        budget, strategy=strategy, recall=recall, on_over_budget="send", session_id="h"
-    ) as ctx:
-        ctx.subscribe(events.append)
-        history: list[Message] = []
-        previous: list[str] = []
-        reported: set[str] = set()
-        for step in steps:
-            before = list(ctx.raw)
-            # What prepare() compares of a projection-mode history (O(view)): the messages the
-            # view shows as they are, and the last one.
-            checked = {*ctx._state.shown, len(before) - 1}
-            history = _apply(history, step)
-            appended = step.cut is None and step.edit is None
-            snapshot = fingerprints(history)
-            unseen = not owned and _edited_only_at(before, history, checked)
-            version = ctx.ledger.version
-            seen = len(events)
-            with _returns_within(5):
-                view = await ctx.prepare(history)
-            assert fingerprints(history) == snapshot  # the input is never mutated
-            if unseen:  # an edit of what a decision replaced: documented as not seen
-                assert list(ctx.raw) == [*before, *history[len(before) :]]
-            elif not owned:  # the caller's history is the raw history
-                assert fingerprints(list(ctx.raw)) == snapshot
-            assert_view_ok(view, ctx.raw)  # every invariant and provider rule
-            assert wire_problems(view) == []
-            current = fingerprints(view)
-            decided = ctx.ledger.version
-            with _returns_within(5):
-                again = await ctx.prepare(view if owned else history)
-            if ctx.ledger.version == decided:  # no briefing landed in between
-                assert fingerprints(again) == current
-            restored = render(ctx.raw, Ledger.from_json(ctx.ledger.to_json()))
-            assert fingerprints(restored.messages) == fingerprints(again)
-            if appended and ctx.ledger.version == version:
-                assert current[: len(previous)] == previous
-            if ctx.prompt_tokens > budget.limit:
-                assert any(isinstance(e, BudgetExceeded) for e in events[seen:])
-            if not appended:
-                reported.clear()  # a rewind may bring back what was reported before it
-            for e in events[seen:]:
-                if isinstance(e, TranscriptRepaired):
-                    assert not reported & set(e.repairs)  # each repair is reported once
-                    reported.update(e.repairs)
-            previous = fingerprints(again)
-            history = list(again) if owned else history
-            if step.report is not None:
-                ctx.observe(Usage(int(ctx.prompt_tokens * step.report), 10))
-            for _ in range(3):  # the model call: background work (a briefing) may land
-                await anyio.lowlevel.checkpoint()
-            # The view's kept sums, through calibrations and refined estimates, are what
-            # summing its messages' estimates anew gives.
-            state = ctx._state
-            fresh = [0.0] * len(ctx.counter.slots)
-            for m in state.view:
-                fresh = [a + b for a, b in zip(fresh, ctx.counter.vector(m), strict=True)]
-            assert abs(state.tokens - ctx.counter.total(fresh)) <= 1
+    history: list[Message] = []
+    previous: list[str] = []
+    reported: set[str] = set()
+    todo = list(steps)
+    while todo:
+        async with ContextManager(
+            budget,
+            strategy=_strategy(strategy),
+            recall=recall,
+            on_over_budget="send",
+            session_id="h",
+        ) as ctx:
+            ctx.subscribe(events.append)
+            reported.clear()  # a new worker reports what it repairs anew
+            while todo:
+                step = todo.pop(0)
+                before = list(ctx.raw)
+                # What prepare() compares of a projection-mode history (O(view)): the
+                # messages the view shows as they are, and the last one.
+                checked = {*ctx._state.shown, len(before) - 1}
+                history = _apply(history, step)
+                appended = step.cut is None and step.edit is None
+                snapshot = fingerprints(history)
+                unseen = not owned and _edited_only_at(before, history, checked)
+                version = ctx.ledger.version
+                seen = len(events)
+                with _returns_within(5):
+                    view = await ctx.prepare(history)
+                assert fingerprints(history) == snapshot  # the input is never mutated
+                if unseen:  # an edit of what a decision replaced: documented as not seen
+                    assert list(ctx.raw) == [*before, *history[len(before) :]]
+                elif not owned:  # the caller's history is the raw history
+                    assert fingerprints(list(ctx.raw)) == snapshot
+                assert_view_ok(view, ctx.raw)  # every invariant and provider rule
+                assert wire_problems(view) == []
+                current = fingerprints(view)
+                decided = ctx.ledger.version
+                with _returns_within(5):
+                    again = await ctx.prepare(view if owned else history)
+                if ctx.ledger.version == decided:  # no briefing landed in between
+                    assert fingerprints(again) == current
+                restored = render(ctx.raw, Ledger.from_json(ctx.ledger.to_json()))
+                assert fingerprints(restored.messages) == fingerprints(again)
+                if appended and ctx.ledger.version == version:
+                    assert current[: len(previous)] == previous
+                if ctx.prompt_tokens > budget.limit:
+                    assert any(isinstance(e, BudgetExceeded) for e in events[seen:])
+                if not appended:
+                    reported.clear()  # a rewind may bring back what was reported before it
+                for e in events[seen:]:
+                    if isinstance(e, TranscriptRepaired):
+                        assert not reported & set(e.repairs)  # each repair is reported once
+                        reported.update(e.repairs)
+                previous = fingerprints(again)
+                history = list(again) if owned else history
+                if step.report is not None:
+                    ctx.observe(Usage(int(ctx.prompt_tokens * step.report), 10))
+                for _ in range(3):  # the model call: background work (a briefing) may land
+                    await anyio.lowlevel.checkpoint()
+                # The view's kept sums, through calibrations and refined estimates, are what
+                # summing its messages' estimates anew gives.
+                state = ctx._state
+                fresh = [0.0] * len(ctx.counter.slots)
+                for m in state.view:
+                    fresh = [a + b for a, b in zip(fresh, ctx.counter.vector(m), strict=True)]
+                assert abs(state.tokens - ctx.counter.total(fresh)) <= 1
+                if step.restart and not owned and isinstance(recall, LedgerStore):
+                    break  # the session goes on in another worker, from the saved ledger

@@ -124,7 +124,7 @@ def _render_block(block: object, index: int) -> JSON:
         case RedactedThinkingBlock(data, extra):
             return {**extra, "type": "redacted_thinking", "data": data}
         case ToolCall(id_, name, arguments, extra):
-            return {**extra, "type": "tool_use", "id": id_, "name": name, "input": arguments}
+            return {**extra, "type": "tool_use", "id": id_, "name": name, "input": dict(arguments)}
         case OpaqueBlock(provider, payload) if provider == PROVIDER:
             return dict(payload)
         case OpaqueBlock(provider, _):

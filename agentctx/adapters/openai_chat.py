@@ -135,8 +135,14 @@ def plain_text(blocks: Sequence[object]) -> bool:
 
 
 def dumps_arguments(arguments: Mapping[str, Any]) -> str:
-    """Tool arguments as OpenAI writes them: compact JSON, UTF-8 kept."""
-    return json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+    """Tool arguments as OpenAI writes them: compact JSON, UTF-8 kept (of any mapping)."""
+    return json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), default=_as_dict)
+
+
+def _as_dict(value: object) -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def parse_arguments(raw: str) -> tuple[Mapping[str, Any], str | None]:
