@@ -162,9 +162,10 @@ class ContextManager:
         session_id: scopes recall ids; a random one by default.
         ledger: decisions to resume from (e.g. ``Ledger.from_json(saved)``). Without it, a
             ``recall`` store that keeps ledgers (`LedgerStore`) resumes the session's saved
-            one; a saved ledger that cannot be read is reported once (`CompactionWarning`
-            ``ledger_unreadable``, on the first `prepare`) and the decisions start over —
-            pass ``ledger=Ledger()`` to start over explicitly.
+            one; a saved ledger that cannot be read, or a store that is down, is reported
+            once (`CompactionWarning` ``ledger_unreadable`` or ``ledger_unavailable``, on the
+            first `prepare`) and the decisions start over — pass ``ledger=Ledger()`` to start
+            over explicitly.
         on_over_budget: ``"raise"`` (default) raises `BudgetExceededError` carrying the best
             view; ``"send"`` returns that view anyway. Both emit `BudgetExceeded`.
         clock: wall-clock seconds (``time.time``; replays and tests pass their own). Message
@@ -201,19 +202,7 @@ class ContextManager:
         self._startup_events: list[Event] = []
         self._breaks_in_row = 0
         if ledger is None and isinstance(recall, LedgerStore):
-            saved = recall.load_ledger(self.session_id)
-            if saved is not None:
-                try:
-                    ledger = Ledger.from_json(saved)
-                    self._resumed = True
-                except StoreError as e:
-                    # The session goes on with its decisions started over (the history is
-                    # the caller's, so nothing the model needs is lost; the next save
-                    # replaces the unreadable one). Pass ``ledger=`` to decide otherwise.
-                    log.warning("saved ledger unreadable; starting over", error=str(e))
-                    self._startup_events.append(
-                        CompactionWarning("ledger_unreadable", f"{e}; decisions start over")
-                    )
+            ledger = self._load_ledger(recall)
         self._state = ViewState(self._counter, ledger)
         self._hub = EventHub()
         # Strategies put into the writer; it writes to the store off the event loop.
@@ -248,6 +237,30 @@ class ContextManager:
         # Whether a `prepare` call is running, and the calls waiting for it to end.
         self._preparing = False
         self._turns: list[anyio.Event] = []
+
+    def _load_ledger(self, store: LedgerStore) -> Ledger | None:
+        """The session's saved ledger, or ``None`` to start over. A store that is down, or a
+        ledger that cannot be read, does not stop the session: its decisions start over (the
+        history is the caller's, so nothing the model needs is lost; the next save replaces
+        the old ledger), and a warning says so on the first `prepare`."""
+        try:
+            saved = store.load_ledger(self.session_id)
+        except Exception as e:  # a store's own error type too, as the recall writer maps them
+            self._start_over("ledger_unavailable", e)
+            return None
+        if saved is None:
+            return None
+        try:
+            ledger = Ledger.from_json(saved)
+        except StoreError as e:
+            self._start_over("ledger_unreadable", e)
+            return None
+        self._resumed = True
+        return ledger
+
+    def _start_over(self, code: str, error: Exception) -> None:
+        log.warning("saved ledger not loaded; starting over", code=code, error=str(error))
+        self._startup_events.append(CompactionWarning(code, f"{error}; decisions start over"))
 
     # -- lifecycle ----------------------------------------------------------------------
 

@@ -189,6 +189,30 @@ async def test_a_session_with_a_corrupt_saved_ledger_starts_over_and_says_so(
     store.close()
 
 
+@pytest.mark.parametrize("error", [StoreError("database is locked"), ConnectionError("down")])
+async def test_a_store_down_when_a_worker_starts_does_not_stop_the_session(
+    tmp_path: Path, error: Exception
+) -> None:
+    """Found by the hostile-history generator with a store that fails at random: loading the
+    saved ledger raised out of ``ContextManager(...)`` itself, so a worker that started while
+    the store was down could not run at all."""
+
+    class Down(SQLiteRecallStore):
+        def load_ledger(self, session_id: str) -> str | None:
+            raise error
+
+    store = Down(tmp_path / "s.db")
+    events: list[Event] = []
+    async with ContextManager(100_000, recall=store, session_id="run-1") as ctx:
+        ctx.subscribe(events.append)
+        view = await ctx.prepare(questions(2))
+        await ctx.prepare([*questions(2), user("more")])
+    warnings = [e for e in events if isinstance(e, CompactionWarning)]
+    assert [w.code for w in warnings] == ["ledger_unavailable"]
+    assert str(error) in warnings[0].message and len(view) == 9
+    store.close()
+
+
 # ---------------------------------------------------------------------------------------
 # 5, 6. Only the manager's own cancel ends background work; a summarizer bug is a failure
 
