@@ -100,9 +100,10 @@ def _common_prefix(a: Sequence[Message], b: Sequence[Message]) -> int:
 
 def _extends_raw(history: Sequence[Message], state: ViewState) -> bool:
     """Whether ``history`` is the raw history with messages appended, judged by what the view
-    depends on: every message it shows as it is, and the last one. Cost O(view), not
-    O(history): a message a decision already replaced (cleared, condensed, summarized) is
-    not compared, so editing it in place changes nothing sent (see `ContextManager.prepare`).
+    depends on: every message it shows as it is or repaired, and the last one. Cost
+    O(view), not O(history): a message a decision already replaced (cleared, condensed,
+    summarized) is not compared, so editing it in place changes nothing sent (see
+    `ContextManager.prepare`).
     """
     raw = state.raw
     n = len(raw)
@@ -440,11 +441,11 @@ class ContextManager:
         returned, both with new messages appended; a history cut back and extended (a rewind)
         or with a message edited is followed, dropping the decisions taken after the change.
         To keep each call O(what is new and what is shown), a raw history is compared with
-        the previous one only where the view depends on it: the messages the view shows as
-        they are and the last one. Editing a message that a decision already replaced (a
-        cleared result, a condensed output, a summarized stretch) changes nothing sent until
-        a change the view does depend on (a rewind, an edit of a shown message) has the
-        history compared in full; to make it count at once, cut the history back to it for
+        the previous one only where the view depends on it: the messages the view shows (as
+        they are or repaired) and the last one. Editing a message that a decision already
+        replaced (a cleared result, a condensed output, a summarized stretch) changes nothing
+        sent until a change the view does depend on (a rewind, an edit of a shown message)
+        has the history compared in full; to make it count at once, cut the history back to it for
         one call, then extend it again.
 
         Calls of one session take turns: one made while another is running (its strategy

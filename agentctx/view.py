@@ -95,8 +95,9 @@ class ViewState:
         self.ledger = ledger if ledger is not None else Ledger()
         self.view: list[Message] = []
         self.origins: list[int] = []
-        # Raw indices of the messages the view shows as they are, in view order: what a
-        # history passed in must still hold for the view to stay true to it.
+        # Raw indices of the messages the view shows as they are or repaired (a call id
+        # renamed, a blank block left out), in view order: what a history passed in must
+        # still hold for the view to stay true to it.
         self.shown: list[int] = []
         self._shown_in_prefix = 0  # how many of them are in view[:_prefix_len]
         self.repairs: list[Repair] = []
@@ -237,7 +238,9 @@ class ViewState:
         self.origins[keep:] = tail.origins
         raw = self.raw
         del self.shown[self._shown_in_prefix :]
-        self.shown += [i for m, i in zip(tail.messages, tail.origins, strict=True) if raw[i] is m]
+        self.shown += [
+            i for m, i in zip(tail.messages, tail.origins, strict=True) if self._shows(raw[i], m, i)
+        ]
         # A repair belongs with the raw message it was made for: one that left a message out
         # of the view has no position in it to tell prefix from tail.
         if tail.repairs or (self.repairs and self.repairs[-1].origin >= start):
@@ -254,6 +257,18 @@ class ViewState:
             while stop < len(view) and origins[stop] < settle:
                 stop += 1
             self._settle_prefix(stop, settle)
+
+    def _shows(self, original: Message, rendered: Message, i: int) -> bool:
+        """Whether ``rendered`` (at origin ``i``) is ``original`` as it is, or repaired: not
+        a decision's replacement, nor a message repair added (a stub, a leading summary)."""
+        if rendered is original:
+            return True
+        ledger = self.ledger
+        return (
+            type(rendered) is type(original)
+            and not ledger.decisions_at(i)
+            and ledger.span_covering(i) is None
+        )
 
     def _settle_prefix(self, stop: int, settle: int) -> None:
         """Add ``view[_prefix_len:stop]`` to the settled prefix, which then stands for

@@ -28,10 +28,13 @@ from agentctx.events import (
 from agentctx.manager import ContextManager
 from agentctx.messages import (
     AssistantMessage,
+    Message,
     SummaryMessage,
+    TextBlock,
     ToolResultMessage,
     UserMessage,
     canonical_json,
+    text_of,
 )
 from agentctx.testing import assert_view_ok, drive, synthetic_session
 from agentctx.tokens.count import _Entry
@@ -165,6 +168,39 @@ async def test_a_rewind_after_an_unseen_edit_of_a_left_out_message_follows_the_h
         view = await ctx.prepare(rewound)
     assert as_json(list(ctx.raw)) == as_json(rewound)
     assert_view_ok(view, rewound)
+
+
+@pytest.mark.parametrize("repaired", ["duplicate_call_id", "empty_text"])
+async def test_an_edit_of_a_message_shown_repaired_is_followed(repaired: str) -> None:
+    """Found by the hostile-history generator (a second worker rendered another view): the
+    view depends on a message it shows with a repair (a call id renamed, a blank text
+    block left out) as much as on one shown as it is, but only the latter were compared,
+    so editing the former was never followed and its old text kept being sent."""
+
+    def shown_repaired(text: str) -> Message:
+        if repaired == "duplicate_call_id":
+            return result("c1", text)  # answers the second call "c1": renamed in the view
+        return UserMessage((TextBlock(text), TextBlock(" ")))  # its blank block left out
+
+    history = [
+        user("task"),
+        assistant(call("c1")),
+        result("c1", "first output"),
+        assistant(call("c1")),
+        shown_repaired("second: secret"),
+        assistant(text="done"),
+        user("q2"),
+    ]
+    if repaired == "empty_text":
+        history[3:5] = [assistant(text="a1"), shown_repaired("second: secret")]
+    async with ContextManager(small_budget()) as ctx:
+        view = await ctx.prepare(history)
+        assert view[4] is not history[4] and "secret" in text_of(view[4].content)
+        edited = [*history[:4], shown_repaired("second: [redacted]"), *history[5:]]
+        view = await ctx.prepare([*edited, assistant(text="ok")])
+    assert "[redacted]" in text_of(view[4].content)
+    assert as_json(list(ctx.raw)) == as_json([*edited, view[-1]])
+    assert_view_ok(view, ctx.raw)
 
 
 async def test_aborted_turn_is_repaired_and_reported_once() -> None:
