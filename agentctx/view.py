@@ -239,7 +239,9 @@ class ViewState:
         raw = self.raw
         del self.shown[self._shown_in_prefix :]
         self.shown += [
-            i for m, i in zip(tail.messages, tail.origins, strict=True) if self._shows(raw[i], m, i)
+            i
+            for m, i in zip(tail.messages, tail.origins, strict=True)
+            if raw[i] is m or self._repaired(raw[i], m, i)
         ]
         # A repair belongs with the raw message it was made for: one that left a message out
         # of the view has no position in it to tell prefix from tail.
@@ -258,11 +260,9 @@ class ViewState:
                 stop += 1
             self._settle_prefix(stop, settle)
 
-    def _shows(self, original: Message, rendered: Message, i: int) -> bool:
-        """Whether ``rendered`` (at origin ``i``) is ``original`` as it is, or repaired: not
-        a decision's replacement, nor a message repair added (a stub, a leading summary)."""
-        if rendered is original:
-            return True
+    def _repaired(self, original: Message, rendered: Message, i: int) -> bool:
+        """Whether ``rendered`` (at origin ``i``) is ``original`` repaired: not a decision's
+        replacement, nor a message repair added (a stub, a leading summary)."""
         ledger = self.ledger
         return (
             type(rendered) is type(original)
