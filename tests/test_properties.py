@@ -3,9 +3,12 @@ driven as real callers do."""
 
 from __future__ import annotations
 
+import base64
 import random
 import signal
+import struct
 import tempfile
+import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -25,7 +28,9 @@ from agentctx.ledger import Ledger, render
 from agentctx.manager import ContextManager
 from agentctx.messages import (
     AssistantMessage,
+    ImageBlock,
     Message,
+    RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
     ToolCall,
@@ -158,6 +163,16 @@ _hostile_texts = st.text(
     alphabet=st.sampled_from([*"abc xyz\n\t{}:;/.\"'#é字", *_SURROGATES]), max_size=30
 )
 _blank = st.sampled_from(["", " ", "\n", " \t\n"])
+
+
+def _png(width: int, height: int) -> bytes:
+    """A PNG's signature and header chunk: enough for its size to be read."""
+    header = b"IHDR" + struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    crc = struct.pack(">I", zlib.crc32(header))
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + header + crc
+
+
+_IMAGE = ImageBlock("image/png", base64.b64encode(_png(40, 30)).decode())
 BRIEFING = (
     "## Goal\nFinish the task.\n## Constraints\nNone.\n## Decisions\nKeep going.\n"
     "## Files touched\nsrc/x.py\n## Open items\nTests."
@@ -178,11 +193,18 @@ def hostile_step(draw: st.DrawFn, n: int, ids: str) -> list[Message]:
     """One model call's worth of messages: a tool step (maybe parallel, aborted, with blank
     text before the calls), an answer and the next prompt (maybe blank)."""
     kind = draw(st.sampled_from(["tool", "tool", "tool", "answer", "aborted", "orphan"]))
-    blocks: list[Any] = [ThinkingBlock(f"think {n}", f"sig{n}")] if draw(st.booleans()) else []
+    reasoning = draw(st.sampled_from(["none", "none", "signed", "redacted"]))
+    blocks: list[Any] = []
+    if reasoning == "signed":
+        blocks.append(ThinkingBlock(f"think {n}", f"sig{n}"))
+    elif reasoning == "redacted":
+        blocks.append(RedactedThinkingBlock(f"ZW5jcnlwdGVk{n}" * 20))
     if kind == "answer":
         blocks.append(TextBlock(draw(st.sampled_from([f"answer {n}", " ", "\n"]))))
         prompt = draw(st.one_of(_blank, _hostile_texts.map(lambda t: f"next {n} {t}")))
-        return [AssistantMessage(tuple(blocks), "stop"), UserMessage.of(prompt)]
+        pictured = (TextBlock(prompt), _IMAGE) if draw(st.integers(0, 3)) == 0 else None
+        asked = UserMessage(pictured) if pictured else UserMessage.of(prompt)
+        return [AssistantMessage(tuple(blocks), "stop"), asked]
     if draw(st.booleans()):
         blocks.append(TextBlock(draw(_blank) or "\n"))  # whitespace before the calls
     width = draw(st.integers(1, 3))
@@ -204,10 +226,11 @@ def hostile_step(draw: st.DrawFn, n: int, ids: str) -> list[Message]:
         answered = calls[: draw(st.integers(0, width - 1))]
         step += [ToolResultMessage.of(c.id, draw(hostile_output())) for c in answered]
         return [*step, UserMessage.of("interrupted")]
-    step += [
-        ToolResultMessage.of(c.id, draw(hostile_output()), is_error=draw(st.booleans()))
-        for c in calls
-    ]
+    for c in calls:
+        output = ToolResultMessage.of(c.id, draw(hostile_output()), is_error=draw(st.booleans()))
+        if draw(st.integers(0, 3)) == 0:  # a screenshot beside the text
+            output = replace(output, content=(*output.content, _IMAGE))
+        step.append(output)
     if kind == "orphan":
         step.append(ToolResultMessage.of(f"ghost{n}", "orphan"))
     return step
@@ -309,7 +332,7 @@ _FLAKY = [
 def _without_reasoning(m: Message) -> Message:
     if not isinstance(m, AssistantMessage):
         return m
-    kept = tuple(b for b in m.content if not isinstance(b, ThinkingBlock))
+    kept = tuple(b for b in m.content if not isinstance(b, ThinkingBlock | RedactedThinkingBlock))
     # a message that was all reasoning says nothing on Chat
     return AssistantMessage(kept or (TextBlock("."),), m.stop_reason, m.usage, m.model, m.extra)
 
