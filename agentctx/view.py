@@ -280,7 +280,7 @@ class ViewState:
             self._prefix_keys.update(keys)
             _fold(self._prefix_vec, vectors, add)
             self._prefix_ids.update(_call_ids(settled))
-            # Raw indices of what the view shows as is rise with it (`shown`).
+            # Raw indices of what the view shows as is or repaired rise with it (`shown`).
             self._shown_in_prefix = bisect_left(self.shown, settle)
         self._prefix_len = stop
         self._settled_raw = settle

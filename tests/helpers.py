@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import struct
+import zlib
+
 from agentctx.messages import (
     AssistantMessage,
     Message,
@@ -42,3 +46,14 @@ def tool_turn(n: int, lines: int = 50, width: int = 1) -> list[Message]:
     calls = [call(f"c{n}_{k}") for k in range(width)]
     body = "\n".join(f"line {i} of output {n}" for i in range(lines))
     return [assistant(*calls), *(result(c.id, body) for c in calls)]
+
+
+def png(width: int, height: int) -> str:
+    """Base64 of a PNG's signature and header chunk (and some padding): enough for its size
+    to be read."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = b"IHDR" + ihdr
+    data = (
+        b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + chunk + struct.pack(">I", zlib.crc32(chunk))
+    )
+    return base64.b64encode(data + b"\x00" * 64).decode()

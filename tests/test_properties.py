@@ -3,12 +3,9 @@ driven as real callers do."""
 
 from __future__ import annotations
 
-import base64
 import random
 import signal
-import struct
 import tempfile
-import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -48,6 +45,8 @@ from agentctx.testing import ScriptedSummarizer, assert_view_ok
 from agentctx.testing._validate import validate_anthropic, validate_chat, validate_responses
 from agentctx.testing.scripted import Outcome
 from agentctx.view import ViewState
+
+from .helpers import png
 
 _texts = st.text(alphabet=st.sampled_from("abc xyz\n{}:;/.\"'#é字"), min_size=0, max_size=40)
 
@@ -163,16 +162,7 @@ _hostile_texts = st.text(
     alphabet=st.sampled_from([*"abc xyz\n\t{}:;/.\"'#é字", *_SURROGATES]), max_size=30
 )
 _blank = st.sampled_from(["", " ", "\n", " \t\n"])
-
-
-def _png(width: int, height: int) -> bytes:
-    """A PNG's signature and header chunk: enough for its size to be read."""
-    header = b"IHDR" + struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    crc = struct.pack(">I", zlib.crc32(header))
-    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + header + crc
-
-
-_IMAGE = ImageBlock("image/png", base64.b64encode(_png(40, 30)).decode())
+_IMAGE = ImageBlock("image/png", png(40, 30))
 BRIEFING = (
     "## Goal\nFinish the task.\n## Constraints\nNone.\n## Decisions\nKeep going.\n"
     "## Files touched\nsrc/x.py\n## Open items\nTests."
@@ -405,10 +395,7 @@ async def test_rendering_from_the_first_decided_message_is_rendering_it_all(
             replace(r, index=0) for r in full.repairs
         ]
         # The kept sums, with what left them taken out: the sums made anew, to rounding.
-        counter = state._counter
-        vectors = [counter.vector(m) for m in state.view]
-        anew = counter.total([sum(column) for column in zip(*vectors, strict=True)])
-        assert abs(state.tokens - anew) <= 1
+        assert abs(state.tokens - _summed_anew(state)) <= 1
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ViewState, "refresh", compared)
@@ -455,6 +442,13 @@ def _returns_within(seconds: float) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def _summed_anew(state: ViewState) -> int:
+    """The view's tokens from its messages' estimates, summed from nothing."""
+    counter = state._counter
+    vectors = [counter.vector(m) for m in state.view]
+    return counter.total([sum(column) for column in zip(*vectors, strict=True)])
 
 
 class _FailingStore(SQLiteRecallStore):
@@ -559,10 +553,6 @@ async def _drive_hostile(
                     await anyio.lowlevel.checkpoint()
                 # The view's kept sums, through calibrations and refined estimates, are what
                 # summing its messages' estimates anew gives.
-                state = ctx._state
-                fresh = [0.0] * len(ctx.counter.slots)
-                for m in state.view:
-                    fresh = [a + b for a, b in zip(fresh, ctx.counter.vector(m), strict=True)]
-                assert abs(state.tokens - ctx.counter.total(fresh)) <= 1
+                assert abs(ctx._state.tokens - _summed_anew(ctx._state)) <= 1
                 if step.restart and not owned and isinstance(recall, LedgerStore):
                     break  # the session goes on in another worker, from the saved ledger

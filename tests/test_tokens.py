@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import base64
 import gc
 import json
 import math
 import re
-import struct
 import subprocess
 import sys
-import zlib
 
 import pytest
 from hypothesis import given
@@ -36,6 +33,8 @@ from agentctx.tokens import (
     classify,
     image_tokens,
 )
+
+from .helpers import png
 
 LS = """total 48
 drwxr-xr-x  6 alice staff   192 Nov 30 11:52 .
@@ -130,15 +129,6 @@ def exact_counter() -> TokenCounter:
     from agentctx.tokens.exact import ExactCounter
 
     return ExactCounter("o200k_base")
-
-
-def png(width: int, height: int) -> str:
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    chunk = b"IHDR" + ihdr
-    data = (
-        b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + chunk + struct.pack(">I", zlib.crc32(chunk))
-    )
-    return base64.b64encode(data + b"\x00" * 64).decode()
 
 
 # -- classification ---------------------------------------------------------------------------

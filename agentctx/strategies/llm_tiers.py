@@ -81,8 +81,7 @@ async def run_tiers(
     first = position(start) if start is not None else 0
     # Where the task itself is in the part (a history opening with the assistant's steps),
     # the tiers must take it for the task, not a stand-in before it that they cut after.
-    task = task_index(raw)
-    head = start is not None and (task is None or task < first)
+    head = start is not None and ((task := task_index(raw)) is None or task < first)
     overlay: tuple[int, int, Message] | None = None
     if instead is not None:
         overlay = (position(instead[0]), position(instead[1]), instead[2])
