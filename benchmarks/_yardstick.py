@@ -52,6 +52,8 @@ from agentctx.messages import (
     ToolCall,
     ToolResultMessage,
     UserMessage,
+    from_dict,
+    to_dict,
 )
 from agentctx.testing._validate import validate_anthropic
 
@@ -736,7 +738,13 @@ async def run_agentctx(
     background summaries follow the session's time; ``make_strategy(clock)`` builds the
     strategy on it. ``recall``: the manager's recall store (none by default); ``after(ctx,
     view)``, if given, is awaited with the manager and the last view before the manager
-    closes (to look at what was kept)."""
+    closes (to look at what was kept).
+
+    Each request's new messages reach ``prepare`` as fresh neutral objects, converted (a
+    `to_dict` / `from_dict` round trip) right before the timed call and appended to the
+    history the loop keeps, as the peers' adapters hand them theirs and as an agent loop's
+    SDK parse does: a message object made at load time, hundreds of requests earlier, is no
+    longer in the CPU's caches, and reading it would time memory latency no loop pays."""
     import time
 
     import anyio.lowlevel
@@ -771,11 +779,12 @@ async def run_agentctx(
     ) as ctx:
         ctx.subscribe(events.append)
         view: list[Message] = []
+        history: list[Message] = []
         for k, i in enumerate(calls(messages)):
             at = times[k]
             seen = len(events)
             await clock.advance(at if at is not None else clock() + 30.0)
-            history = messages[:i]
+            history += [from_dict(to_dict(m)) for m in messages[len(history) : i]]
             started = time.perf_counter()
             view = await ctx.prepare(history)
             ms = (time.perf_counter() - started) * 1000

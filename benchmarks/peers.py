@@ -44,7 +44,10 @@ The strategies, each at its defaults, driven through its own hook as its framewo
 
 Time is ``perf_counter`` around the strategy's own call only (``before_model_request``,
 ``wrap_model_call`` with its deep copy, ``trim_messages``, ``before_model``, ``prepare``);
-conversions and judging are not timed. Each strategy starts after a ``gc.collect()``.
+conversions and judging are not timed. Every strategy gets each request's new messages as
+objects converted right before its call (the peers' from their adapters, agentctx's as a
+neutral round trip), as an agent loop's SDK parse hands them over. Each strategy starts after
+a ``gc.collect()``.
 """
 
 from __future__ import annotations
