@@ -105,7 +105,7 @@ class CompactionContext:
     @property
     def breaking_cache(self) -> bool:
         """Whether a decision taken in this call already rewrites what was sent before."""
-        return any(d.at.index < self.sent for d in self.taken)
+        return bool(self.taken) and any(d.at.index < self.sent for d in self.taken)
 
     @property
     def protected_turn(self) -> tuple[int, int] | None:

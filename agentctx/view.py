@@ -277,7 +277,12 @@ class ViewState:
         if stop > keep:
             settled = self.view[keep:stop]
             keys, vectors = self._counter.keyed_vectors(settled)
-            self._prefix_keys.update(keys)
+            held = self._prefix_keys
+            if len(keys) < _TRANSPOSE_FROM:  # `update` costs an ABC check for a call's few
+                for key in keys:
+                    held[key] = held.get(key, 0) + 1
+            else:
+                held.update(keys)
             _fold(self._prefix_vec, vectors, add)
             self._prefix_ids.update(_call_ids(settled))
             # Raw indices of what the view shows as is or repaired rise with it (`shown`).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import json.encoder
 import threading
 import types
 import weakref
@@ -83,12 +84,21 @@ class _Estimates(dict[object, _Entry]):
 _SHARED_ESTIMATES = 16  # per message; a counter beyond them keeps its estimate in its memo
 
 
-# One encoder for every call: ``json.dumps`` with options builds a new one each time.
-_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
+def _compact_encoder() -> Callable[[Any], str]:
+    """Compact JSON (no spaces, UTF-8 kept, ``str`` of what JSON cannot hold).
+
+    The C encoder is made once: ``JSONEncoder.encode`` makes one per call (with a set of the
+    containers it is in, against cycles), most of the cost of a tool call's small arguments.
+    Arguments parsed from JSON hold no cycle; a mapping that does raises `RecursionError`.
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)  # not in the module's stubs
+    if make is None:  # a Python without the C accelerator: the encoder's own path
+        return json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
+    encode = make(None, str, json.encoder.encode_basestring, None, ":", ",", False, False, True)
+    return lambda value: "".join(encode(value, 0))
 
 
-def _compact_json(value: Any) -> str:
-    return _COMPACT_JSON.encode(value)
+_compact_json = _compact_encoder()
 
 
 def _quick_len(text: str) -> int:
