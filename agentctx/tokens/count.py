@@ -173,6 +173,7 @@ class MessageCounter:
             prior=prior,
         )
         self._mult = self._calibration.multipliers
+        self._overhead = 0
         self._generation = 0
         # Calibrations so far: what an entry's count is valid for (a refined entry is made
         # stale on its own, so refining one message leaves the others' counts valid).
@@ -203,7 +204,7 @@ class MessageCounter:
     @property
     def overhead(self) -> int:
         """Fitted tokens the provider adds to every request (system prompt, tools); >= 0."""
-        return max(0, round(self._calibration.overhead))
+        return self._overhead
 
     @property
     def generation(self) -> int:
@@ -228,8 +229,16 @@ class MessageCounter:
 
     def count_many(self, messages: Iterable[Message]) -> int:
         """Calibrated tokens of several messages (no request overhead)."""
-        count = self.count
-        return sum(count(m) for m in messages)
+        key, epoch = self._key, self._epoch
+        total = 0
+        for m in messages:
+            entry = m._tk
+            # The common case inline (a memoized count), as in `count`.
+            if entry is not None and entry.owner is key and entry.generation == epoch:
+                total += entry.count
+            else:
+                total += self.count(m)
+        return total
 
     def count_text(self, text: str, kind: ContentClass | None = None) -> int:
         """Calibrated tokens of a bare text, with no message framing."""
@@ -299,6 +308,7 @@ class MessageCounter:
         self._anchor = (tuple(messages), prompt_tokens)
         self._calibration.add(tuple(vector), prompt_tokens)
         self._mult = self._calibration.multipliers
+        self._overhead = max(0, round(self._calibration.overhead))
         self._generation += 1
         self._epoch += 1
 
