@@ -205,8 +205,15 @@ class Run:
         scan = memo.scan
         view = self.view
         n = len(scan.messages) if scan is not None else 0
-        if scan is None or n > len(view) or view[:n] != scan.messages:
-            scan, n = _Scan(), 0  # its end was rendered again (a pending batch answered)
+        if scan is not None and n <= len(view):
+            # Extended by what is new, then compared whole: lists compare in C, by identity
+            # first, where a slice or a copy of the view would touch each of its messages.
+            scan.messages += view[n:]
+            if scan.messages != view:
+                scan = None  # its end was rendered again (a pending batch answered)
+        if scan is None:
+            scan, n = _Scan(), 0
+            scan.messages = list(view)
         self.calls, self.turn_of, self.results = scan.calls, scan.turn_of, scan.results
         self.sizes, self.stamps, self.turn_results = scan.sizes, scan.stamps, scan.turn_results
         for j in range(n, len(view)):  # what a call with no decision adds: the new messages
@@ -231,7 +238,6 @@ class Run:
                 size = scan.sizes[j] = len(text_of(m.content))
                 scan.turn_results.setdefault(scan.turns, []).append(j)
                 scan.turn_chars[scan.turns] = scan.turn_chars.get(scan.turns, 0) + size
-        scan.messages = list(view)
         memo.scan = self.scan = scan
         self.turns, self.boundary = scan.turns, scan.boundary
         # Where the in-flight tool loop starts (`boundaries.in_flight_start`), from the scan.
