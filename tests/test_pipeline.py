@@ -464,6 +464,21 @@ async def test_a_call_that_takes_nothing_works_on_the_new_messages(
         assert len(hashed) == len(set(hashed)) > 10  # each expired result hashed once
 
 
+async def test_a_rewind_that_drops_no_decision_scans_the_view_again() -> None:
+    # Found by the hostile sessions (tests/test_properties.py): the scan kept between calls
+    # must not outlive a view cut back while the ledger stays as it was.
+    shell = UserMessage((TextBlock("$ ls\nsrc"),), {"source": "bash_execution", **ts(0)})
+    history: list[Message] = [u("the task"), a(), u("and then"), a(thinking="hm"), shell]
+    async with ContextManager(BIG, strategy=pipeline(), clock=lambda: NOW) as ctx:
+        await ctx.prepare(history)
+        version = ctx.ledger.version
+        for cut in (3, 2, 5, 1):
+            view = await ctx.prepare(history[:cut])
+            assert ctx.ledger.version == version  # nothing to drop: the memo stays
+            assert_view_ok(view, history[:cut])
+            assert view == history[:cut]
+
+
 # -- cache-aware scheduling: when a rewrite happens, and how deep it goes ------------------
 
 QUIET = {"mc": None, "l0": None, "l1": None}  # only L2 and the budget decide below

@@ -205,12 +205,12 @@ class Run:
         scan = memo.scan
         view = self.view
         n = len(scan.messages) if scan is not None else 0
-        if scan is not None and n <= len(view):
+        if scan is not None:
             # Extended by what is new, then compared whole: lists compare in C, by identity
             # first, where a slice or a copy of the view would touch each of its messages.
             scan.messages += view[n:]
             if scan.messages != view:
-                scan = None  # its end was rendered again (a pending batch answered)
+                scan = None  # cut back (a rewind), or its end rendered again (a batch answered)
         if scan is None:
             scan, n = _Scan(), 0
             scan.messages = list(view)
