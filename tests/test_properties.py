@@ -6,8 +6,9 @@ from __future__ import annotations
 import random
 import signal
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -374,6 +375,58 @@ async def test_hostile_histories_give_views_every_provider_accepts(
                 recall.close()
 
 
+# Message objects carry their estimates (each counter's, up to 16, then a memo found by
+# fingerprint) and their fingerprints: managers fed the same objects, in one event loop and
+# in threads of their own (the blocking API), must each keep their own sums and every rule.
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+@settings(
+    max_examples=6,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    phases=[Phase.generate],
+)
+@given(
+    steps=hostile_sessions(),
+    runs=st.lists(
+        st.tuples(
+            st.sampled_from(STRATEGIES), st.booleans(), st.integers(2_000, 30_000), st.booleans()
+        ),
+        min_size=2,
+        max_size=20,
+    ),
+)
+async def test_sessions_sharing_message_objects_keep_their_own_counts(
+    steps: list[Step], runs: list[tuple[str, bool, int, bool]]
+) -> None:
+    errors: list[BaseException] = []
+
+    def in_thread(strategy: str, owned: bool, window: int) -> None:
+        try:
+            anyio.run(_drive_hostile, steps, strategy, MemoryRecallStore(), owned, window, False)
+        except BaseException as e:  # reported from the test's thread
+            errors.append(e)
+
+    threads = [
+        threading.Thread(target=in_thread, args=(strategy, owned, window), daemon=True)
+        for strategy, owned, window, threaded in runs
+        if threaded
+    ]
+    for thread in threads:
+        thread.start()
+    with _returns_within(120):
+        async with anyio.create_task_group() as tg:
+            for strategy, owned, window, threaded in runs:
+                if not threaded:
+                    store = MemoryRecallStore()
+                    tg.start_soon(_drive_hostile, steps, strategy, store, owned, window, False)
+    for thread in threads:
+        thread.join(120)
+        assert not thread.is_alive(), "a session in a thread did not finish within 120 s"
+    if errors:
+        raise errors[0]
+
+
 # A decision renders the view again only from the first message it touches (the prefix
 # before a safe cut stays): every such render must be what rendering it all gives.
 @pytest.mark.filterwarnings("ignore:Generating overly large repr")
@@ -486,8 +539,15 @@ async def _drive_hostile(
     recall: RecallStore | None,
     owned: bool,
     window: int,
+    guarded: bool = True,
 ) -> None:
+    """Run ``steps`` through one session, checking every view; ``guarded``: each call under
+    an alarm (the main thread's, one at a time: sessions run side by side go unguarded)."""
     budget = Budget(context_window=window, reserve_output=500)
+
+    def within() -> AbstractContextManager[None]:
+        return _returns_within(5) if guarded else nullcontext()
+
     events: list[Event] = []
     history: list[Message] = []
     previous: list[str] = []
@@ -515,7 +575,7 @@ async def _drive_hostile(
                 unseen = not owned and _edited_only_at(before, history, checked)
                 version = ctx.ledger.version
                 seen = len(events)
-                with _returns_within(5):
+                with within():
                     view = await ctx.prepare(history)
                 assert fingerprints(history) == snapshot  # the input is never mutated
                 if unseen:  # an edit of what a decision replaced: documented as not seen
@@ -526,7 +586,7 @@ async def _drive_hostile(
                 assert wire_problems(view) == []
                 current = fingerprints(view)
                 decided = ctx.ledger.version
-                with _returns_within(5):
+                with within():
                     again = await ctx.prepare(view if owned else history)
                 if ctx.ledger.version == decided:  # no briefing landed in between
                     assert fingerprints(again) == current
