@@ -329,7 +329,7 @@ def test_change_is_never_minus_zero() -> None:
     [
         (None, "0% fewer"),
         # Its accounting sends a few tokens more with no compaction: this printed "-0% fewer".
-        (CORPUS / "claude-code" / "ccviewer-fe5e1c67.jsonl", "0% more"),
+        (CORPUS / "claude-code" / "ccviewer-5c0375b4.jsonl", "0% more"),
     ],
 )
 def test_no_compaction_prints_no_minus_zero(
@@ -436,4 +436,4 @@ def test_rich_comparison_on_a_terminal() -> None:
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
     header = next(line for line in plain.splitlines() if "tokens sent" in line)
     assert [c.strip() for c in header.split("┃")][:3] == ["strategy", "tokens sent", "change"]
-    assert re.search(r"^llm +│ +207,155 │ 68% fewer", plain, flags=re.M), plain
+    assert re.search(r"^llm +│ +207,463 │ 68% fewer", plain, flags=re.M), plain

