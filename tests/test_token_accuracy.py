@@ -199,6 +199,11 @@ HOSTILE = {
     "right to left": "שלום עולם مرحبا بالعالم " * 200,
     "box drawing": "│   ├── src\n└──────────────┘\n" * 300,
     "markers of the estimator": "\x80\x81\x83\xf8\xf9\xfa" * 1000,
+    "listed path segments": "/src" * 20_000,
+    "distinct path segments": "".join(
+        "/" + "".join(chr(97 + i // 26**k % 26) for k in range(4)) for i in range(20_000)
+    ),
+    "path segments and surrogates": "/caf\udc80/src/\ud83dx/Users" * 2000,
 }
 
 
@@ -240,3 +245,24 @@ def test_exact_below_rejects_negative() -> None:
 
     with pytest.raises(ConfigError):
         Estimator(exact_below=-1)
+
+
+def test_the_estimators_memos_stay_bounded() -> None:
+    """Prices of shapes and of path segments are memoized per process; text after text of
+    segments never seen fills them only to their bound, and counts stay what they were."""
+    from agentctx.tokens import estimate
+
+    letters = "abcdefghijklmnopqrstuvwxyz"
+
+    def word(i: int) -> str:
+        return "".join(letters[i // 26**k % 26] for k in range(5))
+
+    texts = [
+        "".join(f"/{word(i)}" for i in range(start, start + 10_000))
+        for start in range(0, estimate._MEMO_MAX + 20_000, 10_000)
+    ]
+    estimator = Estimator()
+    first = [estimator.count(t) for t in texts]
+    assert len(estimate._SEGMENT_COSTS) <= estimate._MEMO_MAX
+    assert len(estimate._PIECES) <= estimate._MEMO_MAX
+    assert [estimator.count(t) for t in texts] == first
