@@ -4,6 +4,7 @@ __version__ = "0.1.0"
 
 from typing import TYPE_CHECKING
 
+from agentctx._lazy import lazy_attributes
 from agentctx.budget import Budget, BudgetExceededError
 from agentctx.errors import (
     AgentCtxError,
@@ -48,28 +49,33 @@ from agentctx.recall import (
     LedgerStore,
     MemoryRecallStore,
     RecallStore,
-    SQLiteRecallStore,
     recall_tool,
 )
-from agentctx.strategies import DeterministicCompaction, ToolOutputPipeline
-from agentctx.strategies.llm import LlmCompaction, LlmCompactionConfig, RetryPolicy
+from agentctx.strategies import DeterministicCompaction
 from agentctx.strategy import Chain, CompactionContext, CompactionStrategy
 from agentctx.summarizer import Summarizer, SummaryRequest, SummaryResult
 from agentctx.tokens import MessageCounter, TokenCounter
 
 if TYPE_CHECKING:
     from agentctx.blocking import BlockingContextManager
+    from agentctx.recall.sqlite import SQLiteRecallStore
+    from agentctx.strategies.llm import LlmCompaction, LlmCompactionConfig, RetryPolicy
+    from agentctx.strategies.pipeline import ToolOutputPipeline
+
+# Imported on first use: what only some sessions need costs the others nothing at import
+# (the blocking API's loop thread brings asyncio; the LLM strategy, the pipeline and SQLite
+# are a quarter of the package's import time).
+_LAZY = {
+    "BlockingContextManager": "agentctx.blocking",
+    "LlmCompaction": "agentctx.strategies.llm",
+    "LlmCompactionConfig": "agentctx.strategies.llm",
+    "RetryPolicy": "agentctx.strategies.llm",
+    "SQLiteRecallStore": "agentctx.recall.sqlite",
+    "ToolOutputPipeline": "agentctx.strategies.pipeline",
+}
 
 
-def __getattr__(name: str) -> object:
-    # The blocking API runs a loop thread (anyio.from_thread, which imports asyncio): async
-    # callers, who have asyncio already, should not pay for it at import.
-    if name == "BlockingContextManager":
-        from agentctx.blocking import BlockingContextManager
-
-        return BlockingContextManager
-    raise AttributeError(f"module 'agentctx' has no attribute {name!r}")
-
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 
 __all__ = [
     "AgentCtxError",

@@ -47,8 +47,8 @@ def test_errors_is_a_leaf_and_messages_imports_only_errors() -> None:
 
 
 def test_import_agentctx_stays_lean() -> None:
-    # No vendor SDK, HTTP client, logging backend, tokenizer or event loop at import: each
-    # comes when the feature that needs it is used.
+    # No vendor SDK, HTTP client, logging backend, tokenizer, event loop, database or
+    # strategy but the default at import: each comes when the feature that needs it is used.
     heavy = (
         "anthropic",
         "openai",
@@ -60,6 +60,9 @@ def test_import_agentctx_stays_lean() -> None:
         "pydantic",
         "asyncio",
         "concurrent.futures",
+        "sqlite3",
+        "agentctx.strategies.llm",
+        "agentctx.strategies.pipeline",
     )
     code = f"import sys, agentctx; print([m for m in {heavy!r} if m in sys.modules])"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -15,9 +15,20 @@ survives a restart), `agentctx.recall.redis.RedisRecallStore` (many workers; the
 extra). Your own store implements `RecallStore` (and `LedgerStore` to resume sessions).
 """
 
-from agentctx.recall.sqlite import SQLiteRecallStore
+from typing import TYPE_CHECKING
+
+from agentctx._lazy import lazy_attributes
 from agentctx.recall.store import LedgerStore, MemoryRecallStore, RecallStore, recall_id
 from agentctx.recall.tool import RECALL_TOOL_NAME, recall_arguments, recall_page, recall_tool
+
+if TYPE_CHECKING:
+    from agentctx.recall.sqlite import SQLiteRecallStore
+
+
+# SQLite (and the sqlite3 module) is imported on first use: most sessions never open it.
+__getattr__, __dir__ = lazy_attributes(
+    __name__, {"SQLiteRecallStore": "agentctx.recall.sqlite"}, globals()
+)
 
 __all__ = [
     "RECALL_TOOL_NAME",
