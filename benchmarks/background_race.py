@@ -81,6 +81,7 @@ from agentctx.strategy import Chain, CompactionContext, CompactionStrategy
 from agentctx.summarizer import SummaryRequest, SummaryResult
 from agentctx.testing import synthetic_session
 from agentctx.testing.scripted import Outcome, ScriptedSummarizer
+from agentctx.tokens import MessageCounter
 
 if TYPE_CHECKING:
     from agentctx.ledger import ReplaceSpan
@@ -221,6 +222,7 @@ async def run(
         async with anyio.create_task_group() as tg:
             tg.start_soon(monitor)
             history: list[Message] = []
+            provider = MessageCounter(lazy=False)
             checked: set[int] = set()
             next_rewind = rewind_every
             for k, group in enumerate(groups):
@@ -249,8 +251,9 @@ async def run(
                 if latency_turns is not None:
                     row.stale_splices += check_splices(ctx, holder["s"], checked)
                 history = view
-                await anyio.sleep(turn_s)  # the model call, which reports its usage:
-                ctx.observe(Usage(input_tokens=ctx.counter.count_many(view) + 3_000))
+                await anyio.sleep(turn_s)  # the model call, which reports its usage (counted
+                # apart: fed the session's own calibrated count, calibration chases itself)
+                ctx.observe(Usage(input_tokens=provider.count_many(view) + 3_000))
             stop.set()
     if llm is not None:
         row.billed = llm.spend.requests

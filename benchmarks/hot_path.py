@@ -47,6 +47,7 @@ async def run(
     ) as ctx:
         history: list[Message] = []
         dicts: list[object] = []
+        provider = MessageCounter(lazy=False)
         for group in groups:
             history = [*history, *group]
             dicts.extend(to_dict(m) for m in group)
@@ -62,9 +63,11 @@ async def run(
                 ratios.append(elapsed / dumps)
             else:
                 decided.append(elapsed)
-            # The provider's reported usage after the call: here the counter's own estimate
-            # plus a 3k-token system prompt (observe() refines what was sent; timed apart).
-            usage = Usage(input_tokens=ctx.counter.count_many(view) + 3_000)
+            # The provider's reported usage after the call: what a counter of its own (not the
+            # session's, which a report calibrates) makes of the view, plus a 3k-token system
+            # prompt. Fed its own calibrated count, the calibration would chase it up to its
+            # bounds (1.6x by call 52), and every later call would decide on an inflated size.
+            usage = Usage(input_tokens=provider.count_many(view) + 3_000)
             t2 = time.perf_counter()
             ctx.observe(usage)
             observed.append(time.perf_counter() - t2)
