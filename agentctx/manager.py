@@ -711,6 +711,13 @@ class ContextManager:
         its tools), since it estimates in full what the request sent that was new; without,
         at once. Counts read through the manager (`prompt_tokens`, `counter`, `prepare`)
         always see it applied, whenever it ran.
+
+        Report what the provider counted. A count made from this manager's own estimate
+        (``ctx.prompt_tokens``, ``ctx.counter``) tells the calibration nothing, and fed back
+        call after call the calibration chases itself, far from any real tokenizer (to its
+        bound of 4x in one of the project's benchmark loops, down to half in another).
+        Without usage from the provider, do not call ``observe``, or report a count of
+        your own tokenizer.
         """
         usage = usage_of(response)
         if usage is None:

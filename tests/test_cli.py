@@ -196,6 +196,16 @@ def test_demo_prints_events_as_they_happen(capsys: pytest.CaptureFixture[str]) -
     out = capsys.readouterr().out
     assert "event: ContextCompacted" in out and "saved" in out
     assert "model calls; prompt tokens sent" in out and "summarizer requests" in out
+    assert "-0%" not in out and "Error" not in out
+
+
+def test_the_demo_reads_files_that_exist() -> None:
+    """Its scripted model names the files it reads: a file moved away made a read error of
+    each, and the session too small to compact once the usage it reported was honest."""
+    from agentctx.replay import demo
+
+    names = [name for batch in demo._BATCHES for name in batch]
+    assert len(names) > 15 and all((demo.PACKAGE / name).is_file() for name in names)
 
 
 def test_malformed_transcript_is_one_line_and_exit_2(tmp_path: Path) -> None:
@@ -317,11 +327,11 @@ def test_description_is_prose(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_change_is_never_minus_zero() -> None:
-    assert render._change(49, 100) == "51% fewer"
-    assert render._change(100, 100) == "0% fewer"
-    assert render._change(1001, 1000) == "0% more"
-    assert render._change(103, 100) == "3% more"
-    assert render._change(0, 0) == "0% fewer"
+    assert render.change(49, 100) == "51% fewer"
+    assert render.change(100, 100) == "0% fewer"
+    assert render.change(1001, 1000) == "0% more"
+    assert render.change(103, 100) == "3% more"
+    assert render.change(0, 0) == "0% fewer"
 
 
 @pytest.mark.parametrize(

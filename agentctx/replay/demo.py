@@ -34,9 +34,11 @@ from agentctx.messages import (
 )
 from agentctx.recall import MemoryRecallStore
 from agentctx.replay.offline_summarizer import OfflineSummarizer
+from agentctx.replay.render import change
 from agentctx.strategies import DeterministicCompaction
 from agentctx.strategies.llm import LlmCompaction, LlmCompactionConfig
 from agentctx.strategy import Chain
+from agentctx.tokens import MessageCounter
 
 if TYPE_CHECKING:
     from agentctx.budget import Budget
@@ -65,16 +67,17 @@ _BATCHES: tuple[tuple[str, ...], ...] = (
     ("messages.py",),
     ("ledger.py", "view.py"),
     ("boundaries.py",),
-    ("tokens.py", "tokenizers.py"),
+    ("tokens/count.py", "tokens/estimate.py"),
     ("strategy.py",),
-    ("recall.py", "recall_tool.py"),
+    ("recall/store.py", "recall/tool.py"),
     ("manager.py",),
-    ("summarizer.py", "offline_summarizer.py"),
+    ("summarizer.py", "replay/offline_summarizer.py"),
     ("pricing.py",),
-    ("errors.py", "replay.py"),
-    ("chart.py",),
-    ("cli.py", "demo.py"),
+    ("errors.py", "replay/engine.py"),
+    ("replay/chart.py",),
+    ("replay/cli.py", "replay/demo.py"),
 )
+"""The files the scripted model reads, a batch a call (tests/test_cli.py checks they exist)."""
 
 
 def _inside(path: str) -> Path:
@@ -118,6 +121,7 @@ class _ScriptedModel:
     def __init__(self) -> None:
         self.step = 0
         self.notes: list[str] = []
+        self.counter = MessageCounter(lazy=False)  # its "tokenizer", for the usage it reports
 
     def reply(self) -> AssistantMessage:
         step = self.step
@@ -211,7 +215,11 @@ async def run_demo(budget: Budget, out: TextIO) -> int:
             raw_total += raw
             await anyio.sleep(MODEL_SECONDS)  # the model call
             reply = model.reply()
-            ctx.observe(Usage(input_tokens=prompt, output_tokens=len(str(reply.content)) // 4))
+            # A real model reports what its tokenizer counted (``ctx.observe(response)``); this
+            # one counts with a counter of its own. Reporting ``ctx.prompt_tokens`` back would
+            # have the calibration chase its own estimate.
+            reported = model.counter.count_many(view)
+            ctx.observe(Usage(input_tokens=reported, output_tokens=len(str(reply.content)) // 4))
             history.append(reply)
             calls = reply.tool_calls
             what = ", ".join(f"{c.name}({c.arguments.get('path')})" for c in calls) or "answers"
@@ -233,7 +241,7 @@ async def run_demo(budget: Budget, out: TextIO) -> int:
     spliced = sum(isinstance(e, ContextCompacted) and e.method == "summarized" for e in events)
     out.write(
         f"\n{model.step} model calls; prompt tokens sent {sent} with compaction, "
-        f"{raw_total} without ({1 - sent / raw_total:.0%} fewer)\n"
+        f"{raw_total} without ({change(sent, raw_total)})\n"
         f"compactions {compactions} ({spliced} briefing{'' if spliced == 1 else 's'} spliced);"
         " summarizer requests "
         f"{spend.requests}, {spend.usage.input_tokens} input + {spend.usage.output_tokens} "

@@ -114,11 +114,11 @@ def _summarizer_line(summaries: Sequence[SummaryStats], session_cost: float) -> 
     return line
 
 
-def _change(with_: int, without: int) -> str:
+def change(with_: int, without: int) -> str:
     """How many fewer (or more) tokens compaction sent: ``51% fewer``, ``0% fewer``,
     ``3% more``; never ``-0%``."""
-    change = with_ / without - 1 if without else 0.0
-    return f"{abs(change):.0%} {'more' if change > 0 else 'fewer'}"
+    delta = with_ / without - 1 if without else 0.0
+    return f"{abs(delta):.0%} {'more' if delta > 0 else 'fewer'}"
 
 
 COLUMNS = ("req", "msgs", "without", "with", "cache rd", "cache wr", "what")
@@ -149,7 +149,7 @@ def totals(report: ReplayReport) -> list[tuple[str, str]]:
     summarized = sum(r.summarized for r in report.rows)
     splices = f" ({report.splices} briefing{'s' if report.splices != 1 else ''} spliced"
     splices += f" over {summarized} messages)" if report.splices else ")"
-    change = _change(report.tokens_with, report.tokens_without)
+    change_text = change(report.tokens_with, report.tokens_without)
     return [
         (
             "requests ",
@@ -158,7 +158,8 @@ def totals(report: ReplayReport) -> list[tuple[str, str]]:
         ),
         (
             "tokens sent: ",
-            f"{report.tokens_with} with compaction, {report.tokens_without} without ({change})",
+            f"{report.tokens_with} with compaction, {report.tokens_without} without "
+            f"({change_text})",
         ),
         ("cache reads/writes: ", f"{read}/{written} tokens with, {read0}/{written0} without"),
         (
