@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
 # Imported on first use: what only some sessions need costs the others nothing at import
 # (the blocking API's loop thread brings asyncio; the LLM strategy, the pipeline and SQLite
-# are a quarter of the package's import time).
+# are a fifth of the package's import time).
 _LAZY = {
     "BlockingContextManager": "agentctx.blocking",
     "LlmCompaction": "agentctx.strategies.llm",
