@@ -391,25 +391,21 @@ def _punct_cost(run: bytes) -> float:
 def _segment_cost(word: bytes) -> float:
     """What pricing ``/word`` by the vocabulary changes in lane 2's price of it."""
     letters = _word_cost(word.translate(_SHAPE))
-    lane = letters + 1.0 + _SLASHED + (_SLASHED_LONG if len(word) >= 5 else 0.0)
+    lane = letters + _punct_cost(b"/") + _SLASHED + (_SLASHED_LONG if len(word) >= 5 else 0.0)
     base, rate = _UNLISTED
     exact = 1.0 if word in SLASH_WORDS else max(2.0, base + rate * len(word))
     return exact - lane
 
 
 _SEGMENT_COSTS: dict[bytes, float] = {}  # bounded by _MEMO_MAX as _PIECES is
+_segment_price = _SEGMENT_COSTS.__getitem__
 
 
 def _segments_cost(words: list[bytes]) -> float:
-    memo = _SEGMENT_COSTS
     try:
-        return sum(map(memo.__getitem__, words))
+        return sum(map(_segment_price, words))
     except KeyError:
-        new = {word: _segment_cost(word) for word in set(words).difference(memo)}
-        if len(memo) + len(new) <= _MEMO_MAX:
-            memo.update(new)
-        get = memo.get
-        return sum([new[word] if (cost := get(word)) is None else cost for word in words])
+        return _price_new(_SEGMENT_COSTS, words, _segment_cost)
 
 
 def _run_cost(run: bytes) -> float:
@@ -426,17 +422,21 @@ def _run_cost(run: bytes) -> float:
     return cost
 
 
-def _price_new(pieces: list[bytes]) -> float:
-    # Only the pieces never seen are priced in Python; the sum stays one pass in C, in the
-    # same order (the same float) as the memo's fast path.
-    new = {
-        piece: _word_cost(piece) if piece[0] in _SHAPE_BYTES else _run_cost(piece)
-        for piece in set(pieces).difference(_PIECES)
-    }
-    if len(_PIECES) + len(new) <= _MEMO_MAX:
-        _PIECES.update(new)
-        return sum(map(_price, pieces))
-    get = _PIECES.get
+def _piece_cost(piece: bytes) -> float:
+    return _word_cost(piece) if piece[0] in _SHAPE_BYTES else _run_cost(piece)
+
+
+def _price_new(
+    memo: dict[bytes, float], pieces: list[bytes], cost_of: Callable[[bytes], float]
+) -> float:
+    """The sum of ``pieces``' prices when ``memo`` lacks some: only those are priced in
+    Python (and kept, up to `_MEMO_MAX` entries); the sum stays one pass in C, in the same
+    order (the same float) as the memo's fast path."""
+    new = {piece: cost_of(piece) for piece in set(pieces).difference(memo)}
+    if len(memo) + len(new) <= _MEMO_MAX:
+        memo.update(new)
+        return sum(map(memo.__getitem__, pieces))
+    get = memo.get
     return sum([new[piece] if (cost := get(piece)) is None else cost for piece in pieces])
 
 
@@ -488,7 +488,7 @@ def _scan(text: str) -> tuple[float, float]:
     try:
         units += sum(map(_price, pieces))
     except KeyError:
-        units += _price_new(pieces)
+        units += _price_new(_PIECES, pieces, _piece_cost)
     # The lanes (see _NOW), character i at bits 8i..8i+7 of each integer; `nxt` holds the next
     # character's bits at each character, `prev` the previous one's. Lane 7 needs no next
     # character, so it holds at the last one too.
