@@ -67,6 +67,7 @@ __all__ = [
     "CompleteTurns",
     "Provider",
     "Repair",
+    "answered_call_ids",
     "has_thinking",
     "in_flight_start",
     "latest_user_index",
@@ -372,26 +373,32 @@ def needs_no_repair(messages: Sequence[Message], used: Set[str]) -> bool:
     answered, when they continue a view that uses the tool-call ids ``used`` (the common
     append: one or more turns, each batch of calls answered in order). A quick check, so it
     may say no for messages repair would still leave alone."""
-    calls: list[str] = []  # the open batch's call ids, in order
-    answered = 0
-    seen: set[str] = set()
+    return answered_call_ids(messages, used) is not None
+
+
+def answered_call_ids(messages: Sequence[Message], used: Set[str]) -> list[str] | None:
+    """The tool-call ids of ``messages`` in order when they need no repair (see
+    `needs_no_repair`), else ``None``: the check and the ids a view adds, in one pass."""
+    ids: list[str] = []
+    batch = answered = 0  # where the open batch starts in ``ids``, how many are answered
     for m in messages:
         if isinstance(m, ToolResultMessage):
-            if answered == len(calls) or m.tool_call_id != calls[answered]:
-                return False
+            if batch + answered == len(ids) or m.tool_call_id != ids[batch + answered]:
+                return None
             answered += 1
             continue
-        if answered != len(calls) or _cleaned(m)[0] is not m:
-            return False
-        calls, answered = [], 0
+        if batch + answered != len(ids) or _cleaned(m)[0] is not m:
+            return None
+        batch, answered = len(ids), 0
         if isinstance(m, AssistantMessage):
             for call in m.content:
                 if isinstance(call, ToolCall):
-                    if call.id in used or call.id in seen:
-                        return False
-                    seen.add(call.id)
-                    calls.append(call.id)
-    return answered == len(calls)
+                    if call.id in used:
+                        return None
+                    ids.append(call.id)
+    if batch + answered != len(ids) or (len(ids) > 1 and len(set(ids)) < len(ids)):
+        return None  # a batch left open gets stubs; a repeated id is renamed
+    return ids
 
 
 def _unique_calls(

@@ -521,7 +521,7 @@ class ContextManager:
             sent=self._sent,
             _view=self._current_view,
             _view_tokens=self._rendered_tokens,
-            _complete_turn=state.turns.newest,
+            _complete_turn=state.complete_turn,
             _cuts=state.cuts,
         )
         # Run to a fixed point, so calling prepare() again on the same history takes nothing

@@ -69,7 +69,7 @@ class CompactionContext:
     sent: int
     _view: Callable[[], tuple[Sequence[Message], Sequence[int]]]
     _view_tokens: Callable[[], int]
-    _complete_turn: tuple[int, int] | None
+    _complete_turn: Callable[[], tuple[int, int] | None]
     _cuts: Sequence[int]
     taken: list[Decision] = field(default_factory=list)
 
@@ -114,7 +114,7 @@ class CompactionContext:
 
         Read from the raw history: in the view, a turn condensed to one line ends in an
         answer too and would pass for the newest complete one."""
-        complete = self._complete_turn
+        complete = self._complete_turn()
         if complete is None:
             return None
         origins = self.origins  # non-decreasing

@@ -14,12 +14,12 @@ from functools import reduce
 from operator import add, sub
 from typing import TYPE_CHECKING
 
-from agentctx.boundaries import CompleteTurns, needs_no_repair, safe_cut
+from agentctx.boundaries import CompleteTurns, answered_call_ids, safe_cut
 from agentctx.ledger import Ledger, Rendered, render
 from agentctx.messages import AssistantMessage, Message, ToolResultMessage
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from agentctx.boundaries import Repair
     from agentctx.tokens import MessageCounter
@@ -29,6 +29,7 @@ __all__ = ["ViewState"]
 # Settling this many messages at once (a rebuild) sums their vectors slot by slot; fewer (a
 # call's new messages) are added one at a time, which costs less for a few.
 _TRANSPOSE_FROM = 8
+_READ_TURNS_FROM = 32  # an append this long reads its turns at once (see `append`)
 
 
 def _settle_point(raw: Sequence[Message]) -> int:
@@ -91,7 +92,9 @@ class ViewState:
 
     def __init__(self, counter: MessageCounter, ledger: Ledger | None = None) -> None:
         self.raw: list[Message] = []
-        self.turns = CompleteTurns()  # the raw history's newest complete turn
+        # The raw history's newest complete turn, read up to date when asked for: only a
+        # strategy that decides needs it.
+        self.turns = CompleteTurns()
         self.ledger = ledger if ledger is not None else Ledger()
         self.view: list[Message] = []
         self.origins: list[int] = []
@@ -130,7 +133,10 @@ class ViewState:
             return
         start = len(self.raw)
         self.raw.extend(messages)
-        self.turns.update(self.raw)
+        if len(messages) > _READ_TURNS_FROM:
+            # A bulk append (a loaded or resumed history) is read for turns now, so the first
+            # decision after it does not; a call's few new messages wait for a decision.
+            self.turns.update(self.raw)
         if not self._append_as_is(start, messages):
             self._render_tail()
 
@@ -145,15 +151,20 @@ class ViewState:
             and self._settled_raw == start
             and self.ledger.end <= start
             and not (self.repairs and self.repairs[-1].index >= keep)
-            and needs_no_repair(messages, self._prefix_ids)
         ):
+            return False
+        ids = answered_call_ids(messages, self._prefix_ids)
+        if ids is None:
             return False
         self._version += 1
         self.view += messages
         indices = range(start, len(self.raw))
         self.origins += indices
         self.shown += indices
-        self._settle_prefix(len(self.view), len(self.raw))
+        self._add_to_prefix(messages, ids)
+        self._prefix_len = len(self.view)
+        self._settled_raw = len(self.raw)
+        self._shown_in_prefix = len(self.shown)
         return True
 
     def truncate(self, index: int) -> int:
@@ -161,7 +172,6 @@ class ViewState:
         del self.raw[index:]
         self.cuts.append(index)
         self.turns = CompleteTurns()
-        self.turns.update(self.raw)
         dropped = len(self.ledger.drop_from(index))
         self.rebuild()
         return dropped
@@ -276,19 +286,23 @@ class ViewState:
         keep = self._prefix_len
         if stop > keep:
             settled = self.view[keep:stop]
-            keys, vectors = self._counter.keyed_vectors(settled)
-            held = self._prefix_keys
-            if len(keys) < _TRANSPOSE_FROM:  # `update` costs an ABC check for a call's few
-                for key in keys:
-                    held[key] = held.get(key, 0) + 1
-            else:
-                held.update(keys)
-            _fold(self._prefix_vec, vectors, add)
-            self._prefix_ids.update(_call_ids(settled))
+            self._add_to_prefix(settled, _call_ids(settled))
             # Raw indices of what the view shows as is or repaired rise with it (`shown`).
             self._shown_in_prefix = bisect_left(self.shown, settle)
         self._prefix_len = stop
         self._settled_raw = settle
+
+    def _add_to_prefix(self, settled: Sequence[Message], ids: Iterable[str]) -> None:
+        """Add the estimates and tool-call ``ids`` of ``settled`` to the prefix's."""
+        keys, vectors = self._counter.keyed_vectors(settled)
+        held = self._prefix_keys
+        if len(keys) < _TRANSPOSE_FROM:  # `update` costs an ABC check for a call's few
+            for key in keys:
+                held[key] = held.get(key, 0) + 1
+        else:
+            held.update(keys)
+        _fold(self._prefix_vec, vectors, add)
+        self._prefix_ids.update(ids)
 
     def _unsettle(self, stop: int, settle: int) -> None:
         """Take ``view[stop:_prefix_len]`` out of the settled prefix, which then stands for
@@ -319,6 +333,12 @@ class ViewState:
         self._version += 1
 
     # -- reading ------------------------------------------------------------------------
+
+    def complete_turn(self) -> tuple[int, int] | None:
+        """``[start, end)`` of the raw history's newest complete turn (`newest_complete_turn`),
+        in O(messages appended since the last time it was asked for)."""
+        self.turns.update(self.raw)
+        return self.turns.newest
 
     def vector(self) -> list[float]:
         """The uncalibrated per-slot sum of the view's messages (`MessageCounter.vector`)."""

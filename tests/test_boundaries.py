@@ -8,6 +8,7 @@ from agentctx.boundaries import (
     LEADING_TEXT,
     MISSING_RESULT_TEXT,
     CompleteTurns,
+    answered_call_ids,
     in_flight_start,
     needs_no_repair,
     newest_complete_turn,
@@ -68,6 +69,31 @@ def test_the_tracked_complete_turn_is_the_scanned_one_after_every_append(
         history += [_KINDS[k]() for k in kinds]
         turns.update(history)
         assert turns.newest == newest_complete_turn(history)
+
+
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.lists(st.sampled_from(sorted(_KINDS)), max_size=6)),
+        max_size=8,
+    ),
+    st.data(),
+)
+def test_the_views_complete_turn_is_the_scanned_one_after_appends_and_rewinds(
+    steps: list[tuple[bool, list[str]]], data: st.DataObject
+) -> None:
+    # The view reads the newest complete turn only when a strategy asks (a decision), from
+    # every message appended since it last did; a rewind starts it over.
+    from agentctx.tokens import MessageCounter
+    from agentctx.view import ViewState
+
+    state = ViewState(MessageCounter())
+    for rewind, kinds in steps:
+        if rewind and state.raw:
+            state.truncate(data.draw(st.integers(0, len(state.raw) - 1)))
+        state.append([_KINDS[k]() for k in kinds])
+        if data.draw(st.booleans()):
+            assert state.complete_turn() == newest_complete_turn(state.raw)
+    assert state.complete_turn() == newest_complete_turn(state.raw)
 
 
 def test_safe_cut_never_splits_a_parallel_batch() -> None:
@@ -253,9 +279,15 @@ def test_messages_said_to_need_no_repair_come_back_from_repair_as_they_are(
     messages = [_PIECES[p](k) for k, p in enumerate(pieces)]
     used = {"old"} if old_used else set()
     fixed, origins, repairs = repair(messages, range(len(messages)), continues=used)
-    if needs_no_repair(messages, used):
+    ids = answered_call_ids(messages, used)
+    assert needs_no_repair(messages, used) == (ids is not None)
+    if ids is not None:
         assert fixed == messages and origins == list(range(len(messages))) and repairs == []
         assert all(a is b for a, b in zip(fixed, messages, strict=True))
+        # the ids a view adds to those it uses, in order
+        assert ids == [
+            c.id for m in messages if isinstance(m, AssistantMessage) for c in m.tool_calls
+        ]
 
 
 @given(st.lists(st.sampled_from(sorted(_PIECES)), max_size=8))
@@ -278,3 +310,6 @@ def test_the_common_appends_need_no_repair() -> None:
     assert not needs_no_repair(step[:2], set())  # a batch still open gets a stub
     assert not needs_no_repair(step, {"a"})  # a reused id is renamed
     assert not needs_no_repair([result("a")], set())  # answers nothing new: dropped
+    assert answered_call_ids(step, {"old"}) == ["a", "b"]
+    twice = [assistant(call("a"), call("a")), result("a"), result("a")]
+    assert answered_call_ids(twice, set()) is None  # a repeated id is renamed

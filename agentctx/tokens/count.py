@@ -27,7 +27,7 @@ from agentctx.messages import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from agentctx.tokens.calibrate import Calibration
 from agentctx.tokens.classify import CLASS_ORDER, ContentClass
@@ -104,6 +104,17 @@ _compact_json = _compact_encoder()
 def _quick_len(text: str) -> int:
     """Characters of ASCII text (``isascii`` is O(1) in CPython), UTF-8 bytes of the rest."""
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def _quick_arguments_len(arguments: Mapping[str, Any]) -> int:
+    """About the characters of ``arguments`` as compact JSON, in O(keys) for the common flat
+    mapping: a string is its `_quick_len` and two quotes (escapes not counted: a first
+    estimate), anything else its JSON."""
+    n = 1
+    for key, value in arguments.items():
+        n += (_quick_len(key) if type(key) is str else len(str(key))) + 4  # quotes, colon, comma
+        n += _quick_len(value) + 2 if type(value) is str else _quick_len(_compact_json(value))
+    return n
 
 
 class MessageCounter:
@@ -233,8 +244,11 @@ class MessageCounter:
         total = 0
         for m in messages:
             entry = m._tk
-            # The common case inline (a memoized count), as in `count`.
-            if entry is not None and entry.owner is key and entry.generation == epoch:
+            # The common cases inline (a memoized count, or one of an earlier calibration),
+            # as in `count`.
+            if entry is not None and entry.owner is key:
+                if entry.generation != epoch:
+                    entry.count, entry.generation = self.total(entry.base), epoch
                 total += entry.count
             else:
                 total += self.count(m)
@@ -447,12 +461,32 @@ class MessageCounter:
         self, messages: Iterable[Message]
     ) -> tuple[list[object], list[tuple[float, ...]]]:
         """The `estimate_key` and the `vector` of each message, in one lookup each."""
-        key, find = self._key, self._entry
+        key = self._key
         entries: list[_Entry] = []
+        # Messages no counter has estimated (a call's new ones) get their quick estimate
+        # here and are claimed under one lock, as `_entry` would one by one.
+        fresh: list[tuple[int, Message, _Entry]] = []
+        quick = self._lazy
         for m in messages:
             entry = m._tk
-            # The common case inline (this counter's own estimate), as in `count`.
-            entries.append(entry if entry is not None and entry.owner is key else find(m))
+            if entry is not None and entry.owner is key:
+                entries.append(entry)
+            elif entry is None and quick and not m._fp:
+                entry = _Entry(key, self._quick_base(m), -1, False)
+                fresh.append((len(entries), m, entry))
+                entries.append(entry)
+            else:
+                entries.append(self._entry(m))
+        if fresh:
+            taken = []  # claimed by another thread's counter in between: ask `_entry`
+            with _CLAIMS:
+                for i, m, entry in fresh:
+                    if m._tk is None:
+                        object.__setattr__(m, "_tk", entry)
+                    else:
+                        taken.append((i, m))
+            for i, m in taken:
+                entries[i] = self._entry(m)
         return entries, [entry.base for entry in entries]  # type: ignore[return-value]
 
     def total(self, vector: Sequence[float]) -> int:
@@ -480,7 +514,7 @@ class MessageCounter:
                 vec[prose] += _quick_len(block.thinking) / 3.0
             elif isinstance(block, ToolCall):
                 fixed += (len(block.name) + len(block.id)) / 2
-                vec[json_slot] += _quick_len(_compact_json(dict(block.arguments))) / 3.5
+                vec[json_slot] += _quick_arguments_len(block.arguments) / 3.5
             elif isinstance(block, ImageBlock):
                 vec[self._fixed + 1] += image_tokens(block)
             elif isinstance(block, OpaqueBlock):
