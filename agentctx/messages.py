@@ -406,8 +406,14 @@ _CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure
 
 
 def canonical_json(message: Message) -> str:
-    """Deterministic JSON text of a message: sorted keys, no whitespace, UTF-8 kept."""
-    return _CANONICAL_JSON.encode(to_dict(message))
+    """Deterministic JSON text of a message: sorted keys, no whitespace, UTF-8 kept.
+
+    Raises `UnsupportedMessageError` for a message holding what JSON cannot (in ``extra``:
+    `check_history` checks the arguments and payloads a history brings)."""
+    try:
+        return _CANONICAL_JSON.encode(to_dict(message))
+    except (TypeError, ValueError, RecursionError) as e:
+        raise UnsupportedMessageError(None, f"content JSON cannot hold ({e})") from e
 
 
 def fingerprint(message: Message) -> str:
@@ -422,10 +428,73 @@ def fingerprint(message: Message) -> str:
 
 
 def check_history(history: Sequence[object], offset: int = 0) -> None:
-    """Raise `UnsupportedMessageError` naming the first item that is not a neutral message.
+    """Raise `UnsupportedMessageError` naming the first item that is not a neutral message,
+    or whose tool call arguments or opaque payload hold what JSON cannot (they are counted
+    and sent as JSON; a model's arguments parsed from JSON always pass).
 
     ``offset`` is added to the reported index (for checking the new tail of a history).
     """
     for i, m in enumerate(history):
         if not isinstance(m, _MESSAGE_TYPES):
             raise UnsupportedMessageError(i + offset, f"item of type {type(m).__name__}")
+        if isinstance(m, _CARRY_JSON):
+            for b in m.content:
+                if type(b) is TextBlock:
+                    continue  # most blocks, passed at the cost of one comparison
+                if isinstance(b, ToolCall):
+                    found = _not_json(b.arguments, "tool call arguments")
+                elif isinstance(b, OpaqueBlock):
+                    found = _not_json(b.payload, "opaque payload")
+                else:
+                    continue
+                if found:
+                    raise UnsupportedMessageError(i + offset, found)
+
+
+def _not_json(value: Mapping[str, Any], what: str) -> str | None:
+    """What in ``value`` JSON cannot hold (a key that is not a string, a value that is not a
+    string, number, bool, None, list or dict, nesting past the encoder's depth or a
+    container inside itself), else ``None``. O(items), without recursion."""
+    if type(value) is dict:  # the common case first: a flat dict of strings and numbers
+        for key, item in value.items():
+            if type(key) is not str or type(item) not in _SCALARS:
+                break
+        else:
+            return None
+    if not isinstance(value, Mapping):
+        return f"{what} of type {type(value).__name__} (not a mapping)"
+    stack: list[object] = [dict(value)]  # a mapping at the top, as `to_dict` writes it
+    seen: set[int] = set()
+    shared = False
+    while stack:
+        container = stack.pop()
+        if id(container) in seen:
+            shared = True  # the same object twice: a cycle, or only shared (asked below)
+            continue
+        seen.add(id(container))
+        if isinstance(container, dict):
+            for key, item in container.items():
+                if type(key) is not str:
+                    return f"{what} with a key of type {type(key).__name__}"
+                if not isinstance(item, _SCALAR_BASES) and item is not None:
+                    stack.append(item)
+        elif isinstance(container, list | tuple):
+            stack.extend(
+                item
+                for item in container
+                if not isinstance(item, _SCALAR_BASES) and item is not None
+            )
+        else:
+            return f"{what} holding a {type(container).__name__}"
+    if shared or len(seen) > _DEPTH_CHECK_FROM:
+        try:  # what only an encoder tells apart: a cycle, or too deep to encode
+            json.dumps(dict(value))
+        except (ValueError, RecursionError):
+            return f"{what} nested too deep or inside themselves"
+    return None
+
+
+_DEPTH_CHECK_FROM = 256  # containers past which `_not_json` asks the encoder about depth
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+_SCALAR_BASES = (str, int, float)  # their subclasses too (an IntEnum): encoded as they are
+_CARRY_JSON = (AssistantMessage, UserMessage)  # the messages with arguments or payloads

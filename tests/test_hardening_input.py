@@ -756,3 +756,77 @@ def test_cli_input_errors_from_python_m_agentctx(tmp_path: Path) -> None:
         assert done.returncode == 2, (path, done.stderr)
         assert done.stderr.startswith("agentctx: ") and done.stderr.count("\n") == 1, done.stderr
         assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+# -- messages built by hand with what JSON cannot hold ------------------------------------
+
+
+def _nested(depth: int) -> list[Any]:
+    top: list[Any] = []
+    inner = top
+    for _ in range(depth):
+        inner.append([])
+        inner = inner[0]
+    return top
+
+
+def _cyclic() -> dict[str, Any]:
+    looped: dict[str, Any] = {}
+    looped["self"] = looped
+    return looped
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        ({(1, 2): "pair"}, "key of type tuple"),
+        ({"when": __import__("datetime").date(2026, 1, 2)}, "holding a date"),
+        ({"ids": {1, 2}}, "holding a set"),
+        ({"a": [{"b": b"raw"}]}, "holding a bytes"),
+        ({"loop": _cyclic()}, "inside themselves"),
+        ({"deep": _nested(5_000)}, "nested too deep"),
+    ],
+)
+async def test_tool_arguments_json_cannot_hold_are_a_typed_error(
+    arguments: dict[Any, Any], says: str
+) -> None:
+    """Arguments built by hand (a model's, parsed from JSON, always pass) used to raise
+    TypeError or RecursionError from the estimator's encoder, on the first prepare() or on
+    the first decision, or to drop every later usage report in the background."""
+    from agentctx.errors import UnsupportedMessageError
+    from agentctx.messages import ToolCall, ToolResultMessage
+
+    bad = AssistantMessage((ToolCall("c1", "f", arguments),))
+    history = [UserMessage.of("task"), bad, ToolResultMessage.of("c1", "ok")]
+    async with ContextManager(50_000, session_id="s") as ctx:
+        with pytest.raises(UnsupportedMessageError, match=says) as caught:
+            await ctx.prepare(history)
+        assert caught.value.index == 1
+        assert ctx.raw == []  # nothing of it was taken in
+        fine = [UserMessage.of("task")]
+        assert await ctx.prepare(fine) == fine
+
+
+async def test_arguments_json_can_hold_pass() -> None:
+    """Shared sub-lists, tuples, nesting a parser allows and non-finite floats are JSON."""
+    from agentctx.messages import ToolCall, ToolResultMessage
+
+    shared = [1, 2]
+    arguments = {"a": [shared, shared], "t": (1, "x"), "deep": _nested(200), "n": float("nan")}
+    history = [
+        UserMessage.of("task"),
+        AssistantMessage((ToolCall("c1", "f", arguments),)),
+        ToolResultMessage.of("c1", "ok"),
+    ]
+    async with ContextManager(50_000, session_id="s") as ctx:
+        assert await ctx.prepare(history) == history
+        assert ctx.counter.count_full(history[1]) > 0
+
+
+def test_a_fingerprint_of_what_json_cannot_hold_is_a_typed_error() -> None:
+    from agentctx.errors import UnsupportedMessageError
+    from agentctx.messages import fingerprint
+
+    odd = UserMessage.of("hi", when=__import__("datetime").date(2026, 1, 2))
+    with pytest.raises(UnsupportedMessageError, match="JSON cannot hold"):
+        fingerprint(odd)
