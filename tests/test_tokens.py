@@ -657,6 +657,43 @@ def test_a_calls_new_messages_are_claimed_like_one_by_one() -> None:
     assert first.keyed_vectors(messages)[0] == keys  # found again, not made again
 
 
+def test_a_new_message_another_thread_claims_first_keeps_both_estimates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between `keyed_vectors` making a new message's quick estimate and claiming it, another
+    session's counter (the blocking API's thread) may claim the message: both estimates are
+    kept, each counter finds its own."""
+    import threading
+
+    from agentctx.tokens import count as count_module
+
+    mine, theirs = MessageCounter(), MessageCounter()
+    messages = [
+        ToolResultMessage.of(f"c{i}", "alpha beta " * 40, tool_name="bash") for i in range(3)
+    ]
+
+    class Raced:
+        """The claims' lock, entered after the other thread claimed the second message."""
+
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+
+        def __enter__(self) -> None:
+            monkeypatch.setattr(count_module, "_CLAIMS", self.lock)
+            theirs.count(messages[1])
+            self.lock.__enter__()
+
+        def __exit__(self, *exc: object) -> None:
+            self.lock.__exit__(*exc)
+
+    monkeypatch.setattr(count_module, "_CLAIMS", Raced())
+    keys, vectors = mine.keyed_vectors(messages)
+    assert keys == [mine.estimate_key(m) for m in messages]
+    assert theirs.estimate_key(messages[1]) not in keys
+    assert vectors == [mine.vector(m) for m in messages]
+    assert mine.count(messages[1]) == theirs.count(messages[1])
+
+
 def test_the_quick_first_estimate_does_not_undercount_non_ascii_text() -> None:
     """New messages are first counted quickly; that count decides whether the budget could
     be crossed, so it must not undercount CJK (about a token a character), where characters
