@@ -410,8 +410,9 @@ def canonical_json(message: Message) -> str:
 
     Raises `UnsupportedMessageError` for a message holding what JSON cannot (in ``extra``:
     `check_history` checks the arguments and payloads a history brings)."""
+    data = to_dict(message)
     try:
-        return _CANONICAL_JSON.encode(to_dict(message))
+        return _CANONICAL_JSON.encode(data)
     except (TypeError, ValueError, RecursionError) as e:
         raise UnsupportedMessageError(None, f"content JSON cannot hold ({e})") from e
 
