@@ -1,0 +1,159 @@
+"""Two revisions' `prepare()` side by side in one process: the same pi cells, call by call.
+
+```sh
+.venv-bench/bin/python benchmarks/ab.py --base f70a7bb [--cells ...] [--strategy pipeline]
+```
+
+The machine's speed moves by up to 2x between runs, so two runs of `peers.py` cannot tell a
+10 % change from noise. Here the base revision's `agentctx` (taken from git, imported as
+``agentctx_base``) and the working tree's run in one process on the same requests, as
+`peers.py` replays them: each request's new messages converted right before the call, the
+exact o200k size of what was sent reported back through ``observe`` (counting it leaves the
+caches as `peers.py`'s judge does between requests), one checkpoint of the loop for the
+background calibration. Their `prepare()` calls alternate, the order flipping each request,
+so a change of the machine's state hits both alike.
+
+Printed per cell: both p50s over the calls that decided nothing in either, their ratio, and
+the median of the per-call ratios (new / base; below 1 is faster). The same revision against
+itself gives 1.00 within about 0.02.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import re
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import _yardstick as y  # noqa: E402
+import peers  # noqa: E402
+
+DEFAULT_CELLS = (
+    "pi/large-session@100k,pi/before-compaction@50k,pi/large-session@50k,pi/before-compaction@100k"
+)
+_NAME = re.compile(r"\bagentctx\b")
+
+
+def import_revision(rev: str, into: Path) -> None:
+    """Make ``agentctx`` as of git revision ``rev`` importable as ``agentctx_base``."""
+    tar = subprocess.run(
+        ["git", "-C", str(HERE.parent), "archive", rev, "agentctx"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+        archive.extractall(into, filter="data")
+    package = into / "agentctx_base"
+    (into / "agentctx").rename(package)
+    for source in package.rglob("*.py"):
+        source.write_text(_NAME.sub("agentctx_base", source.read_text("utf-8")), "utf-8")
+    sys.path.insert(0, str(into))
+
+
+class Side:
+    """One revision's manager on one cell."""
+
+    def __init__(self, package: str, kind: str, first: float, budget: int) -> None:
+        from importlib import import_module
+
+        def module(name: str) -> Any:
+            return import_module(f"{package}.{name}")
+
+        self.messages = module("messages")
+        self.clock = module("replay").ReplayClock(first)
+        jobs = module("replay.jobs")
+        strategy = jobs.build_strategy(kind, self.clock, delay=jobs.DEFAULT_SUMMARIZER_DELAY)
+        window = budget + y.RESERVE
+        self.manager = module("manager").ContextManager(
+            module("budget").Budget(context_window=window, reserve_output=y.RESERVE),
+            strategy=strategy,
+            counter=module("tokens").MessageCounter(),
+            session_id="bench",
+            on_over_budget="send",
+            clock=self.clock,
+        )
+        self.history: list[Any] = []
+        self.view: list[Any] = []
+        self.times: list[float] = []
+
+
+async def cell(name: str, budget: int, kind: str) -> tuple[float, float, float, int]:
+    """(new p50, base p50, median per-call ratio, calls compared); milliseconds."""
+    from agentctx.messages import from_dict, to_dict
+
+    session = peers.load_sessions()[name]
+    dicts = [to_dict(m) for m in session.messages]
+    times = y.request_times(session.messages)
+    first = next((t for t in times if t is not None), 0.0)
+    canon = y.Canon()
+    sides = [Side(p, kind, first, budget) for p in ("agentctx", "agentctx_base")]
+    for side in sides:
+        await side.manager.__aenter__()
+    ratios: list[float] = []
+    try:
+        for k, i in enumerate(y.calls(session.messages)):
+            at = times[k]
+            decided = False
+            elapsed = []
+            order = sides if k % 2 == 0 else sides[::-1]
+            for side in order:
+                await side.clock.advance(at if at is not None else side.clock() + 30.0)
+                side.history += [side.messages.from_dict(d) for d in dicts[len(side.history) : i]]
+                version = side.manager.ledger.version
+                started = time.perf_counter()
+                side.view = await side.manager.prepare(side.history)
+                elapsed.append((side, time.perf_counter() - started))
+                decided = decided or side.manager.ledger.version != version
+            for side in order:  # the background calibrations run in this order too
+                sent = [canon.neutral(from_dict(side.messages.to_dict(m))) for m in side.view]
+                tokens = sum(canon.tokens_of(m) for m in y.merge(sent))
+                side.manager.observe(side.messages.Usage(input_tokens=tokens))
+            await anyio.lowlevel.checkpoint()
+            if not decided:
+                for side, seconds in elapsed:
+                    side.times.append(seconds * 1000)
+                ratios.append(sides[0].times[-1] / sides[1].times[-1])
+    finally:
+        for side in sides[::-1]:
+            await side.manager.__aexit__(None, None, None)
+    new, base = (statistics.median(side.times) for side in sides)
+    return new, base, statistics.median(ratios), len(ratios)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--base", required=True, help="git revision to compare against")
+    parser.add_argument("--cells", default=DEFAULT_CELLS, help="comma-separated NAME@BUDGET")
+    parser.add_argument(
+        "--strategy", default="deterministic", choices=("deterministic", "pipeline", "llm")
+    )
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        import_revision(args.base, Path(tmp))
+        print(f"working tree against {args.base}, {args.strategy}")
+        print(
+            f"{'cell':<28} {'new p50':>9} {'base p50':>9} {'ratio':>6} {'per call':>9} {'calls':>6}"
+        )
+        for text in args.cells.split(","):
+            name, budget = peers.parse_cell(text)
+            new, base, per_call, n = anyio.run(cell, name, budget, args.strategy)
+            print(f"{text:<28} {new:9.3f} {base:9.3f} {new / base:6.3f} {per_call:9.3f} {n:6d}")
+    print("(ms; p50 over the calls that decided nothing in either; ratio: new / base)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
