@@ -55,7 +55,10 @@ def import_revision(rev: str, into: Path) -> None:
         capture_output=True,
     ).stdout
     with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
-        archive.extractall(into, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python 3.11.4 and later
+            archive.extractall(into, filter="data")
+        else:  # the repository's own archive: nothing in it points outside ``into``
+            archive.extractall(into)
     package = into / "agentctx_base"
     (into / "agentctx").rename(package)
     for source in package.rglob("*.py"):
