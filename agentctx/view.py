@@ -161,10 +161,7 @@ class ViewState:
         indices = range(start, len(self.raw))
         self.origins += indices
         self.shown += indices
-        self._add_to_prefix(messages, ids)
-        self._prefix_len = len(self.view)
-        self._settled_raw = len(self.raw)
-        self._shown_in_prefix = len(self.shown)
+        self._settle_prefix(len(self.view), len(self.raw), ids)
         return True
 
     def truncate(self, index: int) -> int:
@@ -280,29 +277,25 @@ class ViewState:
             and ledger.span_covering(i) is None
         )
 
-    def _settle_prefix(self, stop: int, settle: int) -> None:
+    def _settle_prefix(self, stop: int, settle: int, ids: Iterable[str] | None = None) -> None:
         """Add ``view[_prefix_len:stop]`` to the settled prefix, which then stands for
-        ``raw[:settle]``."""
+        ``raw[:settle]``; ``ids``: their tool-call ids, when the caller has them already."""
         keep = self._prefix_len
         if stop > keep:
             settled = self.view[keep:stop]
-            self._add_to_prefix(settled, _call_ids(settled))
+            keys, vectors = self._counter.keyed_vectors(settled)
+            held = self._prefix_keys
+            if len(keys) < _TRANSPOSE_FROM:  # `update` costs an ABC check for a call's few
+                for key in keys:
+                    held[key] = held.get(key, 0) + 1
+            else:
+                held.update(keys)
+            _fold(self._prefix_vec, vectors, add)
+            self._prefix_ids.update(_call_ids(settled) if ids is None else ids)
             # Raw indices of what the view shows as is or repaired rise with it (`shown`).
             self._shown_in_prefix = bisect_left(self.shown, settle)
         self._prefix_len = stop
         self._settled_raw = settle
-
-    def _add_to_prefix(self, settled: Sequence[Message], ids: Iterable[str]) -> None:
-        """Add the estimates and tool-call ``ids`` of ``settled`` to the prefix's."""
-        keys, vectors = self._counter.keyed_vectors(settled)
-        held = self._prefix_keys
-        if len(keys) < _TRANSPOSE_FROM:  # `update` costs an ABC check for a call's few
-            for key in keys:
-                held[key] = held.get(key, 0) + 1
-        else:
-            held.update(keys)
-        _fold(self._prefix_vec, vectors, add)
-        self._prefix_ids.update(ids)
 
     def _unsettle(self, stop: int, settle: int) -> None:
         """Take ``view[stop:_prefix_len]`` out of the settled prefix, which then stands for

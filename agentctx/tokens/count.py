@@ -247,9 +247,7 @@ class MessageCounter:
             # The common cases inline (a memoized count, or one of an earlier calibration),
             # as in `count`.
             if entry is not None and entry.owner is key:
-                if entry.generation != epoch:
-                    entry.count, entry.generation = self.total(entry.base), epoch
-                total += entry.count
+                total += (entry if entry.generation == epoch else self._refresh(entry)).count
             else:
                 total += self.count(m)
         return total
