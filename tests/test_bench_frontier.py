@@ -212,6 +212,17 @@ def test_defaults_with_nothing_to_hold_them_against(f: ModuleType) -> None:
     assert checks["planted facts"].ok is None and "no compaction" in checks["planted facts"].value
 
 
+async def test_a_briefing_over_a_tiers_marker_keeps_what_the_marker_hid(f: ModuleType) -> None:
+    """The planted facts at 50k with the llm strategy: a briefing spliced over a span holding
+    a tiers' marker stored that span without the marker's recall id, so what the marker hid
+    was lost (98 % kept at the worst check, 80 % once the tiers dropped whole turns instead of
+    condensing them first). The briefing's recall entry now refers to the marker's ids."""
+    workload = f.rt.planted_session(f.PLANTED_SEED, f.PLANTED_CALLS)
+    planted = await f.run_planted(f.y.Canon(), workload, "agentctx.llm(offline)", 50_000, 0.1)
+    assert planted.checks >= 3 and planted.recall > 0
+    assert (planted.lost, planted.worst) == (0, 1.0), planted
+
+
 # -- the script ------------------------------------------------------------------------------------
 
 

@@ -444,7 +444,9 @@ class LlmCompaction:
         ``recall_context`` call away, as under the tiers' markers."""
         if ctx.recall is None:
             return SummaryMessage(f"{SUMMARY_MARKER}\n\n{text}")
-        part = span_text(ctx.view, ctx.origins, ctx.raw, va, vc, ctx.ledger)
+        # The tiers' markers inside name recall ids the briefing does not show: the part's
+        # entry refers to them, or what they hid would be recallable no more.
+        part = span_text(ctx.view, ctx.origins, ctx.raw, va, vc, ctx.ledger, markers=True)
         rid = ctx.recall.put(ctx.session_id, part)
         where = f'[The {vc - va} messages it replaces, in full: recall_context(id="{rid}")]'
         return SummaryMessage(f"{SUMMARY_MARKER}\n\n{text}\n\n{where}")

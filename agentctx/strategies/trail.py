@@ -145,12 +145,16 @@ def span_text(
     start: int,
     end: int,
     ledger: Ledger | None = None,
+    *,
+    markers: bool = False,
 ) -> str:
     """What a recall of the condensed or dropped view part ``[start, end)`` returns: the raw
     messages it stands for, in full, as plain text, so one call finds any of them.
 
     What the part holds that is already recallable under its own id is not stored again: an
-    earlier marker is left out (the new marker passes its recall ids on); a condensed line,
+    earlier marker is left out (the new marker passes its recall ids on), or with ``markers``
+    (for a replacement that does not name them) stands as a `recall_reference` to each of
+    its ids; a condensed line,
     a tool result or arguments cleared with a recall id (found in the message or, with
     ``ledger``, in its decisions) are stored as the view shows them followed by a
     `recall_reference` to each id, which the recall tool expands into the original. So every
@@ -167,6 +171,9 @@ def span_text(
     for j in range(start, end):
         m = view[j]
         if is_marker(m):
+            if markers:
+                flush()
+                pieces += [recall_reference(rid) for rid in _marker_ids(m)]
             continue
         i = origins[j]
         stop = origins[j + 1] if j + 1 < len(origins) else len(raw)
