@@ -1,15 +1,23 @@
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentctx.budget import Budget
 from agentctx.events import ContextCompacted, Event
+from agentctx.ledger import ReplaceSpan
 from agentctx.manager import ContextManager
-from agentctx.messages import SummaryMessage, ToolResultMessage, text_of
+from agentctx.messages import (
+    AssistantMessage,
+    Message,
+    SummaryMessage,
+    ToolResultMessage,
+    text_of,
+)
 from agentctx.recall import MemoryRecallStore
 from agentctx.strategies.deterministic import COMPACTION_MARKER, describe_call, truncate_text
-from agentctx.testing import drive
+from agentctx.testing import assert_view_ok, drive
 
 from .helpers import assistant, call, result, tool_turn, user
 
@@ -90,11 +98,67 @@ async def test_tiers_keep_task_latest_user_and_newest_turn() -> None:
     compactions = [e for e in events if isinstance(e, ContextCompacted)]
     assert compactions and all(e.tokens_after < e.tokens_before for e in compactions)
     actions = " ".join(a for e in compactions for a in e.actions)
-    assert "condensed" in actions and "dropped" in actions
+    assert "dropped" in actions  # condensing every old turn would not reach the target
     last = views[-1]
     assert last[0] == turns[0][0]
     assert any(isinstance(m, SummaryMessage) and m.text.startswith(COMPACTION_MARKER) for m in last)
     assert ctx.prompt_tokens <= ctx.budget.limit
+
+
+def _stepped_session(steps: int, lines: int, every: int) -> list[list[Message]]:
+    """A task, then tool steps with a user prompt after every ``every`` of them."""
+    turns = [[user("task: refactor src/cache.py")]]
+    for n in range(steps):
+        turns.append(tool_turn(n, lines=lines))
+        if n % every == every - 1:
+            turns.append([assistant(text=f"done {n}"), user(f"now step {n}")])
+    return turns
+
+
+async def test_old_turns_are_condensed_when_that_reaches_the_target() -> None:
+    events: list[Event] = []
+    budget = Budget(context_window=9_000, reserve_output=1_000, target_ratio=0.65)
+    async with ContextManager(budget, recall=MemoryRecallStore(), session_id="s") as ctx:
+        ctx.subscribe(events.append)
+        views = await drive(ctx, _stepped_session(12, lines=100, every=2))
+        (compaction,) = [e for e in events if isinstance(e, ContextCompacted)]
+        assert compaction.actions == ("condensed 3 old turns to one line each",)
+        lines = [text_of(m.content) for m in views[-1] if isinstance(m, AssistantMessage)]
+        condensed = [t for t in lines if t.startswith("[Earlier turn, condensed]")]
+        assert len(condensed) == 3
+        for line in condensed:  # each one recall away, its tools named
+            rid = line.split("recall_context id=")[1].split(")")[0]
+            assert "line 0 of output" in (await ctx.recall(rid))
+            assert "Tools: read(path=" in line
+        assert compaction.tokens_after <= budget.target_tokens + budget.target_tokens // 10
+
+
+@pytest.mark.parametrize("window", [9_000, 9_500, 12_000, 16_000])
+@pytest.mark.parametrize("target_ratio", [0.1, 0.3, 0.5])
+async def test_no_turn_is_condensed_only_to_be_dropped_in_the_same_call(
+    window: int, target_ratio: float
+) -> None:
+    # Where condensing every old turn fell short of the target, the tier condensed them all
+    # and the drop tier then hid their lines behind its marker in the same call: lines,
+    # recall entries and decisions made for nothing, a third of a long session's decision
+    # time. A turn condensed in a call is in the view that call returns. (Not always with a
+    # target close to the trigger: where the next turn would overshoot the target by more
+    # than the slack, the drop tier cuts the rest and its span can take a line with it.)
+    budget = Budget(context_window=window, reserve_output=1_000, target_ratio=target_ratio)
+    history: list[Message] = []
+    kinds: set[str] = set()
+    async with ContextManager(budget, recall=MemoryRecallStore()) as ctx:
+        for turn in _stepped_session(40, lines=100, every=4):
+            history += turn
+            taken = len(ctx.ledger)
+            view = await ctx.prepare(history)
+            assert_view_ok(view, ctx.raw)
+            shown = {text_of(m.content) for m in view if isinstance(m, AssistantMessage)}
+            for d in ctx.ledger.added_since(taken):
+                kinds.add(d.reason)
+                if isinstance(d, ReplaceSpan) and d.reason == "condense":
+                    assert text_of(d.replacement[0].content) in shown
+    assert "drop" in kinds
 
 
 async def test_truncated_output_is_recallable() -> None:

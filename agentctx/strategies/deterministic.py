@@ -447,13 +447,15 @@ class DeterministicCompaction:
         # that is enough instead, so the prompt lands near the target on every compaction
         # (the next one is then as far away as the target puts it). When ``precise``, an
         # overshoot of more than a tenth of the target is left to the drop tier, which cuts
-        # finer; this tier runs again without ``precise`` for what that tier cannot cut.
+        # finer, and so is a need no condensing reaches: the drop tier would then hide the
+        # condensed turns behind its marker in the same call (their lines, recall entries and
+        # decisions made for nothing), so it cuts the turns whole instead. This tier runs
+        # again without ``precise`` for what that tier cannot cut.
         slack = _slack(target)
-        eligible: list[tuple[int, int, AssistantMessage, int]] = []  # start, end, line, gain
-        available = 0
+        turns: list[tuple[int, int, int]] = []  # start, end, tokens
         for k, s in enumerate(starts):
             e = starts[k + 1] if k + 1 < len(starts) else len(view)
-            if e > tail or (precise and available >= need + slack):
+            if e > tail:
                 break
             part = view[s + 1 : e]
             overlaps = s < protected[1] and e > protected[0]
@@ -462,15 +464,24 @@ class DeterministicCompaction:
             if len(part) == 1 and ctx.ledger.span_covering(origins[s + 1]):
                 continue
             size = sum(map(count, part))
-            if size <= _MIN_DROP_GAIN:
-                continue
+            if size > _MIN_DROP_GAIN:
+                turns.append((s + 1, e, size))
+        if precise and sum(size for *_, size in turns) < need:
+            return  # even the turns' whole size is short of the need: their lines are too
+        eligible: list[tuple[int, int, AssistantMessage, int]] = []  # start, end, line, gain
+        available = 0
+        for s, e, size in turns:
+            if precise and available >= need + slack:
+                break
             # Sized with a stand-in id; the real one is made only for the turns condensed.
-            line = condensed_line(part, ID_STAND_IN if ctx.recall is not None else None)
+            line = condensed_line(view[s:e], ID_STAND_IN if ctx.recall is not None else None)
             replacement = _line_message(line)
             gain = size - ctx.counter.count_full(replacement)
             if gain > 0:
-                eligible.append((s + 1, e, replacement, gain))
+                eligible.append((s, e, replacement, gain))
                 available += gain
+        if precise and available < need:
+            return
         pending: list[tuple[int, int, AssistantMessage]] = []
         freed = 0
         for k, (s, e, replacement, gain) in enumerate(eligible):
@@ -564,6 +575,8 @@ class DeterministicCompaction:
         for freed, a, e in chosen:
             if a > 0 and is_marker(view[a - 1]):
                 a -= 1  # grow the earlier marker's span instead of adding a second marker
+            if all(map(is_marker, view[a:e])):
+                continue  # a marker dropped again passes its whole trail on: nothing is freed
             span_tokens = sum(map(count, view[a:e]))
             if span_tokens - marker_cost < min(need, _MIN_DROP_GAIN):
                 continue  # even a bare marker would cost about what the span frees
