@@ -168,6 +168,21 @@ def test_code_line_ends_are_the_lines_a_line_end_pattern_finds(text: str) -> Non
     assert set(_code_line_ends(lines)) == by_pattern
 
 
+@given(st.text(alphabet=st.sampled_from(list("a1_.~@+-/ \t:\n")), max_size=120))
+def test_shell_lines_are_the_ones_the_backtracking_pattern_found(text: str) -> None:
+    # The path alternative is possessive now (it backtracked through every way of splitting
+    # a path into segments before failing): the lines it finds are the same.
+    from agentctx.tokens.classify import _SHELL_LINE_START, _line_starts
+
+    backtracking = re.compile(
+        r"\n(?:[-dlcbps][rwxsStT-]{9}[@+.]?[ \t]|total \d+[ \t]*$"
+        r"|[ \t]*(?:[\w.~@+-]*/)+[\w.@+-]*/?[ \t]*$|[\w./-]+:\d+[:-])",
+        re.MULTILINE,
+    )
+    lines = "\n" + text
+    assert _line_starts(_SHELL_LINE_START, lines) == _line_starts(backtracking, lines)
+
+
 def test_classify_empty_and_blank_are_prose() -> None:
     assert classify("") is ContentClass.PROSE
     assert classify("   \n\n") is ContentClass.PROSE
