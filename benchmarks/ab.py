@@ -16,6 +16,12 @@ so a change of the machine's state hits both alike.
 Printed per cell: both p50s over the calls that decided nothing in either, their ratio, and
 the median of the per-call ratios (new / base; below 1 is faster). The same revision against
 itself gives 1.00 within about 0.02.
+
+``--decisions N`` compares the calls that decide instead: `long_session.py`'s generated session
+to N raw messages, owned mode, each call reporting the usage `long_session.reported_tokens`
+gives (a recall store, the 60k window), with the calling thread's CPU time as there. Printed:
+each side's decisions and their p50 / p90 / max, the ratio of the p50s, and the first call
+where the two sent different views (none: the change left every decision as it was).
 """
 
 from __future__ import annotations
@@ -69,7 +75,9 @@ def import_revision(rev: str, into: Path) -> None:
 class Side:
     """One revision's manager on one cell."""
 
-    def __init__(self, package: str, kind: str, first: float, budget: int) -> None:
+    def __init__(
+        self, package: str, kind: str, first: float, budget: int, *, recall: bool = False
+    ) -> None:
         from importlib import import_module
 
         def module(name: str) -> Any:
@@ -84,6 +92,7 @@ class Side:
             module("budget").Budget(context_window=window, reserve_output=y.RESERVE),
             strategy=strategy,
             counter=module("tokens").MessageCounter(),
+            recall=module("recall").MemoryRecallStore() if recall else None,
             session_id="bench",
             on_over_budget="send",
             clock=self.clock,
@@ -136,6 +145,61 @@ async def cell(name: str, budget: int, kind: str) -> tuple[float, float, float, 
     return new, base, statistics.median(ratios), len(ratios)
 
 
+async def decisions(upto: int, kind: str) -> tuple[list[Side], int | None]:
+    """`long_session.py`'s session to ``upto`` raw messages through both revisions, call by
+    call; the two sides (their ``times``: the calls that decided) and the first call whose
+    views differ."""
+    import long_session
+
+    from agentctx.messages import from_dict, to_dict
+
+    clock = [0.0]
+    turns = long_session.turns(0, clock)
+    budget = 60_000 - 8_000  # long_session's default window less its reserve: the same limit
+    sides = [Side(p, kind, 0.0, budget, recall=True) for p in ("agentctx", "agentctx_base")]
+    differ: int | None = None
+    for side in sides:
+        await side.manager.__aenter__()
+    try:
+        k = 0
+        while len(sides[0].manager.raw) < upto:
+            k += 1
+            group = [to_dict(m) for m in next(turns)]
+            for side in sides if k % 2 else sides[::-1]:
+                await side.clock.advance(max(side.clock(), clock[0]))
+                new = [side.messages.from_dict(d) for d in group]
+                version = side.manager.ledger.version
+                started = time.thread_time()
+                side.view = await side.manager.prepare([*side.view, *new])
+                if side.manager.ledger.version != version:
+                    side.times.append((time.thread_time() - started) * 1000)
+            sent = [[side.messages.to_dict(m) for m in side.view] for side in sides]
+            if differ is None and sent[0] != sent[1]:
+                differ = k
+            for side, view in zip(sides, sent, strict=True):
+                tokens = long_session.reported_tokens([from_dict(d) for d in view])
+                side.manager.observe(side.messages.Usage(input_tokens=tokens, output_tokens=200))
+            await anyio.lowlevel.checkpoint()
+    finally:
+        for side in sides[::-1]:
+            await side.manager.__aexit__(None, None, None)
+    return sides, differ
+
+
+def _decisions_report(base: str, kind: str, upto: int) -> None:
+    sides, differ = anyio.run(decisions, upto, kind)
+    print(f"working tree against {base}, {kind}, long_session's session to {upto} messages")
+    print(f"{'side':<14} {'decisions':>9} {'p50':>7} {'p90':>7} {'max':>7}")
+    p50s = []
+    for label, side in zip(("working tree", base), sides, strict=True):
+        times = sorted(side.times)
+        p50s.append(statistics.median(times))
+        p90 = times[min(len(times) - 1, int(0.9 * len(times)))]
+        print(f"{label:<14} {len(times):>9} {p50s[-1]:7.2f} {p90:7.2f} {times[-1]:7.2f}")
+    where = "every view the same" if differ is None else f"views differ from call {differ} on"
+    print(f"(ms of the calling thread's CPU time; p50 ratio {p50s[0] / p50s[1]:.3f}; {where})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--base", required=True, help="git revision to compare against")
@@ -143,9 +207,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--strategy", default="deterministic", choices=("deterministic", "pipeline", "llm")
     )
+    parser.add_argument(
+        "--decisions",
+        type=int,
+        metavar="N",
+        help="compare the calls that decide, on long_session.py's session to N messages",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         import_revision(args.base, Path(tmp))
+        if args.decisions is not None:
+            _decisions_report(args.base, args.strategy, args.decisions)
+            return 0
         print(f"working tree against {args.base}, {args.strategy}")
         print(
             f"{'cell':<28} {'new p50':>9} {'base p50':>9} {'ratio':>6} {'per call':>9} {'calls':>6}"

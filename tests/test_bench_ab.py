@@ -40,6 +40,35 @@ def test_the_ab_script_replays_a_cell_with_two_revisions_side_by_side(tmp_path: 
     assert 0 < int(calls) <= 12  # the cell's 12 requests, less those that decided
 
 
+def test_the_decisions_of_two_revisions_are_timed_on_the_long_session(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "ab.py"), "--base", "HEAD"]
+        + ["--decisions", "1200"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert (
+        lines[0]
+        == "working tree against HEAD, deterministic, long_session's session to 1200 messages"
+    )
+    rows = [line.split() for line in lines[2:4]]
+    assert [r[0] for r in rows] == ["working", "HEAD"]
+    assert all(int(r[-4]) > 0 and all(float(x) > 0 for x in r[-3:]) for r in rows)
+    assert lines[4].startswith("(ms of the calling thread's CPU time; p50 ratio ")
+    unchanged = subprocess.run(
+        ["git", "-C", str(ROOT), "diff", "--quiet", "HEAD", "--", "agentctx"]
+    )
+    if unchanged.returncode == 0:  # always so in CI, on a clean checkout
+        # The same code on both sides: the same decisions, the same views on every call.
+        assert rows[0][-4] == rows[1][-4]
+        assert lines[4].endswith("; every view the same)")
+
+
 def test_the_base_revision_is_imported_apart_from_the_working_tree(tmp_path: Path) -> None:
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]);"

@@ -154,11 +154,11 @@ def span_text(
     What the part holds that is already recallable under its own id is not stored again: an
     earlier marker is left out (the new marker passes its recall ids on), or with ``markers``
     (for a replacement that does not name them) stands as a `recall_reference` to each of
-    its ids; a condensed line,
-    a tool result or arguments cleared with a recall id (found in the message or, with
-    ``ledger``, in its decisions) are stored as the view shows them followed by a
-    `recall_reference` to each id, which the recall tool expands into the original. So every
-    raw message is stored about once, however often its stretch is compacted again.
+    its ids; a condensed line, a tool result or arguments cleared with a recall id (found in
+    the message or, with ``ledger``, in its decisions) are stored as the view shows them
+    followed by a `recall_reference` to each id, which the recall tool expands into the
+    original. So every raw message is stored about once, however often its stretch is
+    compacted again.
     """
     pieces: list[str] = []
     run: list[Message] = []  # raw messages to serialize in full

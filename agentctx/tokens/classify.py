@@ -30,9 +30,9 @@ _SAMPLE_EDGE = 2048  # classify looks at this many chars from each end
 _SHELL_LINE_START = re.compile(
     r"\n(?:[-dlcbps][rwxsStT-]{9}[@+.]?[ \t]"  # ls -l
     r"|total \d+[ \t]*$"
-    # A path (find, glob). Possessive: no way of splitting a path into its segments matches
-    # where the longest one fails (none of them takes a "/"), and backtracking through them
-    # all cost a third of `classify` on a grep -n listing, whose lines fail here first.
+    # A path (find, glob). Possessive: a segment giving back characters never lets a match
+    # through (no segment takes a "/"), so the lines found are the same, and backtracking
+    # through every split of a path cost a third of `classify` on a grep -n listing.
     r"|[ \t]*+(?:[\w.~@+-]*+/)++[\w.@+-]*+/?[ \t]*$"
     r"|[\w./-]+:\d+[:-])",  # grep -n
     re.MULTILINE,
