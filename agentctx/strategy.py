@@ -54,6 +54,9 @@ class CompactionContext:
         tasks: the manager's task group, for background work; ``None`` outside ``async with``.
         sent: how many raw messages an earlier request already sent; decisions about the
             messages after them cost no prefix-cache write.
+        give_way_above: for tiers run to land another strategy's rewrite at the target: the
+            prompt size above which they may also cut what they otherwise keep (recent steps,
+            their output floor); ``None``: the budget's trigger.
     """
 
     session_id: str
@@ -72,6 +75,7 @@ class CompactionContext:
     _complete_turn: Callable[[], tuple[int, int] | None]
     _cuts: Sequence[int]
     taken: list[Decision] = field(default_factory=list)
+    give_way_above: int | None = None
 
     @property
     def view(self) -> Sequence[Message]:

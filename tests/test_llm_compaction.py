@@ -1096,6 +1096,44 @@ async def test_a_splice_lands_at_or_under_the_target_even_when_its_briefing_is_b
         llm.cancel()
 
 
+async def test_a_splice_landing_under_the_trigger_keeps_the_recent_steps_whole(
+    make_summarizer: SummarizerFactory,
+) -> None:
+    """One running tool loop of equal reads: after the splice and the drop of what the tiers
+    may drop, the newest steps (kept by ``keep_recent_steps``) hold the prompt above the
+    target but far under the trigger. The splice lands there, with those outputs as the
+    model read them: giving way (output cut to a few lines, the running loop's included) is
+    for a landing above the trigger, as with the tiers alone. (It used to give way above the
+    target: the three newest reads came back cut from 4,469 to 1,131 characters.)"""
+    summarizer = make_summarizer(default=briefing())
+    chain, _ = strategy(summarizer)
+    limit = 20_000
+    session = Budget(context_window=limit + 1_000, reserve_output=1_000)
+    async with ContextManager(session, strategy=chain, recall=MemoryRecallStore()) as m:
+        caller = Caller(m)
+        await caller.turn([UserMessage.of("Speed up the cache.")])
+        n = 0
+        while not caller.compactions("summarized"):
+            n += 1
+            await caller.turn(read_step(n))
+            assert n < 40
+        (spliced,) = caller.compactions("summarized")
+        view = caller.views[-1]
+    assert spliced.tokens_after < session.trigger_tokens
+    assert spliced.tokens_after > session.target_tokens, "the scenario lands above the target"
+    assert not [a for a in spliced.actions if a.startswith("truncated")]
+    newest = [msg for msg in view if isinstance(msg, ToolResultMessage)][-3:]
+    assert [text_of(r.content) for r in newest] == [
+        text_of(read_step(k)[1].content) for k in range(n - 2, n + 1)
+    ]
+
+
+def read_step(n: int, lines: int = 100) -> list[Message]:
+    """One step of a tool loop: a read and its ``lines``-line result (4,469 characters)."""
+    body = "\n".join(f"src/mod_{n}.py:{k}: value_{k} = compute({k}, {n})" for k in range(lines))
+    return [assistant(call(f"c{n}", "read", path=f"src/mod_{n}.py")), result(f"c{n}", body, "read")]
+
+
 async def test_an_update_whose_briefing_was_spliced_meanwhile_replaces_it_later(
     make_summarizer: SummarizerFactory,
 ) -> None:

@@ -510,6 +510,39 @@ def limited(tokens: int) -> Budget:
     return Budget(context_window=2_000_000, hard_budget=tokens)
 
 
+async def test_a_rewrite_landing_under_the_trigger_keeps_the_recent_steps_whole() -> None:
+    """One running tool loop of equal reads, over the budget: the fallback tiers drop what
+    they may, and the newest steps (their ``keep_recent_steps``) hold the prompt above the
+    target but far under the trigger. The rewrite lands there with those outputs whole:
+    giving way (output cut to a few lines, the running loop's included) is for a landing
+    above the trigger, as with the tiers alone. (The tiers ran with their trigger at the
+    target, so they gave way on every such rewrite: the three newest reads were cut from
+    4,469 to 1,131 characters.)"""
+    budget = Budget(context_window=21_000, reserve_output=1_000)
+    events: list[Event] = []
+    recall = MemoryRecallStore()
+    async with ContextManager(
+        budget, strategy=ToolOutputPipeline(), clock=lambda: NOW, recall=recall
+    ) as ctx:
+        ctx.subscribe(events.append)
+        history: list[Message] = [u("Speed up the cache.")]
+        view = await ctx.prepare(history)
+        n = 0
+        while not any(isinstance(e, ContextCompacted) for e in events):
+            n += 1
+            body = "\n".join(f"src/m{n}.py:{k}: v{k} = compute({k}, {n})" for k in range(100))
+            history += [a(f"c{n}"), r(f"c{n}", body)]
+            view = await ctx.prepare([*view, *history[-2:]])
+            assert n < 40
+        assert_view_ok(view, history)
+        landed = ctx.prompt_tokens
+    (compacted,) = [e for e in events if isinstance(e, ContextCompacted)]
+    assert budget.target_tokens < landed < budget.trigger_tokens
+    assert not [act for act in compacted.actions if act.startswith("truncated")]
+    newest = [txt(m) for m in view if isinstance(m, ToolResultMessage)][-3:]
+    assert newest == [txt(m) for m in history[-5::2]]
+
+
 async def test_the_emergency_fraction_waits_for_the_budget_on_a_warm_cache() -> None:
     """Changed deliberately: reaching L2's usage fraction (0.9) used to count as forced, so on
     a warm cache every rewrite came at 90 % of the budget and a tenth of the headroom was

@@ -68,6 +68,13 @@ _GIVE_WAY_ROUNDS = 12
 _COLD_FACTOR = 3  # with a cold cache, compact once the prompt is this many targets
 
 
+def _ceiling(ctx: CompactionContext) -> int:
+    """Where a landing is too high to keep the comforts: the trigger, unless the strategy
+    running these tiers says otherwise (`CompactionContext.give_way_above`)."""
+    above = ctx.give_way_above
+    return ctx.budget.trigger_tokens if above is None else above
+
+
 def _slack(target: int) -> int:
     """How far from the target a compaction may land: a tenth of it."""
     return max(_MIN_DROP_GAIN, target // 10)
@@ -197,7 +204,7 @@ class DeterministicCompaction:
             ctx.counter.refine(ctx.view)  # judge the round on full estimates
             if len(ctx.taken) == taken or ctx.prompt_tokens <= target:
                 break
-        if ctx.prompt_tokens > budget.trigger_tokens:
+        if ctx.prompt_tokens > _ceiling(ctx):
             # Landing above the trigger, the next few new messages would force another
             # rewrite, call after call: the comforts give way down to the trigger.
             self._give_way(ctx, actions, target)
@@ -242,14 +249,15 @@ class DeterministicCompaction:
         """
         lines, chars = self.max_lines, self.max_chars
         ran_chars = chars  # the character limit of the last round run
+        ceiling = _ceiling(ctx)
         # Output is cut down to the target, as every compaction aims (so the next new result
         # does not cross the budget again at once); recent steps go only as far as the
         # trigger needs.
         for keep, goal in (
             (self.keep_recent_steps, target),
-            (min(1, self.keep_recent_steps), ctx.budget.trigger_tokens),
+            (min(1, self.keep_recent_steps), ceiling),
         ):
-            if ctx.prompt_tokens <= ctx.budget.trigger_tokens and goal == ctx.budget.trigger_tokens:
+            if ctx.prompt_tokens <= ceiling and goal == ceiling:
                 return
             # Once tiers 2 and 3 find nothing at this protection, cutting output shorter only
             # shrinks what they could free: later rounds leave them out.

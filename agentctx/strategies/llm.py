@@ -496,8 +496,15 @@ class LlmCompaction:
             # Still above the target: shrink the tail to it, so the splice lands as deep as
             # the tiers would have and the next compaction is as far away (the splice breaks
             # the prefix cache from here on anyway, and the tail is the newest part of it).
-            aim = capped(budget.target_tokens)
-            actions += await run_tiers(self.fallback, ctx, start=vc, delta=size - region, aim=aim)
+            # The recent steps give way only above the trigger, as the tiers' own do.
+            actions += await run_tiers(
+                self.fallback,
+                ctx,
+                start=vc,
+                delta=size - region,
+                aim=capped(budget.target_tokens),
+                give_way_above=budget.trigger_tokens,
+            )
             if ctx.prompt_tokens - region + size > limit and va > head:
                 # Still over the limit: make room before the span too, around the briefing
                 # as it will be (the tiers never drop a briefing), just under the limit.

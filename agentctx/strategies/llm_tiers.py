@@ -52,6 +52,7 @@ async def run_tiers(
     instead: tuple[int, int, Message] | None = None,
     delta: int = 0,
     aim: Budget | None = None,
+    give_way_above: int | None = None,
 ) -> list[str]:
     """Run ``fallback`` on ``ctx.view[start:]`` (all of it for ``None``), as if the prompt
     were ``delta`` tokens larger, against ``aim`` (default: the session's budget); return the
@@ -62,7 +63,9 @@ async def run_tiers(
     ``fence`` a synthetic briefing sits before ``view[fence]``, and with
     ``instead=(i, j, briefing)`` the briefing stands in for ``view[i:j]`` (count its
     difference in ``delta``): the tiers never condense or drop a briefing, so none of their
-    decisions touches it or runs across it. Other events pass through to ``ctx.emit``.
+    decisions touches it or runs across it. ``give_way_above``: see
+    `CompactionContext.give_way_above` (default: ``aim``'s trigger). Other events pass
+    through to ``ctx.emit``.
     """
     collected: list[str] = []
 
@@ -128,6 +131,7 @@ async def run_tiers(
         _complete_turn=ctx._complete_turn,
         _cuts=ctx._cuts,
         taken=ctx.taken,
+        give_way_above=give_way_above,
     )
     await fallback.compact(sub)
     return collected

@@ -277,10 +277,11 @@ class ToolOutputPipeline:
             # same call and to the same target. For this call their hard budget is the
             # trigger: a rewrite that huge output of the in-flight loop leaves above it would
             # be followed by another within a few calls, so that output is cut now instead.
+            # Below it the recent steps stay as they are: the next rewrite is as far away.
             trigger = max(1, budget.trigger_tokens)
             ratio = min(1.0, max(1, budget.target_tokens) / trigger)
             aim = replace(budget, hard_budget=trigger, trigger_ratio=ratio, target_ratio=ratio)
-            await self.fallback.compact(replace(ctx, budget=aim))
+            await self.fallback.compact(replace(ctx, budget=aim, give_way_above=trigger))
 
 
 def _paying(proposals: list[Proposal]) -> int:
