@@ -18,6 +18,7 @@ import pytest
 from agentctx.budget import Budget
 from agentctx.events import BudgetExceeded, ContextCompacted, Event
 from agentctx.importers import load_transcript
+from agentctx.ledger import ReplaceResult
 from agentctx.manager import ContextManager
 from agentctx.messages import (
     AssistantMessage,
@@ -574,6 +575,35 @@ async def test_the_emergency_fraction_waits_for_the_budget_on_a_warm_cache() -> 
         v4 = await ctx.prepare(fourth)
         assert v4[: len(v3)] == v3 and len(ctx.ledger) == decisions
     assert sum(isinstance(e, BudgetExceeded) for e in events) == 0
+
+
+async def test_no_result_is_expired_only_to_be_dropped_in_the_same_call() -> None:
+    """Over the budget, where expiring every result the passes may touch cannot reach the
+    target, the tiers drop the old turns in the same call anyway. Every result in them used
+    to be expired first (a placeholder, a recall entry and a full estimate each), then hidden
+    with them behind the marker: 8 of the 9 placeholders of this call, and about a hundred a
+    call, half its time, in `long_session.py`'s session. Now the tiers go first; the passes
+    expire only what stays in view (here the newest complete turn's result), landing where
+    they did."""
+    first = [u("task", 100), *turns(1, 8, 100)]
+    second = [*first, a(age=10), u("step 9", 9), a("c9", age=9), r("c9", code(400), 9)]
+    third = [*second, a(age=8), u("step 10", 7), a("c10", age=7), r("c10", code(200), 7)]
+    budget = limited(int(await tokens_of(second) / 0.95))
+    strategy = ToolOutputPipeline(**QUIET)
+    recall = MemoryRecallStore()
+    async with ContextManager(budget, strategy=strategy, clock=lambda: NOW, recall=recall) as ctx:
+        await ctx.prepare(first)
+        await ctx.prepare(second)
+        view = await ctx.prepare(third)
+        assert_view_ok(view, ctx.raw)
+        ledger = ctx.ledger
+        replaced = [d for d in ledger.decisions if isinstance(d, ReplaceResult)]
+        assert replaced and ledger.spans
+        assert [d for d in replaced if ledger.span_covering(d.at.index)] == []
+        shown = [txt(m) for m in view if isinstance(m, ToolResultMessage)]
+        assert len(shown) == 2 and "expired" in shown[0] and "src/c9.ts" in shown[0]
+        assert shown[1] == code(200)
+        assert ctx.prompt_tokens <= 0.2 * budget.limit  # 2,519 tokens of 14,836 both ways
 
 
 async def test_a_forced_rewrite_reaches_the_target_in_the_same_call() -> None:

@@ -21,7 +21,9 @@ rewrite the cached prefix, so they wait until the prompt is over the hard budget
 the oldest of them first, as many as bring the prompt to the target (``target_ratio``), expires
 further results oldest first if they are not enough, and hands what is left to the
 deterministic tiers in the same call: every rewrite lands near the target, never just under
-the budget, so the next one is as far away as the target puts it. L2's usage fraction no
+the budget, so the next one is as far away as the target puts it. When expiring every result
+could not reach the target anyway, the tiers go first (they would drop those results' turns in
+the same call), and the passes expire only what stays in view. L2's usage fraction no
 longer forces a rewrite by itself on a warm cache: breaking there would spend a tenth of the
 budget's headroom on every rewrite.
 """
@@ -38,6 +40,7 @@ from agentctx.strategies.deterministic import DeterministicCompaction
 from agentctx.strategies.pipeline_run import Memo, Proposal, Run, condense
 
 if TYPE_CHECKING:
+    from agentctx.budget import Budget
     from agentctx.strategy import CompactionContext, CompactionStrategy
 
 __all__ = [
@@ -220,6 +223,27 @@ class ToolOutputPipeline:
         tokens_before = ctx.prompt_tokens
         cold = ctx.idle_seconds is not None and ctx.idle_seconds > self.cache_ttl_seconds
         threshold = self.clear_at_least if self.clear_at_least is not None else budget.limit // 2
+        if (
+            tokens_before > budget.limit
+            and self.fallback is not None
+            and not any(p.fresh for p in run.proposals)
+            and run.beyond_expiry(budget.target_tokens)
+        ):
+            # Over the budget, and expiring every result the passes may touch would still
+            # leave the prompt above the target: the tiers then drop the stretch those
+            # results are in, in this same call. Placeholders made first would only be
+            # dropped with it (a hundred of them a call, half its time), so the tiers go
+            # first. Only the results of the newest complete turn, which no tier drops, are
+            # expired before them (the tiers would cut them otherwise, and a cut result is
+            # not expired); after them, what else they kept above the target.
+            target = budget.target_tokens
+            taken = run.expire_to_target(1, target, within=ctx.protected_turn or (0, 0))
+            if ctx.prompt_tokens > target:
+                await self._land(ctx, budget)
+            if ctx.prompt_tokens > target:
+                taken += Run(self, ctx, self._memo(ctx)).expire_to_target(1, target)
+            self._emit(ctx, taken, messages_before, tokens_before)
+            return
         if run.deferred is not None and (
             cold or tokens_before > budget.limit or _paying(run.proposals) >= threshold
         ):
@@ -254,34 +278,41 @@ class ToolOutputPipeline:
             # budget only the newest turn is spared; otherwise the turns L2 protects are.
             protect = 1 if forced or self.l2 is None else self.l2.protect_recent_turns
             taken += run.expire_to_target(protect, budget.target_tokens)
+        self._emit(ctx, taken, messages_before, tokens_before)
+        rewrites = rewrites or any(not p.fresh for p in taken)
+        if (forced or cold or rewrites) and ctx.prompt_tokens > budget.target_tokens:
+            await self._land(ctx, budget)
+
+    def _emit(
+        self, ctx: CompactionContext, taken: list[Proposal], messages: int, tokens: int
+    ) -> None:
         if taken:
             ctx.emit(
                 ContextCompacted(
                     method="pipeline",
                     strategy=type(self).__name__,
-                    messages_before=messages_before,
+                    messages_before=messages,
                     messages_after=len(ctx.view),
-                    tokens_before=tokens_before,
+                    tokens_before=tokens,
                     tokens_after=ctx.prompt_tokens,
                     decisions=len(taken),
                     actions=tuple(p.action for p in taken),
                 )
             )
-        rewrites = rewrites or any(not p.fresh for p in taken)
-        if (
-            self.fallback is not None
-            and (forced or cold or rewrites)
-            and ctx.prompt_tokens > budget.target_tokens
-        ):
-            # What the passes cannot reach (arguments, text, turns) the tiers condense, in the
-            # same call and to the same target. For this call their hard budget is the
-            # trigger: a rewrite that huge output of the in-flight loop leaves above it would
-            # be followed by another within a few calls, so that output is cut now instead.
-            # Below it the recent steps stay as they are: the next rewrite is as far away.
-            trigger = max(1, budget.trigger_tokens)
-            ratio = min(1.0, max(1, budget.target_tokens) / trigger)
-            aim = replace(budget, hard_budget=trigger, trigger_ratio=ratio, target_ratio=ratio)
-            await self.fallback.compact(replace(ctx, budget=aim, give_way_above=trigger))
+
+    async def _land(self, ctx: CompactionContext, budget: Budget) -> None:
+        """Have the fallback tiers condense what the passes cannot reach (arguments, text,
+        turns), in the same call and to the same target."""
+        if self.fallback is None:
+            return
+        # For this call their hard budget is the trigger: a rewrite that huge output of the
+        # in-flight loop leaves above it would be followed by another within a few calls, so
+        # that output is cut now instead. Below it the recent steps stay as they are: the
+        # next rewrite is as far away.
+        trigger = max(1, budget.trigger_tokens)
+        ratio = min(1.0, max(1, budget.target_tokens) / trigger)
+        aim = replace(budget, hard_budget=trigger, trigger_ratio=ratio, target_ratio=ratio)
+        await self.fallback.compact(replace(ctx, budget=aim, give_way_above=trigger))
 
 
 def _paying(proposals: list[Proposal]) -> int:

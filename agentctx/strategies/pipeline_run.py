@@ -627,6 +627,22 @@ class Run:
         for j in picks:  # each claims only itself: the picks stay open as it goes
             self._expire(j, "Tool result expired", "l2")
 
+    def beyond_expiry(self, target: int) -> bool:
+        """Whether the prompt would stay above ``target`` with every result the passes may
+        touch (and its call) gone, outside the newest turn and the in-flight tool loop (what
+        `expire_to_target` spares when forced): no placeholder, however many, reaches it."""
+        view, count, calls = self.view, self.ctx.counter.count, self.calls
+        most = 0
+        for j in self.results:
+            if self._protected(j, 1) or j >= self.loop_start:
+                continue
+            m = view[j]
+            most += count(m)
+            found = calls.get(m.tool_call_id)  # type: ignore[union-attr]
+            if found is not None:
+                most += count(view[found[0]])
+        return self.ctx.prompt_tokens - most > target
+
     def take_until(self, proposals: list[Proposal], target: int) -> list[Proposal]:
         """Take ``proposals`` oldest first, whole units (a result with its call's arguments),
         until the prompt is at ``target``; return those taken."""
@@ -635,12 +651,18 @@ class Run:
             units.setdefault(p.unit, []).append(p)
         return self._take_units(iter(units.values()), target)
 
-    def expire_to_target(self, protect_turns: int, target: int) -> list[Proposal]:
+    def expire_to_target(
+        self, protect_turns: int, target: int, within: tuple[int, int] | None = None
+    ) -> list[Proposal]:
         """Expire the oldest results outside the newest ``protect_turns`` turns and the
-        in-flight tool loop until the prompt is at ``target``; return what was taken."""
+        in-flight tool loop (and inside view positions ``within``, if given) until the prompt
+        is at ``target``; return what was taken."""
+        lo, hi = within if within is not None else (0, len(self.view))
 
         def units() -> Iterator[list[Proposal]]:
             for j in self.results:
+                if not lo <= j < hi:
+                    continue
                 if self._protected(j, protect_turns) or j >= self.loop_start or not self._open(j):
                     continue
                 before = len(self.proposals)
