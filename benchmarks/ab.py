@@ -13,9 +13,10 @@ caches as `peers.py`'s judge does between requests), one checkpoint of the loop 
 background calibration. Their `prepare()` calls alternate, the order flipping each request,
 so a change of the machine's state hits both alike.
 
-Printed per cell: both p50s over the calls that decided nothing in either, their ratio, and
-the median of the per-call ratios (new / base; below 1 is faster). The same revision against
-itself gives 1.00 within about 0.02.
+Printed per cell: both p50s over the calls that decided nothing in either, their ratio, the
+median of the per-call ratios (new / base; below 1 is faster), and whether the two sent the
+same view on every call (else the first call where they differ). The same revision against
+itself gives 1.00 within about 0.02, and the same views.
 
 ``--decisions N`` compares the calls that decide instead: `long_session.py`'s generated session
 to N raw messages, owned mode, each call reporting the usage `long_session.reported_tokens`
@@ -102,8 +103,9 @@ class Side:
         self.times: list[float] = []
 
 
-async def cell(name: str, budget: int, kind: str) -> tuple[float, float, float, int]:
-    """(new p50, base p50, median per-call ratio, calls compared); milliseconds."""
+async def cell(name: str, budget: int, kind: str) -> tuple[float, float, float, int, int | None]:
+    """(new p50, base p50, median per-call ratio, calls compared, the first call whose views
+    differ or ``None``); milliseconds."""
     from agentctx.messages import from_dict, to_dict
 
     session = peers.load_sessions()[name]
@@ -115,6 +117,7 @@ async def cell(name: str, budget: int, kind: str) -> tuple[float, float, float, 
     for side in sides:
         await side.manager.__aenter__()
     ratios: list[float] = []
+    differ: int | None = None
     try:
         for k, i in enumerate(y.calls(session.messages)):
             at = times[k]
@@ -129,10 +132,14 @@ async def cell(name: str, budget: int, kind: str) -> tuple[float, float, float, 
                 side.view = await side.manager.prepare(side.history)
                 elapsed.append((side, time.perf_counter() - started))
                 decided = decided or side.manager.ledger.version != version
+            views = {}
             for side in order:  # the background calibrations run in this order too
-                sent = [canon.neutral(from_dict(side.messages.to_dict(m))) for m in side.view]
+                views[side] = [side.messages.to_dict(m) for m in side.view]
+                sent = [canon.neutral(from_dict(d)) for d in views[side]]
                 tokens = sum(canon.tokens_of(m) for m in y.merge(sent))
                 side.manager.observe(side.messages.Usage(input_tokens=tokens))
+            if differ is None and views[sides[0]] != views[sides[1]]:
+                differ = k
             await anyio.lowlevel.checkpoint()
             if not decided:
                 for side, seconds in elapsed:
@@ -142,7 +149,7 @@ async def cell(name: str, budget: int, kind: str) -> tuple[float, float, float, 
         for side in sides[::-1]:
             await side.manager.__aexit__(None, None, None)
     new, base = (statistics.median(side.times) for side in sides)
-    return new, base, statistics.median(ratios), len(ratios)
+    return new, base, statistics.median(ratios), len(ratios), differ
 
 
 async def decisions(upto: int, kind: str) -> tuple[list[Side], int | None]:
@@ -222,12 +229,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"working tree against {args.base}, {args.strategy}")
         print(
             f"{'cell':<28} {'new p50':>9} {'base p50':>9} {'ratio':>6} {'per call':>9} {'calls':>6}"
+            f" {'views':>10}"
         )
         for text in args.cells.split(","):
             name, budget = peers.parse_cell(text)
-            new, base, per_call, n = anyio.run(cell, name, budget, args.strategy)
-            print(f"{text:<28} {new:9.3f} {base:9.3f} {new / base:6.3f} {per_call:9.3f} {n:6d}")
-    print("(ms; p50 over the calls that decided nothing in either; ratio: new / base)")
+            new, base, per_call, n, differ = anyio.run(cell, name, budget, args.strategy)
+            views = "same" if differ is None else f"differ@{differ}"
+            print(
+                f"{text:<28} {new:9.3f} {base:9.3f} {new / base:6.3f} {per_call:9.3f} {n:6d}"
+                f" {views:>10}"
+            )
+    print(
+        "(ms; p50 over the calls that decided nothing in either; ratio: new / base; views: the"
+        " same on every call, or the first call where they differ)"
+    )
     return 0
 
 

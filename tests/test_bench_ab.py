@@ -34,10 +34,16 @@ def test_the_ab_script_replays_a_cell_with_two_revisions_side_by_side(tmp_path: 
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "working tree against HEAD, deterministic"
-    cell, new, base, ratio, per_call, calls = lines[2].split()
+    cell, new, base, ratio, per_call, calls, views = lines[2].split()
     assert cell == "cc/spotter-4d5611e5-agent-a2898e3@50k"
     assert float(new) > 0 and float(base) > 0 and float(ratio) > 0 and float(per_call) > 0
     assert 0 < int(calls) <= 12  # the cell's 12 requests, less those that decided
+    assert views == "same" or views.startswith("differ@")
+    unchanged = subprocess.run(
+        ["git", "-C", str(ROOT), "diff", "--quiet", "HEAD", "--", "agentctx"]
+    )
+    if unchanged.returncode == 0:  # always so in CI, on a clean checkout
+        assert views == "same"
 
 
 def test_the_decisions_of_two_revisions_are_timed_on_the_long_session(tmp_path: Path) -> None:

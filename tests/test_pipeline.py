@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import math
+import random
 import re
 from typing import Any
 
@@ -35,6 +36,7 @@ from agentctx.messages import (
 )
 from agentctx.recall import MemoryRecallStore
 from agentctx.replay import replay
+from agentctx.strategies import pipeline as pipeline_module
 from agentctx.strategies import pipeline_run
 from agentctx.strategies.deterministic import COMPACTION_MARKER, DeterministicCompaction
 from agentctx.strategies.pipeline import (
@@ -859,3 +861,80 @@ async def test_a_session_keeps_no_rendering_of_what_spans_now_hide() -> None:
     # Renderings are kept for what the view shows, and by the tiers' bounded caches: not
     # one per decision (1,012 here before).
     assert len(stray) < decided // 2, (len(stray), len(view), decided)
+
+
+# -- a call no pass can take anything on skips the passes -------------------------------------
+
+
+def _loop_session(seed: int, steps: int) -> list[tuple[float, list[Message]]]:
+    """(clock, new messages) per model call: a tool loop of reads of every size (some over
+    `CondensePass.threshold_chars`, a few over the budget), 2-20 s apart, with a user prompt
+    every dozen steps, after a shell run of the user's now and then."""
+    rng = random.Random(seed)
+    now, out = NOW, []
+    for n in range(steps):
+        now += rng.uniform(2, 20)
+        stamp = {"timestamp": int(now * 1000)}
+        if n % 12 == 11:
+            turn: list[Message] = [AssistantMessage.of(f"done {n}")]
+            if rng.random() < 0.3:  # the user ran a command, then asked (one batch)
+                shell = "$ make\n" + "ok\n" * rng.randint(10, 3_000)
+                turn.append(UserMessage((TextBlock(shell),), {**stamp, "source": "bash_execution"}))
+            turn.append(UserMessage((TextBlock(f"next {n}"),), stamp))
+            out.append((now, turn))
+            continue
+        lines = min(4_000, int(rng.paretovariate(1.2) * 8))
+        body = "\n".join(f"src/m{n}.py:{k}: v{k} = f({k}, {n})" for k in range(lines))
+        out.append((now, [a(f"c{n}", age=0), r(f"c{n}", body)]))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("seed", "window", "owned", "turn_cap"),
+    [(1, 30_000, True, 200_000), (2, 60_000, False, 200_000), (3, 60_000, True, 20_000)],
+)
+async def test_skipping_the_passes_when_nothing_can_be_taken_changes_no_view(
+    seed: int, window: int, owned: bool, turn_cap: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`nothing_to_take` lets a call skip the passes (most calls under half the budget, in a
+    running tool loop): the same session, with it and with the passes run on every call,
+    sends the same view on every call, rewinds and a budget pass that acts on new results
+    included, and it did skip."""
+    session = _loop_session(seed, 500)
+    real = pipeline_module.nothing_to_take
+    skipped = 0
+
+    def counted(*args: Any) -> bool:
+        nonlocal skipped
+        found = real(*args)
+        skipped += found
+        return found
+
+    async def views() -> list[list[str]]:
+        clock = [NOW]
+        sent: list[list[str]] = []
+        budget = Budget(context_window=window, reserve_output=2_000)
+        async with ContextManager(
+            budget,
+            strategy=ToolOutputPipeline(budget=BudgetPass(max_chars_per_turn=turn_cap)),
+            clock=lambda: clock[0],
+            recall=MemoryRecallStore(),
+            session_id="s",  # recall ids name it
+        ) as ctx:
+            history: list[Message] = [u("task: make src/m0.py fast")]
+            view = await ctx.prepare(history)
+            for k, (now, new) in enumerate(session):
+                clock[0] = now
+                if not owned and k % 97 == 96:
+                    history = history[: len(history) - 7]  # a rewind, then on again
+                history = [*(view if owned else history), *new]
+                view = await ctx.prepare(history)
+                assert_view_ok(view, ctx.raw)
+                sent.append([canonical_json(m) for m in view])
+        return sent
+
+    monkeypatch.setattr(pipeline_module, "nothing_to_take", counted)
+    with_skips = await views()
+    monkeypatch.setattr(pipeline_module, "nothing_to_take", lambda *args: False)
+    assert await views() == with_skips
+    assert skipped > len(session) // 4

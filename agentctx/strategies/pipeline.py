@@ -25,7 +25,8 @@ the budget, so the next one is as far away as the target puts it. When expiring 
 could not reach the target anyway, the tiers go first (they would drop those results' turns in
 the same call), and the passes expire only what stays in view. L2's usage fraction no
 longer forces a rewrite by itself on a warm cache: breaking there would spend a tenth of the
-budget's headroom on every rewrite.
+budget's headroom on every rewrite. A call that provably takes nothing (a step of the running
+tool loop, under half the budget, on a warm cache) skips the passes (`nothing_to_take`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from agentctx._check import fraction, got, number, whole
 from agentctx.errors import ConfigError
 from agentctx.events import ContextCompacted
 from agentctx.strategies.deterministic import DeterministicCompaction
-from agentctx.strategies.pipeline_run import Memo, Proposal, Run, condense
+from agentctx.strategies.pipeline_run import Memo, Proposal, Run, condense, nothing_to_take
 
 if TYPE_CHECKING:
     from agentctx.budget import Budget
@@ -214,6 +215,8 @@ class ToolOutputPipeline:
 
     async def compact(self, ctx: CompactionContext) -> None:
         """Propose with every pass, then take the batch if it pays (see the module doc)."""
+        if nothing_to_take(self, ctx, self._memos.get(ctx.session_id)):
+            return
         run = Run(self, ctx, self._memo(ctx))
         run.propose_all()
         budget = ctx.budget

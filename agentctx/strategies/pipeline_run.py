@@ -187,6 +187,49 @@ class Memo:
         self.entries[key] = (m, value)
 
 
+def nothing_to_take(cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo | None) -> bool:
+    """Whether a run of the passes over ``ctx`` would take nothing, told without running
+    them: the call's new messages are a step of the running tool loop that no pass touches
+    yet (and nothing else is unsent), the cache is warm, and the prompt is under every
+    threshold a pass or a batch acts at. Half the calls of a session (those under half the
+    budget) then cost what the tiers' own no-decision call does.
+
+    ``memo`` is the session's memo from the last run; its scan tells what is new."""
+    scan = memo.scan if memo is not None else None
+    idle = ctx.idle_seconds
+    if scan is None or memo is None or memo.version != ctx.ledger.version or idle is None:
+        return False
+    if idle > cfg.cache_ttl_seconds or (cfg.mc is not None and idle > cfg.mc.gap_seconds):
+        return False
+    budget = ctx.budget
+    limit = budget.limit
+    # A stale batch frees at most what the prompt holds: under the threshold none pays.
+    threshold = cfg.clear_at_least if cfg.clear_at_least is not None else limit // 2
+    tokens = ctx.prompt_tokens
+    if tokens > limit or tokens >= threshold:
+        return False
+    if cfg.l2 is not None and tokens >= cfg.l2.usage_fraction * limit:
+        return False
+    for passes in (cfg.l0, cfg.l1):
+        if passes is not None and passes.protect_recent_turns < 1:
+            return False
+    view, origins = ctx.view, ctx.origins
+    n = len(scan.messages)
+    # The scanned messages are still the view's (a rewind or a batch answered would render
+    # its end again) and all sent: the new ones are the only unsent messages.
+    if not 0 < n <= len(view) or view[n - 1] is not scan.messages[-1] or origins[n - 1] >= ctx.sent:
+        return False
+    chars = scan.turn_chars.get(scan.turns, 0)
+    for m in view[n:]:
+        if isinstance(m, ToolResultMessage):
+            chars += len(text_of(m.content))
+        elif not isinstance(m, AssistantMessage):
+            return False  # a user turn or a summary moves what the passes protect
+    # In the newest turn, within the running loop: protected from L0 and L1; only the
+    # budget pass could take one of them, when the turn's results pass its cap.
+    return cfg.budget is None or chars <= cfg.budget.max_chars_per_turn
+
+
 class Run:
     """One pipeline run over one view: the proposals, with what each already claimed."""
 
