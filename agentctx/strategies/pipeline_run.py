@@ -203,7 +203,8 @@ def nothing_to_take(cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo 
         return False
     budget = ctx.budget
     limit = budget.limit
-    # A stale batch frees at most what the prompt holds: under the threshold none pays.
+    # A stale batch frees at most what the prompt holds (counted as the view is: in full
+    # once `observe` saw it sent), so under the threshold none pays.
     threshold = cfg.clear_at_least if cfg.clear_at_least is not None else limit // 2
     tokens = ctx.prompt_tokens
     if tokens > limit or tokens >= threshold:
