@@ -896,18 +896,20 @@ def _loop_session(seed: int, steps: int) -> list[tuple[float, list[Message]]]:
 async def test_skipping_the_passes_when_nothing_can_be_taken_changes_no_view(
     seed: int, window: int, owned: bool, turn_cap: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`nothing_to_take` lets a call skip the passes (most calls under half the budget, in a
-    running tool loop): the same session, with it and with the passes run on every call,
-    sends the same view on every call, rewinds and a budget pass that acts on new results
-    included, and it did skip."""
+    """`nothing_to_take` lets a call skip the passes (in a running tool loop, under half the
+    budget or what the last run found a stale batch could free): the same session, with it
+    and with the passes run on every call, sends the same view on every call, rewinds and a
+    budget pass that acts on new results included, and it did skip, above half the budget
+    too."""
     session = _loop_session(seed, 500)
     real = pipeline_module.nothing_to_take
-    skipped = 0
+    skipped = above_half = 0
 
-    def counted(*args: Any) -> bool:
-        nonlocal skipped
-        found = real(*args)
+    def counted(cfg: ToolOutputPipeline, ctx: Any, memo: Any) -> bool:
+        nonlocal skipped, above_half
+        found = real(cfg, ctx, memo)
         skipped += found
+        above_half += found and ctx.prompt_tokens >= ctx.budget.limit // 2
         return found
 
     async def views() -> list[list[str]]:
@@ -938,3 +940,4 @@ async def test_skipping_the_passes_when_nothing_can_be_taken_changes_no_view(
     monkeypatch.setattr(pipeline_module, "nothing_to_take", lambda *args: False)
     assert await views() == with_skips
     assert skipped > len(session) // 4
+    assert above_half > 0  # by what the last run found could pay, not only by the prompt

@@ -27,6 +27,7 @@ from agentctx.messages import (
 )
 from agentctx.recall import MemoryRecallStore
 from agentctx.strategies import DeterministicCompaction, ToolOutputPipeline, pipeline_run
+from agentctx.strategies import pipeline as pipeline_module
 from agentctx.strategies.pipeline import EmergencyPass, ExpiryPass, condense
 from agentctx.strategy import Chain
 from agentctx.testing import assert_view_ok
@@ -149,6 +150,9 @@ async def test_the_savings_change_nothing_sent(case: int, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(pipeline_run.Run, "_defer_l2", deferring)
     monkeypatch.setattr(pipeline_run.Run, "_reuse_unit", reusing)
+    # Every call runs the passes here: skipping them where nothing can be taken is a saving
+    # of its own (tests/test_pipeline.py), and would leave these two less to do.
+    monkeypatch.setattr(pipeline_module, "nothing_to_take", lambda *_: False)
     kept = await session(strategy, calls=200, window=window, rewind_at=rewind_at, observe=observe)
     assert sum(deferred if saving == "l2" else reused) > 10  # the saving is exercised
     monkeypatch.setattr(pipeline_run.Run, "_defer_l2", lambda *_: False)
@@ -354,3 +358,28 @@ async def test_an_expiry_kept_from_the_in_flight_loop_gets_its_arguments_cleared
 
 
 BIG = Budget(context_window=2_000_000, reserve_output=1_000)
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+async def test_skipping_the_passes_changes_nothing_sent(
+    case: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call that `nothing_to_take` lets skip the passes: the same session with every call
+    running them sends the same, takes the same decisions and stores the same, in every
+    configuration above (an emergency fraction at half the budget, batches that never pay,
+    results due a minute after they came)."""
+    strategy, window, rewind_at, observe, _ = CASES[case]
+    real = pipeline_module.nothing_to_take
+    skipped: list[bool] = []
+
+    def counted(*args: Any) -> bool:
+        skipped.append(real(*args))
+        return skipped[-1]
+
+    monkeypatch.setattr(pipeline_module, "nothing_to_take", counted)
+    kept = await session(strategy, calls=200, window=window, rewind_at=rewind_at, observe=observe)
+    monkeypatch.setattr(pipeline_module, "nothing_to_take", lambda *_: False)
+    plain = await session(strategy, calls=200, window=window, rewind_at=rewind_at, observe=observe)
+    assert sum(skipped) > 10
+    for k, (a, b) in enumerate(zip(kept, plain, strict=True)):
+        assert a == b, f"call {k}"

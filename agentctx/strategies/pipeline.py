@@ -26,7 +26,7 @@ could not reach the target anyway, the tiers go first (they would drop those res
 the same call), and the passes expire only what stays in view. L2's usage fraction no
 longer forces a rewrite by itself on a warm cache: breaking there would spend a tenth of the
 budget's headroom on every rewrite. A call that provably takes nothing (a step of the running
-tool loop, under half the budget, on a warm cache) skips the passes (`nothing_to_take`).
+tool loop on a warm cache, where no batch can pay yet) skips the passes (`nothing_to_take`).
 """
 
 from __future__ import annotations
@@ -218,6 +218,7 @@ class ToolOutputPipeline:
         if nothing_to_take(self, ctx, self._memos.get(ctx.session_id)):
             return
         run = Run(self, ctx, self._memo(ctx))
+        run.memo.unpaying = False  # set again below if this run takes nothing
         run.propose_all()
         budget = ctx.budget
         if self.target_ratio is not None and self.target_ratio < budget.target_ratio:
@@ -254,6 +255,8 @@ class ToolOutputPipeline:
             # nothing fresh to take first: the prompt is still ``tokens_before``).
             run.propose_deferred()
         if not run.proposals and tokens_before <= budget.limit and not cold:
+            if tokens_before >= threshold:
+                _note_unpaying(run, 0, threshold)
             return
         # Decisions about messages not sent yet cost no cache write: always taken, and then
         # they may be enough to stay within the budget without touching the sent prefix.
@@ -282,6 +285,10 @@ class ToolOutputPipeline:
             protect = 1 if forced or self.l2 is None else self.l2.protect_recent_turns
             taken += run.expire_to_target(protect, budget.target_tokens)
         self._emit(ctx, taken, messages_before, tokens_before)
+        if not taken and tokens_before >= threshold:
+            # Over half the budget, most calls take nothing: what this one found lets the
+            # next ones skip the passes (`nothing_to_take`) until it could change.
+            _note_unpaying(run, _paying(stale), threshold)
         rewrites = rewrites or any(not p.fresh for p in taken)
         if (forced or cold or rewrites) and ctx.prompt_tokens > budget.target_tokens:
             await self._land(ctx, budget)
@@ -316,6 +323,16 @@ class ToolOutputPipeline:
         ratio = min(1.0, max(1, budget.target_tokens) / trigger)
         aim = replace(budget, hard_budget=trigger, trigger_ratio=ratio, target_ratio=ratio)
         await self.fallback.compact(replace(ctx, budget=aim, give_way_above=trigger))
+
+
+def _note_unpaying(run: Run, paying: int, threshold: int) -> None:
+    """Note on the run's memo whether no stale batch can pay before the next user turn."""
+    memo = run.memo
+    if memo.paying_turn == run.turns:
+        return  # found able to pay earlier in this turn: it still is
+    memo.unpaying = run.cannot_pay(paying, threshold)
+    if not memo.unpaying:
+        memo.paying_turn = run.turns
 
 
 def _paying(proposals: list[Proposal]) -> int:

@@ -172,12 +172,17 @@ class Memo:
     that takes nothing then redoes none of it. Each entry holds the message it was made for
     and is used only for that same object."""
 
-    __slots__ = ("entries", "scan", "version")
+    __slots__ = ("entries", "paying_turn", "scan", "unpaying", "version")
 
     def __init__(self, version: int) -> None:
         self.version = version
         self.entries: dict[tuple[Any, ...], tuple[Message, Any]] = {}
         self.scan: _Scan | None = None
+        # Whether the last run, which took nothing, found that no stale batch can pay before
+        # the next user turn (`Run.cannot_pay`); and the user turn in which a run last found
+        # that one can (age only adds to a batch: no run need ask again in that turn).
+        self.unpaying = False
+        self.paying_turn = -1
 
     def get(self, key: tuple[Any, ...], m: Message) -> Any:
         hit = self.entries.get(key)
@@ -190,9 +195,10 @@ class Memo:
 def nothing_to_take(cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo | None) -> bool:
     """Whether a run of the passes over ``ctx`` would take nothing, told without running
     them: the call's new messages are a step of the running tool loop that no pass touches
-    yet (and nothing else is unsent), the cache is warm, and the prompt is under every
-    threshold a pass or a batch acts at. Half the calls of a session (those under half the
-    budget) then cost what the tiers' own no-decision call does.
+    yet (and nothing else is unsent), the cache is warm, the prompt is under L2's fraction
+    and the budget, and no stale batch can pay (the prompt is under the threshold, or the
+    last run found none can before the next user turn). Such a call then costs what the
+    tiers' own no-decision call does.
 
     ``memo`` is the session's memo from the last run; its scan tells what is new."""
     scan = memo.scan if memo is not None else None
@@ -204,10 +210,13 @@ def nothing_to_take(cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo 
     budget = ctx.budget
     limit = budget.limit
     # A stale batch frees at most what the prompt holds (counted as the view is: in full
-    # once `observe` saw it sent), so under the threshold none pays.
+    # once `observe` saw it sent), or what the last run found it could grow to: under the
+    # threshold none pays.
     threshold = cfg.clear_at_least if cfg.clear_at_least is not None else limit // 2
     tokens = ctx.prompt_tokens
-    if tokens > limit or tokens >= threshold:
+    if tokens > limit:
+        return False
+    if tokens >= threshold and not memo.unpaying:
         return False
     if cfg.l2 is not None and tokens >= cfg.l2.usage_fraction * limit:
         return False
@@ -507,6 +516,33 @@ class Run:
             self.ctx.counter.refine(self.view[j] for j in picks)
         else:
             self._l2(picks)
+
+    def cannot_pay(self, paying: int, threshold: int) -> bool:
+        """Whether no stale batch can free ``threshold`` before the next user turn (or
+        decision), from ``paying`` (what this run's stale proposals free) on: until then only
+        age makes more due (L0), so every result outside the turns L0 protects that it has
+        not expired yet (an L1 body can still become a placeholder), with its call, and every
+        step with thinking or shell output count whole, with a quarter more for what
+        calibration may still add to their estimates."""
+        room = (threshold - 1 - paying) * 4 // 5  # what may join, a quarter more being < left
+        l0 = self.cfg.l0
+        if l0 is None or room < 0:
+            return room >= 0  # without L0 nothing ages: what is due stays due, alone
+        expired = {p.unit for p in self.proposals if p.decision.reason == "l0"}
+        view, origins, calls, count = self.view, self.origins, self.calls, self.ctx.counter.count
+        for j in self.scan.shaped:
+            room -= count(view[j])
+        for j in self.results:
+            if room < 0:
+                return False
+            if self._protected(j, l0.protect_recent_turns) or origins[j] in expired:
+                continue
+            m = view[j]
+            room -= count(m)
+            found = calls.get(m.tool_call_id)  # type: ignore[union-attr]
+            if found is not None:
+                room -= count(view[found[0]])
+        return room >= 0
 
     def _defer_l2(self, picks: list[int]) -> bool:
         # With a proposal about unsent messages the call takes decisions anyway, and these
