@@ -933,6 +933,10 @@ async def test_skipping_the_passes_when_nothing_can_be_taken_changes_no_view(
                 view = await ctx.prepare(history)
                 assert_view_ok(view, ctx.raw)
                 sent.append([canonical_json(m) for m in view])
+                # The model call reports its usage (a little off the estimate: calibration
+                # moves), and the background estimates in full what was sent.
+                ctx.observe(Usage(int(ctx.prompt_tokens * (1.02 + 0.03 * (k % 3))), 100))
+                await anyio.lowlevel.checkpoint()
         return sent
 
     monkeypatch.setattr(pipeline_module, "nothing_to_take", counted)
@@ -941,3 +945,43 @@ async def test_skipping_the_passes_when_nothing_can_be_taken_changes_no_view(
     assert await views() == with_skips
     assert skipped > len(session) // 4
     assert above_half > 0  # by what the last run found could pay, not only by the prompt
+
+
+async def test_without_usage_reports_the_skip_changes_no_view(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No `observe`: the view's estimates stay quick, and a run of the passes sizes the old
+    results it proposes in full, which moves the prompt's estimate (here over L2's fraction,
+    so the run decides). Skipping such a run decided a call later (found by fuzzing this
+    session: call 92); the skip now waits until what a run would size is sized in full."""
+    session = _loop_session(4, 120)
+    strategy = {
+        "l0": ExpiryPass(expire_seconds=120, protect_recent_turns=1),
+        "l1": CondensePass(threshold_chars=2_000),
+    }
+
+    async def views() -> list[list[str]]:
+        clock = [NOW]
+        sent: list[list[str]] = []
+        rng = random.Random(4)
+        async with ContextManager(
+            Budget(context_window=12_000, reserve_output=2_000),
+            strategy=ToolOutputPipeline(**strategy),
+            clock=lambda: clock[0],
+            recall=MemoryRecallStore(),
+            session_id="s",
+        ) as ctx:
+            history: list[Message] = [u("task")]
+            await ctx.prepare(history)
+            for now, new in session:
+                clock[0] = now + (rng.random() < 0.02) * 400  # now and then an idle gap
+                if rng.random() < 0.02:
+                    history = history[: max(1, len(history) - rng.randint(1, 9))]
+                history = [*history, *new]
+                view = await ctx.prepare(history)
+                sent.append([canonical_json(m) for m in view])
+        return sent
+
+    with_skips = await views()
+    monkeypatch.setattr(pipeline_module, "nothing_to_take", lambda *args: False)
+    assert await views() == with_skips

@@ -145,6 +145,7 @@ class _Scan:
         "shaped",
         "sizes",
         "stamps",
+        "full_upto",
         "turn_chars",
         "turn_of",
         "turn_results",
@@ -164,6 +165,7 @@ class _Scan:
         self.turn_chars: dict[int, int] = {}  # per user turn: the characters of its results
         self.stamps: list[float | None] = []  # per view message: its timestamp, in seconds
         self.shaped: list[int] = []  # of user shell output and of steps with thinking (L0)
+        self.full_upto = 0  # results[:full_upto] (outside the newest turn) estimated in full
 
 
 class Memo:
@@ -197,8 +199,11 @@ def nothing_to_take(cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo 
     them: the call's new messages are a step of the running tool loop that no pass touches
     yet (and nothing else is unsent), the cache is warm, the prompt is under L2's fraction
     and the budget, and no stale batch can pay (the prompt is under the threshold, or the
-    last run found none can before the next user turn). Such a call then costs what the
-    tiers' own no-decision call does.
+    last run found none can before the next user turn), and what a run would size is sized
+    in full already (as `observe` leaves it). Such a call then costs what the tiers' own
+    no-decision call does. What it changes: a proposal first made on a later call is sized
+    under the calibration of then (a run memoizes what each frees when it first makes it),
+    so where the calibration moved a batch can reach its threshold a call earlier or later.
 
     ``memo`` is the session's memo from the last run; its scan tells what is new."""
     scan = memo.scan if memo is not None else None
@@ -229,6 +234,8 @@ def nothing_to_take(cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo 
     # its end again) and all sent: the new ones are the only unsent messages.
     if not 0 < n <= len(view) or view[n - 1] is not scan.messages[-1] or origins[n - 1] >= ctx.sent:
         return False
+    if not _estimated_in_full(ctx, scan):
+        return False
     chars = scan.turn_chars.get(scan.turns, 0)
     for m in view[n:]:
         if isinstance(m, ToolResultMessage):
@@ -238,6 +245,26 @@ def nothing_to_take(cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo 
     # In the newest turn, within the running loop: protected from L0 and L1; only the
     # budget pass could take one of them, when the turn's results pass its cap.
     return cfg.budget is None or chars <= cfg.budget.max_chars_per_turn
+
+
+def _estimated_in_full(ctx: CompactionContext, scan: _Scan) -> bool:
+    """Whether the messages the passes would size outside the newest turn (results, users'
+    shell output) already carry their full estimates, as `observe` leaves what was sent: a
+    run would then change no estimate in the view, so skipping it changes nothing the
+    manager decides on either. O(results new since the last time it held)."""
+    is_full, view, turn_of, newest = ctx.counter.is_full, ctx.view, scan.turn_of, scan.turns
+    results, k = scan.results, scan.full_upto
+    while k < len(results) and turn_of[results[k]] < newest:
+        if not is_full(view[results[k]]):
+            return False
+        k += 1
+    scan.full_upto = k
+    latest = scan.latest_user
+    return all(
+        is_full(view[j])
+        for j in scan.shaped
+        if j != latest and isinstance(view[j], UserMessage) and turn_of[j] < newest
+    )
 
 
 class Run:

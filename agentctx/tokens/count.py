@@ -403,6 +403,14 @@ class MessageCounter:
             self._generation += 1
         return changed
 
+    def is_full(self, message: Message) -> bool:
+        """Whether this counter already holds the full estimate of ``message`` (`refine`
+        would leave it as it is)."""
+        entry: _Entry | None = message._tk
+        if entry is not None and entry.owner is self._key:
+            return entry.exact
+        return self._entry(message).exact
+
     def count_full(self, message: Message) -> int:
         """Calibrated tokens of one message from the full estimate (refined if quick)."""
         entry: _Entry | None = message._tk
