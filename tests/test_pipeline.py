@@ -890,11 +890,19 @@ def _loop_session(seed: int, steps: int) -> list[tuple[float, list[Message]]]:
 
 
 @pytest.mark.parametrize(
-    ("seed", "window", "owned", "turn_cap"),
-    [(1, 30_000, True, 200_000), (2, 60_000, False, 200_000), (3, 60_000, True, 20_000)],
+    ("seed", "window", "owned", "passes"),
+    [
+        (1, 30_000, True, {}),
+        (2, 60_000, False, {}),
+        (3, 60_000, True, {"budget": BudgetPass(max_chars_per_turn=20_000)}),
+    ],
 )
 async def test_skipping_the_passes_when_nothing_can_be_taken_changes_no_view(
-    seed: int, window: int, owned: bool, turn_cap: int, monkeypatch: pytest.MonkeyPatch
+    seed: int,
+    window: int,
+    owned: bool,
+    passes: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """`nothing_to_take` lets a call skip the passes (in a running tool loop, under half the
     budget or what the last run found a stale batch could free): the same session, with it
@@ -918,7 +926,7 @@ async def test_skipping_the_passes_when_nothing_can_be_taken_changes_no_view(
         budget = Budget(context_window=window, reserve_output=2_000)
         async with ContextManager(
             budget,
-            strategy=ToolOutputPipeline(budget=BudgetPass(max_chars_per_turn=turn_cap)),
+            strategy=ToolOutputPipeline(**passes),
             clock=lambda: clock[0],
             recall=MemoryRecallStore(),
             session_id="s",  # recall ids name it
@@ -985,3 +993,51 @@ async def test_without_usage_reports_the_skip_changes_no_view(
     with_skips = await views()
     monkeypatch.setattr(pipeline_module, "nothing_to_take", lambda *args: False)
     assert await views() == with_skips
+
+
+async def test_a_call_the_skip_would_pass_over_never_decides() -> None:
+    """What `nothing_to_take` promises, asked on every call of a session that runs the
+    passes anyway: no call it says takes nothing takes a decision. Results due a minute
+    after they came and small batches that pay, so batches grow towards paying while the
+    loop runs on and are taken above half the budget, where the skip relies on what the last
+    run found could pay. (The views of a session with skips can differ from this one's: a
+    proposal a skipped call did not make is sized under the calibration of the call that
+    makes it.)"""
+    strategy = ToolOutputPipeline(
+        l0=ExpiryPass(expire_seconds=60, protect_recent_turns=1), clear_at_least=4_000
+    )
+    said = decided = above_half = 0
+    clock = [NOW]
+    async with ContextManager(
+        Budget(context_window=60_000, reserve_output=2_000),
+        strategy=strategy,
+        clock=lambda: clock[0],
+        recall=MemoryRecallStore(),
+        session_id="s",
+    ) as ctx:
+        real = pipeline_module.nothing_to_take
+        verdicts: list[bool] = []
+
+        def asked(cfg: ToolOutputPipeline, c: Any, memo: Any) -> bool:
+            verdicts.append(real(cfg, c, memo))
+            return False  # the passes run on every call
+
+        pipeline_module.nothing_to_take = asked  # type: ignore[attr-defined]
+        try:
+            view = await ctx.prepare([u("task: make src/m0.py fast")])
+            for k, (now, new) in enumerate(_loop_session(4, 400)):
+                clock[0] = now
+                verdicts.clear()
+                version = ctx.ledger.version
+                tokens = ctx.prompt_tokens
+                view = await ctx.prepare([*view, *new])
+                if verdicts[:1] == [True]:
+                    said += 1
+                    above_half += tokens >= ctx.budget.limit // 2
+                    assert ctx.ledger.version == version, f"call {k} decided"
+                decided += ctx.ledger.version != version
+                ctx.observe(Usage(int(ctx.prompt_tokens * (1.02 + 0.03 * (k % 3))), 100))
+                await anyio.lowlevel.checkpoint()
+        finally:
+            pipeline_module.nothing_to_take = real  # type: ignore[attr-defined]
+    assert said > 100 and above_half > 20 and decided > 5
