@@ -203,6 +203,11 @@ class ToolOutputPipeline:
         number(self, "cache_ttl_seconds")
         fraction(self, "target_ratio", optional=True)
 
+    def batch_threshold(self, limit: int) -> int:
+        """What a batch rewriting the sent prefix must free to be taken, for a hard budget of
+        ``limit`` tokens (``clear_at_least``, or half of it)."""
+        return self.clear_at_least if self.clear_at_least is not None else limit // 2
+
     def _memo(self, ctx: CompactionContext) -> Memo:
         memos = self._memos
         memo = memos.pop(ctx.session_id, None)
@@ -226,7 +231,7 @@ class ToolOutputPipeline:
         messages_before = len(ctx.view)
         tokens_before = ctx.prompt_tokens
         cold = ctx.idle_seconds is not None and ctx.idle_seconds > self.cache_ttl_seconds
-        threshold = self.clear_at_least if self.clear_at_least is not None else budget.limit // 2
+        threshold = self.batch_threshold(budget.limit)
         if (
             tokens_before > budget.limit
             and self.fallback is not None

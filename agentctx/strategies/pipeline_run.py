@@ -217,7 +217,7 @@ def nothing_to_take(cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo 
     # A stale batch frees at most what the prompt holds (counted as the view is: in full
     # once `observe` saw it sent), or what the last run found it could grow to: under the
     # threshold none pays.
-    threshold = cfg.clear_at_least if cfg.clear_at_least is not None else limit // 2
+    threshold = cfg.batch_threshold(limit)
     tokens = ctx.prompt_tokens
     if tokens > limit:
         return False
@@ -556,20 +556,22 @@ class Run:
         if l0 is None or room < 0:
             return room >= 0  # without L0 nothing ages: what is due stays due, alone
         expired = {p.unit for p in self.proposals if p.decision.reason == "l0"}
-        view, origins, calls, count = self.view, self.origins, self.calls, self.ctx.counter.count
+        count, origins = self.ctx.counter.count, self.origins
         for j in self.scan.shaped:
-            room -= count(view[j])
+            room -= count(self.view[j])
         for j in self.results:
             if room < 0:
                 return False
-            if self._protected(j, l0.protect_recent_turns) or origins[j] in expired:
-                continue
-            m = view[j]
-            room -= count(m)
-            found = calls.get(m.tool_call_id)  # type: ignore[union-attr]
-            if found is not None:
-                room -= count(view[found[0]])
+            if not self._protected(j, l0.protect_recent_turns) and origins[j] not in expired:
+                room -= self._with_call(j)
         return room >= 0
+
+    def _with_call(self, j: int) -> int:
+        """Tokens of the result ``view[j]`` and of the message holding its call."""
+        m = self.view[j]
+        count = self.ctx.counter.count
+        found = self.calls.get(m.tool_call_id)  # type: ignore[union-attr]
+        return count(m) + (count(self.view[found[0]]) if found is not None else 0)
 
     def _defer_l2(self, picks: list[int]) -> bool:
         # With a proposal about unsent messages the call takes decisions anyway, and these
@@ -738,16 +740,11 @@ class Run:
         """Whether the prompt would stay above ``target`` with every result the passes may
         touch (and its call) gone, outside the newest turn and the in-flight tool loop (what
         `expire_to_target` spares when forced): no placeholder, however many, reaches it."""
-        view, count, calls = self.view, self.ctx.counter.count, self.calls
-        most = 0
-        for j in self.results:
-            if self._protected(j, 1) or j >= self.loop_start:
-                continue
-            m = view[j]
-            most += count(m)
-            found = calls.get(m.tool_call_id)  # type: ignore[union-attr]
-            if found is not None:
-                most += count(view[found[0]])
+        most = sum(
+            self._with_call(j)
+            for j in self.results
+            if not self._protected(j, 1) and j < self.loop_start
+        )
         return self.ctx.prompt_tokens - most > target
 
     def take_until(self, proposals: list[Proposal], target: int) -> list[Proposal]:
