@@ -183,6 +183,27 @@ def test_shell_lines_are_the_ones_the_backtracking_pattern_found(text: str) -> N
     assert _line_starts(_SHELL_LINE_START, lines) == _line_starts(backtracking, lines)
 
 
+@given(st.text(alphabet=st.sampled_from(list("ab. \t\n\r\x0b\u00a0\u2003")), max_size=80))
+def test_table_rows_are_the_lines_with_two_gaps_found_one_by_one(text: str) -> None:
+    # The column gaps skip indentation inside the pattern now (a test of each match in
+    # Python cost half of classify on indented text): the rows are the same.
+    from agentctx.tokens.classify import _TABLE_ROW, _table_rows
+
+    lines = "\n" + text
+    gaps: dict[int, int] = {}
+    for pattern in (re.compile(r"  +(?=\S)"), re.compile(r"\t(?=\S)")):
+        for m in pattern.finditer(lines):
+            if not lines[m.start() - 1].isspace():
+                line = lines.rfind("\n", 0, m.start())
+                gaps[line] = gaps.get(line, 0) + 1
+    rows = set()
+    for line, k in gaps.items():
+        end = lines.find("\n", line + 1)
+        if k >= 2 and _TABLE_ROW.search(lines, line + 1, end if end >= 0 else len(lines)):
+            rows.add(line)
+    assert _table_rows(lines) == rows
+
+
 def test_classify_empty_and_blank_are_prose() -> None:
     assert classify("") is ContentClass.PROSE
     assert classify("   \n\n") is ContentClass.PROSE
