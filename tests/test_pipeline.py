@@ -1025,7 +1025,7 @@ async def test_a_call_the_skip_would_pass_over_never_decides() -> None:
         pipeline_module.nothing_to_take = asked  # type: ignore[attr-defined]
         try:
             view = await ctx.prepare([u("task: make src/m0.py fast")])
-            for k, (now, new) in enumerate(_loop_session(4, 400)):
+            for k, (now, new) in enumerate(_loop_session(4, 800)):
                 clock[0] = now
                 verdicts.clear()
                 version = ctx.ledger.version
