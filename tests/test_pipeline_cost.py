@@ -133,12 +133,14 @@ CASES: list[tuple[Any, int, int | None, bool, str]] = [
 
 @pytest.mark.parametrize("case", range(len(CASES)))
 async def test_the_savings_change_nothing_sent(case: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """L2 deferred on calls that cannot take it, and expiry proposals reused from an earlier
-    call: the same session with both switched off sends the same."""
+    """L2 deferred on calls that cannot take it, and expiry proposals and thinking drops
+    reused from an earlier call: the same session with these switched off sends the same."""
     strategy, window, rewind_at, observe, saving = CASES[case]
     deferred: list[bool] = []
     reused: list[bool] = []
+    thinking: list[bool] = []
     defer, reuse = pipeline_run.Run._defer_l2, pipeline_run.Run._reuse_unit
+    get = pipeline_run.Memo.get
 
     def deferring(run: pipeline_run.Run, picks: list[int]) -> bool:
         deferred.append(defer(run, picks))
@@ -148,15 +150,28 @@ async def test_the_savings_change_nothing_sent(case: int, monkeypatch: pytest.Mo
         reused.append(reuse(run, key, m, i))
         return reused[-1]
 
+    def getting(memo: pipeline_run.Memo, key: tuple[Any, ...], m: Any) -> Any:
+        found = get(memo, key, m)
+        if key[0] == "thinking":
+            thinking.append(found is not None)
+        return found
+
     monkeypatch.setattr(pipeline_run.Run, "_defer_l2", deferring)
     monkeypatch.setattr(pipeline_run.Run, "_reuse_unit", reusing)
+    monkeypatch.setattr(pipeline_run.Memo, "get", getting)
     # Every call runs the passes here: skipping them where nothing can be taken is a saving
     # of its own (tests/test_pipeline.py), and would leave these two less to do.
     monkeypatch.setattr(pipeline_module, "nothing_to_take", lambda *_: False)
     kept = await session(strategy, calls=200, window=window, rewind_at=rewind_at, observe=observe)
     assert sum(deferred if saving == "l2" else reused) > 10  # the saving is exercised
+    assert sum(thinking) > 10
     monkeypatch.setattr(pipeline_run.Run, "_defer_l2", lambda *_: False)
     monkeypatch.setattr(pipeline_run.Run, "_reuse_unit", lambda *_: False)
+    monkeypatch.setattr(
+        pipeline_run.Memo,
+        "get",
+        lambda memo, key, m: None if key[0] == "thinking" else get(memo, key, m),
+    )
     plain = await session(strategy, calls=200, window=window, rewind_at=rewind_at, observe=observe)
     assert len(kept[-1][2]) > 10
     for k, (a, b) in enumerate(zip(kept, plain, strict=True)):

@@ -686,31 +686,40 @@ class Run:
                         i,
                     )
             elif (
-                isinstance(m, AssistantMessage)
+                isinstance(m, AssistantMessage)  # in `shaped`: a step with thinking
                 and j < self.loop_start - 1
-                and b.has_thinking(m)
-                and self._undecided(j) is not None
                 and (age := self._age(j)) is not None
                 and age > cfg.thinking_expire_seconds
             ):
-                thinking = [
-                    blk for blk in m.content if blk.type in ("thinking", "redacted_thinking")
-                ]
-                freed = (
-                    sum(
-                        len(getattr(blk, "thinking", "") or getattr(blk, "data", ""))
-                        for blk in thinking
+                # Due on every later call until a batch pays: made once per ledger version.
+                made = self.memo.get(("thinking", i), m)
+                if made is None:
+                    made = self._thinking_dropped(j, m)
+                    self.memo.put(("thinking", i), m, made)
+                if made:
+                    decision, freed = made
+                    self.proposals.append(
+                        Proposal(
+                            decision,
+                            freed,
+                            i >= self.ctx.sent,
+                            "dropped thinking of a completed turn",
+                        )
                     )
-                    // 4
-                )
-                self.proposals.append(
-                    Proposal(
-                        DropThinking(anchor(self.raw, i), "l0-thinking"),
-                        freed,
-                        i >= self.ctx.sent,
-                        "dropped thinking of a completed turn",
-                    )
-                )
+
+    def _thinking_dropped(
+        self, j: int, step: AssistantMessage
+    ) -> tuple[DropThinking, int] | tuple[()]:
+        """``(decision, freed)`` dropping the thinking of ``step``, ``view[j]``; ``()`` when a
+        decision touches it already."""
+        if self._undecided(j) is None:
+            return ()
+        freed = sum(
+            len(getattr(blk, "thinking", "") or getattr(blk, "data", ""))
+            for blk in step.content
+            if blk.type in ("thinking", "redacted_thinking")
+        )
+        return DropThinking(anchor(self.raw, self.origins[j]), "l0-thinking"), freed // 4
 
     def _l1(self, cfg: CondensePass) -> None:
         sizes, threshold = self.sizes, cfg.threshold_chars
