@@ -727,15 +727,22 @@ class Run:
             if self._protected(j, cfg.protect_recent_turns) or not self._open(j):
                 continue
             m = self.view[j]
-            text = text_of(m.content)  # type: ignore[union-attr]
-            rid = self._store(text, ("rid", self.origins[j]), m)
-            body = self.memo.get(("l1", self.origins[j]), m)
+            assert isinstance(m, ToolResultMessage)
+            i = self.origins[j]
+            # Due on every later call until a batch pays, as an expiry is: kept whole.
+            if self._reuse_unit(("unit", "l1", i), m, i):
+                continue
+            text = text_of(m.content)
+            rid = self._store(text, ("rid", i), m)
+            body = self.memo.get(("l1", i), m)
             if body is None:
                 body = condense(text, cfg.head_lines, cfg.tail_lines, cfg.max_ratio)
-                self.memo.put(("l1", self.origins[j]), m, body)
+                self.memo.put(("l1", i), m, body)
             where = f' (recall_context id="{rid}")' if rid else ""
             new = f"[Condensed{where}: {self._placeholder(j, 'was', text, None)[1:-1]}]\n{body}"
-            self._replace(j, new, "l1", f"condensed {self._name(self.view[j])} output", rid)  # type: ignore[arg-type]
+            before = len(self.proposals)
+            self._replace(j, new, "l1", f"condensed {self._name(m)} output", rid)
+            self._keep_unit(("unit", "l1", i), m, self.proposals[before:])
 
     def _l2_picks(self, cfg: EmergencyPass) -> list[int]:
         turns = cfg.protect_recent_turns
