@@ -141,8 +141,9 @@ CASES: list[tuple[Any, int, int | None, bool, str]] = [
 
 @pytest.mark.parametrize("case", range(len(CASES)))
 async def test_the_savings_change_nothing_sent(case: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """L2 deferred on calls that cannot take it, and expiry proposals and thinking drops
-    reused from an earlier call: the same session with these switched off sends the same."""
+    """L2 deferred on calls that cannot take it, and expiries, condensed results and thinking
+    drops reused from an earlier call: the same session with these switched off sends the
+    same."""
     strategy, window, rewind_at, observe, saving = CASES[case]
     deferred: list[bool] = []
     reused: list[bool] = []
