@@ -995,7 +995,9 @@ async def test_without_usage_reports_the_skip_changes_no_view(
     assert await views() == with_skips
 
 
-async def test_a_call_the_skip_would_pass_over_never_decides() -> None:
+async def test_a_call_the_skip_would_pass_over_never_decides(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """What `nothing_to_take` promises, asked on every call of a session that runs the
     passes anyway: no call it says takes nothing takes a decision. Results due a minute
     after they came and small batches that pay, so batches grow towards paying while the
@@ -1022,22 +1024,19 @@ async def test_a_call_the_skip_would_pass_over_never_decides() -> None:
             verdicts.append(real(cfg, c, memo))
             return False  # the passes run on every call
 
-        pipeline_module.nothing_to_take = asked  # type: ignore[attr-defined]
-        try:
-            view = await ctx.prepare([u("task: make src/m0.py fast")])
-            for k, (now, new) in enumerate(_loop_session(4, 800)):
-                clock[0] = now
-                verdicts.clear()
-                version = ctx.ledger.version
-                tokens = ctx.prompt_tokens
-                view = await ctx.prepare([*view, *new])
-                if verdicts[:1] == [True]:
-                    said += 1
-                    above_half += tokens >= ctx.budget.limit // 2
-                    assert ctx.ledger.version == version, f"call {k} decided"
-                decided += ctx.ledger.version != version
-                ctx.observe(Usage(int(ctx.prompt_tokens * (1.02 + 0.03 * (k % 3))), 100))
-                await anyio.lowlevel.checkpoint()
-        finally:
-            pipeline_module.nothing_to_take = real  # type: ignore[attr-defined]
+        monkeypatch.setattr(pipeline_module, "nothing_to_take", asked)
+        view = await ctx.prepare([u("task: make src/m0.py fast")])
+        for k, (now, new) in enumerate(_loop_session(4, 800)):
+            clock[0] = now
+            verdicts.clear()
+            version = ctx.ledger.version
+            tokens = ctx.prompt_tokens
+            view = await ctx.prepare([*view, *new])
+            if verdicts[:1] == [True]:
+                said += 1
+                above_half += tokens >= ctx.budget.limit // 2
+                assert ctx.ledger.version == version, f"call {k} decided"
+            decided += ctx.ledger.version != version
+            ctx.observe(Usage(int(ctx.prompt_tokens * (1.02 + 0.03 * (k % 3))), 100))
+            await anyio.lowlevel.checkpoint()
     assert said > 100 and above_half > 20 and decided > 5

@@ -206,10 +206,10 @@ def nothing_to_take(cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo 
     so where the calibration moved a batch can reach its threshold a call earlier or later.
 
     ``memo`` is the session's memo from the last run; its scan tells what is new."""
-    scan = memo.scan if memo is not None else None
     idle = ctx.idle_seconds
-    if scan is None or memo is None or memo.version != ctx.ledger.version or idle is None:
+    if memo is None or memo.scan is None or memo.version != ctx.ledger.version or idle is None:
         return False
+    scan = memo.scan
     if idle > cfg.cache_ttl_seconds or (cfg.mc is not None and idle > cfg.mc.gap_seconds):
         return False
     budget = ctx.budget
