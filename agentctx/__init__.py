@@ -52,7 +52,7 @@ from agentctx.recall import (
     recall_tool,
 )
 from agentctx.strategies import DeterministicCompaction
-from agentctx.strategy import Chain, CompactionContext, CompactionStrategy
+from agentctx.strategy import Chain, CompactionContext, CompactionStrategy, Quiet
 from agentctx.summarizer import Summarizer, SummaryRequest, SummaryResult
 from agentctx.tokens import MessageCounter, TokenCounter
 
@@ -104,6 +104,7 @@ __all__ = [
     "MessageCounter",
     "MissingExtraError",
     "OpaqueBlock",
+    "Quiet",
     "RECALL_TOOL_NAME",
     "RecallStore",
     "RedactedThinkingBlock",

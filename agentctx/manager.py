@@ -56,7 +56,7 @@ from agentctx.recall.store import LedgerStore
 from agentctx.recall.tool import recall_arguments, recall_page
 from agentctx.recall.writer import RecallWriter
 from agentctx.strategies.deterministic import DeterministicCompaction
-from agentctx.strategy import CompactionContext, end_session
+from agentctx.strategy import CompactionContext, Quiet, end_session
 from agentctx.tokens import MessageCounter
 from agentctx.tokens.estimate import exact_encoder_needed, load_exact_encoder
 from agentctx.view import ViewState
@@ -238,6 +238,8 @@ class ContextManager:
         # Whether a `prepare` call is running, and the calls waiting for it to end.
         self._preparing = False
         self._turns: list[anyio.Event] = []
+        # The `Quiet` the strategy last returned, with what it holds for (`_still_quiet`).
+        self._quiet: tuple[Quiet, CompactionStrategy, Budget, Ledger, int, int] | None = None
 
     def _load_ledger(self, store: LedgerStore) -> Ledger | None:
         """The session's saved ledger, or ``None`` to start over. A store that is down, or a
@@ -507,37 +509,15 @@ class ContextManager:
                 tokens = self.prompt_tokens
         now = self._clock()
         idle = None if self._last_call is None else now - self._last_call
-        ctx = CompactionContext(
-            session_id=self.session_id,
-            raw=state.raw,
-            budget=self._deciding_budget(budget, tokens),
-            counter=self._counter,
-            ledger=state.ledger,
-            recall=self._writer,
-            clock=self._clock,
-            idle_seconds=idle,
-            emit=self._hub.emit,
-            tasks=self._tasks,
-            sent=self._sent,
-            _view=self._current_view,
-            _view_tokens=self._rendered_tokens,
-            _complete_turn=state.complete_turn,
-            _cuts=state.cuts,
-        )
-        # Run to a fixed point, so calling prepare() again on the same history takes nothing
-        # new (a strategy's decisions can make room for another's, or for its own next step).
-        if call is not None:
-            call.start(ctx, tokens, budget.limit)
-        for _ in range(4):
-            taken = len(ctx.taken)
-            await self.strategy.compact(ctx)
-            if len(ctx.taken) == taken:
-                break
+        deciding = self._deciding_budget(budget, tokens)
+        taken: Sequence[Decision] = ()
+        if call is not None or not self._still_quiet(deciding, tokens, idle):
+            taken = await self._compact(deciding, tokens, idle, call, budget.limit)
         self._current_view()
-        self._persist(ctx.taken)
+        self._persist(taken)
         if state.repairs_version != self._repairs_seen:
             self._report_repairs()
-        self._watch_thrash(ctx, idle)
+        self._watch_thrash(taken, idle)
         self._last_call = now
         self._sent = len(state.raw)
         view = list(state.view)
@@ -551,12 +531,74 @@ class ContextManager:
                 raise BudgetExceededError(tokens, budget.limit, view, self._protected(view))
         return view
 
-    def _watch_thrash(self, ctx: CompactionContext, idle: float | None) -> None:
+    async def _compact(
+        self,
+        budget: Budget,
+        tokens: int,
+        idle: float | None,
+        call: telemetry.PrepareCall | None,
+        limit: int,
+    ) -> list[Decision]:
+        """Run the strategy on this call; the decisions it took."""
+        state = self._state
+        ctx = CompactionContext(
+            session_id=self.session_id,
+            raw=state.raw,
+            budget=budget,
+            counter=self._counter,
+            ledger=state.ledger,
+            recall=self._writer,
+            clock=self._clock,
+            idle_seconds=idle,
+            emit=self._hub.emit,
+            tasks=self._tasks,
+            sent=self._sent,
+            _view=self._current_view,
+            _view_tokens=self._rendered_tokens,
+            _complete_turn=state.complete_turn,
+            _cuts=state.cuts,
+        )
+        if call is not None:
+            call.start(ctx, tokens, limit)
+        # Run to a fixed point, so calling prepare() again on the same history takes nothing
+        # new (a strategy's decisions can make room for another's, or for its own next step).
+        strategy = self.strategy
+        for _ in range(4):
+            taken = len(ctx.taken)
+            quiet = await strategy.compact(ctx)
+            if len(ctx.taken) == taken:
+                break
+        self._quiet = None
+        if isinstance(quiet, Quiet) and not ctx.taken:
+            ledger = state.ledger
+            self._quiet = (quiet, strategy, budget, ledger, ledger.version, len(state.cuts))
+        return ctx.taken
+
+    def _still_quiet(self, budget: Budget, tokens: int, idle: float | None) -> bool:
+        """Whether the `Quiet` the strategy returned on the last call it ran holds for this
+        one (see `Quiet`): then it would take nothing, and is not called."""
+        kept = self._quiet
+        if kept is None or idle is None:
+            return False
+        quiet, strategy, seen, ledger, version, cuts = kept
+        state = self._state
+        return (
+            tokens <= quiet.tokens
+            and (quiet.idle_seconds is None or idle <= quiet.idle_seconds)
+            and state.ledger is ledger
+            and ledger.version == version
+            and len(state.cuts) == cuts
+            and strategy is self.strategy
+            and (budget is seen or budget == seen)
+        )
+
+    def _watch_thrash(self, taken: Sequence[Decision], idle: float | None) -> None:
         """Warn once per streak when compaction rewrites the cached prefix on several calls
         in a row: each rewrite re-bills the whole prompt, which costs more than compacting
         less often and deeper."""
         cold = idle is not None and idle > _CACHE_TTL_SECONDS  # nothing cached to lose
-        if not ctx.breaking_cache or cold:
+        sent = self._sent
+        if not any(d.at.index < sent for d in taken) or cold:
             self._breaks_in_row = 0
             return
         self._breaks_in_row += 1

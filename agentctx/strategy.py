@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from agentctx.recall.store import RecallStore
     from agentctx.tokens import MessageCounter
 
-__all__ = ["Chain", "CompactionContext", "CompactionStrategy"]
+__all__ = ["Chain", "CompactionContext", "CompactionStrategy", "Quiet"]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -144,9 +144,32 @@ class CompactionContext:
 class CompactionStrategy(Protocol):
     """Decides what to compact. One required method."""
 
-    async def compact(self, ctx: CompactionContext) -> None:
-        """Add decisions to ``ctx`` (or none); must not await network I/O."""
+    async def compact(self, ctx: CompactionContext) -> Quiet | None:
+        """Add decisions to ``ctx`` (or none); must not await network I/O. Having taken
+        none, it may return a `Quiet`: the later calls it would take none on either, which
+        the manager then does not make."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Quiet:
+    """What `compact` may return when it took nothing: a promise to take nothing on a later
+    call either, as long as the prompt is at most ``tokens`` (as ``ctx.prompt_tokens``
+    counts it) and the call comes at most ``idle_seconds`` after the one before (``None``:
+    whatever the gap). The manager holds it only while nothing else a strategy could read
+    changed: the history only grew, no decision was taken and none dropped, the budget is
+    the same, and the strategy is the same object. On the calls it holds for, the manager
+    does not call ``compact`` at all, which is most of what a call that decides nothing costs
+    beyond taking in the new messages.
+
+    Return one only for what ``compact`` decides on from those alone (the prompt's size,
+    the budget, the idle gap). A strategy whose next call depends on more (background work
+    that may finish, its own count of calls, the content of new messages) returns ``None``,
+    and is called every time.
+    """
+
+    tokens: int
+    idle_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,10 +181,18 @@ class Chain:
     def __init__(self, strategies: Sequence[CompactionStrategy]) -> None:
         object.__setattr__(self, "strategies", tuple(strategies))
 
-    async def compact(self, ctx: CompactionContext) -> None:
-        """Run each strategy in turn."""
+    async def compact(self, ctx: CompactionContext) -> Quiet | None:
+        """Run each strategy in turn; quiet where every one of them is."""
+        tokens, idle, quiet = None, None, True
         for strategy in self.strategies:
-            await strategy.compact(ctx)
+            said = await strategy.compact(ctx)
+            if not isinstance(said, Quiet):
+                quiet = False
+            elif quiet:
+                tokens = said.tokens if tokens is None else min(tokens, said.tokens)
+                if said.idle_seconds is not None:
+                    idle = said.idle_seconds if idle is None else min(idle, said.idle_seconds)
+        return Quiet(tokens, idle) if quiet and tokens is not None else None
 
     def close(self, emit: Callable[[Event], None]) -> None:
         """Tell each strategy that has a ``close`` that the session ended."""

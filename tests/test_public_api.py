@@ -18,7 +18,7 @@ EXPECTED = {
     "RedactedThinkingBlock", "StoreError", "SummaryMessage", "SummaryStats", "TextBlock",
     "ThinkingBlock", "TokenCounter", "ToolCall", "ToolResultMessage", "TranscriptFormatError",
     "TranscriptRepaired", "UnsupportedMessageError", "Usage", "UserMessage", "MissingExtraError",
-    "StoreDegraded", "StoreRecovered", "__version__", "BlockingContextManager",
+    "StoreDegraded", "StoreRecovered", "__version__", "BlockingContextManager", "Quiet",
 }  # fmt: skip
 
 

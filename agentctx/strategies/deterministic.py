@@ -54,6 +54,7 @@ from agentctx.strategies.trail import (
     truncate_text,
 )
 from agentctx.strategies.undecided import alone, undecided
+from agentctx.strategy import Quiet
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -167,7 +168,7 @@ class DeterministicCompaction:
             )
         number(self, "cold_cache_seconds", optional=True)
 
-    async def compact(self, ctx: CompactionContext) -> None:
+    async def compact(self, ctx: CompactionContext) -> Quiet | None:
         """Add the decisions needed to bring the prompt to the target, if it is due."""
         tokens = ctx.prompt_tokens
         budget = ctx.budget
@@ -184,7 +185,8 @@ class DeterministicCompaction:
             tokens = ctx.prompt_tokens
             due = self._due(ctx, tokens, cold)
         if not due:
-            return
+            # While the cache stays warm, only the prompt passing the budget makes it due.
+            return Quiet(budget.limit, self.cold_cache_seconds)
         before_messages = len(ctx.view)
         actions: list[str] = []
         target = budget.target_tokens
@@ -221,6 +223,7 @@ class DeterministicCompaction:
                     actions=tuple(actions),
                 )
             )
+        return None
 
     @staticmethod
     def _due(ctx: CompactionContext, tokens: int, cold: bool) -> bool:
