@@ -102,6 +102,7 @@ from agentctx.strategies.llm_cut import Cut, choose_cut, extent, head_end, intac
 from agentctx.strategies.llm_request import Job, Requester, SummarizerSpend
 from agentctx.strategies.llm_tiers import capped, run_tiers
 from agentctx.strategies.trail import span_text
+from agentctx.strategy import Quiet
 from agentctx.summarizer import is_native_compaction
 
 if TYPE_CHECKING:
@@ -210,7 +211,7 @@ class LlmCompaction:
 
     # -- the hot path -------------------------------------------------------------------
 
-    async def compact(self, ctx: CompactionContext) -> None:
+    async def compact(self, ctx: CompactionContext) -> Quiet | None:
         """Splice a ready briefing when over the limit; start a request past the trigger."""
         # prepare() may call a strategy several times with the same context (to a fixed
         # point); the rewind check belongs to the first call only.
@@ -244,6 +245,12 @@ class LlmCompaction:
         self._arm(ctx)
         self._rewinds = ctx.rewinds
         self._version = ctx.ledger.version
+        requests = self._requests
+        if requests.inflight is None and requests.ready is None and not self._fell_back:
+            # With no briefing asked for or waiting (and no fallback to count), only passing
+            # the trigger (which arms one) or the budget (the tiers) does anything.
+            return Quiet(min(self._trigger(ctx), limit))
+        return None
 
     async def _over_limit(self, ctx: CompactionContext, tokens: int) -> None:
         ready = self._requests.take()
