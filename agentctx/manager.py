@@ -175,6 +175,41 @@ class ContextManager:
             `agentctx.telemetry`; OpenTelemetry: `agentctx.integrations.otel.OtelTracer`).
     """
 
+    __slots__ = (
+        "_background_done",
+        "_breaks_in_row",
+        "_clock",
+        "_closed",
+        "_closing",
+        "_counter",
+        "_hub",
+        "_last_call",
+        "_on_over_budget",
+        "_preparing",
+        "_quiet",
+        "_rendered_version",
+        "_repairs_seen",
+        "_report",
+        "_report_arrived",
+        "_reported",
+        "_reported_view",
+        "_resumed",
+        "_sent",
+        "_settling",
+        "_startup_events",
+        "_state",
+        "_task_group",
+        "_tasks",
+        "_tracer",
+        "_turns",
+        "_writer",
+        "budget",
+        "recall_store",
+        "session_id",
+        "strategy",
+        "usage",
+    )
+
     def __init__(
         self,
         budget: Budget | int,
@@ -511,8 +546,40 @@ class ContextManager:
         idle = None if self._last_call is None else now - self._last_call
         deciding = self._deciding_budget(budget, tokens)
         taken: Sequence[Decision] = ()
-        if call is not None or not self._still_quiet(deciding, tokens, idle):
-            taken = await self._compact(deciding, tokens, idle, call, budget.limit)
+        if call is not None or self._quiet is None or not self._still_quiet(deciding, tokens, idle):
+            ctx = CompactionContext(
+                session_id=self.session_id,
+                raw=state.raw,
+                budget=deciding,
+                counter=self._counter,
+                ledger=state.ledger,
+                recall=self._writer,
+                clock=self._clock,
+                idle_seconds=idle,
+                emit=self._hub.emit,
+                tasks=self._tasks,
+                sent=self._sent,
+                _view=self._current_view,
+                _view_tokens=self._rendered_tokens,
+                _complete_turn=state.complete_turn,
+                _cuts=state.cuts,
+            )
+            if call is not None:
+                call.start(ctx, tokens, budget.limit)
+            # Run to a fixed point, so calling prepare() again on the same history takes
+            # nothing new (a strategy's decisions can make room for another's, or for its own
+            # next step).
+            strategy = self.strategy
+            for _ in range(4):
+                n = len(ctx.taken)
+                quiet = await strategy.compact(ctx)
+                if len(ctx.taken) == n:
+                    break
+            taken = ctx.taken
+            self._quiet = None
+            if isinstance(quiet, Quiet) and not taken:
+                ledger = state.ledger
+                self._quiet = (quiet, strategy, deciding, ledger, ledger.version, len(state.cuts))
         self._current_view()
         self._persist(taken)
         if state.repairs_version != self._repairs_seen:
@@ -530,49 +597,6 @@ class ContextManager:
             if self._on_over_budget == "raise":
                 raise BudgetExceededError(tokens, budget.limit, view, self._protected(view))
         return view
-
-    async def _compact(
-        self,
-        budget: Budget,
-        tokens: int,
-        idle: float | None,
-        call: telemetry.PrepareCall | None,
-        limit: int,
-    ) -> list[Decision]:
-        """Run the strategy on this call; the decisions it took."""
-        state = self._state
-        ctx = CompactionContext(
-            session_id=self.session_id,
-            raw=state.raw,
-            budget=budget,
-            counter=self._counter,
-            ledger=state.ledger,
-            recall=self._writer,
-            clock=self._clock,
-            idle_seconds=idle,
-            emit=self._hub.emit,
-            tasks=self._tasks,
-            sent=self._sent,
-            _view=self._current_view,
-            _view_tokens=self._rendered_tokens,
-            _complete_turn=state.complete_turn,
-            _cuts=state.cuts,
-        )
-        if call is not None:
-            call.start(ctx, tokens, limit)
-        # Run to a fixed point, so calling prepare() again on the same history takes nothing
-        # new (a strategy's decisions can make room for another's, or for its own next step).
-        strategy = self.strategy
-        for _ in range(4):
-            taken = len(ctx.taken)
-            quiet = await strategy.compact(ctx)
-            if len(ctx.taken) == taken:
-                break
-        self._quiet = None
-        if isinstance(quiet, Quiet) and not ctx.taken:
-            ledger = state.ledger
-            self._quiet = (quiet, strategy, budget, ledger, ledger.version, len(state.cuts))
-        return ctx.taken
 
     def _still_quiet(self, budget: Budget, tokens: int, idle: float | None) -> bool:
         """Whether the `Quiet` the strategy returned on the last call it ran holds for this
@@ -598,7 +622,7 @@ class ContextManager:
         less often and deeper."""
         cold = idle is not None and idle > _CACHE_TTL_SECONDS  # nothing cached to lose
         sent = self._sent
-        if not any(d.at.index < sent for d in taken) or cold:
+        if not taken or cold or not any(d.at.index < sent for d in taken):
             self._breaks_in_row = 0
             return
         self._breaks_in_row += 1

@@ -183,21 +183,32 @@ class Chain:
 
     async def compact(self, ctx: CompactionContext) -> Quiet | None:
         """Run each strategy in turn; quiet where every one of them is."""
-        tokens, idle, quiet = None, None, True
+        together: Quiet | None = None
+        quiet = True
         for strategy in self.strategies:
             said = await strategy.compact(ctx)
+            if not quiet:
+                continue
             if not isinstance(said, Quiet):
                 quiet = False
-            elif quiet:
-                tokens = said.tokens if tokens is None else min(tokens, said.tokens)
-                if said.idle_seconds is not None:
-                    idle = said.idle_seconds if idle is None else min(idle, said.idle_seconds)
-        return Quiet(tokens, idle) if quiet and tokens is not None else None
+            elif together is None:
+                together = said
+            elif said is not together:
+                together = _tighter(together, said)
+        return together if quiet else None
 
     def close(self, emit: Callable[[Event], None]) -> None:
         """Tell each strategy that has a ``close`` that the session ended."""
         for strategy in self.strategies:
             end_session(strategy, emit)
+
+
+def _tighter(a: Quiet, b: Quiet) -> Quiet:
+    """What holds where both ``a`` and ``b`` do."""
+    idle = a.idle_seconds if b.idle_seconds is None else b.idle_seconds
+    if a.idle_seconds is not None and b.idle_seconds is not None:
+        idle = min(a.idle_seconds, b.idle_seconds)
+    return Quiet(min(a.tokens, b.tokens), idle)
 
 
 def end_session(strategy: CompactionStrategy, emit: Callable[[Event], None]) -> None:
