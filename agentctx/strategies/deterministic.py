@@ -133,11 +133,6 @@ def _deep_enough(
     return (lines, chars), skipped
 
 
-# A call that decides nothing returns one of the few there are (a budget's limit, this
-# setting), not a new object each time.
-_quiet = functools.lru_cache(maxsize=32)(Quiet)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeterministicCompaction:
     """Truncate, condense, drop; aimed at the budget's target ratio.
@@ -191,7 +186,7 @@ class DeterministicCompaction:
             due = self._due(ctx, tokens, cold)
         if not due:
             # While the cache stays warm, only the prompt passing the budget makes it due.
-            return _quiet(budget.limit, self.cold_cache_seconds)
+            return Quiet(budget.limit, self.cold_cache_seconds)
         before_messages = len(ctx.view)
         actions: list[str] = []
         target = budget.target_tokens
