@@ -570,13 +570,13 @@ class ContextManager:
             # nothing new (a strategy's decisions can make room for another's, or for its own
             # next step).
             strategy = self.strategy
+            self._quiet = None  # until this run says otherwise (one that raises says nothing)
             for _ in range(4):
                 n = len(ctx.taken)
                 quiet = await strategy.compact(ctx)
                 if len(ctx.taken) == n:
                     break
             taken = ctx.taken
-            self._quiet = None
             if isinstance(quiet, Quiet) and not taken:
                 ledger = state.ledger
                 self._quiet = (quiet, strategy, deciding, ledger, ledger.version, len(state.cuts))

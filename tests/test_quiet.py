@@ -145,6 +145,33 @@ async def test_a_call_that_took_a_decision_leaves_no_quiet_behind() -> None:
     assert calls == [1, 3, 4, 4, 4]
 
 
+async def test_a_strategy_that_raised_is_asked_again() -> None:
+    """A `Quiet` from before a call whose strategy raised no longer holds: that run said
+    nothing."""
+
+    class RaisesOnSecondCall(Counting):
+        async def compact(self, ctx: CompactionContext) -> Quiet | None:
+            self.calls += 1
+            if self.calls == 2:
+                raise RuntimeError("the strategy's own bug")
+            return self.said
+
+    clock = [0.0]
+    strategy = RaisesOnSecondCall(Quiet(10**9, idle_seconds=60))
+    history: list[Message] = [UserMessage.of("task: tidy the repository")]
+    async with _manager(strategy, clock) as ctx:
+        history += tool_turn(0)
+        await ctx.prepare(history)
+        clock[0] += 61  # past its gap: asked, and it raises
+        history += tool_turn(1)
+        with pytest.raises(RuntimeError):
+            await ctx.prepare(history)
+        ctx.observe(Usage(ctx.prompt_tokens, 10))  # the model call the loop made anyway
+        clock[0] += 5  # well within the gap of the last call
+        await ctx.prepare(history)
+    assert strategy.calls == 3
+
+
 async def test_a_chain_is_quiet_while_every_strategy_in_it_is() -> None:
     quiet, loud = Counting(Quiet(10**9)), Counting(None)
     history: list[Message] = [UserMessage.of("task: tidy the repository")]
