@@ -38,7 +38,7 @@ from agentctx.messages import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Collection, Iterable, Mapping, Sequence
     from collections.abc import Set as AbstractSet
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
     "decision_json",
     "protected_positions",
     "render",
+    "shown_positions",
 ]
 
 
@@ -258,7 +259,9 @@ class Ledger:
 
         return self._rebuild(stale)
 
-    def drop_protected(self, raw: Sequence[Message]) -> list[Decision]:
+    def drop_protected(
+        self, raw: Sequence[Message], protected: Collection[int] | None = None
+    ) -> list[Decision]:
         """Drop decisions that hide what ``raw`` protects now; return them.
 
         The task, the latest user message and the newest complete turn are never summarized
@@ -267,9 +270,12 @@ class Ledger:
         taken on a longer history can cover them once the history is rewound (the latest
         user message of the shorter history sat in an old, condensed stretch), so decisions
         kept across a resync are checked again here. Replaced tool results and arguments
-        stay: truncating output is allowed anywhere.
+        stay: truncating output is allowed anywhere. ``protected``: the raw indexes to keep
+        (`protected_positions` of ``raw`` by default; `shown_positions` keeps only what every
+        view must show).
         """
-        protected = protected_positions(raw)
+        if protected is None:
+            protected = protected_positions(raw)
         if not protected:
             return []
 
@@ -322,6 +328,18 @@ def protected_positions(raw: Sequence[Message]) -> set[int]:
     """Raw indexes the invariants protect: the task, the latest user message, the newest
     complete turn, and the signed reasoning of the in-flight tool loop (the rest of a long
     loop may be dropped, as the tiers do)."""
+    out = shown_positions(raw)
+    complete = boundaries.newest_complete_turn(raw)
+    if complete is not None:
+        out.update(range(*complete))
+    return out
+
+
+def shown_positions(raw: Sequence[Message]) -> set[int]:
+    """Raw indexes every view of ``raw`` shows (docs/invariants.md): the task, the latest user
+    message, the question and the answer of the newest complete turn, and the messages of
+    the in-flight tool loop that carry signed reasoning. Narrower than `protected_positions`:
+    a turn's steps dropped while it ran stay dropped once it completes."""
     out: set[int] = set()
     task = boundaries.task_index(raw)
     if task is not None:
@@ -332,7 +350,7 @@ def protected_positions(raw: Sequence[Message]) -> set[int]:
         out.update(i for i in range(latest + 1, len(raw)) if boundaries.has_thinking(raw[i]))
     complete = boundaries.newest_complete_turn(raw)
     if complete is not None:
-        out.update(range(*complete))
+        out.update((complete[0], complete[1] - 1))
     return out
 
 

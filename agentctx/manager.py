@@ -43,7 +43,7 @@ from agentctx.events import (
     Subscriber,
     TranscriptRepaired,
 )
-from agentctx.ledger import Ledger, protected_positions
+from agentctx.ledger import Ledger, protected_positions, shown_positions
 from agentctx.messages import (
     AssistantMessage,
     Message,
@@ -166,7 +166,9 @@ class ContextManager:
             one; a saved ledger that cannot be read, or a store that is down, is reported
             once (`CompactionWarning` ``ledger_unreadable`` or ``ledger_unavailable``, on the
             first `prepare`) and the decisions start over — pass ``ledger=Ledger()`` to start
-            over explicitly.
+            over explicitly. Either way the first `prepare` drops the decisions that do not
+            fit its history: an anchor that no longer matches, a span over what that history
+            protects (its latest user message, its newest complete turn).
         on_over_budget: ``"raise"`` (default) raises `BudgetExceededError` carrying the best
             view; ``"send"`` returns that view anyway. Both emit `BudgetExceeded`.
         clock: wall-clock seconds (``time.time``; replays and tests pass their own). Message
@@ -176,6 +178,7 @@ class ContextManager:
     """
 
     __slots__ = (
+        "_adopted",
         "_background_done",
         "_breaks_in_row",
         "_clock",
@@ -239,6 +242,7 @@ class ContextManager:
         self._breaks_in_row = 0
         if ledger is None and isinstance(recall, LedgerStore):
             ledger = self._load_ledger(recall)
+        self._adopted = ledger is not None  # checked against the first history (`_prepare`)
         self._state = ViewState(self._counter, ledger)
         self._hub = EventHub()
         # Strategies put into the writer; it writes to the store off the event loop.
@@ -532,14 +536,16 @@ class ContextManager:
         self._sync(history)
         state = self._state
         tokens = self._count_new_near_budget(budget)
-        if self._resumed:
-            # A resumed ledger must match the history it is applied to, anchor by anchor.
-            self._resumed = False
-            # Only a history that differs from the one the ledger was saved with (shorter or
-            # edited) can put a protected message under a kept decision; otherwise this
-            # worker must render exactly the view the last one did.
-            if state.ledger.drop_stale(state.raw):
-                state.ledger.drop_protected(state.raw)
+        if self._adopted:
+            self._adopted = False
+            # Decisions made elsewhere must fit the history they are applied to, anchor by
+            # anchor, and leave in view what every view shows: a history cut back after a
+            # span's end keeps its anchors, while its latest user message or newest complete
+            # turn may now sit inside the span. On the history they were made on (or one
+            # that only grew) neither drops anything, and this worker renders exactly the
+            # view the last one did.
+            stale = state.ledger.drop_stale(state.raw)
+            if state.ledger.drop_protected(state.raw, shown_positions(state.raw)) or stale:
                 state.rebuild()
                 tokens = self.prompt_tokens
         now = self._clock()

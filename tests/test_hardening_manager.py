@@ -213,6 +213,53 @@ async def test_a_store_down_when_a_worker_starts_does_not_stop_the_session(
     store.close()
 
 
+def _condensed_before_the_last_question() -> tuple[list[Message], Ledger]:
+    """Four turns, and a span over the first two: fine while a later turn is the newest."""
+    from agentctx.ledger import ReplaceSpan
+    from agentctx.messages import SummaryMessage
+
+    history = questions(4)  # the task, then turns at 1, 5, 9 and 13
+    summary = (SummaryMessage("[turns 0-1]"),)
+    return history, Ledger([ReplaceSpan(anchor(history, 1), 9, anchor(history, 8), summary, "x")])
+
+
+@pytest.mark.parametrize("source", ["store", "argument"])
+async def test_decisions_made_elsewhere_give_way_to_what_a_shorter_history_protects(
+    tmp_path: Path, source: str
+) -> None:
+    """Found by a wide run of the hostile-history generator: a worker resuming a saved ledger
+    on a history cut back after a span's end (its anchors all still match) sent a view
+    without the latest user message and the newest complete turn, which now sat inside the
+    span. Decisions are checked against what the first history protects, not only against
+    its anchors, whether they come from the store or from ``ledger=``."""
+    history, ledger = _condensed_before_the_last_question()
+    cut = history[:9]  # the last two turns gone: the span's anchors all still match
+    store = SQLiteRecallStore(tmp_path / "s.db")
+    store.save_ledger("run-1", ledger.to_json())
+    given = Ledger.from_json(ledger.to_json()) if source == "argument" else None
+    async with ContextManager(100_000, recall=store, session_id="run-1", ledger=given) as ctx:
+        view = await ctx.prepare([*cut, user("and then?")])
+        assert_view_ok(view, ctx.raw)
+        assert "question 1" in texts(view) and "answer 1" in texts(view)
+        assert len(ctx.ledger) == 0
+    store.close()
+
+
+async def test_decisions_made_elsewhere_that_still_fit_render_the_view_they_did(
+    tmp_path: Path,
+) -> None:
+    """On the history they were made on (and on one that only grew), the checks drop
+    nothing: a resumed worker sends exactly what the last one did."""
+    history, ledger = _condensed_before_the_last_question()
+    store = SQLiteRecallStore(tmp_path / "s.db")
+    store.save_ledger("run-1", ledger.to_json())
+    async with ContextManager(100_000, recall=store, session_id="run-1") as ctx:
+        view = await ctx.prepare(history)
+        assert len(ctx.ledger) == 1 and "[turns 0-1]" in texts(view)
+        assert_view_ok(view, ctx.raw)
+    store.close()
+
+
 # ---------------------------------------------------------------------------------------
 # 5, 6. Only the manager's own cancel ends background work; a summarizer bug is a failure
 
