@@ -11,7 +11,9 @@ from agentctx.ledger import (
     ReplaceResult,
     ReplaceSpan,
     anchor,
+    protected_positions,
     render,
+    shown_positions,
 )
 from agentctx.messages import (
     AssistantMessage,
@@ -223,3 +225,14 @@ def test_arguments_in_a_read_only_mapping_convert_to_every_wire_format() -> None
     chat = to_openai_chat(view)
     assert json.loads(chat[1]["tool_calls"][0]["function"]["arguments"])["lines"] == [1, 2]
     json.dumps(to_openai_responses(view))
+
+
+def test_every_view_shows_the_ends_of_the_newest_turn_and_what_the_running_loop_signed() -> None:
+    """`shown_positions`: the invariants' messages; `protected_positions` adds the rest of
+    the newest complete turn (a rewind restores it whole)."""
+    history = [user("the task"), user("question 1"), *tool_turn(0), assistant(text="answer 1")]
+    history += [user("question 2"), assistant(call("c1"), thinking="plan"), result("c1", "out")]
+    # the task 0; the newest complete turn 1-4 (question 1, its step 2-3, answer 1); the
+    # latest user message 5, then the running loop: 6 carries signed reasoning, 7 does not
+    assert shown_positions(history) == {0, 1, 4, 5, 6}
+    assert protected_positions(history) == {0, 1, 2, 3, 4, 5, 6}
