@@ -207,18 +207,25 @@ async def test_a_strategy_that_drops_what_the_default_returns_is_called_every_ti
     assert strategy.calls == 5
 
 
-async def _views(
-    groups: list[list[Message]], strategy: Any, window: int, gaps: list[float], owned: bool
-) -> list[list[str]]:
-    clock = [0.0]
-    sent: list[list[str]] = []
-    async with ContextManager(
-        Budget(context_window=window, reserve_output=1_000),
+def _session(strategy: Any, budget: Budget, clock: list[float]) -> ContextManager:
+    """A session on ``clock`` with a recall store, sending what it must over the budget."""
+    return ContextManager(
+        budget,
         strategy=strategy,
         clock=lambda: clock[0],
         recall=MemoryRecallStore(),
         on_over_budget="send",
         session_id="q",
+    )
+
+
+async def _views(
+    groups: list[list[Message]], strategy: Any, window: int, gaps: list[float], owned: bool
+) -> list[list[str]]:
+    clock = [0.0]
+    sent: list[list[str]] = []
+    async with _session(
+        strategy, Budget(context_window=window, reserve_output=1_000), clock
     ) as ctx:
         view: list[Message] = []
         history: list[Message] = []
@@ -307,14 +314,8 @@ async def test_a_call_the_quiet_would_skip_never_decides(
 
     monkeypatch.setattr(ContextManager, "_still_quiet", asked)
     clock = [0.0]
-    async with ContextManager(
-        Budget(context_window=window, reserve_output=500),
-        strategy=_quiet_strategy(strategy),
-        clock=lambda: clock[0],
-        recall=MemoryRecallStore(),
-        on_over_budget="send",
-        session_id="q",
-    ) as ctx:
+    budget = Budget(context_window=window, reserve_output=500)
+    async with _session(_quiet_strategy(strategy), budget, clock) as ctx:
         history: list[Message] = []
         view: list[Message] = []
         for k, step in enumerate(steps):
