@@ -177,7 +177,12 @@ class ContextManager:
             `agentctx.telemetry`; OpenTelemetry: `agentctx.integrations.otel.OtelTracer`).
     """
 
+    # Declared, so that reading them stays on CPython's fast path however many there are;
+    # ``__dict__`` and ``__weakref__`` keep what a plain class allows (patching a method on
+    # an instance, a weak reference).
     __slots__ = (
+        "__dict__",
+        "__weakref__",
         "_adopted",
         "_background_done",
         "_breaks_in_row",

@@ -101,7 +101,12 @@ class RecallWriter:
         batch_bytes: about how much one write sends.
     """
 
+    # Declared, so that reading them stays on CPython's fast path however many there are;
+    # ``__dict__`` and ``__weakref__`` keep what a plain class allows (patching a method on
+    # an instance, a weak reference).
     __slots__ = (
+        "__dict__",
+        "__weakref__",
         "_backoff",
         "_blocking",
         "_busy",
