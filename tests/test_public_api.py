@@ -45,7 +45,7 @@ def test_import_agentctx_imports_no_vendor_sdk() -> None:
     assert out.stdout.strip() == ""
 
 
-def test_a_manager_is_weakly_referenced_and_patched_as_a_plain_object_is() -> None:
+async def test_a_manager_is_weakly_referenced_and_patched_as_a_plain_object_is() -> None:
     """Its attributes live in slots (for speed), and it still takes a weak reference and a
     method patched on the instance (``mock.patch.object``)."""
     import weakref
@@ -54,5 +54,5 @@ def test_a_manager_is_weakly_referenced_and_patched_as_a_plain_object_is() -> No
     manager = agentctx.ContextManager(100_000)
     assert weakref.ref(manager)() is manager
     with mock.patch.object(manager, "prepare", return_value=[]) as prepare:
-        assert manager.prepare([]) == [] and prepare.called
+        assert await manager.prepare([]) == [] and prepare.await_count == 1
     assert "prepare" not in vars(manager)
