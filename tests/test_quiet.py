@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from agentctx import (
+    AssistantMessage,
     Budget,
     Chain,
     CompactionContext,
@@ -330,3 +331,58 @@ async def test_a_call_the_quiet_would_skip_never_decides(
             if step.report is not None:
                 ctx.observe(Usage(max(1, int(ctx.prompt_tokens * step.report)), 10))
             await anyio.lowlevel.checkpoint()
+
+
+async def _deferred_then_skipped(skipping: bool) -> tuple[list[list[str]], list[str]]:
+    """A session where `LlmCompaction` puts off arming (over the limit with nothing new: the
+    deciding budget is the session's own), then is under its trigger: the call its `Quiet`
+    would skip is the one that clears the flag it put off arming with."""
+    strategy = LlmCompaction(ScriptedSummarizer(default=BRIEFING))
+    clock = [0.0]
+    events: list[str] = []
+    views: list[list[str]] = []
+    budget = Budget(context_window=12_000, reserve_output=500)
+    async with ContextManager(
+        budget, strategy=strategy, clock=lambda: clock[0], on_over_budget="send", session_id="d"
+    ) as ctx:
+        ctx.subscribe(lambda e: events.append(type(e).__name__))
+        history: list[Message] = [UserMessage.of("task: tidy the repository")]
+
+        async def call() -> None:
+            clock[0] += 1
+            view = await ctx.prepare(history)
+            views.append([canonical_json(m) for m in view])
+            await anyio.lowlevel.checkpoint()
+
+        def turn(n: int) -> list[Message]:
+            return [*tool_turn(n), AssistantMessage.of(f"done {n}"), UserMessage.of(f"next {n}")]
+
+        n = 0
+        while ctx.prompt_tokens < 8_000:
+            history += turn(n)
+            n += 1
+            await call()
+        ctx.observe(Usage(int(ctx.prompt_tokens * 1.6), 10))
+        await call()  # over the limit, nothing new: arming is put off
+        ctx.observe(Usage(max(1, int(ctx.prompt_tokens * 0.05)), 10))
+        await call()  # under the trigger: asked, it would clear that
+        history += tool_turn(1_000, lines=4_500)
+        await call()  # over the limit again
+        for _ in range(3):
+            history += turn(n)
+            n += 1
+            await call()
+    return views, events
+
+
+async def test_a_strategy_that_put_off_arming_is_not_quiet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by fuzzing the skip: `LlmCompaction` returned `Quiet` from a call that put off
+    arming (over the limit, the tiers to act first), and the call the manager then skipped
+    was the one that would have cleared that; the next call over the limit armed a request
+    one call early, and the session's views and events differed from one that asked it
+    every time."""
+    with_skips = await _deferred_then_skipped(True)
+    monkeypatch.setattr(ContextManager, "_still_quiet", lambda *args: False)
+    assert await _deferred_then_skipped(False) == with_skips

@@ -246,9 +246,15 @@ class LlmCompaction:
         self._rewinds = ctx.rewinds
         self._version = ctx.ledger.version
         requests = self._requests
-        if requests.inflight is None and requests.ready is None and not self._fell_back:
-            # With no briefing asked for or waiting (and no fallback to count), only passing
-            # the trigger (which arms one) or the budget (the tiers) does anything.
+        if (
+            requests.inflight is None
+            and requests.ready is None
+            and not self._fell_back
+            and not self._deferred
+        ):
+            # With no briefing asked for or waiting, no fallback to count and no arming put
+            # off (a call it skipped would not clear the flag), only passing the trigger
+            # (which arms one) or the budget (the tiers) does anything.
             return Quiet(min(self._trigger(ctx), limit))
         return None
 
