@@ -328,11 +328,7 @@ def protected_positions(raw: Sequence[Message]) -> set[int]:
     """Raw indexes the invariants protect: the task, the latest user message, the newest
     complete turn, and the signed reasoning of the in-flight tool loop (the rest of a long
     loop may be dropped, as the tiers do)."""
-    out = shown_positions(raw)
-    complete = boundaries.newest_complete_turn(raw)
-    if complete is not None:
-        out.update(range(*complete))
-    return out
+    return _kept(raw, whole_turn=True)
 
 
 def shown_positions(raw: Sequence[Message]) -> set[int]:
@@ -340,6 +336,10 @@ def shown_positions(raw: Sequence[Message]) -> set[int]:
     message, the question and the answer of the newest complete turn, and the messages of
     the in-flight tool loop that carry signed reasoning. Narrower than `protected_positions`:
     a turn's steps dropped while it ran stay dropped once it completes."""
+    return _kept(raw, whole_turn=False)
+
+
+def _kept(raw: Sequence[Message], *, whole_turn: bool) -> set[int]:
     out: set[int] = set()
     task = boundaries.task_index(raw)
     if task is not None:
@@ -350,7 +350,7 @@ def shown_positions(raw: Sequence[Message]) -> set[int]:
         out.update(i for i in range(latest + 1, len(raw)) if boundaries.has_thinking(raw[i]))
     complete = boundaries.newest_complete_turn(raw)
     if complete is not None:
-        out.update((complete[0], complete[1] - 1))
+        out.update(range(*complete) if whole_turn else (complete[0], complete[1] - 1))
     return out
 
 
