@@ -147,6 +147,45 @@ async def test_projection_compares_what_the_view_shows_and_follows_edits_there()
     assert_view_ok(after, ctx.raw)
 
 
+@pytest.mark.parametrize("kind", [list, tuple], ids=["list", "tuple"])
+@pytest.mark.parametrize("owned", [False, True], ids=["projection", "owned"])
+async def test_a_history_that_only_grew_is_followed_as_it_is(kind: type, owned: bool) -> None:
+    """A list is compared by growing the manager's own copy to its length (no slice of the
+    caller's); any other sequence by a slice. Either way nothing resyncs, the caller's
+    history is left as it was, and the manager's copy ends as long as the history."""
+    base = [user("task")] + [m for n in range(40) for m in tool_turn(n, lines=80)]
+    events: list[Event] = []
+    async with ContextManager(small_budget()) as ctx:
+        ctx.subscribe(events.append)
+        held = list(await ctx.prepare(kind(base)) if owned else base)
+        for n in range(40, 46):
+            new = tool_turn(n, lines=3)
+            history = kind([*held, *new])
+            view = await ctx.prepare(history)
+            assert list(history) == [*held, *new]
+            assert view[-2:] == new
+            held = list(view) if owned else [*held, *new]
+            assert len(ctx.raw) == len(base) + 2 * (n - 39)
+            assert_view_ok(view, ctx.raw)
+    assert not any(isinstance(e, HistoryResynced) for e in events)
+
+
+async def test_a_message_whose_comparison_raises_leaves_the_session_as_it_was() -> None:
+    class Hostile:
+        def __eq__(self, other: object) -> bool:
+            raise RuntimeError("comparing this fails")
+
+        __hash__ = object.__hash__
+
+    history = [user("task"), assistant(text="a1"), user("q2")]
+    async with ContextManager(small_budget()) as ctx:
+        view = await ctx.prepare(history)
+        with pytest.raises(RuntimeError, match="comparing this fails"):
+            await ctx.prepare([history[0], Hostile(), history[2], user("q3")])  # type: ignore[list-item]
+        assert list(ctx.raw) == history
+        assert await ctx.prepare(history) == view
+
+
 @pytest.mark.parametrize("left_out", [1, 3])  # results the view leaves out before the edit
 async def test_a_rewind_after_an_unseen_edit_of_a_left_out_message_follows_the_history(
     left_out: int,
