@@ -25,7 +25,9 @@ never changes bytes already rendered:
 - **blank text**: empty and whitespace-only text blocks are left out of user and assistant
   messages (Anthropic: "text content blocks must contain non-whitespace text"); a message
   left with no content holds `EMPTY_TEXT` instead, so turns keep their shape (the latest user
-  message stays a user message); a blank summary is left out;
+  message stays a user message); a blank summary is left out; a tool result's blank blocks
+  are left out where other blocks stand beside them (alone, one is the tool's empty output,
+  which the Anthropic adapter sends as a string);
 - **duplicate tool-call ids** (servers that number calls per response, ``call_0`` on every
   turn, or repeat one within a batch; Anthropic: "tool_use ids must be unique", OpenAI:
   "Duplicate value for 'tool_call_id'"): a call whose id the view already used is renamed
@@ -267,7 +269,18 @@ def _cleaned(m: Message) -> tuple[Message | None, str | None]:
         return AssistantMessage(kept, m.stop_reason, m.usage, m.model, m.extra), kind  # type: ignore[arg-type]
     if isinstance(m, SummaryMessage) and _blank_text(m.text):
         return None, "empty_summary"
+    if isinstance(m, ToolResultMessage) and _blank_beside_others(m.content):
+        # One blank block is a tool's empty output (sent as an empty string); beside other
+        # blocks it is a list entry Anthropic rejects.
+        left = tuple(b for b in m.content if not _blank(b))
+        return ToolResultMessage(m.tool_call_id, left, m.tool_name, m.is_error, m.extra), (
+            "empty_text"
+        )
     return m, None
+
+
+def _blank_beside_others(content: Sequence[object]) -> bool:
+    return len(content) > 1 and any(_blank(b) for b in content)
 
 
 def _fresh_id(call_id: str, used: Set[str], new: set[str]) -> str:
@@ -359,6 +372,9 @@ def repair(
             call.answered = True
             if call.view_id != m.tool_call_id:
                 m = ToolResultMessage(call.view_id, m.content, m.tool_name, m.is_error, m.extra)
+            if len(m.content) > 1 and _blank_beside_others(m.content):
+                m = _cleaned(m)[0]  # type: ignore[assignment]
+                repairs.append(Repair("empty_text", len(out), origin=src[i]))
             out.append(m)
             out_origin.append(src[i])
             continue
@@ -399,6 +415,8 @@ def answered_call_ids(messages: Sequence[Message], used: Set[str]) -> list[str] 
     for m in messages:
         if isinstance(m, ToolResultMessage):
             if batch + answered == len(ids) or m.tool_call_id != ids[batch + answered]:
+                return None
+            if len(m.content) > 1 and _blank_beside_others(m.content):
                 return None
             answered += 1
             continue
@@ -471,6 +489,11 @@ def validate(messages: Sequence[Message], provider: Provider = "anthropic") -> l
             if not open_calls[m.tool_call_id]:
                 problems.append(f"message {i}: result for {m.tool_call_id!r} answers no open call")
             open_calls[m.tool_call_id] -= 1
+            if provider == "anthropic" and _blank_beside_others(m.content):
+                problems.append(
+                    f"message {i}: a tool result's text content blocks must contain "
+                    "non-whitespace text"
+                )
             continue
         if +open_calls:
             problems.append(f"message {open_at}: calls {sorted(+open_calls)} have no result")

@@ -171,6 +171,23 @@ def test_blank_text_is_left_out_and_an_empty_message_holds_a_placeholder() -> No
     assert [r.kind for r in repairs] == ["empty_summary"]
 
 
+def test_blank_blocks_beside_others_are_left_out_of_a_tool_result() -> None:
+    """Anthropic rejects a blank text block in a tool result's list; a lone blank block is
+    a tool's empty output, which its adapter sends as an empty string, and stays."""
+    beside = ToolResultMessage("a", (TextBlock("out"), TextBlock(" \n"), TextBlock("")), "read")
+    alone = ToolResultMessage("b", (TextBlock(""),), "read")
+    h = [user("task"), assistant(call("a"), call("b")), beside, alone, assistant(text="ok")]
+    assert any("tool result" in p for p in validate(h, "anthropic"))
+    assert validate(h, "openai") == []
+    out, origins, repairs = repair(h)
+    assert validate(out) == [] and origins == [0, 1, 2, 3, 4]
+    assert out[2] == ToolResultMessage("a", (TextBlock("out"),), "read")
+    assert out[3] is alone
+    assert [(r.kind, r.index) for r in repairs] == [("empty_text", 2)]
+    assert answered_call_ids(h[1:4], set()) is None
+    assert answered_call_ids([h[1], out[2], alone], set()) == ["a", "b"]
+
+
 def test_duplicate_call_ids_are_renamed_with_their_results() -> None:
     h = [
         user("task"),
@@ -267,6 +284,8 @@ _PIECES = {
     "result a": lambda k: result("a"),
     "result b": lambda k: result("b"),
     "result old": lambda k: result("old"),
+    "result a blank": lambda k: ToolResultMessage("a", (TextBlock(""),)),  # an empty output
+    "result a with blank": lambda k: ToolResultMessage("a", (TextBlock("x"), TextBlock(" "))),
     "summary": lambda k: SummaryMessage("s"),
     "blank summary": lambda k: SummaryMessage(""),
 }

@@ -379,6 +379,9 @@ def _render_result(index: int, m: ToolResultMessage) -> JSON:
     form = info.get("content")
     if not _form_ok(form, m.content):
         form = _default_form(m.content, result=True)
+    if form == "list" and _plain_text(m.content) and not m.content[0].text.strip():  # type: ignore[union-attr]
+        # A tool's blank output: as a list entry Anthropic rejects it, as a string it is taken.
+        form = "string"
     if form == "string":
         d["content"] = m.content[0].text  # type: ignore[union-attr]
     elif form == "list":
@@ -469,8 +472,9 @@ def assemble_anthropic_stream(events: Iterable[Mapping[str, Any]]) -> JSON:
             elif kind == "content_block_stop":
                 text = partial.pop(event["index"], "")
                 if text:
-                    # Cut off mid-object: keep the input content_block_start gave.
-                    with contextlib.suppress(ValueError):
+                    # Cut off mid-object, or nested past what Python parses: keep the input
+                    # content_block_start gave.
+                    with contextlib.suppress(ValueError, RecursionError):
                         blocks[event["index"]]["input"] = json.loads(text)
             elif kind == "message_delta":
                 for key, value in event.get("delta", {}).items():
