@@ -10,7 +10,7 @@ send a history uncompacted. It imports no vendor SDK.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, NoReturn, TypeVar, get_args
 
 from agentctx._log import log
@@ -110,6 +110,10 @@ class Compactor:
         """
         outgoing = dict(kwargs)
         history = kwargs.get(self._key)
+        if isinstance(history, Iterable) and not isinstance(history, Sequence | Mapping | bytes):
+            # A generator or a view the SDK would read to its end: read once, here, and that
+            # list is what is compacted and sent.
+            history = outgoing[self._key] = list(history)
         if (
             not isinstance(history, Sequence)
             or isinstance(history, str)
@@ -167,6 +171,10 @@ class Compactor:
 
     def record_stream(self, events: list[Mapping[str, Any]]) -> None:
         """Record the usage of a stream read to its end, from its events' dicts."""
+        if any(e.get("type") == "error" for e in events):
+            # The server ended the stream with an error: no response, no usage to record.
+            # (The SDK raises it, or, for Responses, hands it over as the last event.)
+            return
         if self.provider == "anthropic":
             self._observe(assemble_anthropic_stream(events))
         elif self.provider == "openai-chat":
