@@ -149,7 +149,7 @@ def parse_arguments(raw: str) -> tuple[Mapping[str, Any], str | None]:
     """The arguments object and, when `dumps_arguments` would not give it back, ``raw``."""
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past what Python parses
         return {}, raw
     if not isinstance(value, dict):
         return {}, raw
@@ -161,7 +161,7 @@ def render_arguments(arguments: Mapping[str, Any], raw: object) -> str:
     if isinstance(raw, str):
         try:
             value = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             value = None
         # Compaction may rewrite the arguments; then the recorded string is stale.
         if (value == arguments) if isinstance(value, dict) else not arguments:
