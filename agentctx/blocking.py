@@ -191,6 +191,7 @@ class LoopThread:
     """
 
     def __init__(self, manager: ContextManager) -> None:
+        self._closed = False
         self._stack = ExitStack()
         self._portal = self._stack.enter_context(start_blocking_portal(name="agentctx"))
         try:
@@ -208,9 +209,19 @@ class LoopThread:
 
     def call(self, func: Callable[..., Any], *args: Any) -> Any:
         """``func(*args)`` on the manager's loop (awaited if it is a coroutine function);
-        what it raises is raised here, as itself."""
+        what it raises is raised here, as itself. Raises `ConfigError` once closed, and on
+        the loop thread itself (a subscriber callback), where waiting would deadlock."""
+        if self._closed:
+            raise ConfigError("the manager's loop thread is closed (its client was closed)")
+        if threading.get_ident() == self.thread_id:
+            raise ConfigError(
+                "a blocking call was made on the manager's own loop thread (from a subscriber "
+                "callback): it would wait for that thread, a deadlock; make the call after "
+                "the one that emitted the event returns"
+            )
         return self._portal.call(func, *args)
 
     def close(self) -> None:
         """Exit the manager, stop the loop and join its thread; a second call does nothing."""
+        self._closed = True
         self._stack.close()
