@@ -1,0 +1,244 @@
+"""Hostile use of the wrapped SDK clients, through the real SDKs against the fake servers: a
+tool result with blank blocks, a history given as a generator, arguments nested past what
+Python parses, a stream that ends in an error event, a blocking client used after close or
+from its own loop thread. Each test is the reproduction of a finding."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from agentctx import (
+    Budget,
+    ConfigError,
+    ContextManager,
+    Event,
+    MemoryRecallStore,
+    TranscriptRepaired,
+)
+from agentctx.adapters import assemble_anthropic_stream
+from agentctx.providers import anthropic as ant_provider
+from agentctx.providers import openai as oai_provider
+from agentctx.providers.middleware import as_middleware
+from agentctx.testing.servers import FakeAnthropic, FakeOpenAI, Reply
+
+TOOLS = [{"name": "read", "description": "r", "input_schema": {"type": "object"}}]
+CHAT_TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
+RESP_TOOLS = [{"type": "function", "name": "read", "parameters": {"type": "object"}}]
+DEEP = "[" * 2000 + "]" * 2000  # arguments a misbehaving model wrote: JSON, too deep to parse
+
+
+def with_result(content: Any) -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": "the task"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t1", "name": "read", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "content": content}],
+        },
+    ]
+
+
+async def test_blank_text_blocks_in_a_tool_result_are_sent_as_anthropic_takes_them() -> None:
+    """An empty text block in a tool result's list was sent as it was; Anthropic answers 400
+    ("text content blocks must be non-empty", or "... non-whitespace text")."""
+    events: list[Event] = []
+    with FakeAnthropic(default=Reply.text("ok")) as server:
+        async with ContextManager(Budget(context_window=100_000)) as ctx:
+            ctx.subscribe(events.append)
+            raw = anthropic.AsyncAnthropic(base_url=server.url, api_key="k", max_retries=0)
+            async with ant_provider.wrap(raw, ctx) as client:
+                for content in (
+                    [{"type": "text", "text": ""}],  # a tool's empty output, as a list
+                    [{"type": "text", "text": "out"}, {"type": "text", "text": "   "}],
+                    [{"type": "text", "text": ""}, {"type": "text", "text": " \n"}],
+                ):
+                    await client.messages.create(
+                        model="m", max_tokens=64, tools=TOOLS, messages=with_result(content)
+                    )
+    assert [r.status for r in server.requests] == [200, 200, 200], server.requests[-1].error
+    sent = [r.json["messages"][-1]["content"][0] for r in server.requests]
+    assert sent[0]["content"] == ""
+    assert sent[1]["content"] in ("out", [{"type": "text", "text": "out"}])
+    assert not sent[2].get("content")
+    repaired = [e for e in events if isinstance(e, TranscriptRepaired)]
+    assert any("empty_text" in r for e in repaired for r in e.repairs)
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai-chat"])
+async def test_the_middleware_compacts_a_history_given_as_a_generator(provider: str) -> None:
+    """Both SDKs take any iterable of messages; `wrap` made a list of it first, the
+    middleware sent a generator on uncompacted, the whole history, in silence."""
+    big = "\n".join(f"line {i} " + "x" * 80 for i in range(3000))
+    if provider == "anthropic":
+        history = [*with_result(big), {"role": "assistant", "content": "ok"}]
+        history.append({"role": "user", "content": "next"})
+        server: Any = FakeAnthropic(default=Reply.text("ok"))
+    else:
+        history = [
+            {"role": "user", "content": "the task"},
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "read", "arguments": "{}"},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": big},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "next"},
+        ]
+        server = FakeOpenAI(default=Reply.text("ok"))
+    sizes = []
+    with server:
+        budget = Budget(context_window=20_000, reserve_output=1_000)
+        async with ContextManager(budget, recall=MemoryRecallStore()) as ctx:
+            middleware = as_middleware(ctx, provider)  # type: ignore[arg-type]
+            a_client = anthropic.AsyncAnthropic(base_url=server.url, api_key="k")
+            o_client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k")
+            tools = TOOLS if provider == "anthropic" else CHAT_TOOLS
+
+            async def call_next(request: dict[str, Any]) -> Any:
+                if provider == "anthropic":
+                    return await a_client.messages.create(**request)
+                return await o_client.chat.completions.create(**request)
+
+            async with a_client, o_client:
+                for messages in (list(history), (m for m in history)):
+                    request = {"model": "m", "max_tokens": 100, "messages": messages}
+                    await middleware({**request, "tools": tools}, call_next)
+                    sizes.append(len(server.requests[-1].body))
+    assert [r.status for r in server.requests] == [200, 200]
+    assert sizes[0] == sizes[1] < len(json.dumps(history)) / 4
+
+
+async def test_arguments_nested_past_what_python_parses_are_sent_as_written() -> None:
+    """A model's arguments 2,000 levels deep: every later wrapped OpenAI call raised a bare
+    `RecursionError`; the raw SDK sends them and the server takes them."""
+    chat = [
+        {"role": "user", "content": "the task"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "read", "arguments": DEEP}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "error: arguments must be an object"},
+    ]
+    responses = [
+        {"role": "user", "content": "the task"},
+        {"type": "function_call", "call_id": "c1", "name": "read", "arguments": DEEP},
+        {"type": "function_call_output", "call_id": "c1", "output": "error: not an object"},
+    ]
+    with FakeOpenAI(default=Reply.text("ok")) as server:
+        async with ContextManager(Budget(context_window=100_000)) as ctx:
+            raw = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+            async with oai_provider.wrap(raw, ctx) as client:
+                await client.chat.completions.create(model="m", messages=chat, tools=CHAT_TOOLS)
+                stream = await client.chat.completions.create(
+                    model="m", messages=chat, tools=CHAT_TOOLS, stream=True
+                )
+                async for _ in stream:
+                    pass
+        async with ContextManager(Budget(context_window=100_000)) as ctx:
+            raw = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+            async with oai_provider.wrap(raw, ctx) as client:
+                await client.responses.create(model="m", input=responses, tools=RESP_TOOLS)
+    assert [r.status for r in server.requests] == [200, 200, 200]
+    sent = [server.requests[0].json["messages"][1], server.requests[2].json["input"][1]]
+    assert sent[0]["tool_calls"][0]["function"]["arguments"] == DEEP
+    assert sent[1]["arguments"] == DEEP
+
+
+def test_a_streamed_tool_input_nested_past_what_python_parses_ends_the_stream_as_usual() -> None:
+    """The wrapped stream raised `RecursionError` after its last event, inside the caller's
+    loop, where the raw SDK's ended as usual: the input is kept as the block started it."""
+    deep = '{"a": ' + DEEP + "}"
+    events = [
+        {"type": "message_start", "message": {"id": "m1", "type": "message", "role": "assistant",
+                                              "content": [], "usage": {"input_tokens": 9}}},
+        {"type": "content_block_start", "index": 0,
+         "content_block": {"type": "tool_use", "id": "t1", "name": "read", "input": {}}},
+        *(
+            {"type": "content_block_delta", "index": 0,
+             "delta": {"type": "input_json_delta", "partial_json": deep[k : k + 500]}}
+            for k in range(0, len(deep), 500)
+        ),
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"},
+         "usage": {"output_tokens": 900}},
+        {"type": "message_stop"},
+    ]  # fmt: skip
+    message = assemble_anthropic_stream(events)
+    assert message["content"][0]["input"] == {}
+    assert message["usage"]["output_tokens"] == 900
+
+
+@pytest.mark.parametrize("helper", [False, True], ids=["create", "stream"])
+async def test_a_responses_stream_ending_in_an_error_event_is_handed_over_as_the_sdk_does(
+    helper: bool,
+) -> None:
+    """The raw SDK hands a Responses stream's ``error`` event over as its last event (its
+    ``stream()`` helper raises its own error); wrapped, the stream raised
+    `UnsupportedMessageError` after it, from recording the usage of a response that failed."""
+    script = [Reply.stream_error(after_events=2)] * 2
+
+    async def read(client: Any) -> list[str] | Exception:
+        try:
+            if helper:
+                async with client.responses.stream(model="m", input="the task") as stream:
+                    return [e.type async for e in stream]
+            stream = await client.responses.create(model="m", input="the task", stream=True)
+            return [e.type async for e in stream]
+        except Exception as e:  # what the SDK raises, compared below
+            return e
+
+    with FakeOpenAI(script, default=Reply.text("ok")) as server:
+        raw = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+        async with raw, ContextManager(Budget(context_window=100_000)) as ctx:
+            expected = await read(raw)
+            got = await read(oai_provider.wrap(raw, ctx))
+            after = await ctx.prepare([])  # the session goes on
+    if isinstance(expected, Exception):
+        assert type(got) is type(expected) and str(got) == str(expected)
+    else:
+        assert got == expected and expected[-1] == "error"
+    assert after == []
+
+
+def test_a_blocking_client_used_after_close_or_on_its_own_loop_thread_is_a_config_error() -> None:
+    """Both raised anyio's bare `RuntimeError` ("This portal is not running", "This method
+    cannot be called from the event loop thread") where `BlockingContextManager`, on the same
+    loop thread, raises `ConfigError`."""
+    history = [{"role": "user", "content": "the task"}]
+    outcomes: list[BaseException] = []
+    with FakeAnthropic(default=Reply.text("ok")) as server:
+        raw = anthropic.Anthropic(base_url=server.url, api_key="k", max_retries=0)
+        client = ant_provider.wrap(raw, ContextManager(50_000))
+
+        def on_event(event: Event) -> None:
+            try:
+                client.messages.create(model="m", max_tokens=10, messages=history)
+            except ConfigError as e:
+                outcomes.append(e)
+
+        client.manager.subscribe(on_event)
+        # A history that opens with an assistant message gets a repair: an event.
+        opening = [{"role": "assistant", "content": "hello"}, *history]
+        client.messages.create(model="m", max_tokens=10, messages=opening)
+        client.close()
+        with pytest.raises(ConfigError, match="closed"):
+            client.messages.create(model="m", max_tokens=10, messages=history)
+    assert len(outcomes) == 1 and "loop thread" in str(outcomes[0])
+    assert len(server.requests) == 1
