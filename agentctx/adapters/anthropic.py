@@ -205,15 +205,26 @@ def _form_ok(form: object, blocks: tuple[object, ...]) -> bool:
     )
 
 
-def from_anthropic(messages: Iterable[Mapping[str, Any]]) -> list[Message]:
+def from_anthropic(
+    messages: Iterable[Mapping[str, Any]],
+    *,
+    start: int = 0,
+    names: dict[str, str] | None = None,
+    previous: Message | None = None,
+) -> list[Message]:
     """Neutral messages for the ``messages`` of an Anthropic Messages request.
 
     Raises `UnsupportedMessageError` (with the message index) for a role other than user or
     assistant, or content that is neither a string nor a list of objects.
+
+    A history converted in parts (the messages a request added to the last one's) converts
+    as it does whole when each part gets its ``start`` index in the whole, the tool names of
+    the calls before it (``names``, call id to name: updated with the part's own) and the
+    neutral message before it (``previous``).
     """
     out: list[Message] = []
-    names: dict[str, str] = {}  # tool_use id -> name, so results know their tool
-    for index, msg in enumerate(messages):
+    names = {} if names is None else names  # tool_use id -> name, so results know their tool
+    for index, msg in enumerate(messages, start):
         if not isinstance(msg, Mapping):
             raise UnsupportedMessageError(index, f"message of type {type(msg).__name__}")
         role, content = msg.get("role"), msg.get("content")
@@ -233,7 +244,7 @@ def from_anthropic(messages: Iterable[Mapping[str, Any]]) -> list[Message]:
             pieces = _user_pieces(index, content, names)
             for n, (piece, piece_info) in enumerate(pieces):
                 default_join = isinstance(piece, ToolResultMessage) and isinstance(
-                    out[-1] if out else None, ToolResultMessage
+                    out[-1] if out else previous, ToolResultMessage
                 )
                 if (n > 0) != default_join:
                     piece_info["join"] = n > 0

@@ -302,15 +302,21 @@ def _role(message: object) -> object:
     return message.get("role") if isinstance(message, Mapping) else None
 
 
-def from_openai_chat(messages: Iterable[Mapping[str, Any]]) -> list[Message]:
+def from_openai_chat(
+    messages: Iterable[Mapping[str, Any]], *, start: int = 0, names: dict[str, str] | None = None
+) -> list[Message]:
     """Neutral messages for Chat Completions request ``messages``.
 
     Raises `UnsupportedMessageError` (with the index) for an unknown role (``function`` is
     one), a tool message without ``tool_call_id``, or content of the wrong type.
+
+    A history converted in parts converts as it does whole when each part gets its ``start``
+    index in the whole and the tool names of the calls before it (``names``, call id to name:
+    updated with the part's own).
     """
     out: list[Message] = []
-    names: dict[str, str] = {}
-    for index, msg in enumerate(messages):
+    names = {} if names is None else names
+    for index, msg in enumerate(messages, start):
         if not isinstance(msg, Mapping):
             raise UnsupportedMessageError(index, f"message of type {type(msg).__name__}")
         role = msg.get("role")

@@ -333,18 +333,28 @@ def split_openai_responses_system(
     return list(items[:n]), list(items[n:])
 
 
-def from_openai_responses(items: str | Iterable[Mapping[str, Any]]) -> list[Message]:
+def from_openai_responses(
+    items: str | Iterable[Mapping[str, Any]],
+    *,
+    start: int = 0,
+    names: dict[str, str] | None = None,
+) -> list[Message]:
     """Neutral messages for a Responses ``input`` (a list of items, or a plain string).
 
     Raises `UnsupportedMessageError` (with the item index) for a message item with an
     unknown role, an item with neither type nor role, or content of the wrong type.
+
+    A history converted in parts converts as it does whole when each part gets its ``start``
+    index in the whole and the tool names of the calls before it (``names``, call id to name:
+    updated with the part's own), and no part starts inside a run of assistant-side items
+    (`is_assistant_side`): the run is one assistant message.
     """
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
     out: list[Message] = []
     run: list[AssistantContent] = []
-    names: dict[str, str] = {}
-    for index, item in enumerate(items):
+    names = {} if names is None else names
+    for index, item in enumerate(items, start):
         if not isinstance(item, Mapping):
             raise UnsupportedMessageError(index, f"item of type {type(item).__name__}")
         kind, role = item.get("type"), item.get("role")
@@ -364,6 +374,19 @@ def from_openai_responses(items: str | Iterable[Mapping[str, Any]]) -> list[Mess
             raise UnsupportedMessageError(index, "item with neither type nor role")
     _flush(out, run)
     return out
+
+
+def is_assistant_side(item: object) -> bool:
+    """Whether a Responses input item (a reasoning item, an assistant message, a function
+    call, ...) joins the items beside it in one assistant message."""
+    if not isinstance(item, Mapping):
+        return False
+    kind, role = item.get("type"), item.get("role")
+    if kind in ("message", None) and role is not None and role != "assistant":
+        return False
+    if kind == "function_call_output" and isinstance(item.get("call_id"), str):
+        return False
+    return isinstance(kind, str) or role == "assistant"
 
 
 def _flush(out: list[Message], run: list[AssistantContent]) -> None:

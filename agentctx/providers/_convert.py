@@ -19,16 +19,12 @@ from agentctx.adapters import (
     assemble_anthropic_stream,
     assemble_openai_chat_stream,
     assemble_openai_responses_stream,
-    from_anthropic,
-    from_openai_chat,
-    from_openai_responses,
-    split_openai_chat_system,
-    split_openai_responses_system,
     to_anthropic,
     to_openai_chat,
     to_openai_responses,
 )
 from agentctx.errors import ConfigError
+from agentctx.providers._history import ConvertedHistory, plain
 from agentctx.providers._stream import observe_stream, observe_sync_stream
 
 if TYPE_CHECKING:
@@ -94,6 +90,7 @@ class Compactor:
         self.provider = provider
         self.cache_breakpoints = cache_breakpoints
         self._key = "input" if provider == "openai-responses" else "messages"
+        self._history = ConvertedHistory(provider)
         self._sent: list[Message] = []  # the previous view, to find where its cache ends
         self._sent_length = 0
 
@@ -121,23 +118,23 @@ class Compactor:
             or kwargs.get("conversation")
         ):
             return outgoing
-        history = [_plain(m, 1) for m in history]
         max_tokens = self._max_tokens(kwargs)
         prepare = self.manager.prepare
         if self.provider == "anthropic":
-            view = await prepare(from_anthropic(list(history)), max_tokens=max_tokens)
+            view = await prepare(self._history.convert(list(history)), max_tokens=max_tokens)
             messages = to_anthropic(view)
             if self.cache_breakpoints and not count:
                 messages = self._place(kwargs, view, messages)
             outgoing[self._key] = messages
-        elif self.provider == "openai-chat":
-            system, rest = split_openai_chat_system(list(history))
-            view = await prepare(from_openai_chat(rest), max_tokens=max_tokens)
-            outgoing[self._key] = [*system, *to_openai_chat(view)]
-        else:
-            system, rest = split_openai_responses_system(list(history))
-            view = await prepare(from_openai_responses(rest), max_tokens=max_tokens)
-            outgoing[self._key] = [*system, *to_openai_responses(view)]
+            return outgoing
+        # Leading system / developer messages are sent as they are.
+        lead = 0
+        while lead < len(history) and _role(plain(history[lead], 1)) in _INSTRUCTIONS:
+            lead += 1
+        system = [plain(m, 1) for m in history[:lead]]
+        view = await prepare(self._history.convert(list(history[lead:])), max_tokens=max_tokens)
+        render = to_openai_chat if self.provider == "openai-chat" else to_openai_responses
+        outgoing[self._key] = [*system, *render(view)]
         return outgoing
 
     def _max_tokens(self, kwargs: Mapping[str, Any]) -> int | None:
@@ -287,20 +284,11 @@ class SyncStreamManager(Generic[S]):
             self._cm.__exit__(exc_type, exc, tb)
 
 
-def _plain(item: Any, depth: int) -> Any:
-    """A history item with SDK objects in it (``resp.content`` appended as it came, a
-    ``ChatCompletionMessage``, Responses output items) as the dicts the SDK would send;
-    ``depth`` 1 also converts the blocks of a message's ``content``."""
-    if isinstance(item, Mapping):
-        content = item.get("content")
-        if depth and isinstance(content, list) and not all(isinstance(b, Mapping) for b in content):
-            return {**item, "content": [_plain(b, 0) for b in content]}
-        return item
-    to_dict = getattr(item, "to_dict", None)
-    if callable(to_dict):  # the SDKs' models; JSON mode is what goes on the wire
-        data = to_dict(mode="json")
-        return _plain(data, depth) if isinstance(data, Mapping) else item
-    return item  # the adapter says what it cannot carry
+_INSTRUCTIONS = ("system", "developer")
+
+
+def _role(item: object) -> object:
+    return item.get("role") if isinstance(item, Mapping) else None
 
 
 class Refused:

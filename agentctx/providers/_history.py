@@ -1,0 +1,128 @@
+"""The history of one wrapped client's requests in neutral form, converted once.
+
+A loop sends its whole history on every call; converting it whole each time costs more than
+compacting it (about 8 ms a call at a thousand messages). `ConvertedHistory` keeps what the
+last request converted to and converts only what the next one added, or what follows the
+first item it changed.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agentctx.adapters import from_anthropic, from_openai_chat, from_openai_responses
+from agentctx.adapters.openai_responses import is_assistant_side
+from agentctx.messages import AssistantMessage, Message
+
+__all__ = ["ConvertedHistory", "plain"]
+
+
+def plain(item: Any, depth: int) -> Any:
+    """A history item with SDK objects in it (``resp.content`` appended as it came, a
+    ``ChatCompletionMessage``, Responses output items) as the dicts the SDK would send;
+    ``depth`` 1 also converts the blocks of a message's ``content``."""
+    if isinstance(item, Mapping):
+        content = item.get("content")
+        if depth and isinstance(content, list) and not all(isinstance(b, Mapping) for b in content):
+            return {**item, "content": [plain(b, 0) for b in content]}
+        return item
+    to_dict = getattr(item, "to_dict", None)
+    if callable(to_dict):  # the SDKs' models; JSON mode is what goes on the wire
+        data = to_dict(mode="json")
+        return plain(data, depth) if isinstance(data, Mapping) else item
+    return item  # the adapter says what it cannot carry
+
+
+class _Unequal:
+    """Stands for an item that could not be copied: equal to nothing, so it is converted
+    again on every request."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class ConvertedHistory:
+    """The neutral messages of one provider's request histories, each request's converted
+    from the last one's: what it added, or everything after the first item it changed.
+
+    An item is compared by value with a copy taken when it was converted, so one the caller
+    changed in place (a ``cache_control`` moved, a result edited) is converted again, and
+    one rebuilt equal (a history loaded again) is not. The messages of items kept are the
+    same objects as before, which is also what the manager compares fastest.
+    """
+
+    def __init__(self, provider: str) -> None:
+        self._provider = provider
+        self._copies: list[object] = []  # each converted item as it was when converted
+        self._ends: list[int] = []  # how many messages items[: i + 1] converted to
+        self._messages: list[Message] = []
+        self._names: dict[str, str] = {}  # tool names of the calls in _messages, by id
+
+    def convert(self, items: list[Any]) -> list[Message]:
+        """The neutral messages of ``items`` (the request's history, system messages split
+        off); raises `UnsupportedMessageError` as the adapter does, changing nothing."""
+        copies = self._copies
+        same = min(len(items), len(copies))
+        if items[:same] != copies[:same]:
+            same = next(i for i in range(same) if items[i] != copies[i])
+        if self._provider == "openai-responses":
+            # Assistant-side items make one message with their neighbours: a run that the
+            # change (or a new item) may join is converted again whole.
+            while same and is_assistant_side(plain(copies[same - 1], 1)):
+                same -= 1
+        kept = self._ends[same - 1] if same else 0
+        if same < len(copies):
+            self._names = _tool_names(self._messages[:kept])
+        try:
+            messages, ends = self._read([plain(item, 1) for item in items[same:]], same, kept)
+        except BaseException:
+            self._names = _tool_names(self._messages)  # as the last request left them
+            raise
+        del copies[same:], self._ends[same:], self._messages[kept:]
+        copies += map(_copy, items[same:])
+        self._ends += ends
+        self._messages += messages
+        return self._messages
+
+    def _read(self, items: list[Any], start: int, kept: int) -> tuple[list[Message], list[int]]:
+        """The messages of ``items`` (from index ``start`` of the history, after ``kept``
+        messages) and the running count of messages after each item; the tool names of
+        their calls are added to those known."""
+        names = self._names
+        messages: list[Message] = []
+        ends: list[int] = []
+        previous = self._messages[kept - 1] if kept else None
+        i = 0
+        while i < len(items):
+            at, group = start + i, 1
+            if self._provider == "anthropic":
+                part = from_anthropic(items[i : i + 1], start=at, names=names, previous=previous)
+            elif self._provider == "openai-chat":
+                part = from_openai_chat(items[i : i + 1], start=at, names=names)
+            else:
+                if is_assistant_side(items[i]):
+                    while i + group < len(items) and is_assistant_side(items[i + group]):
+                        group += 1
+                part = from_openai_responses(items[i : i + group], start=at, names=names)
+            messages += part
+            previous = part[-1] if part else previous
+            ends += [kept + len(messages)] * group
+            i += group
+        return messages, ends
+
+
+def _tool_names(messages: Sequence[Message]) -> dict[str, str]:
+    return {c.id: c.name for m in messages if isinstance(m, AssistantMessage) for c in m.tool_calls}
+
+
+def _copy(item: object) -> object:
+    try:
+        return copy.deepcopy(item)
+    except Exception:  # an object that cannot be copied: compared, it is never the same
+        return _Unequal()

@@ -1,0 +1,200 @@
+"""`ConvertedHistory`: a wrapped client's history converted one request at a time gives the
+messages converting it whole gives, whatever the caller does between requests (appends,
+edits in place, equal copies, rewinds, a bad item), and converts only what changed."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentctx.adapters import (
+    from_anthropic,
+    from_openai_chat,
+    from_openai_responses,
+    to_anthropic,
+    to_openai_chat,
+    to_openai_responses,
+)
+from agentctx.errors import UnsupportedMessageError
+from agentctx.messages import AssistantMessage, Message, TextBlock, ThinkingBlock, UserMessage
+from agentctx.providers import _history
+from agentctx.providers._history import ConvertedHistory
+from agentctx.testing import synthetic_session
+
+from .helpers import assistant, call, result, user
+
+PROVIDERS = ("anthropic", "openai-chat", "openai-responses")
+WHOLE = {
+    "anthropic": from_anthropic,
+    "openai-chat": from_openai_chat,
+    "openai-responses": from_openai_responses,
+}
+RENDER = {
+    "anthropic": to_anthropic,
+    "openai-chat": to_openai_chat,
+    "openai-responses": to_openai_responses,
+}
+
+
+def session() -> list[Message]:
+    """A synthetic loop with parallel batches, texts beside calls, a result answering no
+    call and reasoning before calls (Responses: items of one assistant message)."""
+    history: list[Message] = [m for group in synthetic_session(3, calls=12) for m in group]
+    history += [
+        assistant(call("p1"), call("p2"), text="reading both"),
+        result("p1", "first"),
+        result("p2", "second"),
+        result("ghost", "answers no call"),
+        user("and now?"),
+        AssistantMessage((ThinkingBlock("think first"), call("p3")), "tool_use"),
+        result("p3", "third"),
+        assistant(text="done"),
+    ]
+    return history
+
+
+def as_dicts(provider: str) -> list[Any]:
+    history = session()
+    if provider == "openai-chat":  # it carries no signed reasoning
+        history = [
+            AssistantMessage(
+                tuple(b for b in m.content if not (isinstance(b, ThinkingBlock) and b.signature)),
+                m.stop_reason,
+            )
+            if isinstance(m, AssistantMessage)
+            else m
+            for m in history
+        ]
+    dicts = RENDER[provider](history)
+    if provider == "anthropic":
+        # A batch's results in two user messages, as a loop that appends each may send them.
+        at = next(i for i, d in enumerate(dicts) if _results(d) >= 2)
+        first, *rest = dicts[at]["content"]
+        dicts[at : at + 1] = [
+            {"role": "user", "content": [first]},
+            {"role": "user", "content": rest},
+        ]
+    return dicts
+
+
+def _results(d: Any) -> int:
+    content = d.get("content")
+    return sum(b.get("type") == "tool_result" for b in content) if isinstance(content, list) else 0
+
+
+def late_result(provider: str, call_id: str) -> dict[str, Any]:
+    """A result for ``call_id`` with no call before it (one a rewind may have removed)."""
+    if provider == "anthropic":
+        block = {"type": "tool_result", "tool_use_id": call_id, "content": "late"}
+        return {"role": "user", "content": [block]}
+    if provider == "openai-chat":
+        return {"role": "tool", "tool_call_id": call_id, "content": "late"}
+    return {"type": "function_call_output", "call_id": call_id, "output": "late"}
+
+
+def edit(item: Any, r: int) -> None:
+    """Change ``item`` (a provider dict) in place, as a loop might: text, a key added."""
+    if r % 3 == 0:
+        item["cache_control"] = {"type": "ephemeral"}
+        return
+    for key in ("content", "output", "arguments"):
+        value = item.get(key)
+        if isinstance(value, str):
+            item[key] = value + " (edited)"
+            return
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            value[0]["extra_key"] = r
+            return
+    item["note"] = r
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["grow", "edit", "copy", "rewind", "late", "same"]), st.integers(0, 999)
+    ),
+    max_size=14,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=OPS)
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_converting_request_by_request_gives_what_converting_whole_gives(
+    provider: str, ops: list[tuple[str, int]]
+) -> None:
+    full = as_dicts(provider)
+    ids = [
+        c.id for m in WHOLE[provider](full) if isinstance(m, AssistantMessage) for c in m.tool_calls
+    ]
+    converted = ConvertedHistory(provider)
+    history = copy.deepcopy(full[:2])
+    for op, r in ops:
+        if op == "grow":
+            history += copy.deepcopy(full[len(history) : len(history) + 1 + r % 5])
+        elif op == "edit":
+            edit(history[r % len(history)], r)
+        elif op == "copy":
+            i = r % len(history)
+            history[i] = copy.deepcopy(history[i])
+        elif op == "rewind":
+            del history[max(1, r % len(history)) :]
+        elif op == "late":
+            history.append(late_result(provider, ids[r % len(ids)]))
+        got = converted.convert(list(history))
+        want = WHOLE[provider](copy.deepcopy(history))
+        assert got == want
+        assert [m.extra for m in got] == [m.extra for m in want]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_an_append_converts_only_what_is_new(
+    provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    full = as_dicts(provider)
+    converted = ConvertedHistory(provider)
+    first = converted.convert(full[:-6])
+    seen: list[int] = []
+    real = {name: getattr(_history, name) for name in ("from_anthropic", "from_openai_chat")}
+    real["from_openai_responses"] = _history.from_openai_responses
+
+    def counting(name: str) -> Any:
+        def convert(items: list[Any], **kwargs: Any) -> list[Message]:
+            seen.append(len(items))
+            return real[name](items, **kwargs)  # type: ignore[no-any-return]
+
+        return convert
+
+    for name in real:
+        monkeypatch.setattr(_history, name, counting(name))
+    again = converted.convert(full)
+    assert sum(seen) <= 6 + 3  # the new items, and an assistant run they may join
+    assert all(a is b for a, b in zip(first[:-3], again, strict=False))
+    assert again == WHOLE[provider](full)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_bad_item_is_the_adapters_error_and_changes_nothing(provider: str) -> None:
+    full = as_dicts(provider)
+    converted = ConvertedHistory(provider)
+    before = list(converted.convert(full[:5]))
+    with pytest.raises(UnsupportedMessageError) as raised:
+        converted.convert([*full[:5], {"role": "function", "content": "x"}])
+    assert raised.value.index == 5
+    assert converted.convert(full[:5]) == before
+    assert converted.convert(full) == WHOLE[provider](full)
+
+
+def test_an_item_that_cannot_be_copied_is_converted_again_every_time() -> None:
+    class Uncopyable(dict):  # type: ignore[type-arg]
+        def __deepcopy__(self, memo: object) -> Any:
+            raise TypeError("no copies")
+
+    converted = ConvertedHistory("anthropic")
+    item = Uncopyable(role="user", content="the task")
+    assert converted.convert([item]) == [UserMessage((TextBlock("the task"),))]
+    item["content"] = "changed in place"
+    assert converted.convert([item]) == [UserMessage((TextBlock("changed in place"),))]
