@@ -372,7 +372,7 @@ def repair(
             call.answered = True
             if call.view_id != m.tool_call_id:
                 m = ToolResultMessage(call.view_id, m.content, m.tool_name, m.is_error, m.extra)
-            if len(m.content) > 1 and _blank_beside_others(m.content):
+            if _blank_beside_others(m.content):
                 m = _cleaned(m)[0]  # type: ignore[assignment]
                 repairs.append(Repair("empty_text", len(out), origin=src[i]))
             out.append(m)
@@ -416,7 +416,7 @@ def answered_call_ids(messages: Sequence[Message], used: Set[str]) -> list[str] 
         if isinstance(m, ToolResultMessage):
             if batch + answered == len(ids) or m.tool_call_id != ids[batch + answered]:
                 return None
-            if len(m.content) > 1 and _blank_beside_others(m.content):
+            if len(m.content) > 1 and _blank_beside_others(m.content):  # a call saved for most
                 return None
             answered += 1
             continue
