@@ -101,20 +101,24 @@ def edit(item: Any, r: int) -> None:
     if r % 3 == 0:
         item["cache_control"] = {"type": "ephemeral"}
         return
-    for key in ("content", "output", "arguments"):
+    for key in ("content", "output", "arguments", "tool_calls"):
         value = item.get(key)
         if isinstance(value, str):
             item[key] = value + " (edited)"
             return
         if isinstance(value, list) and value and isinstance(value[0], dict):
-            value[0]["extra_key"] = r
+            inner = value[-1].get("input", value[-1].get("function"))
+            (inner if isinstance(inner, dict) else value[-1])["extra_key"] = r
             return
     item["note"] = r
 
 
 OPS = st.lists(
     st.tuples(
-        st.sampled_from(["grow", "edit", "copy", "rewind", "late", "same"]), st.integers(0, 999)
+        st.sampled_from(
+            ["grow", "edit", "edit unsent", "copy", "rewind", "late", "save", "restore", "same"]
+        ),
+        st.integers(0, 999),
     ),
     max_size=14,
 )
@@ -132,11 +136,14 @@ def test_converting_request_by_request_gives_what_converting_whole_gives(
     ]
     converted = ConvertedHistory(provider)
     history = copy.deepcopy(full[:2])
+    saved = copy.deepcopy(history)
     for op, r in ops:
         if op == "grow":
             history += copy.deepcopy(full[len(history) : len(history) + 1 + r % 5])
-        elif op == "edit":
+        elif op in ("edit", "edit unsent"):
             edit(history[r % len(history)], r)
+            if op == "edit unsent":
+                continue  # the next op's call sees it, or undoes it first
         elif op == "copy":
             i = r % len(history)
             history[i] = copy.deepcopy(history[i])
@@ -144,6 +151,10 @@ def test_converting_request_by_request_gives_what_converting_whole_gives(
             del history[max(1, r % len(history)) :]
         elif op == "late":
             history.append(late_result(provider, ids[r % len(ids)]))
+        elif op == "save":
+            saved = copy.deepcopy(history)
+        elif op == "restore":  # after edits in place: equal to what was converted before
+            history = copy.deepcopy(saved)
         got = converted.convert(list(history))
         want = WHOLE[provider](copy.deepcopy(history))
         assert got == want
@@ -198,3 +209,60 @@ def test_an_item_that_cannot_be_copied_is_converted_again_every_time() -> None:
     assert converted.convert([item]) == [UserMessage((TextBlock("the task"),))]
     item["content"] = "changed in place"
     assert converted.convert([item]) == [UserMessage((TextBlock("changed in place"),))]
+
+
+def test_the_messages_of_one_call_are_not_changed_by_the_next() -> None:
+    """Calls of one wrapped client overlap (a strategy awaits): each sends its own history."""
+    full = as_dicts("anthropic")
+    converted = ConvertedHistory("anthropic")
+    first = converted.convert(full[:9])
+    kept = list(first)
+    converted.convert([{"role": "user", "content": "another task"}])
+    assert first == kept
+
+
+def test_a_change_in_place_that_is_undone_sends_what_the_history_holds() -> None:
+    """The messages once held the caller's own argument dicts: edited in place, then
+    restored from a copy (equal to what was converted), the edit was still sent."""
+    history = [
+        {"role": "user", "content": "the task"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "t1", "name": "rm", "input": {"path": "/tmp/x"}}
+            ],
+        },
+    ]
+    converted = ConvertedHistory("anthropic")
+    saved = copy.deepcopy(history)
+    converted.convert(history)
+    history[1]["content"][0]["input"]["path"] = "/"  # no call between the edit and the undo
+    assert converted.convert(saved) == from_anthropic(copy.deepcopy(saved))
+    assert converted.convert(history) == from_anthropic(copy.deepcopy(history))
+
+
+def test_an_item_whose_comparison_raises_counts_as_changed() -> None:
+    class Ambiguous:
+        def __eq__(self, other: object) -> bool:
+            raise ValueError("the truth value of an array is ambiguous")
+
+        __hash__ = object.__hash__
+
+    item = {"role": "user", "content": [{"type": "text", "text": "t", "odd": Ambiguous()}]}
+    converted = ConvertedHistory("anthropic")
+    first = converted.convert([item])
+    again = converted.convert([item])  # converted again, no error
+    assert len(again) == len(first) == 1 and again[0] is not first[0]
+
+
+def test_a_change_equality_does_not_see_is_not_converted_again() -> None:
+    """Documented: items are compared with ``==`` (1 == True == 1.0, keys in any order)."""
+    item: dict[str, Any] = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {"flag": 1}}],
+    }
+    converted = ConvertedHistory("anthropic")
+    before = converted.convert([{"role": "user", "content": "task"}, item])
+    item["content"][0]["input"]["flag"] = True
+    after = converted.convert([{"role": "user", "content": "task"}, item])
+    assert after == before and after[1].content[0].arguments == {"flag": 1}  # type: ignore[union-attr]

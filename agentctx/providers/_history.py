@@ -8,10 +8,10 @@ first item it changed.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentctx._snapshots import UNCOPIED, snapshot, unchanged_prefix
 from agentctx.adapters import from_anthropic, from_openai_chat, from_openai_responses
 from agentctx.adapters.openai_responses import is_assistant_side
 from agentctx.messages import AssistantMessage, Message
@@ -35,26 +35,16 @@ def plain(item: Any, depth: int) -> Any:
     return item  # the adapter says what it cannot carry
 
 
-class _Unequal:
-    """Stands for an item that could not be copied: equal to nothing, so it is converted
-    again on every request."""
-
-    __slots__ = ()
-
-    def __eq__(self, other: object) -> bool:
-        return False
-
-    __hash__ = None  # type: ignore[assignment]
-
-
 class ConvertedHistory:
     """The neutral messages of one provider's request histories, each request's converted
     from the last one's: what it added, or everything after the first item it changed.
 
-    An item is compared by value with a copy taken when it was converted, so one the caller
-    changed in place (a ``cache_control`` moved, a result edited) is converted again, and
-    one rebuilt equal (a history loaded again) is not. The messages of items kept are the
-    same objects as before, which is also what the manager compares fastest.
+    An item is compared with ``==`` against a copy taken when it was converted
+    (`agentctx._snapshots`), so one the caller changed in place (a ``cache_control`` moved, a
+    result edited) is converted again, and everything after it, while one rebuilt equal (a
+    history loaded again) is not. Messages are made from the copies, so a later change to
+    the caller's objects never reaches them. The messages of items kept are the same objects
+    as before, which is also what the manager compares fastest.
     """
 
     def __init__(self, provider: str) -> None:
@@ -66,11 +56,10 @@ class ConvertedHistory:
 
     def convert(self, items: list[Any]) -> list[Message]:
         """The neutral messages of ``items`` (the request's history, system messages split
-        off); raises `UnsupportedMessageError` as the adapter does, changing nothing."""
+        off), a list of the caller's own; raises `UnsupportedMessageError` as the adapter
+        does, changing nothing."""
         copies = self._copies
-        same = min(len(items), len(copies))
-        if items[:same] != copies[:same]:
-            same = next(i for i in range(same) if items[i] != copies[i])
+        same = unchanged_prefix(items, copies)
         if self._provider == "openai-responses":
             # Assistant-side items make one message with their neighbours: a run that the
             # change (or a new item) may join is converted again whole.
@@ -79,16 +68,20 @@ class ConvertedHistory:
         kept = self._ends[same - 1] if same else 0
         if same < len(copies):
             self._names = _tool_names(self._messages[:kept])
+        # Converted from the copies: a message holds what it was made from (a call's
+        # arguments), which the caller may change in place later.
+        fresh = [snapshot(item) for item in items[same:]]
+        sources = [i if c is UNCOPIED else c for i, c in zip(items[same:], fresh, strict=True)]
         try:
-            messages, ends = self._read([plain(item, 1) for item in items[same:]], same, kept)
+            messages, ends = self._read([plain(c, 1) for c in sources], same, kept)
         except BaseException:
             self._names = _tool_names(self._messages)  # as the last request left them
             raise
         del copies[same:], self._ends[same:], self._messages[kept:]
-        copies += map(_copy, items[same:])
+        copies += fresh
         self._ends += ends
         self._messages += messages
-        return self._messages
+        return list(self._messages)  # calls of a session overlap: each keeps its own
 
     def _read(self, items: list[Any], start: int, kept: int) -> tuple[list[Message], list[int]]:
         """The messages of ``items`` (from index ``start`` of the history, after ``kept``
@@ -119,10 +112,3 @@ class ConvertedHistory:
 
 def _tool_names(messages: Sequence[Message]) -> dict[str, str]:
     return {c.id: c.name for m in messages if isinstance(m, AssistantMessage) for c in m.tool_calls}
-
-
-def _copy(item: object) -> object:
-    try:
-        return copy.deepcopy(item)
-    except Exception:  # an object that cannot be copied: compared, it is never the same
-        return _Unequal()
