@@ -11,6 +11,10 @@ does not see (a ``1`` made ``True``, keys put in another order) is not seen here
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["UNCOPIED", "snapshot", "unchanged_prefix"]
 
@@ -39,9 +43,10 @@ def snapshot(item: object) -> object:
         return UNCOPIED
 
 
-def unchanged_prefix(items: list[object], copies: list[object]) -> int:
+def unchanged_prefix(items: Sequence[object], copies: Sequence[object]) -> int:
     """How many leading ``items`` still equal the copies taken of them; an item whose
-    comparison raises (an array's ambiguous truth value) counts as changed."""
+    comparison raises (an array's ambiguous truth value) counts as changed. Lists are
+    compared in one go."""
     n = min(len(items), len(copies))
     try:
         if items[:n] == copies[:n]:

@@ -555,3 +555,30 @@ async def test_duplicate_call_ids_renamed_by_repair_stay_paired() -> None:
         {"type": "tool_use", "id": "c1-2", "name": "read", "input": {"path": "b"}}
     ]
     assert (result.content, result.artifact) == ("b", {"n": 2})
+
+
+async def test_a_message_changed_in_place_is_converted_again_and_compacted() -> None:
+    """Found by hostile testing: the middleware reused a message's conversion while it was the
+    same object, so a tool result grown in place went out whole, far over the budget, while
+    the manager counted its old size."""
+    from agentctx.integrations.langchain import _back, _Converter, _History
+
+    output = ToolMessage("small", tool_call_id="c1", name="read")
+    call = {"name": "read", "args": {"p": "f"}, "id": "c1", "type": "tool_call"}
+    history = [
+        HumanMessage(TASK),
+        AIMessage("", tool_calls=[call]),
+        output,
+        AIMessage("ok"),
+        HumanMessage("go on"),
+    ]
+    converter = _Converter()
+    async with ContextManager(Budget(context_window=4_000, reserve_output=0)) as ctx:
+        for grow in (False, True):
+            if grow:
+                output.content = "x" * 400_000
+            neutral = converter.neutral(list(history))
+            assert neutral == from_langchain(history)
+            sent = _back(await ctx.prepare(neutral), _History(history, neutral))
+        assert sum(len(str(m.content)) for m in sent) < 16_000
+        assert ctx.prompt_tokens <= ctx.budget.limit

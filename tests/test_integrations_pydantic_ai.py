@@ -593,3 +593,31 @@ def test_run_sync_with_a_manager_not_entered() -> None:
     assert any(isinstance(e, ContextCompacted) for e in events)
     for raw, view, _ in ctx.calls:
         assert check_view(view, raw) == []
+
+
+async def test_a_part_changed_in_place_is_converted_again_and_compacted() -> None:
+    """Found by hostile testing: the capability reused a message's conversion while it and
+    its parts were the same objects, so a tool return grown in place went out whole, far over
+    the budget, while the manager counted its old size."""
+    from agentctx.integrations.pydantic_ai import _back, _Converter, _History
+
+    at = datetime(2025, 1, 1, tzinfo=UTC)
+    output = ToolReturnPart("read", "small", tool_call_id="c1", timestamp=at)
+    history: list[ModelMessage] = [
+        ModelRequest([UserPromptPart("the task", timestamp=at)]),
+        ModelResponse([ToolCallPart("read", {"p": "f"}, tool_call_id="c1")], timestamp=at),
+        ModelRequest([output]),
+        ModelResponse([TextPart("ok")], timestamp=at),
+        ModelRequest([UserPromptPart("go on", timestamp=at)]),
+    ]
+    converter = _Converter()
+    async with ContextManager(Budget(context_window=4_000, reserve_output=0)) as ctx:
+        for grow in (False, True):
+            if grow:
+                output.content = "x" * 400_000
+            neutral = converter.neutral(list(history))
+            assert neutral == from_pydantic_ai(history)
+            sent = _back(await ctx.prepare(neutral), _History(history, neutral))
+        chars = sum(len(str(p.content)) for m in sent for p in m.parts if hasattr(p, "content"))
+        assert chars < 16_000
+        assert ctx.prompt_tokens <= ctx.budget.limit

@@ -14,8 +14,9 @@ async with context_manager(trigger=("tokens", 100_000), keep=("messages", 20)) a
 ``AgentCtxMiddleware(ctx)`` takes any `ContextManager` (one per conversation, entered around
 its ``ainvoke`` / ``astream`` calls); `context_manager` makes one from LangChain's vocabulary.
 Before each model call (``awrap_model_call``) the middleware converts the agent state's whole
-message list with `from_langchain`, calls ``ctx.prepare`` on it and hands the model
-`to_langchain` of the view; the state itself is never rewritten (unlike
+message list with `from_langchain` (what is new, and any message changed in place since the
+last call: each is compared with a copy taken when it was converted), calls ``ctx.prepare`` on
+it and hands the model `to_langchain` of the view; the state itself is never rewritten (unlike
 ``SummarizationMiddleware``, which replaces it), so the graph's checkpoints keep every message.
 The response's ``usage_metadata`` goes to ``ctx.observe``. Only the async path is supported:
 a synchronous ``invoke`` fails with LangChain's own "use ainvoke" error.
@@ -41,6 +42,7 @@ from collections.abc import Set as AbstractSet
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
+from agentctx._snapshots import UNCOPIED, snapshot, unchanged_prefix
 from agentctx.budget import Budget
 from agentctx.errors import ConfigError, MissingExtraError, UnsupportedMessageError
 from agentctx.manager import ContextManager
@@ -452,28 +454,27 @@ def _usage(message: BaseMessage) -> Usage | None:
 
 
 class _Converter:
-    """`from_langchain` with memory: a message object seen at the same index on the previous
-    call gives the same neutral object (the manager then matches it by identity)."""
+    """`from_langchain` with memory: a message that still equals the copy taken when it was
+    converted (the same index on the previous call) gives the same neutral object (the
+    manager then matches it by identity); one changed in place, and all after it, is
+    converted again (`agentctx._snapshots`)."""
 
     def __init__(self) -> None:
-        self._seen: list[tuple[BaseMessage, Message | None]] = []
+        self._copies: list[object] = []
+        self._converted: list[Message | None] = []  # None: a leading system message
 
     def neutral(self, messages: Sequence[BaseMessage]) -> list[Message]:
         start = _leading_system(messages)
-        seen: list[tuple[BaseMessage, Message | None]] = []
-        out: list[Message] = []
-        for i, m in enumerate(messages):
-            if i < start:
-                converted = None
-            elif i < len(self._seen) and self._seen[i][0] is m and self._seen[i][1] is not None:
-                converted = self._seen[i][1]
-            else:
-                converted = _convert(i, m)
-            seen.append((m, converted))
-            if converted is not None:
-                out.append(converted)
-        self._seen = seen
-        return out
+        same = unchanged_prefix(messages, self._copies)
+        del self._copies[same:], self._converted[same:]
+        for i in range(same, len(messages)):
+            copied = snapshot(messages[i])
+            # Made from the copy: the caller's later edits in place never reach it.
+            source = messages[i] if copied is UNCOPIED else copied
+            converted = None if i < start else _convert(i, source)  # type: ignore[arg-type]
+            self._copies.append(copied)
+            self._converted.append(converted)
+        return [m for m in self._converted if m is not None]
 
 
 class AgentCtxMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):

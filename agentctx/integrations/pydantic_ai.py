@@ -14,10 +14,12 @@ async with ContextManager(Budget(context_window=200_000)) as ctx:  # one per con
 ```
 
 Before every attempt at a model request (``prepare_model_request``, once the serving model is
-known) the capability converts the run's whole history with `from_pydantic_ai`, calls
-``ctx.prepare`` on it and sends `to_pydantic_ai` of the view. Only the request changes: the
-run's history (``result.all_messages()``) stays complete, so pass it back in as usual. After
-each response its usage goes to ``ctx.observe``. Give the agent (or each run) the capability
+known) the capability converts the run's whole history with `from_pydantic_ai` (what is new,
+and any message changed in place since the last request, as a history processor may do: each
+is compared with a copy taken when it was converted), calls ``ctx.prepare`` on it and sends
+`to_pydantic_ai` of the view. Only the request changes: the run's history
+(``result.all_messages()``) stays complete, so pass it back in as usual. After each response
+its usage goes to ``ctx.observe``. Give the agent (or each run) the capability
 of that conversation's manager; enter the manager yourself, around the runs, on the event
 loop they run on: ``agent.run``, ``agent.iter`` and ``agent.run_stream`` are supported, and so
 is ``agent.run_sync`` with a manager that is not entered (deterministic strategies only, as
@@ -47,6 +49,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from agentctx._snapshots import UNCOPIED, snapshot, unchanged_prefix
 from agentctx.errors import MissingExtraError, UnsupportedMessageError
 from agentctx.messages import (
     AssistantContent,
@@ -505,26 +508,26 @@ def _usage(u: RequestUsage) -> Usage:
 
 
 class _Converter:
-    """`from_pydantic_ai` with memory: a message seen on the previous call, the same object
-    with the same parts, gives the same neutral objects (so the manager matches them by
-    identity, not by hashing them again)."""
+    """`from_pydantic_ai` with memory: a message that still equals the copy taken when it was
+    converted (the same index on the previous call) gives the same neutral objects (so the
+    manager matches them by identity, not by hashing them again); one changed in place, and
+    all after it, is converted again (`agentctx._snapshots`)."""
 
     def __init__(self) -> None:
-        self._seen: list[tuple[ModelMessage, tuple[int, ...], list[Message]]] = []
+        self._copies: list[object] = []
+        self._converted: list[list[Message]] = []
 
     def neutral(self, messages: Sequence[ModelMessage]) -> list[Message]:
-        seen: list[tuple[ModelMessage, tuple[int, ...], list[Message]]] = []
-        out: list[Message] = []
-        for i, m in enumerate(messages):
-            ids = tuple(map(id, m.parts))
-            if i < len(self._seen) and self._seen[i][0] is m and self._seen[i][1] == ids:
-                converted = self._seen[i][2]
-            else:
-                converted = _convert(i, m)
-            seen.append((m, ids, converted))  # holding m keeps the ids of its parts valid
-            out += converted
-        self._seen = seen
-        return out
+        same = unchanged_prefix(messages, self._copies)
+        del self._copies[same:], self._converted[same:]
+        for i in range(same, len(messages)):
+            copied = snapshot(messages[i])
+            # Made from the copy: the caller's later edits in place never reach it.
+            source = messages[i] if copied is UNCOPIED else copied
+            converted = _convert(i, source)  # type: ignore[arg-type]
+            self._copies.append(copied)
+            self._converted.append(converted)
+        return [m for part in self._converted for m in part]
 
 
 @dataclasses.dataclass
