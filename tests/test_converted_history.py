@@ -266,3 +266,29 @@ def test_a_change_equality_does_not_see_is_not_converted_again() -> None:
     item["content"][0]["input"]["flag"] = True
     after = converted.convert([{"role": "user", "content": "task"}, item])
     assert after == before and after[1].content[0].arguments == {"flag": 1}  # type: ignore[union-attr]
+
+
+def test_a_history_ending_in_assistant_items_is_not_converted_again_unchanged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Responses: a run of assistant-side items at the end is converted again only when an
+    item joins it or it changes, not on a call that brings nothing new."""
+    items: list[Any] = [
+        {"role": "user", "content": "the task"},
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"},
+    ]
+    converted = ConvertedHistory("openai-responses")
+    first = converted.convert(items)
+    seen: list[int] = []
+    real = _history.from_openai_responses
+
+    def counting(part: list[Any], **kwargs: Any) -> list[Message]:
+        seen.append(len(part))
+        return real(part, **kwargs)
+
+    monkeypatch.setattr(_history, "from_openai_responses", counting)
+    assert converted.convert(list(items)) == first and seen == []
+    output = {"type": "function_call_output", "call_id": "c1", "output": "ok"}
+    assert converted.convert([*items, output]) == from_openai_responses([*items, output])
+    assert seen == [2, 1]  # the run again (an item may have joined it), then the output

@@ -60,7 +60,7 @@ class ConvertedHistory:
         does, changing nothing."""
         copies = self._copies
         same = unchanged_prefix(items, copies)
-        if self._provider == "openai-responses":
+        if self._provider == "openai-responses" and same < max(len(items), len(copies)):
             # Assistant-side items make one message with their neighbours: a run that the
             # change (or a new item) may join is converted again whole.
             while same and is_assistant_side(plain(copies[same - 1], 1)):
