@@ -61,14 +61,16 @@ class Tracer(Protocol):
 @dataclass(slots=True, kw_only=True)
 class PrepareCall:
     """One `ContextManager.prepare` call, as a tracer sees it. Times are epoch nanoseconds;
-    the ``events`` are ``(time, event)`` pairs, in the order they were emitted."""
+    the ``events`` are ``(time, event)`` pairs, in the order they were emitted.
+    ``messages_after`` is ``None`` for a call that returned no view (``error`` says why: an
+    exception, or the call's cancellation)."""
 
     session_id: str
     strategy: str
     start_ns: int
     end_ns: int = 0
     messages_before: int = 0
-    messages_after: int = 0
+    messages_after: int | None = None
     tokens_before: int = 0
     tokens_after: int = 0
     budget_limit: int = 0
@@ -148,7 +150,7 @@ def prepare_call(tracer: Tracer, manager: ContextManager) -> Iterator[PrepareCal
         call.error = e
         call.messages_after = len(e.view)
         raise
-    except Exception as e:
+    except BaseException as e:  # a cancellation too: the call returned no view
         call.error = e
         raise
     finally:

@@ -32,6 +32,7 @@ from agentctx import (
 )
 from agentctx.integrations.otel import PREPARE_SPAN, OtelTracer
 from agentctx.pricing import price_for
+from agentctx.strategy import CompactionContext, Quiet
 from agentctx.testing.scripted import Outcome, ScriptedSummarizer
 
 from .helpers import tool_turn, user
@@ -142,6 +143,45 @@ async def test_a_call_over_budget_is_an_error_span_with_the_budget_event(
     ev = event.attributes or {}
     assert ev["budget"] == budget.limit and ev["tokens"] > budget.limit  # type: ignore[operator]
     assert ev["usageFraction"] > 1.0  # type: ignore[operator]
+
+
+async def test_a_call_cancelled_while_its_strategy_awaits_is_an_error_span(
+    exporter: InMemorySpanExporter, tracer: OtelTracer
+) -> None:
+    """Found by hostile testing: the span of a cancelled call had status UNSET, no
+    ``error.type`` and ``agentctx.messages.after`` 0, an ordinary call that emptied the view."""
+
+    class Awaiting:
+        def __init__(self) -> None:
+            self.inner = DeterministicCompaction()
+
+        async def compact(self, ctx: CompactionContext) -> Quiet | None:
+            quiet = await self.inner.compact(ctx)
+            await anyio.lowlevel.checkpoint()  # where the call is cancelled
+            return quiet
+
+    history = [user("task")] + [m for n in range(30) for m in tool_turn(n, lines=60)]
+    budget = Budget(context_window=6_000, reserve_output=1_000)
+    async with ContextManager(budget, strategy=Awaiting(), tracer=tracer) as ctx:
+        with anyio.CancelScope() as scope:
+
+            async def cancel() -> None:
+                scope.cancel()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(cancel)  # runs once the strategy awaits
+                await ctx.prepare(history)
+        assert scope.cancelled_caught
+        await ctx.prepare(history)  # the session goes on
+        view = await ctx.prepare([*history, user("more")])
+    cancelled, *done = spans(exporter, PREPARE_SPAN)
+    assert cancelled.status.status_code is StatusCode.ERROR
+    attrs = cancelled.attributes or {}
+    assert "CancelledError" in str(attrs["error.type"])
+    assert "agentctx.messages.after" not in attrs and attrs["agentctx.decisions"] > 0  # type: ignore[operator]
+    assert all(s.status.status_code is not StatusCode.ERROR for s in done)
+    assert all((s.attributes or {})["agentctx.messages.after"] > 0 for s in done)  # type: ignore[operator]
+    assert view[0] == history[0]
 
 
 async def session_with_summaries(

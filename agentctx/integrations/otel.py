@@ -22,8 +22,10 @@ and imports no OpenTelemetry.
   Each event emitted during the call is a span event named by its JSON ``type``
   (``contextCompacted``, ``budgetExceeded``, ``compactionWarning``...) with the fields of
   its ``to_json()`` as attributes, nested ones joined by dots (``summary.costUsd``) and
-  ``null`` ones left out. A call that raised (`BudgetExceededError`) has status ``ERROR``
-  and ``error.type``.
+  ``null`` ones left out. A call that raised (`BudgetExceededError`) or was cancelled has
+  status ``ERROR`` and ``error.type`` (for a cancellation, its exception's class, such as
+  ``asyncio.exceptions.CancelledError``: the call returned no view, and has no
+  ``agentctx.messages.after``).
 - ``chat {model}``: one span per summarizer request attempt (retries are attempts), of kind
   ``CLIENT``, following the OpenTelemetry GenAI semantic conventions:
   ``gen_ai.operation.name`` (``chat``), ``gen_ai.provider.name`` (``anthropic`` or
@@ -87,12 +89,13 @@ class OtelTracer:
             "agentctx.strategy": call.strategy,
             "agentctx.budget.limit": call.budget_limit,
             "agentctx.messages.before": call.messages_before,
-            "agentctx.messages.after": call.messages_after,
             "agentctx.tokens.before": call.tokens_before,
             "agentctx.tokens.after": call.tokens_after,
             "agentctx.decisions": call.decisions,
             "agentctx.summary.requests_started": call.requests_started,
         }
+        if call.messages_after is not None:
+            attributes["agentctx.messages.after"] = call.messages_after
         span = self._tracer.start_span(
             PREPARE_SPAN, kind=SpanKind.INTERNAL, attributes=attributes, start_time=call.start_ns
         )
