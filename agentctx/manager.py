@@ -317,7 +317,8 @@ class ContextManager:
         try:
             saved = store.load_ledger(self.session_id)
         except Exception as e:  # a store's own error type too, as the recall writer maps them
-            self._start_over("ledger_unavailable", e)
+            garbled = isinstance(e.__cause__, UnicodeDecodeError)  # there, but not text
+            self._start_over("ledger_unreadable" if garbled else "ledger_unavailable", e)
             return None
         if saved is None:
             return None

@@ -721,3 +721,37 @@ async def test_an_overflowing_buffer_drops_the_oldest_and_says_so(tmp_path: Path
         assert "not recallable: the recall store was unavailable" in await ctx.recall(lost)
     closed = [e for e in events if isinstance(e, StoreDegraded) and e.reason == "closed"]
     assert len(closed) == 1 and closed[0].ledger_unsaved and closed[0].lost
+
+
+async def test_a_value_that_is_not_text_is_a_store_error_and_a_ledger_that_is_unreadable(
+    tmp_path: Path,
+) -> None:
+    """Found by hostile testing: a row another program wrote as bytes that are not UTF-8 made
+    `get` and `load_ledger` raise a bare `UnicodeDecodeError`, and a resumed session said the
+    store was down (``ledger_unavailable``) where its ledger could not be read."""
+    path = tmp_path / "recall.db"
+    store = SQLiteRecallStore(path)
+    rid = store.put("s", "original content")
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("UPDATE recall SET content = ? WHERE id = ?", (b"\xff\xfe not text", rid))
+    other.execute("INSERT INTO ledger (session, json) VALUES (?, ?)", ("s", b"[\xff]"))
+    other.close()
+    for read in (lambda: store.get("s", rid), lambda: store.load_ledger("s")):
+        with pytest.raises(StoreError, match="not UTF-8"):
+            read()
+    events: list[Event] = []
+    async with ContextManager(BUDGET, recall=store, session_id="s") as ctx:
+        ctx.subscribe(events.append)
+        await ctx.prepare([UserMessage.of("the task")])
+        answer = await ctx.handle_recall({"id": rid})
+    assert answer.startswith("[recall_context]") and "not UTF-8" in answer
+    assert [e.code for e in events if isinstance(e, CompactionWarning)] == ["ledger_unreadable"]
+    store.close()
+
+
+def test_a_redis_value_that_is_not_text_is_a_store_error() -> None:
+    from agentctx.recall.redis import _decode
+
+    assert _decode(b"caf\xc3\xa9") == "café"
+    with pytest.raises(StoreError, match="not UTF-8"):
+        _decode(b"\xff\xfe")

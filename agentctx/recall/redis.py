@@ -53,7 +53,10 @@ def _encode(text: str) -> bytes:
 def _decode(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
-    return bytes(value).decode("utf-8", "surrogatepass")
+    try:
+        return bytes(value).decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as e:  # written by something else: a store error, not a crash
+        raise StoreError(f"recall store holds a value that is not UTF-8 text: {e}") from e
 
 
 class RedisRecallStore:

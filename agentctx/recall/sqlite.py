@@ -52,7 +52,12 @@ def _session(session_id: str) -> str | bytes:
 
 
 def _decode(value: bytes | str) -> str:
-    return value if isinstance(value, str) else bytes(value).decode("utf-8", "surrogatepass")
+    if isinstance(value, str):
+        return value
+    try:
+        return bytes(value).decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as e:  # written by something else: a store error, not a crash
+        raise StoreError(f"recall store holds a value that is not UTF-8 text: {e}") from e
 
 
 class SQLiteRecallStore:
