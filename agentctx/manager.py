@@ -187,7 +187,8 @@ class ContextManager:
         session_id: scopes recall ids; a random one by default.
         ledger: decisions to resume from (e.g. ``Ledger.from_json(saved)``). Without it, a
             ``recall`` store that keeps ledgers (`LedgerStore`) resumes the session's saved
-            one; a saved ledger that cannot be read, or a store that is down, is reported
+            one, read in a worker thread when the manager is entered (or on its first
+            `prepare`), within the recall writer's deadline; a saved ledger that cannot be read, or a store that is down, is reported
             once (`CompactionWarning` ``ledger_unreadable`` or ``ledger_unavailable``, on the
             first `prepare`) and the decisions start over — pass ``ledger=Ledger()`` to start
             over explicitly. Either way the first `prepare` drops the decisions that do not
@@ -226,6 +227,7 @@ class ContextManager:
         "_reported",
         "_reported_view",
         "_resumed",
+        "_to_load",
         "_sent",
         "_settling",
         "_startup_events",
@@ -269,23 +271,14 @@ class ContextManager:
         self._resumed = False
         self._startup_events: list[Event] = []
         self._breaks_in_row = 0
-        if ledger is None and isinstance(recall, LedgerStore):
-            ledger = self._load_ledger(recall)
+        # A saved ledger is read off the event loop, when the manager is entered or on the
+        # first call, whichever comes first: a store that does not answer must not stall it.
+        self._to_load = recall if ledger is None and isinstance(recall, LedgerStore) else None
         self._adopted = ledger is not None  # checked against the first history (`_prepare`)
         self._state = ViewState(self._counter, ledger)
         self._hub = EventHub()
         # Strategies put into the writer; it writes to the store off the event loop.
-        self._writer = (
-            None
-            if recall is None
-            else RecallWriter(
-                recall,
-                self.session_id,
-                emit=self._hub.emit,
-                ledger=self._state.ledger,
-                saved=self._resumed,
-            )
-        )
+        self._writer = None if recall is None else self._new_writer(recall, self._state.ledger)
         self._tasks: TaskGroup | None = None
         self._repairs_seen = -1
         self._sent = 0
@@ -308,6 +301,29 @@ class ContextManager:
         self._turns: list[anyio.Event] = []
         # The `Quiet` the strategy last returned, with what it holds for (`_still_quiet`).
         self._quiet: tuple[Quiet, CompactionStrategy, Budget, Ledger, int, int] | None = None
+
+    def _new_writer(self, store: RecallStore, ledger: Ledger) -> RecallWriter:
+        return RecallWriter(
+            store, self.session_id, emit=self._hub.emit, ledger=ledger, saved=self._resumed
+        )
+
+    async def _resume(self) -> None:
+        """Read the session's saved ledger (`_load_ledger`) in a worker thread, within the
+        recall writer's deadline, and start from it."""
+        store, self._to_load = self._to_load, None
+        assert store is not None and self._writer is not None
+        ledger = None
+        with anyio.move_on_after(self._writer.deadline) as waited:
+            ledger = await anyio.to_thread.run_sync(
+                self._load_ledger, store, abandon_on_cancel=True
+            )
+        if waited.cancelled_caught:
+            deadline = f"{self._writer.deadline:g} s"
+            self._start_over("ledger_unavailable", StoreError(f"no answer within {deadline}"))
+        if ledger is not None:  # nothing has happened yet: the session starts from it
+            self._state = ViewState(self._counter, ledger)
+            self._writer = self._new_writer(store, ledger)
+            self._adopted = True
 
     def _load_ledger(self, store: LedgerStore) -> Ledger | None:
         """The session's saved ledger, or ``None`` to start over. A store that is down, or a
@@ -337,6 +353,8 @@ class ContextManager:
     # -- lifecycle ----------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
+        if self._to_load is not None:
+            await self._resume()
         if exact_encoder_needed(self._counter.counter):
             # About half a second, once per process, in a worker thread: the loop goes on,
             # and the session counts exactly from its first call, however busy the machine.
@@ -558,6 +576,8 @@ class ContextManager:
         budget = self.budget if max_tokens is None else self.budget.for_output(max_tokens)
         if self._closed:
             raise ConfigError("this ContextManager is closed")
+        if self._to_load is not None:
+            await self._resume()
         if self._startup_events:
             for event in self._startup_events:
                 self._hub.emit(event)

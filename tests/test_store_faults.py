@@ -755,3 +755,53 @@ def test_a_redis_value_that_is_not_text_is_a_store_error() -> None:
     assert _decode(b"caf\xc3\xa9") == "café"
     with pytest.raises(StoreError, match="not UTF-8"):
         _decode(b"\xff\xfe")
+
+
+@pytest.mark.parametrize("entered", [True, False], ids=["async with", "first prepare"])
+async def test_a_store_that_does_not_answer_at_the_start_never_stalls_the_loop(
+    entered: bool,
+) -> None:
+    """Found by hostile testing: the manager read the saved ledger in its constructor, on the
+    event loop, which a frozen Redis server stalled for its whole timeout (or for good, with
+    a client that has none)."""
+    import threading
+
+    thawed = threading.Event()
+
+    class Frozen(MemoryRecallStore):
+        def load_ledger(self, session_id: str) -> str | None:
+            thawed.wait(30)
+            return None
+
+        def save_ledger(self, session_id: str, ledger_json: str) -> None:
+            pass
+
+    gaps: list[float] = []
+
+    async def heartbeat() -> None:
+        last = time.perf_counter()
+        while True:
+            await anyio.sleep(0.01)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    events: list[Event] = []
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(heartbeat)
+            ctx = ContextManager(BUDGET, recall=Frozen(), session_id="s")
+            ctx.subscribe(events.append)
+            if entered:
+                async with ctx:
+                    view = await ctx.prepare([UserMessage.of("the task")])
+            else:
+                view = await ctx.prepare([UserMessage.of("the task")])
+                await ctx.aclose()
+            tg.cancel_scope.cancel()
+    finally:
+        thawed.set()
+    assert max(gaps) < STALL
+    assert text_of(view[0].content) == "the task"  # type: ignore[union-attr]
+    (warning,) = [e for e in events if isinstance(e, CompactionWarning)]
+    assert warning.code == "ledger_unavailable" and "no answer" in warning.message
