@@ -188,12 +188,13 @@ class ContextManager:
         ledger: decisions to resume from (e.g. ``Ledger.from_json(saved)``). Without it, a
             ``recall`` store that keeps ledgers (`LedgerStore`) resumes the session's saved
             one, read in a worker thread when the manager is entered (or on its first
-            `prepare`), within the recall writer's deadline; a saved ledger that cannot be read, or a store that is down, is reported
-            once (`CompactionWarning` ``ledger_unreadable`` or ``ledger_unavailable``, on the
-            first `prepare`) and the decisions start over — pass ``ledger=Ledger()`` to start
-            over explicitly. Either way the first `prepare` drops the decisions that do not
-            fit its history: an anchor that no longer matches, a span over what that history
-            protects (its latest user message, its newest complete turn).
+            `prepare`), within the recall writer's deadline; a saved ledger that cannot be
+            read, or a store that is down, is reported once (`CompactionWarning`
+            ``ledger_unreadable`` or ``ledger_unavailable``, on the first `prepare`) and the
+            decisions start over — pass ``ledger=Ledger()`` to start over explicitly. Either
+            way the first `prepare` drops the decisions that do not fit its history: an
+            anchor that no longer matches, a span over what that history protects (its
+            latest user message, its newest complete turn).
         on_over_budget: ``"raise"`` (default) raises `BudgetExceededError` carrying the best
             view; ``"send"`` returns that view anyway. Both emit `BudgetExceeded`.
         clock: wall-clock seconds (``time.time``; replays and tests pass their own). Message
