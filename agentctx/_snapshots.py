@@ -11,12 +11,14 @@ does not see (a ``1`` made ``True``, keys put in another order) is not seen here
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
-__all__ = ["UNCOPIED", "snapshot", "unchanged_prefix"]
+__all__ = ["UNCOPIED", "Converted", "snapshot", "unchanged_prefix"]
+
+T = TypeVar("T")
 
 
 class _Unequal:
@@ -60,3 +62,24 @@ def unchanged_prefix(items: Sequence[object], copies: Sequence[object]) -> int:
         except Exception:
             return i
     return n
+
+
+class Converted(Generic[T]):
+    """Items converted one by one, each kept while it still equals the copy taken when it was
+    converted: `update` converts what is new, and what follows the first item changed."""
+
+    def __init__(self) -> None:
+        self._copies: list[object] = []
+        self._converted: list[T] = []
+
+    def update(self, items: Sequence[object], convert: Callable[[int, object], T]) -> list[T]:
+        """What ``convert(index, item)`` gives for each of ``items`` (a list of its own)."""
+        same = unchanged_prefix(items, self._copies)
+        del self._copies[same:], self._converted[same:]
+        for i in range(same, len(items)):
+            copied = snapshot(items[i])
+            # Made from the copy: the caller's later edits in place never reach it.
+            converted = convert(i, items[i] if copied is UNCOPIED else copied)
+            self._copies.append(copied)
+            self._converted.append(converted)
+        return list(self._converted)

@@ -86,11 +86,13 @@ _WHOLE_COMPARE = 32  # see _extends_raw
 _UNSENT_MARGIN = 0.1  # how much more messages no request has sent yet may cost than estimated
 
 
-def _common_prefix(a: Sequence[Message], b: Sequence[Message]) -> int:
+def _common_prefix(a: Sequence[Message], b: list[Message]) -> int:
     """Length of the common prefix: messages are the same when they are one object, equal
     (list comparison does both in C), or of one fingerprint."""
     n = min(len(a), len(b))
-    if a[:n] == b[:n]:
+    # `a` at least as long as `b`: compared without slicing it (`_starts_with`).
+    whole = _starts_with(a, b) if n == len(b) else a[:n] == b[:n]
+    if whole:
         return n
     i = 0
     while i < n and _same(a[i], b[i]):
@@ -150,10 +152,7 @@ def _extends_raw(history: Sequence[Message], state: ViewState) -> bool:
 def _extends_view(history: Sequence[Message], state: ViewState) -> bool:
     """Whether ``history`` is the view last returned with messages appended (owned mode)."""
     view = state.view
-    if len(history) < len(view):
-        return False
-    # Compared whole first (the common case: the caller kept every message as it was).
-    return _starts_with(history, view) or _common_prefix(history, view) == len(view)
+    return len(history) >= len(view) and _common_prefix(history, view) == len(view)
 
 
 def _shown_until(state: ViewState) -> int:

@@ -42,7 +42,7 @@ from collections.abc import Set as AbstractSet
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from agentctx._snapshots import UNCOPIED, snapshot, unchanged_prefix
+from agentctx._snapshots import Converted
 from agentctx.budget import Budget
 from agentctx.errors import ConfigError, MissingExtraError, UnsupportedMessageError
 from agentctx.manager import ContextManager
@@ -460,21 +460,15 @@ class _Converter:
     converted again (`agentctx._snapshots`)."""
 
     def __init__(self) -> None:
-        self._copies: list[object] = []
-        self._converted: list[Message | None] = []  # None: a leading system message
+        self._converted: Converted[Message | None] = Converted()  # None: a system message
 
     def neutral(self, messages: Sequence[BaseMessage]) -> list[Message]:
         start = _leading_system(messages)
-        same = unchanged_prefix(messages, self._copies)
-        del self._copies[same:], self._converted[same:]
-        for i in range(same, len(messages)):
-            copied = snapshot(messages[i])
-            # Made from the copy: the caller's later edits in place never reach it.
-            source = messages[i] if copied is UNCOPIED else copied
-            converted = None if i < start else _convert(i, source)  # type: ignore[arg-type]
-            self._copies.append(copied)
-            self._converted.append(converted)
-        return [m for m in self._converted if m is not None]
+
+        def convert(i: int, m: object) -> Message | None:
+            return None if i < start else _convert(i, m)  # type: ignore[arg-type]
+
+        return [m for m in self._converted.update(messages, convert) if m is not None]
 
 
 class AgentCtxMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):

@@ -49,7 +49,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from agentctx._snapshots import UNCOPIED, snapshot, unchanged_prefix
+from agentctx._snapshots import Converted
 from agentctx.errors import MissingExtraError, UnsupportedMessageError
 from agentctx.messages import (
     AssistantContent,
@@ -514,20 +514,11 @@ class _Converter:
     all after it, is converted again (`agentctx._snapshots`)."""
 
     def __init__(self) -> None:
-        self._copies: list[object] = []
-        self._converted: list[list[Message]] = []
+        self._converted: Converted[list[Message]] = Converted()
 
     def neutral(self, messages: Sequence[ModelMessage]) -> list[Message]:
-        same = unchanged_prefix(messages, self._copies)
-        del self._copies[same:], self._converted[same:]
-        for i in range(same, len(messages)):
-            copied = snapshot(messages[i])
-            # Made from the copy: the caller's later edits in place never reach it.
-            source = messages[i] if copied is UNCOPIED else copied
-            converted = _convert(i, source)  # type: ignore[arg-type]
-            self._copies.append(copied)
-            self._converted.append(converted)
-        return [m for part in self._converted for m in part]
+        parts = self._converted.update(messages, _convert)  # type: ignore[arg-type]
+        return [m for part in parts for m in part]
 
 
 @dataclasses.dataclass

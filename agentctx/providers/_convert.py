@@ -19,6 +19,8 @@ from agentctx.adapters import (
     assemble_anthropic_stream,
     assemble_openai_chat_stream,
     assemble_openai_responses_stream,
+    split_openai_chat_system,
+    split_openai_responses_system,
     to_anthropic,
     to_openai_chat,
     to_openai_responses,
@@ -128,13 +130,14 @@ class Compactor:
             outgoing[self._key] = messages
             return outgoing
         # Leading system / developer messages are sent as they are.
-        lead = 0
-        while lead < len(history) and _role(plain(history[lead], 1)) in _INSTRUCTIONS:
-            lead += 1
-        system = [plain(m, 1) for m in history[:lead]]
-        view = await prepare(self._history.convert(list(history[lead:])), max_tokens=max_tokens)
-        render = to_openai_chat if self.provider == "openai-chat" else to_openai_responses
-        outgoing[self._key] = [*system, *render(view)]
+        if self.provider == "openai-chat":
+            system, rest = split_openai_chat_system(history)
+            render = to_openai_chat
+        else:
+            system, rest = split_openai_responses_system(history)
+            render = to_openai_responses
+        view = await prepare(self._history.convert(rest), max_tokens=max_tokens)
+        outgoing[self._key] = [*(plain(m, 1) for m in system), *render(view)]
         return outgoing
 
     def _max_tokens(self, kwargs: Mapping[str, Any]) -> int | None:
@@ -282,13 +285,6 @@ class SyncStreamManager(Generic[S]):
     ) -> None:
         if self._cm is not None:
             self._cm.__exit__(exc_type, exc, tb)
-
-
-_INSTRUCTIONS = ("system", "developer")
-
-
-def _role(item: object) -> object:
-    return item.get("role") if isinstance(item, Mapping) else None
 
 
 class Refused:
