@@ -62,6 +62,9 @@ class Budget:
     trigger_ratio: float = 0.75
     target_ratio: float = 0.1
     hard_budget: int | None = None
+    limit: int = dataclasses.field(init=False, repr=False, compare=False)
+    """The hard budget in tokens: ``context_window - reserve_output``, or ``hard_budget``
+    when that is lower."""
 
     def __post_init__(self) -> None:
         # Every error names the values it got and marks defaults: ``ContextManager(10_000)``
@@ -81,6 +84,10 @@ class Budget:
                 + got(self, "target_ratio", "trigger_ratio")
             )
         whole(self, "hard_budget", minimum=1, optional=True)
+        cap = self.context_window - self.reserve_output
+        # Read several times on every call: kept, not computed each time.
+        limit = cap if self.hard_budget is None else min(cap, self.hard_budget)
+        object.__setattr__(self, "limit", limit)
 
     def for_output(self, max_tokens: int) -> Budget:
         """This budget for one request that asks for up to ``max_tokens`` of output.
@@ -116,12 +123,6 @@ class Budget:
         return dataclasses.replace(
             self, hard_budget=limit, trigger_ratio=trigger, target_ratio=target
         )
-
-    @property
-    def limit(self) -> int:
-        """The hard budget in tokens."""
-        cap = self.context_window - self.reserve_output
-        return cap if self.hard_budget is None else min(cap, self.hard_budget)
 
     @property
     def trigger_tokens(self) -> int:

@@ -602,7 +602,10 @@ class ContextManager:
         idle = None if self._last_call is None else now - self._last_call
         deciding = self._deciding_budget(budget, tokens)
         taken: Sequence[Decision] = ()
-        if call is not None or self._quiet is None or not self._still_quiet(deciding, tokens, idle):
+        ran = (
+            call is not None or self._quiet is None or not self._still_quiet(deciding, tokens, idle)
+        )
+        if ran:
             ctx = CompactionContext(
                 session_id=self.session_id,
                 raw=state.raw,
@@ -644,7 +647,8 @@ class ContextManager:
         self._last_call = now
         self._sent = len(state.raw)
         view = list(state.view)
-        tokens = self.prompt_tokens
+        if ran:  # else nothing since the count above changed the view or its estimates
+            tokens = self._counter.overhead + self._view_tokens()
         if tokens > budget.limit and self._counter.refine(view):
             tokens = self.prompt_tokens
         if tokens > budget.limit:
@@ -709,7 +713,7 @@ class ContextManager:
         when that bound would cross the budget: calls far from it stay O(1).
         """
         view, origins = self._current_view()
-        tokens = self.prompt_tokens
+        tokens = self._counter.overhead + self._view_tokens()  # settled by the caller
         k = bisect.bisect_left(origins, self._sent)
         if k < len(view):
             new = view[k:]
