@@ -20,8 +20,9 @@ writer then uses:
 A stored text may name another entry with a `recall_reference` token instead of repeating it
 (a dropped span that holds a condensed turn or a truncated result names their ids); what the
 recall tool gives the model is the text with each reference expanded (`expand_references`),
-so each original is stored about once and still comes back whole in one call. ``get``
-returns the stored text itself, references unexpanded.
+so each original is stored about once and still comes back whole in one call. The rest of
+such a text is escaped (`escape_literal`), so that text which only reads like a reference
+comes back as it was. ``get`` returns the stored text itself, references unexpanded.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ __all__ = [
     "MemoryRecallStore",
     "PinningStore",
     "RecallStore",
+    "escape_literal",
     "expand_references",
     "recall_id",
     "recall_reference",
@@ -55,29 +57,61 @@ def recall_id(session_id: str, content: str) -> str:
     return "ctx-" + h.hexdigest()
 
 
-_REFERENCE = re.compile(r"\{\{recall:(ctx-[0-9a-f]{16})\}\}")
+# A reference, or literal text that reads like one, escaped (`escape_literal`): one backslash
+# more after the braces than it had.
+_TOKEN = re.compile(r"\{\{(\\*)recall:(?:(ctx-[0-9a-f]{16})\}\})?")
+_LITERAL = re.compile(r"\{\{(\\*)recall:")
 _MAX_DEPTH = 16
+MAX_EXPANDED_CHARS = 16_000_000
+"""The most characters one entry expands to (`expand_references`): past it a reference stays
+a pointer to its id, which the recall tool reads on its own."""
 
 
 def recall_reference(rid: str) -> str:
     """The token a stored text puts where content already stored under ``rid`` belongs, so
-    it is not stored twice; reading it back (`expand_references`) puts the content there."""
+    it is not stored twice; reading it back (`expand_references`) puts the content there.
+    The text around it must be escaped with `escape_literal`."""
     return f"{{{{recall:{rid}}}}}"
 
 
-def expand_references(text: str, fetch: Callable[[str], str | None]) -> str:
+def escape_literal(text: str) -> str:
+    """``text`` as an entry holds it, so that nothing in it reads as a `recall_reference`
+    (a tool output that prints one, say): ``{{recall:`` becomes ``{{\\recall:``, and each
+    backslash already there gets one more. `expand_references` takes one off again.
+    `RecallWriter.put` stores what it is given this way; a text that holds references of its
+    own escapes the rest with this and is stored with `RecallWriter.put_references`."""
+    if "recall:" not in text:  # most texts: one search in C
+        return text
+    return _LITERAL.sub(lambda m: "{{\\" + m.group(1) + "recall:", text)
+
+
+def expand_references(
+    text: str, fetch: Callable[[str], str | None], *, limit: int = MAX_EXPANDED_CHARS
+) -> str:
     """``text`` with each `recall_reference` replaced by what ``fetch(rid)`` returns for
-    it, references in that expanded too (a missing one says so in its place)."""
+    it, references in that expanded too (a missing one says so in its place), and literal
+    text escaped with `escape_literal` back as it was. Past ``limit`` characters in all, a
+    reference is left as a pointer to its id."""
+    left = limit - len(text)
 
     def expand(text: str, depth: int) -> str:
         def one(m: re.Match[str]) -> str:
-            rid = m.group(1)
+            nonlocal left
+            escapes, rid = m.group(1), m.group(2)
+            if escapes:  # literal text: one backslash fewer
+                token = m.group(0)
+                return token[:2] + token[3:]
+            if rid is None:  # not a reference, nor escaped (stored by an older version)
+                return m.group(0)
             content = fetch(rid) if depth < _MAX_DEPTH else None
             if content is None:
                 return f"[{rid}: not kept]"
+            if len(content) > left:
+                return f'[{rid}: too long to include here; recall_context(id="{rid}") reads it]'
+            left -= len(content)
             return expand(content, depth + 1)
 
-        return _REFERENCE.sub(one, text) if "{{recall:" in text else text
+        return _TOKEN.sub(one, text) if "recall:" in text else text
 
     return expand(text, 0)
 

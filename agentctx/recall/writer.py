@@ -49,7 +49,7 @@ from agentctx._log import log
 from agentctx.errors import StoreError
 from agentctx.events import CompactionWarning, StoreDegraded, StoreRecovered
 from agentctx.ledger import Ledger, decision_json
-from agentctx.recall.store import LedgerStore, expand_references, recall_id
+from agentctx.recall.store import LedgerStore, escape_literal, expand_references, recall_id
 from agentctx.recall.tool import recall_page
 
 if TYPE_CHECKING:
@@ -202,7 +202,13 @@ class RecallWriter:
     # -- the store interface strategies see -----------------------------------------------
 
     def put(self, session_id: str, content: str) -> str:
-        """The recall id of ``content``; it is written if a decision taken now names it."""
+        """The recall id of ``content``; it is written if a decision taken now names it. The
+        recall tool gives it back as it is (stored escaped: `escape_literal`)."""
+        return self.put_references(session_id, escape_literal(content))
+
+    def put_references(self, session_id: str, content: str) -> str:
+        """`put` for a text that names other entries with `recall_reference` tokens, which
+        the recall tool expands; the rest of it escaped with `escape_literal`."""
         rid = recall_id(session_id, content)
         if session_id == self.session_id and rid in self._live and rid not in self._lost:
             return rid  # written already, or on its way

@@ -50,6 +50,7 @@ from agentctx.strategies.trail import (
     is_marker,
     is_paid_summary,
     marker_with_trail,
+    put_entry,
     span_text,
     truncate_text,
 )
@@ -510,8 +511,8 @@ class DeterministicCompaction:
         for s, e, replacement in pending:
             a, z = origins[s], (origins[e] if e < len(view) else len(raw))
             if ctx.recall is not None:
-                rid = ctx.recall.put(
-                    ctx.session_id, span_text(view, origins, raw, s, e, ctx.ledger)
+                rid = put_entry(
+                    ctx.recall, ctx.session_id, span_text(view, origins, raw, s, e, ctx.ledger)
                 )
                 line = text_of(replacement.content).replace(ID_STAND_IN, rid, 1)
                 replacement = AssistantMessage((TextBlock(line),), "stop")
@@ -597,7 +598,8 @@ class DeterministicCompaction:
             recall = ctx.recall
             rid = None
             if recall is not None:
-                rid = recall.put(ctx.session_id, span_text(view, origins, raw, a, e, ctx.ledger))
+                text = span_text(view, origins, raw, a, e, ctx.ledger)
+                rid = put_entry(recall, ctx.session_id, text)
             trail = marker_with_trail(view[a:e], rid)
             freed = span_tokens - ctx.counter.count_full(trail)
             if freed < min(need, _MIN_DROP_GAIN):

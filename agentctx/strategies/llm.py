@@ -101,7 +101,7 @@ from agentctx.strategies.llm_config import (
 from agentctx.strategies.llm_cut import Cut, choose_cut, extent, head_end, intact
 from agentctx.strategies.llm_request import Job, Requester, SummarizerSpend
 from agentctx.strategies.llm_tiers import capped, run_tiers
-from agentctx.strategies.trail import span_text
+from agentctx.strategies.trail import put_entry, span_text
 from agentctx.strategy import Quiet
 from agentctx.summarizer import is_native_compaction
 
@@ -460,7 +460,7 @@ class LlmCompaction:
         # The tiers' markers inside name recall ids the briefing does not show: the part's
         # entry refers to them, or what they hid would be recallable no more.
         part = span_text(ctx.view, ctx.origins, ctx.raw, va, vc, ctx.ledger, markers=True)
-        rid = ctx.recall.put(ctx.session_id, part)
+        rid = put_entry(ctx.recall, ctx.session_id, part)
         where = f'[The {vc - va} messages it replaces, in full: recall_context(id="{rid}")]'
         return SummaryMessage(f"{SUMMARY_MARKER}\n\n{text}\n\n{where}")
 

@@ -21,8 +21,8 @@ from agentctx.messages import (
     UserMessage,
     text_of,
 )
-from agentctx.recall.store import recall_id
-from agentctx.strategies.trail import describe_call
+from agentctx.recall.store import escape_literal, recall_id
+from agentctx.strategies.trail import describe_call, put_entry
 from agentctx.strategies.undecided import raw_call, undecided
 
 if TYPE_CHECKING:
@@ -370,18 +370,20 @@ class Run:
         """The recall id ``text`` (made from ``m``, remembered as ``key``) will have."""
         if self.ctx.recall is None:
             return None
+        stored = escape_literal(text)  # the entry holds it as it is (see `take`)
         rid: str | None = self.memo.get(key, m)
         if rid is None:
-            rid = recall_id(self.ctx.session_id, text)
+            rid = recall_id(self.ctx.session_id, stored)
             self.memo.put(key, m, rid)
-        self.contents[rid] = text
+        self.contents[rid] = stored
         return rid
 
     def take(self, proposal: Proposal) -> None:
         """Take ``proposal``'s decision, storing what its recall id stands for."""
         ctx = self.ctx
         if proposal.rid is not None and ctx.recall is not None:
-            ctx.recall.put(ctx.session_id, self.contents[proposal.rid])
+            # Escaped when proposed, so its id was known before it is written.
+            put_entry(ctx.recall, ctx.session_id, self.contents[proposal.rid])
         ctx.take(proposal.decision)
 
     def _replace(self, j: int, new_text: str, reason: str, action: str, rid: str | None) -> None:
@@ -448,7 +450,7 @@ class Run:
         }
         if not long_args:
             return ()
-        text = _json(dict(long_args))
+        text = escape_literal(_json(dict(long_args)))
         rid = recall_id(self.ctx.session_id, text) if self.ctx.recall is not None else None
         args: dict[str, Any] = dict(call.arguments)
         for key, value in long_args.items():

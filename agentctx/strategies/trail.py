@@ -23,13 +23,14 @@ from agentctx.messages import (
     ToolResultMessage,
     text_of,
 )
-from agentctx.recall.store import recall_reference
+from agentctx.recall.store import escape_literal, recall_reference
 from agentctx.summarizer import is_native_compaction, serialize_transcript
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from agentctx.ledger import Ledger
+    from agentctx.recall.store import RecallStore
 
 __all__ = [
     "COMPACTION_MARKER",
@@ -39,6 +40,7 @@ __all__ = [
     "is_marker",
     "is_paid_summary",
     "marker_with_trail",
+    "put_entry",
     "span_text",
     "truncate_text",
 ]
@@ -188,9 +190,20 @@ def span_text(
 
 
 def _serialize(messages: Sequence[Message]) -> str:
-    return serialize_transcript(
+    """The messages as a span's entry holds them: in full, escaped (`escape_literal`)."""
+    text = serialize_transcript(
         messages, block_chars=sys.maxsize, argument_chars=sys.maxsize, total_chars=sys.maxsize
     )
+    return escape_literal(text)
+
+
+def put_entry(recall: RecallStore, session_id: str, text: str) -> str:
+    """Store ``text``, already in the form an entry holds (a `span_text`, or any text escaped
+    with `escape_literal`), and return its recall id: the manager's writer is asked not to
+    escape it again (`RecallWriter.put_references`), so its references expand."""
+    put = getattr(recall, "put_references", recall.put)
+    rid: str = put(session_id, text)
+    return rid
 
 
 def _stored_as(m: Message, original: Message | None, ledger: Ledger | None, i: int) -> str | None:
@@ -209,7 +222,7 @@ def _stored_as(m: Message, original: Message | None, ledger: Ledger | None, i: i
                 # The entry holds the result's whole text: the same line the raw one makes.
                 label = "tool error" if original.is_error else "tool result"
                 name = original.tool_name or "tool"
-                return f"[{label}: {name}] {recall_reference(d.recall_id)}"
+                return f"[{label}: {escape_literal(name)}] {recall_reference(d.recall_id)}"
     ids = _RECALL_ID.findall(m.text if isinstance(m, SummaryMessage) else text_of(m.content))
     ids += [
         d.recall_id for d in decided if isinstance(d, ReplaceArguments) and d.recall_id is not None
