@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import re
 import subprocess
 import sys
@@ -447,3 +448,44 @@ def test_rich_comparison_on_a_terminal() -> None:
     header = next(line for line in plain.splitlines() if "tokens sent" in line)
     assert [c.strip() for c in header.split("┃")][:3] == ["strategy", "tokens sent", "change"]
     assert re.search(r"^llm +│ +207,463 │ 68% fewer", plain, flags=re.M), plain
+
+
+# What a transcript may hold that would act on a terminal instead of showing: a screen clear,
+# a hidden hyperlink (OSC 8), a C1 control sequence introducer, a bidirectional override, a
+# NUL, and a lone surrogate that no encoding writes.
+HOSTILE = "Read\x1b[2J\x1b]8;;http://evil\x1b\\X\x1b]8;;\x1b\\\x9b31m\u202eX\x00\ud800"
+_ACTING = re.compile("\x1b\\[2J|\x1b\\]8;;|[\x00\x9b\u202e\ud800]")
+
+
+def _hostile_transcript(folder: Path, name: str = "t.json") -> Path:
+    messages: list[dict[str, object]] = [
+        {"role": "user", "content": [{"type": "text", "text": f"task {HOSTILE}"}]}
+    ]
+    for i in range(6):
+        call = {"type": "tool_call", "id": f"c{i}", "name": HOSTILE, "arguments": {"p": f"{i}"}}
+        messages.append({"role": "assistant", "content": [call], "stop_reason": "tool_use"})
+        output = {"type": "text", "text": f"line {i} " * 6000}
+        result = {"role": "tool", "tool_call_id": f"c{i}", "tool_name": HOSTILE}
+        messages.append({**result, "content": [output]})
+    messages.append({"role": "assistant", "content": [{"type": "text", "text": "done"}]})
+    path = folder / name
+    path.write_text(json.dumps(messages), "utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    "strategies", [["--strategy", "deterministic"], ["--compare", "deterministic,none"]]
+)
+def test_transcript_content_never_acts_on_the_terminal_or_breaks_the_report(
+    strategies: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _hostile_transcript(tmp_path, f"a{HOSTILE[4:9]}b.json")
+    args = ["replay", str(path), *strategies, "--context-window", "30000"]
+    assert main([*args, "--report", str(tmp_path / "r.html")]) == 0
+    plain = capsys.readouterr()
+    assert "\\x1b[2J" in plain.out and not _ACTING.search(plain.out + plain.err)
+    page = (tmp_path / "r.html").read_text("utf-8")
+    assert "\\x1b[2J" in page and not _ACTING.search(page)
+    console, out = _terminal()
+    assert main(args, console=console) == 0
+    assert "\\x1b[2J" in out.getvalue() and not _ACTING.search(out.getvalue())

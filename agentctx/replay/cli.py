@@ -38,6 +38,7 @@ from agentctx import __version__
 from agentctx.budget import DEFAULT_RESERVE_OUTPUT, Budget
 from agentctx.errors import AgentCtxError, ConfigError
 from agentctx.importers import load_transcript
+from agentctx.replay._safe_text import printable
 from agentctx.replay.cached_summarizer import SummaryCache, default_cache_path
 from agentctx.replay.compare import Comparison, print_comparison, print_comparison_rich
 from agentctx.replay.data import DEMO_TRANSCRIPT
@@ -336,7 +337,7 @@ def _load(paths: Sequence[Path], folders: bool) -> list[Transcript]:
         except (AgentCtxError, OSError, ValueError) as exc:
             if not folders:
                 raise
-            print(f"agentctx: skipped {' '.join(str(exc).split())}", file=sys.stderr)
+            print(printable(f"agentctx: skipped {' '.join(str(exc).split())}"), file=sys.stderr)
     if not out:
         raise ConfigError("no transcript to replay")
     return out
@@ -454,7 +455,7 @@ def _replay(args: argparse.Namespace, console: Console | None) -> int:
         sys.stdout.write("\n")
         # stdout is the document: what else there is to say goes to stderr.
         for line in lines:
-            print(line, file=sys.stderr)
+            print(printable(line), file=sys.stderr)
         return 0
     if len(outcomes) == 1:
         _print_one(outcomes[0], settings, console)
@@ -462,7 +463,7 @@ def _replay(args: argparse.Namespace, console: Console | None) -> int:
         print_comparison(Comparison.of(outcomes), sys.stdout)
     else:
         print_comparison_rich(Comparison.of(outcomes), console)
-    for line in lines:
+    for line in map(printable, lines):
         if console is None:
             print(line)
         else:
@@ -502,7 +503,7 @@ def _print_one(outcome: Outcome, settings: ReplaySettings, console: Console | No
     strategy_line = outcome.strategy
     if outcome.strategy == "llm":
         strategy_line += f" (summarizer {settings.summarizer_label()})"
-    header = (
+    header = printable(
         f"{transcript.path} ({transcript.format}, {len(transcript.messages)} messages)  "
         f"strategy {strategy_line}"
     )
@@ -545,7 +546,7 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None) -
         # One line whatever the error holds (a path or a parser message with a newline in
         # it, or no message at all, like MemoryError's): never a traceback.
         text = " ".join(str(exc).split()) or type(exc).__name__
-        print(f"agentctx: {text}", file=sys.stderr)
+        print(printable(f"agentctx: {text}"), file=sys.stderr)
         return 2
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from agentctx.events import SummaryRejected
+from agentctx.replay._safe_text import printable
 from agentctx.replay.render import summarizer_spend
 from agentctx.replay.retention import Retention, combine
 
@@ -336,7 +337,7 @@ def print_comparison(table: Comparison, out: TextIO) -> None:
             lines.append("  ".join([first, *rest]).rstrip())
         lines += [*_notes(rows), ""]
     lines.append(_LEGEND)
-    out.write("\n".join(lines) + "\n")
+    out.write(printable("\n".join(lines)) + "\n")
 
 
 def print_comparison_rich(table: Comparison, console: Console) -> None:
@@ -345,13 +346,13 @@ def print_comparison_rich(table: Comparison, console: Console) -> None:
     from rich.text import Text
 
     for title, rows in _sections(table):
-        t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+        t = Table(title=printable(title), title_justify="left", show_edge=False, pad_edge=False)
         for k, name in enumerate(COMPARE_COLUMNS):
             t.add_column(name, justify="left" if k == 0 else "right", no_wrap=k < 7)
         for row in rows:
-            t.add_row(*map(Text, cells(row)))
+            t.add_row(*(Text(printable(c)) for c in cells(row)))
         console.print(t)
         for note in _notes(rows):
-            console.print(note, markup=False, highlight=False, style="yellow")
+            console.print(printable(note), markup=False, highlight=False, style="yellow")
         console.print()
     console.print(_LEGEND, markup=False, highlight=False, style="dim")

@@ -21,6 +21,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, TextIO
 
 from agentctx.pricing import price_for
+from agentctx.replay._safe_text import printable
 from agentctx.replay.engine import SONNET_MODEL
 
 if TYPE_CHECKING:
@@ -204,7 +205,7 @@ def print_plain(report: ReplayReport, out: TextIO) -> None:
     lines += [label + value for label, value in totals(report)]
     for title, text in briefings(report):
         lines += ["", f"{title}:", *(f"  {line}".rstrip() for line in text.splitlines())]
-    out.write("\n".join(lines) + "\n")
+    out.write(printable("\n".join(lines)) + "\n")
 
 
 def print_rich(report: ReplayReport, console: Console) -> None:
@@ -218,7 +219,7 @@ def print_rich(report: ReplayReport, console: Console) -> None:
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column(COLUMNS[-1])
     for cells in rows(report):
-        what = Text(cells[-1])
+        what = Text(printable(cells[-1]))
         what.highlight_regex(_FLAGS, "bold red")
         table.add_row(*map(Text, cells[:-1]), what)
     console.print(table)
@@ -227,10 +228,10 @@ def print_rich(report: ReplayReport, console: Console) -> None:
     grid.add_column()
     for label, value in totals(report):
         # The plain report's labels end with their separator.
-        grid.add_row(Text(label.rstrip(": ")), Text(value))
+        grid.add_row(Text(label.rstrip(": ")), Text(printable(value)))
     console.print(Panel(grid, title="totals", title_align="left", expand=False))
     for title, text in briefings(report):
-        console.print(Panel(Text(text), title=title, title_align="left", expand=False))
+        console.print(Panel(Text(printable(text)), title=title, title_align="left", expand=False))
 
 
 class LazyProgress:

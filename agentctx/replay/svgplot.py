@@ -21,6 +21,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from agentctx.replay._safe_text import printable
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
@@ -51,8 +53,9 @@ LABEL_GAP = 10.0
 
 
 def esc(text: str) -> str:
-    """``text`` escaped for SVG/HTML text and attribute values."""
-    return html.escape(text, quote=True)
+    """``text`` escaped for SVG/HTML text and attribute values, what would act rather than
+    show written as its Python escape (`printable`)."""
+    return html.escape(printable(text), quote=True)
 
 
 def text_width(text: str, size: float) -> float:
