@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import anyio
 
 from agentctx._log import log, stdlib_logger
+from agentctx.errors import ConfigError
 from agentctx.messages import Usage
 
 if TYPE_CHECKING:
@@ -263,7 +264,13 @@ class EventHub:
         self._tasks = tasks
 
     def subscribe(self, callback: Subscriber) -> Callable[[], None]:
-        """Call ``callback`` with every event; returns a function that unsubscribes it."""
+        """Call ``callback`` with every event; returns a function that unsubscribes it.
+        Raises `ConfigError` for a generator function, which calling would never run."""
+        if inspect.isasyncgenfunction(callback) or inspect.isgeneratorfunction(callback):
+            raise ConfigError(
+                f"an event subscriber must be a function or an async function; got the "
+                f"generator function {callback!r}, whose body calling it would never run"
+            )
         self._callbacks.append(callback)
         return lambda: self._callbacks.remove(callback) if callback in self._callbacks else None
 
@@ -319,6 +326,11 @@ class EventHub:
         if inspect.iscoroutine(awaitable):
             awaitable.close()
         log.error("async subscriber needs `async with ContextManager(...)`")
+        self._warn_once(
+            callback,
+            f"agentctx async event subscriber {callback!r} is not run: the manager is not "
+            "entered (`async with ContextManager(...)`), so its events are dropped",
+        )
 
     def collect_async(self) -> None:
         """Hold async callbacks from now on, for `drain` (the manager does this on close,
@@ -342,17 +354,19 @@ class EventHub:
         """Log every failure; warn once per subscriber, so it is seen without logging set up
         (the library's logger has only a NullHandler)."""
         log.error("event subscriber raised", subscriber=repr(callback), exc_info=error)
+        self._warn_once(
+            callback,
+            f"agentctx event subscriber {callback!r} raised {type(error).__name__}: {error} "
+            "(further failures of it are only logged)",
+        )
+
+    def _warn_once(self, callback: Subscriber, message: str) -> None:
         key = id(callback)
         if key not in self._warned:
             self._warned.add(key)
             # Warnings made errors (python -W error) still never reach the loop.
             with contextlib.suppress(Warning):
-                warnings.warn(
-                    f"agentctx event subscriber {callback!r} raised {type(error).__name__}: "
-                    f"{error} (further failures of it are only logged)",
-                    SubscriberWarning,
-                    stacklevel=2,
-                )
+                warnings.warn(message, SubscriberWarning, stacklevel=3)
 
     def close(self) -> None:
         """End every iterator; async callbacks still held are dropped."""

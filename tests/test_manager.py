@@ -328,6 +328,36 @@ async def test_subscribers_never_reach_the_loop() -> None:
     assert len(seen) == 1  # once per subscriber, however often it raised
 
 
+async def test_an_async_subscriber_of_a_manager_not_entered_is_said_to_be_dropped() -> None:
+    got: list[Event] = []
+    ran: list[Event] = []
+
+    async def later(event: Event) -> None:
+        ran.append(event)
+
+    turns = [[user("task")]] + [tool_turn(n, lines=80) for n in range(30)]
+    ctx = ContextManager(small_budget())
+    ctx.subscribe(later)
+    ctx.subscribe(got.append)
+    with pytest.warns(SubscriberWarning, match="not entered") as seen:
+        await drive(ctx, turns)
+    assert got and not ran
+    assert len(seen) == 1  # once per subscriber
+
+
+async def test_a_generator_function_is_no_subscriber() -> None:
+    def sync_gen(event: Event) -> Any:
+        yield event
+
+    async def async_gen(event: Event) -> Any:
+        yield event
+
+    ctx = ContextManager(small_budget())
+    for callback in (sync_gen, async_gen):
+        with pytest.raises(ConfigError, match="generator function"):
+            ctx.subscribe(callback)
+
+
 async def test_event_iterator_receives_events() -> None:
     turns = [[user("task")]] + [tool_turn(n, lines=80) for n in range(30)]
     received: list[Event] = []
