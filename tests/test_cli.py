@@ -339,8 +339,9 @@ def test_change_is_never_minus_zero() -> None:
     ("transcript", "change"),
     [
         (None, "0% fewer"),
-        # Its accounting sends a few tokens more with no compaction: this printed "-0% fewer".
-        (CORPUS / "claude-code" / "ccviewer-5c0375b4.jsonl", "0% more"),
+        # Its accounting once sent a few tokens more with no compaction, which printed
+        # "-0% fewer"; both sides are now one vector sum, the same without compaction.
+        (CORPUS / "claude-code" / "ccviewer-5c0375b4.jsonl", "0% fewer"),
     ],
 )
 def test_no_compaction_prints_no_minus_zero(

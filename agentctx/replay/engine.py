@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
+from operator import add
 from typing import TYPE_CHECKING
 
 import anyio
@@ -40,14 +41,14 @@ from agentctx.events import (
     SummaryStats,
 )
 from agentctx.manager import ContextManager
-from agentctx.messages import AssistantMessage, Message, Usage, fingerprint
+from agentctx.messages import AssistantMessage, Message, Usage, fingerprint, sent_at
 from agentctx.pricing import Price
 from agentctx.recall import MemoryRecallStore
 from agentctx.replay.retention import Fact, Retention, RetentionMeter
 from agentctx.strategies.llm_config import briefing_text
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from agentctx.budget import Budget
     from agentctx.strategy import CompactionStrategy
@@ -230,12 +231,19 @@ def _billed(event: Event) -> SummaryStats | None:
 
 class _PrefixCache:
     """An ideal prefix cache with a TTL: reads what the previous request sent unchanged from
-    the start, unless more than ``ttl`` seconds passed, when everything is written again."""
+    the start, unless more than ``ttl`` seconds passed, when everything is written again.
+
+    Each request costs O(what changed): the messages sent are compared with the previous
+    ones in C, and their tokens are the calibrated total of a per-slot vector sum kept up to
+    date (`MessageCounter.vector`), as the manager keeps its view's. What a request adds is
+    given its full estimate here (`MessageCounter.refine`): the rest got it when it was
+    added."""
 
     def __init__(self, counter: MessageCounter, ttl: float) -> None:
-        self._count = counter.count
+        self._counter = counter
         self._ttl = ttl
-        self._previous: list[str] = []
+        self._previous: list[Message] = []
+        self._vector = [0.0] * len(counter.slots)  # of ``_previous``
         self._at: float | None = None
 
     def send(
@@ -244,20 +252,46 @@ class _PrefixCache:
         """``(read, write, broke, cold)``: ``broke`` only when a warm prefix was rewritten."""
         cold = self._at is not None and now - self._at > self._ttl
         self._at = now
-        prints = [fingerprint(m) for m in messages]
-        same = 0
-        for a, b in zip(prints, self._previous, strict=False):
-            if a != b:
-                break
-            same += 1
-        rewrote = same < len(self._previous)
-        warm = bool(self._previous) and not cold
-        if not warm:
+        previous = self._previous
+        n = len(previous)
+        if len(messages) >= n and _starts_with(messages, previous):
+            same, kept = n, self._vector
+        else:  # a rewrite: where it starts, found by content, and what stays summed anew
             same = 0
-        read = sum(self._count(m) for m in messages[:same]) + (overhead if warm else 0)
-        write = sum(self._count(m) for m in messages[same:]) + (0 if warm else overhead)
-        self._previous = prints
+            for a, b in zip(messages, previous, strict=False):
+                if a is not b and fingerprint(a) != fingerprint(b):
+                    break
+                same += 1
+            kept = self._sum(messages[:same])
+            previous[:] = messages[:same]
+        new = messages[same:]
+        self._counter.refine(new)
+        added = self._sum(new)
+        previous += new
+        self._vector = list(map(add, kept, added))
+        rewrote = same < n
+        total = self._counter.total
+        if n and not cold:
+            read, write = total(kept) + overhead, total(added)
+        else:
+            read, write = 0, total(self._vector) + overhead
         return read, write, rewrote and not cold, rewrote and cold
+
+    def _sum(self, messages: Iterable[Message]) -> list[float]:
+        vector = self._counter.vector
+        out = [0.0] * len(self._counter.slots)
+        for m in messages:
+            out[:] = map(add, out, vector(m))
+        return out
+
+
+def _starts_with(messages: Sequence[Message], prefix: list[Message]) -> bool:
+    """Whether ``messages`` begins with ``prefix``, item for item the same object or equal
+    (a list comparison, in C)."""
+    n = len(prefix)
+    return (
+        messages[:n] if type(messages) is not list or len(messages) != n else messages
+    ) == prefix
 
 
 def _cache_usage(read: int, write: int, cache_ttl: float) -> Usage:
@@ -320,22 +354,29 @@ async def replay(
         cache_with = _PrefixCache(ctx.counter, cache_ttl)
         cache_without = _PrefixCache(ctx.counter, cache_ttl)
         calls = [i for i, m in enumerate(messages) if isinstance(m, AssistantMessage) and i > 0]
+        # The request so far, grown call by call, and the sum of its messages' vectors: each
+        # call costs what it adds (the history is not copied, refined or counted again).
+        request: list[Message] = []
+        request_vector = [0.0] * len(ctx.counter.slots)
         for number, i in enumerate(calls, start=1):
-            request = messages[:i]
-            stamp = messages[i].extra.get("timestamp")
+            new_messages = messages[len(request) : i]
+            request += new_messages
+            stamp = sent_at(messages[i])
             seen = len(events)
             # The transcript's own clock, so ages and idle gaps are the session's; background
             # work due by then (a briefing) completes first.
-            await clock.advance(stamp / 1000 if isinstance(stamp, int | float) else clock() + 30.0)
+            await clock.advance(stamp if stamp is not None else clock() + 30.0)
             now = clock()
             view = await ctx.prepare(request)
-            ctx.counter.refine(request)  # full estimates for the accounting below
-            ctx.counter.refine(view)
             overhead = ctx.counter.overhead
-            tokens_with = ctx.prompt_tokens
-            tokens_without = overhead + ctx.counter.count_many(request)
+            # Sending refines what each side adds (`_PrefixCache`), so the view's count and
+            # the request's sum below are of full estimates.
             read, write, broke, cold = cache_with.send(view, overhead, now)
             read0, write0, _, _ = cache_without.send(request, overhead, now)
+            for m in new_messages:
+                request_vector[:] = map(add, request_vector, ctx.counter.vector(m))
+            tokens_with = ctx.prompt_tokens
+            tokens_without = overhead + ctx.counter.total(request_vector)
             cost = price.cost(_cache_usage(read, write, cache_ttl))
             cost0 = price.cost(_cache_usage(read0, write0, cache_ttl))
             cost_with += cost
@@ -380,7 +421,7 @@ async def replay(
             if usage is not None and 0.8 * messages_only < usage.prompt_tokens < 3 * messages_only:
                 # Only reports that can describe this request: after the recorded agent
                 # compacted on its own, its requests were much smaller than the raw history.
-                ctx.counter.observe(request, usage.prompt_tokens)
+                ctx.counter.observe(request, usage.prompt_tokens, vector=request_vector)
             if progress is not None:
                 progress(number, len(calls))
         # A real request still in flight at the end is waited for, not cancelled: it is
