@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from typing import Any
 
 from agentctx.errors import ConfigError
@@ -23,6 +24,7 @@ from agentctx.errors import ConfigError
 __all__ = ["fraction", "got", "number", "preview", "whole"]
 
 _PREVIEW_CHARS = 40
+_MAX = sys.maxsize
 
 
 def preview(value: object, width: int = _PREVIEW_CHARS) -> str:
@@ -66,13 +68,14 @@ def _is_number(value: object) -> bool:
 
 
 def whole(obj: object, name: str, *, minimum: int = 0, optional: bool = False) -> None:
-    """``obj.name`` is an ``int`` (not a bool) >= ``minimum`` (or ``None`` if ``optional``)."""
+    """``obj.name`` is an ``int`` (not a bool) from ``minimum`` to ``sys.maxsize`` (or
+    ``None`` if ``optional``): a larger one means nothing more, and overflows a float."""
     value: Any = getattr(obj, name)
     if value is None and optional:
         return
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= _MAX:
         none = " or None" if optional else ""
-        raise _fail(obj, name, f"a whole number >= {minimum}{none}")
+        raise _fail(obj, name, f"a whole number from {minimum} to sys.maxsize{none}")
 
 
 def number(obj: object, name: str, *, minimum: float = 0.0, optional: bool = False) -> None:

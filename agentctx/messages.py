@@ -55,6 +55,7 @@ __all__ = [
     "check_history",
     "fingerprint",
     "from_dict",
+    "sent_at",
     "text_of",
     "to_dict",
 ]
@@ -262,6 +263,20 @@ _MESSAGE_TYPES = (UserMessage, AssistantMessage, ToolResultMessage, SummaryMessa
 def text_of(blocks: Iterable[Block]) -> str:
     """The text of the text blocks, joined by newlines."""
     return "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
+
+
+_LATEST_MS = 253_402_300_800_000  # the year 10000: past it, a timestamp is no time
+
+
+def sent_at(message: Message) -> float | None:
+    """When ``message`` was made, in epoch seconds, from its ``extra["timestamp"]`` (epoch
+    milliseconds, as the importers and integrations write it); ``None`` without one, or for
+    one that is no time (not a number, not finite, negative, past the year 9999)."""
+    stamp = message.extra.get("timestamp")
+    # Not a bool (nor another subclass); NaN fails the range.
+    if (type(stamp) is int or type(stamp) is float) and 0 <= stamp < _LATEST_MS:
+        return stamp / 1000
+    return None
 
 
 # ---------------------------------------------------------------------------------------

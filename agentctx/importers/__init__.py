@@ -84,7 +84,8 @@ def load_transcript(
 
     Raises `TranscriptFormatError` (file and line) for anything it cannot read as a
     transcript: not a regular file, over ``max_bytes``, not UTF-8, bad or too deeply nested
-    JSON, a field of the wrong type; an `OSError` when the file cannot be opened.
+    JSON, a field of the wrong type; an `OSError` when the file cannot be opened; `ConfigError`
+    for a ``max_bytes`` that is no whole number of bytes.
     """
     fmt = detect_format(path, max_bytes=max_bytes)
     if fmt == "pi":

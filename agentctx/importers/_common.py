@@ -3,17 +3,20 @@ names the line of any problem, and strict field access."""
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import re
 import stat
+import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentctx.errors import TranscriptFormatError
+from agentctx._check import preview
+from agentctx.errors import ConfigError, TranscriptFormatError
 
 if TYPE_CHECKING:
     from agentctx.messages import JSONMap, Message
@@ -100,6 +103,12 @@ class Source:
     """
 
     def __init__(self, path: str, max_bytes: int = MAX_TRANSCRIPT_BYTES) -> None:
+        if type(max_bytes) is not int or not 0 <= max_bytes < sys.maxsize:
+            raise ConfigError(
+                f"max_bytes must be a whole number of bytes, got {preview(max_bytes)}"
+            )
+        if "\0" in path:  # which the system refuses with a ValueError, not an OSError
+            raise FileNotFoundError(errno.ENOENT, "no such file: the path holds a NUL", path)
         self.path = path
         self.max_bytes = max_bytes
 

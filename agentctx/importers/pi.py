@@ -191,7 +191,7 @@ class _Reader:
                 call_id,
                 self.user_content(msg, number, "a toolResult message"),
                 name if isinstance(name, str) else None,
-                bool(msg.get("isError", False)),
+                msg.get("isError") is True,  # as written by pi: a bool; "false" is no error
                 _ts(stamp),
             )
         if role == "bashExecution":

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentctx.errors import SummarizerError
+from agentctx.errors import ConfigError, SummarizerError
 from agentctx.messages import Usage
 from agentctx.summarizer import SummaryResult, check_result
 
@@ -122,7 +122,7 @@ def _from_json(line: str) -> tuple[str, CachedReply] | None:
         )
         latency = float(data["latency"])
         key = data["key"]
-    except (ValueError, TypeError, KeyError, AttributeError, SummarizerError):
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError, SummarizerError):
         return None
     if not isinstance(key, str) or not latency >= 0 or latency == float("inf"):
         return None
@@ -144,6 +144,8 @@ class SummaryCache:
         self._lock = threading.Lock()
         self._replies: dict[str, CachedReply] = {}
         if self.path is not None and self.path.exists():
+            if not self.path.is_file():  # a pipe would block the open for good
+                raise ConfigError(f"{self.path}: the summary cache must be a file")
             with self.path.open(encoding="utf-8", errors="surrogateescape") as f:
                 for line in f:
                     parsed = _from_json(line)

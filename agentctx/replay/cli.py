@@ -317,11 +317,12 @@ def _paths(given: Sequence[str]) -> list[Path]:
     for text in given or [str(DEMO_TRANSCRIPT)]:
         path = Path(text)
         if path.is_dir():
+            # Every entry so named: one that is no file (a pipe, a dangling link, a folder) is
+            # skipped by `_load` with a line that says so.
             found = sorted(p for p in path.iterdir() if p.suffix.lower() in TRANSCRIPT_SUFFIXES)
-            files = [p for p in found if p.is_file()]
-            if not files:
+            if not found:
                 raise ConfigError(f"{path}: no {', '.join(TRANSCRIPT_SUFFIXES)} files to replay")
-            out += files
+            out += found
         else:
             out.append(path)
     return out
@@ -548,6 +549,10 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None) -
         text = " ".join(str(exc).split()) or type(exc).__name__
         print(printable(f"agentctx: {text}"), file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C: a line, and the exit status a shell gives a command stopped by SIGINT.
+        print("agentctx: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from agentctx.messages import (
     TextBlock,
     ToolResultMessage,
     UserMessage,
+    sent_at,
     text_of,
 )
 from agentctx.recall.store import escape_literal, recall_id
@@ -311,8 +312,7 @@ class Run:
             elif isinstance(m, SummaryMessage):
                 scan.boundary = j
             scan.turn_of.append(scan.turns)
-            stamp = m.extra.get("timestamp")
-            scan.stamps.append(stamp / 1000 if isinstance(stamp, int | float) else None)
+            scan.stamps.append(sent_at(m))
             if isinstance(m, ToolResultMessage) and self._candidate(j, m):
                 scan.results.append(j)
                 size = scan.sizes[j] = len(text_of(m.content))

@@ -1,0 +1,198 @@
+"""The replay CLI, the importers and the replay engine against hostile input: each test is a
+finding of a hostile run, kept as its reproduction."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from agentctx.budget import Budget
+from agentctx.errors import ConfigError
+from agentctx.importers import load_transcript
+from agentctx.messages import (
+    AssistantMessage,
+    Message,
+    TextBlock,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+    fingerprint,
+    sent_at,
+)
+from agentctx.replay import cli, engine
+from agentctx.replay.cached_summarizer import SummaryCache
+from agentctx.replay.cli import main
+from agentctx.strategies import CondensePass, DeterministicCompaction, ToolOutputPipeline
+from agentctx.strategy import Chain
+from agentctx.tokens.count import MessageCounter
+
+HUGE = 10**400
+
+
+def _session(n: int, extra: dict[str, Any] | None = None) -> list[Message]:
+    messages: list[Message] = [UserMessage.of("task")]
+    i = 0
+    while len(messages) < n:
+        i += 1
+        stamp = dict(extra or {})
+        messages.append(AssistantMessage((ToolCall(f"c{i}", "bash", {"cmd": f"cat f{i}"}),)))
+        output = (TextBlock(f"out {i} " * 400),)
+        messages.append(ToolResultMessage(f"c{i}", output, "bash", False, stamp))
+    messages.append(AssistantMessage.of("done"))
+    return messages
+
+
+def _pi_file(folder: Path, lines: list[dict[str, Any]], name: str = "s.jsonl") -> Path:
+    records: list[dict[str, Any]] = [{"type": "session", "version": 3, "id": "s"}]
+    parent = None
+    for k, message in enumerate(lines):
+        records.append({"type": "message", "id": f"e{k}", "parentId": parent, "message": message})
+        parent = f"e{k}"
+    path = folder / name
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n", "utf-8")
+    return path
+
+
+# -- numbers past what a float holds ----------------------------------------------------------
+
+
+def test_a_budget_past_sys_maxsize_is_a_config_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match="context_window.*sys.maxsize"):
+        Budget(context_window=HUGE)
+    with pytest.raises(ConfigError, match="threshold_chars"):
+        CondensePass(threshold_chars=HUGE)
+    assert Budget(context_window=sys.maxsize).limit == sys.maxsize - 16_000
+    assert main(["replay", "--context-window", str(HUGE)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("agentctx: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("stamp", "seconds"),
+    [
+        (1_700_000_000_000, 1_700_000_000.0),
+        (1.5e12, 1.5e9),
+        (HUGE, None),
+        (float("nan"), None),
+        (math.inf, None),
+        (-5, None),
+        (True, None),
+        ("1700000000000", None),
+    ],
+)
+def test_sent_at_reads_only_a_time(stamp: object, seconds: float | None) -> None:
+    assert sent_at(UserMessage((TextBlock("x"),), {"timestamp": stamp})) == seconds
+
+
+@pytest.mark.parametrize("stamp", [HUGE, float("nan"), -1, 1e300])
+async def test_a_timestamp_that_is_no_time_is_not_read_as_one(stamp: object) -> None:
+    """An integer timestamp beyond a float's range made the pipeline's scan and the replay
+    engine raise a bare OverflowError."""
+    messages = _session(40, {"timestamp": stamp})
+    strategy = Chain([ToolOutputPipeline(), DeterministicCompaction()])
+    report = await engine.replay(
+        messages, budget=Budget(context_window=12_000, reserve_output=1_000), strategy=strategy
+    )
+    assert report.compactions and not any(r.over_budget for r in report.rows)
+
+
+# -- the replay engine: each request costs what it adds --------------------------------------
+
+
+def test_a_replay_counts_each_message_once_not_once_per_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every request re-fingerprinted and re-counted the whole history: a 50k-message pi
+    session took 8 minutes, a quarter of it per 10k messages more than the last."""
+    seen: dict[str, int] = {"vector": 0, "count": 0, "refine": 0, "fingerprint": 0}
+
+    def counting(name: str, f: Any) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            seen[name] += len(args[1]) if name == "refine" and isinstance(args[1], list) else 1
+            return f(*args, **kwargs)
+
+        return wrapped
+
+    for name in ("vector", "count", "refine"):
+        monkeypatch.setattr(MessageCounter, name, counting(name, getattr(MessageCounter, name)))
+    monkeypatch.setattr(engine, "fingerprint", counting("fingerprint", fingerprint))
+    messages = _session(1_200)
+    # A window nothing fills: the view is the whole history, as long as the request.
+    anyio.run(lambda: engine.replay(messages, budget=Budget(context_window=10**7)))
+    assert max(seen.values()) <= 4 * len(messages), seen
+
+
+# -- the CLI ----------------------------------------------------------------------------------
+
+
+def test_ctrl_c_is_a_line_and_exit_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(*args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_replay", interrupted)
+    assert main(["replay"]) == 130
+    assert capsys.readouterr().err == "agentctx: interrupted\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes on this system")
+def test_a_folder_names_every_entry_it_skips(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _pi_file(tmp_path, [{"role": "user", "content": "hi"}], "a.jsonl")
+    os.mkfifo(tmp_path / "pipe.jsonl")
+    (tmp_path / "gone.jsonl").symlink_to(tmp_path / "missing")
+    assert main(["replay", str(tmp_path), "--strategy", "none"]) == 0
+    err = capsys.readouterr().err
+    assert "skipped" in err and "pipe.jsonl" in err and "gone.jsonl" in err
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes on this system")
+def test_a_summary_cache_that_is_no_file_is_refused_not_waited_on(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "cache.jsonl")
+    with pytest.raises(ConfigError, match="must be a file"):
+        SummaryCache(tmp_path / "cache.jsonl")
+
+
+def test_a_summary_cache_line_nested_too_deep_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "cache.jsonl"
+    path.write_text("[" * 100_000 + "]" * 100_000 + "\n", "utf-8")
+    assert len(SummaryCache(path)) == 0
+
+
+# -- the importers ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("written", "error"), [(True, True), (False, False), ("false", False)])
+def test_pi_is_error_is_read_as_pi_writes_it(tmp_path: Path, written: object, error: bool) -> None:
+    call = {"type": "toolCall", "id": "c", "name": "bash", "arguments": {}}
+    path = _pi_file(
+        tmp_path,
+        [
+            {"role": "user", "content": "task"},
+            {"role": "assistant", "content": [call]},
+            {"role": "toolResult", "toolCallId": "c", "content": "out", "isError": written},
+        ],
+    )
+    result = load_transcript(path).messages[2]
+    assert isinstance(result, ToolResultMessage) and result.is_error is error
+
+
+@pytest.mark.parametrize("max_bytes", [HUGE, -1, 1.5, True, "10", None])
+def test_max_bytes_must_be_a_whole_number_of_bytes(tmp_path: Path, max_bytes: Any) -> None:
+    path = _pi_file(tmp_path, [{"role": "user", "content": "hi"}])
+    with pytest.raises(ConfigError, match="max_bytes"):
+        load_transcript(path, max_bytes=max_bytes)
+
+
+def test_a_path_with_a_nul_is_no_such_file() -> None:
+    with pytest.raises(FileNotFoundError, match="NUL"):
+        load_transcript("a\0b.jsonl")
