@@ -23,7 +23,9 @@ never changes bytes already rendered:
   a missing one becomes a stub error result (`MISSING_RESULT_TEXT`), a result that answers no
   open call, or one already answered, is left out;
 - **blank text**: empty and whitespace-only text blocks are left out of user and assistant
-  messages (Anthropic: "text content blocks must contain non-whitespace text"); a message
+  messages (Anthropic: "text content blocks must contain non-whitespace text"), except in an
+  assistant message with reasoning, where each is filled in place with `EMPTY_TEXT` (its
+  reasoning must come back where the model put it); a message
   left with no content holds `EMPTY_TEXT` instead, so turns keep their shape (the latest user
   message stays a user message); a blank summary is left out; a tool result's blank blocks
   are left out where other blocks stand beside them (alone, one is the tool's empty output,
@@ -34,6 +36,9 @@ never changes bytes already rendered:
   ``<id>-2`` (``-3``, ... the first suffix not used yet; cut to 40 characters, OpenAI's
   limit, when the id fits in 40), and its result with it. Within a batch the k-th result
   carrying an id answers the k-th call carrying it;
+- **call ids Anthropic refuses** ("String should match pattern '^[a-zA-Z0-9_-]+$'", ids
+  made by another provider, such as ``call_1|fc_2``): each other character becomes ``_``
+  (an empty id ``call``), with a suffix as above if that id is taken; its result follows;
 - **assistant first** (Anthropic: 'first message must use the "user" role'): a view that
   would start with an assistant message starts with a `SummaryMessage` holding
   `LEADING_TEXT`, which every adapter sends as a user message. It is a summary, not a
@@ -43,6 +48,7 @@ never changes bytes already rendered:
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -128,9 +134,23 @@ def latest_user_index(messages: Sequence[Message]) -> int | None:
 
 
 def in_flight_start(messages: Sequence[Message]) -> int:
-    """Index where the in-flight tool loop starts: right after the latest user message."""
-    latest = latest_user_index(messages)
-    return 0 if latest is None else latest + 1
+    """Index where the in-flight tool loop starts: right after the latest user message. When
+    the history ends with user messages sent right after tool results (a steering message,
+    a hook's text), those go out in the results' turn (Anthropic joins them into one user
+    message), so the loop they interrupt is still the request's last assistant turn, and
+    what it must keep as it was (its signed thinking) starts after the user message before
+    them."""
+    end = len(messages)
+    k = end
+    while k > 0 and isinstance(messages[k - 1], UserMessage):
+        k -= 1
+    if k == end or not (k > 0 and isinstance(messages[k - 1], ToolResultMessage)):
+        latest = latest_user_index(messages)
+        return 0 if latest is None else latest + 1
+    for i in range(k - 1, -1, -1):
+        if isinstance(messages[i], UserMessage):
+            return i + 1
+    return 0
 
 
 def newest_complete_turn(messages: Sequence[Message]) -> tuple[int, int] | None:
@@ -209,11 +229,15 @@ class Repair:
     - ``missing_result``: a stub error result was added for a call that has none;
     - ``orphan_result``: a result without its call was left out;
     - ``duplicate_result``: a second result for the same call was left out;
-    - ``empty_text``: empty or whitespace-only text blocks were left out of a message;
+    - ``empty_text``: empty or whitespace-only text blocks were left out of a message (in an
+      assistant message with reasoning: each filled in place with `EMPTY_TEXT`);
     - ``empty_message``: a user or assistant message left with no content holds `EMPTY_TEXT`;
     - ``empty_summary``: a summary with no non-whitespace text was left out;
     - ``duplicate_call_id``: a call whose id the view already used was renamed to ``new_id``
       (its result too);
+    - ``invalid_call_id``: a call id with a character other than ASCII letters, digits, ``_``
+      and ``-`` (or none) was renamed to ``new_id``, each such character an ``_`` (its
+      result too);
     - ``leading_assistant``: a summary holding `LEADING_TEXT` was put before the assistant
       message the view would have started with.
 
@@ -261,6 +285,14 @@ def _cleaned(m: Message) -> tuple[Message | None, str | None]:
                     break
             else:
                 return m, None
+        if isinstance(m, AssistantMessage) and has_thinking(m):
+            # Reasoning must come back as the model gave it, at its places (Anthropic checks
+            # the latest assistant message's blocks by position; a Responses reasoning item
+            # needs the message item after it; a Chat answer with only reasoning needs text):
+            # a blank block is filled in place, not left out.
+            filled = tuple(TextBlock(EMPTY_TEXT) if _blank(b) else b for b in m.content)
+            filled_message = AssistantMessage(filled, m.stop_reason, m.usage, m.model, m.extra)
+            return filled_message, "empty_text"
         kept = tuple(b for b in m.content if not _blank(b))
         kind = "empty_text" if kept else "empty_message"
         kept = kept or (TextBlock(EMPTY_TEXT),)
@@ -281,6 +313,16 @@ def _cleaned(m: Message) -> tuple[Message | None, str | None]:
 
 def _blank_beside_others(content: Sequence[object]) -> bool:
     return len(content) > 1 and any(_blank(b) for b in content)
+
+
+_ID_REJECTED = re.compile(r"[^a-zA-Z0-9_-]")  # Anthropic: tool_use ids match ^[a-zA-Z0-9_-]+$
+
+
+def _valid_id(call_id: str) -> bool:
+    # Cheaper than the regex on every call of every new message.
+    return call_id.isascii() and (
+        call_id.isalnum() or call_id.replace("_", "a").replace("-", "a").isalnum()
+    )
 
 
 def _fresh_id(call_id: str, used: Set[str], new: set[str]) -> str:
@@ -426,7 +468,7 @@ def answered_call_ids(messages: Sequence[Message], used: Set[str]) -> list[str] 
         if isinstance(m, AssistantMessage):
             for call in m.content:
                 if isinstance(call, ToolCall):
-                    if call.id in used:
+                    if call.id in used or not _valid_id(call.id):
                         return None
                     ids.append(call.id)
     if batch + answered != len(ids) or (len(ids) > 1 and len(set(ids)) < len(ids)):
@@ -449,9 +491,15 @@ def _unique_calls(
     for b in m.content:
         if isinstance(b, ToolCall):
             call_id = view_id = b.id
-            if call_id in used or call_id in new_ids:
+            if not _valid_id(call_id):
+                view_id = _ID_REJECTED.sub("_", call_id) or "call"
+                if view_id in used or view_id in new_ids:
+                    view_id = _fresh_id(view_id, used, new_ids)
+                repairs.append(Repair("invalid_call_id", index, call_id, view_id, origin))
+            elif call_id in used or call_id in new_ids:
                 view_id = _fresh_id(call_id, used, new_ids)
                 repairs.append(Repair("duplicate_call_id", index, call_id, view_id, origin))
+            if view_id != call_id:
                 b = ToolCall(view_id, b.name, b.arguments, b.extra)
                 renamed = True
             new_ids.add(view_id)

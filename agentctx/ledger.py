@@ -15,12 +15,14 @@ from __future__ import annotations
 import bisect
 import json
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from agentctx import boundaries
 from agentctx.boundaries import Repair, repair
 from agentctx.errors import ConfigError, StoreError
 from agentctx.messages import (
+    THINKING_DROPPED,
     AssistantContent,
     AssistantMessage,
     JSONMap,
@@ -347,7 +349,8 @@ def _kept(raw: Sequence[Message], *, whole_turn: bool) -> set[int]:
     latest = boundaries.latest_user_index(raw)
     if latest is not None:
         out.add(latest)
-        out.update(i for i in range(latest + 1, len(raw)) if boundaries.has_thinking(raw[i]))
+        loop = boundaries.in_flight_start(raw)
+        out.update(i for i in range(loop, len(raw)) if boundaries.has_thinking(raw[i]))
     complete = boundaries.newest_complete_turn(raw)
     if complete is not None:
         out.update(range(*complete) if whole_turn else (complete[0], complete[1] - 1))
@@ -460,7 +463,10 @@ def _apply(message: Message, decisions: Sequence[_PerMessage]) -> Message:
                     b = ToolCall(b.id, b.name, d.arguments, b.extra)
                 blocks.append(b)
             m2 = message
-            message = AssistantMessage(tuple(blocks), m2.stop_reason, m2.usage, m2.model, m2.extra)
+            extra = m2.extra
+            if len(blocks) < len(m2.content) and isinstance(d, DropThinking):
+                extra = MappingProxyType({**extra, THINKING_DROPPED: True})
+            message = AssistantMessage(tuple(blocks), m2.stop_reason, m2.usage, m2.model, extra)
     return message
 
 

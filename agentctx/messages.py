@@ -33,6 +33,7 @@ from typing import Any, ClassVar, TypeAlias
 from agentctx.errors import UnsupportedMessageError
 
 __all__ = [
+    "THINKING_DROPPED",
     "AssistantContent",
     "AssistantMessage",
     "Block",
@@ -264,6 +265,11 @@ def text_of(blocks: Iterable[Block]) -> str:
     """The text of the text blocks, joined by newlines."""
     return "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
 
+
+THINKING_DROPPED = "agentctx_thinking_dropped"
+"""The ``extra`` key set on an assistant message whose reasoning a decision left out
+(`agentctx.ledger.DropThinking`): an adapter then sends nothing that refers to it (the
+Responses API rejects an item id whose reasoning item is not sent)."""
 
 _LATEST_MS = 253_402_300_800_000  # the year 10000: past it, a timestamp is no time
 

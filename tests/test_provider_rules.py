@@ -16,8 +16,15 @@ import anthropic
 import openai
 import pytest
 
-from agentctx.adapters import to_anthropic, to_openai_chat, to_openai_responses
+from agentctx.adapters import (
+    from_openai_chat,
+    from_openai_responses,
+    to_anthropic,
+    to_openai_chat,
+    to_openai_responses,
+)
 from agentctx.boundaries import EMPTY_TEXT, LEADING_TEXT
+from agentctx.budget import Budget
 from agentctx.events import Event, TranscriptRepaired
 from agentctx.manager import ContextManager
 from agentctx.messages import (
@@ -25,12 +32,15 @@ from agentctx.messages import (
     Message,
     SummaryMessage,
     TextBlock,
+    ThinkingBlock,
     ToolCall,
     ToolResultMessage,
     UserMessage,
     canonical_json,
 )
+from agentctx.strategies import ToolOutputPipeline
 from agentctx.testing import check_view, drive
+from agentctx.testing._validate import sign
 from agentctx.testing.servers import FakeAnthropic, FakeOpenAI
 
 MODEL = "m"
@@ -47,7 +57,9 @@ class Providers:
     anthropic: anthropic.AsyncAnthropic
     openai: openai.AsyncOpenAI
 
-    async def problems(self, messages: Sequence[Message]) -> dict[str, str | None]:
+    async def problems(
+        self, messages: Sequence[Message], apis: Sequence[str] = ("anthropic", "chat", "responses")
+    ) -> dict[str, str | None]:
         """Each endpoint's answer to ``messages``: its 400 message, or None if accepted."""
         out: dict[str, str | None] = {}
         calls = {
@@ -62,6 +74,8 @@ class Providers:
             ),
         }
         for name, call in calls.items():
+            if name not in apis:
+                continue
             try:
                 await call()
                 out[name] = None
@@ -257,3 +271,165 @@ async def test_every_rule_at_once_keeps_prefix_bytes(providers: Providers, mode:
             previous = current
             if mode == "owned":
                 history = list(view)
+
+
+# -- reasoning, and ids from elsewhere (an audit of the real APIs' rules) ----------------------
+
+
+def thought(text: str) -> ThinkingBlock:
+    return ThinkingBlock(text, sign(text))
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_blank_text_beside_reasoning_is_filled_in_place(
+    providers: Providers, mode: Mode
+) -> None:
+    """Adaptive thinking separates thinking blocks with an empty text block. Anthropic
+    rejects the empty block, and rejects the latest assistant message's thinking blocks
+    moved ("cannot be modified"): leaving the blank out moved them."""
+    step = AssistantMessage(
+        (thought("plan A"), TextBlock(""), thought("plan B"), TextBlock("Look."), read("toolu_1")),
+        "tool_use",
+    )
+    history: list[Message] = [
+        UserMessage.of("Fix a.py"),
+        step,
+        ToolResultMessage.of("toolu_1", "x"),
+    ]
+    assert (await providers.problems(history, ["anthropic"]))["anthropic"] is not None
+    view, reported, _ = await repaired([history], mode)
+    assert [type(b) for b in view[1].content] == [type(b) for b in step.content]  # type: ignore[union-attr]
+    assert view[1].content[1] == TextBlock(EMPTY_TEXT) and reported == ["empty_text@1"]  # type: ignore[union-attr]
+    await providers.anthropic.messages.create(
+        model=MODEL,
+        max_tokens=2048,
+        thinking={"type": "enabled", "budget_tokens": 1024},
+        tools=TOOLS,  # type: ignore[arg-type]
+        messages=to_anthropic(view),  # type: ignore[arg-type]
+    )
+
+
+async def test_a_reasoning_answer_with_blank_text_keeps_its_message(providers: Providers) -> None:
+    """Responses: a reasoning item needs the item after it; Chat: an answer needs content.
+    Leaving a blank answer out left the reasoning alone (and Chat's content null)."""
+    items = [
+        {"role": "user", "content": "Prove it"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "E" * 40},
+        {
+            "type": "message",
+            "id": "msg_1",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "", "annotations": []}],
+        },
+        {"role": "user", "content": "continue"},
+    ]
+    chat = [
+        {"role": "user", "content": "Prove it"},
+        {"role": "assistant", "content": "", "reasoning_content": "Step by step."},
+        {"role": "user", "content": "continue"},
+    ]
+    for history, api in [
+        (from_openai_responses(items), "responses"),
+        (from_openai_chat(chat), "chat"),
+    ]:
+        async with ContextManager(100_000) as ctx:
+            view = await ctx.prepare(history)
+        assert check_view(view, history) == []
+        assert await providers.problems(view, [api]) == {api: None}
+        if api == "responses":
+            kinds = [i.get("type", "message") for i in to_openai_responses(view)]
+            assert kinds[1:3] == ["reasoning", "message"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_steering_message_keeps_the_tool_loop_running(
+    providers: Providers, mode: Mode
+) -> None:
+    """A user message right after tool results goes out in the results' turn: the loop is
+    still running, and with thinking on Anthropic wants its thinking ("a final `assistant`
+    message must start with a thinking block"). The pipeline dropped it as an old step's."""
+    now = 1_700_000_000.0
+    old = {"timestamp": int(now * 1000) - 3_600_000}
+    history: list[Message] = [
+        UserMessage((TextBlock("Fix a.py"),), old),
+        AssistantMessage((thought("Read it first."), read("toolu_1")), "tool_use", extra=old),
+        ToolResultMessage("toolu_1", (TextBlock("x = 1"),), "read", False, old),
+        UserMessage.of("Also check the README."),
+    ]
+    async with ContextManager(100_000, strategy=ToolOutputPipeline(), clock=lambda: now) as ctx:
+        view = (await drive(ctx, [history], mode=mode))[-1]
+    assert check_view(view, history) == [] and view[1] == history[1]
+    await providers.anthropic.messages.create(
+        model=MODEL,
+        max_tokens=2048,
+        thinking={"type": "enabled", "budget_tokens": 1024},
+        tools=TOOLS,  # type: ignore[arg-type]
+        messages=to_anthropic(view),  # type: ignore[arg-type]
+    )
+
+
+async def test_items_of_a_step_whose_reasoning_was_left_out_go_without_ids() -> None:
+    """Responses (store=true): "Item 'fc_...' of type 'function_call' was provided without
+    its required 'reasoning' item": an id names the reasoning item it followed."""
+    t0 = 1_700_000_000_000
+    items = [
+        {"role": "user", "content": "Fix the test"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "E" * 8000},
+        {
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": "call_1",
+            "name": "read",
+            "arguments": '{"path": "t.py"}',
+        },
+        {"type": "function_call_output", "call_id": "call_1", "output": "1 failed"},
+        {"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": "F" * 8000},
+        {
+            "type": "message",
+            "id": "msg_2",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Fixed.", "annotations": []}],
+        },
+        {"role": "user", "content": "Now the changelog"},
+    ]
+    history = [_stamped(m, t0 + k * 1000) for k, m in enumerate(from_openai_responses(items))]
+    async with ContextManager(
+        Budget(context_window=20_000, reserve_output=2_000),
+        strategy=ToolOutputPipeline(),
+        clock=lambda: t0 / 1000 + 7_200,
+    ) as ctx:
+        sent = to_openai_responses(await ctx.prepare(history))
+    assert not any(i.get("type") == "reasoning" for i in sent)  # the old steps' reasoning left
+    assert [i.get("id") for i in sent if i.get("id")] == []
+
+
+def _stamped(m: Message, ms: int) -> Message:
+    extra = {**m.extra, "timestamp": ms}
+    if isinstance(m, AssistantMessage):
+        return AssistantMessage(m.content, m.stop_reason, m.usage, m.model, extra)
+    if isinstance(m, ToolResultMessage):
+        return ToolResultMessage(m.tool_call_id, m.content, m.tool_name, m.is_error, extra)
+    assert isinstance(m, UserMessage)
+    return UserMessage(m.content, extra)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_call_id_from_another_provider_is_renamed(providers: Providers, mode: Mode) -> None:
+    """Anthropic: "tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'" (pi writes
+    Responses ids as ``call_1|fc_2``)."""
+    history: list[Message] = [
+        UserMessage.of("Read a.py"),
+        calls("call_1|fc_2", "call 3"),
+        ToolResultMessage.of("call_1|fc_2", "print(1)"),
+        ToolResultMessage.of("call 3", "print(3)"),
+    ]
+    assert "should match pattern" in str((await providers.problems(history))["anthropic"])
+    view, reported, _ = await repaired([history], mode)
+    assert ids(view) == [
+        ("call", "call_1_fc_2"),
+        ("call", "call_3"),
+        ("result", "call_1_fc_2"),
+        ("result", "call_3"),
+    ]
+    assert sorted(r.split(":")[0] for r in reported) == ["invalid_call_id@1"] * 2
+    assert await providers.problems(view) == {"anthropic": None, "chat": None, "responses": None}

@@ -55,6 +55,7 @@ from agentctx.adapters.openai_chat import (
 )
 from agentctx.errors import UnsupportedMessageError
 from agentctx.messages import (
+    THINKING_DROPPED,
     AssistantContent,
     AssistantMessage,
     ImageBlock,
@@ -438,7 +439,12 @@ def to_openai_responses(messages: Iterable[Message]) -> list[JSON]:
             d.update(type="function_call_output", call_id=m.tool_call_id)
             _put(d, "output", m.content, info.get("content"), index)
         elif isinstance(m, AssistantMessage):
-            out.extend(_render_items(m.content, index))
+            items = _render_items(m.content, index)
+            if m.extra.get(THINKING_DROPPED):
+                # A stored item's id names the reasoning item it followed, which is not sent:
+                # the API rejects it ("provided without its required 'reasoning' item").
+                items = [{k: v for k, v in item.items() if k != "id"} for item in items]
+            out.extend(items)
             continue
         else:
             raise UnsupportedMessageError(index, f"item of type {type(m).__name__}")

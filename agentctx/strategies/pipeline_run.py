@@ -140,6 +140,7 @@ class _Scan:
     __slots__ = (
         "boundary",
         "calls",
+        "before_run",
         "latest_user",
         "messages",
         "results",
@@ -147,6 +148,7 @@ class _Scan:
         "sizes",
         "stamps",
         "full_upto",
+        "run_after_results",
         "turn_chars",
         "turn_of",
         "turn_results",
@@ -159,6 +161,10 @@ class _Scan:
         self.turn_of: list[int] = []  # per view message: the user turns up to it
         self.turns = 0
         self.latest_user: int | None = None  # the latest user message's view index
+        # Of the run of user messages the latest is in: the latest user message before it,
+        # and whether it came right after a tool result (`b.in_flight_start`).
+        self.before_run: int | None = None
+        self.run_after_results = False
         self.boundary = -1  # the last summary's view index
         self.results: list[int] = []  # view indices of the results the passes may touch
         self.sizes: dict[int, int] = {}  # per result: the characters of its text
@@ -306,6 +312,9 @@ class Run:
                     scan.shaped.append(j)
             elif isinstance(m, UserMessage):
                 scan.turns += 1
+                if j == 0 or not isinstance(view[j - 1], UserMessage):
+                    scan.before_run = scan.latest_user
+                    scan.run_after_results = j > 0 and isinstance(view[j - 1], ToolResultMessage)
                 scan.latest_user = j
                 if m.extra.get("source") == "bash_execution":
                     scan.shaped.append(j)
@@ -321,7 +330,10 @@ class Run:
         memo.scan = self.scan = scan
         self.turns, self.boundary = scan.turns, scan.boundary
         # Where the in-flight tool loop starts (`boundaries.in_flight_start`), from the scan.
-        self.loop_start = 0 if scan.latest_user is None else scan.latest_user + 1
+        latest = scan.latest_user
+        if latest is not None and latest == len(view) - 1 and scan.run_after_results:
+            latest = scan.before_run
+        self.loop_start = 0 if latest is None else latest + 1
 
     # -- what may be touched -------------------------------------------------------------
 

@@ -597,7 +597,13 @@ def validate_responses(
                     "input",
                 )
             answered.add(cid)
-        elif kind in ("reasoning", "compaction") and check_signatures:
+        if kind == "reasoning" and not _follows_reasoning(history[k + 1 : k + 2]):
+            return Invalid(
+                f"Item '{item.get('id')}' of type 'reasoning' was provided without its "
+                "required following item.",
+                "input",
+            )
+        if kind in ("reasoning", "compaction") and check_signatures:
             encrypted = item.get("encrypted_content")
             if isinstance(encrypted, str) and encrypted.startswith("fake:"):
                 payload, _, mac = encrypted[5:].rpartition(".")
@@ -611,3 +617,14 @@ def validate_responses(
         if cid not in answered or times > 1:
             return Invalid(f"No tool output found for function call {cid}.", "input")
     return None
+
+
+def _follows_reasoning(after: Sequence[Any]) -> bool:
+    """Whether ``after`` (the item after a reasoning item, if any) is what the model made
+    with it: not nothing, a function call's output or a message of another role."""
+    if not after or not _is_obj(after[0]):
+        return False
+    kind = after[0].get("type", "message")
+    if kind == "function_call_output":
+        return False
+    return kind != "message" or after[0].get("role") == "assistant"
