@@ -280,6 +280,15 @@ def thought(text: str) -> ThinkingBlock:
     return ThinkingBlock(text, sign(text))
 
 
+def reasoning_item(item_id: str, secret: str) -> dict[str, Any]:
+    return {"type": "reasoning", "id": item_id, "summary": [], "encrypted_content": secret}
+
+
+def answer_item(item_id: str, text: str) -> dict[str, Any]:
+    part = {"type": "output_text", "text": text, "annotations": []}
+    return {"type": "message", "id": item_id, "role": "assistant", "content": [part]}
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_blank_text_beside_reasoning_is_filled_in_place(
     providers: Providers, mode: Mode
@@ -314,13 +323,8 @@ async def test_a_reasoning_answer_with_blank_text_keeps_its_message(providers: P
     Leaving a blank answer out left the reasoning alone (and Chat's content null)."""
     items = [
         {"role": "user", "content": "Prove it"},
-        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "E" * 40},
-        {
-            "type": "message",
-            "id": "msg_1",
-            "role": "assistant",
-            "content": [{"type": "output_text", "text": "", "annotations": []}],
-        },
+        reasoning_item("rs_1", "E" * 40),
+        answer_item("msg_1", ""),
         {"role": "user", "content": "continue"},
     ]
     chat = [
@@ -374,7 +378,7 @@ async def test_items_of_a_step_whose_reasoning_was_left_out_go_without_ids() -> 
     t0 = 1_700_000_000_000
     items = [
         {"role": "user", "content": "Fix the test"},
-        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "E" * 8000},
+        reasoning_item("rs_1", "E" * 8000),
         {
             "type": "function_call",
             "id": "fc_1",
@@ -383,13 +387,8 @@ async def test_items_of_a_step_whose_reasoning_was_left_out_go_without_ids() -> 
             "arguments": '{"path": "t.py"}',
         },
         {"type": "function_call_output", "call_id": "call_1", "output": "1 failed"},
-        {"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": "F" * 8000},
-        {
-            "type": "message",
-            "id": "msg_2",
-            "role": "assistant",
-            "content": [{"type": "output_text", "text": "Fixed.", "annotations": []}],
-        },
+        reasoning_item("rs_2", "F" * 8000),
+        answer_item("msg_2", "Fixed."),
         {"role": "user", "content": "Now the changelog"},
     ]
     history = [_stamped(m, t0 + k * 1000) for k, m in enumerate(from_openai_responses(items))]
