@@ -13,14 +13,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentctx import recall_tool
+from agentctx.boundaries import repair
 from agentctx.budget import Budget
 from agentctx.ledger import Ledger, ReplaceArguments, ReplaceResult
 from agentctx.manager import ContextManager
 from agentctx.messages import (
     AssistantMessage,
     Message,
+    TextBlock,
     ToolCall,
     ToolResultMessage,
+    UserMessage,
     canonical_json,
     text_of,
 )
@@ -30,6 +33,7 @@ from agentctx.recall.tool import recall_page
 from agentctx.recall.writer import RecallWriter
 from agentctx.strategies import DeterministicCompaction, ExpiryPass, ToolOutputPipeline
 from agentctx.strategies.llm import LlmCompaction
+from agentctx.strategies.trail import span_text
 from agentctx.strategy import Chain
 from agentctx.summarizer import REQUIRED_SECTIONS
 from agentctx.testing import ScriptedSummarizer, synthetic_session
@@ -297,3 +301,26 @@ def test_the_writer_stores_put_text_escaped_and_entries_as_they_are() -> None:
     assert writer.get("w", literal) == escape_literal(FAKE) != FAKE
     assert writer.get("w", entry) == recall_reference(literal)
     assert expand_references(writer.get("w", entry) or "", lambda r: writer.get("w", r)) == FAKE
+
+
+def test_expansion_stays_within_its_limit_whatever_stands_in_for_a_reference() -> None:
+    text = "".join(recall_reference(f"ctx-{i:016x}") for i in range(100))
+    entries = {"ctx-0000000000000001": "x" * 5_000}
+    for limit in (len(text), len(text) + 10, len(text) + 400, len(text) + 6_000):
+        assert len(expand_references(text, entries.get, limit=limit)) <= limit
+
+
+def test_a_span_entry_holds_the_raw_messages_and_only_the_ids_placeholders_name() -> None:
+    """A message repair changed (a renamed call id) is stored as it was recorded; an id it
+    merely mentions is text, not a reference that pulls that entry in."""
+    mention = "the output is under ctx-2f2790d8906a0444 and recall_context id=ctx-0a"
+    raw: list[Message] = [
+        UserMessage.of("task"),
+        AssistantMessage((TextBlock(mention), ToolCall("id|1", "read", {"p": "a"})), "tool_use"),
+        ToolResultMessage.of("id|1", "small"),
+    ]
+    view, origins, _ = repair(raw)
+    assert view[1] != raw[1]  # the call id was renamed
+    entry = span_text(view, origins, raw, 0, len(view), Ledger())
+    assert entry == span_text(raw, range(len(raw)), raw, 0, len(raw), Ledger())
+    assert "{{recall:" not in entry and mention in entry

@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
+from agentctx.boundaries import EMPTY_TEXT
 from agentctx.budget import Budget
 from agentctx.ledger import DropThinking, ReplaceArguments, ReplaceResult, ReplaceSpan
 from agentctx.manager import ContextManager
 from agentctx.messages import (
+    THINKING_DROPPED,
     AssistantMessage,
     Message,
     SummaryMessage,
@@ -214,3 +216,18 @@ async def test_the_tiers_of_llm_compaction_truncate_a_renamed_result() -> None:
 
     _, decisions = await _same_compaction(session("call_0"), session("call_0-2"), make, SMALL)
     assert {d.at.index for d in decisions if isinstance(d, ReplaceResult)} == {3, 4}
+
+
+def test_check_view_takes_an_answer_whatever_became_of_its_reasoning() -> None:
+    """Repair fills blank text in place beside reasoning and leaves it out beside none: an
+    answer whose reasoning was dropped shows neither, and is still the answer."""
+    a, b = ThinkingBlock("a", "s1"), ThinkingBlock("b", "s2")
+    blank, done = TextBlock(EMPTY_TEXT), TextBlock("done")
+    answer = AssistantMessage((a, TextBlock(""), TextBlock(" "), b, done), "stop")
+    raw = [user("task"), answer, user("next")]
+    kept = AssistantMessage((a, blank, blank, b, done), "stop")
+    dropped = AssistantMessage((done,), "stop", extra={THINKING_DROPPED: True})
+    other = AssistantMessage((TextBlock("other"),), "stop")
+    assert check_view([raw[0], kept, raw[2]], raw) == []
+    assert check_view([raw[0], dropped, raw[2]], raw) == []
+    assert any("answer" in p for p in check_view([raw[0], other, raw[2]], raw))

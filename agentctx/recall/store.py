@@ -64,7 +64,7 @@ _LITERAL = re.compile(r"\{\{(\\*)recall:")
 _MAX_DEPTH = 16
 MAX_EXPANDED_CHARS = 16_000_000
 """The most characters one entry expands to (`expand_references`): past it a reference stays
-a pointer to its id, which the recall tool reads on its own."""
+a pointer to its id (or the token itself), which the recall tool reads on its own."""
 
 
 def recall_reference(rid: str) -> str:
@@ -97,19 +97,23 @@ def expand_references(
     def expand(text: str, depth: int) -> str:
         def one(m: re.Match[str]) -> str:
             nonlocal left
-            escapes, rid = m.group(1), m.group(2)
+            token, escapes, rid = m.group(0), m.group(1), m.group(2)
             if escapes:  # literal text: one backslash fewer
-                token = m.group(0)
                 return token[:2] + token[3:]
             if rid is None:  # not a reference, nor escaped (stored by an older version)
-                return m.group(0)
+                return token
             content = fetch(rid) if depth < _MAX_DEPTH else None
+            if content is not None and len(content) <= left + len(token):
+                left -= len(content) - len(token)
+                return expand(content, depth + 1)
             if content is None:
-                return f"[{rid}: not kept]"
-            if len(content) > left:
-                return f'[{rid}: too long to include here; recall_context(id="{rid}") reads it]'
-            left -= len(content)
-            return expand(content, depth + 1)
+                said = f"[{rid}: not kept]"
+            else:
+                said = f'[{rid}: too long to include here; recall_context(id="{rid}") reads it]'
+            if len(said) - len(token) > left:
+                return token  # what is left holds not even that: the id as it was written
+            left -= len(said) - len(token)
+            return said
 
         return _TOKEN.sub(one, text) if "recall:" in text else text
 

@@ -223,7 +223,11 @@ def _stored_as(m: Message, original: Message | None, ledger: Ledger | None, i: i
                 label = "tool error" if original.is_error else "tool result"
                 name = original.tool_name or "tool"
                 return f"[{label}: {escape_literal(name)}] {recall_reference(d.recall_id)}"
-    ids = _RECALL_ID.findall(m.text if isinstance(m, SummaryMessage) else text_of(m.content))
+    if ledger is not None and not decided and ledger.span_covering(i) is None:
+        return None  # only repair changed it (a renamed call id): the raw message is stored
+    # The ids agentctx's own placeholders name, not any id-like text in what it quotes.
+    text = m.text if isinstance(m, SummaryMessage) else text_of(m.content)
+    ids = _MENTIONED_ID.findall(text)
     ids += [
         d.recall_id for d in decided if isinstance(d, ReplaceArguments) and d.recall_id is not None
     ]
@@ -235,6 +239,8 @@ def _stored_as(m: Message, original: Message | None, ledger: Ledger | None, i: i
 
 _CONDENSED = "[Earlier turn, condensed]"
 _RECALL_ID = re.compile(r"ctx-[0-9a-f]{16}")
+# How placeholders name an id: ``recall_context id=…``, ``recall_context(id="…")``.
+_MENTIONED_ID = re.compile(r'recall_context[ (]id="?(ctx-[0-9a-f]{16})')
 ID_STAND_IN = "ctx-" + "0" * 16  # as long as a real recall id, for sizing a replacement
 _RECALL_NOTE = re.compile(
     r"\(recall_context id=ctx-[0-9a-f]{16}(?:, recall_context id=ctx-[0-9a-f]{16})*\) ?"

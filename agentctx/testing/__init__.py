@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 from agentctx._synthetic import synthetic_session
 from agentctx.boundaries import (
+    EMPTY_TEXT,
     in_flight_start,
     latest_user_index,
     newest_complete_turn,
@@ -21,8 +22,10 @@ from agentctx.boundaries import (
     validate,
 )
 from agentctx.messages import (
+    THINKING_DROPPED,
     AssistantMessage,
     RedactedThinkingBlock,
+    TextBlock,
     ThinkingBlock,
     canonical_json,
 )
@@ -69,12 +72,18 @@ def _reasoning(messages: Iterable[Message]) -> list[ThinkingBlock | RedactedThin
 
 
 def _spoken(m: Message) -> str:
-    """``m`` without its reasoning, as canonical JSON."""
+    """``m`` as a view shows it whatever became of its reasoning, as canonical JSON: without
+    reasoning blocks, the note that they were left out, and blank text or the `EMPTY_TEXT`
+    `repair` puts in its place (left out beside no reasoning, filled in beside some)."""
     if isinstance(m, AssistantMessage):
         kept = tuple(
-            b for b in m.content if not isinstance(b, ThinkingBlock | RedactedThinkingBlock)
+            b
+            for b in m.content
+            if not isinstance(b, ThinkingBlock | RedactedThinkingBlock)
+            and not (isinstance(b, TextBlock) and (b.text.isspace() or b.text in ("", EMPTY_TEXT)))
         )
-        m = AssistantMessage(kept, m.stop_reason, m.usage, m.model, m.extra)
+        extra = {k: v for k, v in m.extra.items() if k != THINKING_DROPPED}
+        m = AssistantMessage(kept, m.stop_reason, m.usage, m.model, extra)
     return canonical_json(m)
 
 
