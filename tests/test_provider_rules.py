@@ -83,6 +83,16 @@ class Providers:
                 out[name] = str(e)
         return out
 
+    async def with_thinking(self, messages: Sequence[Message]) -> None:
+        """Send ``messages`` to Anthropic with thinking on; a 400 raises."""
+        await self.anthropic.messages.create(
+            model=MODEL,
+            max_tokens=2048,
+            thinking={"type": "enabled", "budget_tokens": 1024},
+            tools=TOOLS,  # type: ignore[arg-type]
+            messages=to_anthropic(messages),  # type: ignore[arg-type]
+        )
+
 
 @pytest.fixture
 async def providers() -> AsyncIterator[Providers]:
@@ -309,13 +319,7 @@ async def test_blank_text_beside_reasoning_is_filled_in_place(
     view, reported, _ = await repaired([history], mode)
     assert [type(b) for b in view[1].content] == [type(b) for b in step.content]  # type: ignore[union-attr]
     assert view[1].content[1] == TextBlock(EMPTY_TEXT) and reported == ["empty_text@1"]  # type: ignore[union-attr]
-    await providers.anthropic.messages.create(
-        model=MODEL,
-        max_tokens=2048,
-        thinking={"type": "enabled", "budget_tokens": 1024},
-        tools=TOOLS,  # type: ignore[arg-type]
-        messages=to_anthropic(view),  # type: ignore[arg-type]
-    )
+    await providers.with_thinking(view)
 
 
 async def test_a_reasoning_answer_with_blank_text_keeps_its_message(providers: Providers) -> None:
@@ -363,13 +367,7 @@ async def test_a_steering_message_keeps_the_tool_loop_running(
     async with ContextManager(100_000, strategy=ToolOutputPipeline(), clock=lambda: now) as ctx:
         view = (await drive(ctx, [history], mode=mode))[-1]
     assert check_view(view, history) == [] and view[1] == history[1]
-    await providers.anthropic.messages.create(
-        model=MODEL,
-        max_tokens=2048,
-        thinking={"type": "enabled", "budget_tokens": 1024},
-        tools=TOOLS,  # type: ignore[arg-type]
-        messages=to_anthropic(view),  # type: ignore[arg-type]
-    )
+    await providers.with_thinking(view)
 
 
 async def test_items_of_a_step_whose_reasoning_was_left_out_go_without_ids() -> None:

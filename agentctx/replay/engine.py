@@ -40,7 +40,9 @@ from agentctx.events import (
     SummaryStale,
     SummaryStats,
 )
-from agentctx.manager import ContextManager
+
+# The manager's own prefix check: it grows the list it holds instead of slicing the other.
+from agentctx.manager import ContextManager, _starts_with
 from agentctx.messages import AssistantMessage, Message, Usage, fingerprint, sent_at
 from agentctx.pricing import Price
 from agentctx.recall import MemoryRecallStore
@@ -254,7 +256,7 @@ class _PrefixCache:
         self._at = now
         previous = self._previous
         n = len(previous)
-        if len(messages) >= n and _starts_with(messages, previous):
+        if _starts_with(messages, previous):
             same, kept = n, self._vector
         else:  # a rewrite: where it starts, found by content, and what stays summed anew
             same = 0
@@ -277,21 +279,17 @@ class _PrefixCache:
             read, write = 0, total(self._vector) + overhead
         return read, write, rewrote and not cold, rewrote and cold
 
+    @property
+    def vector(self) -> list[float]:
+        """The uncalibrated per-slot sum of what the last request sent."""
+        return self._vector
+
     def _sum(self, messages: Iterable[Message]) -> list[float]:
         vector = self._counter.vector
         out = [0.0] * len(self._counter.slots)
         for m in messages:
             out[:] = map(add, out, vector(m))
         return out
-
-
-def _starts_with(messages: Sequence[Message], prefix: list[Message]) -> bool:
-    """Whether ``messages`` begins with ``prefix``, item for item the same object or equal
-    (a list comparison, in C)."""
-    n = len(prefix)
-    return (
-        messages[:n] if type(messages) is not list or len(messages) != n else messages
-    ) == prefix
 
 
 def _cache_usage(read: int, write: int, cache_ttl: float) -> Usage:
@@ -354,13 +352,11 @@ async def replay(
         cache_with = _PrefixCache(ctx.counter, cache_ttl)
         cache_without = _PrefixCache(ctx.counter, cache_ttl)
         calls = [i for i, m in enumerate(messages) if isinstance(m, AssistantMessage) and i > 0]
-        # The request so far, grown call by call, and the sum of its messages' vectors: each
-        # call costs what it adds (the history is not copied, refined or counted again).
+        # The request so far, grown call by call: each call costs what it adds (the history
+        # is not copied, refined or counted again; ``cache_without`` keeps its vector sum).
         request: list[Message] = []
-        request_vector = [0.0] * len(ctx.counter.slots)
         for number, i in enumerate(calls, start=1):
-            new_messages = messages[len(request) : i]
-            request += new_messages
+            request += messages[len(request) : i]
             stamp = sent_at(messages[i])
             seen = len(events)
             # The transcript's own clock, so ages and idle gaps are the session's; background
@@ -373,10 +369,8 @@ async def replay(
             # the request's sum below are of full estimates.
             read, write, broke, cold = cache_with.send(view, overhead, now)
             read0, write0, _, _ = cache_without.send(request, overhead, now)
-            for m in new_messages:
-                request_vector[:] = map(add, request_vector, ctx.counter.vector(m))
             tokens_with = ctx.prompt_tokens
-            tokens_without = overhead + ctx.counter.total(request_vector)
+            tokens_without = overhead + ctx.counter.total(cache_without.vector)
             cost = price.cost(_cache_usage(read, write, cache_ttl))
             cost0 = price.cost(_cache_usage(read0, write0, cache_ttl))
             cost_with += cost
@@ -421,7 +415,7 @@ async def replay(
             if usage is not None and 0.8 * messages_only < usage.prompt_tokens < 3 * messages_only:
                 # Only reports that can describe this request: after the recorded agent
                 # compacted on its own, its requests were much smaller than the raw history.
-                ctx.counter.observe(request, usage.prompt_tokens, vector=request_vector)
+                ctx.counter.observe(request, usage.prompt_tokens, vector=cache_without.vector)
             if progress is not None:
                 progress(number, len(calls))
         # A real request still in flight at the end is waited for, not cancelled: it is

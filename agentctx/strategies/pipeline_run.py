@@ -382,11 +382,12 @@ class Run:
         """The recall id ``text`` (made from ``m``, remembered as ``key``) will have."""
         if self.ctx.recall is None:
             return None
-        stored = escape_literal(text)  # the entry holds it as it is (see `take`)
-        rid: str | None = self.memo.get(key, m)
-        if rid is None:
-            rid = recall_id(self.ctx.session_id, stored)
-            self.memo.put(key, m, rid)
+        made: tuple[str, str] | None = self.memo.get(key, m)
+        if made is None:
+            stored = escape_literal(text)  # the entry holds it as it is (see `take`)
+            made = (recall_id(self.ctx.session_id, stored), stored)
+            self.memo.put(key, m, made)
+        rid, stored = made
         self.contents[rid] = stored
         return rid
 
