@@ -302,6 +302,40 @@ def test_bounded_work_on_10mb_of_surrogates_and_binary() -> None:
     assert est.count(middle + middle) == pytest.approx(2 * est.count(middle), rel=0.05)
 
 
+def _whole_scan(text: str) -> int:
+    """The estimate of ``text`` scanned whole, windows or not (the module's own scan)."""
+    from agentctx.tokens import estimate
+
+    units, other = estimate._scan(text)
+    return max(1, round(units + other))
+
+
+def test_long_even_output_is_sampled_close_to_its_whole_scan() -> None:
+    lines = [
+        f"src/pkg/module_{i % 97}.py:{i}: value_{i} = compute({i}, {i * 7 % 13})"
+        for i in range(900)
+    ]
+    text = "\n".join(lines)
+    assert 40_000 < len(text) < 65_536
+    assert Estimator().count(text) == pytest.approx(_whole_scan(text), rel=0.03)
+
+
+def test_a_dense_stretch_in_long_output_is_not_left_to_the_samples() -> None:
+    # Plain prose around 6 KB of base64 (three times the tokens a character): sampled, the
+    # blob would weigh as much as the windows that happen to land on it; scanned whole, it
+    # weighs what it is.
+    import base64
+    import random
+
+    prose = "The build finished and every test passed on the second run after the fix. "
+    blob = base64.b64encode(random.Random(7).randbytes(4_500)).decode()
+    for at in (0.1, 0.5, 0.9):
+        head = prose * int(at * 500)
+        text = head + blob + prose * (500 - int(at * 500))
+        assert 32_768 < len(text) <= 65_536
+        assert Estimator().count(text) == _whole_scan(text)
+
+
 # -- message counter --------------------------------------------------------------------------
 
 

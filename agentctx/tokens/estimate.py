@@ -8,9 +8,10 @@ Estimator().features(text)                          # units per slot (class slot
 It counts the text's o200k pre-tokens without running the pre-tokenizer and prices each
 from small tables (common short words cost one token, long and random-looking ones more), in
 a fixed number of passes in C, no Python loop per character: about as fast as encoding with
-tiktoken on texts of a few dozen characters, faster from a few hundred on. Texts over 64 KB
-are sampled in windows, so the work per text is bounded. Non-ASCII text is priced per
-character, by script. `default_estimator` counts short texts exactly when tiktoken is there.
+tiktoken on texts of a few dozen characters, faster from a few hundred on. Texts over 16 KB
+are sampled in windows (scanned whole up to 64 KB when the windows disagree), so the work per
+text is bounded. Non-ASCII text is priced per character, by script. `default_estimator`
+counts short texts exactly when tiktoken is there.
 """
 
 from __future__ import annotations
@@ -522,23 +523,28 @@ def _scan(text: str) -> tuple[float, float]:
 
 
 # Texts up to _SCAN_LIMIT chars are scanned whole; longer ones through _WINDOWS evenly spaced
-# windows, extrapolated by length, so a 10 MB tool output costs what a 64 KB one does.
-_SCAN_LIMIT = 65536
-_WINDOWS = 8
+# windows, extrapolated by length, so a 10 MB tool output costs what a 16 KB one does. Windows
+# that disagree by more than _UNEVEN (a dense stretch, base64 or a table, in plain output) have
+# a text of up to _WHOLE_UNEVEN chars scanned whole instead: sampled, a stretch like that
+# could be missed or overweighted. On the corpus's texts over 16 KB the windows agree within
+# 1.1-1.7x and their estimate moves by at most 2.6 points against the whole scan's.
+_SCAN_LIMIT = 16384
+_WINDOWS = 16
 _WINDOW = _SCAN_LIMIT // _WINDOWS
+_UNEVEN = 2.0
+_WHOLE_UNEVEN = 65536
 
 
 def _scan_windows(text: str) -> tuple[float, float]:
     n = len(text)
-    units = other = 0.0
     step = (n - _WINDOW) / (_WINDOWS - 1)
-    for i in range(_WINDOWS):
-        start = int(i * step)
-        u, o = _scan(text[start : start + _WINDOW])
-        units += u
-        other += o
+    parts = [_scan(text[int(i * step) : int(i * step) + _WINDOW]) for i in range(_WINDOWS)]
+    if n <= _WHOLE_UNEVEN:
+        sizes = [units + other for units, other in parts]
+        if max(sizes) > _UNEVEN * min(sizes):
+            return _scan(text)
     scale = n / (_WINDOWS * _WINDOW)
-    return units * scale, other * scale
+    return sum(u for u, _ in parts) * scale, sum(o for _, o in parts) * scale
 
 
 # Tokens per unit for each slot: the units already are o200k tokens (one class slot per
