@@ -417,23 +417,46 @@ def _decision_to_dict(d: Decision) -> dict[str, Any]:
     return {"kind": type(d).__name__, "at": _anchor_dict(d.at), "reason": d.reason, **body}
 
 
+def _anchor_from(value: object) -> Anchor:
+    """An anchor as `_anchor_dict` writes it; `ValueError` for anything else (an edited or
+    corrupted row: a float, negative or boolean index would reach the view's indexing)."""
+    if not isinstance(value, list) or len(value) != 2:
+        raise ValueError(f"an anchor is [index, fingerprint], got {value!r:.80}")
+    index, fp = value
+    if type(index) is not int or index < 0 or type(fp) is not str:
+        raise ValueError(f"an anchor is [index >= 0, fingerprint], got {value!r:.80}")
+    return Anchor(index, fp)
+
+
+def _text_field(d: Mapping[str, Any], key: str, *, optional: bool = False) -> Any:
+    value = d.get(key) if optional else d[key]
+    if not (type(value) is str or (optional and value is None)):
+        raise ValueError(f"{key} must be a string, got {type(value).__name__}")
+    return value
+
+
 def _decision_from_dict(d: Mapping[str, Any]) -> Decision:
-    at = Anchor(*d["at"])
-    kind, reason = d["kind"], d["reason"]
+    at = _anchor_from(d["at"])
+    kind, reason = d["kind"], _text_field(d, "reason")
     if kind == "ReplaceResult":
         content = tuple(block_from_dict(b) for b in d["content"])
-        return ReplaceResult(at, content, reason, d.get("recall_id"))  # type: ignore[arg-type]
+        rid = _text_field(d, "recall_id", optional=True)
+        return ReplaceResult(at, content, reason, rid)  # type: ignore[arg-type]
     if kind == "ReplaceArguments":
         # A plain dict, as the strategies make them: what renders goes to JSON writers.
         args = dict(d["arguments"])
-        return ReplaceArguments(at, d["call_id"], args, reason, d.get("recall_id"))
+        call_id, rid = _text_field(d, "call_id"), _text_field(d, "recall_id", optional=True)
+        return ReplaceArguments(at, call_id, args, reason, rid)
     if kind == "DropThinking":
         return DropThinking(at, reason)
     if kind == "Keep":
         return Keep(at, reason)
     if kind == "ReplaceSpan":
         replacement = tuple(from_dict(m) for m in d["replacement"])
-        return ReplaceSpan(at, d["end"], Anchor(*d["last"]), replacement, reason)
+        end, last = d["end"], _anchor_from(d["last"])
+        if type(end) is not int or not at.index < end == last.index + 1:
+            raise ValueError(f"a span [{at.index}, {end!r:.20}) must end after its last message")
+        return ReplaceSpan(at, end, last, replacement, reason)
     raise ConfigError(f"unknown decision kind {kind!r}")
 
 

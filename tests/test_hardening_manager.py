@@ -189,6 +189,55 @@ async def test_a_session_with_a_corrupt_saved_ledger_starts_over_and_says_so(
     store.close()
 
 
+_EDITS: list[tuple[str, str, object]] = [
+    ("ReplaceSpan", "at", [1.0, None]),  # None: keep the fingerprint
+    ("ReplaceSpan", "at", [-1, None]),
+    ("ReplaceSpan", "at", [True, None]),
+    ("ReplaceSpan", "at", ["3", None]),
+    ("ReplaceSpan", "end", 1.5),
+    ("ReplaceSpan", "end", 0),
+    ("ReplaceSpan", "last", [-2, None]),
+    ("ReplaceSpan", "reason", None),
+    ("ReplaceResult", "at", [2.0, None]),
+    ("ReplaceResult", "recall_id", 7),
+]
+
+
+@pytest.mark.parametrize(("kind", "key", "value"), _EDITS)
+async def test_a_saved_ledger_edited_by_hand_is_unreadable_not_a_crash(
+    tmp_path: Path, kind: str, key: str, value: object
+) -> None:
+    """Found by a hostile run: an anchor index that was a float, negative or a string in a
+    saved ledger loaded, then failed the resumed session's first call with a TypeError or
+    a RecursionError (the view rendered it before the stale decisions were dropped)."""
+    import json
+
+    history = questions(12)
+    long_output = "\n".join(f"build step {k}" for k in range(500))
+    history[1:1] = [user("build it"), assistant(call("b")), result("b", long_output)]
+    history[4:4] = [assistant(text="built")]
+    store = SQLiteRecallStore(tmp_path / "s.db")
+    async with ContextManager(
+        Budget(context_window=1_800, reserve_output=200), recall=store, session_id="run-1"
+    ) as first:
+        await first.prepare(history)
+    saved = json.loads(first.ledger.to_json())
+    target = next(d for d in saved if d["kind"] == kind)
+    if isinstance(value, list) and value[1] is None:
+        value = [value[0], target[key][1]]
+    target[key] = value
+    store.save_ledger("run-1", json.dumps(saved))
+    events: list[Event] = []
+    async with ContextManager(
+        Budget(context_window=1_800, reserve_output=200), recall=store, session_id="run-1"
+    ) as ctx:
+        ctx.subscribe(events.append)
+        view = await ctx.prepare(history)
+        assert_view_ok(view, history)
+    assert [e.code for e in events if isinstance(e, CompactionWarning)] == ["ledger_unreadable"]
+    store.close()
+
+
 @pytest.mark.parametrize("error", [StoreError("database is locked"), ConnectionError("down")])
 async def test_a_store_down_when_a_worker_starts_does_not_stop_the_session(
     tmp_path: Path, error: Exception
