@@ -805,3 +805,46 @@ async def test_a_store_that_does_not_answer_at_the_start_never_stalls_the_loop(
     assert text_of(view[0].content) == "the task"  # type: ignore[union-attr]
     (warning,) = [e for e in events if isinstance(e, CompactionWarning)]
     assert warning.code == "ledger_unavailable" and "no answer" in warning.message
+
+
+@pytest.mark.parametrize("entry", ["not read before", "read before"])
+async def test_an_inline_store_that_fails_to_read_gets_the_model_an_explanation(
+    entry: str,
+) -> None:
+    """Found by a hostile run: a store that never waits on I/O (``blocking = False``) is read
+    inline, and its own error on a read reached the agent loop out of ``handle_recall``,
+    while the same error on a write was mapped to `StoreError`."""
+
+    class Flaky(MemoryRecallStore):
+        down = False
+
+        def get(self, session_id: str, rid: str) -> str | None:
+            if self.down:
+                raise ConnectionError("cache node went away")
+            return super().get(session_id, rid)
+
+    store = Flaky()
+    history: list[Message] = [UserMessage.of("the task")]
+    for i in range(30):
+        body = "\n".join(f"line {n} of output {i}" for n in range(200))
+        history += [
+            AssistantMessage((ToolCall(f"c{i}", "bash", {"command": "ls"}),), "tool_use"),
+            ToolResultMessage(f"c{i}", (TextBlock(body),), "bash"),
+        ]
+    async with ContextManager(
+        Budget(context_window=4_000, reserve_output=1_000), recall=store, session_id="s"
+    ) as ctx:
+        view = await ctx.prepare(history)
+        rids = sorted(set(re.findall(r"ctx-[0-9a-f]{16}", repr(view))))
+        rid = rids[0]
+        first = await ctx.handle_recall({"id": rid})
+        assert first.startswith(f"[recall_context {rid}")
+        store.down = True
+        if entry == "not read before":
+            rid = rids[1]
+        answer = await ctx.handle_recall({"id": rid})
+        if entry == "read before":  # kept expanded: the store is not asked again
+            assert answer == first
+        else:
+            assert "the recall store is unavailable right now" in answer
+            assert "ConnectionError: cache node went away" in answer

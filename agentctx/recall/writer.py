@@ -225,8 +225,10 @@ class RecallWriter:
         """`get` without blocking the event loop: a store that does I/O is read in a worker
         thread, under the deadline. Raises `StoreError` when the store fails or is late."""
         hit = self._buffered(session_id, rid)
-        if hit is not None or not self._blocking:
-            return hit if hit is not None else self.store.get(session_id, rid)
+        if hit is not None:
+            return hit
+        if not self._blocking:  # inline, its errors mapped as a worker thread's are
+            return self._guarded(functools.partial(self.store.get, session_id, rid), None)  # type: ignore[no-any-return]
         found: str | None = await self._call(
             functools.partial(self.store.get, session_id, rid), exclusive=False
         )
@@ -262,7 +264,7 @@ class RecallWriter:
                 functools.partial(self._expand, rid), exclusive=False
             )
         else:
-            text = self._expand(rid)
+            text = self._guarded(functools.partial(self._expand, rid), None)
         if text is not None and _size(text) <= _EXPANSIONS_BYTES:
             self._expansions[rid] = text
             self._expansions_bytes += _size(text)
