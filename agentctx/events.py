@@ -186,8 +186,9 @@ class CompactionWarning(_Event):
     ``code`` is e.g. ``inert`` (no span can ever be summarized under these settings),
     ``losing_race`` (briefings keep arriving too late: use a faster summarizer),
     ``no_task_group`` (background work, recall store writes included, needs
-    ``async with ContextManager(...)``) or ``recall_evicted`` (a `MemoryRecallStore` too small
-    for what open sessions reference evicted some of it).
+    ``async with ContextManager(...)``), ``slow_close`` (background work ignored cancellation
+    when the session closed: what it leaves is reported once it ends) or ``recall_evicted``
+    (a `MemoryRecallStore` too small for what open sessions reference evicted some of it).
     """
 
     code: str
@@ -258,6 +259,7 @@ class EventHub:
         self._tasks: TaskGroup | None = None
         self._held: list[tuple[Awaitable[None], Subscriber]] | None = None
         self._warned: set[int] = set()
+        self.closed = False
 
     def bind(self, tasks: TaskGroup | None) -> None:
         """Run async callbacks in ``tasks`` (the manager's task group); ``None`` unbinds."""
@@ -370,6 +372,7 @@ class EventHub:
 
     def close(self) -> None:
         """End every iterator; async callbacks still held are dropped."""
+        self.closed = True
         for awaitable, _ in self._held or ():
             if inspect.iscoroutine(awaitable):
                 awaitable.close()

@@ -413,6 +413,10 @@ class ContextManager:
                 if isinstance(e, KeyboardInterrupt | SystemExit):
                     raise e from None
             raise
+        finally:
+            if not self._hub.closed:  # work that outlived the close's wait ended only now
+                await self._report_on_close()
+                self._hub.close()
 
     async def _shutdown(self) -> None:
         """End background work, then report what it left (a billed briefing never spliced),
@@ -423,18 +427,35 @@ class ContextManager:
         self._closing = True
         if self._tasks is not None:
             self._tasks.cancel_scope.cancel()
-        # Shielded and bounded: a caller being cancelled still gets the report, and a
-        # subscriber or summarizer that ignores cancellation cannot hold the close up.
+        # Shielded and bounded: a caller being cancelled still gets the report, and work that
+        # ignores cancellation holds up neither the report nor the store's last writes.
+        done = self._background_done
         with anyio.move_on_after(_CLOSE_SECONDS, shield=True):
-            if self._background_done is not None:
-                await self._background_done.wait()
+            if done is not None:
+                await done.wait()
+        if done is not None and not done.is_set():
+            self._hub.emit(
+                CompactionWarning(
+                    "slow_close",
+                    f"background work ignored cancellation for {_CLOSE_SECONDS:g} s (a "
+                    "summarizer call blocking in a worker thread, which nothing can cancel): "
+                    "the session reports and writes what it holds now and closes when that "
+                    "work ends. Give the summarizer's client a timeout.",
+                )
+            )
+        await self._report_on_close()
+        self._closed = True
+        if done is None or done.is_set():
+            self._hub.close()
+        # else `__aexit__` waits for that work, then reports what it left and closes the hub
+
+    async def _report_on_close(self) -> None:
+        with anyio.move_on_after(_CLOSE_SECONDS, shield=True):
             self._hub.collect_async()
             end_session(self.strategy, self._hub.emit)
             if self._writer is not None:
                 await self._writer.aclose()  # what is still unwritten, within its deadline
             await self._hub.drain()
-        self._hub.close()
-        self._closed = True
 
     async def aclose(self) -> None:
         """End background work, report what it left, end event iterators (``async with``

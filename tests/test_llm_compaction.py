@@ -72,7 +72,7 @@ from agentctx.events import (
     SummaryStats,
     TranscriptRepaired,
 )
-from agentctx.ledger import ReplaceSpan, anchor
+from agentctx.ledger import Ledger, ReplaceSpan, anchor
 from agentctx.messages import TextBlock, text_of
 from agentctx.pricing import Price
 from agentctx.strategies.deterministic import truncate_text
@@ -445,6 +445,54 @@ async def test_a_briefing_ready_when_the_session_ends_is_reported_unused(
     assert unused[0].summary.usage == llm.spend.usage  # the one billed request
     await m.aclose()  # closing twice reports nothing twice
     assert len([s for s in caller.of(SummaryStale) if s.reason == "unused"]) == 1
+
+
+async def test_a_summarizer_blocking_in_a_thread_at_close_is_reported_and_the_store_written(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a hostile run: a summarizer whose SDK call blocks in a worker thread (no one
+    can cancel it) was still running when the session closed. The close's wait for it used
+    up the bound the report and the store's last writes shared, so neither ran: the ledger
+    was never saved, without a `StoreDegraded` ``closed``, and the billed reply, which came
+    after, was counted in the spend but in no event. Now the close reports and writes after
+    its bounded wait, says that work is late (``slow_close``), and reports what the work
+    left once it ends (``async with`` waits for a thread: it cannot be abandoned)."""
+    import threading
+    import time
+
+    from agentctx import SQLiteRecallStore
+    from agentctx import manager as manager_module
+
+    monkeypatch.setattr(manager_module, "_CLOSE_SECONDS", 0.3)
+    release = threading.Event()
+
+    class InAThread:
+        async def summarize(self, request: SummaryRequest) -> SummaryResult:
+            def blocking() -> SummaryResult:
+                release.wait(1.0)  # a blocking HTTP call, ignoring the cancellation
+                return SummaryResult(text=briefing(), stop_reason="stop", usage=Usage(500, 50))
+
+            return await anyio.to_thread.run_sync(blocking)
+
+    store = SQLiteRecallStore(tmp_path / "s.db")
+    chain, llm = strategy(InAThread(), trigger_ratio=0.3)
+    started = time.monotonic()
+    async with ContextManager(budget(), strategy=chain, recall=store, session_id="s") as m:
+        caller = Caller(m)
+        await caller.until(llm, "in_flight")
+        await anyio.sleep(0.05)  # the request is on the wire
+        while not len(m.ledger):
+            await caller.turn(turn(100 + len(caller.events)))
+        started = time.monotonic()
+    assert time.monotonic() - started >= 0.9  # the thread ran to its end
+    warnings = [w.code for w in caller.of(CompactionWarning)]
+    assert warnings.count("slow_close") == 1
+    assert llm.spend.requests == 1
+    reported = [e for e in caller.events if getattr(e, "summary", None) is not None]
+    assert len(reported) == 1 and reported[0].summary.usage == Usage(500, 50)
+    saved = store.load_ledger("s")
+    assert saved is not None and len(Ledger.from_json(saved)) == len(m.ledger)
+    store.close()
 
 
 async def test_the_default_tail_scales_to_a_small_budget_and_still_splices(
