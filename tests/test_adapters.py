@@ -1144,3 +1144,37 @@ def test_adapters_import_without_the_vendor_sdks() -> None:
         "import agentctx.adapters.openai_responses, agentctx.adapters\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_responses_custom_tool_calls_pair_with_their_outputs_as_function_calls_do() -> None:
+    """Found by a hostile run with the OpenAI Agents SDK, which sends a turn's function call
+    outputs first and its custom tool outputs after them: a custom output rode opaque in an
+    assistant message of its own, which compaction kept while dropping its call's."""
+    items: list[dict[str, Any]] = [
+        {"role": "user", "content": "patch it"},
+        {"type": "function_call", "call_id": "fc1", "name": "read", "arguments": '{"p": 1}'},
+        {
+            "type": "custom_tool_call",
+            "id": "ctc_1",
+            "call_id": "ct1",
+            "name": "apply_patch",
+            "input": "*** Begin Patch\n+x\n",
+        },
+        {"type": "function_call_output", "call_id": "fc1", "output": "contents"},
+        {"type": "custom_tool_call_output", "call_id": "ct1", "output": "patched"},
+        {"role": "assistant", "content": "done"},
+    ]
+    history = from_openai_responses(items)
+    assert to_openai_responses(history) == items
+    _, calls, read, patched, _ = history
+    assert isinstance(calls, AssistantMessage)
+    assert [(c.id, c.name) for c in calls.tool_calls] == [("fc1", "read"), ("ct1", "apply_patch")]
+    assert calls.tool_calls[1].arguments == {"input": "*** Begin Patch\n+x\n"}
+    assert isinstance(read, ToolResultMessage) and isinstance(patched, ToolResultMessage)
+    assert (patched.tool_call_id, patched.tool_name) == ("ct1", "apply_patch")
+    # What compaction makes of them goes back in the same item types.
+    cleared = ToolCall("ct1", "apply_patch", {"input": "[cleared]"}, calls.tool_calls[1].extra)
+    (item,) = to_openai_responses([AssistantMessage((cleared,))])
+    assert item == {**items[2], "input": "[cleared]"}
+    short = ToolResultMessage("ct1", (TextBlock("[cleared]"),), "apply_patch", extra=patched.extra)
+    assert to_openai_responses([short]) == [{**items[4], "output": "[cleared]"}]

@@ -294,3 +294,44 @@ def test_missing_framework_names_the_extra() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "openai-agents|agents"
+
+
+async def test_a_batch_mixing_function_and_custom_tool_calls_stays_paired() -> None:
+    """Found by a hostile run: the SDK sends a turn's function call outputs, then its custom
+    tool outputs; compaction dropped a custom call and kept its output, which the API
+    refuses ("No tool call found for custom tool call output")."""
+
+    def step(i: int) -> list[Any]:
+        return [
+            {"role": "user", "content": f"step {i}: " + "word " * 30},
+            {
+                "type": "function_call",
+                "call_id": f"fc{i}",
+                "name": "read",
+                "arguments": json.dumps({"path": f"f{i}.py"}),
+            },
+            {
+                "type": "custom_tool_call",
+                "call_id": f"ct{i}",
+                "name": "apply_patch",
+                "input": "*** Begin Patch\n" + "+x\n" * 50,
+            },
+            {"type": "function_call_output", "call_id": f"fc{i}", "output": "contents\n" * 200},
+            {"type": "custom_tool_call_output", "call_id": f"ct{i}", "output": "patched\n" * 100},
+            {"role": "assistant", "content": f"done {i}"},
+        ]
+
+    events: list[Event] = []
+    async with ContextManager(Budget(context_window=6_000, reserve_output=1_000)) as ctx:
+        ctx.subscribe(events.append)
+        compaction = AgentCtxInputFilter(ctx)
+        items: list[Any] = []
+        for i in range(8):
+            items += step(i)
+            data = CallModelData(
+                ModelInputData(input=list(items), instructions="x"), Agent(name="a"), None
+            )
+            sent = (await compaction(data)).input
+            assert validate_responses({"model": "m", "input": sent}, sent) is None, i
+            assert sent[0] == items[0]
+    assert any(isinstance(e, ContextCompacted) for e in events)

@@ -17,14 +17,19 @@ with `split_openai_responses_system` (a system item left in the history becomes 
 
 Mapping: each user / system / developer message item is a `UserMessage`
 (``input_text`` / ``input_image`` parts as `TextBlock` / `ImageBlock`, other parts opaque);
-each ``function_call_output`` is a `ToolResultMessage`; every run of other items is one
-`AssistantMessage`: assistant message items give `TextBlock` (a refusal part has
-``extra["refusal"] = True``), ``function_call`` gives `ToolCall` whose id is the
-``call_id`` (the item's own ``id`` rides in ``extra["id"]``), ``reasoning`` gives a
+each ``function_call_output`` and ``custom_tool_call_output`` is a `ToolResultMessage`;
+every run of other items is one `AssistantMessage`: assistant message items give `TextBlock`
+(a refusal part has ``extra["refusal"] = True``), ``function_call`` gives `ToolCall` whose id
+is the ``call_id`` (the item's own ``id`` rides in ``extra["id"]``), ``custom_tool_call`` a
+`ToolCall` whose arguments are ``{"input": text}``, ``reasoning`` gives a
 `ThinkingBlock` (summary text, ``encrypted_content`` as signature) or, without summary, a
 `RedactedThinkingBlock`, and anything else (compaction, web search, unknown items) rides as
-``OpaqueBlock("openai_responses", item)``. Items that would not render back exactly are kept
-opaque, so ``to_openai_responses(from_openai_responses(p)) == p`` always holds.
+``OpaqueBlock("openai_responses", item)``. Items that would not render back exactly are
+kept opaque, so ``to_openai_responses(from_openai_responses(p)) == p`` always holds.
+Built-in tools' items (``computer_call``, ``shell_call``, ... and their outputs) are opaque
+too: a call and its output with nothing between them are one message, but an output placed
+after function call outputs (a batch mixing both kinds) is a message of its own, which
+compaction may keep while dropping the call's.
 
 Block ``extra`` holds the unmodeled fields of the part or item, flat; the first text block of
 a message item that is not the plain ``{"role": "assistant", "content": text}`` form carries
@@ -90,6 +95,8 @@ KEY = "openai_responses"
 JSON: TypeAlias = dict[str, Any]
 _ABSENT = object()
 _INSTRUCTIONS = ("system", "developer")
+_CUSTOM_CALL = "custom_tool_call"
+_OUTPUTS = ("function_call_output", "custom_tool_call_output")  # items that answer a call
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "refusal"}
 # What a response says about itself; the settings it echoes from the request are left out.
 _RESPONSE_KEYS = (
@@ -218,7 +225,24 @@ def _function_call(item: Mapping[str, Any]) -> ToolCall | OpaqueBlock:
     return OpaqueBlock(PROVIDER, item)
 
 
+def _custom_call(item: Mapping[str, Any]) -> ToolCall | OpaqueBlock:
+    """A custom tool call (free-form ``input`` text): a `ToolCall` with ``{"input": text}``
+    as its arguments, so it pairs with its output as a function call does."""
+    call_id, name, text = item.get("call_id"), item.get("name"), item.get("input")
+    if isinstance(call_id, str) and isinstance(name, str) and isinstance(text, str):
+        extra = {**rest(item, "call_id", "name", "input"), "type": _CUSTOM_CALL}
+        call = ToolCall(call_id, name, {"input": text}, freeze(extra))
+        if _render_call(call) == item:
+            return call
+    return OpaqueBlock(PROVIDER, item)
+
+
 def _render_call(call: ToolCall) -> JSON:
+    if call.extra.get("type") == _CUSTOM_CALL:
+        text = call.arguments.get("input")
+        if not isinstance(text, str):  # arguments a caller's own strategy replaced
+            text = render_arguments(call.arguments, None)
+        return {**call.extra, "call_id": call.id, "name": call.name, "input": text}
     return {
         **rest(call.extra, "arguments"),
         "type": "function_call",
@@ -313,6 +337,8 @@ def _assistant_side(item: Mapping[str, Any]) -> list[AssistantContent]:
         return _message_item(item)
     if kind == "function_call":
         return [_function_call(item)]
+    if kind == _CUSTOM_CALL:
+        return [_custom_call(item)]
     if kind == "reasoning":
         return [_reasoning(item)]
     return [OpaqueBlock(PROVIDER, item)]
@@ -364,7 +390,7 @@ def from_openai_responses(
                 raise UnsupportedMessageError(index, f"role {role!r}")
             _flush(out, run)
             out.append(_user_item(index, item))
-        elif kind == "function_call_output" and isinstance(item.get("call_id"), str):
+        elif kind in _OUTPUTS and isinstance(item.get("call_id"), str):
             _flush(out, run)
             out.append(_output(index, item, names))
         elif isinstance(kind, str) or role == "assistant":
@@ -385,7 +411,7 @@ def is_assistant_side(item: object) -> bool:
     kind, role = item.get("type"), item.get("role")
     if kind in ("message", None) and role is not None and role != "assistant":
         return False
-    if kind == "function_call_output" and isinstance(item.get("call_id"), str):
+    if kind in _OUTPUTS and isinstance(item.get("call_id"), str):
         return False
     return isinstance(kind, str) or role == "assistant"
 
@@ -411,7 +437,7 @@ def _output(index: int, item: Mapping[str, Any], names: Mapping[str, str]) -> To
     call_id: str = item["call_id"]
     output, form = _content(item.get("output", _ABSENT), index)
     blocks = _parts(output)
-    info: JSON = {}
+    info: JSON = {} if item["type"] == "function_call_output" else {"type": item["type"]}
     if form != ("string" if plain_text(blocks) else "list"):
         info["content"] = form
     if fields := rest(item, "type", "call_id", "output"):
@@ -436,7 +462,9 @@ def to_openai_responses(messages: Iterable[Message]) -> list[JSON]:
         elif isinstance(m, SummaryMessage):
             d.update(role="user", content=m.text)
         elif isinstance(m, ToolResultMessage):
-            d.update(type="function_call_output", call_id=m.tool_call_id)
+            kind = info.get("type")
+            d.update(type=kind if kind in _OUTPUTS else "function_call_output")
+            d["call_id"] = m.tool_call_id
             _put(d, "output", m.content, info.get("content"), index)
         elif isinstance(m, AssistantMessage):
             items = _render_items(m.content, index)

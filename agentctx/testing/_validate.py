@@ -557,7 +557,7 @@ def validate_responses(
         return Invalid(
             "Missing required parameter: 'model'.", "model", "missing_required_parameter"
         )
-    calls: dict[str, int] = {}  # call_id -> how many function_call items carry it
+    calls: dict[str, int] = {}  # call_id -> how many call items (function, custom) carry it
     answered: set[str] = set()
     for k, item in enumerate(history):
         if not _is_obj(item):
@@ -582,12 +582,16 @@ def validate_responses(
                     "Invalid type for 'arguments': expected a string.", "input", "invalid_type"
                 )
             calls[cid] = calls.get(cid, 0) + 1
-        elif kind == "function_call_output":
+        elif kind == "custom_tool_call":
+            cid = item.get("call_id")
+            if not isinstance(cid, str) or not isinstance(item.get("input"), str):
+                return Invalid("Missing required parameter: 'input'.", "input")
+            calls[cid] = calls.get(cid, 0) + 1
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             cid = item.get("call_id")
             if cid not in calls:
-                return Invalid(
-                    f"No tool call found for function call output with call_id {cid}.", "input"
-                )
+                what = "function call" if kind == "function_call_output" else "custom tool call"
+                return Invalid(f"No tool call found for {what} output with call_id {cid}.", "input")
             if cid in answered:
                 # Outputs pair with calls by call_id alone: a repeated id (two calls, or one
                 # answered twice) cannot be paired, and the API refuses the input.
@@ -625,6 +629,6 @@ def _follows_reasoning(after: Sequence[Any]) -> bool:
     if not after or not _is_obj(after[0]):
         return False
     kind = after[0].get("type", "message")
-    if kind == "function_call_output":
+    if kind in ("function_call_output", "custom_tool_call_output"):
         return False
     return kind != "message" or after[0].get("role") == "assistant"
