@@ -371,8 +371,6 @@ class Requester:
         return Ready(job, result.text.strip(), result.usage, cost, model, result.messages)
 
 
-# NOTE: _ends_background_work and _forget_stray_cancel were RECONSTRUCTED by the hardening-input
-# helper after it accidentally truncated this file (the owner's originals were lost); review.
 def _ends_background_work(e: BaseException, job: Job) -> bool:
     """Whether ``e`` must leave the request as it is: an interrupt, or a cancellation that a
     cancel scope around the request asked for (the manager closing, `Requester.cancel`)."""
