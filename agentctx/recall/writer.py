@@ -227,11 +227,12 @@ class RecallWriter:
         hit = self._buffered(session_id, rid)
         if hit is not None:
             return hit
-        if not self._blocking:  # inline, its errors mapped as a worker thread's are
-            return self._guarded(functools.partial(self.store.get, session_id, rid), None)  # type: ignore[no-any-return]
-        found: str | None = await self._call(
-            functools.partial(self.store.get, session_id, rid), exclusive=False
-        )
+        read = functools.partial(self.store.get, session_id, rid)
+        found: str | None
+        if self._blocking:
+            found = await self._call(read, exclusive=False)
+        else:  # inline, its errors mapped as a worker thread's are
+            found = self._guarded(read, None)
         return found
 
     async def page(self, rid: str, offset: int, limit: int, pattern: str | None) -> str:
