@@ -14,33 +14,39 @@ from __future__ import annotations
 
 import bisect
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from agentctx import boundaries
 from agentctx.boundaries import Repair, repair
-from agentctx.errors import ConfigError, StoreError
+from agentctx.errors import ConfigError, StoreError, UnsupportedMessageError
 from agentctx.messages import (
     THINKING_DROPPED,
     AssistantContent,
     AssistantMessage,
+    ImageBlock,
     JSONMap,
     Message,
+    OpaqueBlock,
     RedactedThinkingBlock,
+    TextBlock,
     ThinkingBlock,
     ToolCall,
     ToolResultContent,
     ToolResultMessage,
     block_from_dict,
     block_to_dict,
+    check_history,
     fingerprint,
     from_dict,
+    json_problem,
     to_dict,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable, Mapping, Sequence
+    from collections.abc import Collection, Iterable, Sequence
     from collections.abc import Set as AbstractSet
 
 __all__ = [
@@ -396,6 +402,65 @@ def check_fits(decision: Decision, raw: Sequence[Message]) -> None:
             f"ReplaceSpan [{decision.at.index}, {decision.end}) must anchor its last message "
             f"{decision.end - 1}, not {decision.last.index}"
         )
+    problem = _contents_problem(decision, raw)
+    if problem:
+        raise ConfigError(f"{type(decision).__name__} {problem}")
+
+
+def _contents_problem(decision: Decision, raw: Sequence[Message]) -> str | None:
+    """What in ``decision`` no view could send (what the caller's own history is refused
+    for), else ``None``: the rendering would fail or the provider refuse it on every later
+    call, the decision being kept."""
+    if type(decision.reason) is not str:
+        return f"reason must be a string, not {type(decision.reason).__name__}"
+    if isinstance(decision, ReplaceResult | ReplaceArguments) and not (
+        decision.recall_id is None or type(decision.recall_id) is str
+    ):
+        return f"recall_id must be a string or None, not {type(decision.recall_id).__name__}"
+    if isinstance(decision, ReplaceResult):
+        content = decision.content
+        if type(content) is not tuple or not all(isinstance(b, _RESULT_BLOCKS) for b in content):
+            return "content must be a tuple of TextBlock, ImageBlock or OpaqueBlock"
+    elif isinstance(decision, ReplaceArguments):
+        if not isinstance(decision.arguments, Mapping):
+            return f"arguments must be a mapping, not {type(decision.arguments).__name__}"
+        return json_problem(decision.arguments, "holds arguments")
+    elif isinstance(decision, ReplaceSpan):
+        if type(decision.replacement) is not tuple:
+            return "replacement must be a tuple of messages"
+        try:
+            check_history(decision.replacement)
+        except UnsupportedMessageError as e:
+            return f"replacement: {e}"
+        forged = _foreign_reasoning(decision, raw)
+        if forged is not None:
+            return f"replacement carries reasoning the span's messages do not: {forged!r:.80}"
+    return None
+
+
+def _foreign_reasoning(span: ReplaceSpan, raw: Sequence[Message]) -> object:
+    """A reasoning block of ``span``'s replacement that no message it replaces carries (a
+    provider checks signed reasoning byte for byte), else ``None``."""
+    blocks = [
+        b
+        for m in span.replacement
+        if isinstance(m, AssistantMessage)
+        for b in m.content
+        if isinstance(b, ThinkingBlock | RedactedThinkingBlock)
+    ]
+    if not blocks:
+        return None
+    own = [
+        b
+        for m in raw[span.at.index : span.end]
+        if isinstance(m, AssistantMessage)
+        for b in m.content
+        if isinstance(b, ThinkingBlock | RedactedThinkingBlock)
+    ]
+    return next((b for b in blocks if b not in own), None)
+
+
+_RESULT_BLOCKS = (TextBlock, ImageBlock, OpaqueBlock)
 
 
 def _anchor_dict(a: Anchor) -> list[Any]:

@@ -56,7 +56,7 @@ from agentctx.recall.store import LedgerStore
 from agentctx.recall.tool import recall_arguments, recall_page
 from agentctx.recall.writer import RecallWriter
 from agentctx.strategies.deterministic import DeterministicCompaction
-from agentctx.strategy import CompactionContext, Quiet, end_session
+from agentctx.strategy import CompactionContext, Quiet, check_strategy, end_session
 from agentctx.tokens import MessageCounter
 from agentctx.tokens.estimate import exact_encoder_needed, load_exact_encoder
 from agentctx.view import ViewState
@@ -260,7 +260,9 @@ class ContextManager:
         if on_over_budget not in ("raise", "send"):
             raise ConfigError(f"on_over_budget is 'raise' or 'send', got {on_over_budget!r}")
         self.budget = budget if isinstance(budget, Budget) else Budget(context_window=budget)
-        self.strategy: CompactionStrategy = strategy or DeterministicCompaction()
+        self.strategy: CompactionStrategy = (
+            DeterministicCompaction() if strategy is None else check_strategy(strategy)
+        )
         self._counter = counter or MessageCounter()
         self.recall_store = recall
         self.session_id = session_id or uuid.uuid4().hex
@@ -642,6 +644,7 @@ class ContextManager:
                 _view=self._current_view,
                 _view_tokens=self._rendered_tokens,
                 _complete_turn=state.complete_turn,
+                _latest_user=state.latest_user,
                 _cuts=state.cuts,
             )
             if call is not None:

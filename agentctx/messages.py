@@ -464,16 +464,16 @@ def check_history(history: Sequence[object], offset: int = 0) -> None:
                 if type(b) is TextBlock:
                     continue  # most blocks, passed at the cost of one comparison
                 if isinstance(b, ToolCall):
-                    found = _not_json(b.arguments, "tool call arguments")
+                    found = json_problem(b.arguments, "tool call arguments")
                 elif isinstance(b, OpaqueBlock):
-                    found = _not_json(b.payload, "opaque payload")
+                    found = json_problem(b.payload, "opaque payload")
                 else:
                     continue
                 if found:
                     raise UnsupportedMessageError(i + offset, found)
 
 
-def _not_json(value: Mapping[str, Any], what: str) -> str | None:
+def json_problem(value: Mapping[str, Any], what: str) -> str | None:
     """What in ``value`` JSON cannot hold (a key that is not a string, a value that is not a
     string, number, bool, None, list or dict, nesting past the encoder's depth or a
     container inside itself), else ``None``. O(items), without recursion."""
@@ -516,7 +516,7 @@ def _not_json(value: Mapping[str, Any], what: str) -> str | None:
     return None
 
 
-_DEPTH_CHECK_FROM = 256  # containers past which `_not_json` asks the encoder about depth
+_DEPTH_CHECK_FROM = 256  # containers past which `json_problem` asks the encoder about depth
 _SCALARS = frozenset((str, int, float, bool, type(None)))
 _SCALAR_BASES = (str, int, float)  # their subclasses too (an IntEnum): encoded as they are
 _CARRY_JSON = (AssistantMessage, UserMessage)  # the messages with arguments or payloads

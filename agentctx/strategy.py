@@ -18,9 +18,15 @@ network I/O (start background work in ``ctx.tasks`` instead).
 
 from __future__ import annotations
 
+import inspect
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from agentctx._check import number
+from agentctx.boundaries import has_thinking, latest_user_index, loop_start_after, task_index
+from agentctx.errors import ConfigError
+from agentctx.ledger import DropThinking, ReplaceSpan
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -76,6 +82,7 @@ class CompactionContext:
     _cuts: Sequence[int]
     taken: list[Decision] = field(default_factory=list)
     give_way_above: int | None = None
+    _latest_user: Callable[[], int | None] | None = None  # None: read from `raw`
 
     @property
     def view(self) -> Sequence[Message]:
@@ -135,9 +142,57 @@ class CompactionContext:
 
     def take(self, decision: Decision) -> None:
         """Add ``decision`` to the ledger; raises `ConfigError` for one that does not fit the
-        message it is anchored to (see `agentctx.ledger.check_fits`)."""
+        message it is anchored to or holds what no view could send (see
+        `agentctx.ledger.check_fits`), for a span over what every view shows
+        (`agentctx.ledger.shown_positions`: the task, the latest user message, the newest
+        complete turn's question and answer, the running tool loop's signed reasoning) and for
+        a thinking drop in the running tool loop."""
+        if isinstance(decision, ReplaceSpan | DropThinking):
+            problem = self._hides(decision)
+            if problem:
+                raise ConfigError(f"{type(decision).__name__} at {decision.at.index} {problem}")
         self.ledger.add(decision, self.raw)
         self.taken.append(decision)
+
+    def _hides(self, decision: ReplaceSpan | DropThinking) -> str | None:
+        """What ``decision`` would hide that every view keeps, else ``None``. O(the span) once
+        the manager's turn tracking is current: the latest user message and the newest
+        complete turn are kept up to date as messages arrive, where a scan for them would
+        read a long running tool loop whole."""
+        raw = self.raw
+        start = decision.at.index
+        latest = latest_user_index(raw) if self._latest_user is None else self._latest_user()
+        loop = loop_start_after(raw, latest)
+        if isinstance(decision, DropThinking):
+            if start >= loop:
+                return f"is in the running tool loop (from {loop}), whose reasoning is sent back"
+            return None
+        end = decision.end
+        kept = [(task_index(raw), "the task"), (latest, "the latest user message")]
+        complete = self._complete_turn()
+        if complete is not None:
+            # Its question and answer: steps a span took while the turn ran stay taken once
+            # it completes (`shown_positions`). User-run shell output is cut down as a tool
+            # result is, one message for one.
+            question, answer = complete[0], complete[1] - 1
+            cut_down = (
+                end == start + 1
+                and raw[start].extra.get("source") == "bash_execution"
+                and len(decision.replacement) == 1
+                and type(decision.replacement[0]) is type(raw[start])
+            )
+            if not cut_down:
+                kept.append((question, "the newest complete turn's question"))
+            kept.append((answer, "the newest complete turn's answer"))
+        kept += [
+            (i, "signed reasoning of the running loop")
+            for i in range(max(start, loop), end)
+            if has_thinking(raw[i])
+        ]
+        for i, what in kept:
+            if i is not None and start <= i < end:
+                return f"would hide raw message {i} ({what}), which every view keeps"
+        return None
 
 
 @runtime_checkable
@@ -171,6 +226,10 @@ class Quiet:
     tokens: int
     idle_seconds: float | None = None
 
+    def __post_init__(self) -> None:
+        number(self, "tokens")
+        number(self, "idle_seconds", optional=True)
+
 
 @dataclass(frozen=True, slots=True)
 class Chain:
@@ -179,7 +238,7 @@ class Chain:
     strategies: tuple[CompactionStrategy, ...]
 
     def __init__(self, strategies: Sequence[CompactionStrategy]) -> None:
-        object.__setattr__(self, "strategies", tuple(strategies))
+        object.__setattr__(self, "strategies", tuple(map(check_strategy, strategies)))
 
     async def compact(self, ctx: CompactionContext) -> Quiet | None:
         """Run each strategy in turn; quiet where every one of them is."""
@@ -209,6 +268,16 @@ def _tighter(a: Quiet, b: Quiet) -> Quiet:
     if a.idle_seconds is not None and b.idle_seconds is not None:
         idle = min(a.idle_seconds, b.idle_seconds)
     return Quiet(min(a.tokens, b.tokens), idle)
+
+
+def check_strategy(strategy: object) -> CompactionStrategy:
+    """``strategy`` if it has an async ``compact`` method, else `ConfigError`."""
+    compact = getattr(strategy, "compact", None)
+    if not callable(compact) or not inspect.iscoroutinefunction(compact):
+        raise ConfigError(
+            f"a strategy needs an `async def compact(self, ctx)` method; got {strategy!r:.80}"
+        )
+    return strategy  # type: ignore[return-value]
 
 
 def end_session(strategy: CompactionStrategy, emit: Callable[[Event], None]) -> None:

@@ -333,6 +333,11 @@ class ViewState:
         self.turns.update(self.raw)
         return self.turns.newest
 
+    def latest_user(self) -> int | None:
+        """Raw index of the latest user message, in O(messages appended since asked)."""
+        self.turns.update(self.raw)
+        return self.turns.latest_user
+
     def vector(self) -> list[float]:
         """The uncalibrated per-slot sum of the view's messages (`MessageCounter.vector`)."""
         total = list(self._prefix_vec)

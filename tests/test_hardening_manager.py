@@ -769,3 +769,159 @@ async def test_a_call_cancelled_inside_the_strategy_lets_the_waiting_call_run(
         view = await ctx.prepare(longer)
         assert_view_ok(view, longer)
         assert view[-1] is longer[-1]
+
+
+# ---------------------------------------------------------------------------------------
+# 16. A strategy's own decisions: what no view may lose or could send is refused at `take`
+
+
+def _guarded_history() -> list[Message]:
+    """The task, an old turn whose answer carries signed thinking, a newest complete turn,
+    then a running tool loop whose step carries signed thinking."""
+    from agentctx.testing._validate import sign
+
+    def think(text: str) -> ThinkingBlock:
+        return ThinkingBlock(text, sign(text))
+
+    return [
+        user("the task: fix the parser"),  # 0: the task
+        AssistantMessage((think("old plan"), TextBlock("looked at it")), "end_turn"),  # 1
+        user("and the lexer?"),  # 2
+        AssistantMessage.of("the lexer is fine"),  # 3: [2, 4) the newest complete turn
+        user("now run the tests"),  # 4: the latest user message
+        assistant(call("t1", "bash"), thinking="run them"),  # 5: the running loop
+        result("t1", "2 failed"),  # 6
+    ]
+
+
+class _TakesOnce:
+    def __init__(self, make: Callable[[CompactionContext], Any]) -> None:
+        self.make, self.done = make, False
+
+    async def compact(self, ctx: CompactionContext) -> None:
+        if not self.done:
+            self.done = True
+            ctx.take(self.make(ctx))
+
+
+def _span(a: int, b: int, *replacement: Message) -> Callable[[CompactionContext], Any]:
+    from agentctx.ledger import ReplaceSpan
+    from agentctx.messages import SummaryMessage
+
+    body = replacement or (SummaryMessage("(condensed)"),)
+    return lambda ctx: ReplaceSpan(anchor(ctx.raw, a), b, anchor(ctx.raw, b - 1), body, "mine")
+
+
+def _drop_thinking(i: int) -> Callable[[CompactionContext], Any]:
+    from agentctx.ledger import DropThinking
+
+    return lambda ctx: DropThinking(anchor(ctx.raw, i), "mine")
+
+
+def _forged() -> AssistantMessage:
+    return AssistantMessage((ThinkingBlock("forged", "bad-signature"), TextBlock("x")), "end_turn")
+
+
+@pytest.mark.parametrize(
+    ("case", "make", "refused"),
+    [
+        ("span over the task", _span(0, 2), "would hide raw message 0"),
+        ("span over the latest user message", _span(4, 5), "would hide raw message 4"),
+        ("span over the newest complete turn's answer", _span(3, 4), "would hide raw message 3"),
+        ("thinking of the running loop", _drop_thinking(5), "is in the running tool loop"),
+        ("reasoning the span does not hold", _span(1, 2, _forged()), "carries reasoning"),
+        ("the old turn's thinking", _drop_thinking(1), None),
+        ("a span over the old turn", _span(1, 2), None),
+    ],
+)
+async def test_a_strategy_cannot_hide_what_every_view_keeps(
+    case: str, make: Callable[[CompactionContext], Any], refused: str | None
+) -> None:
+    """Found by a hostile run: a custom strategy's span over the task or the latest user
+    message, or its thinking drop in the running loop, was accepted by `take` and sent; the
+    manager only dropped such decisions after a rewind."""
+    history = _guarded_history()
+    async with ContextManager(100_000, strategy=_TakesOnce(make)) as ctx:
+        if refused is None:
+            view = await ctx.prepare(history)
+            assert len(ctx.ledger) == 1
+        else:
+            with pytest.raises(ConfigError, match=refused):
+                await ctx.prepare(history)
+            assert len(ctx.ledger) == 0
+            view = await ctx.prepare(history)  # the strategy took its one chance
+        assert_view_ok(view, history)
+
+
+def _looped() -> dict[str, Any]:
+    looped: dict[str, Any] = {}
+    looped["self"] = looped
+    return looped
+
+
+@pytest.mark.parametrize(
+    ("kind", "field", "bad"),
+    [
+        ("ReplaceSpan", "replacement", ("text",)),
+        ("ReplaceArguments", "arguments", None),
+        ("ReplaceArguments", "arguments", [1, 2]),
+        ("ReplaceArguments", "arguments", {"p": {1, 2}}),
+        ("ReplaceArguments", "arguments", {"p": b"raw"}),
+        ("ReplaceArguments", "arguments", _looped()),
+        ("ReplaceResult", "content", "cleared"),
+        ("ReplaceResult", "content", (ThinkingBlock("t", "s"),)),
+        ("ReplaceResult", "recall_id", 123),
+        ("Keep", "reason", object()),
+    ],
+    ids=lambda v: v if isinstance(v, str) else type(v).__name__,
+)
+async def test_a_decision_no_view_could_send_is_refused_at_take(
+    kind: str, field: str, bad: Any
+) -> None:
+    """Found by a hostile run: `take` accepted a decision whose contents no message can hold;
+    every later call then failed with an AttributeError, a TypeError or a RecursionError
+    (the decision stayed in the ledger), or sent what the provider refuses."""
+    from agentctx.ledger import Keep, ReplaceArguments, ReplaceSpan
+
+    history = questions(2)
+
+    def make(ctx: CompactionContext) -> Any:
+        at = anchor(ctx.raw, 3)
+        if kind == "ReplaceSpan":
+            return ReplaceSpan(anchor(ctx.raw, 2), 4, anchor(ctx.raw, 3), bad, "mine")
+        if kind == "ReplaceArguments":
+            return ReplaceArguments(anchor(ctx.raw, 2), "r0", bad, "mine")
+        if kind == "ReplaceResult":
+            content = bad if field == "content" else (TextBlock("[cleared]"),)
+            rid = bad if field == "recall_id" else None
+            return ReplaceResult(at, content, "mine", rid)
+        return Keep(at, bad)
+
+    async with ContextManager(100_000, strategy=_TakesOnce(make)) as ctx:
+        with pytest.raises(ConfigError, match=f"{kind} .*{field.split('_')[0]}"):
+            await ctx.prepare(history)
+        assert len(ctx.ledger) == 0
+        view = await ctx.prepare(history)
+        assert_view_ok(view, history)
+
+
+def test_a_quiet_or_a_strategy_that_cannot_work_is_refused_when_made() -> None:
+    """Found by a hostile run: a `Quiet` with a text for its tokens failed the next call,
+    after the strategy had been replaced; a strategy object without an async ``compact``
+    failed the first call with an AttributeError or a TypeError."""
+    from agentctx.strategy import Quiet
+
+    with pytest.raises(ConfigError, match="Quiet.tokens"):
+        Quiet("never")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="Quiet.idle_seconds"):
+        Quiet(1_000, float("nan"))
+
+    class SyncCompact:
+        def compact(self, ctx: CompactionContext) -> None:
+            return None
+
+    for strategy in (object(), "deterministic", SyncCompact()):
+        with pytest.raises(ConfigError, match="async def compact"):
+            ContextManager(100_000, strategy=strategy)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="async def compact"):
+            Chain([DeterministicCompaction(), strategy])  # type: ignore[list-item]

@@ -129,6 +129,7 @@ async def run_tiers(
         _view=part,
         _view_tokens=lambda: ctx.prompt_tokens - counter.overhead + delta,
         _complete_turn=ctx._complete_turn,
+        _latest_user=ctx._latest_user,
         _cuts=ctx._cuts,
         taken=ctx.taken,
         give_way_above=give_way_above,
