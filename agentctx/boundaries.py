@@ -140,33 +140,22 @@ def in_flight_start(messages: Sequence[Message]) -> int:
     message), so the loop they interrupt is still the request's last assistant turn, and
     what it must keep as it was (its signed thinking) starts after the user message before
     them."""
-    k = _steering_from(messages)
-    if k is None:
-        latest = latest_user_index(messages)
-        return 0 if latest is None else latest + 1
-    for i in range(k - 1, -1, -1):
-        if isinstance(messages[i], UserMessage):
-            return i + 1
-    return 0
-
-
-def _steering_from(messages: Sequence[Message]) -> int | None:
-    """Where the user messages that end ``messages`` right after tool results start (steering
-    text, see `in_flight_start`); ``None`` when it does not end so. O(those messages)."""
-    end = k = len(messages)
-    while k > 0 and isinstance(messages[k - 1], UserMessage):
-        k -= 1
-    if k == end or not (k > 0 and isinstance(messages[k - 1], ToolResultMessage)):
-        return None
-    return k
+    return loop_start_after(messages, latest_user_index(messages))
 
 
 def loop_start_after(messages: Sequence[Message], latest: int | None) -> int:
     """`in_flight_start` of ``messages`` whose latest user message is at ``latest`` (known
     already: no scan for it)."""
-    if _steering_from(messages) is not None:
-        return in_flight_start(messages)
-    return 0 if latest is None else latest + 1
+    k = len(messages)
+    while k > 0 and isinstance(messages[k - 1], UserMessage):
+        k -= 1
+    if k == len(messages) or not (k > 0 and isinstance(messages[k - 1], ToolResultMessage)):
+        return 0 if latest is None else latest + 1
+    # Steering text after tool results: the loop starts after the user message before it.
+    for i in range(k - 1, -1, -1):
+        if isinstance(messages[i], UserMessage):
+            return i + 1
+    return 0
 
 
 def newest_complete_turn(messages: Sequence[Message]) -> tuple[int, int] | None:

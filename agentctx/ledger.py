@@ -355,7 +355,7 @@ def _kept(raw: Sequence[Message], *, whole_turn: bool) -> set[int]:
     latest = boundaries.latest_user_index(raw)
     if latest is not None:
         out.add(latest)
-        loop = boundaries.in_flight_start(raw)
+        loop = boundaries.loop_start_after(raw, latest)
         out.update(i for i in range(loop, len(raw)) if boundaries.has_thinking(raw[i]))
     complete = boundaries.newest_complete_turn(raw)
     if complete is not None:

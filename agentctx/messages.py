@@ -56,6 +56,7 @@ __all__ = [
     "check_history",
     "fingerprint",
     "from_dict",
+    "json_problem",
     "sent_at",
     "text_of",
     "to_dict",
