@@ -64,6 +64,7 @@ __all__ = [
     "decision_json",
     "protected_positions",
     "render",
+    "render_message",
     "shown_positions",
 ]
 
@@ -195,14 +196,25 @@ class Ledger:
 
     def span_covering(self, index: int) -> ReplaceSpan | None:
         """The visible span that hides raw ``index``, if any."""
-        version, starts = self._span_starts
-        if version != self.version:
-            starts = sorted(self._spans)
-            self._span_starts = (self.version, starts)
+        starts = self._sorted_starts()
         k = bisect.bisect_right(starts, index) - 1
         if k >= 0 and index < (span := self._spans[starts[k]]).end:
             return span
         return None
+
+    def hides_any(self, start: int, end: int) -> bool:
+        """Whether a visible span hides any of raw ``[start, end)``."""
+        starts = self._sorted_starts()
+        # Visible spans never overlap: the last one to start before ``end`` ends last.
+        k = bisect.bisect_left(starts, end) - 1
+        return k >= 0 and self._spans[starts[k]].end > start
+
+    def _sorted_starts(self) -> list[int]:
+        version, starts = self._span_starts
+        if version != self.version:
+            starts = sorted(self._spans)
+            self._span_starts = (self.version, starts)
+        return starts
 
     @property
     def end(self) -> int:
@@ -567,6 +579,13 @@ def _applied(ledger: Ledger, i: int, message: Message, decisions: list[_PerMessa
     shown = _apply(message, key)
     ledger._applied[i] = (message, key, shown)
     return shown
+
+
+def render_message(raw: Sequence[Message], ledger: Ledger, index: int) -> Message:
+    """What `render` makes of ``raw[index]`` alone, before `repair`: its per-message
+    decisions applied (the same object as the last render's). For a message no span hides."""
+    decisions = ledger._per_message.get(index)
+    return _applied(ledger, index, raw[index], decisions) if decisions else raw[index]
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,13 +15,14 @@ from operator import add, sub
 from typing import TYPE_CHECKING
 
 from agentctx.boundaries import CompleteTurns, answered_call_ids, safe_cut
-from agentctx.ledger import Ledger, Rendered, render
+from agentctx.ledger import Ledger, Rendered, ReplaceSpan, render, render_message
 from agentctx.messages import AssistantMessage, Message, ToolResultMessage
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from agentctx.boundaries import Repair
+    from agentctx.ledger import Decision
     from agentctx.tokens import MessageCounter
 
 __all__ = ["ViewState"]
@@ -30,6 +31,7 @@ __all__ = ["ViewState"]
 # call's new messages) are added one at a time, which costs less for a few.
 _TRANSPOSE_FROM = 8
 _READ_TURNS_FROM = 32  # an append this long reads its turns at once (see `append`)
+_PATCH_AT_MOST = 32  # decisions added since the last render that `refresh` patches in place
 
 
 def _settle_point(raw: Sequence[Message]) -> int:
@@ -190,9 +192,13 @@ class ViewState:
             # since (a few times a long session).
             self.rebuild()
             return
+        added_since = ledger.added_since(count)
+        if added <= _PATCH_AT_MOST and self._patch(added_since):
+            self._rendered = (ledger.version, len(ledger))
+            return
         # Render is per message and `repair` keeps to its batch, so the view before a safe
         # cut at or below that message (not inside a span) stays as it is.
-        cut = min(d.at.index for d in ledger.added_since(count))
+        cut = min(d.at.index for d in added_since)
         while True:
             cut = safe_cut(self.raw, cut)
             span = ledger.span_covering(cut)
@@ -212,6 +218,66 @@ class ViewState:
             else:
                 self._unsettle(stop, cut)
         self._render_tail()
+
+    def _patch(self, decisions: Sequence[Decision]) -> bool:
+        """Apply per-message ``decisions`` in place, tool batch by tool batch, in O(batch)
+        each, where rendering again from the first would cost O(view) (a strategy that reads
+        the view after each `take` would be quadratic). Only where each batch is settled,
+        shown one message for one, and needs no repair before or after: else ``False``, with
+        nothing changed. Render is per message and `repair` keeps to its batch, so what the
+        patch leaves is what a full render gives."""
+        raw, ledger, origins = self.raw, self.ledger, self.origins
+        batches: dict[int, int] = {}
+        for d in decisions:
+            if isinstance(d, ReplaceSpan):
+                return False
+            start = safe_cut(raw, d.at.index)
+            if start not in batches:
+                end = start + 1
+                while end < len(raw) and isinstance(raw[end], ToolResultMessage):
+                    end += 1
+                batches[start] = end
+        plans: list[tuple[int, int, int, list[Message]]] = []
+        for start, end in batches.items():
+            j = bisect_left(origins, start)
+            k = j + end - start
+            if (
+                end > self._settled_raw
+                or k > self._prefix_len
+                or origins[j:k] != list(range(start, end))
+                or (k < len(origins) and origins[k] < end)  # a stub repair added
+                or ledger.hides_any(start, end)
+                or any(start <= r.origin < end for r in self.repairs)
+            ):
+                return False
+            new = [render_message(raw, ledger, i) for i in range(start, end)]
+            ids = answered_call_ids(new, frozenset())
+            if ids is None or ids != answered_call_ids(self.view[j:k], frozenset()):
+                return False
+            plans.append((start, end, j, new))
+        counter, held, shown = self._counter, self._prefix_keys, self.shown
+        for start, end, j, new in plans:
+            old = self.view[j : j + len(new)]
+            self.view[j : j + len(new)] = new
+            gone, gone_vectors = counter.keyed_vectors(old)
+            come, come_vectors = counter.keyed_vectors(new)
+            for key in gone:
+                held[key] -= 1
+                if held[key] <= 0:
+                    del held[key]
+            for key in come:
+                held[key] = held.get(key, 0) + 1
+            _fold(self._prefix_vec, gone_vectors, sub)
+            _fold(self._prefix_vec, come_vectors, add)
+            lo, hi = bisect_left(shown, start), bisect_left(shown, end)
+            shown[lo:hi] = [
+                i
+                for i, m in zip(range(start, end), new, strict=True)
+                if raw[i] is m or self._repaired(raw[i], m, i)
+            ]
+            self._shown_in_prefix = bisect_left(shown, self._settled_raw)
+        self._version += 1
+        return True
 
     def rebuild(self) -> None:
         """Render everything again (after new decisions)."""

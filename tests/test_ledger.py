@@ -191,6 +191,121 @@ def test_a_clean_append_grows_the_view_without_a_render(monkeypatch: pytest.Monk
     assert state.view == render(state.raw, state.ledger).messages
 
 
+def _state_after(raw: list, decisions: list) -> object:  # type: ignore[type-arg]
+    """A settled view of ``raw``, then ``decisions`` taken and the view read once."""
+    import agentctx.view as view_module
+    from agentctx.tokens import MessageCounter
+
+    state = view_module.ViewState(MessageCounter())
+    state.append(raw)
+    for d in decisions:
+        state.ledger.add(d, state.raw)
+    state.refresh()
+    return state
+
+
+def _rendered_anew(state: object) -> tuple[list, list, list]:  # type: ignore[type-arg]
+    full = render(state.raw, state.ledger)  # type: ignore[attr-defined]
+    return full.messages, full.origins, full.repairs
+
+
+async def test_reading_the_view_after_each_take_renders_only_the_batch_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found with docs/custom-strategy.md's own example (take, read ``ctx.view``, count,
+    result after result): each read rendered the view again from the result taken, so
+    clearing 4,000 old results of an 8,000-message session took 27 s of one `prepare`.
+    A per-message decision in the settled view is now patched into it, its tool batch alone."""
+    import agentctx.view as view_module
+    from agentctx import Budget, ContextManager
+    from agentctx.strategy import CompactionContext, Quiet
+
+    raw = [user("task")]
+    for k in range(300):
+        raw += [assistant(call(f"c{k}", "search", q=f"q{k}")), result(f"c{k}", "hit " * 200)]
+    raw.append(assistant(text="done"))
+    rendered: list[int] = []
+    real_render = view_module.render
+
+    def counting(*a: object, **k: object) -> object:
+        out = real_render(*a, **k)  # type: ignore[arg-type]
+        rendered.append(len(out.messages))
+        return out
+
+    class ClearOldest:
+        async def compact(self, ctx: CompactionContext) -> Quiet | None:
+            if ctx.prompt_tokens <= ctx.budget.limit:
+                return Quiet(ctx.budget.limit)
+            monkeypatch.setattr(view_module, "render", counting)
+            for j, m in enumerate(list(ctx.view)):
+                if isinstance(m, ToolResultMessage) and ctx.undecided(j) is not None:
+                    at = anchor(ctx.raw, ctx.origins[j])
+                    ctx.take(ReplaceResult(at, (TextBlock("[cleared]"),), "old"))
+                    _ = ctx.view
+                    if ctx.prompt_tokens <= ctx.budget.target_tokens:
+                        break
+            return None
+
+    async with ContextManager(Budget(context_window=40_000), strategy=ClearOldest()) as ctx:
+        view = await ctx.prepare(raw)
+    cleared = sum(
+        1 for m in view if isinstance(m, ToolResultMessage) and text_of(m.content) == "[cleared]"
+    )
+    assert cleared > 100
+    assert sum(rendered) < 10 * cleared  # was about 600 messages a take
+    assert view == render(raw, ctx._state.ledger).messages
+
+
+def test_per_message_decisions_in_the_settled_view_are_patched_as_a_render_gives() -> None:
+    raw = [user("task"), assistant(call("a", path="x.py"), thinking="t1"), result("a", "out")]
+    raw += [*tool_turn(1, lines=5, width=2), assistant(text="done"), user("next")]
+    state = _state_after(raw, [])
+    before = state.tokens  # type: ignore[attr-defined]
+    decisions = [
+        ReplaceResult(anchor(raw, 4), (TextBlock("[cleared]"),), "t"),
+        DropThinking(anchor(raw, 1), "t"),
+        ReplaceArguments(anchor(raw, 1), "a", {"path": "[cut]"}, "t"),
+        Keep(anchor(raw, 7), "t"),
+    ]
+    for d in decisions:
+        state.ledger.add(d, raw)  # type: ignore[attr-defined]
+    assert state._patch(decisions) is True  # type: ignore[attr-defined]
+    state._rendered = (state.ledger.version, len(state.ledger))  # type: ignore[attr-defined]
+    messages, origins, repairs = _rendered_anew(state)
+    assert state.view == messages and state.origins == origins and not repairs  # type: ignore[attr-defined]
+    assert state.shown == [0, 2, 3, 5, 6, 7]  # type: ignore[attr-defined]
+    assert state.tokens < before  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["result in the unsettled batch", "blank beside other blocks", "inside a span", "stub added"],
+)
+def test_a_decision_the_patch_cannot_take_renders_as_before(case: str) -> None:
+    """Where the in-place patch does not apply, `refresh` renders from the decision, and the
+    view is what rendering it all gives, with its sums and shown messages."""
+    raw = [user("task"), *tool_turn(0, lines=5), *tool_turn(1, lines=5)]
+    if case == "result in the unsettled batch":
+        raw += [assistant(call("open1"), call("open2")), result("open1", "x")]
+        decisions = [ReplaceResult(anchor(raw, len(raw) - 1), (TextBlock("[c]"),), "t")]
+    elif case == "blank beside other blocks":
+        decisions = [ReplaceResult(anchor(raw, 2), (TextBlock("a"), TextBlock(" ")), "t")]
+    elif case == "inside a span":
+        raw += [assistant(text="ok"), user("next"), *tool_turn(2, lines=5)]
+        span = ReplaceSpan(anchor(raw, 1), 3, anchor(raw, 2), (SummaryMessage("s"),), "t")
+        decisions = [span, ReplaceResult(anchor(raw, 4), (TextBlock("[c]"),), "t")]
+    else:
+        raw[2:3] = []  # the first call's result missing: repair adds a stub after it
+        decisions = [ReplaceArguments(anchor(raw, 1), "c0_0", {"path": "[cut]"}, "t")]
+    state = _state_after(raw, [])
+    for d in decisions:
+        state.ledger.add(d, state.raw)  # type: ignore[attr-defined]
+    assert state._patch(state.ledger.decisions) is False  # type: ignore[attr-defined]
+    state.refresh()  # type: ignore[attr-defined]
+    messages, origins, _ = _rendered_anew(state)
+    assert state.view == messages and state.origins == origins  # type: ignore[attr-defined]
+
+
 def test_a_restored_ledger_renders_arguments_every_wire_format_can_write() -> None:
     """Found by the hostile-history generator (a second worker resuming from SQLite): a
     ledger read back gave cut-down arguments as a read-only mapping, which the OpenAI

@@ -7,6 +7,8 @@ import random
 import signal
 import tempfile
 import threading
+from bisect import bisect_left
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
@@ -449,6 +451,18 @@ async def test_rendering_from_the_first_decided_message_is_rendering_it_all(
         ]
         # The kept sums, with what left them taken out: the sums made anew, to rounding.
         assert abs(state.tokens - _summed_anew(state)) <= 1
+        raw = state.raw
+        assert state.shown == [
+            i
+            for m, i in zip(full.messages, full.origins, strict=True)
+            if raw[i] is m or state._repaired(raw[i], m, i)
+        ]
+        settled = state.view[: state._prefix_len]
+        assert state._prefix_keys == Counter(state._counter.keyed_vectors(settled)[0])
+        assert state._prefix_ids == {
+            c.id for m in settled if isinstance(m, AssistantMessage) for c in m.tool_calls
+        }
+        assert state._shown_in_prefix == bisect_left(state.shown, state._settled_raw)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ViewState, "refresh", compared)
