@@ -159,21 +159,26 @@ def loop_start_after(messages: Sequence[Message], latest: int | None) -> int:
 
 
 def newest_complete_turn(messages: Sequence[Message]) -> tuple[int, int] | None:
-    """``[start, end)`` of the newest turn that ended in an assistant answer with no calls.
+    """``[start, end)`` of the newest turn with an answer: from its user message (the
+    question) through its last assistant answer with no calls (``end - 1``). Tool calls the
+    model goes on making after that answer, with no user message between, do not make the
+    turn incomplete again: on appends the newest complete turn only moves forward, so it is
+    never one a compaction already took while a newer turn held the place.
 
-    Read from the end: O(the turns after it)."""
-    end = len(messages)
-    for start in range(end - 1, -1, -1):
-        if not isinstance(messages[start], UserMessage):
-            continue
-        if end - 1 > start and _answers(messages[end - 1]):
-            return start, end
-        end = start
+    Read from the end: O(the messages after its answer)."""
+    answer = None  # one past the last answer of the turn being read
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if isinstance(m, UserMessage):
+            if answer is not None:
+                return i, answer
+        elif answer is None and _answers(m):
+            answer = i + 1
     return None
 
 
 def _answers(m: Message) -> bool:
-    """Whether a turn ending with ``m`` is complete: an assistant answer with no calls."""
+    """Whether ``m`` answers its turn: an assistant message with no calls."""
     return isinstance(m, AssistantMessage) and not m.tool_calls
 
 
@@ -189,18 +194,18 @@ class CompleteTurns:
         self._seen = 0
         self._open: int | None = None  # where the last turn seen starts
         self._closed: tuple[int, int] | None = None  # newest complete turn before it
-        self._answered = False  # whether the last turn seen ends in an answer
+        self._answered: int | None = None  # one past the last turn's last answer, if any
 
     def update(self, messages: Sequence[Message]) -> None:
         """Read the messages appended since the last call."""
         for i in range(self._seen, len(messages)):
             m = messages[i]
             if isinstance(m, UserMessage):
-                if self._answered and self._open is not None:
-                    self._closed = self._open, i
-                self._open, self._answered = i, False
-            else:
-                self._answered = _answers(m)
+                if self._answered is not None and self._open is not None:
+                    self._closed = self._open, self._answered
+                self._open, self._answered = i, None
+            elif _answers(m):
+                self._answered = i + 1
         self._seen = len(messages)
 
     @property
@@ -211,8 +216,8 @@ class CompleteTurns:
     @property
     def newest(self) -> tuple[int, int] | None:
         """``[start, end)`` of the newest complete turn, as `newest_complete_turn` says."""
-        if self._answered and self._open is not None:
-            return self._open, self._seen
+        if self._answered is not None and self._open is not None:
+            return self._open, self._answered
         return self._closed
 
 

@@ -24,6 +24,7 @@ import math
 import threading
 import time
 import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Self
 
@@ -33,7 +34,7 @@ from agentctx import telemetry
 from agentctx._log import log, warm_logger
 from agentctx._usage import ACCEPTED, usage_of
 from agentctx.budget import Budget, BudgetExceededError
-from agentctx.errors import ConfigError, StoreError
+from agentctx.errors import ConfigError, StoreError, UnsupportedMessageError
 from agentctx.events import (
     BudgetExceeded,
     CompactionWarning,
@@ -62,7 +63,7 @@ from agentctx.tokens.estimate import exact_encoder_needed, load_exact_encoder
 from agentctx.view import ViewState
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Sequence
+    from collections.abc import AsyncIterator, Callable
     from types import TracebackType
 
     from anyio.abc import TaskGroup, TaskStatus
@@ -169,6 +170,15 @@ def _shown_until(state: ViewState) -> int:
         top = max(top, origins[k])
     span = state.ledger.span_covering(top)
     return span.end if span is not None else top + 1
+
+
+def _read_once(history: object) -> list[Message]:
+    """A history given as a generator or another one-pass iterable, as the list it yields
+    (what is then compacted and sent); `UnsupportedMessageError` for no iterable of them."""
+    if not isinstance(history, Iterable) or isinstance(history, Mapping):
+        kind = type(history).__name__
+        raise UnsupportedMessageError(None, f"history of type {kind} (pass a list of messages)")
+    return list(history)
 
 
 def _same(a: Message, b: Message) -> bool:
@@ -282,6 +292,7 @@ class ContextManager:
         # Strategies put into the writer; it writes to the store off the event loop.
         self._writer = None if recall is None else self._new_writer(recall, self._state.ledger)
         self._tasks: TaskGroup | None = None
+        self._task_group: TaskGroup | None = None  # while entered (`async with`)
         self._repairs_seen = -1
         self._sent = 0
         # The view the last usage report was on, as (ledger version, view epoch), the raw
@@ -355,6 +366,10 @@ class ContextManager:
     # -- lifecycle ----------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
+        if self._closed or self._closing:
+            raise ConfigError("this ContextManager is closed: make a new one for a new session")
+        if self._task_group is not None:
+            raise ConfigError("this ContextManager is entered already: enter it once")
         if self._to_load is not None:
             await self._resume()
         if exact_encoder_needed(self._counter.counter):
@@ -362,12 +377,13 @@ class ContextManager:
             # and the session counts exactly from its first call, however busy the machine.
             await anyio.to_thread.run_sync(load_exact_encoder)
         await warm_logger()  # structlog, if logging is configured: not mid-session
-        self._task_group = anyio.create_task_group()
-        outer = await self._task_group.__aenter__()
+        group = self._task_group = anyio.create_task_group()
+        outer = await group.__aenter__()
         try:
             await outer.start(self._own_background_work)
         except BaseException:
-            await self._task_group.__aexit__(None, None, None)
+            self._task_group = None
+            await group.__aexit__(None, None, None)
             raise
         return self
 
@@ -403,6 +419,7 @@ class ContextManager:
         tb: TracebackType | None,
     ) -> bool | None:
         await self._shutdown()
+        assert self._task_group is not None  # entered: `__aenter__` refuses a second entry
         try:
             return await self._task_group.__aexit__(exc_type, exc, tb)
         except BaseExceptionGroup as group:
@@ -599,6 +616,8 @@ class ContextManager:
         budget = self.budget if max_tokens is None else self.budget.for_output(max_tokens)
         if self._closed:
             raise ConfigError("this ContextManager is closed")
+        if type(history) is not list and not isinstance(history, Sequence):
+            history = _read_once(history)
         if self._to_load is not None:
             await self._resume()
         if self._startup_events:

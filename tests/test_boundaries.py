@@ -46,6 +46,12 @@ def test_turns_and_in_flight_loop() -> None:
     assert turn_starts(h) == [0, 4]
     assert in_flight_start(h) == 5
     assert newest_complete_turn(h) == (0, 4)
+    # An answer, then more calls with no user message between: still the turn's answer.
+    h += [assistant(text="b is done"), assistant(call("c")), result("c")]
+    assert newest_complete_turn(h) == (4, 8)
+    turns = CompleteTurns()
+    turns.update(h)
+    assert turns.newest == (4, 8)
 
 
 _KINDS = {

@@ -36,6 +36,7 @@ from agentctx import (
     ThinkingBlock,
     ToolOutputPipeline,
     ToolResultMessage,
+    UnsupportedMessageError,
     Usage,
     UserMessage,
 )
@@ -691,6 +692,54 @@ async def test_the_newest_complete_turn_survives_turns_condensed_after_it() -> N
         assert ctx.ledger.spans  # the turns after it were condensed or dropped
 
 
+async def test_an_answer_followed_by_more_calls_keeps_its_turn_the_newest_complete_one() -> None:
+    # Found by the hostile run: the model answers, then goes on calling tools with no user
+    # message between. That turn stopped counting as complete, so the newest complete turn
+    # moved back to an older one, which the tiers had already condensed while the newer turn
+    # held the place: its question and answer were gone from every later view (and the LLM
+    # strategy's tiers raised ConfigError at `take`). A turn with an answer stays complete.
+    words = ["alpha", "beta", "gamma", "delta", "parser", "cache", "config", "token", "budget"]
+    words.append("retry")
+
+    def prose(i: int, n: int) -> str:
+        return " ".join(words[(i * 7 + k) % len(words)] for k in range(n))
+
+    def build(kind: str, i: int, n: int, width: int = 1) -> list[Message]:
+        if kind == "turn":
+            reply = f"assistant reply {i}: {prose(i + 1, n)}"
+            return [user(f"user message {i}: {prose(i, n)}"), assistant(text=reply)]
+        if kind == "cont":  # more calls after the answer, no user message between
+            more = call(f"x{i}", "read", path=f"src/x{i}.py")
+            return [assistant(more), result(more.id, prose(i, n))]
+        body = "\n".join(f"ok {k} of {i} {prose(k, 3)}" for k in range(n))
+        calls = [call(f"c{i}_{k}", "bash", command=f"cmd {i}") for k in range(width)]
+        return [
+            user(f"run command {i}"),
+            assistant(*calls),
+            *(result(c.id, body, name="bash") for c in calls),
+        ]
+
+    steps = [
+        ("tool", 4, 28), ("tool", 6, 7), ("tool", 7, 33), ("tool", 9, 36), ("tool", 10, 4, 2),
+        ("cont", 11, 62), ("tool", 12, 53), ("tool", 13, 49), ("tool", 14, 25, 3),
+        ("tool", 16, 60), ("tool", 18, 43, 2), ("tool", 19, 8), ("tool", 20, 44),
+        ("cont", 22, 54), ("tool", 23, 51, 2), ("tool", 24, 60, 3), ("cont", 25, 43),
+        ("tool", 26, 52), ("tool", 29, 7, 3), ("tool", 30, 37, 3), ("cont", 31, 119),
+        ("tool", 32, 30), ("cont", 34, 129), ("tool", 35, 35, 3), ("turn", 36, 53),
+        ("tool", 37, 21), ("tool", 48, 59, 3), ("turn", 49, 27), ("turn", 50, 42),
+        ("tool", 51, 21), ("tool", 52, 19, 2), ("cont", 53, 96), ("tool", 54, 15),
+        ("turn", 55, 15), ("cont", 56, 44),
+    ]  # fmt: skip
+    history: list[Message] = [user("TASK: refactor the parser; keep the API stable.")]
+    async with ContextManager(
+        Budget(context_window=3_000, reserve_output=1_000), on_over_budget="send"
+    ) as ctx:
+        for kind, *args in steps:
+            history += build(kind, *args)  # type: ignore[arg-type]
+            assert_view_ok(await ctx.prepare(history), ctx.raw)
+        assert ctx.ledger.spans  # the tiers did condense and drop turns
+
+
 # ---------------------------------------------------------------------------------------
 # Calls that overlap: a strategy that awaits inside compact lets another call in
 
@@ -925,3 +974,37 @@ def test_a_quiet_or_a_strategy_that_cannot_work_is_refused_when_made() -> None:
             ContextManager(100_000, strategy=strategy)  # type: ignore[arg-type]
         with pytest.raises(ConfigError, match="async def compact"):
             Chain([DeterministicCompaction(), strategy])  # type: ignore[list-item]
+
+
+# ---------------------------------------------------------------------------------------
+# Entering a manager: once, and never after it closed; a history read once
+
+
+async def test_a_manager_is_entered_once_and_never_after_it_closed() -> None:
+    # Found by the hostile run: entering again after the close raised anyio's RuntimeError
+    # ("Child exited without calling task_status.started()"); entering twice overwrote the
+    # task group, raised an AttributeError on the way out and left background tasks running.
+    ctx = ContextManager(Budget(context_window=50_000))
+    async with ctx:
+        with pytest.raises(ConfigError, match="entered already"):
+            await ctx.__aenter__()
+        assert await ctx.prepare([user("task")])
+    with pytest.raises(ConfigError, match="closed"):
+        async with ctx:
+            pass
+    tasks = {t.get_coro().__qualname__ for t in asyncio.all_tasks()}  # type: ignore[union-attr]
+    assert not any(name.startswith("ContextManager.") for name in tasks)
+
+
+async def test_a_history_given_as_a_generator_is_read_once() -> None:
+    # docs/invariants.md: "a history given as a generator or another one-pass iterable: read
+    # once into a list". `prepare` itself took only sequences (a TypeError from len()).
+    history = [user("task"), assistant(call("a")), result("a", "out")]
+    async with ContextManager(Budget(context_window=50_000)) as ctx:
+        assert await ctx.prepare(m for m in history) == history  # type: ignore[arg-type]
+        history += [assistant(text="done")]
+        assert await ctx.prepare(iter(history)) == history  # type: ignore[arg-type]
+        with pytest.raises(UnsupportedMessageError, match="history of type int"):
+            await ctx.prepare(7)  # type: ignore[arg-type]
+        with pytest.raises(UnsupportedMessageError):
+            await ctx.prepare({"role": "user"})  # type: ignore[arg-type]
