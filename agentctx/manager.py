@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import reprlib
 import threading
 import time
 import uuid
@@ -50,6 +51,7 @@ from agentctx.messages import (
     Message,
     ToolResultMessage,
     Usage,
+    bad_usage_field,
     check_history,
     fingerprint,
 )
@@ -891,6 +893,9 @@ class ContextManager:
         usage = usage_of(response)
         if usage is None:
             raise ConfigError(f"observe() takes {ACCEPTED}; got {type(response).__name__}")
+        if (name := bad_usage_field(usage)) is not None:
+            count = reprlib.repr(getattr(usage, name))
+            raise ConfigError(f"observe() got usage.{name}={count}: token counts are ints >= 0")
         self.usage = self.usage + usage
         self._last_call = self._clock()
         if usage.prompt_tokens > 0 and self._state.view:

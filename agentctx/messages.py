@@ -51,6 +51,7 @@ __all__ = [
     "UserContent",
     "UserMessage",
     "block_from_dict",
+    "bad_usage_field",
     "block_to_dict",
     "canonical_json",
     "check_history",
@@ -60,6 +61,7 @@ __all__ = [
     "sent_at",
     "text_of",
     "to_dict",
+    "written_arguments",
 ]
 
 JSONMap: TypeAlias = Mapping[str, Any]
@@ -125,6 +127,21 @@ class OpaqueBlock:
     type: ClassVar[str] = "opaque"
 
 
+def written_arguments(arguments: Mapping[str, Any], raw: object) -> str | None:
+    """The arguments string the model wrote, when it is what goes back instead of fresh JSON
+    of ``arguments``: ``raw``, a call's ``extra["arguments"]``, which the OpenAI adapters keep
+    when it is not that JSON (other spacing, no JSON object, nesting deeper than Python
+    parses), for as long as it still says ``arguments``. A compaction that rewrote the
+    arguments leaves it stale: then ``None``."""
+    if not isinstance(raw, str):
+        return None
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        value = None
+    return raw if ((value == arguments) if isinstance(value, dict) else not arguments) else None
+
+
 UserContent: TypeAlias = TextBlock | ImageBlock | OpaqueBlock
 ToolResultContent: TypeAlias = TextBlock | ImageBlock | OpaqueBlock
 AssistantContent: TypeAlias = (
@@ -167,6 +184,25 @@ class Usage:
             self.cache_write_tokens + other.cache_write_tokens,
             self.cache_write_1h_tokens + other.cache_write_1h_tokens,
         )
+
+
+USAGE_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "cache_write_1h_tokens",
+)
+
+
+def bad_usage_field(usage: Usage) -> str | None:
+    """The first field of ``usage`` that holds no token count (no ``int``, a ``bool``, below
+    0), else ``None``. `Usage` holds what it is given; what reads it checks it here."""
+    for name in USAGE_FIELDS:
+        count = getattr(usage, name)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            return name
+    return None
 
 
 # Each message caches its fingerprint in a private slot: computing it means serializing the

@@ -49,6 +49,7 @@ from agentctx.messages import (
     ToolResultMessage,
     Usage,
     UserMessage,
+    bad_usage_field,
 )
 
 if TYPE_CHECKING:
@@ -179,13 +180,6 @@ class SummaryResult:
 
 
 _STOPS = frozenset({"stop", "length", "refusal", "error"})
-_USAGE_FIELDS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "cache_write_1h_tokens",
-)
 
 
 def check_result(result: object) -> SummaryResult:
@@ -210,10 +204,9 @@ def check_result(result: object) -> SummaryResult:
     usage = result.usage
     if not isinstance(usage, Usage):
         raise _bad(f"usage {preview(usage)}, not a Usage")
-    for name in _USAGE_FIELDS:
-        count = getattr(usage, name)
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise _bad(f"usage.{name}={preview(count)}; token counts are whole numbers >= 0")
+    if (name := bad_usage_field(usage)) is not None:
+        count = preview(getattr(usage, name))
+        raise _bad(f"usage.{name}={count}; token counts are whole numbers >= 0")
     if not isinstance(result.messages, tuple):
         raise _bad(f"messages {preview(result.messages)}, not a tuple")
     for m in result.messages:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import base64
+import signal
 import struct
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from agentctx.messages import (
     AssistantMessage,
@@ -57,3 +60,23 @@ def png(width: int, height: int) -> str:
         b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + chunk + struct.pack(">I", zlib.crc32(chunk))
     )
     return base64.b64encode(data + b"\x00" * 64).decode()
+
+
+@contextmanager
+def returns_within(seconds: float) -> Iterator[None]:
+    """Fail, rather than hang the suite, when the block loops without awaiting: the alarm
+    raises in the main thread, which runs the event loop."""
+
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError(f"the block did not end within {seconds} s")
+
+    if not hasattr(signal, "setitimer"):  # no alarms on this platform: unguarded
+        yield
+        return
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -19,7 +19,7 @@ from agentctx.recall import MemoryRecallStore
 from agentctx.strategies.deterministic import COMPACTION_MARKER, describe_call, truncate_text
 from agentctx.testing import assert_view_ok, drive
 
-from .helpers import assistant, call, result, tool_turn, user
+from .helpers import assistant, call, result, returns_within, tool_turn, user
 
 
 @settings(max_examples=200, deadline=None)
@@ -201,3 +201,61 @@ async def test_giving_way_skips_the_levels_that_cannot_be_enough() -> None:
     assert [d.reason for d in newest] == ["truncate"] * 3
     shown = next(m for m in view if isinstance(m, ToolResultMessage) and m.tool_call_id == "big")
     assert text_of(shown.content).count("\n") + 1 == 12  # halving 200 -> 100 -> 50 -> 25 -> 12
+
+
+# -- hostile input: arguments the model wrote; paths in model-written text --------------------
+
+
+async def test_arguments_that_are_no_json_object_are_cut_to_meet_the_budget() -> None:
+    # Found by the hostile run: a write cut off at the output limit (arguments that are no
+    # JSON object) went back as written, 48k tokens counted as `{}`; counted, tier 1 had no
+    # argument to cut and the budget could not be met. It cuts the string the model wrote.
+    import json
+
+    from agentctx.adapters.openai_chat import from_openai_chat, to_openai_chat
+    from agentctx.tokens import MessageCounter
+
+    body = "\n".join(
+        f"def handler_{i}(request):\n    return run(request, {i})" for i in range(2500)
+    )
+    raw = json.dumps({"path": "src/handlers.py", "content": body})[:-5]
+    call_ = {"id": "call_1", "type": "function", "function": {"name": "write", "arguments": raw}}
+    history = from_openai_chat(
+        [
+            {"role": "user", "content": "write the handlers"},
+            {"role": "assistant", "content": None, "tool_calls": [call_]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "error: invalid arguments"},
+            {"role": "user", "content": "try again"},
+        ]
+    )
+    budget = Budget(context_window=40_000, reserve_output=4_000)
+    async with ContextManager(budget, recall=MemoryRecallStore()) as ctx:
+        view = await ctx.prepare(history)
+        assert_view_ok(view, ctx.raw)
+    sent = to_openai_chat(view)[1]["tool_calls"][0]["function"]["arguments"]
+    arguments = json.loads(sent)
+    assert list(arguments) == ["arguments"] and "chars truncated ...]" in arguments["arguments"]
+    assert arguments["arguments"].startswith(raw[:500])
+    assert len(sent) < len(raw) // 20
+    assert MessageCounter(lazy=False).estimate_prompt(view) < budget.limit
+
+
+@given(st.text(alphabet="ab./-_1 é/x", max_size=60))
+@settings(max_examples=3000, deadline=None)
+def test_paths_in_finds_what_the_path_pattern_finds(text: str) -> None:
+    import re
+
+    from agentctx.strategies.trail import paths_in
+
+    pattern = re.compile(r"(?:[\w.-]+/)+[\w.-]+\.\w{1,5}")
+    assert paths_in(text) == pattern.findall(text)
+
+
+@pytest.mark.parametrize("text", ["a/" * 200_000, "a.b/" * 100_000 + "/", "x/." * 100_000])
+def test_paths_in_reads_a_long_run_of_path_characters_once(text: str) -> None:
+    # Found by the hostile run: the pattern backtracked from every start of such a run, so
+    # an assistant text imitating a condensed line made `prepare` quadratic (10 s at 32 KB).
+    from agentctx.strategies.trail import paths_in
+
+    with returns_within(5):  # minutes, read with the pattern
+        paths_in(text)

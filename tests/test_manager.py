@@ -533,7 +533,7 @@ async def test_a_report_above_the_estimate_raises_it_until_the_view_changes() ->
         history = [*history, *tool_turn(1, lines=30)]
         await ctx.prepare(history)
         grown = ctx.prompt_tokens
-        ctx.observe(Usage(grown - 500, 10))  # an overestimate is not carried
+        ctx.observe(Usage(grown // 2, 10))  # an overestimate is not carried
         assert ctx.prompt_tokens <= grown
         ctx.observe(Usage(3 * grown, 10))  # not this view's size: at most a tenth more
         calibrated = ctx.counter.overhead + ctx._state.tokens

@@ -32,6 +32,8 @@ from agentctx.strategies.pipeline import CondensePass, EmergencyPass, ExpiryPass
 from agentctx.strategy import Chain
 from agentctx.testing import assert_view_ok
 
+from .helpers import returns_within
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -408,3 +410,13 @@ async def test_skipping_the_passes_changes_nothing_sent(
     assert sum(skipped) > 10
     for k, (a, b) in enumerate(zip(kept, plain, strict=True)):
         assert a == b, f"call {k}"
+
+
+@pytest.mark.parametrize("word", ["xdef ", "ximport ", "  import x; import "])
+def test_condense_reads_one_long_line_of_keywords_once(word: str) -> None:
+    # Found by the hostile run: each keyword on a line counted the line's newlines and read
+    # its indentation from the line's start again: 2 MB of "xdef " on one line took 123 s.
+    text = "head\n" * 5 + word * 200_000 + "\n" + "tail\n" * 5
+    with returns_within(5):
+        condensed = condense(text, 3, 3, 0.9)
+    assert condensed == condense_per_line(text, 3, 3, 0.9)

@@ -4,13 +4,12 @@ driven as real callers do."""
 from __future__ import annotations
 
 import random
-import signal
 import tempfile
 import threading
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,7 @@ from agentctx.testing._validate import validate_anthropic, validate_chat, valida
 from agentctx.testing.scripted import Outcome
 from agentctx.view import ViewState
 
-from .helpers import png
+from .helpers import png, returns_within
 
 _texts = st.text(alphabet=st.sampled_from("abc xyz\n{}:;/.\"'#é字"), min_size=0, max_size=40)
 
@@ -416,7 +415,7 @@ async def test_sessions_sharing_message_objects_keep_their_own_counts(
     ]
     for thread in threads:
         thread.start()
-    with _returns_within(120):
+    with returns_within(120):
         async with anyio.create_task_group() as tg:
             for strategy, owned, window, threaded in runs:
                 if not threaded:
@@ -491,26 +490,6 @@ def test_the_rendering_check_sees_partial_renders() -> None:
     assert fingerprints(state.view) == fingerprints(render(raw, state.ledger).messages)
 
 
-@contextmanager
-def _returns_within(seconds: float) -> Iterator[None]:
-    """Fail, rather than hang the suite, when the block loops without awaiting: the alarm
-    raises in the main thread, which runs the event loop."""
-
-    def expire(signum: int, frame: object) -> None:
-        raise TimeoutError(f"prepare() did not return within {seconds} s")
-
-    if not hasattr(signal, "setitimer"):  # no alarms on this platform: unguarded
-        yield
-        return
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def _summed_anew(state: ViewState) -> int:
     """The view's tokens from its messages' estimates, summed from nothing."""
     counter = state._counter
@@ -560,7 +539,7 @@ async def _drive_hostile(
     budget = Budget(context_window=window, reserve_output=500)
 
     def within() -> AbstractContextManager[None]:
-        return _returns_within(5) if guarded else nullcontext()
+        return returns_within(5) if guarded else nullcontext()
 
     events: list[Event] = []
     history: list[Message] = []

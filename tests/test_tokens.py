@@ -22,6 +22,7 @@ from agentctx.messages import (
     TextBlock,
     ToolCall,
     ToolResultMessage,
+    Usage,
     UserMessage,
     fingerprint,
 )
@@ -810,3 +811,79 @@ def test_the_slash_words_are_the_o200k_tokens_of_a_slash_and_letters() -> None:
 def test_path_segments_are_priced_by_the_vocabulary(path: str, tokens: int, off_by: int) -> None:
     assert exact_counter().count(path) == tokens
     assert abs(Estimator().count(path) - tokens) <= off_by
+
+
+# -- hostile input: what is sent is what is counted; reports no request makes -----------------
+
+
+def _cut_off_write(lines: int) -> tuple[str, list[Message]]:
+    """A write_file call cut off at the output limit: arguments that are no JSON object, which
+    the OpenAI adapters keep as written and send back byte for byte."""
+    from agentctx.adapters.openai_chat import from_openai_chat
+
+    body = "\n".join(
+        f"def handler_{i}(request):\n    return run(request, {i})" for i in range(lines)
+    )
+    raw = json.dumps({"path": "src/handlers.py", "content": body})[:-5]
+    call = {"id": "call_1", "type": "function", "function": {"name": "write", "arguments": raw}}
+    history = from_openai_chat(
+        [
+            {"role": "user", "content": "write the handlers"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "error: invalid arguments"},
+            {"role": "user", "content": "try again"},
+        ]
+    )
+    return raw, history
+
+
+def test_arguments_the_model_wrote_are_counted_as_they_are_sent() -> None:
+    # Found by the hostile run: arguments that are no JSON object went back as written but
+    # were counted as `{}` (160 KB of them estimated at 34 tokens, a request 1.4x over B).
+    raw, history = _cut_off_write(400)
+    assert history[1].tool_calls[0].arguments == {}
+    as_text = MessageCounter().count(AssistantMessage.of(raw))
+    for lazy in (True, False):
+        counter = MessageCounter(lazy=lazy)
+        assert (
+            counter.count(history[1]) >= 0.7 * as_text
+        )  # the quick estimate first (was 34 tokens for 80k)
+        counter.refine(history)
+        assert counter.count(history[1]) >= 0.7 * as_text
+    # Rewritten by a compaction, the written string is stale: the new arguments are sent.
+    call = history[1].tool_calls[0]
+    cut = ToolCall(call.id, call.name, {"arguments": "[cut]"}, call.extra)
+    rewritten = AssistantMessage((cut,), "tool_use")
+    counter = MessageCounter()
+    counter.refine([rewritten])  # the quick first estimate stays high, by design
+    assert counter.count(rewritten) < 0.1 * as_text
+
+
+@pytest.mark.parametrize("bad", [math.inf, math.nan, 1.5, "500", True, None, -1])
+async def test_observe_takes_token_counts_only(bad: object) -> None:
+    # Found by the hostile run: Usage(inf) broke the next prepare with an OverflowError,
+    # Usage("500") observe with a TypeError, Usage(True) was a 1-token report.
+    from agentctx import Budget, ContextManager
+
+    async with ContextManager(Budget(context_window=50_000)) as ctx:
+        await ctx.prepare([UserMessage.of("task")])
+        with pytest.raises(ConfigError, match="usage.input_tokens="):
+            ctx.observe(Usage(input_tokens=bad))  # type: ignore[arg-type]
+        assert ctx.usage == Usage()
+        await ctx.prepare([UserMessage.of("task")])
+
+
+@pytest.mark.parametrize("report", [math.nan, math.inf, 10**400, 0, -5])
+def test_a_report_no_request_makes_leaves_the_calibration_alone(report: float) -> None:
+    # Found by the hostile run: NaN and inf passed the `<= 0` check and cut every estimate to
+    # a quarter; 10**400 raised an OverflowError.
+    messages: list[Message] = [UserMessage.of("a question " * 50), AssistantMessage.of("ok " * 80)]
+    counter = MessageCounter()
+    before = counter.estimate_prompt(messages)
+    counter.observe(messages, report)  # type: ignore[arg-type]
+    assert counter.estimate_prompt(messages) == before
+
+
+def test_observe_refuses_what_is_no_token_count() -> None:
+    with pytest.raises(ConfigError, match="token count"):
+        MessageCounter().observe([UserMessage.of("q")], "500")  # type: ignore[arg-type]

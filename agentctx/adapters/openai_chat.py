@@ -61,6 +61,7 @@ from agentctx.messages import (
     Usage,
     UserContent,
     UserMessage,
+    written_arguments,
 )
 
 __all__ = [
@@ -157,16 +158,10 @@ def parse_arguments(raw: str) -> tuple[Mapping[str, Any], str | None]:
 
 
 def render_arguments(arguments: Mapping[str, Any], raw: object) -> str:
-    """The arguments string: ``raw`` while it still says ``arguments``, else fresh JSON."""
-    if isinstance(raw, str):
-        try:
-            value = json.loads(raw)
-        except (ValueError, RecursionError):
-            value = None
-        # Compaction may rewrite the arguments; then the recorded string is stale.
-        if (value == arguments) if isinstance(value, dict) else not arguments:
-            return raw
-    return dumps_arguments(arguments)
+    """The arguments string: ``raw`` while it still says ``arguments`` (`written_arguments`),
+    else fresh JSON."""
+    written = written_arguments(arguments, raw)
+    return dumps_arguments(arguments) if written is None else written
 
 
 def image_from_url(url: str, extra: Mapping[str, Any]) -> ImageBlock:

@@ -41,6 +41,7 @@ from agentctx.messages import (
     ToolCall,
     ToolResultMessage,
     text_of,
+    written_arguments,
 )
 from agentctx.strategies.trail import (
     COMPACTION_MARKER,
@@ -58,7 +59,7 @@ from agentctx.strategies.undecided import alone, undecided
 from agentctx.strategy import Quiet
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from agentctx.strategy import CompactionContext
 
@@ -132,6 +133,18 @@ def _deep_enough(
         skipped.append((lines, chars))
         lines, chars = max(_FLOOR_LINES, lines // 2), max(_FLOOR_CHARS, chars // 2)
     return (lines, chars), skipped
+
+
+def _cuttable_arguments(call: ToolCall) -> Mapping[str, Any]:
+    """The arguments tier 1 may cut: the parsed object or, when the model wrote no JSON
+    object (a call cut off at the output limit), the string it wrote, under ``arguments``:
+    it is sent back as written (`written_arguments`), so it counts, and cut, it goes back as
+    that object."""
+    if not call.arguments:
+        written = written_arguments(call.arguments, call.extra.get("arguments"))
+        if written:
+            return {"arguments": written}
+    return call.arguments
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -377,9 +390,8 @@ class DeterministicCompaction:
                         continue
                     new_args, cut = self._shrink_arguments(ctx, call)
                     if cut:
-                        rid = self._recall_id(
-                            ctx, json.dumps(dict(call.arguments), ensure_ascii=False)
-                        )
+                        whole = dict(_cuttable_arguments(call))
+                        rid = self._recall_id(ctx, json.dumps(whole, ensure_ascii=False))
                         pending.append(
                             ReplaceArguments(anchor(raw, i), call.id, new_args, "truncate", rid)
                         )
@@ -401,7 +413,7 @@ class DeterministicCompaction:
                 self._too_long_argument(v)
                 for call in m.content
                 if isinstance(call, ToolCall)
-                for v in call.arguments.values()
+                for v in _cuttable_arguments(call).values()
             )
         return False
 
@@ -419,7 +431,7 @@ class DeterministicCompaction:
         limit = self.max_argument_chars
         out: dict[str, Any] = {}
         cut = False
-        for key, value in call.arguments.items():
+        for key, value in _cuttable_arguments(call).items():
             if self._too_long_argument(value):
                 out[key] = truncate_text(value, max(3, limit // 80), limit)
                 cut = True

@@ -56,11 +56,11 @@ _INDENT = re.compile(r"[^\S\n]*")
 _WORD = re.compile(r"\w")
 
 
-def _defines(text: str, at: int, line_start: int) -> bool:
-    """Whether the keyword `_KEYWORD` found at ``at`` makes its line (from ``line_start``)
-    an import or definition line."""
+def _defines(text: str, at: int, line_start: int, indent_end: int) -> bool:
+    """Whether the keyword `_KEYWORD` found at ``at`` makes its line (from ``line_start``,
+    indented up to ``indent_end``) an import or definition line."""
     if text.startswith(("import", "export"), at):
-        return _INDENT.fullmatch(text, line_start, at) is not None
+        return at == indent_end
     return at == line_start or _WORD.match(text, at - 1) is None
 
 
@@ -81,16 +81,22 @@ def condense(text: str, head: int, tail: int, max_ratio: float) -> str:
         pos = head_chars + head  # the start of line ``line``
         end = len(text) - tail_chars - tail if tail else len(text)
         line = done = head  # lines before ``done`` are in ``out`` or counted as omitted
-        scan = pos
+        # Newlines before ``counted`` are in ``line``, and ``indent`` is where line ``line``'s
+        # indentation ends: keywords on one long line (``xdef`` after ``xdef``) are counted
+        # from the last one, not from the line's start, or they cost the line's length each.
+        scan = counted = indent = pos
         while size <= limit:
             m = _KEYWORD.search(text, scan, end)
             if m is None:
                 break
             at = m.start()
-            if newlines := text.count("\n", pos, at):
+            if newlines := text.count("\n", counted, at):
                 line += newlines
-                pos = text.rfind("\n", pos, at) + 1
-            if not _defines(text, at, pos):
+                pos = indent = text.rfind("\n", counted, at) + 1
+            counted = at
+            if indent == pos and (lead := _INDENT.match(text, pos, end)) is not None:
+                indent = lead.end()
+            if not _defines(text, at, pos, indent):
                 scan = at + 1  # keywords may overlap (``xdef class A``)
                 continue
             if line > done:
@@ -103,7 +109,7 @@ def condense(text: str, head: int, tail: int, max_ratio: float) -> str:
             nl = text.find("\n", at, end)
             if nl < 0:
                 break  # that was the last middle line
-            pos = scan = nl + 1
+            pos = scan = counted = indent = nl + 1
             line += 1
         if size <= limit:
             if n - tail > done:

@@ -249,7 +249,11 @@ _FAILED_SUFFIX = re.compile(r" (\d+) call\(s\) failed\.$")
 _PATH_KEYS = frozenset({"path", "file_path", "file", "filename"})
 _ITEM = re.compile(r"([\w.-]+(?:\+[\w.-]+)*)\((\w+)=(.*)\)", re.S)
 _ITEM_SEPARATOR = re.compile(r", (?=[\w.-]+(?:\+[\w.-]+)*\()")
-_PATH_TOKEN = re.compile(r"(?:[\w.-]+/)+[\w.-]+\.\w{1,5}")
+# A path is what `(?:[\w.-]+/)+[\w.-]+\.\w{1,5}` matches; that pattern backtracks from every
+# start of a long run of path characters with no extension ("a/a/a/..."), so `paths_in`
+# reads each run once instead, to the same matches.
+_PATH_RUN = re.compile(r"[\w./-]+")
+_EXTENSION = re.compile(r"\w{1,5}")
 _MORE = re.compile(r"\.\.\. and \d+ more|\+\d+ more")
 
 
@@ -263,7 +267,7 @@ def _call_items(call: ToolCall) -> list[str]:
             first = value.split("\n", 1)[0]
             items += [
                 f"{call.name}(path={p})"
-                for p in dict.fromkeys(_PATH_TOKEN.findall(first))
+                for p in dict.fromkeys(paths_in(first))
                 if p not in described
             ]
     return items
@@ -327,7 +331,46 @@ def _path_argument(item: str) -> tuple[tuple[str, ...], str | None]:
 
 @functools.lru_cache(maxsize=8192)
 def _paths_named(item: str) -> tuple[str, ...]:
-    return tuple(_PATH_TOKEN.findall(item))
+    return tuple(paths_in(item))
+
+
+def paths_in(text: str) -> list[str]:
+    """The file paths ``text`` names (``dir/name.ext``, at least one directory, an extension
+    of 1-5 word characters), in order, in O(len(text))."""
+    found: list[str] = []
+    for run in _PATH_RUN.findall(text):
+        if "/" in run:
+            _paths_in_run(run, found)
+    return found
+
+
+def _paths_in_run(run: str, found: list[str]) -> None:
+    n, p = len(run), 0
+    while p < n:
+        if run[p] == "/":
+            p += 1
+            continue
+        # The path from ``p`` ends in the last segment of its chain (segments between single
+        # slashes) with an extension; a chain without one names no path from anywhere in it.
+        segments = []
+        s = p
+        while (j := run.find("/", s)) != -1 and j + 1 < n and run[j + 1] != "/":
+            s = j + 1
+            k = run.find("/", s)
+            segments.append((s, n if k == -1 else k))
+        end = -1
+        for a, b in reversed(segments):
+            d = run.rfind(".", a + 1, b)
+            while d != -1 and (ext := _EXTENSION.match(run, d + 1, b)) is None:
+                d = run.rfind(".", a + 1, d)
+            if d != -1 and ext is not None:
+                end = ext.end()
+                break
+        if end == -1:
+            p = n if j == -1 else j + 1
+        else:
+            found.append(run[p:end])
+            p = end
 
 
 def _fit_trail(items: Sequence[str], limit: int = _TRAIL_LIMIT) -> list[str]:

@@ -24,6 +24,7 @@ from agentctx.messages import (
     ToolResultMessage,
     UserMessage,
     fingerprint,
+    written_arguments,
 )
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ __all__ = ["MessageCounter"]
 # Claiming a message for a counter's estimate is one check and one write: sessions in other
 # threads may count the same message object (a briefing from a shared summary cache).
 _CLAIMS = threading.Lock()
+_MOST_PROMPT_TOKENS = 10**9  # past any context window: no request's report
 
 
 class _Entry:
@@ -302,12 +304,16 @@ class MessageCounter:
 
         ``prompt_tokens`` is the provider's full prompt count for that request (uncached +
         cache reads + cache writes, i.e. `Usage.prompt_tokens`). Non-positive counts, as
-        aborted turns report, are ignored. ``vector``: the sum of the messages' `vector`s
+        aborted turns report, are ignored, and so are counts that are no finite number or
+        past any context window (a billion tokens). ``vector``: the sum of the messages' `vector`s
         when the caller keeps it up to date (and `refine`d them first), so a long request
         costs O(1) here instead of a pass over every message.
         """
-        if prompt_tokens <= 0:
+        if isinstance(prompt_tokens, bool) or not isinstance(prompt_tokens, int | float):
+            raise ConfigError(f"observe() needs a token count, got {prompt_tokens!r}")
+        if not 0 < prompt_tokens <= _MOST_PROMPT_TOKENS:  # NaN fails this too
             return
+        prompt_tokens = round(prompt_tokens)
         if vector is None:
             x = [0.0] * len(self._slots)
             for message in messages:
@@ -520,7 +526,9 @@ class MessageCounter:
                 vec[prose] += _quick_len(block.thinking) / 3.0
             elif isinstance(block, ToolCall):
                 fixed += (len(block.name) + len(block.id)) / 2
-                vec[json_slot] += _quick_arguments_len(block.arguments) / 3.5
+                size = _quick_arguments_len(block.arguments)
+                raw = block.extra.get("arguments")  # the string the model wrote (see `_base`)
+                vec[json_slot] += (size if type(raw) is not str else max(size, len(raw))) / 3.5
             elif isinstance(block, ImageBlock):
                 vec[self._fixed + 1] += image_tokens(block)
             elif isinstance(block, OpaqueBlock):
@@ -570,7 +578,10 @@ class MessageCounter:
                 self._add_text(vec, block.thinking)
             elif isinstance(block, ToolCall):
                 fixed += count(block.name) + count(block.id)
-                self._add_text(vec, _compact_json(dict(block.arguments)), ContentClass.JSON)
+                written = written_arguments(block.arguments, block.extra.get("arguments"))
+                if written is None:
+                    written = _compact_json(dict(block.arguments))
+                self._add_text(vec, written, ContentClass.JSON)
             elif isinstance(block, ImageBlock):
                 vec[self._fixed + 1] += image_tokens(block)
             elif isinstance(block, OpaqueBlock):
