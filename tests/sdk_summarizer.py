@@ -361,7 +361,7 @@ class SummarizerFactory:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.sdk = backend != "scripted"
-        self.timeout = 0.6 if self.sdk else 0.05  # 0.3 s: a reply late at times under load
+        self.timeout = 1.0 if self.sdk else 0.05  # 0.6 s: a reply late at times under load
         self.made: list[Scripted | SdkSummarizer] = []
 
     def __call__(
