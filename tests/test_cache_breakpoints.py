@@ -157,3 +157,28 @@ async def test_fake_server_rejects_five_breakpoints_and_thinking_breakpoints() -
                 ],
             )
         await client.close()
+
+
+@pytest.mark.parametrize("kind", [tuple, iter], ids=["tuple", "generator"])
+async def test_caller_breakpoints_in_a_tuple_or_generator_are_counted_too(kind: Any) -> None:
+    # Found by the hostile run: the SDK takes any iterable for `system` and `tools`; their
+    # breakpoints were counted only in lists, so two in a tuple made five (HTTP 400).
+    system = [{"type": "text", "text": f"part {i}", "cache_control": EPHEMERAL} for i in range(2)]
+    tools = [{**TOOLS[0], "cache_control": EPHEMERAL}]
+    history = [
+        {"role": "user", "content": "the task"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "go on"},
+    ]
+    async with (
+        FakeAnthropic(script(1)) as server,
+        ContextManager(Budget(context_window=200_000)) as ctx,
+        anthropic.AsyncAnthropic(base_url=server.url, api_key="t", max_retries=0) as sdk,
+    ):
+        client = ant_provider.wrap(sdk, ctx, cache_breakpoints=True)
+        await client.messages.create(
+            model=MODEL, max_tokens=100, system=kind(system), tools=kind(tools), messages=history
+        )
+    sent = server.requests[0].json
+    assert sent["system"] == system and sent["tools"] == tools  # read once, sent whole
+    assert sum("cache_control" in b for m in sent["messages"] for b in m["content"]) == 1

@@ -61,6 +61,7 @@ _MAX_TOKENS: dict[str, tuple[str, ...]] = {
     "openai-chat": ("max_completion_tokens", "max_tokens"),
     "openai-responses": ("max_output_tokens",),
 }
+_READ_AGAIN = (Sequence, Mapping, str, bytes)  # what counting leaves for the SDK to read
 MAX_BREAKPOINTS = 4  # Anthropic rejects a request with more cache_control blocks than this
 # The cache looks for an earlier hit about 20 blocks back from a breakpoint; a turn that adds
 # more than this many blocks needs a breakpoint of its own where the previous request ended.
@@ -126,7 +127,11 @@ class Compactor:
             view = await prepare(self._history.convert(list(history)), max_tokens=max_tokens)
             messages = to_anthropic(view)
             if self.cache_breakpoints and not count:
-                messages = self._place(kwargs, view, messages)
+                for key in ("system", "tools"):  # their breakpoints are counted: read them once
+                    value = outgoing.get(key)
+                    if isinstance(value, Iterable) and not isinstance(value, _READ_AGAIN):
+                        outgoing[key] = list(value)
+                messages = self._place(outgoing, view, messages)
             outgoing[self._key] = messages
             return outgoing
         # Leading system / developer messages are sent as they are.
@@ -425,10 +430,12 @@ def _blocks_between(messages: list[Any], start: int, end: int) -> int:
 
 
 def _count(value: object) -> int:
+    """The ``cache_control`` breakpoints in ``value`` (blocks as the SDK takes them: mappings,
+    in lists or tuples)."""
     if isinstance(value, Mapping):
         return ("cache_control" in value) + sum(
             _count(v) for k, v in value.items() if k != "cache_control"
         )
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return sum(_count(v) for v in value)
     return 0
