@@ -311,6 +311,20 @@ def anthropic_refusals(client: Any) -> Iterator[tuple[str, Callable[[], Any]]]:
     kw = {"model": MODEL, "max_tokens": 64, "messages": anthropic_history(1)}
     yield "messages.batches.create", lambda: client.messages.batches.create(requests=[])
     yield "beta.messages.batches.create", lambda: client.beta.messages.batches.create(requests=[])
+    # Found by the hostile run: these went to the batches endpoint as they were.
+    batches = client.messages.batches
+    yield (
+        "messages.batches.with_raw_response.create",
+        lambda: batches.with_raw_response.create(requests=[]),
+    )
+    yield (
+        "messages.batches.with_streaming_response.create",
+        lambda: batches.with_streaming_response.create(requests=[]),
+    )
+    yield (
+        "beta.messages.batches.with_raw_response.create",
+        lambda: client.beta.messages.batches.with_raw_response.create(requests=[]),
+    )
     yield "beta.messages.thread", lambda: client.beta.messages.thread(model=MODEL, max_tokens=64)
     yield (
         "messages.with_raw_response.create",

@@ -61,6 +61,7 @@ _MAX_TOKENS: dict[str, tuple[str, ...]] = {
     "openai-chat": ("max_completion_tokens", "max_tokens"),
     "openai-responses": ("max_output_tokens",),
 }
+_RESPONSE_VIEWS = frozenset({"with_raw_response", "with_streaming_response"})
 _READ_AGAIN = (Sequence, Mapping, str, bytes)  # what counting leaves for the SDK to read
 MAX_BREAKPOINTS = 4  # Anthropic rejects a request with more cache_control blocks than this
 # The cache looks for an earlier hit about 20 blocks back from a breakpoint; a turn that adds
@@ -349,7 +350,10 @@ class Guarded:
     def __getattr__(self, name: str) -> Any:
         if name in self._refused:
             return Refused(f"{self._what}.{name}", self._covered)
-        return getattr(self._inner, name)
+        inner = getattr(self._inner, name)
+        if name in _RESPONSE_VIEWS:  # `.with_raw_response.create` sends as `.create` does
+            return Guarded(inner, f"{self._what}.{name}", self._covered, self._refused)
+        return inner
 
 
 def refuse(what: str, covered: str) -> NoReturn:
