@@ -182,3 +182,33 @@ async def test_caller_breakpoints_in_a_tuple_or_generator_are_counted_too(kind: 
     sent = server.requests[0].json
     assert sent["system"] == system and sent["tools"] == tools  # read once, sent whole
     assert sum("cache_control" in b for m in sent["messages"] for b in m["content"]) == 1
+
+
+async def test_no_breakpoint_goes_before_a_callers_one_hour_breakpoint() -> None:
+    # Found by the hostile run: the wrapper marked the task (a 5-minute breakpoint) before
+    # the caller's 1-hour one on a later message; the API takes longer TTLs first.
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    history = [
+        {"role": "user", "content": "the task"},
+        {"role": "assistant", "content": [{"type": "text", "text": "ok", "cache_control": hour}]},
+        {"role": "user", "content": "go on"},
+    ]
+    async with (
+        FakeAnthropic(script(2)) as server,
+        ContextManager(Budget(context_window=200_000)) as ctx,
+        anthropic.AsyncAnthropic(base_url=server.url, api_key="t", max_retries=0) as sdk,
+    ):
+        with pytest.raises(anthropic.BadRequestError, match="ttl='1h'"):
+            await sdk.messages.create(
+                model=MODEL,
+                max_tokens=100,
+                messages=[{**history[0], "content": [marked("the task")]}, *history[1:]],
+            )
+        client = ant_provider.wrap(sdk, ctx, cache_breakpoints=True)
+        await client.messages.create(model=MODEL, max_tokens=100, messages=history)
+    sent = server.requests[-1].json["messages"]
+    assert marks(sent) == [1, 2]  # the caller's, then the last message's
+
+
+def marked(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text, "cache_control": EPHEMERAL}

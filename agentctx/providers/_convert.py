@@ -375,7 +375,8 @@ def place_breakpoints(
     next request reads it); where the previous request ended, when more blocks than the
     cache's lookback were added since (so that prefix is still read); the first message, the
     task, which compaction never rewrites (so tools, system and task stay cached across a
-    compaction). Messages that get one are copied; the others are the same objects.
+    compaction). Messages that get one are copied; the others are the same objects. None goes
+    before a message the caller marked with a 1-hour TTL: the API takes longer TTLs first.
     """
     if room <= 0 or not messages:
         return messages
@@ -390,9 +391,12 @@ def place_breakpoints(
     targets.append(0)
     out = list(messages)
     placed = 0
+    floor = _last_long_ttl(messages)
     for index in dict.fromkeys(targets):
         if placed == room:
             break
+        if index < floor:
+            continue
         marked = _mark(out[index])
         if marked is not None:
             out[index] = marked
@@ -423,6 +427,20 @@ def _mark(message: Any) -> dict[str, Any] | None:
         blocks[i] = {**block, "cache_control": {"type": "ephemeral"}}
         return {**message, "content": blocks}
     return None
+
+
+def _last_long_ttl(messages: list[Any]) -> int:
+    """The index of the last message holding a breakpoint with a 1-hour TTL (-1: none)."""
+    for i in range(len(messages) - 1, -1, -1):
+        content = messages[i].get("content") if isinstance(messages[i], Mapping) else None
+        if isinstance(content, list) and any(
+            isinstance(b, Mapping)
+            and isinstance(mark := b.get("cache_control"), Mapping)
+            and mark.get("ttl") == "1h"
+            for b in content
+        ):
+            return i
+    return -1
 
 
 def _blocks_between(messages: list[Any], start: int, end: int) -> int:

@@ -145,7 +145,33 @@ def _anthropic_params(body: Mapping[str, Any]) -> str | None:
     breakpoints += count_key(body.get("messages"), "cache_control")
     if breakpoints > 4:
         return f"A maximum of 4 blocks with cache_control may be provided. Found {breakpoints}."
+    ttls = [
+        mark.get("ttl", "5m")
+        for part in (body.get("tools"), body.get("system"), body.get("messages"))
+        for mark in _values_of(part, "cache_control")
+        if _is_obj(mark)
+    ]
+    first_short = next((i for i, ttl in enumerate(ttls) if ttl != "1h"), len(ttls))
+    if "1h" in ttls[first_short:]:
+        return (
+            "a ttl='1h' cache_control block must not come after a ttl='5m' cache_control "
+            "block. Note that blocks are processed in the following order: `tools`, `system`, "
+            "`messages`."
+        )
     return None
+
+
+def _values_of(value: object, key: str) -> list[Any]:
+    """The values under ``key`` in ``value``, in document order."""
+    if isinstance(value, dict):
+        found = [value[key]] if key in value else []
+        for k, v in value.items():
+            if k != key:
+                found += _values_of(v, key)
+        return found
+    if isinstance(value, list):
+        return [x for v in value for x in _values_of(v, key)]
+    return []
 
 
 def count_key(value: object, key: str) -> int:
