@@ -31,6 +31,7 @@ from agentctx.adapters import (
     to_openai_chat,
     to_openai_responses,
 )
+from agentctx.boundaries import repair
 from agentctx.errors import UnsupportedMessageError
 from agentctx.messages import (
     AssistantMessage,
@@ -49,6 +50,7 @@ from agentctx.messages import (
     from_dict,
     to_dict,
 )
+from agentctx.testing._validate import validate_chat
 
 from .corpus import corpus_file, corpus_files
 
@@ -634,7 +636,7 @@ def test_chat_message_forms_names_refusals_and_system_roles() -> None:
     assert history[3].extra["openai_chat"]["role"] == "system"
     calls = history[4]
     assert isinstance(calls, AssistantMessage)
-    assert calls.content[1] == OpaqueBlock("openai_chat.tool_call", rest[4]["tool_calls"][1])
+    assert calls.content[1] == ToolCall("c2", "g", {"input": "free text"}, {"type": "custom"})
     r1, r2 = history[5], history[6]
     assert isinstance(r1, ToolResultMessage) and r1.tool_name == "f"
     assert isinstance(r2, ToolResultMessage) and r2.tool_name == "g"
@@ -1178,3 +1180,41 @@ def test_responses_custom_tool_calls_pair_with_their_outputs_as_function_calls_d
     assert item == {**items[2], "input": "[cleared]"}
     short = ToolResultMessage("ct1", (TextBlock("[cleared]"),), "apply_patch", extra=patched.extra)
     assert to_openai_responses([short]) == [{**items[4], "output": "[cleared]"}]
+
+
+def test_chat_custom_tool_calls_pair_with_their_tool_messages() -> None:
+    """Found by the hostile run: an assistant's ``{"type": "custom"}`` call rode opaque, so
+    its tool message answered no call and was left out of every view (the output lost, and
+    a call the API refuses without its tool message)."""
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "list the files"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "custom", "custom": {"name": "shell", "input": "ls"}},
+                {"id": "c2", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "a.py b.py"},
+        {"role": "tool", "tool_call_id": "c2", "content": "ok"},
+    ]
+    history = from_openai_chat(messages)
+    assert to_openai_chat(history) == messages
+    calls = history[1]
+    assert isinstance(calls, AssistantMessage)
+    assert [(c.id, c.name, dict(c.arguments)) for c in calls.tool_calls][0] == (
+        "c1",
+        "shell",
+        {"input": "ls"},
+    )
+    repaired, _, repairs = repair(history)
+    assert repaired == history and not repairs  # nothing left out
+    assert validate_chat({"model": "m", "messages": messages}) is None
+    assert validate_chat({"model": "m", "messages": messages[:2]}) is not None
+    # What compaction makes of the call goes back as a custom call.
+    cleared = ToolCall("c1", "shell", {"input": "[cleared]"}, calls.tool_calls[0].extra)
+    (sent,) = to_openai_chat([AssistantMessage((cleared,))])
+    assert sent["tool_calls"] == [
+        {**messages[1]["tool_calls"][0], "custom": {"name": "shell", "input": "[cleared]"}}
+    ]

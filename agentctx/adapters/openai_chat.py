@@ -20,7 +20,9 @@ with its role, and goes back as what it was.
 
 Mapping: ``text`` / ``image_url`` parts become `TextBlock` / `ImageBlock` (data URLs as
 base64 images), other parts ``OpaqueBlock("openai_chat", part)``; function ``tool_calls``
-become `ToolCall`, other calls ``OpaqueBlock("openai_chat.tool_call", call)``; ``tool``
+become `ToolCall`, and so do ``custom`` ones (``{"input": text}`` as their arguments, so they
+pair with their tool messages), other calls ``OpaqueBlock("openai_chat.tool_call", call)``;
+``tool``
 messages become `ToolResultMessage` (``tool_name`` from the ``name`` field, else from the
 call); an assistant ``refusal`` string is a `TextBlock` with ``extra["refusal"] = True``; a
 ``reasoning_content`` string (vLLM, DeepSeek and other compatible servers) is a
@@ -78,6 +80,7 @@ __all__ = [
 PROVIDER = "openai_chat"
 """The ``provider`` of the `OpaqueBlock` holding a content part this adapter does not model."""
 CALL_PROVIDER = "openai_chat.tool_call"
+_CUSTOM = "custom"  # a custom tool's call: ``{"type": "custom", "custom": {name, input}}``
 """The ``provider`` of the `OpaqueBlock` holding a tool call that is not a function call."""
 KEY = "openai_chat"
 """The message ``extra`` key holding this adapter's message-level details."""
@@ -249,6 +252,22 @@ def _render_part(block: object, index: int) -> JSON:
 
 
 def _call(tc: Mapping[str, Any]) -> ToolCall | OpaqueBlock:
+    custom = tc.get("custom")
+    if (
+        tc.get("type") == _CUSTOM
+        and isinstance(tc.get("id"), str)
+        and isinstance(custom, Mapping)
+        and isinstance(custom.get("name"), str)
+        and isinstance(custom.get("input"), str)
+    ):
+        # A custom tool's call (free-form ``input`` text): a `ToolCall` with ``{"input":
+        # text}`` as its arguments, so it pairs with its tool message as a function call does.
+        extra = {**rest(tc, "id", "custom"), "type": _CUSTOM}
+        if len(custom) > 2:
+            extra["custom"] = rest(custom, "name", "input")
+        call = ToolCall(tc["id"], custom["name"], {"input": custom["input"]}, freeze(extra))
+        if _render_call(call) == tc:
+            return call
     fn = tc.get("function")
     if (
         tc.get("type") == "function"
@@ -270,6 +289,12 @@ def _call(tc: Mapping[str, Any]) -> ToolCall | OpaqueBlock:
 
 
 def _render_call(call: ToolCall) -> JSON:
+    if call.extra.get("type") == _CUSTOM:
+        text = call.arguments.get("input")
+        if not isinstance(text, str):  # arguments a caller's own strategy replaced
+            text = render_arguments(call.arguments, None)
+        custom = {**call.extra.get("custom", _EMPTY), "name": call.name, "input": text}
+        return {**rest(call.extra, "custom"), "id": call.id, "custom": custom}
     extra = rest(call.extra, "arguments", "function")
     fn = {
         **call.extra.get("function", _EMPTY),

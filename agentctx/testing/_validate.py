@@ -516,6 +516,19 @@ def _chat_message(message: Mapping[str, Any], i: int) -> Invalid | None:
                     f"{where}.id",
                     "missing_required_parameter",
                 )
+            if call.get("type") == "custom":  # a custom tool's call: free-form input text
+                custom = call.get("custom")
+                if not (
+                    _is_obj(custom)
+                    and isinstance(custom.get("name"), str)
+                    and isinstance(custom.get("input"), str)
+                ):
+                    return Invalid(
+                        f"Missing required parameter: '{where}.custom'.",
+                        f"{where}.custom",
+                        "missing_required_parameter",
+                    )
+                continue
             function = call.get("function")
             if not _is_obj(function) or not isinstance(function.get("name"), str):
                 return Invalid(
