@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import signal
 import struct
 import zlib
@@ -80,3 +81,24 @@ def returns_within(seconds: float) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def cut_off_write(lines: int) -> tuple[str, list[Message]]:
+    """A write_file call cut off at the output limit: arguments that are no JSON object, which
+    the OpenAI adapters keep as written and send back byte for byte."""
+    from agentctx.adapters.openai_chat import from_openai_chat
+
+    body = "\n".join(
+        f"def handler_{i}(request):\n    return run(request, {i})" for i in range(lines)
+    )
+    raw = json.dumps({"path": "src/handlers.py", "content": body})[:-5]
+    write = {"id": "call_1", "type": "function", "function": {"name": "write", "arguments": raw}}
+    history = from_openai_chat(
+        [
+            {"role": "user", "content": "write the handlers"},
+            {"role": "assistant", "content": None, "tool_calls": [write]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "error: invalid arguments"},
+            {"role": "user", "content": "try again"},
+        ]
+    )
+    return raw, history

@@ -19,7 +19,7 @@ from agentctx.recall import MemoryRecallStore
 from agentctx.strategies.deterministic import COMPACTION_MARKER, describe_call, truncate_text
 from agentctx.testing import assert_view_ok, drive
 
-from .helpers import assistant, call, result, returns_within, tool_turn, user
+from .helpers import assistant, call, cut_off_write, result, returns_within, tool_turn, user
 
 
 @settings(max_examples=200, deadline=None)
@@ -212,22 +212,10 @@ async def test_arguments_that_are_no_json_object_are_cut_to_meet_the_budget() ->
     # argument to cut and the budget could not be met. It cuts the string the model wrote.
     import json
 
-    from agentctx.adapters.openai_chat import from_openai_chat, to_openai_chat
+    from agentctx.adapters.openai_chat import to_openai_chat
     from agentctx.tokens import MessageCounter
 
-    body = "\n".join(
-        f"def handler_{i}(request):\n    return run(request, {i})" for i in range(2500)
-    )
-    raw = json.dumps({"path": "src/handlers.py", "content": body})[:-5]
-    call_ = {"id": "call_1", "type": "function", "function": {"name": "write", "arguments": raw}}
-    history = from_openai_chat(
-        [
-            {"role": "user", "content": "write the handlers"},
-            {"role": "assistant", "content": None, "tool_calls": [call_]},
-            {"role": "tool", "tool_call_id": "call_1", "content": "error: invalid arguments"},
-            {"role": "user", "content": "try again"},
-        ]
-    )
+    raw, history = cut_off_write(2500)
     budget = Budget(context_window=40_000, reserve_output=4_000)
     async with ContextManager(budget, recall=MemoryRecallStore()) as ctx:
         view = await ctx.prepare(history)

@@ -35,7 +35,7 @@ from agentctx.tokens import (
     image_tokens,
 )
 
-from .helpers import png
+from .helpers import cut_off_write, png
 
 LS = """total 48
 drwxr-xr-x  6 alice staff   192 Nov 30 11:52 .
@@ -816,31 +816,10 @@ def test_path_segments_are_priced_by_the_vocabulary(path: str, tokens: int, off_
 # -- hostile input: what is sent is what is counted; reports no request makes -----------------
 
 
-def _cut_off_write(lines: int) -> tuple[str, list[Message]]:
-    """A write_file call cut off at the output limit: arguments that are no JSON object, which
-    the OpenAI adapters keep as written and send back byte for byte."""
-    from agentctx.adapters.openai_chat import from_openai_chat
-
-    body = "\n".join(
-        f"def handler_{i}(request):\n    return run(request, {i})" for i in range(lines)
-    )
-    raw = json.dumps({"path": "src/handlers.py", "content": body})[:-5]
-    call = {"id": "call_1", "type": "function", "function": {"name": "write", "arguments": raw}}
-    history = from_openai_chat(
-        [
-            {"role": "user", "content": "write the handlers"},
-            {"role": "assistant", "content": None, "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": "call_1", "content": "error: invalid arguments"},
-            {"role": "user", "content": "try again"},
-        ]
-    )
-    return raw, history
-
-
 def test_arguments_the_model_wrote_are_counted_as_they_are_sent() -> None:
     # Found by the hostile run: arguments that are no JSON object went back as written but
     # were counted as `{}` (160 KB of them estimated at 34 tokens, a request 1.4x over B).
-    raw, history = _cut_off_write(400)
+    raw, history = cut_off_write(400)
     assert history[1].tool_calls[0].arguments == {}
     as_text = MessageCounter().count(AssistantMessage.of(raw))
     for lazy in (True, False):
