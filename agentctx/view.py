@@ -275,7 +275,7 @@ class ViewState:
                 for i, m in zip(range(start, end), new, strict=True)
                 if raw[i] is m or self._repaired(raw[i], m, i)
             ]
-            self._shown_in_prefix = bisect_left(shown, self._settled_raw)
+        self._shown_in_prefix = bisect_left(shown, self._settled_raw)
         self._version += 1
         return True
 
