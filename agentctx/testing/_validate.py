@@ -139,18 +139,14 @@ def _anthropic_params(body: Mapping[str, Any]) -> str | None:
         max_tokens = body.get("max_tokens")
         if isinstance(max_tokens, int) and max_tokens <= budget:
             return "`max_tokens` must be greater than `thinking.budget_tokens`."
-    breakpoints = count_key(body.get("system"), "cache_control") + count_key(
-        body.get("tools"), "cache_control"
-    )
-    breakpoints += count_key(body.get("messages"), "cache_control")
-    if breakpoints > 4:
-        return f"A maximum of 4 blocks with cache_control may be provided. Found {breakpoints}."
-    ttls = [
-        mark.get("ttl", "5m")
+    marks = [  # in the order the API reads them
+        mark
         for part in (body.get("tools"), body.get("system"), body.get("messages"))
-        for mark in _values_of(part, "cache_control")
-        if _is_obj(mark)
+        for mark in values_of(part, "cache_control")
     ]
+    if len(marks) > 4:
+        return f"A maximum of 4 blocks with cache_control may be provided. Found {len(marks)}."
+    ttls = [mark.get("ttl", "5m") for mark in marks if _is_obj(mark)]
     first_short = next((i for i, ttl in enumerate(ttls) if ttl != "1h"), len(ttls))
     if "1h" in ttls[first_short:]:
         return (
@@ -161,25 +157,17 @@ def _anthropic_params(body: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _values_of(value: object, key: str) -> list[Any]:
-    """The values under ``key`` in ``value``, in document order."""
+def values_of(value: object, key: str) -> list[Any]:
+    """The values under ``key`` in ``value`` (JSON: dicts and lists), in document order."""
     if isinstance(value, dict):
         found = [value[key]] if key in value else []
         for k, v in value.items():
             if k != key:
-                found += _values_of(v, key)
+                found += values_of(v, key)
         return found
     if isinstance(value, list):
-        return [x for v in value for x in _values_of(v, key)]
+        return [x for v in value for x in values_of(v, key)]
     return []
-
-
-def count_key(value: object, key: str) -> int:
-    if isinstance(value, dict):
-        return (key in value) + sum(count_key(v, key) for k, v in value.items() if k != key)
-    if isinstance(value, list):
-        return sum(count_key(v, key) for v in value)
-    return 0
 
 
 def _blocks(content: object) -> list[Any] | None:

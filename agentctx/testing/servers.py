@@ -40,10 +40,10 @@ from agentctx.testing._base import FakeServer, RecordedRequest, Rendered
 from agentctx.testing._reply import FakeToolCall, Reply, ReplyKind
 from agentctx.testing._validate import (
     Invalid,
-    count_key,
     validate_anthropic,
     validate_chat,
     validate_responses,
+    values_of,
 )
 from agentctx.testing._wire import Billing
 
@@ -136,7 +136,7 @@ class FakeAnthropic(FakeServer):
     def _cache_points(self, body: Any) -> list[int] | None:
         head = {"system": body.get("system"), "tools": body.get("tools")}
         marked = [head, *(body.get("messages") or [])]
-        return [i for i, part in enumerate(marked) if count_key(part, "cache_control")]
+        return [i for i, part in enumerate(marked) if values_of(part, "cache_control")]
 
     def _too_long(self, path: str, total: int, window: int) -> Invalid:
         return Invalid(f"prompt is too long: {total} tokens > {window} maximum")

@@ -215,21 +215,20 @@ _DIGITS = _byte_table(lambda c: 1 if 48 <= c <= 57 else 0)
 _FOUR_DIGITS = b"\1" * 4
 _AT_START = 0b11101111  # what may begin a text: all but lane 4, which needs a space before
 
+
 # Non-ASCII characters by UTF-8 length: 2 (Latin, Greek, Cyrillic, Hebrew, Arabic), 3 (CJK,
 # kana, Hangul, Indic; not the symbols, priced as punctuation), 4 (emoji); "u" for the 2-byte
 # scripts o200k has no merges for, led by 0xDC-0xDF (U+0700-07FF: Syriac, Arabic Supplement,
 # Thaana, NKo), about two tokens a character.
-_SCRIPT = _byte_table(
-    lambda c: (
-        ord("u")
-        if 0xDC <= c < 0xE0
-        else ord("2")
-        if 0xC0 <= c < 0xE0
-        else ord("3")
-        if 0xE0 <= c < 0xF0
-        else ord("4")
-    )
-)
+def _script_class(lead: int) -> int:
+    if 0xDC <= lead < 0xE0:
+        return ord("u")
+    if 0xC0 <= lead < 0xE0:
+        return ord("2")
+    return ord("3") if 0xE0 <= lead < 0xF0 else ord("4")
+
+
+_SCRIPT = _byte_table(_script_class)
 _NOT_SCRIPT = bytes([*range(0x80), _SYMBOL_LEAD, *_RULER_BYTES])
 
 
