@@ -7,6 +7,7 @@ AgentCtxError
 ├── TranscriptFormatError       a transcript file that is not what its format says (file, line)
 ├── BudgetExceededError         the budget cannot be met without dropping the task (in budget)
 ├── StoreError                  a store could not read or write
+│   └── StoreDataError          it answered, with what cannot be read (trying again will not do)
 ├── MissingExtraError           an optional dependency is not installed (names the extra)
 └── SummarizerError             a summarizer request failed (retryable?, HTTP status, Retry-After)
 ```
@@ -20,6 +21,7 @@ __all__ = [
     "AgentCtxError",
     "ConfigError",
     "MissingExtraError",
+    "StoreDataError",
     "StoreError",
     "SummarizerError",
     "TranscriptFormatError",
@@ -69,6 +71,11 @@ class TranscriptFormatError(AgentCtxError, ValueError):
 
 class StoreError(AgentCtxError):
     """A store failed to read or write."""
+
+
+class StoreDataError(StoreError):
+    """A store answered, but what it holds cannot be read (bytes that are no UTF-8 text, a
+    Redis key of another type): unlike a store that is down, trying again will not help."""
 
 
 class SummarizerError(AgentCtxError):

@@ -306,6 +306,17 @@ class Ledger:
 
         return self._rebuild(hides)
 
+    def misfit(self, raw: Sequence[Message]) -> str | None:
+        """Why the first decision that could not have been taken on ``raw`` could not
+        (`check_fits`: what `CompactionContext.take` refuses), else ``None``. A ledger read
+        from a store or handed over is checked with it before its first use."""
+        for decision in self._decisions:
+            try:
+                check_fits(decision, raw)
+            except ConfigError as e:
+                return str(e)
+        return None
+
     def _rebuild(self, drop: Any) -> list[Decision]:
         dropped = [d for d in self._decisions if drop(d)]
         if dropped:

@@ -35,7 +35,7 @@ from agentctx import telemetry
 from agentctx._log import log, warm_logger
 from agentctx._usage import ACCEPTED, usage_of
 from agentctx.budget import Budget, BudgetExceededError
-from agentctx.errors import ConfigError, StoreError, UnsupportedMessageError
+from agentctx.errors import ConfigError, StoreDataError, StoreError, UnsupportedMessageError
 from agentctx.events import (
     BudgetExceeded,
     CompactionWarning,
@@ -195,7 +195,8 @@ class ContextManager:
         strategy: what compacts; default `DeterministicCompaction()`.
         counter: token accounting; default `MessageCounter()` (content-aware estimator).
         recall: where cleared content is kept so `recall` can return it.
-        session_id: scopes recall ids; a random one by default.
+        session_id: scopes recall ids and names the saved ledger (a non-empty string); a
+            random one by default.
         ledger: decisions to resume from (e.g. ``Ledger.from_json(saved)``). Without it, a
             ``recall`` store that keeps ledgers (`LedgerStore`) resumes the session's saved
             one, read in a worker thread when the manager is entered (or on its first
@@ -277,7 +278,10 @@ class ContextManager:
         )
         self._counter = counter or MessageCounter()
         self.recall_store = recall
-        self.session_id = session_id or uuid.uuid4().hex
+        if session_id is not None and (type(session_id) is not str or not session_id):
+            # An empty one replaced by a random one would resume nothing, silently.
+            raise ConfigError(f"session_id is a non-empty string or None, got {session_id!r}")
+        self.session_id = uuid.uuid4().hex if session_id is None else session_id
         self.usage = Usage()
         self._on_over_budget = on_over_budget
         self._clock = clock
@@ -325,41 +329,47 @@ class ContextManager:
     async def _resume(self) -> None:
         """Read the session's saved ledger (`_load_ledger`) in a worker thread, within the
         recall writer's deadline, and start from it."""
-        store, self._to_load = self._to_load, None
+        store = self._to_load
         assert store is not None and self._writer is not None
-        ledger = None
+        loaded: tuple[Ledger | None, tuple[str, Exception] | None] = (None, None)
         with anyio.move_on_after(self._writer.deadline) as waited:
-            ledger = await anyio.to_thread.run_sync(
+            loaded = await anyio.to_thread.run_sync(
                 self._load_ledger, store, abandon_on_cancel=True
             )
+        # Only now: a call cancelled from outside while the store was read (it raised above)
+        # leaves the ledger to be read by the next one, not lost.
+        self._to_load = None
+        ledger, problem = loaded
         if waited.cancelled_caught:
             deadline = f"{self._writer.deadline:g} s"
-            self._start_over("ledger_unavailable", StoreError(f"no answer within {deadline}"))
+            problem = ("ledger_unavailable", StoreError(f"no answer within {deadline}"))
+        if problem is not None:
+            self._start_over(*problem)
         if ledger is not None:  # nothing has happened yet: the session starts from it
+            self._resumed = self._adopted = True
             self._state = ViewState(self._counter, ledger)
             self._writer = self._new_writer(store, ledger)
-            self._adopted = True
 
-    def _load_ledger(self, store: LedgerStore) -> Ledger | None:
-        """The session's saved ledger, or ``None`` to start over. A store that is down, or a
-        ledger that cannot be read, does not stop the session: its decisions start over (the
-        history is the caller's, so nothing the model needs is lost; the next save replaces
-        the old ledger), and a warning says so on the first `prepare`."""
+    def _load_ledger(
+        self, store: LedgerStore
+    ) -> tuple[Ledger | None, tuple[str, Exception] | None]:
+        """The session's saved ledger, or ``None`` to start over, and why it starts over. A
+        store that is down, or a ledger that cannot be read, does not stop the session: its
+        decisions start over (the history is the caller's, so nothing the model needs is
+        lost; the next save replaces the old ledger), and a warning says so on the first
+        `prepare`. (No side effect here: a thread abandoned on a cancel may still finish.)"""
         try:
             saved = store.load_ledger(self.session_id)
         except Exception as e:  # a store's own error type too, as the recall writer maps them
-            garbled = isinstance(e.__cause__, UnicodeDecodeError)  # there, but not text
-            self._start_over("ledger_unreadable" if garbled else "ledger_unavailable", e)
-            return None
+            # There, but not readable (a store of another author may only chain the cause).
+            garbled = isinstance(e, StoreDataError) or isinstance(e.__cause__, UnicodeDecodeError)
+            return None, ("ledger_unreadable" if garbled else "ledger_unavailable", e)
         if saved is None:
-            return None
+            return None, None
         try:
-            ledger = Ledger.from_json(saved)
+            return Ledger.from_json(saved), None
         except StoreError as e:
-            self._start_over("ledger_unreadable", e)
-            return None
-        self._resumed = True
-        return ledger
+            return None, ("ledger_unreadable", e)
 
     def _start_over(self, code: str, error: Exception) -> None:
         log.warning("saved ledger not loaded; starting over", code=code, error=str(error))
@@ -639,6 +649,14 @@ class ContextManager:
             # that only grew) neither drops anything, and this worker renders exactly the
             # view the last one did.
             stale = state.ledger.drop_stale(state.raw)
+            misfit = state.ledger.misfit(state.raw)
+            if misfit is not None:
+                # A decision no strategy could have taken here (forged reasoning, blocks no
+                # result holds): the ledger was edited or corrupted, and is read as one
+                # that cannot be read.
+                self._start_over("ledger_unreadable", StoreError(f"the ledger holds {misfit}"))
+                self._hub.emit(self._startup_events.pop())
+                stale = state.ledger.drop_from(0)
             if state.ledger.drop_protected(state.raw, shown_positions(state.raw)) or stale:
                 state.rebuild()
                 tokens = self.prompt_tokens

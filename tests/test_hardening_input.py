@@ -297,6 +297,10 @@ def test_context_manager_names_the_default_reserve_it_rejected() -> None:
         (lambda: Budget(context_window=50_000, hard_budget=0), "hard_budget=0"),
         (lambda: Budget(context_window=50_000, hard_budget=1.5), "hard_budget=1.5"),
         (lambda: fraction_from_percent(True), "must be a number, got True"),
+        # Found by hostile testing: an empty one was replaced by a random one, so a second
+        # worker given the same (empty) id resumed nothing, and said nothing.
+        (lambda: ContextManager(50_000, session_id=""), "session_id is a non-empty string"),
+        (lambda: ContextManager(50_000, session_id=7), "got 7"),
     ],
 )
 def test_config_errors_name_the_field_and_the_value(make: Any, expected: str) -> None:

@@ -588,6 +588,52 @@ async def test_a_resumed_worker_renders_the_view_the_last_one_sent(tmp_path: Pat
     store.close()
 
 
+@pytest.mark.parametrize("entered", [False, True], ids=["first prepare", "async with"])
+async def test_a_resume_cancelled_while_the_ledger_is_read_is_read_again(
+    tmp_path: Path, entered: bool
+) -> None:
+    """Found by hostile testing: cancelling the first `prepare` (or the entry) while the saved
+    ledger was being read cleared it as read; the retried call started over silently, sent
+    another view than the last worker's, then overwrote the saved ledger."""
+    import time
+
+    from agentctx._synthetic import synthetic_session
+
+    class SlowToRead(SQLiteRecallStore):
+        def load_ledger(self, session_id: str) -> str | None:
+            time.sleep(0.3)
+            return super().load_ledger(session_id)
+
+    groups = synthetic_session(seed=10, calls=120)
+    budget = Budget(context_window=30_000)
+    store = SQLiteRecallStore(tmp_path / "s.db")
+    history: list[Message] = []
+    async with ContextManager(budget, recall=store, session_id="s") as first:
+        for group in groups:
+            history += group
+            view = await first.prepare(list(history))
+    store.close()
+    async with ContextManager(budget, session_id="fresh") as fresh:
+        assert await fresh.prepare(history) != view  # so starting over would show
+
+    slow = SlowToRead(tmp_path / "s.db")
+    second = ContextManager(budget, recall=slow, session_id="s")
+    events: list[Event] = []
+    second.subscribe(events.append)
+    with anyio.move_on_after(0.05) as scope:
+        if entered:
+            async with second:
+                pass
+        else:
+            await second.prepare(history)
+    assert scope.cancelled_caught
+    async with second:
+        again = await second.prepare(history)
+    assert again == view
+    assert not [e for e in events if isinstance(e, CompactionWarning) and "ledger" in e.code]
+    slow.close()
+
+
 # -- a raw tail the view left out ---------------------------------------------------------
 
 

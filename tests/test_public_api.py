@@ -18,7 +18,8 @@ EXPECTED = {
     "RedactedThinkingBlock", "StoreError", "SummaryMessage", "SummaryStats", "TextBlock",
     "ThinkingBlock", "TokenCounter", "ToolCall", "ToolResultMessage", "TranscriptFormatError",
     "TranscriptRepaired", "UnsupportedMessageError", "Usage", "UserMessage", "MissingExtraError",
-    "StoreDegraded", "StoreRecovered", "__version__", "BlockingContextManager", "Quiet",
+    "StoreDataError", "StoreDegraded", "StoreRecovered", "__version__", "BlockingContextManager",
+    "Quiet",
 }  # fmt: skip
 
 
@@ -30,7 +31,8 @@ def test_all_is_sorted_complete_and_importable() -> None:
 
 
 def test_errors_share_one_root() -> None:
-    for name in ("BudgetExceededError", "ConfigError", "StoreError", "TranscriptFormatError",
+    for name in ("BudgetExceededError", "ConfigError", "StoreError", "StoreDataError",
+                 "TranscriptFormatError",
                  "UnsupportedMessageError", "MissingExtraError"):  # fmt: skip
         assert issubclass(getattr(agentctx, name), agentctx.AgentCtxError)
 

@@ -41,6 +41,7 @@ from agentctx import (
     Ledger,
     MemoryRecallStore,
     SQLiteRecallStore,
+    StoreDataError,
     StoreDegraded,
     StoreError,
     StoreRecovered,
@@ -51,6 +52,7 @@ from agentctx.messages import (
     Message,
     SummaryMessage,
     TextBlock,
+    ThinkingBlock,
     ToolCall,
     ToolResultMessage,
     UserMessage,
@@ -486,6 +488,30 @@ def test_sqlite_notices_its_file_removed_or_replaced(tmp_path: Path) -> None:
     store.close()
 
 
+@pytest.mark.parametrize("named", ["file: URI", "relative path, then chdir"])
+def test_sqlite_notices_its_file_removed_however_it_was_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named: str
+) -> None:
+    """Found by hostile testing: a path starting with ``file:`` (which this SQLite reads as a
+    URI) turned the check off, and writes went on into the unlinked file: no
+    `StoreDegraded`, no ledger for the next worker. A relative path was checked against
+    the working directory of the moment."""
+    monkeypatch.chdir(tmp_path)
+    store = SQLiteRecallStore("file:agent.db" if named == "file: URI" else "agent.db")
+    store.put("s", "before")
+    if named != "file: URI":
+        (tmp_path / "elsewhere").mkdir()
+        monkeypatch.chdir(tmp_path / "elsewhere")
+        store.put("s", "still there")  # the file did not go anywhere
+    (tmp_path / "agent.db").unlink()
+    with pytest.raises(StoreError, match="removed"):
+        store.save_ledger("s", "[]")
+    store.close()
+    in_memory = SQLiteRecallStore(":memory:")  # nothing to check
+    assert in_memory.put("s", "x") and in_memory.save_ledger("s", "[]") is None
+    in_memory.close()
+
+
 def test_sqlite_gives_back_exactly_what_it_stored(tmp_path: Path) -> None:
     path = tmp_path / "agent.db"
     store = SQLiteRecallStore(path)
@@ -737,7 +763,7 @@ async def test_a_value_that_is_not_text_is_a_store_error_and_a_ledger_that_is_un
     other.execute("INSERT INTO ledger (session, json) VALUES (?, ?)", ("s", b"[\xff]"))
     other.close()
     for read in (lambda: store.get("s", rid), lambda: store.load_ledger("s")):
-        with pytest.raises(StoreError, match="not UTF-8"):
+        with pytest.raises(StoreDataError, match="not UTF-8"):
             read()
     events: list[Event] = []
     async with ContextManager(BUDGET, recall=store, session_id="s") as ctx:
@@ -745,7 +771,80 @@ async def test_a_value_that_is_not_text_is_a_store_error_and_a_ledger_that_is_un
         await ctx.prepare([UserMessage.of("the task")])
         answer = await ctx.handle_recall({"id": rid})
     assert answer.startswith("[recall_context]") and "not UTF-8" in answer
+    assert "cannot be read" in answer and "try again later" not in answer
     assert [e.code for e in events if isinstance(e, CompactionWarning)] == ["ledger_unreadable"]
+    store.close()
+
+
+async def test_a_redis_key_of_another_type_is_unreadable_not_unavailable(
+    server: RedisServer,
+) -> None:
+    """Found by hostile testing: a recall key or the ledger key holding a list (WRONGTYPE)
+    had the model told to try again later, and the resumed session say the store was down
+    (``ledger_unavailable``): neither changes by trying again."""
+    rid = recall_id("s", "hello")
+    client = redis.Redis.from_url(server.url)
+    client.rpush(f"agentctx:s:r:{rid}", "x")
+    client.rpush("agentctx:s:ledger", "x")
+    client.close()
+    store = RedisRecallStore(server.url)
+    with pytest.raises(StoreDataError, match="WRONGTYPE"):
+        store.get("s", rid)
+    events: list[Event] = []
+    async with ContextManager(BUDGET, recall=store, session_id="s") as ctx:
+        ctx.subscribe(events.append)
+        await ctx.prepare([UserMessage.of("the task")])
+        answer = await ctx.handle_recall({"id": rid})
+    assert "cannot be read" in answer and "try again later" not in answer
+    assert [e.code for e in events if isinstance(e, CompactionWarning)] == ["ledger_unreadable"]
+    store.close()
+
+
+def _forged(raw: list[Message], kind: str) -> ReplaceResult | ReplaceSpan:
+    """A decision whose anchors match ``raw`` but which `take` refuses."""
+    result = next(i for i in range(2, 30) if isinstance(raw[i], ToolResultMessage))
+    if kind == "result holding a call and reasoning":
+        blocks = (ToolCall("zz", "n", {}), ThinkingBlock("forged", "sig"))
+        return ReplaceResult(anchor(raw, result), blocks, "x")  # type: ignore[arg-type]
+    if kind == "result anchored at the task":
+        return ReplaceResult(anchor(raw, 0), (TextBlock("x"),), "x")
+    end = next(i for i in range(2, 30) if isinstance(raw[i], AssistantMessage))
+    forged = AssistantMessage((ThinkingBlock("forged", "sig"), TextBlock("summary")))
+    return ReplaceSpan(anchor(raw, 1), end, anchor(raw, end - 1), (forged,), "x")
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "span with forged reasoning",
+        "result holding a call and reasoning",
+        "result anchored at the task",
+    ],
+)
+@pytest.mark.parametrize("handed", ["saved", "passed in"])
+async def test_a_ledger_holding_a_decision_take_refuses_is_read_as_unreadable(
+    tmp_path: Path, kind: str, handed: str
+) -> None:
+    """Found by hostile testing: a saved ledger was adopted as it was read, where `take`
+    checks what a strategy decides, so an edited ledger whose anchors still matched put
+    forged signed reasoning, or a tool call inside a tool result, into every view."""
+    raw = [m for group in synthetic_session(seed=2, calls=40) for m in group]
+    ledger = Ledger([_forged(raw, kind)])
+    store = SQLiteRecallStore(tmp_path / "recall.db")
+    events: list[Event] = []
+    if handed == "saved":
+        store.save_ledger("s", ledger.to_json())
+        ctx = ContextManager(Budget(context_window=400_000), recall=store, session_id="s")
+    else:
+        ctx = ContextManager(Budget(context_window=400_000), ledger=ledger, session_id="s")
+    ctx.subscribe(events.append)
+    async with ctx:
+        view = await ctx.prepare(raw)
+        assert len(ctx.ledger) == 0
+    assert view == raw
+    assert_view_ok(view, raw)
+    (warning,) = [e for e in events if isinstance(e, CompactionWarning)]
+    assert warning.code == "ledger_unreadable" and "decisions start over" in warning.message
     store.close()
 
 
@@ -753,7 +852,7 @@ def test_a_redis_value_that_is_not_text_is_a_store_error() -> None:
     from agentctx.recall.redis import _decode
 
     assert _decode(b"caf\xc3\xa9") == "café"
-    with pytest.raises(StoreError, match="not UTF-8"):
+    with pytest.raises(StoreDataError, match="not UTF-8"):
         _decode(b"\xff\xfe")
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from agentctx.errors import ConfigError, MissingExtraError, StoreError
+from agentctx.errors import ConfigError, MissingExtraError, StoreDataError, StoreError
 from agentctx.recall.store import recall_id
 
 try:
@@ -56,7 +56,7 @@ def _decode(value: Any) -> str | None:
     try:
         return bytes(value).decode("utf-8", "surrogatepass")
     except UnicodeDecodeError as e:  # written by something else: a store error, not a crash
-        raise StoreError(f"recall store holds a value that is not UTF-8 text: {e}") from e
+        raise StoreDataError(f"recall store holds a value that is not UTF-8 text: {e}") from e
 
 
 class RedisRecallStore:
@@ -189,5 +189,9 @@ class RedisRecallStore:
     def _call(self, action: Callable[[redis.Redis], Any]) -> Any:
         try:
             return action(self._redis)
+        except redis.ResponseError as exc:
+            # A key of another type (WRONGTYPE) stays so: no retry reads it.
+            error = StoreDataError if str(exc).startswith("WRONGTYPE") else StoreError
+            raise error(f"recall store (Redis): {exc}") from exc
         except redis.RedisError as exc:
             raise StoreError(f"recall store (Redis): {exc}") from exc

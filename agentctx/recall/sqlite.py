@@ -26,15 +26,13 @@ import sqlite3
 import threading
 from typing import TYPE_CHECKING
 
-from agentctx.errors import StoreError
+from agentctx.errors import StoreDataError, StoreError
 from agentctx.recall.store import recall_id
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
 __all__ = ["SQLiteRecallStore"]
-
-_MEMORY = (":memory:", "")
 
 
 def _encode(text: str) -> bytes:
@@ -57,7 +55,7 @@ def _decode(value: bytes | str) -> str:
     try:
         return bytes(value).decode("utf-8", "surrogatepass")
     except UnicodeDecodeError as e:  # written by something else: a store error, not a crash
-        raise StoreError(f"recall store holds a value that is not UTF-8 text: {e}") from e
+        raise StoreDataError(f"recall store holds a value that is not UTF-8 text: {e}") from e
 
 
 class SQLiteRecallStore:
@@ -87,9 +85,9 @@ class SQLiteRecallStore:
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS ledger (session TEXT PRIMARY KEY, json TEXT NOT NULL)"
             )
+            self._file, self._identity = self._opened_file()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open recall store {self.path}: {exc}") from exc
-        self._identity = self._file_identity()
 
     def put(self, session_id: str, content: str) -> str:
         """Store ``content`` for ``session_id`` and return its recall id."""
@@ -144,14 +142,17 @@ class SQLiteRecallStore:
         with self._lock:
             self._db.close()
 
-    def _file_identity(self) -> tuple[int, int] | None:
-        if self.path in _MEMORY or self.path.startswith("file:"):
-            return None
+    def _opened_file(self) -> tuple[str, tuple[int, int] | None]:
+        """The file SQLite opened, as it names it (absolute, and the one a ``file:`` URI
+        names, which this build reads), so neither a later chdir nor a URI hides it; and its
+        identity. No file for a database in memory."""
+        row = self._db.execute("PRAGMA database_list").fetchone()
+        file = row[2] if row else ""
         try:
-            st = os.stat(self.path)
+            st = os.stat(file) if file else None
         except OSError:
-            return None
-        return st.st_dev, st.st_ino
+            st = None
+        return file, None if st is None else (st.st_dev, st.st_ino)
 
     def _check_file(self) -> None:
         """Raise `StoreError` when the path no longer names the file this store opened (one
@@ -159,7 +160,7 @@ class SQLiteRecallStore:
         if self._identity is None:
             return
         try:
-            st = os.stat(self.path)
+            st = os.stat(self._file)
         except OSError as exc:
             raise StoreError(
                 f"recall store {self.path}: the database file was removed while in use ({exc})"

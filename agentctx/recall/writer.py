@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from agentctx._log import log
-from agentctx.errors import StoreError
+from agentctx.errors import StoreDataError, StoreError
 from agentctx.events import CompactionWarning, StoreDegraded, StoreRecovered
 from agentctx.ledger import Ledger, decision_json
 from agentctx.recall.store import LedgerStore, escape_literal, expand_references, recall_id
@@ -245,6 +245,11 @@ class RecallWriter:
             )
         try:
             content = await self.expanded(rid) if _RID.fullmatch(rid) else None
+        except StoreDataError as exc:
+            return (
+                f'[recall_context] id "{rid}" cannot be read from the recall store ({exc}); '
+                "trying again will not change that."
+            )
         except StoreError as exc:
             return (
                 f"[recall_context] the recall store is unavailable right now ({exc}); "
