@@ -420,3 +420,56 @@ def test_condense_reads_one_long_line_of_keywords_once(word: str) -> None:
     with returns_within(5):
         condensed = condense(text, 3, 3, 0.9)
     assert condensed == condense_per_line(text, 3, 3, 0.9)
+
+
+async def test_a_call_in_the_tool_loop_reads_only_what_is_new_with_thinking_in_the_history() -> (
+    None
+):
+    """Found by the hostile run: whether the messages outside the newest turn carry their
+    full estimates was read again over every step with thinking, on every call: a call
+    that takes nothing cost O(history) (1.4 ms at 27k messages, growing). Each list is now
+    read from where it last held. Work is counted as the pipeline's lines run (a trace),
+    not timed."""
+    import sys
+    from types import FrameType
+
+    lines = [0]
+
+    def trace(frame: FrameType, event: str, arg: object) -> Any:
+        if frame.f_code.co_filename != pipeline_run.__file__:
+            return None
+        if event == "line":
+            lines[0] += 1
+        return trace
+
+    async def lines_of_the_last_call(turns: int) -> int:
+        clock = [0.0]
+        history: list[Message] = [UserMessage.of("the task")]
+        async with ContextManager(
+            BIG, strategy=ToolOutputPipeline(), clock=lambda: clock[0]
+        ) as ctx:
+            n = 0
+            for t in range(turns + 1):
+                for _ in range(6):
+                    n += 1
+                    thought = ThinkingBlock(f"thought {n}", f"sig{n}")
+                    history += [
+                        AssistantMessage((thought, ToolCall(f"c{n}", "bash", {"cmd": "ls"}))),
+                        ToolResultMessage.of(f"c{n}", f"out {n}"),
+                    ]
+                    clock[0] += 1
+                    lines[0] = 0
+                    previous = sys.gettrace()
+                    sys.settrace(trace)
+                    try:
+                        await ctx.prepare(history)
+                    finally:
+                        sys.settrace(previous)
+                    ctx.observe(Usage(input_tokens=ctx.prompt_tokens))
+                    await anyio.lowlevel.checkpoint()
+                history += [AssistantMessage.of(f"answer {t}"), UserMessage.of(f"next {t}")]
+                await ctx.prepare(history)
+            assert not ctx.ledger.decisions
+        return lines[0]
+
+    assert await lines_of_the_last_call(200) == await lines_of_the_last_call(20)

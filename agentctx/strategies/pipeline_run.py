@@ -151,6 +151,8 @@ class _Scan:
         "messages",
         "results",
         "shaped",
+        "shell",
+        "shell_full_upto",
         "sizes",
         "stamps",
         "full_upto",
@@ -178,7 +180,9 @@ class _Scan:
         self.turn_chars: dict[int, int] = {}  # per user turn: the characters of its results
         self.stamps: list[float | None] = []  # per view message: its timestamp, in seconds
         self.shaped: list[int] = []  # of user shell output and of steps with thinking (L0)
+        self.shell: list[int] = []  # of user shell output alone
         self.full_upto = 0  # results[:full_upto] (outside the newest turn) estimated in full
+        self.shell_full_upto = 0  # the same for shell
 
 
 class Memo:
@@ -264,20 +268,17 @@ def _estimated_in_full(ctx: CompactionContext, scan: _Scan) -> bool:
     """Whether the messages the passes would size outside the newest turn (results, users'
     shell output) already carry their full estimates, as `observe` leaves what was sent: a
     run would then change no estimate in the view, so skipping it changes nothing the
-    manager decides on either. O(results new since the last time it held)."""
+    manager decides on either. O(messages new since the last time it held): a message's
+    full estimate stays, so each list is read from where it last held."""
     is_full, view, turn_of, newest = ctx.counter.is_full, ctx.view, scan.turn_of, scan.turns
-    results, k = scan.results, scan.full_upto
-    while k < len(results) and turn_of[results[k]] < newest:
-        if not is_full(view[results[k]]):
-            return False
-        k += 1
-    scan.full_upto = k
-    latest = scan.latest_user
-    return all(
-        is_full(view[j])
-        for j in scan.shaped
-        if j != latest and isinstance(view[j], UserMessage) and turn_of[j] < newest
-    )
+    for sized, upto in ((scan.results, "full_upto"), (scan.shell, "shell_full_upto")):
+        k = getattr(scan, upto)
+        while k < len(sized) and turn_of[sized[k]] < newest:  # the latest user's turn is newest
+            if not is_full(view[sized[k]]):
+                return False
+            k += 1
+        setattr(scan, upto, k)
+    return True
 
 
 class Run:
@@ -324,6 +325,7 @@ class Run:
                 scan.latest_user = j
                 if m.extra.get("source") == "bash_execution":
                     scan.shaped.append(j)
+                    scan.shell.append(j)
             elif isinstance(m, SummaryMessage):
                 scan.boundary = j
             scan.turn_of.append(scan.turns)
