@@ -23,6 +23,7 @@ from agentctx.ledger import ReplaceResult
 from agentctx.manager import ContextManager
 from agentctx.messages import (
     AssistantMessage,
+    ImageBlock,
     Message,
     SummaryMessage,
     TextBlock,
@@ -229,6 +230,32 @@ def mc_history() -> list[Message]:
     for k in range(1, 9):
         h += [a(f"c{k}", age=68 - k / 10), r(f"c{k}", f"content-{k}", 67 - k / 10)]
     return [*h, a(age=65)]
+
+
+@pytest.mark.parametrize("by", ["l0", "l1", "budget"])
+async def test_a_result_with_an_image_keeps_its_image_when_its_text_is_replaced(by: str) -> None:
+    """Found by hostile testing: a result of text and an image, expired, condensed or
+    persisted, came back as the placeholder alone: the image was in neither the view nor
+    the recall entry, and nothing said it had been there. Only the text is stored for
+    recall; the image stays."""
+    image = ImageBlock("image/png", "iVBORw0KGgo" * 200)
+    page = "\n".join(f"def line_{k}(): return {k}" for k in range(400))
+    shot = ToolResultMessage("c1", (TextBlock(page), image), "screenshot", False, ts(40))
+    history = [u("task 1", 40), a("c1", age=40, name="screenshot"), shot]
+    history += [u("task 2", 20), a("c2", age=20), r("c2", "content of file B", 15), u("task 3", 1)]
+    passes: dict[str, Any] = {"l0": None, "l1": None, "budget": None}
+    passes[by] = {
+        "l0": ExpiryPass(keep_recent=0),
+        "l1": CondensePass(head_lines=2, tail_lines=2, protect_recent_turns=1),
+        "budget": BudgetPass(max_chars_per_turn=100),
+    }[by]
+    store = MemoryRecallStore()
+    view = await run(history, pipeline(**passes), recall=store)
+    shown = view[2]
+    assert isinstance(shown, ToolResultMessage) and shown is not shot
+    assert shown.content[1:] == (image,)
+    rid = re.search(r"ctx-[0-9a-f]{16}", txt(shown))
+    assert rid and store.get("s", rid.group()) == page
 
 
 async def test_mc_clears_all_but_the_newest_after_an_idle_gap_and_it_sticks() -> None:

@@ -414,7 +414,11 @@ class Run:
         key = (new_text, i, reason)
         made = self.memo.get(key, m)
         if made is None:
-            decision = ReplaceResult(anchor(self.raw, i), (TextBlock(new_text),), reason, rid)
+            # Only the text is stored for recall: what else the result holds (an image) is
+            # kept as it is, not lost.
+            kept = tuple(b for b in m.content if not isinstance(b, TextBlock))
+            content = (TextBlock(new_text), *kept)
+            decision = ReplaceResult(anchor(self.raw, i), content, reason, rid)
             if m is self.raw[i]:
                 # The view will show this very object once the decision is taken: its
                 # estimate, made here, is not made again then.
