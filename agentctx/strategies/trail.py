@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import re
 import sys
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from agentctx.ledger import ReplaceArguments, ReplaceResult
@@ -105,8 +106,19 @@ _TRAIL_HEADER = "Files and commands touched in that part:"
 _TRAIL_LIMIT = 4000
 
 
+_MARKED = MappingProxyType({"agentctx_marker": True})
+"""The ``extra`` of the markers `marker_with_trail` makes: a summary of the caller's whose
+text starts like one is the caller's (a barrier, stored in full), not a marker whose content
+is recallable under the ids it names."""
+
+
 def is_marker(m: Message) -> bool:
-    return isinstance(m, SummaryMessage) and m.text.startswith(COMPACTION_MARKER)
+    """Whether ``m`` is a marker this strategy made (`marker_with_trail`)."""
+    return (
+        isinstance(m, SummaryMessage)
+        and m.extra.get("agentctx_marker") is True
+        and m.text.startswith(COMPACTION_MARKER)
+    )
 
 
 def is_paid_summary(m: Message) -> bool:
@@ -131,8 +143,8 @@ def marker_with_trail(dropped: Sequence[Message], rid: str | None = None) -> Sum
         head += " (" + ", ".join(f"recall_context id={i}" for i in dict.fromkeys(ids)) + ")"
     lines = [f"- {item}" for item in _fit_trail(_trail_items(dropped))]
     if not lines:
-        return SummaryMessage(head)
-    return SummaryMessage("\n".join([head, _TRAIL_HEADER, *lines]))
+        return SummaryMessage(head, _MARKED)
+    return SummaryMessage("\n".join([head, _TRAIL_HEADER, *lines]), _MARKED)
 
 
 def _marker_ids(marker: Message) -> list[str]:
