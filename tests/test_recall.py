@@ -15,10 +15,11 @@ from hypothesis import strategies as st
 from agentctx import recall_tool
 from agentctx.boundaries import repair
 from agentctx.budget import Budget
-from agentctx.ledger import Ledger, ReplaceArguments, ReplaceResult
+from agentctx.ledger import Ledger, ReplaceArguments, ReplaceResult, anchor, render
 from agentctx.manager import ContextManager
 from agentctx.messages import (
     AssistantMessage,
+    ImageBlock,
     Message,
     TextBlock,
     ToolCall,
@@ -324,3 +325,39 @@ def test_a_span_entry_holds_the_raw_messages_and_only_the_ids_placeholders_name(
     entry = span_text(view, origins, raw, 0, len(view), Ledger())
     assert entry == span_text(raw, range(len(raw)), raw, 0, len(raw), Ledger())
     assert "{{recall:" not in entry and mention in entry
+
+
+@pytest.mark.parametrize("arguments_cleared", [False, True])
+def test_a_span_entry_holds_every_result_of_a_batch_repair_reordered(
+    arguments_cleared: bool,
+) -> None:
+    """Found by hostile testing: repair puts a missing result's stub after its batch, at its
+    call's origin, so origins do not rise there; the result before the stub stood for
+    ``raw[i:stub's origin]``, nothing, and was stored only through the stub (twice over),
+    or not at all when the batch's arguments were cleared with a recall id (the stub took
+    that decision's stored text). Each raw message is now stored once."""
+    raw: list[Message] = [
+        UserMessage.of("task"),
+        AssistantMessage(
+            (
+                ToolCall("c5", "bash", {"command": "x" * 900}),
+                ToolCall("c6", "bash", {}),
+                ToolCall("c7", "bash", {}),
+            ),
+            "tool_use",
+        ),  # fmt: skip
+        ToolResultMessage.of("c6", "six"),
+        ToolResultMessage(
+            "c7", (TextBlock("seven"), ImageBlock("image/png", "iVBOR"), TextBlock(""))
+        ),
+        AssistantMessage.of("done"),
+    ]
+    ledger = Ledger()
+    if arguments_cleared:
+        rid = "ctx-" + "1" * 16
+        ledger.add(ReplaceArguments(anchor(raw, 1), "c5", {"command": "[x]"}, "args", rid), raw)
+    rendered = render(raw, ledger)
+    view, origins = rendered.messages, rendered.origins
+    assert origins == [0, 1, 2, 3, 1, 4]  # the stub for c5 after its batch
+    entry = span_text(view, origins, raw, 1, len(view), ledger)
+    assert entry.count("seven") == 1 and entry.count("six") == 1

@@ -176,6 +176,7 @@ def span_text(
     """
     pieces: list[str] = []
     run: list[Message] = []  # raw messages to serialize in full
+    stored_to = 0  # the raw messages before it are in ``run`` already
 
     def flush() -> None:
         if run:
@@ -190,10 +191,18 @@ def span_text(
                 pieces += [recall_reference(rid) for rid in _marker_ids(m)]
             continue
         i = origins[j]
-        stop = origins[j + 1] if j + 1 < len(origins) else len(raw)
+        if i < stored_to:
+            # Origins need not rise: repair puts a missing result's stub after its batch, at
+            # its call's origin, and results in call order. What it stands for is stored.
+            continue
         stored = _stored_as(m, raw[i] if i < len(raw) else None, ledger, i)
         if stored is None:
+            k = j + 1
+            while k < len(origins) and origins[k] <= i:
+                k += 1
+            stop = origins[k] if k < len(origins) else len(raw)
             run += raw[i:stop]
+            stored_to = stop
             continue
         flush()
         pieces.append(stored)
