@@ -43,6 +43,8 @@ from agentctx.testing import check_view, drive
 from agentctx.testing._validate import sign
 from agentctx.testing.servers import FakeAnthropic, FakeOpenAI
 
+from .helpers import returns_within
+
 MODEL = "m"
 TOOLS = [{"name": "read", "description": "Read a file.", "input_schema": {"type": "object"}}]
 CHAT_TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
@@ -430,3 +432,21 @@ async def test_a_call_id_from_another_provider_is_renamed(providers: Providers, 
     ]
     assert sorted(r.split(":")[0] for r in reported) == ["invalid_call_id@1"] * 2
     assert await providers.problems(view) == {"anthropic": None, "chat": None, "responses": None}
+
+
+def test_check_view_reads_a_long_session_with_reasoning_in_linear_time() -> None:
+    """Found by hostile testing: every reasoning block was looked for in a list of all the
+    raw ones, so checking a 27k-message view with reasoning took 17 s; and a forged block is
+    still found."""
+    raw: list[Message] = [UserMessage.of("the task")]
+    for k in range(15_000):
+        thought = ThinkingBlock(f"thought {k}", f"sig{k}")
+        raw += [
+            AssistantMessage((thought, ToolCall(f"c{k}", "bash", {}))),
+            ToolResultMessage.of(f"c{k}", "ok"),
+        ]
+    with returns_within(5):
+        assert check_view(raw, raw) == []
+    forged = AssistantMessage((ThinkingBlock("thought 1", "forged"), TextBlock("x")))
+    (problem,) = check_view([*raw[:-2], forged], raw[:-2])
+    assert "not byte-identical" in problem

@@ -71,6 +71,23 @@ def _reasoning(messages: Iterable[Message]) -> list[ThinkingBlock | RedactedThin
     ]
 
 
+class _Blocks:
+    """Reasoning blocks, found by their text: ``in`` in O(1) for the few with the same
+    text, where a list's ``in`` made a check of a long session with reasoning quadratic."""
+
+    def __init__(self, blocks: Iterable[ThinkingBlock | RedactedThinkingBlock]) -> None:
+        self._by_text: dict[str, list[ThinkingBlock | RedactedThinkingBlock]] = {}
+        for blk in blocks:
+            self._by_text.setdefault(_text_of(blk), []).append(blk)
+
+    def __contains__(self, blk: ThinkingBlock | RedactedThinkingBlock) -> bool:
+        return blk in self._by_text.get(_text_of(blk), ())
+
+
+def _text_of(blk: ThinkingBlock | RedactedThinkingBlock) -> str:
+    return blk.thinking if isinstance(blk, ThinkingBlock) else blk.data
+
+
 def _spoken(m: Message) -> str:
     """``m`` as a view shows it whatever became of its reasoning, as canonical JSON: without
     reasoning blocks, the note that they were left out, and blank text or the `EMPTY_TEXT`
@@ -118,11 +135,11 @@ def check_view(view: Sequence[Message], raw: Sequence[Message]) -> list[str]:
                     f"the newest complete turn's {name} (raw message {index}) is missing from "
                     "the view"
                 )
-    raw_reasoning = _reasoning(raw)
+    raw_reasoning = _Blocks(_reasoning(raw))
     for blk in _reasoning(view):
         if blk not in raw_reasoning:
             problems.append(f"reasoning block not byte-identical to any raw one: {blk!r:.80}")
-    view_reasoning = _reasoning(view)
+    view_reasoning = _Blocks(_reasoning(view))
     for blk in _reasoning(raw[in_flight_start(raw) :]):
         if blk not in view_reasoning:
             problems.append(f"in-flight reasoning block was dropped: {blk!r:.80}")
