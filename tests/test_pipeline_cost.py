@@ -138,6 +138,8 @@ CASES: list[tuple[Any, int, int | None, bool, str]] = [
         False,
         "l1",
     ),
+    # far under the threshold: user turns skip the passes too (no stale batch can pay)
+    (ToolOutputPipeline(l0=SHORT), 400_000, 150, True, "user turns"),
 ]
 
 
@@ -473,3 +475,42 @@ async def test_a_call_in_the_tool_loop_reads_only_what_is_new_with_thinking_in_t
         return lines[0]
 
     assert await lines_of_the_last_call(200) == await lines_of_the_last_call(20)
+
+
+async def test_far_under_the_threshold_a_user_turn_skips_the_passes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by the hostile run: every user turn ran the passes, which proposed an expiry for
+    every old result again (none can pay while the prompt is under the batch threshold):
+    38 ms a turn at 3,500 results. Under the threshold, with nothing unsent for a pass to
+    take and what the ended turn holds sized in full, most user turns skip them too
+    (`test_skipping_the_passes_changes_nothing_sent` checks that this changes nothing)."""
+    runs: list[int] = []
+    init = pipeline_run.Run.__init__
+
+    def counted(run: pipeline_run.Run, *args: Any) -> None:
+        runs.append(len(args[1].view))
+        init(run, *args)
+
+    monkeypatch.setattr(pipeline_run.Run, "__init__", counted)
+    clock = [1_700_000_000.0]
+    source = steps(1, clock)
+    history: list[Message] = []
+    user_turns = skipped = 0
+    async with ContextManager(
+        Budget(context_window=400_000, reserve_output=1_000),
+        strategy=ToolOutputPipeline(l0=SHORT),
+        clock=lambda: clock[0],
+    ) as ctx:
+        for _ in range(200):
+            new = next(source)
+            history += new
+            before = len(runs)
+            await ctx.prepare(history)
+            if any(isinstance(m, UserMessage) for m in new):
+                user_turns += 1
+                skipped += len(runs) == before
+            ctx.observe(Usage(ctx.prompt_tokens, 100))
+            await anyio.lowlevel.checkpoint()
+        assert ctx.prompt_tokens < 100_000  # under the batch threshold all along
+    assert user_turns > 20 and skipped > user_turns // 2  # 17 of 25; 0 before

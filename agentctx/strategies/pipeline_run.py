@@ -27,7 +27,7 @@ from agentctx.strategies.trail import describe_call, put_entry
 from agentctx.strategies.undecided import raw_call, undecided
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
     from agentctx.ledger import Decision
     from agentctx.messages import Message, ToolCall
@@ -214,13 +214,15 @@ class Memo:
 def nothing_to_take(cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo | None) -> bool:
     """Whether a run of the passes over ``ctx`` would take nothing, told without running
     them: the call's new messages are a step of the running tool loop that no pass touches
-    yet (and nothing else is unsent), the cache is warm, the prompt is under L2's fraction
-    and the budget, and no stale batch can pay (the prompt is under the threshold, or the
-    last run found none can before the next user turn), and what a run would size is sized
-    in full already (as `observe` leaves it). Such a call then costs what the tiers' own
-    no-decision call does. What it changes: a proposal first made on a later call is sized
-    under the calibration of then (a run memoizes what each frees when it first makes it),
-    so where the calibration moved a batch can reach its threshold a call earlier or later.
+    yet (and nothing else is unsent), or a new user turn with the prompt under the threshold
+    (what it leaves unprotected cannot pay) and only plain text unsent before it, the cache
+    is warm, the prompt is under L2's fraction and the budget, and no stale batch can pay
+    (the prompt is under the threshold, or the last run found none can before the next user
+    turn), and what a run would size is sized in full already (as `observe` leaves it).
+    Such a call then costs what the tiers' own no-decision call does. What it changes: a
+    proposal first made on a later call is sized under the calibration of then (a run
+    memoizes what each frees when it first makes it), so where the calibration moved a
+    batch can reach its threshold a call earlier or later.
 
     ``memo`` is the session's memo from the last run; its scan tells what is new."""
     idle = ctx.idle_seconds
@@ -254,14 +256,47 @@ def nothing_to_take(cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo 
     if not _estimated_in_full(ctx, scan):
         return False
     chars = scan.turn_chars.get(scan.turns, 0)
-    for m in view[n:]:
+    new = view[n:]
+    turn = _last_user(new)
+    if turn >= 0:
+        # A user turn moves what the passes protect. What it leaves unprotected was sent:
+        # a batch of it frees at most the prompt, under the threshold none pays. What came
+        # before it unsent would be taken at once: only plain text then, which no pass
+        # touches.
+        sent, is_full = ctx.sent, ctx.counter.is_full
+        if tokens >= threshold or not all(
+            _plain(view[j]) for j in range(n, n + turn + 1) if origins[j] >= sent
+        ):
+            return False
+        # The turn it ends leaves the newest: a run would size what the passes may now
+        # replace in it (results, calls' arguments, thinking), as `_estimated_in_full` asks of
+        # the turns before. O(that turn).
+        start = scan.latest_user or 0
+        if not all(is_full(view[j]) for j in range(start, n + turn) if origins[j] < sent):
+            return False
+        memo.unpaying = False  # found for the turn before: the next run finds it again
+        chars, new = 0, new[turn + 1 :]
+    for m in new:
         if isinstance(m, ToolResultMessage):
             chars += len(text_of(m.content))
         elif not isinstance(m, AssistantMessage):
-            return False  # a user turn or a summary moves what the passes protect
+            return False  # a summary moves what the passes protect
     # In the newest turn, within the running loop: protected from L0 and L1; only the
     # budget pass could take one of them, when the turn's results pass its cap.
     return cfg.budget is None or chars <= cfg.budget.max_chars_per_turn
+
+
+def _last_user(messages: Sequence[Message]) -> int:
+    return next(
+        (k for k in range(len(messages) - 1, -1, -1) if isinstance(messages[k], UserMessage)), -1
+    )
+
+
+def _plain(m: Message) -> bool:
+    """A user message that is no shell output, or an answer with no calls and no thinking."""
+    if isinstance(m, UserMessage):
+        return m.extra.get("source") != "bash_execution"
+    return isinstance(m, AssistantMessage) and not m.tool_calls and not b.has_thinking(m)
 
 
 def _estimated_in_full(ctx: CompactionContext, scan: _Scan) -> bool:
@@ -690,18 +725,27 @@ class Run:
                     and i not in self.claimed
                 ):
                     rid = self._store(text, ("rid", i), m)
-                    note = f' recall_context(id="{rid}")' if rid else ""
-                    tail = text[-cfg.user_shell_chars :]
-                    new = f"... [truncated{note}. Total: {len(text)} chars]\n\n{tail}"
-                    replacement = UserMessage((TextBlock(new),), m.extra)
-                    freed = self.memo.get(("shell", i), m)
-                    if freed is None:
+                    # Kept with what it frees: the view then shows the very replacement
+                    # sized here (one made again would carry only a quick estimate).
+                    made = self.memo.get(("shell", i, rid), m)
+                    if made is None:
+                        note = f' recall_context(id="{rid}")' if rid else ""
+                        tail = text[-cfg.user_shell_chars :]
+                        new = f"... [truncated{note}. Total: {len(text)} chars]\n\n{tail}"
+                        replacement = UserMessage((TextBlock(new),), m.extra)
                         count = self.ctx.counter.count_full
-                        freed = count(m) - count(replacement)
-                        self.memo.put(("shell", i), m, freed)
-                    decision = ReplaceSpan(
-                        anchor(self.raw, i), i + 1, anchor(self.raw, i), (replacement,), "l0-shell"
-                    )
+                        made = (
+                            ReplaceSpan(
+                                anchor(self.raw, i),
+                                i + 1,
+                                anchor(self.raw, i),
+                                (replacement,),
+                                "l0-shell",
+                            ),
+                            count(m) - count(replacement),
+                        )
+                        self.memo.put(("shell", i, rid), m, made)
+                    decision, freed = made
                     self._add(
                         Proposal(
                             decision,
