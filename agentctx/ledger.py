@@ -420,6 +420,15 @@ def check_fits(decision: Decision, raw: Sequence[Message]) -> None:
             f"DropThinking is anchored at message {decision.at.index}, a {kind}: only "
             "assistant messages carry thinking"
         )
+    if isinstance(decision, DropThinking) and any(
+        isinstance(b, OpaqueBlock) for b in getattr(target, "content", ())
+    ):
+        # A Responses web_search_call or item_reference needs its id, which names the
+        # reasoning item it followed: sent without it, the request is refused.
+        raise ConfigError(
+            f"DropThinking is anchored at message {decision.at.index}, which holds provider "
+            "items (OpaqueBlock) whose ids name its reasoning: that reasoning stays"
+        )
     if isinstance(decision, ReplaceSpan) and decision.last.index != decision.end - 1:
         raise ConfigError(
             f"ReplaceSpan [{decision.at.index}, {decision.end}) must anchor its last message "

@@ -450,3 +450,53 @@ def test_check_view_reads_a_long_session_with_reasoning_in_linear_time() -> None
     forged = AssistantMessage((ThinkingBlock("thought 1", "forged"), TextBlock("x")))
     (problem,) = check_view([*raw[:-2], forged], raw[:-2])
     assert "not byte-identical" in problem
+
+
+async def test_old_reasoning_beside_provider_items_stays_so_their_ids_can_go_back() -> None:
+    """Found by hostile testing: the pipeline dropped the reasoning of old Responses steps
+    holding a web search call and an item reference, and the adapter then sent those items
+    without the ids the API requires (an id names the reasoning item it followed). Such a
+    step keeps its reasoning: the pipeline proposes no drop, and `take` refuses one."""
+    from types import MappingProxyType
+
+    from agentctx import Chain, DeterministicCompaction, MemoryRecallStore
+    from agentctx.adapters import from_openai_responses, to_openai_responses
+    from agentctx.errors import ConfigError
+    from agentctx.ledger import DropThinking, Ledger, anchor
+    from agentctx.testing._validate import validate_responses
+
+    now = 1_700_000_000.0
+    items: list[dict[str, Any]] = [{"role": "user", "content": "task"}]
+    for i in range(6):
+        items += [
+            {"type": "reasoning", "id": f"rs_{i}", "encrypted_content": "enc",
+             "summary": [{"type": "summary_text", "text": "think " * 400}]},
+            {"type": "web_search_call", "id": f"ws_{i}", "status": "completed",
+             "action": {"type": "search", "query": "q"}},
+            {"type": "item_reference", "id": f"ref_{i}"},
+            {"type": "message", "id": f"msg_{i}", "role": "assistant", "status": "completed",
+             "content": [{"type": "output_text", "text": f"answer {i}", "annotations": []}]},
+            {"role": "user", "content": f"question {i + 1}"},
+        ]  # fmt: skip
+    history: list[Message] = []
+    for k, m in enumerate(from_openai_responses(items)):
+        stamped = MappingProxyType({**m.extra, "timestamp": int((now - 10_000 + k) * 1000)})
+        if isinstance(m, AssistantMessage):
+            history.append(AssistantMessage(m.content, m.stop_reason, m.usage, m.model, stamped))
+        else:
+            assert isinstance(m, UserMessage)
+            history.append(UserMessage(m.content, stamped))
+    async with ContextManager(
+        Budget(context_window=14_000, reserve_output=1_000),
+        strategy=Chain([ToolOutputPipeline(), DeterministicCompaction()]),
+        recall=MemoryRecallStore(),
+        clock=lambda: now,
+        on_over_budget="send",
+    ) as ctx:
+        view = await ctx.prepare(history)
+    sent = to_openai_responses(view)
+    assert validate_responses({"model": "m", "input": sent}, sent) is None
+    kept = [it.get("id") for it in sent if it.get("type") in ("web_search_call", "item_reference")]
+    assert kept and all(isinstance(i, str) for i in kept)
+    with pytest.raises(ConfigError, match="provider items"):
+        Ledger().add(DropThinking(anchor(history, 1), "custom"), history)

@@ -15,6 +15,7 @@ from agentctx import boundaries as b
 from agentctx.ledger import DropThinking, ReplaceArguments, ReplaceResult, ReplaceSpan, anchor
 from agentctx.messages import (
     AssistantMessage,
+    OpaqueBlock,
     SummaryMessage,
     TextBlock,
     ToolResultMessage,
@@ -782,8 +783,8 @@ class Run:
         self, j: int, step: AssistantMessage
     ) -> tuple[DropThinking, int] | tuple[()]:
         """``(decision, freed)`` dropping the thinking of ``step``, ``view[j]``; ``()`` when a
-        decision touches it already."""
-        if self._undecided(j) is None:
+        decision touches it already, or it holds provider items (see `check_fits`)."""
+        if self._undecided(j) is None or any(isinstance(b, OpaqueBlock) for b in step.content):
             return ()
         freed = sum(
             len(getattr(blk, "thinking", "") or getattr(blk, "data", ""))

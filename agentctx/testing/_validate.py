@@ -590,6 +590,12 @@ def validate_responses(
         if not _is_obj(item):
             return Invalid(f"Invalid type for 'input[{k}]'.", "input", "invalid_type")
         kind = item.get("type", "message")
+        if kind in _ID_REQUIRED and not isinstance(item.get("id"), str):
+            return Invalid(
+                f"Missing required parameter: 'input[{k}].id'.",
+                "input",
+                "missing_required_parameter",
+            )
         if kind == "message":
             if item.get("role") not in ("user", "assistant", "system", "developer"):
                 return Invalid(
@@ -648,6 +654,23 @@ def validate_responses(
         if cid not in answered or times > 1:
             return Invalid(f"No tool output found for function call {cid}.", "input")
     return None
+
+
+# Input items whose ``id`` the API requires (the SDK's params mark it ``Required``).
+_ID_REQUIRED = frozenset(
+    {
+        "item_reference",
+        "web_search_call",
+        "file_search_call",
+        "computer_call",
+        "code_interpreter_call",
+        "image_generation_call",
+        "local_shell_call",
+        "mcp_call",
+        "mcp_list_tools",
+        "mcp_approval_request",
+    }
+)
 
 
 def _follows_reasoning(after: Sequence[Any]) -> bool:
