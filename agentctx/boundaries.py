@@ -63,6 +63,7 @@ from agentctx.messages import (
     ToolCall,
     ToolResultMessage,
     UserMessage,
+    is_instruction,
 )
 
 if TYPE_CHECKING:
@@ -118,19 +119,28 @@ def safe_cut(messages: Sequence[Message], index: int) -> int:
 
 
 def task_index(messages: Sequence[Message]) -> int | None:
-    """Index of the first user message: the task. ``None`` if there is none."""
+    """Index of the first user message: the task (a system or developer message in the
+    history, `is_instruction`, only when no user message is there). ``None`` if none."""
+    first = None
     for i, m in enumerate(messages):
         if isinstance(m, UserMessage):
-            return i
-    return None
+            if not is_instruction(m):
+                return i
+            first = i if first is None else first
+    return first
 
 
 def latest_user_index(messages: Sequence[Message]) -> int | None:
-    """Index of the latest user message, ``None`` if there is none."""
+    """Index of the latest user message (not a system or developer message after it:
+    `is_instruction`, unless no user message is there), ``None`` if none."""
+    last = None
     for i in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[i], UserMessage):
-            return i
-    return None
+        m = messages[i]
+        if isinstance(m, UserMessage):
+            if not is_instruction(m):
+                return i
+            last = i if last is None else last
+    return last
 
 
 def in_flight_start(messages: Sequence[Message]) -> int:
@@ -188,10 +198,11 @@ class CompleteTurns:
     Call `update` after each append (any other change: a new instance); `newest` answers
     for the history as last updated."""
 
-    __slots__ = ("_answered", "_closed", "_open", "_seen")
+    __slots__ = ("_answered", "_closed", "_open", "_seen", "_spoken")
 
     def __init__(self) -> None:
         self._seen = 0
+        self._spoken: int | None = None  # the latest user message that is no instruction
         self._open: int | None = None  # where the last turn seen starts
         self._closed: tuple[int, int] | None = None  # newest complete turn before it
         self._answered: int | None = None  # one past the last turn's last answer, if any
@@ -204,6 +215,8 @@ class CompleteTurns:
                 if self._answered is not None and self._open is not None:
                     self._closed = self._open, self._answered
                 self._open, self._answered = i, None
+                if not is_instruction(m):
+                    self._spoken = i
             elif _answers(m):
                 self._answered = i + 1
         self._seen = len(messages)
@@ -211,7 +224,7 @@ class CompleteTurns:
     @property
     def latest_user(self) -> int | None:
         """Index of the latest user message seen (`latest_user_index`)."""
-        return self._open
+        return self._spoken if self._spoken is not None else self._open
 
     @property
     def newest(self) -> tuple[int, int] | None:

@@ -33,6 +33,7 @@ from typing import Any, ClassVar, TypeAlias
 from agentctx.errors import UnsupportedMessageError
 
 __all__ = [
+    "INSTRUCTION_ROLES",
     "THINKING_DROPPED",
     "AssistantContent",
     "AssistantMessage",
@@ -57,6 +58,7 @@ __all__ = [
     "check_history",
     "fingerprint",
     "from_dict",
+    "is_instruction",
     "json_problem",
     "sent_at",
     "text_of",
@@ -307,6 +309,19 @@ THINKING_DROPPED = "agentctx_thinking_dropped"
 """The ``extra`` key set on an assistant message whose reasoning a decision left out
 (`agentctx.ledger.DropThinking`): an adapter then sends nothing that refers to it (the
 Responses API rejects an item id whose reasoning item is not sent)."""
+
+INSTRUCTION_ROLES = ("system", "developer")
+"""The roles of a system or developer message in the middle of a history, which the adapters
+carry as a `UserMessage` with ``extra["role"]`` set (see `is_instruction`)."""
+
+
+def is_instruction(m: Message) -> bool:
+    """Whether ``m`` is a system or developer message in the middle of the history: an
+    instruction to the model, not the user speaking, so never the task or the latest user
+    message the invariants protect (a harness's reminder after the question does not take
+    its place)."""
+    return isinstance(m, UserMessage) and m.extra.get("role") in INSTRUCTION_ROLES
+
 
 _LATEST_MS = 253_402_300_800_000  # the year 10000: past it, a timestamp is no time
 

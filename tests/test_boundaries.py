@@ -10,6 +10,7 @@ from agentctx.boundaries import (
     CompleteTurns,
     answered_call_ids,
     in_flight_start,
+    latest_user_index,
     needs_no_repair,
     newest_complete_turn,
     repair,
@@ -60,6 +61,7 @@ _KINDS = {
     "call": lambda: assistant(call("c")),
     "result": lambda: result("c"),
     "summary": lambda: SummaryMessage("s"),
+    "developer": lambda: UserMessage((TextBlock("be concise"),), {"role": "developer"}),
 }
 
 
@@ -75,6 +77,7 @@ def test_the_tracked_complete_turn_is_the_scanned_one_after_every_append(
         history += [_KINDS[k]() for k in kinds]
         turns.update(history)
         assert turns.newest == newest_complete_turn(history)
+        assert turns.latest_user == latest_user_index(history)
 
 
 @given(
@@ -338,3 +341,14 @@ def test_the_common_appends_need_no_repair() -> None:
     assert answered_call_ids(step, {"old"}) == ["a", "b"]
     twice = [assistant(call("a"), call("a")), result("a"), result("a")]
     assert answered_call_ids(twice, set()) is None  # a repeated id is renamed
+
+
+def test_a_system_or_developer_message_is_neither_the_task_nor_the_latest_user_message() -> None:
+    """Found by hostile testing: a harness's developer reminder after the user's question
+    (an OpenAI Chat or Responses message the adapters carry as a `UserMessage` with its
+    role) was taken for the latest user message, and the question was summarized away."""
+    reminder = UserMessage((TextBlock("reminder: be concise"),), {"role": "developer"})
+    rules = UserMessage((TextBlock("rules"),), {"role": "system"})
+    h = [rules, user("task"), assistant(call("a")), result("a"), user("question"), reminder]
+    assert task_index(h) == 1 and latest_user_index(h) == 4
+    assert task_index([rules, reminder]) == 0 and latest_user_index([rules, reminder]) == 1

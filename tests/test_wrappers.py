@@ -417,3 +417,52 @@ async def test_openai_responses_stateful_and_string_input_pass_through(
     assert manager.usage.output_tokens == sum(
         r.usage.output_tokens for r in srv.requests if r.usage
     )
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_a_developer_reminder_after_the_question_does_not_take_its_place(api: str) -> None:
+    """Found by hostile testing: a developer message a harness appends mid-history (the
+    adapters carry it as a user message marked with its role) was protected as the latest
+    user message, and the user's actual question was summarized away."""
+    history: list[dict[str, Any]] = [{"role": "user", "content": "TASK"}]
+
+    def steps(tag: str, n: int) -> None:
+        for i in range(n):
+            out = "\n".join(
+                f"line {k} of output {i}: content to fill tokens {k * i}" for k in range(80)
+            )
+            if api == "chat":
+                history.append({"role": "assistant", "content": None, "tool_calls": [
+                    {"id": f"{tag}{i}", "type": "function",
+                     "function": {"name": "read", "arguments": "{}"}}]})  # fmt: skip
+                history.append({"role": "tool", "tool_call_id": f"{tag}{i}", "content": out})
+            else:
+                history.append({"type": "function_call", "call_id": f"{tag}{i}", "name": "read",
+                                "arguments": "{}"})  # fmt: skip
+                history.append(
+                    {"type": "function_call_output", "call_id": f"{tag}{i}", "output": out}
+                )
+
+    steps("a", 6)
+    history += [
+        {"role": "assistant", "content": "answer 1"},
+        {"role": "user", "content": "QUESTION 2"},
+    ]
+    steps("b", 8)
+    history.append({"role": "developer", "content": "reminder: be concise"})
+    async with FakeOpenAI(default=Reply.text("ok")) as srv:
+        raw = openai.AsyncOpenAI(base_url=srv.url + "/v1", api_key="t", max_retries=0)
+        async with ContextManager(
+            Budget(context_window=6_000, reserve_output=500), recall=MemoryRecallStore()
+        ) as ctx:
+            client = oai_provider.wrap(raw, ctx)
+            if api == "chat":
+                await client.chat.completions.create(model="m", messages=history)  # type: ignore[arg-type]
+            else:
+                await client.responses.create(model="m", input=history)  # type: ignore[arg-type]
+            assert ctx.budget.limit >= ctx.prompt_tokens
+        await raw.close()
+    (request,) = srv.requests
+    assert request.status == 200
+    sent = json.dumps(request.json)
+    assert "QUESTION 2" in sent and "reminder: be concise" in sent and "TASK" in sent

@@ -354,7 +354,8 @@ def from_openai_chat(
                 info["content"] = form
             if fields := rest(msg, "role", "content"):
                 info["fields"] = fields
-            out.append(with_info(UserMessage(blocks), KEY, info))
+            marked = freeze({"role": role} if role in _INSTRUCTIONS else {})
+            out.append(with_info(UserMessage(blocks, marked), KEY, info))  # `is_instruction`
         else:
             raise UnsupportedMessageError(index, f"role {role!r}")
     return out

@@ -430,7 +430,8 @@ def _user_item(index: int, item: Mapping[str, Any]) -> UserMessage:
         info["content"] = form
     if fields := rest(item, "role", "content"):
         info["fields"] = fields
-    return with_info(UserMessage(blocks), KEY, info)
+    marked = freeze({"role": item["role"]} if item["role"] in _INSTRUCTIONS else {})
+    return with_info(UserMessage(blocks, marked), KEY, info)  # `is_instruction` reads the role
 
 
 def _output(index: int, item: Mapping[str, Any], names: Mapping[str, str]) -> ToolResultMessage:
