@@ -21,13 +21,18 @@ on a cheap model) keeps running while your thread sleeps or waits on the model.
 from __future__ import annotations
 
 import asyncio
+import inspect
+import os
 import sys
 import threading
-from contextlib import ExitStack
+import weakref
+from concurrent.futures import Future
+from contextlib import AbstractContextManager, suppress
 from functools import partial
 from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
-from anyio.from_thread import start_blocking_portal
+import anyio
+from anyio.from_thread import BlockingPortal
 
 from agentctx.errors import ConfigError
 
@@ -40,6 +45,64 @@ if TYPE_CHECKING:
     from agentctx.messages import Message
 
 __all__ = ["BlockingContextManager", "LoopThread"]
+
+
+class _Raised:
+    """What a function run on the loop raised (an `Exception`; cancellation and other base
+    exceptions go through as they are), told apart from the portal's own errors."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+async def _boxed(func: Callable[..., Any], *args: Any) -> Any:
+    try:
+        result = func(*args)
+        return await result if inspect.isawaitable(result) else result
+    except Exception as e:
+        return _Raised(e)
+
+
+def _serve(started: Future[BlockingPortal]) -> None:
+    """A `LoopThread`'s thread: an event loop serving a portal until it is stopped."""
+
+    async def serve() -> None:
+        async with BlockingPortal() as portal:
+            started.set_result(portal)
+            await portal.sleep_until_stopped()
+
+    try:
+        anyio.run(serve)
+    except BaseException as e:  # the thread ends either way; a caller waiting is told
+        if not started.done():
+            started.set_exception(e)
+
+
+def _close(
+    session: AbstractContextManager[object],
+    portal: BlockingPortal,
+    thread: threading.Thread,
+    pid: int,
+) -> None:
+    """Exit a `LoopThread`'s manager, stop its portal and join its thread."""
+    if os.getpid() != pid:
+        return  # a forked child: the loop thread is the parent's
+    if threading.get_ident() == thread.ident:
+        # Collected on the loop thread itself (a callback dropped the last reference): it
+        # cannot join itself, so another thread closes it once this callback returns.
+        args = (session, portal, thread, pid)
+        threading.Thread(target=_close, args=args, name="agentctx-close").start()
+        return
+    if thread.is_alive():  # else the loop stopped (SystemExit raised on it): nothing to exit
+        try:
+            session.__exit__(None, None, None)
+        finally:
+            with suppress(RuntimeError):  # stopped meanwhile
+                portal.call(portal.stop)
+    thread.join()
+
 
 T = TypeVar("T")
 
@@ -188,18 +251,33 @@ class LoopThread:
     too, so the caller's thread never races it. `close` exits the manager (cancelling its
     background work, reporting what it left), stops the loop and joins the thread.
     ``thread_id`` is that thread's ``threading.get_ident()``.
+
+    One that is never closed is closed when it is collected, or when the interpreter exits
+    (an uncaught exception, a forgotten ``close``), so the process does not hang at exit. It
+    belongs to the process that made it: after ``fork`` the child has no loop thread, and
+    its calls raise `ConfigError`.
     """
 
     def __init__(self, manager: ContextManager) -> None:
         self._closed = False
-        self._stack = ExitStack()
-        self._portal = self._stack.enter_context(start_blocking_portal(name="agentctx"))
+        self._pid = os.getpid()
+        started: Future[BlockingPortal] = Future()
+        thread = threading.Thread(target=_serve, args=(started,), name="agentctx", daemon=True)
+        thread.start()
+        self._portal = portal = started.result()
+        session = portal.wrap_async_context_manager(manager)
         try:
-            self._stack.enter_context(self._portal.wrap_async_context_manager(manager))
-            self.thread_id: int = self._portal.call(threading.get_ident)
+            session.__enter__()
+            self.thread_id: int = portal.call(threading.get_ident)
         except BaseException:
-            self._stack.close()
+            with suppress(RuntimeError):
+                portal.call(portal.stop, True)
+            thread.join()
             raise
+        # Closed explicitly, when collected, or by an exit hook while the thread still runs
+        # (anyio's own portal context manager, left to module teardown, waited for a loop
+        # thread that no longer ran: the process hung at exit).
+        self._close_stack = weakref.finalize(self, _close, session, portal, thread, self._pid)
 
     @overload
     def call(self, func: Callable[..., Awaitable[T]], *args: Any) -> T: ...
@@ -219,9 +297,23 @@ class LoopThread:
                 "callback): it would wait for that thread, a deadlock; make the call after "
                 "the one that emitted the event returns"
             )
-        return self._portal.call(func, *args)
+        if os.getpid() != self._pid:
+            raise ConfigError(
+                f"this manager's loop thread runs in the process that made it ({self._pid}), "
+                "not in this forked one: make a new manager here"
+            )
+        try:
+            done = self._portal.call(_boxed, func, *args)
+        except RuntimeError as e:  # the portal's own: what ``func`` raises comes boxed
+            raise ConfigError(
+                "the manager's loop thread has stopped (something raised SystemExit or "
+                "KeyboardInterrupt on it, in a subscriber callback or a strategy)"
+            ) from e
+        if isinstance(done, _Raised):
+            raise done.error
+        return done
 
     def close(self) -> None:
         """Exit the manager, stop the loop and join its thread; a second call does nothing."""
         self._closed = True
-        self._stack.close()
+        self._close_stack()

@@ -6,7 +6,13 @@ thread, and a caller on an event loop is refused."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import inspect
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from typing import Any
@@ -140,6 +146,9 @@ def test_a_blocking_harness_gets_background_briefings_spliced_and_closes_clean()
     ctx.close()  # a second close reports nothing twice
     assert len(harness.of(SummaryStale)) == len(updated) + 1
     assert loop_threads() == []
+    deadline = time.monotonic() + 5  # anyio's idle worker threads end once told, not joined
+    while set(threading.enumerate()) != threads_before and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert set(threading.enumerate()) == threads_before
     assert manager.usage.input_tokens == sum(
         harness.counter.count_many(view) for view in harness.views
@@ -217,3 +226,117 @@ def test_a_caller_on_an_event_loop_is_refused() -> None:
         assert ctx.prepare([UserMessage.of("edited"), UserMessage.of("more")])
     assert len(refused) == 1 and "event loop" in str(refused[0])
     assert loop_threads() == []
+
+
+# -- found by hostile testing: what outlives a forgotten close, a fork, a stopped loop ------
+
+
+def _child(code: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter; a hang fails the test at ``timeout``."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("ending", ["returns", "raises", "wrapped client"])
+def test_a_manager_never_closed_does_not_hang_the_interpreter_at_exit(ending: str) -> None:
+    """The loop thread's portal was left to module teardown, which waited for a loop thread
+    that no longer ran: a harness that forgot ``close`` (or crashed) never exited."""
+    body = {
+        "returns": "ctx = BlockingContextManager(ContextManager(200_000))\n"
+        "ctx.prepare([UserMessage.of('hi')])\n",
+        "raises": "ctx = BlockingContextManager(ContextManager(200_000))\n"
+        "ctx.prepare([UserMessage.of('hi')])\nraise RuntimeError('the harness crashed')\n",
+        "wrapped client": "import openai\nfrom agentctx.providers.openai import wrap\n"
+        "client = wrap(openai.OpenAI(base_url='http://127.0.0.1:9/v1', api_key='x'), "
+        "ContextManager(200_000))\n",
+    }[ending]
+    code = "from agentctx import BlockingContextManager, ContextManager, UserMessage\n" + body
+    done = _child(code)  # raises TimeoutExpired on a hang
+    assert done.returncode == (1 if ending == "raises" else 0), done.stderr
+    assert "Exception ignored" not in done.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")
+def test_after_fork_the_child_gets_a_typed_error_and_closes_at_once() -> None:
+    """In a forked child the loop thread does not exist: ``prepare`` and ``close`` waited
+    for it forever."""
+    done = _child(
+        """
+        import os, signal
+        from agentctx import BlockingContextManager, ConfigError, ContextManager, UserMessage
+        ctx = BlockingContextManager(ContextManager(200_000))
+        ctx.prepare([UserMessage.of("hi")])
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(10)
+            try:
+                ctx.prepare([UserMessage.of("hi"), UserMessage.of("again")])
+            except ConfigError as e:
+                print("child:", "forked" in str(e), flush=True)
+            ctx.close()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("parent:", len(ctx.prepare([UserMessage.of("hi"), UserMessage.of("again")])))
+        ctx.close()
+        """
+    )
+    assert done.stdout.split() == ["child:", "True", "parent:", "2"], done.stderr
+
+
+@pytest.mark.parametrize("where", ["sync subscriber", "async subscriber"])
+def test_a_loop_stopped_by_system_exit_gives_config_errors_and_closes(where: str) -> None:
+    """A subscriber raising SystemExit stops the loop thread; later calls raised anyio's bare
+    ``RuntimeError('This portal is not running')``, ``close`` too."""
+
+    def sync_exit(event: Event) -> None:
+        raise SystemExit(3)
+
+    async def async_exit(event: Event) -> None:
+        raise SystemExit(3)
+
+    ctx = BlockingContextManager(
+        ContextManager(Budget(context_window=30_000), on_over_budget="send")
+    )
+    ctx.subscribe(sync_exit if where == "sync subscriber" else async_exit)
+    history: list[Message] = [UserMessage.of("the task")]
+    # Until an event is emitted (a compaction): a sync subscriber's SystemExit comes out of
+    # that call; an async one's stops the loop between calls.
+    with contextlib.suppress(SystemExit, ConfigError):
+        for k in range(40):
+            history += [UserMessage.of(f"{k} " + "x" * 4_000)]
+            ctx.prepare(history)
+            time.sleep(0.01)
+    deadline = time.monotonic() + 5
+    while any(t.name == "agentctx" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(ConfigError, match="loop thread has stopped"):
+        ctx.prepare(history)
+    ctx.close()
+
+
+def test_a_manager_dropped_on_its_own_loop_thread_ends_that_thread() -> None:
+    """The last reference dropped by an async subscriber, on the loop thread: closing there
+    tried to join that thread itself (``cannot join current thread``), and it ran on."""
+    import anyio
+
+    held: list[Any] = [BlockingContextManager(ContextManager(200_000))]
+
+    async def drop(event: Event) -> None:
+        await anyio.sleep(0.05)
+        held.clear()
+
+    held[0].subscribe(drop)
+    held[0].prepare([UserMessage.of("a")])
+    held[0].prepare([UserMessage.of("b")])  # not the history before: an event
+    deadline = time.monotonic() + 5
+    while (held or any(t.name == "agentctx" for t in threading.enumerate())) and (
+        time.monotonic() < deadline
+    ):
+        gc.collect()
+        time.sleep(0.01)
+    assert not held and not any(t.name == "agentctx" for t in threading.enumerate())

@@ -7,6 +7,7 @@ import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import anthropic
 import anyio
@@ -18,7 +19,9 @@ from agentctx.errors import ConfigError, SummarizerError
 from agentctx.events import ContextCompacted, Event, SummaryRejected
 from agentctx.messages import Message
 from agentctx.providers._retry_after import retry_after_seconds
+from agentctx.providers.anthropic_compaction import AnthropicCompactionSummarizer
 from agentctx.providers.anthropic_summarizer import AnthropicSummarizer
+from agentctx.providers.openai_compaction import OpenAICompactionSummarizer
 from agentctx.providers.openai_summarizer import OpenAIChatSummarizer, OpenAIResponsesSummarizer
 from agentctx.strategies.llm import SUMMARY_MARKER, LlmCompaction, LlmCompactionConfig
 from agentctx.summarizer import REQUIRED_SECTIONS, Summarizer, SummaryRequest, missing_sections
@@ -368,3 +371,40 @@ def test_request_options_are_checked_when_the_summarizer_is_made() -> None:
         OpenAIChatSummarizer("m", api_key="k", request_options={"reasoning": {}})
     extra = {"extra_body": {"new_field": 1}}  # what the SDK does not know yet goes here
     assert AnthropicSummarizer(api_key="k", request_options=extra).request_options == extra
+
+
+@pytest.mark.parametrize(
+    ("provider", "make"),
+    [
+        ("anthropic", lambda c: AnthropicSummarizer(client=c)),
+        ("openai", lambda c: OpenAIChatSummarizer("m", client=c)),
+        ("openai", lambda c: OpenAIResponsesSummarizer("m", client=c)),
+        ("anthropic", lambda c: AnthropicCompactionSummarizer("m", client=c)),
+        ("openai", lambda c: OpenAICompactionSummarizer("m", client=c)),
+    ],
+    ids=["anthropic", "openai chat", "openai responses", "anthropic native", "openai native"],
+)
+@pytest.mark.parametrize("wrapped", [False, True], ids=["client", "wrapped client"])
+def test_a_blocking_client_is_refused_when_the_summarizer_is_made(
+    provider: str, make: Any, wrapped: bool
+) -> None:
+    """Found by hostile testing: `AnthropicSummarizer(client=anthropic.Anthropic())` was
+    accepted; each summary then ran its HTTP call on the session's loop (stalling it) and
+    failed awaiting what it returned, so every billed summary was thrown away."""
+    from agentctx.providers import anthropic as ant_provider
+    from agentctx.providers import openai as oai_provider
+
+    client: Any
+    if provider == "anthropic":
+        client = anthropic.Anthropic(api_key="x", base_url="http://127.0.0.1:9")
+        wrap: Any = ant_provider.wrap
+    else:
+        client = openai.OpenAI(api_key="x", base_url="http://127.0.0.1:9/v1")
+        wrap = oai_provider.wrap
+    if wrapped:
+        client = wrap(client, ContextManager(Budget(context_window=200_000)))
+    try:
+        with pytest.raises(ConfigError, match="Async"):
+            make(client)
+    finally:
+        client.close()

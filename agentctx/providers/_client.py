@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from agentctx.errors import SummarizerError
+from agentctx.errors import ConfigError, SummarizerError
 from agentctx.providers._retry_after import retry_after_seconds
 from agentctx.summarizer import is_retryable_status
 
@@ -37,6 +37,13 @@ def retryless(
     inner = getattr(client, "client", None)
     if isinstance(inner, make):
         client = inner
+    if not isinstance(client, make):
+        # A blocking client's requests would run on the session's loop, stalling it, and
+        # what they return cannot be awaited: every paid summary would be thrown away.
+        raise ConfigError(
+            f"the summarizer needs an {make.__module__.split('.')[0]}.{make.__name__} "
+            f"(its requests are awaited on the session's loop), got {type(client).__name__}"
+        )
     made: C = client.with_options(**options)  # type: ignore[attr-defined]
     return made
 
