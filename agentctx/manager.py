@@ -20,6 +20,7 @@ drops the decisions after it and emits `HistoryResynced`.
 from __future__ import annotations
 
 import bisect
+import contextvars
 import math
 import reprlib
 import threading
@@ -81,6 +82,9 @@ __all__ = ["ContextManager"]
 # token is shorter than one character (one UTF-8 byte beyond ASCII), so at most 3.5x in all.
 # A measured "densest" ratio is not a bound: 400 lines of "ok N" came to 1.77x.
 _DENSEST_OVER_QUICK = 2.5
+
+# The manager whose strategy the current task (or one it started) is running `compact` of.
+_COMPACTING: contextvars.ContextVar[ContextManager] = contextvars.ContextVar("agentctx_compacting")
 _CLOSE_SECONDS = 5.0  # the most a close waits for background work and async subscribers
 _THRASH_CALLS = 3  # prefix rewrites in a row that earn a warning
 _CACHE_TTL_SECONDS = 300.0  # the providers' default prompt-cache lifetime
@@ -590,9 +594,17 @@ class ContextManager:
         one call, then extend it again.
 
         Calls of one session take turns: one made while another is running (its strategy
-        awaiting inside `compact`) waits for it, then renders its own history.
+        awaiting inside `compact`) waits for it, then renders its own history. One made from
+        inside the session's own strategy (its `compact`, or a task it started) would wait
+        for itself: `ConfigError`.
         """
         if self._preparing:
+            if _COMPACTING.get(None) is self:
+                raise ConfigError(
+                    "prepare() was called from inside this session's own strategy (its "
+                    "compact, or a task it started): it would wait for the call running it, "
+                    "a deadlock"
+                )
             await self._wait_for_turn()
         self._preparing = True
         try:
@@ -693,11 +705,15 @@ class ContextManager:
             # next step).
             strategy = self.strategy
             self._quiet = None  # until this run says otherwise (one that raises says nothing)
-            for _ in range(4):
-                n = len(ctx.taken)
-                quiet = await strategy.compact(ctx)
-                if len(ctx.taken) == n:
-                    break
+            compacting = _COMPACTING.set(self)  # a nested prepare() would wait for itself
+            try:
+                for _ in range(4):
+                    n = len(ctx.taken)
+                    quiet = await strategy.compact(ctx)
+                    if len(ctx.taken) == n:
+                        break
+            finally:
+                _COMPACTING.reset(compacting)
             taken = ctx.taken
             if isinstance(quiet, Quiet) and not taken:
                 ledger = state.ledger

@@ -1054,3 +1054,20 @@ async def test_a_history_given_as_a_generator_is_read_once() -> None:
             await ctx.prepare(7)  # type: ignore[arg-type]
         with pytest.raises(UnsupportedMessageError):
             await ctx.prepare({"role": "user"})  # type: ignore[arg-type]
+
+
+async def test_a_strategy_calling_its_own_sessions_prepare_gets_a_config_error() -> None:
+    """Found by hostile testing: a strategy whose `compact` awaited its own manager's
+    `prepare` waited for the very call running it, for good, with no error."""
+    held: list[ContextManager] = []
+
+    class CallsBack:
+        async def compact(self, ctx: Any) -> None:
+            await held[0].prepare([UserMessage.of("inner")])
+
+    async with ContextManager(200_000, strategy=CallsBack()) as ctx:
+        held.append(ctx)
+        with anyio.fail_after(5), pytest.raises(ConfigError, match="own strategy"):
+            await ctx.prepare([UserMessage.of("outer")])
+        ctx.strategy = DeterministicCompaction()  # the session goes on
+        assert await ctx.prepare([UserMessage.of("outer")]) == [UserMessage.of("outer")]
