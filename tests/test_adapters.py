@@ -1218,3 +1218,24 @@ def test_chat_custom_tool_calls_pair_with_their_tool_messages() -> None:
     assert sent["tool_calls"] == [
         {**messages[1]["tool_calls"][0], "custom": {"name": "shell", "input": "[cleared]"}}
     ]
+
+
+def test_a_tool_result_of_one_blank_block_goes_back_as_a_string_the_api_takes() -> None:
+    """Found by hostile testing: the round trip changed such a result without saying so. It
+    is a documented repair: the API refuses the list form (a whitespace-only text block) and
+    takes the string."""
+    from agentctx.testing._validate import validate_anthropic
+
+    call = {"type": "tool_use", "id": "t1", "name": "ls", "input": {}}
+    blank = {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": " "}]}
+    params = [
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": [call]},
+        {"role": "user", "content": [blank]},
+    ]
+    tools = [{"name": "ls", "input_schema": {"type": "object"}}]
+    body = {"model": "m", "max_tokens": 10, "tools": tools, "messages": params}
+    assert validate_anthropic(body) is not None  # refused as it is
+    sent = to_anthropic(from_anthropic(params))
+    assert sent[2]["content"][0]["content"] == " "
+    assert validate_anthropic({**body, "messages": sent}) is None

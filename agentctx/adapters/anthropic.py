@@ -20,7 +20,10 @@ holding a parallel batch becomes several, and goes back as one); any other block
 server tools and their results, compaction, ...) rides as ``OpaqueBlock("anthropic", block)``.
 Block fields agentctx does not model (``cache_control``, ``citations``, ``caller``, ...) ride
 flat in the block's ``extra``. A block that would not render back byte for byte is kept
-opaque instead, so ``to_anthropic(from_anthropic(p)) == p`` always holds.
+opaque instead, so ``to_anthropic(from_anthropic(p)) == p`` holds for every request the API
+takes. One it refuses is repaired: a ``tool_result`` whose content is a list of one blank
+(empty or whitespace) text block, a block the API refuses, goes back as that text as a
+string, which it takes.
 
 Message-level details ride in ``extra["anthropic"]``, a dict that may hold:
 ``content`` ("string" / "list" / "absent": the content form, when not the default one),
