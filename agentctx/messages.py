@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -60,6 +61,7 @@ __all__ = [
     "from_dict",
     "is_instruction",
     "json_problem",
+    "sendable_text",
     "sent_at",
     "text_of",
     "to_dict",
@@ -309,6 +311,16 @@ THINKING_DROPPED = "agentctx_thinking_dropped"
 """The ``extra`` key set on an assistant message whose reasoning a decision left out
 (`agentctx.ledger.DropThinking`): an adapter then sends nothing that refers to it (the
 Responses API rejects an item id whose reasoning item is not sent)."""
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def sendable_text(text: str) -> str:
+    """``text`` as a request can carry it: each lone surrogate (which UTF-8 cannot encode)
+    replaced by U+FFFD, the length kept; ``text`` itself when it holds none. For text
+    agentctx makes or passes on (a briefing, a recall page): a caller's own is sent as given."""
+    return _LONE_SURROGATE.sub("\ufffd", text) if _LONE_SURROGATE.search(text) else text
+
 
 INSTRUCTION_ROLES = ("system", "developer")
 """The roles of a system or developer message in the middle of a history, which the adapters

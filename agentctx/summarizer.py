@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 from agentctx._check import preview
@@ -50,6 +50,7 @@ from agentctx.messages import (
     Usage,
     UserMessage,
     bad_usage_field,
+    sendable_text,
 )
 
 if TYPE_CHECKING:
@@ -197,6 +198,10 @@ def check_result(result: object) -> SummaryResult:
         raise _bad(f"{preview(result)}, not a SummaryResult")
     if not isinstance(result.text, str):
         raise _bad(f"text that is {preview(result.text)}, not a str")
+    if (text := sendable_text(result.text)) is not result.text:
+        # Decoded from JSON, a reply can hold a lone surrogate, which no request can carry:
+        # spliced as it is, every later view could not be sent.
+        result = replace(result, text=text)
     if not isinstance(result.stop_reason, str) or result.stop_reason not in _STOPS:
         raise _bad(f"stop_reason {preview(result.stop_reason)}, not one of {sorted(_STOPS)}")
     if result.model is not None and not isinstance(result.model, str):

@@ -426,6 +426,36 @@ def test_check_result_accepts_a_well_formed_result() -> None:
     assert caught.value.retryable is False and str(caught.value)
 
 
+async def test_a_briefing_with_a_lone_surrogate_is_spliced_as_text_a_request_can_carry() -> None:
+    """Found by hostile testing: a reply decoded from JSON can hold a lone surrogate; the
+    briefing was spliced as it was and no later view could be encoded as UTF-8 (every model
+    call failed). `check_result` replaces each with U+FFFD."""
+    from agentctx import Chain, ContextManager, DeterministicCompaction, LlmCompaction
+    from agentctx.adapters.anthropic import to_anthropic
+    from agentctx.testing.scripted import ScriptedSummarizer
+
+    odd = SummaryResult(text=BRIEFING + " \ud800", stop_reason="stop", usage=Usage(10, 5))
+    assert check_result(odd).text == BRIEFING + " \ufffd"
+    summarizer = ScriptedSummarizer(default=BRIEFING + " \ud800")
+    llm = LlmCompaction(summarizer)
+    history: list[Message] = [UserMessage.of("the task")]
+    spliced = False
+    async with ContextManager(
+        Budget(context_window=6_000, reserve_output=1_000),
+        strategy=Chain([llm, DeterministicCompaction()]),
+    ) as ctx:
+        for k in range(40):
+            history += [
+                AssistantMessage.of(f"answer {k} " + "word " * 150),
+                UserMessage.of(f"q{k}"),
+            ]
+            view = await ctx.prepare(history)
+            json.dumps(to_anthropic(view), ensure_ascii=False).encode("utf-8")  # sendable
+            spliced = spliced or any("\ufffd" in getattr(m, "text", "") for m in view)
+            await anyio.sleep(0.01)  # the briefing is written between calls
+    assert spliced
+
+
 # ---------------------------------------------------------------------------------------
 # Transcript files (item 14)
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from agentctx._check import preview
 from agentctx.errors import ConfigError
+from agentctx.messages import sendable_text
 
 if TYPE_CHECKING:
     from agentctx.recall.store import RecallStore
@@ -134,16 +135,16 @@ def recall_page(
         problem = _pattern_problem(pattern)
         if problem is not None:
             return problem
-        return _clean(_grep(id, content, pattern, limit, max(1, max_matches)))
+        return sendable_text(_grep(id, content, pattern, limit, max(1, max_matches)))
     total = len(content)
     offset = max(0, offset)
     if offset >= total > 0:
         return f"[recall_context {id}: offset {offset} is past the end ({total} chars)]"
     end = min(total, offset + limit)
     nxt = f"; next offset={end}" if end < total else "; end"
-    return _clean(f"[recall_context {id}: chars {offset}-{end} of {total}{nxt}]\n") + _clean(
-        content[offset:end]
-    )
+    return sendable_text(
+        f"[recall_context {id}: chars {offset}-{end} of {total}{nxt}]\n"
+    ) + sendable_text(content[offset:end])
 
 
 def recall_arguments(arguments: object) -> tuple[str, int, int, str | None] | str:
@@ -229,11 +230,6 @@ def _pattern_problem(pattern: str) -> str | None:
             "(unpaired UTF-16 surrogates)."
         )
     return None
-
-
-def _clean(text: str) -> str:
-    """``text`` without lone surrogates (they cannot be sent as UTF-8); same length."""
-    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
 
 
 def _grep(rid: str, content: str, pattern: str, limit: int, max_matches: int) -> str:
