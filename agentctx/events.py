@@ -154,8 +154,9 @@ class SummaryRejected(_Event):
 
     ``reason`` is ``stop_reason`` (the model stopped on length, refusal or error), ``empty``,
     ``malformed`` (a required section is missing), ``failed`` (the request raised),
-    ``timeout`` (the last attempt timed out) or ``deadline`` (the overall deadline, backoff
-    included, ran out). ``summary`` carries the usage and cost when a response was billed
+    ``timeout`` (the last attempt timed out), ``deadline`` (the overall deadline, backoff
+    included, ran out) or ``too_large`` (the briefing is no shorter than the messages it
+    would replace). ``summary`` carries the usage and cost when a response was billed
     (``messagesSummarized`` is then 0), ``None`` when no response arrived.
     """
 

@@ -1680,3 +1680,28 @@ async def test_the_tiers_on_part_of_the_view_keep_the_task_inside_it() -> None:
         view = await ctx.prepare(raw)
         assert ctx.ledger.spans  # the tiers dropped a stretch after the task
     assert_view_ok(view, raw)
+
+
+async def test_a_briefing_longer_than_what_it_replaces_is_rejected_as_too_large() -> None:
+    """Found by hostile testing: such a briefing was dropped as ``superseded`` (other
+    compaction replaced that part), though nothing had, and the next request went out at
+    once to be wasted the same way. It is `SummaryRejected` ``too_large``, and the next
+    request waits for the view to grow, as after any rejection."""
+    summarizer = ScriptedSummarizer(default=briefing(body="x " * 20_000))
+    chain, llm = strategy(summarizer)
+    events: list[Event] = []
+    history: list[Message] = []
+    async with ContextManager(budget(), strategy=chain) as ctx:
+        ctx.subscribe(events.append)
+        for i in range(14):
+            history = [*history, *turn(i)]
+            view = await ctx.prepare(history)
+            ctx.observe(Usage(input_tokens=ctx.prompt_tokens))
+            history = list(view)
+            for _ in range(5):
+                await anyio.lowlevel.checkpoint()
+    rejected = [e for e in events if isinstance(e, SummaryRejected)]
+    assert rejected and {e.reason for e in rejected} == {"too_large"}
+    assert not [e for e in events if isinstance(e, SummaryStale) and e.reason == "superseded"]
+    assert len(summarizer.requests) <= 3  # not one a call
+    assert llm.spend.requests == len(summarizer.requests)

@@ -86,7 +86,7 @@ from typing import TYPE_CHECKING, Literal
 
 from agentctx._log import log
 from agentctx.errors import ConfigError
-from agentctx.events import CompactionWarning, ContextCompacted, SummaryStale
+from agentctx.events import CompactionWarning, ContextCompacted, SummaryRejected, SummaryStale
 from agentctx.ledger import ReplaceSpan, anchor, protected_positions
 from agentctx.messages import SummaryMessage
 from agentctx.strategies.deterministic import DeterministicCompaction
@@ -494,8 +494,14 @@ class LlmCompaction:
         # A provider-native briefing is spliced as the provider returned it, byte for byte.
         briefing = ready.messages or (self._briefing(ctx, ready.text, va, vc),)
         size = sum(map(counter.count_full, briefing)) + counter.count_many(carried)
-        if vc <= va or size >= region:  # other compaction shrank that part below the briefing
-            ctx.emit(SummaryStale("superseded", ready.stats(0)))
+        if vc <= va or size >= region:
+            written = counter.count_many(ctx.raw[a:cut])
+            if size >= written:  # no compaction needed to make it so: the briefing is too long
+                detail = f"the briefing ({size} tokens) would replace {written} tokens"
+                ctx.emit(SummaryRejected("too_large", detail, 1, ready.stats(0)))
+                self._after_failure(job)
+            else:  # other compaction shrank that part below the briefing
+                ctx.emit(SummaryStale("superseded", ready.stats(0)))
             return False
         budget = ctx.budget
         limit = budget.limit
