@@ -449,17 +449,17 @@ async def test_a_call_that_takes_nothing_works_on_the_new_messages(
     # the memo: each recall id is worked out once, and stored only with a decision taken.
     scanned: list[int] = []
     hashed: list[str] = []
-    candidate, rid_of = pipeline_run.Run._candidate, pipeline_run.recall_id
+    candidate, rid_of = pipeline_run._candidate, pipeline_run.recall_id
 
-    def counting_candidate(run: pipeline_run.Run, j: int, m: Message) -> bool:
-        scanned.append(j)
-        return candidate(run, j, m)
+    def counting_candidate(*args: Any) -> bool:
+        scanned.append(args[3])
+        return candidate(*args)
 
     def counting_rid(session_id: str, content: str) -> str:
         hashed.append(content)
         return rid_of(session_id, content)
 
-    monkeypatch.setattr(pipeline_run.Run, "_candidate", counting_candidate)
+    monkeypatch.setattr(pipeline_run, "_candidate", counting_candidate)
     monkeypatch.setattr(pipeline_run, "recall_id", counting_rid)
     now = [NOW]
     cfg = ToolOutputPipeline(clear_at_least=10**9)  # a stale batch never pays here

@@ -470,7 +470,9 @@ async def test_a_call_in_the_tool_loop_reads_only_what_is_new_with_thinking_in_t
                     ctx.observe(Usage(input_tokens=ctx.prompt_tokens))
                     await anyio.lowlevel.checkpoint()
                 history += [AssistantMessage.of(f"answer {t}"), UserMessage.of(f"next {t}")]
-                await ctx.prepare(history)
+                await ctx.prepare(history)  # a user turn: skipped as well (the next test)
+                ctx.observe(Usage(input_tokens=ctx.prompt_tokens))
+                await anyio.lowlevel.checkpoint()
             assert not ctx.ledger.decisions
         return lines[0]
 

@@ -185,6 +185,50 @@ class _Scan:
         self.full_upto = 0  # results[:full_upto] (outside the newest turn) estimated in full
         self.shell_full_upto = 0  # the same for shell
 
+    def read(self, cfg: ToolOutputPipeline, ctx: CompactionContext, n: int) -> None:
+        """Read ``ctx.view[n:]``, the messages appended to the view scanned so far (which
+        ``messages`` already holds)."""
+        view = ctx.view
+        for j in range(n, len(view)):
+            m = view[j]
+            if isinstance(m, AssistantMessage):
+                for c in m.tool_calls:
+                    self.calls[c.id] = (j, c)
+                if b.has_thinking(m):
+                    self.shaped.append(j)
+            elif isinstance(m, UserMessage):
+                self.turns += 1
+                if j == 0 or not isinstance(view[j - 1], UserMessage):
+                    self.before_run = self.latest_user
+                    self.run_after_results = j > 0 and isinstance(view[j - 1], ToolResultMessage)
+                self.latest_user = j
+                if m.extra.get("source") == "bash_execution":
+                    self.shaped.append(j)
+                    self.shell.append(j)
+            elif isinstance(m, SummaryMessage):
+                self.boundary = j
+            self.turn_of.append(self.turns)
+            self.stamps.append(sent_at(m))
+            if isinstance(m, ToolResultMessage) and _candidate(cfg, ctx, self.calls, j, m):
+                self.results.append(j)
+                size = self.sizes[j] = len(text_of(m.content))
+                self.turn_results.setdefault(self.turns, []).append(j)
+                self.turn_chars[self.turns] = self.turn_chars.get(self.turns, 0) + size
+
+
+def _candidate(
+    cfg: ToolOutputPipeline,
+    ctx: CompactionContext,
+    calls: dict[str, tuple[int, ToolCall]],
+    j: int,
+    m: ToolResultMessage,
+) -> bool:
+    """Whether the passes may touch the result ``m``, ``ctx.view[j]``."""
+    if undecided(ctx.ledger, ctx.raw, ctx.view, ctx.origins, j) is None:
+        return False  # already replaced, hidden by a summary, or a stub repair added
+    call = calls.get(m.tool_call_id)
+    return (m.tool_name or (call[1].name if call else "tool")) not in cfg.exclude_tools
+
 
 class Memo:
     """What the passes worked out for raw messages (a condensed body, what a replacement
@@ -284,7 +328,13 @@ def nothing_to_take(cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo 
             return False  # a summary moves what the passes protect
     # In the newest turn, within the running loop: protected from L0 and L1; only the
     # budget pass could take one of them, when the turn's results pass its cap.
-    return cfg.budget is None or chars <= cfg.budget.max_chars_per_turn
+    if cfg.budget is not None and chars > cfg.budget.max_chars_per_turn:
+        return False
+    # Skipped: the scan reads what is new now, as a run would, so the next call reads only
+    # its own new messages (a long stretch of skipped calls stays O(new) each).
+    scan.messages += view[n:]
+    scan.read(cfg, ctx, n)
+    return True
 
 
 def _last_user(messages: Sequence[Message]) -> int:
@@ -346,31 +396,7 @@ class Run:
             scan.messages = list(view)
         self.calls, self.turn_of, self.results = scan.calls, scan.turn_of, scan.results
         self.sizes, self.stamps, self.turn_results = scan.sizes, scan.stamps, scan.turn_results
-        for j in range(n, len(view)):  # what a call with no decision adds: the new messages
-            m = view[j]
-            if isinstance(m, AssistantMessage):
-                for c in m.tool_calls:
-                    scan.calls[c.id] = (j, c)
-                if b.has_thinking(m):
-                    scan.shaped.append(j)
-            elif isinstance(m, UserMessage):
-                scan.turns += 1
-                if j == 0 or not isinstance(view[j - 1], UserMessage):
-                    scan.before_run = scan.latest_user
-                    scan.run_after_results = j > 0 and isinstance(view[j - 1], ToolResultMessage)
-                scan.latest_user = j
-                if m.extra.get("source") == "bash_execution":
-                    scan.shaped.append(j)
-                    scan.shell.append(j)
-            elif isinstance(m, SummaryMessage):
-                scan.boundary = j
-            scan.turn_of.append(scan.turns)
-            scan.stamps.append(sent_at(m))
-            if isinstance(m, ToolResultMessage) and self._candidate(j, m):
-                scan.results.append(j)
-                size = scan.sizes[j] = len(text_of(m.content))
-                scan.turn_results.setdefault(scan.turns, []).append(j)
-                scan.turn_chars[scan.turns] = scan.turn_chars.get(scan.turns, 0) + size
+        scan.read(cfg, ctx, n)  # what a call with no decision adds: the new messages
         memo.scan = self.scan = scan
         self.turns, self.boundary = scan.turns, scan.boundary
         # Where the in-flight tool loop starts (`boundaries.in_flight_start`), from the scan.
@@ -380,13 +406,6 @@ class Run:
         self.loop_start = 0 if latest is None else latest + 1
 
     # -- what may be touched -------------------------------------------------------------
-
-    def _candidate(self, j: int, m: Message) -> bool:
-        if not isinstance(m, ToolResultMessage):
-            return False
-        if self._undecided(j) is None:
-            return False  # already replaced, hidden by a summary, or a stub repair added
-        return self._name(m) not in self.cfg.exclude_tools
 
     def _undecided(self, j: int) -> Message | None:
         # By the ledger, not by identity: repair renames ids and drops blank text of
