@@ -476,7 +476,11 @@ async def test_a_call_in_the_tool_loop_reads_only_what_is_new_with_thinking_in_t
             assert not ctx.ledger.decisions
         return lines[0]
 
-    assert await lines_of_the_last_call(200) == await lines_of_the_last_call(20)
+    # What a skipped call leaves unread is read by the first one past a few dozen messages:
+    # the last call reads at most that many more, however long the session (8,495 lines at
+    # 200 turns, 935 at 20, when nothing read them between runs).
+    short, long = await lines_of_the_last_call(20), await lines_of_the_last_call(200)
+    assert long <= short + 6 * pipeline_run._UNREAD_AT_MOST
 
 
 async def test_far_under_the_threshold_a_user_turn_skips_the_passes(

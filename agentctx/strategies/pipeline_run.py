@@ -28,7 +28,7 @@ from agentctx.strategies.trail import describe_call, put_entry
 from agentctx.strategies.undecided import raw_call, undecided
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterator
 
     from agentctx.ledger import Decision
     from agentctx.messages import Message, ToolCall
@@ -301,8 +301,19 @@ def nothing_to_take(cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo 
     if not _estimated_in_full(ctx, scan):
         return False
     chars = scan.turn_chars.get(scan.turns, 0)
-    new = view[n:]
-    turn = _last_user(new)
+    turn = -1  # the view index of the last user message among the new ones
+    for j in range(n, len(view)):
+        m = view[j]
+        if isinstance(m, ToolResultMessage):
+            chars += len(text_of(m.content))
+        elif isinstance(m, UserMessage):
+            turn, chars = j, 0  # the results after it are the newest turn's
+        elif not isinstance(m, AssistantMessage):
+            return False  # a summary moves what the passes protect
+    # In the newest turn, within the running loop: protected from L0 and L1; only the
+    # budget pass could take one of them, when the turn's results pass its cap.
+    if cfg.budget is not None and chars > cfg.budget.max_chars_per_turn:
+        return False
     if turn >= 0:
         # A user turn moves what the passes protect. What it leaves unprotected was sent:
         # a batch of it frees at most the prompt, under the threshold none pays. What came
@@ -310,37 +321,26 @@ def nothing_to_take(cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo 
         # touches.
         sent, is_full = ctx.sent, ctx.counter.is_full
         if tokens >= threshold or not all(
-            _plain(view[j]) for j in range(n, n + turn + 1) if origins[j] >= sent
+            _plain(view[j]) for j in range(n, turn + 1) if origins[j] >= sent
         ):
             return False
         # The turn it ends leaves the newest: a run would size what the passes may now
         # replace in it (results, calls' arguments, thinking), as `_estimated_in_full` asks of
         # the turns before. O(that turn).
         start = scan.latest_user or 0
-        if not all(is_full(view[j]) for j in range(start, n + turn) if origins[j] < sent):
+        if not all(is_full(view[j]) for j in range(start, turn) if origins[j] < sent):
             return False
         memo.unpaying = False  # found for the turn before: the next run finds it again
-        chars, new = 0, new[turn + 1 :]
-    for m in new:
-        if isinstance(m, ToolResultMessage):
-            chars += len(text_of(m.content))
-        elif not isinstance(m, AssistantMessage):
-            return False  # a summary moves what the passes protect
-    # In the newest turn, within the running loop: protected from L0 and L1; only the
-    # budget pass could take one of them, when the turn's results pass its cap.
-    if cfg.budget is not None and chars > cfg.budget.max_chars_per_turn:
-        return False
-    # Skipped: the scan reads what is new now, as a run would, so the next call reads only
-    # its own new messages (a long stretch of skipped calls stays O(new) each).
-    scan.messages += view[n:]
-    scan.read(cfg, ctx, n)
+    if len(view) - n > _UNREAD_AT_MOST:
+        # A long stretch of skipped calls: the scan reads it now, as the next run would,
+        # so the calls after it read only what is new again (a few new messages each call
+        # are cheaper to look over again than to scan).
+        scan.messages += view[n:]
+        scan.read(cfg, ctx, n)
     return True
 
 
-def _last_user(messages: Sequence[Message]) -> int:
-    return next(
-        (k for k in range(len(messages) - 1, -1, -1) if isinstance(messages[k], UserMessage)), -1
-    )
+_UNREAD_AT_MOST = 64  # messages after the scan that a skipped call leaves unread
 
 
 def _plain(m: Message) -> bool:
@@ -357,13 +357,18 @@ def _estimated_in_full(ctx: CompactionContext, scan: _Scan) -> bool:
     manager decides on either. O(messages new since the last time it held): a message's
     full estimate stays, so each list is read from where it last held."""
     is_full, view, turn_of, newest = ctx.counter.is_full, ctx.view, scan.turn_of, scan.turns
-    for sized, upto in ((scan.results, "full_upto"), (scan.shell, "shell_full_upto")):
-        k = getattr(scan, upto)
-        while k < len(sized) and turn_of[sized[k]] < newest:  # the latest user's turn is newest
-            if not is_full(view[sized[k]]):
-                return False
-            k += 1
-        setattr(scan, upto, k)
+    results, k = scan.results, scan.full_upto
+    while k < len(results) and turn_of[results[k]] < newest:
+        if not is_full(view[results[k]]):
+            return False
+        k += 1
+    scan.full_upto = k
+    shell, k = scan.shell, scan.shell_full_upto
+    while k < len(shell) and turn_of[shell[k]] < newest:  # the latest user's turn is newest
+        if not is_full(view[shell[k]]):
+            return False
+        k += 1
+    scan.shell_full_upto = k
     return True
 
 
