@@ -348,7 +348,7 @@ class ContextManager:
             deadline = f"{self._writer.deadline:g} s"
             problem = ("ledger_unavailable", StoreError(f"no answer within {deadline}"))
         if problem is not None:
-            self._start_over(*problem)
+            self._startup_events.append(self._start_over(*problem))
         if ledger is not None:  # nothing has happened yet: the session starts from it
             self._resumed = self._adopted = True
             self._state = ViewState(self._counter, ledger)
@@ -375,9 +375,10 @@ class ContextManager:
         except StoreError as e:
             return None, ("ledger_unreadable", e)
 
-    def _start_over(self, code: str, error: Exception) -> None:
+    def _start_over(self, code: str, error: Exception) -> CompactionWarning:
+        """Log that the session's decisions start over; the warning that says so."""
         log.warning("saved ledger not loaded; starting over", code=code, error=str(error))
-        self._startup_events.append(CompactionWarning(code, f"{error}; decisions start over"))
+        return CompactionWarning(code, f"{error}; decisions start over")
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -666,8 +667,8 @@ class ContextManager:
                 # A decision no strategy could have taken here (forged reasoning, blocks no
                 # result holds): the ledger was edited or corrupted, and is read as one
                 # that cannot be read.
-                self._start_over("ledger_unreadable", StoreError(f"the ledger holds {misfit}"))
-                self._hub.emit(self._startup_events.pop())
+                error = StoreError(f"the ledger holds {misfit}")
+                self._hub.emit(self._start_over("ledger_unreadable", error))
                 stale = state.ledger.drop_from(0)
             if state.ledger.drop_protected(state.raw, shown_positions(state.raw)) or stale:
                 state.rebuild()

@@ -22,8 +22,7 @@ Mapping: ``text`` / ``image_url`` parts become `TextBlock` / `ImageBlock` (data 
 base64 images), other parts ``OpaqueBlock("openai_chat", part)``; function ``tool_calls``
 become `ToolCall`, and so do ``custom`` ones (``{"input": text}`` as their arguments, so they
 pair with their tool messages), other calls ``OpaqueBlock("openai_chat.tool_call", call)``;
-``tool``
-messages become `ToolResultMessage` (``tool_name`` from the ``name`` field, else from the
+``tool`` messages become `ToolResultMessage` (``tool_name`` from the ``name`` field, else from the
 call); an assistant ``refusal`` string is a `TextBlock` with ``extra["refusal"] = True``; a
 ``reasoning_content`` string (vLLM, DeepSeek and other compatible servers) is a
 `ThinkingBlock` without signature.
@@ -80,10 +79,10 @@ __all__ = [
 PROVIDER = "openai_chat"
 """The ``provider`` of the `OpaqueBlock` holding a content part this adapter does not model."""
 CALL_PROVIDER = "openai_chat.tool_call"
-_CUSTOM = "custom"  # a custom tool's call: ``{"type": "custom", "custom": {name, input}}``
 """The ``provider`` of the `OpaqueBlock` holding a tool call that is not a function call."""
 KEY = "openai_chat"
 """The message ``extra`` key holding this adapter's message-level details."""
+_CUSTOM = "custom"  # a custom tool's call: ``{"type": "custom", "custom": {name, input}}``
 
 JSON: TypeAlias = dict[str, Any]
 M = TypeVar("M", UserMessage, ToolResultMessage, AssistantMessage)

@@ -18,7 +18,6 @@ costs time linear in the size of the content.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -56,7 +55,6 @@ MAX_ID_CHARS = 100
 _LINE_CHARS = 400  # a matching line longer than this is shown around its first match
 _MAX_COUNTED = 10_000  # matching lines counted before the header says "more than"
 _PREVIEW_CHARS = 40  # of a bad argument, echoed back to the model
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _Match: TypeAlias = tuple[int, int, str, int | None]  # line number, start offset, line, match
 
 _DESCRIPTION = (
@@ -208,7 +206,7 @@ def _whole(value: object, default: int) -> int | None:
 
 
 def _id_problem(rid: str) -> str | None:
-    if len(rid) > MAX_ID_CHARS or _SURROGATE.search(rid):
+    if len(rid) > MAX_ID_CHARS or sendable_text(rid) is not rid:  # a lone surrogate
         return (
             f"[recall_context] id {preview(rid)} is not a recall id: use the "
             '"ctx-..." id shown in the placeholder.'
@@ -224,7 +222,7 @@ def _pattern_problem(pattern: str) -> str | None:
         )
     if "\n" in pattern or "\r" in pattern:
         return "[recall_context] `pattern` is matched within one line: it cannot hold a line break."
-    if _SURROGATE.search(pattern):
+    if sendable_text(pattern) is not pattern:
         return (
             f"[recall_context] `pattern` {preview(pattern)} holds invalid characters "
             "(unpaired UTF-16 surrogates)."

@@ -106,7 +106,8 @@ _TRAIL_HEADER = "Files and commands touched in that part:"
 _TRAIL_LIMIT = 4000
 
 
-_MARKED = MappingProxyType({"agentctx_marker": True})
+_MARKER_KEY = "agentctx_marker"
+_MARKED = MappingProxyType({_MARKER_KEY: True})
 """The ``extra`` of the markers `marker_with_trail` makes: a summary of the caller's whose
 text starts like one is the caller's (a barrier, stored in full), not a marker whose content
 is recallable under the ids it names."""
@@ -116,7 +117,7 @@ def is_marker(m: Message) -> bool:
     """Whether ``m`` is a marker this strategy made (`marker_with_trail`)."""
     return (
         isinstance(m, SummaryMessage)
-        and m.extra.get("agentctx_marker") is True
+        and m.extra.get(_MARKER_KEY) is True
         and m.text.startswith(COMPACTION_MARKER)
     )
 
