@@ -226,8 +226,13 @@ def _candidate(
     """Whether the passes may touch the result ``m``, ``ctx.view[j]``."""
     if undecided(ctx.ledger, ctx.raw, ctx.view, ctx.origins, j) is None:
         return False  # already replaced, hidden by a summary, or a stub repair added
+    return _tool_name(calls, m) not in cfg.exclude_tools
+
+
+def _tool_name(calls: dict[str, tuple[int, ToolCall]], m: ToolResultMessage) -> str:
+    """The name of the tool the result ``m`` answers (its own, else its call's)."""
     call = calls.get(m.tool_call_id)
-    return (m.tool_name or (call[1].name if call else "tool")) not in cfg.exclude_tools
+    return m.tool_name or (call[1].name if call else "tool")
 
 
 class Memo:
@@ -418,8 +423,7 @@ class Run:
         return undecided(self.ctx.ledger, self.raw, self.view, self.origins, j)
 
     def _name(self, m: ToolResultMessage) -> str:
-        call = self.calls.get(m.tool_call_id)
-        return m.tool_name or (call[1].name if call else "tool")
+        return _tool_name(self.calls, m)
 
     def _protected(self, j: int, turns: int) -> bool:
         return self.turn_of[j] > self.turns - turns
