@@ -40,10 +40,10 @@ if TYPE_CHECKING:
 WORDS = ("cache", "parser", "token", "budget", "stream", "index", "query", "client")
 
 
-def steps(seed: int, clock: list[float]) -> Iterator[list[Message]]:
-    """An agent loop with heavy-tailed output, a user prompt every 8 steps, thinking, user
-    shell output and now and then an idle gap long enough to let the prefix cache go cold
-    (and, rarely, micro-compaction's)."""
+def steps(seed: int, clock: list[float], turn_every: int = 8) -> Iterator[list[Message]]:
+    """An agent loop with heavy-tailed output, a user prompt every ``turn_every`` steps,
+    thinking, user shell output and now and then an idle gap long enough to let the prefix
+    cache go cold (and, rarely, micro-compaction's)."""
     rng = random.Random(seed)
     yield [UserMessage.of("Task: make src/cache/core.py twice as fast.")]
     n = 0
@@ -52,7 +52,7 @@ def steps(seed: int, clock: list[float]) -> Iterator[list[Message]]:
         gap = rng.choice((3, 7, 15)) if rng.random() > 0.03 else rng.choice((400, 4000))
         clock[0] += gap
         stamp = {"timestamp": int(clock[0] * 1000)}
-        if n % 8 == 0:
+        if n % turn_every == 0:
             text = " ".join(rng.choice(WORDS) for _ in range(10))
             prompt: Message = UserMessage((TextBlock(f"Next: {text}"),), stamp)
             if rng.random() < 0.3:
@@ -78,7 +78,13 @@ def steps(seed: int, clock: list[float]) -> Iterator[list[Message]]:
 
 
 async def session(
-    strategy: Any, *, calls: int, window: int, rewind_at: int | None, observe: bool
+    strategy: Any,
+    *,
+    calls: int,
+    window: int,
+    rewind_at: int | None,
+    observe: bool,
+    turn_every: int = 8,
 ) -> list[tuple[Any, ...]]:
     """Per call: the view sent, its tokens, the decisions so far and what recall holds.
     Without usage reports (``observe``) estimates stay quick until something counts them in
@@ -95,7 +101,7 @@ async def session(
         session_id="s",
         on_over_budget="send",
     ) as ctx:
-        source = steps(1, clock)
+        source = steps(1, clock, turn_every)
         history: list[Message] = []
         for k in range(calls):
             if k == rewind_at:
@@ -140,6 +146,8 @@ CASES: list[tuple[Any, int, int | None, bool, str]] = [
     ),
     # far under the threshold: user turns skip the passes too (no stale batch can pay)
     (ToolOutputPipeline(l0=SHORT), 400_000, 150, True, "user turns"),
+    # over it, a batch that can pay and does not yet: skipped while nothing comes of age
+    (ToolOutputPipeline(), 80_000, 150, True, "steady"),
 ]
 
 
@@ -397,12 +405,15 @@ async def test_skipping_the_passes_changes_nothing_sent(
     running them sends the same, takes the same decisions and stores the same, in every
     configuration above (an emergency fraction at half the budget, batches that never pay,
     results due a minute after they came)."""
-    strategy, window, rewind_at, observe, _ = CASES[case]
+    strategy, window, rewind_at, observe, saving = CASES[case]
     real = pipeline_module.nothing_to_take
     skipped: list[bool] = []
+    steady: list[bool] = []  # skipped over the threshold, a batch able to pay
 
-    def counted(*args: Any) -> bool:
-        skipped.append(real(*args))
+    def counted(cfg: Any, ctx: Any, memo: Any) -> bool:
+        skipped.append(real(cfg, ctx, memo))
+        over = ctx.prompt_tokens >= cfg.batch_threshold(ctx.budget.limit)
+        steady.append(skipped[-1] and over and not memo.unpaying)
         return skipped[-1]
 
     monkeypatch.setattr(pipeline_module, "nothing_to_take", counted)
@@ -410,6 +421,8 @@ async def test_skipping_the_passes_changes_nothing_sent(
     monkeypatch.setattr(pipeline_module, "nothing_to_take", lambda *_: False)
     plain = await session(strategy, calls=200, window=window, rewind_at=rewind_at, observe=observe)
     assert sum(skipped) > 10
+    if saving == "steady":
+        assert sum(steady) > 10
     for k, (a, b) in enumerate(zip(kept, plain, strict=True)):
         assert a == b, f"call {k}"
 
@@ -520,3 +533,97 @@ async def test_far_under_the_threshold_a_user_turn_skips_the_passes(
             await anyio.lowlevel.checkpoint()
         assert ctx.prompt_tokens < 100_000  # under the batch threshold all along
     assert user_turns > 20 and skipped > user_turns // 2  # 17 of 25; 0 before
+
+
+@pytest.mark.parametrize("case", ["results age", "thinking ages", "pushed out"])
+async def test_over_the_threshold_the_tool_loop_skips_the_passes_until_a_batch_can_pay(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over the batch threshold, with a stale batch able to pay and not paying yet, every
+    call of the tool loop ran the passes (half the calls of the pi sessions, 0.1-0.2 ms
+    each). Between runs only time (L0's ages) or a new result (pushing an old one out of
+    L0's newest ``keep_recent``) can add to the batch: calls skip until one does, and take
+    the batch on the same call as running every pass would. The first turn's results (or
+    the thinking of its steps) come of age during the third turn's tool loop, or are due at
+    its start and kept only as the newest results, until the loop's push them out."""
+    thinking = case == "thinking ages"
+    gap = 400.0 if case == "pushed out" else 10.0
+    strategy = ToolOutputPipeline(
+        l0=ExpiryPass(expire_seconds=10**6 if thinking else 300),
+        l1=None,
+        l2=None,
+        clear_at_least=6_000,
+        fallback=None,
+    )
+    big = "\n".join(f"src/core/f{i}.py:{i}: value = compute({i})" for i in range(160))
+
+    def history_of(t0: float) -> list[tuple[float, list[Message]]]:
+        out: list[tuple[float, list[Message]]] = []
+        t = t0
+
+        def step(k: int, text: str) -> list[Message]:
+            stamp = {"timestamp": int(t * 1000)}
+            call = ToolCall(f"c{k}", "read", {"path": f"f{k}"})
+            plan = (ThinkingBlock(f"plan {k} " * 800, "sig"),) if thinking and k < 6 else ()
+            return [
+                AssistantMessage((*plan, call), extra=stamp),
+                ToolResultMessage(f"c{k}", (TextBlock(text),), "read", False, stamp),
+            ]
+
+        out.append((t, [UserMessage.of("Task: speed up src/core.")]))
+        for k in range(6):
+            t += 1
+            out.append((t, step(k, f"{k} {big}" if not thinking else f"{k} ok")))
+        t += gap
+        out.append((t, [UserMessage.of("Next: the parser.")]))
+        t += 1
+        out.append((t, [UserMessage.of("Next: the cache.")]))
+        for k in range(6, 66):
+            t += 10
+            out.append((t, step(k, f"ok {k}")))
+        return out
+
+    real = pipeline_module.nothing_to_take
+
+    async def run(skipping: bool) -> tuple[list[Any], int, list[int]]:
+        steady: list[bool] = []
+
+        def counted(cfg: Any, ctx: Any, memo: Any) -> bool:
+            skip = real(cfg, ctx, memo) if skipping else False
+            over = ctx.prompt_tokens >= cfg.batch_threshold(ctx.budget.limit)
+            steady.append(skip and over and not memo.unpaying)
+            return skip
+
+        monkeypatch.setattr(pipeline_module, "nothing_to_take", counted)
+        clock = [1_700_000_000.0]
+        sent: list[Any] = []
+        taken_at: list[int] = []
+        history: list[Message] = []
+        async with ContextManager(
+            Budget(context_window=40_000, reserve_output=1_000),
+            strategy=strategy,
+            clock=lambda: clock[0],
+            on_over_budget="send",
+        ) as ctx:
+            for k, (t, new) in enumerate(history_of(clock[0])):
+                clock[0] = t
+                history += new
+                before = len(ctx.ledger)
+                view = await ctx.prepare(history)
+                assert_view_ok(view, ctx.raw)
+                sent.append(view)
+                if len(ctx.ledger) > before:
+                    taken_at.append(k)
+                ctx.observe(Usage(ctx.prompt_tokens, 100))
+                await anyio.lowlevel.checkpoint()
+        return sent, sum(steady), taken_at
+
+    every, _, taken = await run(skipping=False)
+    skipped, steady, taken_skipping = await run(skipping=True)
+    assert taken == taken_skipping
+    # The batch is taken inside the third turn's loop, not on a user turn.
+    assert len(taken) == 1 and 9 < taken[0] < 60
+    if gap < 300:
+        assert steady > 20  # the loop's calls until the results come of age
+    for k, (a, b) in enumerate(zip(every, skipped, strict=True)):
+        assert a == b, f"call {k}"

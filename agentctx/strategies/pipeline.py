@@ -224,6 +224,7 @@ class ToolOutputPipeline:
             return
         run = Run(self, ctx, self._memo(ctx))
         run.memo.unpaying = False  # set again below if this run takes nothing
+        run.memo.steady = None
         run.propose_all()
         budget = ctx.budget
         if self.target_ratio is not None and self.target_ratio < budget.target_ratio:
@@ -333,11 +334,13 @@ class ToolOutputPipeline:
 def _note_unpaying(run: Run, paying: int, threshold: int) -> None:
     """Note on the run's memo whether no stale batch can pay before the next user turn."""
     memo = run.memo
-    if memo.paying_turn == run.turns:
-        return  # found able to pay earlier in this turn: it still is
-    memo.unpaying = run.cannot_pay(paying, threshold)
+    # Found able to pay earlier in this turn: it still is.
+    if memo.paying_turn != run.turns:
+        memo.unpaying = run.cannot_pay(paying, threshold)
+        if not memo.unpaying:
+            memo.paying_turn = run.turns
     if not memo.unpaying:
-        memo.paying_turn = run.turns
+        memo.steady = run.steady()
 
 
 def _paying(proposals: list[Proposal]) -> int:

@@ -7,6 +7,7 @@ proposals a call takes.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,10 +29,10 @@ from agentctx.strategies.trail import describe_call, put_entry
 from agentctx.strategies.undecided import raw_call, undecided
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
 
     from agentctx.ledger import Decision
-    from agentctx.messages import Message, ToolCall
+    from agentctx.messages import Block, Message, ToolCall
     from agentctx.strategies.pipeline import (
         BudgetPass,
         CondensePass,
@@ -211,9 +212,18 @@ class _Scan:
             self.stamps.append(sent_at(m))
             if isinstance(m, ToolResultMessage) and _candidate(cfg, ctx, self.calls, j, m):
                 self.results.append(j)
-                size = self.sizes[j] = len(text_of(m.content))
+                size = self.sizes[j] = _text_len(m.content)
                 self.turn_results.setdefault(self.turns, []).append(j)
                 self.turn_chars[self.turns] = self.turn_chars.get(self.turns, 0) + size
+
+
+def _text_len(blocks: Iterable[Block]) -> int:
+    """``len(text_of(blocks))``, without joining a copy of a long output."""
+    n = -1
+    for block in blocks:
+        if isinstance(block, TextBlock):
+            n += len(block.text) + 1
+    return max(n, 0)
 
 
 def _candidate(
@@ -235,13 +245,36 @@ def _tool_name(calls: dict[str, tuple[int, ToolCall]], m: ToolResultMessage) -> 
     return m.tool_name or (call[1].name if call else "tool")
 
 
+@dataclass(frozen=True, slots=True)
+class Steady:
+    """Until when a run over the view a run saw, grown only by steps of the running tool
+    loop, proposes exactly the stale decisions that run did (`Run.steady`): ``until`` is the
+    clock time before which nothing L0 leaves now comes of age; ``turns`` and ``results``
+    the user turns and results the run saw; ``pushable``: a new result would push out of L0's
+    newest ``keep_recent`` one it would then expire."""
+
+    until: float
+    turns: int
+    results: int
+    pushable: bool
+
+
 class Memo:
     """What the passes worked out for raw messages (a condensed body, what a replacement
     frees), kept between the calls of one session while the ledger is unchanged: a call
     that takes nothing then redoes none of it. Each entry holds the message it was made for
     and is used only for that same object."""
 
-    __slots__ = ("entries", "paying_turn", "scan", "unpaying", "version")
+    __slots__ = (
+        "entries",
+        "paying_turn",
+        "scan",
+        "steady",
+        "turn_held",
+        "unpaying",
+        "unread",
+        "version",
+    )
 
     def __init__(self, version: int) -> None:
         self.version = version
@@ -252,6 +285,13 @@ class Memo:
         # that one can (age only adds to a batch: no run need ask again in that turn).
         self.unpaying = False
         self.paying_turn = -1
+        # Set by the last run when a stale batch can pay but did not: until when its stale
+        # proposals stay what they were (`Run.steady`).
+        self.steady: Steady | None = None
+        # What the messages after the scan hold (`_unread`), as of the last skipped call.
+        self.unread: tuple[Any, ...] | None = None
+        # The user turn among them whose checks hold for good (`nothing_to_take`).
+        self.turn_held: tuple[int, int, Message] | None = None
 
     def get(self, key: tuple[Any, ...], m: Message) -> Any:
         hit = self.entries.get(key)
@@ -290,11 +330,22 @@ def nothing_to_take(cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo 
     tokens = ctx.prompt_tokens
     if tokens > limit:
         return False
+    steady = None
     if tokens >= threshold and not memo.unpaying:
-        return False
-    if cfg.l2 is not None and tokens >= cfg.l2.usage_fraction * limit:
-        return False
-    for passes in (cfg.l0, cfg.l1):
+        # A stale batch can pay, and did not on the last run: a run now proposes the same
+        # (each sized when first made) while nothing comes of age and the turn goes on.
+        steady = memo.steady
+        if (
+            steady is None
+            or ctx.clock() >= steady.until
+            or steady.turns != scan.turns
+            or (steady.pushable and len(scan.results) != steady.results)
+        ):
+            return False
+    # At L2's fraction a run defers L2 (every result it picks was sent, outside the turn
+    # the loop is in), which then waits for a paying batch like any stale proposal, having
+    # refined what is refined already.
+    for passes in (cfg.l0, cfg.l1, cfg.l2):
         if passes is not None and passes.protect_recent_turns < 1:
             return False
     view, origins = ctx.view, ctx.origins
@@ -305,47 +356,82 @@ def nothing_to_take(cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo 
         return False
     if not _estimated_in_full(ctx, scan):
         return False
-    chars = scan.turn_chars.get(scan.turns, 0)
-    turn = -1  # the view index of the last user message among the new ones
-    for j in range(n, len(view)):
-        m = view[j]
-        if isinstance(m, ToolResultMessage):
-            chars += len(text_of(m.content))
-        elif isinstance(m, UserMessage):
-            turn, chars = j, 0  # the results after it are the newest turn's
-        elif not isinstance(m, AssistantMessage):
-            return False  # a summary moves what the passes protect
+    unread = _unread(memo, ctx, n)
+    if unread is None:
+        return False  # a summary moves what the passes protect
+    chars, turn, results = unread
+    if results and steady is not None and steady.pushable:
+        return False
     # In the newest turn, within the running loop: protected from L0 and L1; only the
     # budget pass could take one of them, when the turn's results pass its cap.
     if cfg.budget is not None and chars > cfg.budget.max_chars_per_turn:
         return False
     if turn >= 0:
         # A user turn moves what the passes protect. What it leaves unprotected was sent:
-        # a batch of it frees at most the prompt, under the threshold none pays. What came
-        # before it unsent would be taken at once: only plain text then, which no pass
-        # touches.
-        sent, is_full = ctx.sent, ctx.counter.is_full
-        if tokens >= threshold or not all(
-            _plain(view[j]) for j in range(n, turn + 1) if origins[j] >= sent
-        ):
+        # a batch of it frees at most the prompt, under the threshold none pays.
+        if tokens >= threshold:
             return False
-        # The turn it ends leaves the newest: a run would size what the passes may now
-        # replace in it (results, calls' arguments, thinking), as `_estimated_in_full` asks of
-        # the turns before. O(that turn).
-        start = scan.latest_user or 0
-        if not all(is_full(view[j]) for j in range(start, turn) if origins[j] < sent):
-            return False
+        if memo.turn_held != (ctx.rewinds, turn, view[turn]):
+            # What came before it unsent would be taken at once: only plain text then,
+            # which no pass touches. The turn it ends leaves the newest: a run would size
+            # what the passes may now replace in it (results, calls' arguments, thinking),
+            # as `_estimated_in_full` asks of the turns before. O(that turn), until all of
+            # it was sent and held: then both hold on every later call (a message sent
+            # stays sent, an estimate in full stays in full).
+            sent, is_full = ctx.sent, ctx.counter.is_full
+            if not all(_plain(view[j]) for j in range(n, turn + 1) if origins[j] >= sent):
+                return False
+            start = scan.latest_user or 0
+            if not all(is_full(view[j]) for j in range(start, turn) if origins[j] < sent):
+                return False
+            if origins[turn] < sent:
+                memo.turn_held = (ctx.rewinds, turn, view[turn])
         memo.unpaying = False  # found for the turn before: the next run finds it again
     if len(view) - n > _UNREAD_AT_MOST:
         # A long stretch of skipped calls: the scan reads it now, as the next run would,
-        # so the calls after it read only what is new again (a few new messages each call
-        # are cheaper to look over again than to scan).
+        # so that run, or a user turn before it, reads only what is new again (a few new
+        # messages each call cost less to look over, `_unread`, than to scan).
         scan.messages += view[n:]
         scan.read(cfg, ctx, n)
     return True
 
 
 _UNREAD_AT_MOST = 64  # messages after the scan that a skipped call leaves unread
+
+
+def _unread(memo: Memo, ctx: CompactionContext, n: int) -> tuple[int, int, bool] | None:
+    """What ``ctx.view[n:]``, the messages after the scan, hold: the characters of the newest
+    turn's results, the view index of the last user message among them (-1: none), whether
+    any is a result; ``None`` when one is a summary. Kept on ``memo`` for the next skipped
+    call, which then looks only at what is new to it."""
+    view = ctx.view
+    kept = memo.unread
+    if (
+        kept is not None
+        and kept[0] == n
+        and kept[1] == ctx.rewinds
+        and kept[2] <= len(view)
+        and view[kept[2] - 1] is kept[3]
+    ):
+        start, chars, turn, results = kept[2], kept[4], kept[5], kept[6]
+    else:
+        assert memo.scan is not None
+        start, chars, turn, results = n, memo.scan.turn_chars.get(memo.scan.turns, 0), -1, False
+    for j in range(start, len(view)):
+        m = view[j]
+        if isinstance(m, ToolResultMessage):
+            results = True
+            chars += _text_len(m.content)
+        elif isinstance(m, UserMessage):
+            turn, chars = j, 0  # the results after it are the newest turn's
+        elif not isinstance(m, AssistantMessage):
+            return None
+    if len(view) > start:
+        memo.unread = (n, ctx.rewinds, len(view), view[-1], chars, turn, results)
+    return chars, turn, results
+
+
+_ROUNDING = 1e-3  # seconds: more than a float rounds a timestamp near today's clock by
 
 
 def _plain(m: Message) -> bool:
@@ -656,6 +742,43 @@ class Run:
             if not self._protected(j, l0.protect_recent_turns) and origins[j] not in expired:
                 room -= self._with_call(j)
         return room >= 0
+
+    def steady(self) -> Steady:
+        """What keeps this run's stale proposals as they are on later calls (`Steady`): L0 is
+        the only pass that time moves; within a turn the results and steps it may yet expire
+        are those outside its protected turns. Counted whatever other pass claimed them
+        first (L1 runs after L0, which would claim them once due)."""
+        l0, results, turns = self.cfg.l0, self.results, self.turns
+        until, pushable = math.inf, False
+        latest = self.scan.latest_user
+        if self.loop_start != (0 if latest is None else latest + 1):
+            # The view ends with user messages right after results (`b.in_flight_start`):
+            # the next call's loop starts after them, and what it leaves before may be due
+            # at once. That call runs the passes.
+            until = -math.inf
+        elif l0 is not None:
+            now, stamps, turn_of = self.now, self.stamps, self.turn_of
+            protected_from = turns - l0.protect_recent_turns
+            recent = set(results[-l0.keep_recent :]) if l0.keep_recent else set()
+            for j in results:
+                at = stamps[j]
+                if at is None or turn_of[j] > protected_from:
+                    continue
+                if now - at <= l0.expire_seconds:
+                    until = min(until, at + l0.expire_seconds)
+                elif j in recent:
+                    pushable = True
+            for j in self.scan.shaped:
+                at = stamps[j]
+                if (
+                    at is not None
+                    and j < self.loop_start - 1
+                    and isinstance(self.view[j], AssistantMessage)
+                    and now - at <= l0.thinking_expire_seconds
+                ):
+                    until = min(until, at + l0.thinking_expire_seconds)
+        # Short of the exact instant: ``now - at > expire`` is what L0 asks, in floats.
+        return Steady(until - _ROUNDING, turns, len(results), pushable)
 
     def _with_call(self, j: int) -> int:
         """Tokens of the result ``view[j]`` and of the message holding its call."""
