@@ -28,7 +28,13 @@ from agentctx.messages import (
 from agentctx.recall import MemoryRecallStore
 from agentctx.strategies import DeterministicCompaction, ToolOutputPipeline, pipeline_run
 from agentctx.strategies import pipeline as pipeline_module
-from agentctx.strategies.pipeline import CondensePass, EmergencyPass, ExpiryPass, condense
+from agentctx.strategies.pipeline import (
+    BudgetPass,
+    CondensePass,
+    EmergencyPass,
+    ExpiryPass,
+    condense,
+)
 from agentctx.strategy import Chain
 from agentctx.testing import assert_view_ok
 
@@ -626,4 +632,59 @@ async def test_over_the_threshold_the_tool_loop_skips_the_passes_until_a_batch_c
     if gap < 300:
         assert steady > 20  # the loop's calls until the results come of age
     for k, (a, b) in enumerate(zip(every, skipped, strict=True)):
+        assert a == b, f"call {k}"
+
+
+async def test_a_result_arriving_for_a_stub_is_sized_on_the_call_it_arrives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A skipped call keeps what it found after the scan for the next one (`_unread`). A
+    batch answered one result per call shows a stub for each result still to come, which
+    the next call's view replaces: what was kept about the stub must not stand for the
+    result. Here the last result passes the budget pass's cap for the turn, on the call it
+    arrives, as it does when every call runs the passes."""
+    strategy = ToolOutputPipeline(budget=BudgetPass(max_chars_per_turn=20_000))
+    real = pipeline_module.nothing_to_take
+
+    async def run(skipping: bool) -> tuple[list[Any], int]:
+        skipped = 0
+
+        def counted(*args: Any) -> bool:
+            nonlocal skipped
+            skip = real(*args) if skipping else False
+            skipped += skip
+            return skip
+
+        monkeypatch.setattr(pipeline_module, "nothing_to_take", counted)
+        sent: list[Any] = []
+        history: list[Message] = [UserMessage.of("Task: read the three files.")]
+        ids = [f"c{k}" for k in range(3)]
+        batch = AssistantMessage(tuple(ToolCall(i, "read", {"path": f"{i}.py"}) for i in ids))
+        sizes = (3_000, 3_000, 30_000)
+        clock = [1_700_000_000.0]
+        async with ContextManager(
+            Budget(context_window=200_000, reserve_output=1_000),
+            strategy=strategy,
+            clock=lambda: clock[0],
+        ) as ctx:
+            for k in range(4):
+                history += [AssistantMessage((TextBlock(f"step {k}"),)), UserMessage.of("go on")]
+                sent.append(await ctx.prepare(history))
+                ctx.observe(Usage(ctx.prompt_tokens, 10))
+                clock[0] += 5
+            history.append(batch)
+            for i, size in zip(ids, sizes, strict=True):
+                history.append(ToolResultMessage(i, (TextBlock("x\n" * (size // 2)),), "read"))
+                view = await ctx.prepare(history)
+                assert_view_ok(view, ctx.raw)
+                sent.append(view)
+                ctx.observe(Usage(ctx.prompt_tokens, 10))
+                clock[0] += 5
+        return sent, skipped
+
+    every, _ = await run(skipping=False)
+    kept, skipped = await run(skipping=True)
+    assert skipped >= 2  # the calls before the last result
+    assert any("Persisted output" in str(m) for m in every[-1])  # the cap took the big one
+    for k, (a, b) in enumerate(zip(every, kept, strict=True)):
         assert a == b, f"call {k}"

@@ -397,26 +397,29 @@ def nothing_to_take(cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo 
 
 
 _UNREAD_AT_MOST = 64  # messages after the scan that a skipped call leaves unread
+_ROUNDING = 1e-3  # seconds: more than a float rounds a timestamp near today's clock by
 
 
 def _unread(memo: Memo, ctx: CompactionContext, n: int) -> tuple[int, int, bool] | None:
     """What ``ctx.view[n:]``, the messages after the scan, hold: the characters of the newest
     turn's results, the view index of the last user message among them (-1: none), whether
-    any is a result; ``None`` when one is a summary. Kept on ``memo`` for the next skipped
-    call, which then looks only at what is new to it."""
+    any is a result; ``None`` when one is a summary. Kept on ``memo`` with the messages it
+    was found in, for the next skipped call: while they are still the view's (the tail a
+    repair renders again, stubs for results still to come, can change), it looks only at
+    what is new to it. Lists compare in C, by identity first."""
     view = ctx.view
     kept = memo.unread
-    if (
-        kept is not None
-        and kept[0] == n
-        and kept[1] == ctx.rewinds
-        and kept[2] <= len(view)
-        and view[kept[2] - 1] is kept[3]
-    ):
-        start, chars, turn, results = kept[2], kept[4], kept[5], kept[6]
+    seen: list[Message] = []
+    if kept is not None and kept[0] == n and kept[1] == ctx.rewinds:
+        seen = kept[2]
+        if view[n : n + len(seen)] != seen:
+            seen = []
+    if seen:
+        chars, turn, results = kept[3], kept[4], kept[5]  # type: ignore[index]
     else:
         assert memo.scan is not None
-        start, chars, turn, results = n, memo.scan.turn_chars.get(memo.scan.turns, 0), -1, False
+        chars, turn, results = memo.scan.turn_chars.get(memo.scan.turns, 0), -1, False
+    start = n + len(seen)
     for j in range(start, len(view)):
         m = view[j]
         if isinstance(m, ToolResultMessage):
@@ -427,11 +430,8 @@ def _unread(memo: Memo, ctx: CompactionContext, n: int) -> tuple[int, int, bool]
         elif not isinstance(m, AssistantMessage):
             return None
     if len(view) > start:
-        memo.unread = (n, ctx.rewinds, len(view), view[-1], chars, turn, results)
+        memo.unread = (n, ctx.rewinds, view[n:], chars, turn, results)
     return chars, turn, results
-
-
-_ROUNDING = 1e-3  # seconds: more than a float rounds a timestamp near today's clock by
 
 
 def _plain(m: Message) -> bool:
