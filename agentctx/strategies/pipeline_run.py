@@ -247,11 +247,11 @@ def _tool_name(calls: dict[str, tuple[int, ToolCall]], m: ToolResultMessage) -> 
 
 @dataclass(frozen=True, slots=True)
 class Steady:
-    """Until when a run over the view a run saw, grown only by steps of the running tool
-    loop, proposes exactly the stale decisions that run did (`Run.steady`): ``until`` is the
-    clock time before which nothing L0 leaves now comes of age; ``turns`` and ``results``
-    the user turns and results the run saw; ``pushable``: a new result would push out of L0's
-    newest ``keep_recent`` one it would then expire."""
+    """How long the last run's stale proposals stay what they are (`Run.steady`) while the
+    view grows only by steps of the running tool loop: until the clock reaches ``until``
+    (the first result or step with thinking that L0 leaves now comes of age), while the user
+    turns stay ``turns`` and, if ``pushable`` (a new result would push one that is due out of
+    L0's ``keep_recent`` newest), while the results stay ``results``."""
 
     until: float
     turns: int
