@@ -148,8 +148,8 @@ def in_flight_start(messages: Sequence[Message]) -> int:
     the history ends with user messages sent right after tool results (a steering message,
     a hook's text), those go out in the results' turn (Anthropic joins them into one user
     message), so the loop they interrupt is still the request's last assistant turn, and
-    what it must keep as it was (its signed thinking) starts after the user message before
-    them."""
+    what it must keep as it was (its signed thinking) starts after the latest user message
+    before them (a system or developer message is none, `latest_user_index`)."""
     return loop_start_after(messages, latest_user_index(messages))
 
 
@@ -161,11 +161,19 @@ def loop_start_after(messages: Sequence[Message], latest: int | None) -> int:
         k -= 1
     if k == len(messages) or not (k > 0 and isinstance(messages[k - 1], ToolResultMessage)):
         return 0 if latest is None else latest + 1
-    # Steering text after tool results: the loop starts after the user message before it.
+    # Steering text after tool results: the loop starts after the latest user message before
+    # it, read as `latest_user_index` reads one (an instruction is none, unless no user
+    # message is there): else the loop would start later while the history ends so, and
+    # move back once it goes on.
+    fallback = None
     for i in range(k - 1, -1, -1):
-        if isinstance(messages[i], UserMessage):
-            return i + 1
-    return 0
+        m = messages[i]
+        if isinstance(m, UserMessage):
+            if not is_instruction(m):
+                return i + 1
+            if fallback is None:
+                fallback = i
+    return 0 if fallback is None else fallback + 1
 
 
 def newest_complete_turn(messages: Sequence[Message]) -> tuple[int, int] | None:
@@ -175,16 +183,28 @@ def newest_complete_turn(messages: Sequence[Message]) -> tuple[int, int] | None:
     turn incomplete again: on appends the newest complete turn only moves forward, so it is
     never one a compaction already took while a newer turn held the place.
 
-    Read from the end: O(the messages after its answer)."""
+    A system or developer message (`is_instruction`) starts no turn, unless no user message
+    came before it: it is part of the turn it is sent in, as it is never the latest user
+    message (`latest_user_index`).
+
+    Read from the end: O(the messages after its answer), and back to the user message
+    before an instruction that follows it."""
     answer = None  # one past the last answer of the turn being read
+    instruction = None  # the newest instruction before that answer
     for i in range(len(messages) - 1, -1, -1):
         m = messages[i]
         if isinstance(m, UserMessage):
-            if answer is not None:
+            if answer is None:
+                continue
+            if not is_instruction(m):
                 return i, answer
+            if instruction is None:
+                instruction = i
         elif answer is None and _answers(m):
             answer = i + 1
-    return None
+    if instruction is None or answer is None:
+        return None
+    return instruction, answer
 
 
 def _answers(m: Message) -> bool:
@@ -212,10 +232,12 @@ class CompleteTurns:
         for i in range(self._seen, len(messages)):
             m = messages[i]
             if isinstance(m, UserMessage):
-                if self._answered is not None and self._open is not None:
-                    self._closed = self._open, self._answered
-                self._open, self._answered = i, None
-                if not is_instruction(m):
+                spoken = not is_instruction(m)
+                if spoken or self._spoken is None:  # an instruction starts no turn
+                    if self._answered is not None and self._open is not None:
+                        self._closed = self._open, self._answered
+                    self._open, self._answered = i, None
+                if spoken:
                     self._spoken = i
             elif _answers(m):
                 self._answered = i + 1

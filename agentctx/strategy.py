@@ -154,6 +154,16 @@ class CompactionContext:
         self.ledger.add(decision, self.raw)
         self.taken.append(decision)
 
+    def in_flight_start(self) -> int:
+        """View position where the running tool loop starts (`boundaries.in_flight_start`),
+        read from the raw history as `take` reads it (a result the view leaves out still
+        comes before user text that steers the loop): its signed reasoning is sent back,
+        and `take` refuses a `DropThinking` from there on."""
+        return bisect_left(self.origins, loop_start_after(self.raw, self._latest()))
+
+    def _latest(self) -> int | None:
+        return latest_user_index(self.raw) if self._latest_user is None else self._latest_user()
+
     def _hides(self, decision: ReplaceSpan | DropThinking) -> str | None:
         """What ``decision`` would hide that every view keeps, else ``None``. O(the span) once
         the manager's turn tracking is current: the latest user message and the newest
@@ -161,7 +171,7 @@ class CompactionContext:
         read a long running tool loop whole."""
         raw = self.raw
         start = decision.at.index
-        latest = latest_user_index(raw) if self._latest_user is None else self._latest_user()
+        latest = self._latest()
         loop = loop_start_after(raw, latest)
         if isinstance(decision, DropThinking):
             if start >= loop:

@@ -25,6 +25,7 @@ from agentctx.messages import (
     Message,
     SummaryMessage,
     TextBlock,
+    ThinkingBlock,
     ToolCall,
     ToolResultMessage,
     UserMessage,
@@ -352,3 +353,35 @@ def test_a_system_or_developer_message_is_neither_the_task_nor_the_latest_user_m
     h = [rules, user("task"), assistant(call("a")), result("a"), user("question"), reminder]
     assert task_index(h) == 1 and latest_user_index(h) == 4
     assert task_index([rules, reminder]) == 0 and latest_user_index([rules, reminder]) == 1
+
+
+def test_a_system_or_developer_message_starts_no_turn() -> None:
+    # Found by a hostile run: the latest user message skipped such an instruction while the
+    # newest complete turn began at it, so the tiers dropped it mid-turn as a step and, once
+    # the turn was answered, it was the turn's question, gone from every view.
+    developer = _KINDS["developer"]
+    h = [user("task"), assistant(call("a")), result("a"), developer(), assistant(call("b"))]
+    h += [result("b"), assistant(text="done")]
+    assert newest_complete_turn(h) == (0, 7)
+    assert latest_user_index(h) == 0
+    # With no user message before it, it is the turn's question, as it is the latest user.
+    only = [developer(), assistant(text="a"), developer(), assistant(text="b")]
+    assert newest_complete_turn(only) == (2, 4)
+    for history in (h, only):
+        turns = CompleteTurns()
+        turns.update(history)
+        assert turns.newest == newest_complete_turn(history)
+
+
+def test_a_loop_steered_by_an_instruction_starts_where_it_starts_once_it_goes_on() -> None:
+    # Found by a hostile run: a system message right after results made the loop start
+    # after the instruction before it, so the tiers dropped the running loop's signed
+    # reasoning; one call later the history went on, the loop started after the task
+    # again, and that reasoning was missing from every view.
+    developer = _KINDS["developer"]
+    thinking = AssistantMessage((ThinkingBlock("plan", "sig"), call("a")), "tool_use")
+    h = [user("task"), thinking, result("a"), developer(), assistant(call("b")), result("b")]
+    h.append(developer())
+    assert in_flight_start(h) == 1  # the reasoning at 1 is the running loop's
+    h += [assistant(call("c")), result("c")]
+    assert in_flight_start(h) == 1

@@ -19,7 +19,7 @@ import pytest
 from agentctx.budget import Budget
 from agentctx.events import BudgetExceeded, ContextCompacted, Event
 from agentctx.importers import load_transcript
-from agentctx.ledger import ReplaceResult
+from agentctx.ledger import ReplaceResult, shown_positions
 from agentctx.manager import ContextManager
 from agentctx.messages import (
     AssistantMessage,
@@ -1069,3 +1069,80 @@ async def test_a_call_the_skip_would_pass_over_never_decides(
             ctx.observe(Usage(int(ctx.prompt_tokens * (1.02 + 0.03 * (k % 3))), 100))
             await anyio.lowlevel.checkpoint()
     assert said > 100 and above_half > 20 and decided > 5
+
+
+def _lines(k: int, chars: int) -> str:
+    return "\n".join(f"src/f{k}.py:{i}: v = f({i})" for i in range(chars // 24))
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "thinking before an instruction",
+        "shell output before one",
+        "shell output as task",
+        "thinking before a result answering no call",
+    ],
+)
+async def test_a_system_or_developer_message_is_no_user_turn_for_the_passes(case: str) -> None:
+    """Found by a hostile run (a third of its generated sessions raised): a system or developer
+    message a harness appends mid-history (a `UserMessage` with ``extra["role"]``) is no
+    user turn where the invariants are read (`boundaries.latest_user_index`), but the
+    pipeline took it for one. It then proposed to drop the thinking of the turn the
+    instruction follows, still the running tool loop's, or to cut down the shell output
+    before it, the latest user message, and `prepare` raised `ConfigError`. The same held
+    for user shell output that is the task, and for a result answering no call before the
+    next user message: repair leaves it out of the view, where the pipeline read the turn
+    as ended, while `take` reads the raw history, where user text after a result steers
+    the running loop."""
+    clock = [1_700_000_000.0]
+
+    def stamp() -> dict[str, Any]:
+        return {"timestamp": int(clock[0] * 1000)}
+
+    shell = UserMessage((TextBlock(_lines(0, 9000)),), {"source": "bash_execution"})
+    history: list[Message] = [shell if case == "shell output as task" else UserMessage.of("Go.")]
+    strategy = ToolOutputPipeline(
+        l0=ExpiryPass(expire_seconds=60, thinking_expire_seconds=20, user_shell_chars=500),
+        clear_at_least=2_000,
+        fallback=None,
+    )
+    async with ContextManager(
+        Budget(context_window=8_000, reserve_output=1_000),
+        strategy=Chain([strategy, DeterministicCompaction()]),
+        clock=lambda: clock[0],
+        on_over_budget="send",
+    ) as ctx:
+
+        async def call(*new: Message) -> list[Message]:
+            history.extend(new)
+            view = await ctx.prepare(history)
+            assert_view_ok(view, ctx.raw)
+            clock[0] += 30
+            return view
+
+        if case == "shell output before one":
+            await call(AssistantMessage((TextBlock("ok"),), "stop", extra=stamp()))
+            await call(
+                UserMessage((TextBlock(_lines(1, 9000)),), {**stamp(), "source": "bash_execution"})
+            )
+        plan = ThinkingBlock("plan " * 200, "sig")
+        await call(
+            AssistantMessage((plan, ToolCall("c1", "read", {"path": "a"})), extra=stamp()),
+            ToolResultMessage("c1", (TextBlock(_lines(1, 6000)),), "read", False, stamp()),
+        )
+        await call(
+            AssistantMessage((ToolCall("c2", "read", {"path": "b"}),), extra=stamp()),
+            ToolResultMessage("c2", (TextBlock(_lines(2, 12_000)),), "read", False, stamp()),
+        )
+        await call(AssistantMessage((TextBlock("done."),), "stop", extra=stamp()))
+        clock[0] += 600
+        if case == "thinking before a result answering no call":
+            orphan = ToolResultMessage("gone", (TextBlock("z" * 5000),), "read", False, stamp())
+            view = await call(orphan, UserMessage((TextBlock("Run the tests."),), stamp()))
+        else:
+            instruction = UserMessage((TextBlock("Run the tests."),), {**stamp(), "role": "system"})
+            view = await call(instruction)
+        # What every view keeps is still there, whole.
+        for i in shown_positions(ctx.raw):
+            assert ctx.raw[i] in view

@@ -1,6 +1,8 @@
 """`nothing_to_take` against running every pass, over generated sessions: whatever the
 session (tool loops long and short, thinking, user shell output, batches answered one result
-per call, idle gaps, rewinds, summaries of the caller's own, usage reports or none) and
+per call, system or developer messages mid-history, user text steering a running loop,
+results answering no call, idle gaps, rewinds, summaries of the caller's own, usage reports
+or none) and
 whatever the pipeline's settings, a call that skips the passes sends what running them sends,
 and the session takes the same decisions."""
 
@@ -44,7 +46,14 @@ step = st.tuples(
 )
 event = st.one_of(
     step,
-    st.tuples(st.just("user"), st.booleans(), st.sampled_from((5.0, 120.0))),
+    st.tuples(
+        st.just("user"),
+        st.booleans(),  # user shell output
+        st.sampled_from((5.0, 120.0)),
+        st.sampled_from(("user", "user", "system", "developer")),  # or an instruction
+    ),
+    st.tuples(st.just("steer")),  # user text right after results
+    st.tuples(st.just("orphan")),  # a result answering no call
     st.tuples(st.just("gap"), st.sampled_from((200.0, 400.0, 4_000.0))),
     st.tuples(st.just("rewind"), st.integers(1, 6)),
     st.tuples(st.just("summary")),
@@ -123,13 +132,19 @@ async def _calls(
                     history += results
             elif kind == "user":
                 clock[0] += e[2]
+                extra = stamp() if e[3] == "user" else {**stamp(), "role": e[3]}
                 if e[1]:
                     shell = "\n".join(f"$ make {i}: ok" for i in range(300))
-                    history.append(
-                        UserMessage((TextBlock(shell),), {**stamp(), "source": "bash_execution"})
-                    )
+                    shell_extra = {**extra, "source": "bash_execution"}
+                    history.append(UserMessage((TextBlock(shell),), shell_extra))
                 else:
-                    history.append(UserMessage((TextBlock("Next: the parser."),), stamp()))
+                    history.append(UserMessage((TextBlock("Next: the parser."),), extra))
+            elif kind == "steer":
+                clock[0] += 1
+                history.append(UserMessage((TextBlock("Also check the tests."),), stamp()))
+            elif kind == "orphan":
+                lost = ToolResultMessage("gone", (TextBlock("z" * 3000),), "read", False, stamp())
+                history.append(lost)
             elif kind == "gap":
                 clock[0] += e[1]
                 history.append(UserMessage((TextBlock("Still there?"),), stamp()))

@@ -330,7 +330,7 @@ class DeterministicCompaction:
         self, ctx: CompactionContext, actions: list[str], *, in_flight: bool, again: bool = False
     ) -> None:
         view, origins, raw = ctx.view, ctx.origins, ctx.raw
-        loop_start = b.in_flight_start(view)
+        loop_start = ctx.in_flight_start()
         lo, hi = (loop_start, len(view)) if in_flight else (0, loop_start)
         names: dict[str, str] | None = None
         pending: list[Any] = []
@@ -462,7 +462,7 @@ class DeterministicCompaction:
         self, ctx: CompactionContext, actions: list[str], target: int, *, precise: bool
     ) -> None:
         view, origins = ctx.view, ctx.origins
-        tail = min(self._recent_start(view), b.in_flight_start(view) - 1)
+        tail = min(self._recent_start(view), ctx.in_flight_start() - 1)
         protected = ctx.protected_turn or (0, 0)
         starts = b.turn_starts(view)
         count = ctx.counter.count
@@ -542,7 +542,7 @@ class DeterministicCompaction:
             return
         tail = self._recent_start(view)
         complete = ctx.protected_turn or (0, 0)
-        loop_start = b.in_flight_start(view)
+        loop_start = ctx.in_flight_start()
         count = ctx.counter.count
         marker_cost = ctx.counter.count_full(_MARKER)
         # Segments of droppable view positions, split at protected messages.

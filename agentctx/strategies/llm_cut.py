@@ -70,7 +70,7 @@ def choose_cut(ctx: CompactionContext, keep_first: int, retain: int) -> Cut | No
         kept += count(view[cut])
     by_tail = b.safe_cut(view, cut)
     end = by_tail
-    for j in range(max(head, b.in_flight_start(view)), end):
+    for j in range(max(head, ctx.in_flight_start()), end):
         if b.has_thinking(view[j]):
             end = b.safe_cut(view, j)
             break

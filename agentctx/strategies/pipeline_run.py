@@ -21,6 +21,7 @@ from agentctx.messages import (
     TextBlock,
     ToolResultMessage,
     UserMessage,
+    is_instruction,
     sent_at,
     text_of,
 )
@@ -148,7 +149,6 @@ class _Scan:
     __slots__ = (
         "boundary",
         "calls",
-        "before_run",
         "latest_user",
         "messages",
         "results",
@@ -158,7 +158,7 @@ class _Scan:
         "sizes",
         "stamps",
         "full_upto",
-        "run_after_results",
+        "task",
         "turn_chars",
         "turn_of",
         "turn_results",
@@ -170,11 +170,11 @@ class _Scan:
         self.calls: dict[str, tuple[int, ToolCall]] = {}  # call id: view index, call
         self.turn_of: list[int] = []  # per view message: the user turns up to it
         self.turns = 0
-        self.latest_user: int | None = None  # the latest user message's view index
-        # Of the run of user messages the latest is in: the latest user message before it,
-        # and whether it came right after a tool result (`b.in_flight_start`).
-        self.before_run: int | None = None
-        self.run_after_results = False
+        # View indices of the task and the latest user message, as the invariants read them
+        # (`b.task_index`, `b.latest_user_index`): a system or developer message in the
+        # history is neither, nor a user turn, unless no user message came before it.
+        self.task: int | None = None
+        self.latest_user: int | None = None
         self.boundary = -1  # the last summary's view index
         self.results: list[int] = []  # view indices of the results the passes may touch
         self.sizes: dict[int, int] = {}  # per result: the characters of its text
@@ -198,11 +198,12 @@ class _Scan:
                 if b.has_thinking(m):
                     self.shaped.append(j)
             elif isinstance(m, UserMessage):
-                self.turns += 1
-                if j == 0 or not isinstance(view[j - 1], UserMessage):
-                    self.before_run = self.latest_user
-                    self.run_after_results = j > 0 and isinstance(view[j - 1], ToolResultMessage)
-                self.latest_user = j
+                latest = self.latest_user
+                if latest is None or not is_instruction(m) or is_instruction(view[latest]):
+                    self.turns += 1
+                    self.latest_user = j
+                    if self.task is None or is_instruction(view[self.task]):
+                        self.task = j
                 if m.extra.get("source") == "bash_execution":
                     self.shaped.append(j)
                     self.shell.append(j)
@@ -358,7 +359,7 @@ def nothing_to_take(cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo 
         return False
     unread = _unread(memo, ctx, n)
     if unread is None:
-        return False  # a summary moves what the passes protect
+        return False
     chars, turn, results = unread
     if results and steady is not None and steady.pushable:
         return False
@@ -403,10 +404,10 @@ _ROUNDING = 1e-3  # seconds: more than a float rounds a timestamp near today's c
 def _unread(memo: Memo, ctx: CompactionContext, n: int) -> tuple[int, int, bool] | None:
     """What ``ctx.view[n:]``, the messages after the scan, hold: the characters of the newest
     turn's results, the view index of the last user message among them (-1: none), whether
-    any is a result; ``None`` when one is a summary. Kept on ``memo`` with the messages it
-    was found in, for the next skipped call: while they are still the view's (the tail a
-    repair renders again, stubs for results still to come, can change), it looks only at
-    what is new to it. Lists compare in C, by identity first."""
+    any is a result; ``None`` when one is a summary or a system or developer message. Kept
+    on ``memo`` with the messages it was found in, for the next skipped call: while they are
+    still the view's (the tail a repair renders again, stubs for results still to come, can
+    change), it looks only at what is new to it. Lists compare in C, by identity first."""
     view = ctx.view
     kept = memo.unread
     seen: list[Message] = []
@@ -425,10 +426,10 @@ def _unread(memo: Memo, ctx: CompactionContext, n: int) -> tuple[int, int, bool]
         if isinstance(m, ToolResultMessage):
             results = True
             chars += _text_len(m.content)
-        elif isinstance(m, UserMessage):
+        elif isinstance(m, UserMessage) and not is_instruction(m):
             turn, chars = j, 0  # the results after it are the newest turn's
         elif not isinstance(m, AssistantMessage):
-            return None
+            return None  # a summary, or an instruction: a run reads where it stands
     if len(view) > start:
         memo.unread = (n, ctx.rewinds, view[n:], chars, turn, results)
     return chars, turn, results
@@ -495,11 +496,8 @@ class Run:
         scan.read(cfg, ctx, n)  # what a call with no decision adds: the new messages
         memo.scan = self.scan = scan
         self.turns, self.boundary = scan.turns, scan.boundary
-        # Where the in-flight tool loop starts (`boundaries.in_flight_start`), from the scan.
-        latest = scan.latest_user
-        if latest is not None and latest == len(view) - 1 and scan.run_after_results:
-            latest = scan.before_run
-        self.loop_start = 0 if latest is None else latest + 1
+        # Where the in-flight tool loop starts, as `take` reads it.
+        self.loop_start = ctx.in_flight_start()
 
     # -- what may be touched -------------------------------------------------------------
 
@@ -752,7 +750,7 @@ class Run:
         until, pushable = math.inf, False
         latest = self.scan.latest_user
         if self.loop_start != (0 if latest is None else latest + 1):
-            # The view ends with user messages right after results (`b.in_flight_start`):
+            # The history ends with user messages right after results (`b.in_flight_start`):
             # the next call's loop starts after them, and what it leaves before may be due
             # at once. That call runs the passes.
             until = -math.inf
@@ -862,13 +860,13 @@ class Run:
         for j in old:
             if turn_of[j] <= protected_from and j not in recent and origins[j] not in claimed:
                 self._expire(j, "Tool result expired", "l0")
-        latest = self.scan.latest_user
+        kept = (self.scan.latest_user, self.scan.task)  # what every view shows as it is
         for j in self.scan.shaped:
             m, i = self.view[j], self.origins[j]
             if (
                 isinstance(m, UserMessage)
                 and m.extra.get("source") == "bash_execution"
-                and j != latest
+                and j not in kept
             ):
                 text = text_of(m.content)
                 if (
