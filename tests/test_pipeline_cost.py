@@ -688,3 +688,61 @@ async def test_a_result_arriving_for_a_stub_is_sized_on_the_call_it_arrives(
     assert any("Persisted output" in str(m) for m in every[-1])  # the cap took the big one
     for k, (a, b) in enumerate(zip(every, kept, strict=True)):
         assert a == b, f"call {k}"
+
+
+async def test_a_call_asking_for_more_output_runs_the_passes_at_its_own_threshold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by a hostile run: what the last run found about paying (no batch can pay, or
+    none can until something comes of age) was for its budget's batch threshold. A call
+    asking for more output (``max_tokens``) lowers the limit, so the threshold, and a batch
+    that did not pay before pays now: the call skipped it. It now runs the passes."""
+    strategy = ToolOutputPipeline(
+        l0=ExpiryPass(expire_seconds=60, keep_recent=0, protect_recent_turns=1),
+        l1=None,
+        l2=None,
+        budget=None,
+        mc=None,
+        fallback=None,
+    )
+    real = pipeline_module.nothing_to_take
+
+    def out(k: str, lines: int) -> str:
+        return "\n".join(f"src/{k}.py:{i}: value = compute({i})" for i in range(lines))
+
+    async def run(skipping: bool) -> list[Any]:
+        monkeypatch.setattr(
+            pipeline_module, "nothing_to_take", real if skipping else (lambda *_: False)
+        )
+        clock = [1_700_000_000.0]
+
+        def step(k: str, lines: int = 1) -> list[Message]:
+            stamp = {"timestamp": int(clock[0] * 1000)}
+            return [
+                AssistantMessage((ToolCall(k, "read", {"path": k}),), extra=stamp),
+                ToolResultMessage(k, (TextBlock(out(k, lines)),), "read", False, stamp),
+            ]
+
+        sent = []
+        history: list[Message] = [UserMessage.of("Go."), *step("c1", 2000)]
+        history += [AssistantMessage((TextBlock("done"),), "stop"), UserMessage.of("Next.")]
+        history += step("c2", 1000)
+        async with ContextManager(
+            Budget(context_window=60_000),
+            strategy=strategy,
+            clock=lambda: clock[0],
+            on_over_budget="send",
+        ) as ctx:
+            for k, output in enumerate((1_000, 1_000, 10_000)):
+                if k:
+                    clock[0] += 61 if k == 1 else 0  # c1 comes of age
+                    history += step(f"s{k}")
+                sent.append((await ctx.prepare(history, max_tokens=output), ctx.ledger.decisions))
+                await anyio.lowlevel.checkpoint()
+                ctx.observe(Usage(ctx.prompt_tokens, 10))
+                await anyio.lowlevel.checkpoint()
+        return sent
+
+    every, skipped = await run(skipping=False), await run(skipping=True)
+    assert len(every[-1][1]) > len(every[-2][1])  # the lower threshold lets the batch pay
+    assert skipped == every

@@ -334,7 +334,9 @@ class ToolOutputPipeline:
 def _note_unpaying(run: Run, paying: int, threshold: int) -> None:
     """Note on the run's memo whether no stale batch can pay before the next user turn."""
     memo = run.memo
-    # Found able to pay earlier in this turn: it still is.
+    if memo.threshold != threshold:
+        memo.threshold, memo.paying_turn = threshold, -1
+    # Found able to pay earlier in this turn (for this threshold): it still is.
     if memo.paying_turn != run.turns:
         memo.unpaying = run.cannot_pay(paying, threshold)
         if not memo.unpaying:

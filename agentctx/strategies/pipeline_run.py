@@ -271,6 +271,7 @@ class Memo:
         "paying_turn",
         "scan",
         "steady",
+        "threshold",
         "turn_held",
         "unpaying",
         "unread",
@@ -286,6 +287,7 @@ class Memo:
         # that one can (age only adds to a batch: no run need ask again in that turn).
         self.unpaying = False
         self.paying_turn = -1
+        self.threshold = -1  # the batch threshold they were found for (a call's budget moves it)
         # Set by the last run when a stale batch can pay but did not: until when its stale
         # proposals stay what they were (`Run.steady`).
         self.steady: Steady | None = None
@@ -307,13 +309,15 @@ def nothing_to_take(cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo 
     them: the call's new messages are a step of the running tool loop that no pass touches
     yet (and nothing else is unsent), or a new user turn with the prompt under the threshold
     (what it leaves unprotected cannot pay) and only plain text unsent before it, the cache
-    is warm, the prompt is under L2's fraction and the budget, and no stale batch can pay
-    (the prompt is under the threshold, or the last run found none can before the next user
-    turn), and what a run would size is sized in full already (as `observe` leaves it).
-    Such a call then costs what the tiers' own no-decision call does. What it changes: a
-    proposal first made on a later call is sized under the calibration of then (a run
-    memoizes what each frees when it first makes it), so where the calibration moved a
-    batch can reach its threshold a call earlier or later.
+    is warm, the prompt is under the budget, and no stale batch can pay (the prompt is
+    under the threshold, or the last run, at this threshold, found none can before the next
+    user turn, or none can until something comes of age: `Steady`), and what a run would
+    size is sized in full already (as `observe` leaves it). Such a call then costs what the
+    tiers' own no-decision call does. What it changes: a run memoizes what each proposal
+    frees when it first makes it, under the calibration of then, so where the calibration
+    moved a batch can reach its threshold a call earlier or later (a proposal first made on
+    a later call; a batch sized before the calibration fell, which can then free more than
+    the prompt now counts).
 
     ``memo`` is the session's memo from the last run; its scan tells what is new."""
     idle = ctx.idle_seconds
@@ -332,6 +336,8 @@ def nothing_to_take(cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo 
     if tokens > limit:
         return False
     steady = None
+    if tokens >= threshold and memo.threshold != threshold:
+        return False  # what the last run found about paying was for another budget
     if tokens >= threshold and not memo.unpaying:
         # A stale batch can pay, and did not on the last run: a run now proposes the same
         # (each sized when first made) while nothing comes of age and the turn goes on.
