@@ -198,12 +198,12 @@ class _Scan:
                 if b.has_thinking(m):
                     self.shaped.append(j)
             elif isinstance(m, UserMessage):
-                latest = self.latest_user
-                if latest is None or not is_instruction(m) or is_instruction(view[latest]):
+                latest, spoken = self.latest_user, not is_instruction(m)
+                if latest is None or spoken or is_instruction(view[latest]):
                     self.turns += 1
                     self.latest_user = j
-                    if self.task is None or is_instruction(view[self.task]):
-                        self.task = j
+                if self.task is None or (spoken and is_instruction(view[self.task])):
+                    self.task = j
                 if m.extra.get("source") == "bash_execution":
                     self.shaped.append(j)
                     self.shell.append(j)
