@@ -1085,7 +1085,7 @@ def _lines(k: int, chars: int) -> str:
     ],
 )
 async def test_a_system_or_developer_message_is_no_user_turn_for_the_passes(case: str) -> None:
-    """Found by a hostile run (a third of its generated sessions raised): a system or developer
+    """Found by a hostile run (one in five of its generated sessions raised): a system or developer
     message a harness appends mid-history (a `UserMessage` with ``extra["role"]``) is no
     user turn where the invariants are read (`boundaries.latest_user_index`), but the
     pipeline took it for one. It then proposed to drop the thinking of the turn the
