@@ -82,6 +82,7 @@ __all__ = [
     "latest_user_index",
     "needs_no_repair",
     "newest_complete_turn",
+    "opens_turn",
     "repair",
     "repaired_message",
     "safe_cut",
@@ -207,6 +208,13 @@ def newest_complete_turn(messages: Sequence[Message]) -> tuple[int, int] | None:
     return instruction, answer
 
 
+def opens_turn(m: UserMessage, spoken_before: bool) -> bool:
+    """Whether the user message ``m`` opens a turn, ``spoken_before`` telling whether a user
+    message that is no instruction came before it: a system or developer message
+    (`is_instruction`) opens none once one did (`newest_complete_turn`)."""
+    return not spoken_before or not is_instruction(m)
+
+
 def _answers(m: Message) -> bool:
     """Whether ``m`` answers its turn: an assistant message with no calls."""
     return isinstance(m, AssistantMessage) and not m.tool_calls
@@ -232,12 +240,11 @@ class CompleteTurns:
         for i in range(self._seen, len(messages)):
             m = messages[i]
             if isinstance(m, UserMessage):
-                spoken = not is_instruction(m)
-                if spoken or self._spoken is None:  # an instruction starts no turn
+                if opens_turn(m, self._spoken is not None):
                     if self._answered is not None and self._open is not None:
                         self._closed = self._open, self._answered
                     self._open, self._answered = i, None
-                if spoken:
+                if not is_instruction(m):
                     self._spoken = i
             elif _answers(m):
                 self._answered = i + 1

@@ -198,12 +198,13 @@ class _Scan:
                 if b.has_thinking(m):
                     self.shaped.append(j)
             elif isinstance(m, UserMessage):
-                latest, spoken = self.latest_user, not is_instruction(m)
-                if latest is None or spoken or is_instruction(view[latest]):
+                latest = self.latest_user
+                spoken_before = latest is not None and not is_instruction(view[latest])
+                if b.opens_turn(m, spoken_before):  # the latest user message, as turns go
                     self.turns += 1
                     self.latest_user = j
-                if self.task is None or (spoken and is_instruction(view[self.task])):
-                    self.task = j
+                if self.task is None or (not spoken_before and not is_instruction(m)):
+                    self.task = j  # the first user message, the first one spoken once one is
                 if m.extra.get("source") == "bash_execution":
                     self.shaped.append(j)
                     self.shell.append(j)
@@ -336,12 +337,11 @@ def nothing_to_take(cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo 
     if tokens > limit:
         return False
     steady = None
-    if tokens >= threshold and memo.threshold != threshold:
-        return False  # what the last run found about paying was for another budget
-    if tokens >= threshold and not memo.unpaying:
-        # A stale batch can pay, and did not on the last run: a run now proposes the same
-        # (each sized when first made) while nothing comes of age and the turn goes on.
-        steady = memo.steady
+    if tokens >= threshold and (memo.threshold != threshold or not memo.unpaying):
+        # What the last run found holds at its own threshold only (a call's budget moves
+        # it). A stale batch can pay and did not: a run now proposes the same (each sized
+        # when first made) while nothing comes of age and the turn goes on.
+        steady = memo.steady if memo.threshold == threshold else None
         if (
             steady is None
             or ctx.clock() >= steady.until
