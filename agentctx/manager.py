@@ -568,7 +568,10 @@ class ContextManager:
         if not 0 < self._sent < len(state.raw):
             return budget
         unsent = state.view[bisect.bisect_left(state.origins, self._sent) :]
-        margin = math.ceil(self._counter.count_many(unsent) * _UNSENT_MARGIN)
+        # At most the limit's worth of them can be sent: a result far over it is cut down
+        # before it goes out, and a margin sized on it would leave no budget to decide on.
+        counted = min(self._counter.count_many(unsent), budget.limit)
+        margin = math.ceil(counted * _UNSENT_MARGIN)
         return budget.lowered(margin) if tokens + margin > budget.limit else budget
 
     async def prepare(

@@ -715,6 +715,33 @@ async def test_a_new_result_the_estimate_undercounts_never_crosses_the_limit(
         assert sum(s > budget.limit - 1_500 for s in sizes) > 5  # it did ride up near the limit
 
 
+async def test_a_result_many_times_the_limit_leaves_a_budget_to_decide_on() -> None:
+    # The margin for messages no request has sent yet was sized on all of them: a result
+    # twenty times the limit lowered the budget the strategies decide on to one token, so they
+    # compacted all they could (LlmCompaction dropped the whole stretch its briefing in flight
+    # summarized: hostile run H, finding 3). At most the limit's worth of them can be sent.
+    seen: list[Budget] = []
+
+    class Recording:
+        def __init__(self) -> None:
+            self.inner = DeterministicCompaction()
+
+        async def compact(self, ctx: CompactionContext) -> None:
+            seen.append(ctx.budget)
+            await self.inner.compact(ctx)
+
+    budget = Budget(context_window=12_000, reserve_output=2_000)
+    async with ContextManager(budget, strategy=Recording()) as ctx:
+        history: list[Message] = [user("the task")]
+        for i in range(20):
+            history += [assistant(call(f"c{i}")), result(f"c{i}", "plain words " * 200)]
+        await ctx.prepare(history)
+        history += [assistant(call("big")), result("big", "plain words " * 100_000)]
+        view = await ctx.prepare(history)
+        assert_view_ok(view, ctx.raw)
+    assert min(b.limit for b in seen) >= budget.limit * 0.9
+
+
 # -- the newest complete turn, behind turns condensed to one line ---------------------------
 
 

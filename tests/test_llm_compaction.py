@@ -759,6 +759,35 @@ async def test_a_request_in_flight_survives_a_crossing_the_tail_cannot_absorb(
     assert region > 4 * size and [s.reason for s in stale] in ([], ["unused"])
 
 
+async def test_a_request_in_flight_survives_a_result_many_times_the_limit(
+    make_summarizer: SummarizerFactory,
+) -> None:
+    """Hostile run H, finding 3: a result over ten times the limit arrived while a briefing
+    was in flight. The margin for messages no request has sent yet was sized on that
+    result, so the budget the strategies decided on fell to one token, and LlmCompaction's
+    compaction inside the span dropped the whole span: the paid briefing went
+    ``superseded``. Only the limit's worth of what is new can be sent, so the margin is
+    sized on that: the result is cut down, the span is condensed just under the trigger,
+    and the briefing splices."""
+    summarizer = make_summarizer(default=Outcome.reply(briefing("KEPT"), delay=0.05))
+    chain, llm = strategy(summarizer, retain_tail_tokens=200)
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        i = await caller.until(llm, "in_flight")
+        job = llm._requests.inflight
+        assert job is not None
+        await caller.turn(tool_turn(i, 6_000))
+        assert llm.phase == "in_flight"
+        assert m.budget.target_tokens < m.prompt_tokens <= m.budget.trigger_tokens
+        assert not any(s.at.index <= job.start and job.cut <= s.end for s in m.ledger.spans)
+        await anyio.sleep(0.1)
+        while not caller.compactions("summarized"):
+            i += 1
+            await caller.turn(turn(i))
+            assert i < 80
+    assert [s.reason for s in caller.of(SummaryStale)] in ([], ["unused"])
+
+
 # ---------------------------------------------------------------------------------------
 # Validation, guards, failures
 
