@@ -178,6 +178,19 @@ def _shown_until(state: ViewState) -> int:
     return span.end if span is not None else top + 1
 
 
+def _raw_from(state: ViewState, k: int) -> int:
+    """The raw index where what ``view[k:]`` stands for begins: the origin of the first of
+    them that stands for a raw message. A stub for a missing result stands for none: it
+    takes the origin of its call's message, which ``view[:k]`` holds when it leads."""
+    view, origins, raw = state.view, state.origins, state.raw
+    while k < len(view):
+        origin = origins[k]
+        if not isinstance(view[k], ToolResultMessage) or isinstance(raw[origin], ToolResultMessage):
+            return origin
+        k += 1
+    return len(raw)
+
+
 def _read_once(history: object) -> list[Message]:
     """A history given as a generator or another one-pass iterable, as the list it yields
     (what is then compacted and sent); `UnsupportedMessageError` for no iterable of them."""
@@ -874,8 +887,7 @@ class ContextManager:
         if in_raw >= in_view:
             cut, new = in_raw, history[in_raw:]
         else:
-            cut = state.origins[in_view] if in_view < len(state.origins) else len(state.raw)
-            new = history[in_view:]
+            cut, new = _raw_from(state, in_view), history[in_view:]
         self._rebase(cut, new, len(history) - len(new))
 
     def _rebase(self, cut: int, new: Sequence[Message], offset: int) -> None:

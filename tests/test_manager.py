@@ -209,6 +209,32 @@ async def test_a_rewind_after_an_unseen_edit_of_a_left_out_message_follows_the_h
     assert_view_ok(view, rewound)
 
 
+@pytest.mark.parametrize("answered", [0, 1])  # results of the batch kept before the cut
+async def test_an_owned_history_cut_after_its_calls_keeps_them_when_passed_again(
+    answered: int,
+) -> None:
+    """Found by a hostile run (J, finding 4): an owned caller cut its history back to just
+    after an assistant message's tool calls (their results cut away) and went on. The view
+    adds stubs for the missing results, which the history does not hold, so the history is
+    read again from where it leaves the view: the first stub, whose origin is its call's
+    message. Passing the same history again (a retried call) cut that message, signed
+    reasoning and calls, out of the raw history and the view."""
+    history = [user("task")] + [m for n in range(30) for m in tool_turn(n, lines=80)]
+    calls = assistant(call("c1"), call("c2"), thinking="look first")
+    async with ContextManager(small_budget()) as ctx:
+        view = await ctx.prepare(history)
+        assert len(view) < len(ctx.raw)  # compacted: the view is not the raw history
+        view = await ctx.prepare([*view, user("look around"), calls, result("c1"), result("c2")])
+        k = view.index(calls)
+        cut = [*view[: k + 1 + answered], user("never mind, do something else")]
+        first = await ctx.prepare(cut)
+        raw = list(ctx.raw)
+        again = await ctx.prepare(cut)
+        assert_view_ok(again, ctx.raw)
+    assert calls in ctx.raw and calls in again
+    assert list(ctx.raw) == raw and again == first
+
+
 @pytest.mark.parametrize("repaired", ["duplicate_call_id", "empty_text"])
 async def test_an_edit_of_a_message_shown_repaired_is_followed(repaired: str) -> None:
     """Found by the hostile-history generator (a second worker rendered another view): the
