@@ -83,6 +83,7 @@ from agentctx.strategies.llm import (
     RetryPolicy,
 )
 from agentctx.strategies.llm_config import briefing_text
+from agentctx.strategy import CompactionContext
 from agentctx.summarizer import (
     TRANSCRIPT_BLOCK_CHARS,
     TRANSCRIPT_TOTAL_CHARS,
@@ -786,6 +787,134 @@ async def test_a_request_in_flight_survives_a_result_many_times_the_limit(
             await caller.turn(turn(i))
             assert i < 80
     assert [s.reason for s in caller.of(SummaryStale)] in ([], ["unused"])
+
+
+class _YieldingTiers(DeterministicCompaction):
+    """The deterministic tiers, awaiting once first (as a strategy that takes a lock or runs
+    its work in a thread does): a cancellation of the call can land there."""
+
+    async def compact(self, ctx: CompactionContext) -> None:
+        await anyio.lowlevel.checkpoint()
+        await super().compact(ctx)
+
+
+async def test_a_briefing_whose_splice_a_cancelled_call_cut_short_is_spliced_later(
+    make_summarizer: SummarizerFactory,
+) -> None:
+    """Hostile run J, finding 1: the splice took the briefing out of its slot, then awaited
+    the fallback tiers; a call cancelled there lost it with no event (paid, never spliced
+    nor reported). It now waits in its slot again, and a later call splices it."""
+    summarizer = make_summarizer(default=briefing("PAID"))
+    tiers = _YieldingTiers()
+    config = LlmCompactionConfig(trigger_ratio=0.3, update_ratio=None)
+    llm = LlmCompaction(summarizer, config, fallback=tiers)
+    events: list[Event] = []
+    cut_short = 0
+    async with ContextManager(budget(), strategy=Chain([llm, tiers])) as m:
+        m.subscribe(events.append)
+        history: list[Message] = [UserMessage.of("the task: write the parser")]
+        i = 0
+        while llm.phase != "ready":
+            history += turn(i)
+            i += 1
+            await m.prepare(history)
+            await settle()
+            assert i < 40
+        while llm.phase == "ready":
+            history += turn(i)
+            i += 1
+            with anyio.move_on_after(0):  # cancelled at the call's first checkpoint
+                await m.prepare(history)
+            cut_short += llm.phase != "ready"
+            view = await m.prepare(history)
+            assert i < 80
+    assert has_briefing(view, "PAID") and cut_short == 0
+    reported = [e for e in events if isinstance(e, (SummaryStale, SummaryRejected))]
+    spliced = [e for e in events if isinstance(e, ContextCompacted) and e.method == "summarized"]
+    assert llm.spend.requests == len(spliced) + len(reported) == 1
+
+
+async def test_a_briefing_whose_cut_short_splice_an_update_overtook_is_reported_updated(
+    make_summarizer: SummarizerFactory,
+) -> None:
+    """The same, with the briefing's update landing while the splice awaits the tiers: the
+    update keeps the slot (and is spliced later), the briefing it replaces is reported
+    ``updated``, as one an update replaces always is."""
+    script = [briefing("FIRST"), Outcome.reply(briefing("UPDATE"), delay=0.3)]
+    summarizer = make_summarizer(script, default=briefing("LATER"))
+    llm: LlmCompaction
+    scopes: list[anyio.CancelScope] = []  # the call to cancel, while one is armed
+
+    class Overtaken(DeterministicCompaction):
+        async def compact(self, ctx: CompactionContext) -> None:
+            requests = llm._requests
+            if scopes and requests.ready is None and requests.inflight:
+                # Inside the splice (it took the briefing), the update still out: let it land
+                # in the empty slot, then the call is cancelled.
+                assert await poll(lambda: requests.ready is not None, 10)
+                scopes[0].cancel()
+                await anyio.lowlevel.checkpoint()
+            await super().compact(ctx)
+
+    tiers = Overtaken()
+    config = LlmCompactionConfig(trigger_ratio=0.3, update_ratio=0.3)
+    llm = LlmCompaction(summarizer, config, fallback=tiers)
+    events: list[Event] = []
+    async with ContextManager(budget(), strategy=Chain([llm, tiers])) as m:
+        m.subscribe(events.append)
+        history: list[Message] = [UserMessage.of("the task: write the parser")]
+        i = 0
+        while not (llm._requests.ready and llm._requests.inflight):
+            history += turn(i)
+            i += 1
+            await m.prepare(history)
+            await settle()
+            assert i < 40
+        cancelled = False
+        while not cancelled:
+            history += turn(i)
+            i += 1
+            scopes[:] = [anyio.CancelScope()]
+            with scopes[0]:
+                await m.prepare(history)
+            cancelled = scopes[0].cancel_called
+            assert i < 80
+        scopes.clear()
+        while not has_briefing(view := await m.prepare(history), "UPDATE"):
+            history += turn(i)
+            i += 1
+            assert i < 120
+    assert [e.reason for e in events if isinstance(e, SummaryStale)] == ["updated"]
+    spliced = [e for e in events if isinstance(e, ContextCompacted) and e.method == "summarized"]
+    assert llm.spend.requests == len(spliced) + 1 == 2 and has_briefing(view, "UPDATE")
+
+
+async def test_a_call_cancelled_after_arming_was_put_off_puts_it_off_again(
+    make_summarizer: SummarizerFactory,
+) -> None:
+    """Hostile run J: over the limit with nothing asked for, arming waits for what the
+    tiers after LlmCompaction return. A call cancelled in those tiers returned nothing, yet
+    the call retried after it armed on the view they were about to rewrite, and the paid
+    request was ``superseded`` once they did. It now puts arming off again."""
+    summarizer = make_summarizer(default=briefing("PAID"))
+    llm = LlmCompaction(summarizer, LlmCompactionConfig(trigger_ratio=1.0))
+    async with ContextManager(budget(), strategy=Chain([llm, _YieldingTiers()])) as m:
+        history: list[Message] = [UserMessage.of("the task: write the parser")]
+        i = 0
+        while True:
+            history += turn(i)
+            i += 1
+            with anyio.move_on_after(0):  # cancelled where the tiers await
+                await m.prepare(history)
+            if m.prompt_tokens > m.budget.limit:
+                break  # the call that crossed the limit put arming off, then was cut short
+            await m.prepare(history)  # retried
+            assert i < 40
+        assert llm.phase == "idle"
+        await m.prepare(history)  # retried: the tiers get under the limit
+        assert llm.phase == "idle" and m.prompt_tokens <= m.budget.limit
+        await settle()
+    assert llm.spend.requests == 0
 
 
 # ---------------------------------------------------------------------------------------
@@ -1688,7 +1817,6 @@ async def test_the_tiers_on_part_of_the_view_keep_the_task_inside_it() -> None:
     view after its span with a stand-in for the task before it, and the task (the history's
     first user message, inside that part) was dropped as any other message."""
     from agentctx.strategies.llm_tiers import capped, run_tiers
-    from agentctx.strategy import CompactionContext
     from agentctx.testing import assert_view_ok
 
     from .helpers import user

@@ -165,7 +165,8 @@ class LlmCompaction:
         self._rewinds = 0  # ctx.rewinds at the previous call: a larger one means a rewind
         self._version = -1  # ledger version at the end of the previous call
         self._fell_back = False  # over the limit with nothing spliced in the previous call
-        self._deferred = False
+        # The call that put arming off over the limit and its raw length, until one arms.
+        self._deferred: tuple[CompactionContext, int] | None = None
         # (ledger version, tokens): no new request below that size while the view is the same
         # (nothing to summarize yet, or the last request failed); any decision lifts it.
         self._hold = (-1, 0)
@@ -235,13 +236,11 @@ class LlmCompaction:
             tokens = ctx.prompt_tokens
         if tokens > limit:
             await self._over_limit(ctx, tokens)
-        elif cold and tokens > self._trigger(ctx):
+        elif cold and tokens > self._trigger(ctx) and await self._splice_ready(ctx, tokens):
             # The provider's prefix cache has expired anyway: splicing now costs no cache
             # write, and leaves the tiers nothing to do at the next crossing.
-            ready = self._requests.take()
-            if ready is not None and await self._splice(ctx, ready, tokens):
-                self._fallbacks = 0
-                self._warned.discard("losing_race")
+            self._fallbacks = 0
+            self._warned.discard("losing_race")
         self._arm(ctx)
         self._rewinds = ctx.rewinds
         self._version = ctx.ledger.version
@@ -250,7 +249,7 @@ class LlmCompaction:
             requests.inflight is None
             and requests.ready is None
             and not self._fell_back
-            and not self._deferred
+            and self._deferred is None
         ):
             # With no briefing asked for or waiting, no fallback to count and no arming put
             # off (a call it skipped would not clear the flag), only passing the trigger
@@ -259,8 +258,7 @@ class LlmCompaction:
         return None
 
     async def _over_limit(self, ctx: CompactionContext, tokens: int) -> None:
-        ready = self._requests.take()
-        if ready is not None and await self._splice(ctx, ready, tokens):
+        if await self._splice_ready(ctx, tokens):
             self._fallbacks = 0
             self._warned.discard("losing_race")
             return
@@ -304,14 +302,18 @@ class LlmCompaction:
         # high for the rest): refining here would put O(history) work on a call that takes
         # no decision. At worst a request starts a little early.
         if tokens <= trigger:
-            self._deferred = False
+            self._deferred = None
             return
-        if tokens > budget.limit and not self._deferred:
+        deferred = self._deferred
+        if tokens > budget.limit and (
+            deferred is None or (deferred[0] is not ctx and ctx.sent < deferred[1])
+        ):
             # The tiers after this strategy rewrite the view in this call: a request armed
-            # now would summarize bytes they are about to replace. Arm on what they return.
-            self._deferred = True
+            # now would summarize bytes they are about to replace. Arm on what they return
+            # (a call cancelled before it sent a view returned nothing).
+            self._deferred = (ctx, len(ctx.raw))
             return
-        self._deferred = False
+        self._deferred = None
         if ctx.ledger.version == self._hold[0] and tokens < self._hold[1]:
             return
         ready = self._requests.ready
@@ -429,7 +431,7 @@ class LlmCompaction:
     def _after_rewind(self, ctx: CompactionContext) -> None:
         """The history was rewound or edited: drop what no longer matches, right away."""
         self._hold = (-1, 0)
-        self._deferred = False
+        self._deferred = None
         requests = self._requests
         ready = requests.ready
         if ready is not None and not intact(ctx, ready.job.cut, ready.job.rewinds):
@@ -463,6 +465,19 @@ class LlmCompaction:
         rid = put_entry(ctx.recall, ctx.session_id, part)
         where = f'[The {vc - va} messages it replaces, in full: recall_context(id="{rid}")]'
         return SummaryMessage(f"{SUMMARY_MARKER}\n\n{text}\n\n{where}")
+
+    async def _splice_ready(self, ctx: CompactionContext, tokens: int) -> bool:
+        """Splice the briefing waiting in its slot, if any; whether it was spliced."""
+        ready = self._requests.take()
+        if ready is None:
+            return False
+        try:
+            return await self._splice(ctx, ready, tokens)
+        except BaseException:
+            # Cut short where the fallback tiers await (the call cancelled), before it was
+            # spliced or reported: it was paid for, so it waits for a later call again.
+            self._requests.give_back(ready, ctx.emit)
+            raise
 
     async def _splice(self, ctx: CompactionContext, ready: Ready, tokens: int) -> bool:
         job = ready.job

@@ -198,6 +198,15 @@ class Requester:
         ready, self.ready = self.ready, None
         return ready
 
+    def give_back(self, ready: Ready, emit: Callable[[Event], None]) -> None:
+        """Put a briefing `take` handed out back in the slot: its splice was cut short.
+        An update of it that arrived meanwhile keeps the slot; this one is then reported as
+        one an update replaced."""
+        if self.ready is None:
+            self.ready = ready
+        else:
+            emit(SummaryStale("updated", ready.stats(0)))
+
     def cancel(self) -> None:
         """Cancel the request in flight, if any."""
         job = self.inflight
