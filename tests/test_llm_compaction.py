@@ -1862,3 +1862,29 @@ async def test_a_briefing_longer_than_what_it_replaces_is_rejected_as_too_large(
     assert not [e for e in events if isinstance(e, SummaryStale) and e.reason == "superseded"]
     assert len(summarizer.requests) <= 3  # not one a call
     assert llm.spend.requests == len(summarizer.requests)
+
+
+async def test_a_briefing_longer_than_a_stretch_compacted_before_arming_is_too_large() -> None:
+    """Hostile run J, finding 3: the same, where the stretch had been compacted (its outputs
+    cut down) before the request was armed. The briefing was measured against the raw
+    stretch, shorter than it, so it was reported ``superseded`` (as if compaction since had
+    shrunk that part) and the next request went out at once. It is measured against what
+    the view held when it was asked for."""
+    summarizer = ScriptedSummarizer(default=briefing(body=prose(0, 450)))
+    chain, llm = strategy(summarizer, trigger_ratio=0.3, update_ratio=None)
+    events: list[Event] = []
+    history: list[Message] = [UserMessage.of("the task: find the bug"), UserMessage.of("logs")]
+    for k in range(4):  # outputs the tiers cut down once over the limit
+        history += [assistant(call(f"c{k}", "bash")), result(f"c{k}", prose(k, 900), "bash")]
+    history.append(AssistantMessage.of("found it"))
+    async with ContextManager(budget(), strategy=chain) as ctx:
+        ctx.subscribe(events.append)
+        for i in range(12):
+            view = await ctx.prepare(history)
+            ctx.observe(Usage(input_tokens=ctx.counter.count_many(view)))
+            await settle()
+            history = [*history, *turn(i)]
+    rejected = [e for e in events if isinstance(e, SummaryRejected)]
+    assert rejected and {e.reason for e in rejected} == {"too_large"}
+    assert not [e for e in events if isinstance(e, SummaryStale) and e.reason == "superseded"]
+    assert llm.spend.requests == len(summarizer.requests) < 12

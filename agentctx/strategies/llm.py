@@ -388,6 +388,7 @@ class LlmCompaction:
             span_messages=cut.end - va,
             armed_tokens=tokens,
             limit=ctx.budget.limit,
+            region=ctx.counter.count_many(view[va : cut.end]),
             conversation=tuple(view[: cut.end]),
             base=ready,
         )
@@ -414,6 +415,7 @@ class LlmCompaction:
             span_messages=cut.end - cut.start,
             armed_tokens=tokens,
             limit=ctx.budget.limit,
+            region=ctx.counter.count_many(span),
             conversation=tuple(view[: cut.end]),
         )
         assert ctx.tasks is not None
@@ -510,12 +512,11 @@ class LlmCompaction:
         briefing = ready.messages or (self._briefing(ctx, ready.text, va, vc),)
         size = sum(map(counter.count_full, briefing)) + counter.count_many(carried)
         if vc <= va or size >= region:
-            written = counter.count_many(ctx.raw[a:cut])
-            if size >= written:  # no compaction needed to make it so: the briefing is too long
-                detail = f"the briefing ({size} tokens) would replace {written} tokens"
+            if size >= job.region:  # so when it was asked for: the briefing is too long
+                detail = f"the briefing ({size} tokens) would replace {job.region} tokens"
                 ctx.emit(SummaryRejected("too_large", detail, 1, ready.stats(0)))
                 self._after_failure(job)
-            else:  # other compaction shrank that part below the briefing
+            else:  # compaction since then shrank that part below the briefing
                 ctx.emit(SummaryStale("superseded", ready.stats(0)))
             return False
         budget = ctx.budget
