@@ -18,7 +18,12 @@ from agentctx.messages import (
     text_of,
 )
 from agentctx.recall import MemoryRecallStore
-from agentctx.strategies.deterministic import COMPACTION_MARKER, describe_call, truncate_text
+from agentctx.strategies.deterministic import (
+    COMPACTION_MARKER,
+    DeterministicCompaction,
+    describe_call,
+    truncate_text,
+)
 from agentctx.testing import assert_view_ok, drive
 
 from .helpers import assistant, call, cut_off_write, result, returns_within, tool_turn, user
@@ -280,3 +285,53 @@ async def test_a_summary_of_the_callers_that_starts_like_a_marker_is_not_taken_f
     assert note in shown or any(note in text for text in recalled)
     markers = [m for m in view if m is not carried and isinstance(m, SummaryMessage)]
     assert markers and not any(fake in m.text for m in markers)
+
+
+def _lines(n: int, tag: str) -> str:
+    return "\n".join(f"{tag} {i:05d} " + "x" * 30 for i in range(n))
+
+
+@pytest.mark.parametrize("kind", ["deterministic", "pipeline", "llm"])
+async def test_a_result_too_large_to_send_alone_is_cut_before_older_history_is_touched(
+    kind: str,
+) -> None:
+    """Found by a hostile run (K, findings 1 and 2): a new result over the limit by itself
+    is cut down in the call it arrives in whatever else is done, but the tiers sized their
+    work on it whole, and dropped an older turn in the cached prefix (the pipeline first
+    expired the newest complete turn's output too): a cache rewrite, and lost context, for
+    nothing. It is now cut first, and what else is needed is sized after."""
+    from agentctx import Chain, LlmCompaction, ToolOutputPipeline
+    from agentctx.testing.scripted import Outcome, ScriptedSummarizer
+
+    strategy = {
+        "deterministic": DeterministicCompaction,
+        "pipeline": lambda: Chain([ToolOutputPipeline(), DeterministicCompaction()]),
+        "llm": lambda: Chain(
+            [LlmCompaction(ScriptedSummarizer([Outcome.hang()])), DeterministicCompaction()]
+        ),
+    }[kind]()
+    budget = Budget(context_window=6_000, reserve_output=1_000, target_ratio=0.5)
+    history = [
+        user("the task: fix the bug"),
+        user("question A"),
+        assistant(call("a1")),
+        result("a1", _lines(20, "A")),
+        assistant(text="answer A"),
+        user("question B"),
+        assistant(call("b1")),
+        result("b1", _lines(25, "B")),
+        assistant(text="answer B"),
+        user("build it"),
+    ]
+    async with ContextManager(budget, strategy=strategy) as ctx:
+        await ctx.prepare(history)
+        sent = len(history)
+        history += [
+            assistant(call("c1", "bash", command="make")),
+            result("c1", "\n".join(f"BUILD {i:05d}" for i in range(1_400)), "bash"),
+        ]
+        view = await ctx.prepare(history)
+        assert_view_ok(view, ctx.raw)
+        assert [d.at.index for d in ctx.ledger.decisions] == [sent + 1]  # the new result only
+        assert view[:sent] == history[:sent]  # the cached prefix as it was sent
+        assert ctx.prompt_tokens <= budget.target_tokens

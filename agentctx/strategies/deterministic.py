@@ -204,6 +204,8 @@ class DeterministicCompaction:
         before_messages = len(ctx.view)
         actions: list[str] = []
         target = budget.target_tokens
+        if tokens > budget.limit:
+            self._cut_oversized(ctx, actions)
         # Repeat to a fixed point, so calling again with the same history takes nothing new.
         while True:
             taken = len(ctx.taken)
@@ -238,6 +240,35 @@ class DeterministicCompaction:
                 )
             )
         return None
+
+    def cut_oversized(self, ctx: CompactionContext) -> None:
+        """Over the limit, cut down each result of the running loop too large to be sent
+        whole even alone, and report it, as `compact` does first there: for a strategy run
+        before this one that sizes its own work on the prompt (`ToolOutputPipeline`)."""
+        if ctx.prompt_tokens <= ctx.budget.limit:
+            return
+        tokens, before = ctx.prompt_tokens, len(ctx.view)
+        actions: list[str] = []
+        self._cut_oversized(ctx, actions)
+        if actions:
+            ctx.emit(
+                ContextCompacted(
+                    method="deterministic",
+                    strategy=type(self).__name__,
+                    messages_before=before,
+                    messages_after=len(ctx.view),
+                    tokens_before=tokens,
+                    tokens_after=ctx.prompt_tokens,
+                    decisions=len(ctx.taken),
+                    actions=tuple(actions),
+                )
+            )
+
+    def _cut_oversized(self, ctx: CompactionContext, actions: list[str]) -> None:
+        # Such a result is cut down in this call whatever else is done: sized with it whole,
+        # the tiers would drop older, cached history for nothing.
+        alone = ctx.budget.limit - ctx.counter.overhead
+        self._truncate(ctx, actions, in_flight=True, larger_than=alone)
 
     @staticmethod
     def _due(ctx: CompactionContext, tokens: int, cold: bool) -> bool:
@@ -327,8 +358,16 @@ class DeterministicCompaction:
     # -- tier 1 -------------------------------------------------------------------------
 
     def _truncate(
-        self, ctx: CompactionContext, actions: list[str], *, in_flight: bool, again: bool = False
+        self,
+        ctx: CompactionContext,
+        actions: list[str],
+        *,
+        in_flight: bool,
+        again: bool = False,
+        larger_than: int | None = None,
     ) -> None:
+        """Cut down the results (and arguments) before the running loop, or in it; with
+        ``larger_than``, only the results counted at more tokens than that."""
         view, origins, raw = ctx.view, ctx.origins, ctx.raw
         loop_start = ctx.in_flight_start()
         lo, hi = (loop_start, len(view)) if in_flight else (0, loop_start)
@@ -354,6 +393,8 @@ class DeterministicCompaction:
                 if not (again and isinstance(m, ToolResultMessage)):
                     continue
             if isinstance(m, ToolResultMessage) and isinstance(shown, ToolResultMessage):
+                if larger_than is not None and ctx.counter.count_full(m) <= larger_than:
+                    continue
                 if names is None:
                     names = {
                         c.id: c.name

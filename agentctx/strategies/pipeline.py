@@ -222,6 +222,10 @@ class ToolOutputPipeline:
         """Propose with every pass, then take the batch if it pays (see the module doc)."""
         if nothing_to_take(self, ctx, self._memos.get(ctx.session_id)):
             return
+        if isinstance(self.fallback, DeterministicCompaction):
+            # Sized on a result that is cut down anyway, the passes would expire the newest
+            # complete turn's output, and the tiers drop older history, for nothing.
+            self.fallback.cut_oversized(ctx)
         run = Run(self, ctx, self._memo(ctx))
         run.memo.unpaying = False  # set again below if this run takes nothing
         run.memo.steady = None
