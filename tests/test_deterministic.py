@@ -335,3 +335,32 @@ async def test_a_result_too_large_to_send_alone_is_cut_before_older_history_is_t
         assert [d.at.index for d in ctx.ledger.decisions] == [sent + 1]  # the new result only
         assert view[:sent] == history[:sent]  # the cached prefix as it was sent
         assert ctx.prompt_tokens <= budget.target_tokens
+
+
+@pytest.mark.parametrize(
+    ("target_ratio", "fill", "compacts"),
+    [
+        (0.1, 0.2, False),  # under three targets: a cold cache alone is no reason
+        (0.1, 0.4, True),  # over three targets (under the trigger): the rewrite costs no write
+        (0.5, 0.6, False),  # under the trigger, three targets being over the limit
+        (0.5, 0.9, True),  # over the trigger, under the limit (found by hostile run K: never)
+    ],
+)
+async def test_a_cold_cache_compacts_over_three_targets_or_the_trigger_whichever_is_lower(
+    target_ratio: float, fill: float, compacts: bool
+) -> None:
+    budget = Budget(context_window=12_000, reserve_output=2_000, target_ratio=target_ratio)
+    now = [0.0]
+    async with ContextManager(budget, clock=lambda: now[0]) as ctx:
+        history = [user("the task")]
+        n = 0
+        while ctx.prompt_tokens < fill * budget.limit:
+            history += [user(f"question {n}"), *tool_turn(n, lines=30), assistant(text="done")]
+            n += 1
+            await ctx.prepare(history)
+            now[0] += 10
+        assert not ctx.ledger.decisions and ctx.prompt_tokens < budget.limit
+        now[0] += 301  # past cold_cache_seconds: nothing cached any more
+        history.append(user("go on"))
+        await ctx.prepare(history)
+        assert bool(ctx.ledger.decisions) is compacts

@@ -15,8 +15,9 @@ commands, before the commands themselves; condensing or dropping them again carr
 lists on, so early file paths stay visible however often a stretch is compacted.
 
 Tiers run only when the prompt is over the hard budget (or, when the provider cache has gone
-cold anyway, over the trigger), and then aim at the budget's target ratio, so the prefix
-cache breaks rarely. The task (first user message), the latest user message and the newest
+cold anyway, over three times the target or the trigger, whichever is lower: the rewrite then
+costs no extra cache write), and then aim at the budget's target ratio, so the prefix cache
+breaks rarely. The task (first user message), the latest user message and the newest
 complete turn are never condensed or dropped; nor is signed thinking of the in-flight tool
 loop. When the budget cannot be met even so, the manager reports it.
 """
@@ -68,7 +69,8 @@ __all__ = ["COMPACTION_MARKER", "DeterministicCompaction", "describe_call", "tru
 _MIN_DROP_GAIN = 64  # tokens; below this a drop only churns the marker and the cache
 _FLOOR_LINES, _FLOOR_CHARS = 8, 600  # the shortest tool output giving way leaves
 _GIVE_WAY_ROUNDS = 12
-_COLD_FACTOR = 3  # with a cold cache, compact once the prompt is this many targets
+_COLD_FACTOR = 3  # with a cold cache, compact once the prompt is this many targets (or over
+# the trigger, for a target ratio above a third of the trigger's)
 
 
 def _ceiling(ctx: CompactionContext) -> int:
@@ -279,7 +281,7 @@ class DeterministicCompaction:
             return tokens > budget.trigger_tokens
         # A cold cache writes the whole prompt again anyway: compacting now costs no extra
         # write and puts the next rewrite further away, once there is enough to free.
-        return cold and tokens > budget.target_tokens * _COLD_FACTOR
+        return cold and tokens > min(budget.trigger_tokens, budget.target_tokens * _COLD_FACTOR)
 
     # -- over the budget whatever the tiers did --------------------------------------
 
