@@ -789,6 +789,39 @@ async def test_a_request_in_flight_survives_a_result_many_times_the_limit(
     assert [s.reason for s in caller.of(SummaryStale)] in ([], ["unused"])
 
 
+async def test_a_splice_leaves_its_update_in_flight_something_to_save(
+    make_summarizer: SummarizerFactory,
+) -> None:
+    """Hostile run J, finding 2: a briefing waited while its update was in flight. Spliced
+    over the limit, its tail was compacted to the target, with a drop running across the
+    update's end: the update, paid for, could then save nothing and was ``superseded``. The
+    tail's tiers now take nothing across it, and the update splices in turn."""
+    script = [briefing("FIRST"), Outcome.reply(briefing("UPDATE"), delay=0.3)]
+    summarizer = make_summarizer(script, default=briefing("LATER"))
+    chain, llm = strategy(summarizer, trigger_ratio=0.3, update_ratio=0.3)
+    async with ContextManager(budget(), strategy=chain) as m:
+        caller = Caller(m)
+        i = 0
+        while not (llm._requests.ready and llm._requests.inflight):
+            await caller.turn(turn(i))
+            i += 1
+            assert i < 40
+        update = llm._requests.inflight
+        assert update is not None
+        while not caller.compactions("summarized"):
+            await caller.turn(turn(i))
+            i += 1
+            assert i < 80
+        assert not [s for s in m.ledger.spans if s.at.index < update.cut < s.end]
+        await anyio.sleep(0.4)  # the update is back, and waits
+        while len(caller.compactions("summarized")) < 2:
+            await caller.turn(turn(i, 200))
+            i += 1
+            assert i < 120
+    assert "superseded" not in [e.reason for e in caller.of(SummaryStale)]
+    assert has_briefing(caller.views[-1], "UPDATE") or has_briefing(caller.views[-1], "LATER")
+
+
 class _YieldingTiers(DeterministicCompaction):
     """The deterministic tiers, awaiting once first (as a strategy that takes a lock or runs
     its work in a thread does): a cancellation of the call can land there."""

@@ -531,11 +531,18 @@ class LlmCompaction:
             # Still above the target: shrink the tail to it, so the splice lands as deep as
             # the tiers would have and the next compaction is as far away (the splice breaks
             # the prefix cache from here on anyway, and the tail is the newest part of it).
-            # The recent steps give way only above the trigger, as the tiers' own do.
+            # The recent steps give way only above the trigger, as the tiers' own do. Nothing
+            # they take runs across the end of this briefing's update in flight, if any: it
+            # will replace what lies before, so they leave it something to save.
+            update = self._requests.inflight
+            fence = None
+            if update is not None and update.base is ready:
+                fence = bisect.bisect_left(origins, update.cut)
             actions += await run_tiers(
                 self.fallback,
                 ctx,
                 start=vc,
+                fence=fence if fence is not None and vc < fence < len(view) else None,
                 delta=size - region,
                 aim=capped(budget.target_tokens),
                 give_way_above=budget.trigger_tokens,
