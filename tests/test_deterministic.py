@@ -342,11 +342,11 @@ async def test_a_result_too_large_to_send_alone_is_cut_before_older_history_is_t
     [
         (0.1, 0.2, False),  # under three targets: a cold cache alone is no reason
         (0.1, 0.4, True),  # over three targets (under the trigger): the rewrite costs no write
-        (0.5, 0.6, False),  # under the trigger, three targets being over the limit
+        (0.5, 0.6, False),  # three targets over the limit: under the trigger
         (0.5, 0.9, True),  # over the trigger, under the limit (found by hostile run K: never)
     ],
 )
-async def test_a_cold_cache_compacts_over_three_targets_or_the_trigger_whichever_is_lower(
+async def test_a_cold_cache_compacts_over_three_targets_or_else_the_trigger(
     target_ratio: float, fill: float, compacts: bool
 ) -> None:
     budget = Budget(context_window=12_000, reserve_output=2_000, target_ratio=target_ratio)

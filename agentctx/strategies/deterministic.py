@@ -15,11 +15,11 @@ commands, before the commands themselves; condensing or dropping them again carr
 lists on, so early file paths stay visible however often a stretch is compacted.
 
 Tiers run only when the prompt is over the hard budget (or, when the provider cache has gone
-cold anyway, over three times the target or the trigger, whichever is lower: the rewrite then
-costs no extra cache write), and then aim at the budget's target ratio, so the prefix cache
-breaks rarely. The task (first user message), the latest user message and the newest
-complete turn are never condensed or dropped; nor is signed thinking of the in-flight tool
-loop. When the budget cannot be met even so, the manager reports it.
+cold anyway, over three times the target, or the trigger where that is not under the limit:
+the rewrite then costs no extra cache write), and then aim at the budget's target ratio, so
+the prefix cache breaks rarely. The task (first user message), the latest user message and
+the newest complete turn are never condensed or dropped; nor is signed thinking of the
+in-flight tool loop. When the budget cannot be met even so, the manager reports it.
 """
 
 from __future__ import annotations
@@ -69,8 +69,10 @@ __all__ = ["COMPACTION_MARKER", "DeterministicCompaction", "describe_call", "tru
 _MIN_DROP_GAIN = 64  # tokens; below this a drop only churns the marker and the cache
 _FLOOR_LINES, _FLOOR_CHARS = 8, 600  # the shortest tool output giving way leaves
 _GIVE_WAY_ROUNDS = 12
-_COLD_FACTOR = 3  # with a cold cache, compact once the prompt is this many targets (or over
-# the trigger, for a target ratio above a third of the trigger's)
+# No token is shorter than a UTF-8 byte, so a quick count (bytes / 3, JSON / 3.5) is at most
+# this far below the full one: a result under a size by it is, without estimating it in full.
+_FULL_OVER_QUICK = 3.5
+_COLD_FACTOR = 3  # with a cold cache, compact once the prompt is this many targets
 
 
 def _ceiling(ctx: CompactionContext) -> int:
@@ -281,7 +283,11 @@ class DeterministicCompaction:
             return tokens > budget.trigger_tokens
         # A cold cache writes the whole prompt again anyway: compacting now costs no extra
         # write and puts the next rewrite further away, once there is enough to free.
-        return cold and tokens > min(budget.trigger_tokens, budget.target_tokens * _COLD_FACTOR)
+        if not cold:
+            return False
+        cold_at = budget.target_tokens * _COLD_FACTOR
+        # At a target ratio that high, three targets never come under the limit.
+        return tokens > (cold_at if cold_at < budget.limit else budget.trigger_tokens)
 
     # -- over the budget whatever the tiers did --------------------------------------
 
@@ -395,7 +401,10 @@ class DeterministicCompaction:
                 if not (again and isinstance(m, ToolResultMessage)):
                     continue
             if isinstance(m, ToolResultMessage) and isinstance(shown, ToolResultMessage):
-                if larger_than is not None and ctx.counter.count_full(m) <= larger_than:
+                if larger_than is not None and (
+                    ctx.counter.count(m) * _FULL_OVER_QUICK <= larger_than  # even in full
+                    or ctx.counter.count_full(m) <= larger_than
+                ):
                     continue
                 if names is None:
                     names = {
