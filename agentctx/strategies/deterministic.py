@@ -230,19 +230,7 @@ class DeterministicCompaction:
             # Landing above the trigger, the next few new messages would force another
             # rewrite, call after call: the comforts give way down to the trigger.
             self._give_way(ctx, actions, target)
-        if actions:
-            ctx.emit(
-                ContextCompacted(
-                    method="deterministic",
-                    strategy=type(self).__name__,
-                    messages_before=before_messages,
-                    messages_after=len(ctx.view),
-                    tokens_before=tokens,
-                    tokens_after=ctx.prompt_tokens,
-                    decisions=len(ctx.taken),
-                    actions=tuple(actions),
-                )
-            )
+        self._report(ctx, tokens, before_messages, actions)
         return None
 
     def cut_oversized(self, ctx: CompactionContext) -> None:
@@ -254,12 +242,17 @@ class DeterministicCompaction:
         tokens, before = ctx.prompt_tokens, len(ctx.view)
         actions: list[str] = []
         self._cut_oversized(ctx, actions)
+        self._report(ctx, tokens, before, actions)
+
+    def _report(
+        self, ctx: CompactionContext, tokens: int, messages: int, actions: list[str]
+    ) -> None:
         if actions:
             ctx.emit(
                 ContextCompacted(
                     method="deterministic",
                     strategy=type(self).__name__,
-                    messages_before=before,
+                    messages_before=messages,
                     messages_after=len(ctx.view),
                     tokens_before=tokens,
                     tokens_after=ctx.prompt_tokens,
