@@ -794,10 +794,13 @@ async def test_a_splice_leaves_its_update_in_flight_something_to_save(
 ) -> None:
     """Hostile run J, finding 2: a briefing waited while its update was in flight. Spliced
     over the limit, its tail was compacted to the target, with a drop running across the
-    update's end: the update, paid for, could then save nothing and was ``superseded``. The
-    tail's tiers now take nothing across it, and the update splices in turn."""
-    script = [briefing("FIRST"), Outcome.reply(briefing("UPDATE"), delay=0.3)]
-    summarizer = make_summarizer(script, default=briefing("LATER"))
+    update's end: the update, paid for, could then save nothing and was ``superseded``.
+    Kept from crossing it (the first fix), the tiers still dropped all the update adds
+    (the second run). The tail's tiers now work after the update's end, and before it only
+    as far as the trigger needs: the update splices at the next crossing, saving most of
+    its span."""
+    update = Outcome.reply(briefing("UPDATE", prose(1, 60)), delay=0.3)  # covers more: longer
+    summarizer = make_summarizer([briefing("FIRST"), update], default=briefing("LATER"))
     chain, llm = strategy(summarizer, trigger_ratio=0.3, update_ratio=0.3)
     async with ContextManager(budget(), strategy=chain) as m:
         caller = Caller(m)
@@ -806,20 +809,20 @@ async def test_a_splice_leaves_its_update_in_flight_something_to_save(
             await caller.turn(turn(i))
             i += 1
             assert i < 40
-        update = llm._requests.inflight
-        assert update is not None
+        job = llm._requests.inflight
+        assert job is not None
         while not caller.compactions("summarized"):
             await caller.turn(turn(i))
             i += 1
             assert i < 80
-        assert not [s for s in m.ledger.spans if s.at.index < update.cut < s.end]
+        assert not [s for s in m.ledger.spans if s.at.index < job.cut < s.end]
         await anyio.sleep(0.4)  # the update is back, and waits
-        while len(caller.compactions("summarized")) < 2:
-            await caller.turn(turn(i, 200))
-            i += 1
-            assert i < 120
+        big = result("t1", prose(3, 900), "bash")
+        await caller.turn([UserMessage.of("run the tests"), assistant(call("t1", "bash")), big])
     assert "superseded" not in [e.reason for e in caller.of(SummaryStale)]
-    assert has_briefing(caller.views[-1], "UPDATE") or has_briefing(caller.views[-1], "LATER")
+    first, second = caller.compactions("summarized")
+    region, size = map(int, re.findall(r"\((\d+)->(\d+) tokens\)", second.actions[0])[0])
+    assert region > 2 * size
 
 
 class _YieldingTiers(DeterministicCompaction):

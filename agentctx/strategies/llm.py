@@ -531,22 +531,34 @@ class LlmCompaction:
             # Still above the target: shrink the tail to it, so the splice lands as deep as
             # the tiers would have and the next compaction is as far away (the splice breaks
             # the prefix cache from here on anyway, and the tail is the newest part of it).
-            # The recent steps give way only above the trigger, as the tiers' own do. Nothing
-            # they take runs across the end of this briefing's update in flight, if any: it
-            # will replace what lies before, so they leave it something to save.
+            # The recent steps give way only above the trigger, as the tiers' own do.
             update = self._requests.inflight
-            fence = None
-            if update is not None and update.base is ready:
-                fence = bisect.bisect_left(origins, update.cut)
-            actions += await run_tiers(
-                self.fallback,
-                ctx,
-                start=vc,
-                fence=fence if fence is not None and vc < fence < len(view) else None,
-                delta=size - region,
-                aim=capped(budget.target_tokens),
-                give_way_above=budget.trigger_tokens,
-            )
+            end = update.cut if update is not None and update.base is ready else a
+            tail = bisect.bisect_left(origins, max(cut, end))
+            if tail < len(view):
+                actions += await run_tiers(
+                    self.fallback,
+                    ctx,
+                    start=tail,
+                    delta=size - region,
+                    aim=capped(budget.target_tokens),
+                    give_way_above=budget.trigger_tokens,
+                )
+            trigger = max(1, budget.trigger_tokens)
+            if end > cut and ctx.prompt_tokens - region + size > trigger:
+                # This briefing's update in flight replaces what lies before its end, so that
+                # stretch was left to it: cut into now only as far as just under the trigger
+                # (above it the tiers after this strategy take it to the target, across its
+                # end), and never across its end.
+                vc, fence = (bisect.bisect_left(ctx.origins, i) for i in (cut, end))
+                actions += await run_tiers(
+                    self.fallback,
+                    ctx,
+                    start=vc,
+                    fence=fence if fence < len(ctx.view) else None,
+                    delta=size - region,
+                    aim=capped(trigger),
+                )
             if ctx.prompt_tokens - region + size > limit and va > head:
                 # Still over the limit: make room before the span too, around the briefing
                 # as it will be (the tiers never drop a briefing), just under the limit.
