@@ -364,3 +364,48 @@ async def test_a_cold_cache_compacts_over_three_targets_or_else_the_trigger(
         history.append(user("go on"))
         await ctx.prepare(history)
         assert bool(ctx.ledger.decisions) is compacts
+
+
+@pytest.mark.parametrize("kind", ["deterministic", "pipeline"])
+async def test_a_result_over_the_trigger_alone_is_cut_before_older_history_is_touched(
+    kind: str,
+) -> None:
+    """Found by a hostile run (K2): a new result under the limit alone but over the trigger
+    (0.8 of the limit) came with the prompt over the limit. It was left whole while the
+    tiers made room: they dropped 11 of 12 cached turns (the pipeline expired the newest
+    complete turn's output first), found the prompt still above the trigger, and cut the
+    result anyway to give way. It lands at a fifth of the target. Kept whole, it holds the
+    prompt above the trigger on its own, so it is now cut first, like one over the limit."""
+    from agentctx import Chain, ToolOutputPipeline
+
+    def output(lines: int, tag: str) -> str:
+        return "\n".join(
+            f"{tag} {i}: value_{i * 7919 % 99991} = f(x{i}, y{i})" for i in range(lines)
+        )
+
+    strategy = (
+        DeterministicCompaction()
+        if kind == "deterministic"
+        else Chain([ToolOutputPipeline(), DeterministicCompaction()])
+    )
+    budget = Budget(context_window=60_000, reserve_output=10_000, target_ratio=0.6)
+    history = [user("the task: implement the feature")]
+    for k in range(12):  # old turns, each reading 150 lines (under the tiers' 200)
+        history += [
+            user(f"request {k}"),
+            assistant(call(f"o{k}")),
+            result(f"o{k}", output(150, f"old{k}")),
+            assistant(text=f"answer {k}"),
+        ]
+    history.append(user("run the tests"))
+    async with ContextManager(budget, strategy=strategy) as ctx:
+        await ctx.prepare(history)
+        newest = history[-3]  # the newest complete turn's output
+        big = result("n1", output(2_300, "new"), "bash")
+        assert budget.trigger_tokens < ctx.counter.count_full(big) < budget.limit
+        history += [assistant(call("n1", "bash")), big]
+        view = await ctx.prepare(history)
+        assert_view_ok(view, ctx.raw)
+        assert newest in view
+        assert sum(m in view for m in history if isinstance(m, ToolResultMessage)) >= 10
+        assert ctx.prompt_tokens >= budget.target_tokens * 0.8

@@ -208,8 +208,7 @@ class DeterministicCompaction:
         before_messages = len(ctx.view)
         actions: list[str] = []
         target = budget.target_tokens
-        if tokens > budget.limit:
-            self._cut_oversized(ctx, actions)
+        self._cut_oversized(ctx, actions)
         # Repeat to a fixed point, so calling again with the same history takes nothing new.
         while True:
             taken = len(ctx.taken)
@@ -234,9 +233,9 @@ class DeterministicCompaction:
         return None
 
     def cut_oversized(self, ctx: CompactionContext) -> None:
-        """Over the limit, cut down each result of the running loop too large to be sent
-        whole even alone, and report it, as `compact` does first there: for a strategy run
-        before this one that sizes its own work on the prompt (`ToolOutputPipeline`)."""
+        """Over the limit, cut down each result of the running loop too large to be kept
+        whole even alone, and report it, as `compact` does first: for a strategy run before
+        this one that sizes its own work on the prompt (`ToolOutputPipeline`)."""
         if ctx.prompt_tokens <= ctx.budget.limit:
             return
         tokens, before = ctx.prompt_tokens, len(ctx.view)
@@ -262,9 +261,10 @@ class DeterministicCompaction:
             )
 
     def _cut_oversized(self, ctx: CompactionContext, actions: list[str]) -> None:
-        # Such a result is cut down in this call whatever else is done: sized with it whole,
-        # the tiers would drop older, cached history for nothing.
-        alone = ctx.budget.limit - ctx.counter.overhead
+        # A result that alone keeps the prompt above the trigger is cut down in this call
+        # whatever else is done (`_give_way`): sized with it whole, the tiers would drop
+        # older, cached history for nothing.
+        alone = _ceiling(ctx) - ctx.counter.overhead
         self._truncate(ctx, actions, in_flight=True, larger_than=alone)
 
     @staticmethod
