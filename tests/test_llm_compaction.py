@@ -1900,6 +1900,26 @@ async def test_a_briefing_longer_than_what_it_replaces_is_rejected_as_too_large(
     assert llm.spend.requests == len(summarizer.requests)
 
 
+async def test_a_briefing_longer_than_its_span_estimated_quick_at_arming_is_too_large() -> None:
+    """Hostile run L, finding 5: the span's size at arming was its current estimate, which
+    for messages no report has covered is the quick one, deliberately high (here about
+    twice the full count). A briefing between the two was reported ``superseded`` though
+    nothing had touched the span. The span is now sized in full when it is judged."""
+    summarizer = ScriptedSummarizer(default=briefing(body=prose(0, 300)))
+    chain, _ = strategy(summarizer, trigger_ratio=0.3, update_ratio=None)
+    events: list[Event] = []
+    history: list[Message] = [UserMessage.of("the task: find the bug")]
+    async with ContextManager(budget(), strategy=chain) as ctx:
+        ctx.subscribe(events.append)
+        while not any(isinstance(e, SummaryStale | SummaryRejected) for e in events):
+            history = [*history, *turn(len(history))]
+            await ctx.prepare(history)  # no usage reported: estimates stay quick
+            await settle()
+            assert len(history) < 100
+    first = next(e for e in events if isinstance(e, SummaryStale | SummaryRejected))
+    assert isinstance(first, SummaryRejected) and first.reason == "too_large"
+
+
 async def test_a_briefing_longer_than_a_stretch_compacted_before_arming_is_too_large() -> None:
     """Hostile run J, finding 3: the same, where the stretch had been compacted (its outputs
     cut down) before the request was armed. The briefing was measured against the raw

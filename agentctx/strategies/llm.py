@@ -388,7 +388,7 @@ class LlmCompaction:
             span_messages=cut.end - va,
             armed_tokens=tokens,
             limit=ctx.budget.limit,
-            region=ctx.counter.count_many(view[va : cut.end]),
+            first=va,
             conversation=tuple(view[: cut.end]),
             base=ready,
         )
@@ -415,7 +415,7 @@ class LlmCompaction:
             span_messages=cut.end - cut.start,
             armed_tokens=tokens,
             limit=ctx.budget.limit,
-            region=ctx.counter.count_many(span),
+            first=cut.start,
             conversation=tuple(view[: cut.end]),
         )
         assert ctx.tasks is not None
@@ -512,8 +512,9 @@ class LlmCompaction:
         briefing = ready.messages or (self._briefing(ctx, ready.text, va, vc),)
         size = sum(map(counter.count_full, briefing)) + counter.count_many(carried)
         if vc <= va or size >= region:
-            if size >= job.region:  # so when it was asked for: the briefing is too long
-                detail = f"the briefing ({size} tokens) would replace {job.region} tokens"
+            armed = sum(map(counter.count_full, job.conversation[job.first :]))
+            if size >= armed:  # so when it was asked for: the briefing is too long
+                detail = f"the briefing ({size} tokens) would replace {armed} tokens"
                 ctx.emit(SummaryRejected("too_large", detail, 1, ready.stats(0)))
                 self._after_failure(job)
             else:  # compaction since then shrank that part below the briefing

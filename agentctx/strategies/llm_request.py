@@ -81,8 +81,8 @@ class Job:
         span_messages: view messages the briefing replaces.
         armed_tokens: prompt size when armed.
         limit: the hard budget when armed.
-        region: tokens of the view messages the briefing replaces, when armed: a briefing no
-            shorter is too large, however the view changed since.
+        first: where the view messages the briefing replaces begin in ``conversation``: a
+            briefing no shorter than they are is too large, however the view changed since.
         stale: why its briefing can no longer be spliced, once known (it is then not sent,
             or reported as stale when it arrives).
         conversation: the view through the end of the span when armed, for a
@@ -100,7 +100,7 @@ class Job:
     span_messages: int
     armed_tokens: int
     limit: int
-    region: int
+    first: int
     stale: str | None = None
     scope: anyio.CancelScope | None = None
     owner: TaskGroup | None = None
