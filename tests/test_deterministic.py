@@ -366,16 +366,20 @@ async def test_a_cold_cache_compacts_over_three_targets_or_else_the_trigger(
         assert bool(ctx.ledger.decisions) is compacts
 
 
+@pytest.mark.parametrize("new", ["one result", "just under", "a batch", "an exempt result"])
 @pytest.mark.parametrize("kind", ["deterministic", "pipeline"])
-async def test_a_result_over_the_trigger_alone_is_cut_before_older_history_is_touched(
-    kind: str,
+async def test_results_that_keep_the_prompt_over_the_trigger_are_cut_before_older_history(
+    kind: str, new: str
 ) -> None:
-    """Found by a hostile run (K2): a new result under the limit alone but over the trigger
-    (0.8 of the limit) came with the prompt over the limit. It was left whole while the
-    tiers made room: they dropped 11 of 12 cached turns (the pipeline expired the newest
-    complete turn's output first), found the prompt still above the trigger, and cut the
-    result anyway to give way. It lands at a fifth of the target. Kept whole, it holds the
-    prompt above the trigger on its own, so it is now cut first, like one over the limit."""
+    """Found by hostile runs K2 and L: the newest step's results, under the limit (0.8 of it,
+    each), came with the prompt over the limit. Left whole while the tiers made room, they
+    had them drop 11 of 12 cached turns (the pipeline expired the newest complete turn's
+    output first), find the prompt still above the trigger, and cut the results anyway to
+    give way: landing at a fifth of the target. So it went for one result just under the
+    prompt's ceiling without the protected messages counted, for a parallel batch each of
+    whose results was under it, and for an exempt tool's result (giving way cuts that too).
+    Results that with what no tier drops hold the prompt above the trigger are now cut
+    first; what else lands the prompt at the target is sized after."""
     from agentctx import Chain, ToolOutputPipeline
 
     def output(lines: int, tag: str) -> str:
@@ -398,14 +402,20 @@ async def test_a_result_over_the_trigger_alone_is_cut_before_older_history_is_to
             assistant(text=f"answer {k}"),
         ]
     history.append(user("run the tests"))
+    name = "recall_context" if new == "an exempt result" else "bash"
+    sizes = {"just under": [1_950], "a batch": [1_050, 1_050]}
+    lines = sizes.get(new, [2_300])
+    calls = [call(f"n{k}", name) for k in range(len(lines))]
+    results = [result(f"n{k}", output(n, f"new{k}"), name) for k, n in enumerate(lines)]
     async with ContextManager(budget, strategy=strategy) as ctx:
         await ctx.prepare(history)
         newest = history[-3]  # the newest complete turn's output
-        big = result("n1", output(2_300, "new"), "bash")
-        assert budget.trigger_tokens < ctx.counter.count_full(big) < budget.limit
-        history += [assistant(call("n1", "bash")), big]
+        counted = sum(map(ctx.counter.count_full, results))
+        if new in sizes:  # over the trigger only with what no tier drops
+            assert counted < budget.trigger_tokens < counted + 3_000
+        history += [assistant(*calls), *results]
         view = await ctx.prepare(history)
         assert_view_ok(view, ctx.raw)
         assert newest in view
-        assert sum(m in view for m in history if isinstance(m, ToolResultMessage)) >= 10
+        assert not [s for s in ctx.ledger.spans if s.reason == "drop"]  # condensed at most
         assert ctx.prompt_tokens >= budget.target_tokens * 0.8

@@ -33,7 +33,13 @@ from agentctx import boundaries as b
 from agentctx._check import got, number, whole
 from agentctx.errors import ConfigError
 from agentctx.events import ContextCompacted
-from agentctx.ledger import ReplaceArguments, ReplaceResult, ReplaceSpan, anchor
+from agentctx.ledger import (
+    ReplaceArguments,
+    ReplaceResult,
+    ReplaceSpan,
+    anchor,
+    protected_positions,
+)
 from agentctx.messages import (
     AssistantMessage,
     Message,
@@ -70,7 +76,7 @@ _MIN_DROP_GAIN = 64  # tokens; below this a drop only churns the marker and the 
 _FLOOR_LINES, _FLOOR_CHARS = 8, 600  # the shortest tool output giving way leaves
 _GIVE_WAY_ROUNDS = 12
 # No token is shorter than a UTF-8 byte, so a quick count (bytes / 3, JSON / 3.5) is at most
-# this far below the full one: a result under a size by it is, without estimating it in full.
+# this far below the full one: messages under a size by it are, without estimating in full.
 _FULL_OVER_QUICK = 3.5
 _COLD_FACTOR = 3  # with a cold cache, compact once the prompt is this many targets
 
@@ -261,11 +267,26 @@ class DeterministicCompaction:
             )
 
     def _cut_oversized(self, ctx: CompactionContext, actions: list[str]) -> None:
-        # A result that alone keeps the prompt above the trigger is cut down in this call
-        # whatever else is done (`_give_way`): sized with it whole, the tiers would drop
-        # older, cached history for nothing.
-        alone = _ceiling(ctx) - ctx.counter.overhead
-        self._truncate(ctx, actions, in_flight=True, larger_than=alone)
+        # The newest step's results, kept whole, can hold the prompt above the give-way
+        # ceiling with what no tier drops (the protected messages, the step's call): then
+        # `_give_way` cuts them in this call whatever else is done, exempt ones too. Sized
+        # with them whole, the tiers would drop older, cached history for nothing.
+        view = ctx.view
+        newest = len(view)
+        while newest > 0 and isinstance(view[newest - 1], ToolResultMessage):
+            newest -= 1
+        if newest == len(view) or newest <= ctx.in_flight_start():
+            return
+        ceiling = _ceiling(ctx) - ctx.counter.overhead
+        kept = [view[j] for j in protected_positions(view) if j < newest - 1]
+        kept += view[newest - 1 :]
+        counter = ctx.counter
+        if sum(map(counter.count, kept)) * _FULL_OVER_QUICK <= ceiling:
+            return  # even in full
+        if sum(map(counter.count_full, kept)) <= ceiling:
+            return
+        relaxed = self._relaxed(self.max_lines, self.max_chars, self.keep_recent_steps)
+        relaxed._truncate(ctx, actions, in_flight=True, start=newest)
 
     @staticmethod
     def _due(ctx: CompactionContext, tokens: int, cold: bool) -> bool:
@@ -365,13 +386,15 @@ class DeterministicCompaction:
         *,
         in_flight: bool,
         again: bool = False,
-        larger_than: int | None = None,
+        start: int | None = None,
     ) -> None:
-        """Cut down the results (and arguments) before the running loop, or in it; with
-        ``larger_than``, only the results counted at more tokens than that."""
+        """Cut down the results (and arguments) before the running loop, or in it (from
+        view position ``start`` on, if given)."""
         view, origins, raw = ctx.view, ctx.origins, ctx.raw
         loop_start = ctx.in_flight_start()
         lo, hi = (loop_start, len(view)) if in_flight else (0, loop_start)
+        if start is not None:
+            lo = max(lo, start)
         names: dict[str, str] | None = None
         pending: list[Any] = []
         for j in range(lo, hi):
@@ -394,11 +417,6 @@ class DeterministicCompaction:
                 if not (again and isinstance(m, ToolResultMessage)):
                     continue
             if isinstance(m, ToolResultMessage) and isinstance(shown, ToolResultMessage):
-                if larger_than is not None and (
-                    ctx.counter.count(m) * _FULL_OVER_QUICK <= larger_than  # even in full
-                    or ctx.counter.count_full(m) <= larger_than
-                ):
-                    continue
                 if names is None:
                     names = {
                         c.id: c.name
