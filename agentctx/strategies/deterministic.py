@@ -239,9 +239,10 @@ class DeterministicCompaction:
         return None
 
     def cut_oversized(self, ctx: CompactionContext) -> None:
-        """Over the limit, cut down each result of the running loop too large to be kept
-        whole even alone, and report it, as `compact` does first: for a strategy run before
-        this one that sizes its own work on the prompt (`ToolOutputPipeline`)."""
+        """Over the limit, cut down the newest step's results when, kept whole, they would
+        hold the prompt above the trigger even with all else dropped, and report it, as
+        `compact` does first: for a strategy run before this one that sizes its own work on
+        the prompt (`ToolOutputPipeline`)."""
         if ctx.prompt_tokens <= ctx.budget.limit:
             return
         tokens, before = ctx.prompt_tokens, len(ctx.view)
