@@ -261,7 +261,7 @@ async def test_anthropic_model_against_the_fake_api() -> None:
         client = anthropic.AsyncAnthropic(base_url=server.url, api_key="test", max_retries=0)
         try:
             model = AnthropicModel(
-                "claude-sonnet-4-5", provider=AnthropicProvider(anthropic_client=client)
+                "claude-haiku-4-5", provider=AnthropicProvider(anthropic_client=client)
             )
             agent = Agent(model, system_prompt=SYSTEM, tools=[read_file])
             async with ContextManager(Budget(context_window=16_000, reserve_output=2_000)) as ctx:
