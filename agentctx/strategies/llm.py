@@ -534,8 +534,8 @@ class LlmCompaction:
             # the prefix cache from here on anyway, and the tail is the newest part of it).
             # The recent steps give way only above the trigger, as the tiers' own do.
             update = self._requests.inflight
-            end = update.cut if update is not None and update.base is ready else a
-            tail = bisect.bisect_left(origins, max(cut, end))
+            end = max(cut, update.cut) if update is not None and update.base is ready else cut
+            tail = bisect.bisect_left(origins, end)
             if tail < len(view):
                 actions += await run_tiers(
                     self.fallback,
