@@ -337,6 +337,9 @@ class ContextManager:
         self._turns: list[anyio.Event] = []
         # The `Quiet` the strategy last returned, with what it holds for (`_still_quiet`).
         self._quiet: tuple[Quiet, CompactionStrategy, Budget, Ledger, int, int] | None = None
+        # The last history given as a view (owned mode) that a decision then changed, and the
+        # raw length it stood for: a retried call passes it again (`_follows_retried`).
+        self._retriable: tuple[list[Message], int] | None = None
 
     def _new_writer(self, store: RecallStore, ledger: Ledger) -> RecallWriter:
         return RecallWriter(
@@ -608,7 +611,9 @@ class ContextManager:
         replaced (a cleared result, a condensed output, a summarized stretch) changes nothing
         sent until a change the view does depend on (a rewind, an edit of a shown message)
         has the history compared in full; to make it count at once, cut the history back to it for
-        one call, then extend it again.
+        one call, then extend it again. A call retried with the history it was given (its
+        request failed), alone or with new messages after it, is read as the history it stood
+        for, not as a rewind, even where a decision changed it: it gets the same view.
 
         Calls of one session take turns: one made while another is running (its strategy
         awaiting inside `compact`) waits for it, then renders its own history. One made from
@@ -666,7 +671,7 @@ class ContextManager:
                 self._hub.emit(event)
             self._startup_events.clear()
         self._settle()
-        self._sync(history)
+        as_view = self._sync(history)
         state = self._state
         tokens = self._count_new_near_budget(budget)
         if self._adopted:
@@ -736,6 +741,8 @@ class ContextManager:
                 ledger = state.ledger
                 self._quiet = (quiet, strategy, deciding, ledger, ledger.version, len(state.cuts))
         self._current_view()
+        if taken and as_view:
+            self._retriable = (list(history), len(state.raw))
         self._persist(taken)
         if state.repairs_version != self._repairs_seen:
             self._report_repairs()
@@ -849,7 +856,8 @@ class ContextManager:
             self._rendered_version = state.ledger.version
         return state.view, state.origins
 
-    def _sync(self, history: Sequence[Message]) -> None:
+    def _sync(self, history: Sequence[Message]) -> bool:
+        """Bring the raw history up to ``history``; whether it was read as a view."""
         state = self._state
         # When the input extends both the view and the raw history (the view can be a prefix
         # of the raw history, e.g. when repair left out a trailing orphan result), the longer
@@ -862,8 +870,7 @@ class ContextManager:
                 new = history[len(seq) :]
                 break
         else:
-            self._resync(history)
-            return
+            return self._resync(history)
         if seq is state.view and new:
             end = _shown_until(state)
             if end < len(state.raw):
@@ -871,13 +878,21 @@ class ContextManager:
                 # call, a blank summary): a projection caller edited it and went on, an owned
                 # caller never held it. Either way it is not the caller's history any more.
                 self._rebase(end, new, len(history) - len(new))
-                return
-        check_history(new, len(history) - len(new))
+                return True
+        self._extend(new, len(history) - len(new))
+        return seq is state.view
+
+    def _extend(self, new: Sequence[Message], offset: int) -> None:
+        """Append ``new`` (at ``offset`` of the input) to the raw history."""
+        state = self._state
+        check_history(new, offset)
         state.append(new)
         self._rendered_version = state.ledger.version
 
-    def _resync(self, history: Sequence[Message]) -> None:
+    def _resync(self, history: Sequence[Message]) -> bool:
         state = self._state
+        if self._follows_retried(history):
+            return True
         in_view = _common_prefix(history, state.view)
         in_raw = _common_prefix(history, state.raw)
         # The history is read as the raw one (projection) unless it follows the view further
@@ -889,11 +904,36 @@ class ContextManager:
         else:
             cut, new = _raw_from(state, in_view), history[in_view:]
         self._rebase(cut, new, len(history) - len(new))
+        return in_raw < in_view
+
+    def _follows_retried(self, history: Sequence[Message]) -> bool:
+        """Follow ``history`` if it extends the last view-mode input a decision changed: a
+        call retried (its request failed) with the history it was given, perhaps with more
+        after it. That input stands for the raw history up to where it ended then; read as
+        the view it no longer is, its originals would give way to the placeholders they
+        were replaced by."""
+        kept = self._retriable
+        if kept is None:
+            return False
+        before, end = kept
+        n = len(before)
+        if len(history) < n or _common_prefix(history, before) < n:
+            return False
+        raw = self._state.raw
+        since = history[n:]
+        k = _common_prefix(since, raw[end:]) if len(raw) > end else 0
+        if end + k == len(raw):
+            self._extend(since[k:], n + k)
+        else:
+            self._rebase(end + k, since[k:], n + k)
+        return True
 
     def _rebase(self, cut: int, new: Sequence[Message], offset: int) -> None:
         """Cut the raw history back to ``cut``, append ``new`` (at ``offset`` of the input)."""
         state = self._state
         check_history(new, offset)
+        if self._retriable is not None and cut < self._retriable[1]:
+            self._retriable = None
         dropped = state.truncate(cut)
         state.append(new)
         # Decisions before the cut were taken on a longer history; what it protects now (the

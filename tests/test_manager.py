@@ -235,6 +235,70 @@ async def test_an_owned_history_cut_after_its_calls_keeps_them_when_passed_again
     assert list(ctx.raw) == raw and again == first
 
 
+async def test_an_owned_call_retried_with_its_history_sends_what_it_sent() -> None:
+    """Found by a hostile run (L): an owned caller whose request failed calls `prepare` again
+    with the history it passed (its last view and the new turn). A decision on the first
+    call had changed that view, so the history was read as a rewind of the raw one: the
+    originals behind earlier placeholders gave way to the placeholders (121 raw messages
+    became 22 over this loop), every retry compacted again and `HistoryResynced` said the
+    caller had rewound."""
+    events: list[Event] = []
+    async with ContextManager(small_budget()) as ctx:
+        ctx.subscribe(events.append)
+        view: list[Message] = [user("task")]
+        retried = 0
+        for n in range(40):
+            history = [*view, *tool_turn(n, lines=80)]
+            version = ctx.ledger.version
+            first = await ctx.prepare(history)
+            raw = list(ctx.raw)
+            seen = len(events)
+            again = await ctx.prepare(history)
+            retried += ctx.ledger.version != version
+            assert again == first and list(ctx.raw) == raw
+            assert not any(isinstance(e, HistoryResynced) for e in events[seen:])
+            assert_view_ok(again, ctx.raw)
+            view = again
+    assert retried >= 5  # the first call of each of these compacted
+    assert len(ctx.raw) == 1 + 40 * 2
+
+
+@pytest.mark.parametrize("went_on", [False, True])
+async def test_a_retried_owned_history_with_more_after_it_is_followed(went_on: bool) -> None:
+    """The retried history with new messages after it: read as the raw history it stood for
+    and those messages, whether the session went on without it (its view was passed back
+    with a turn) or not; where they differ from what came since, that is a rewind there."""
+    turns: list[Message] = [user("task")]
+    async with ContextManager(small_budget()) as ctx:
+        view = await ctx.prepare(turns)
+        for n in range(60):
+            history = [*view, *tool_turn(n, lines=80)]
+            turns += tool_turn(n, lines=80)
+            version = ctx.ledger.version
+            view = await ctx.prepare(history)
+            # A decision changed a history that held earlier placeholders.
+            if ctx.ledger.version != version and len(history) < len(turns):
+                break
+        else:
+            raise AssertionError("no call compacted a compacted history")
+        if went_on:
+            await ctx.prepare([*view, *tool_turn(90, lines=5)])
+        assert len(ctx.raw) == len(turns) + 2 * went_on
+        events: list[Event] = []
+        ctx.subscribe(events.append)
+        later = [user("and now the tests"), *tool_turn(91, lines=5)]
+        follow = await ctx.prepare([*history, *tool_turn(90, lines=5), *later])
+        assert as_json(list(ctx.raw)) == as_json([*turns, *tool_turn(90, lines=5), *later])
+        assert not any(isinstance(e, HistoryResynced) for e in events)
+        assert_view_ok(follow, ctx.raw)
+        other = [user("something else")]
+        diverged = await ctx.prepare([*history, *other])
+    assert as_json(list(ctx.raw)) == as_json([*turns, *other])
+    resynced = [e for e in events if isinstance(e, HistoryResynced)]
+    assert [e.index for e in resynced] == [len(turns)]
+    assert_view_ok(diverged, ctx.raw)
+
+
 @pytest.mark.parametrize("repaired", ["duplicate_call_id", "empty_text"])
 async def test_an_edit_of_a_message_shown_repaired_is_followed(repaired: str) -> None:
     """Found by the hostile-history generator (a second worker rendered another view): the
