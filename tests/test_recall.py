@@ -172,6 +172,14 @@ async def test_handle_recall_takes_the_models_raw_arguments() -> None:
         ]:
             assert why in await ctx.handle_recall(bad), bad
         assert "not found" in await ctx.handle_recall({"id": "ctx-0000000000000000"})
+        # Found by a hostile run (R, finding 4): ints too long to format (a parser other than
+        # json's gives them) raised ValueError from the answer's text.
+        for huge in (10**5000, -(10**5000), float(10**300)):
+            for name in ("offset", "limit"):
+                assert (await ctx.handle_recall({"id": rid, name: huge})).startswith(
+                    "[recall_context"
+                )
+        assert "past the end" in await ctx.handle_recall({"id": rid, "offset": 10**5000})
 
 
 async def test_condensed_and_dropped_parts_are_recallable_in_one_call() -> None:

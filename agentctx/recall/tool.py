@@ -186,6 +186,11 @@ def recall_arguments(arguments: object) -> tuple[str, int, int, str | None] | st
 # ---------------------------------------------------------------------------------------
 
 
+# Bounds a whole number at what no text reaches: one of 5000 digits (an int from a parser
+# other than json's) is answered as past the end, not formatted, which would raise.
+_PAST_ANY_TEXT = 10**18
+
+
 def _whole(value: object, default: int) -> int | None:
     """``value`` as a whole number (``default`` when absent), or ``None`` when it is not one."""
     if value is None:
@@ -193,9 +198,9 @@ def _whole(value: object, default: int) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value
+        return max(-_PAST_ANY_TEXT, min(value, _PAST_ANY_TEXT))
     if isinstance(value, float):
-        return int(value) if value.is_integer() else None
+        return _whole(int(value), default) if value.is_integer() else None
     if isinstance(value, str):
         digits = value.strip()
         # Only plain ASCII digits: int() also takes "²"-like digits, "1_000" and "+5", and a
