@@ -61,6 +61,7 @@ __all__ = [
     "from_dict",
     "is_instruction",
     "json_problem",
+    "sendable_json",
     "sendable_text",
     "sent_at",
     "text_of",
@@ -320,6 +321,14 @@ def sendable_text(text: str) -> str:
     replaced by U+FFFD, the length kept; ``text`` itself when it holds none. For text
     agentctx makes or passes on (a briefing, a recall page): a caller's own is sent as given."""
     return _LONE_SURROGATE.sub("\ufffd", text) if _LONE_SURROGATE.search(text) else text
+
+
+def sendable_json(text: str) -> str:
+    """JSON ``text`` as a request can carry it: each lone surrogate escaped (``\\ud83d``), the
+    same JSON value; ``text`` itself when it holds none."""
+    if not _LONE_SURROGATE.search(text):
+        return text
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
 
 
 INSTRUCTION_ROLES = ("system", "developer")

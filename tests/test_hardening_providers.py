@@ -242,3 +242,44 @@ def test_a_blocking_client_used_after_close_or_on_its_own_loop_thread_is_a_confi
             client.messages.create(model="m", max_tokens=10, messages=history)
     assert len(outcomes) == 1 and "loop thread" in str(outcomes[0])
     assert len(server.requests) == 1
+
+
+def _write(cid: str, arguments: str) -> dict[str, Any]:
+    call = {"id": cid, "type": "function", "function": {"name": "write", "arguments": arguments}}
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+
+@pytest.mark.parametrize("route", ["rewritten", "named in a marker"])
+async def test_arguments_holding_half_a_surrogate_pair_are_sent_once_compacted(route: str) -> None:
+    """Found by a hostile run (M, finding 1): a model's JSON arguments may escape half a
+    surrogate pair (ASCII text, which the raw SDK sends). Once a decision rewrote them
+    (truncated arguments) or a marker named them (a dropped turn), agentctx wrote the lone
+    surrogate itself, and the wrapped call raised a bare `UnicodeEncodeError`."""
+    if route == "rewritten":
+        args = json.dumps({"path": "a.py", "content": "x = 1\n" * 3000, "note": "half \ud83d"})
+        history = [{"role": "user", "content": "Write files."}, _write("c1", args)]
+        history += [{"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+        history += [{"role": "assistant", "content": "done"}, {"role": "user", "content": "go on"}]
+        budget = Budget(context_window=8_000, reserve_output=200, target_ratio=0.7)
+    else:
+        args = json.dumps({"path": "a\ud83d.py"})
+        history = [{"role": "user", "content": "Write files."}, _write("c1", args)]
+        history += [{"role": "tool", "tool_call_id": "c1", "content": "line\n" * 3000}]
+        for i in range(2, 6):
+            history += [
+                _write(f"c{i}", "{}"),
+                {"role": "tool", "tool_call_id": f"c{i}", "content": "ok\n" * 10},
+            ]
+        history += [{"role": "user", "content": "go on"}]
+        budget = Budget(context_window=3_000, reserve_output=200)
+    assert args.isascii() and "\\ud83d" in args
+    with FakeOpenAI(default=Reply.text("ok")) as server:
+        async with ContextManager(budget) as ctx:
+            raw = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+            async with oai_provider.wrap(raw, ctx) as client:
+                await client.chat.completions.create(model="m", messages=history, max_tokens=100)
+            assert len(ctx.ledger)  # compacted
+    assert [r.status for r in server.requests] == [200]
+    sent = json.dumps(server.requests[0].json, ensure_ascii=False)
+    # Escaped in the JSON of rewritten arguments; replaced in a marker's text.
+    assert "\\\\ud83d" in sent if route == "rewritten" else "write(path=a\ufffd.py)" in sent

@@ -62,6 +62,7 @@ from agentctx.messages import (
     Usage,
     UserContent,
     UserMessage,
+    sendable_json,
     written_arguments,
 )
 
@@ -138,8 +139,11 @@ def plain_text(blocks: Sequence[object]) -> bool:
 
 
 def dumps_arguments(arguments: Mapping[str, Any]) -> str:
-    """Tool arguments as OpenAI writes them: compact JSON, UTF-8 kept (of any mapping)."""
-    return json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), default=_as_dict)
+    """Tool arguments as OpenAI writes them: compact JSON, UTF-8 kept (of any mapping). A lone
+    surrogate (a model's JSON can escape half a pair) stays escaped: UTF-8 cannot carry it."""
+    return sendable_json(
+        json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), default=_as_dict)
+    )
 
 
 def _as_dict(value: object) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from agentctx.messages import (
     SummaryMessage,
     ToolCall,
     ToolResultMessage,
+    sendable_text,
     text_of,
 )
 from agentctx.recall.store import escape_literal, recall_reference
@@ -87,18 +88,21 @@ def truncate_text(text: str, max_lines: int, max_chars: int, note: str = "") -> 
 def describe_call(call: ToolCall, width: int = 200) -> str:
     """``name(key=value)`` with the argument that identifies what the call touched."""
     args = call.arguments
+    name = sendable_text(call.name)
     for key in _ID_KEYS:
         value = args.get(key)
         if isinstance(value, str) and value:
-            return f"{call.name}({key}={_clip(value, width)})"
+            return f"{name}({key}={_clip(value, width)})"
     for key, value in args.items():
         if isinstance(value, str) and value:
-            return f"{call.name}({key}={_clip(value, width)})"
-    return f"{call.name}()"
+            return f"{name}({sendable_text(key)}={_clip(value, width)})"
+    return f"{name}()"
 
 
 def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
+    """``text`` on one line, at most ``width`` characters, as a request can carry it: this
+    is text agentctx writes, from arguments a model's JSON may give half a surrogate pair."""
+    text = sendable_text(" ".join(text.split()))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -288,7 +292,7 @@ def _call_items(call: ToolCall) -> list[str]:
         if key in ("command", "cmd") and isinstance(value, str):
             first = value.split("\n", 1)[0]
             items += [
-                f"{call.name}(path={p})"
+                sendable_text(f"{call.name}(path={p})")
                 for p in dict.fromkeys(paths_in(first))
                 if p not in described
             ]
