@@ -184,14 +184,24 @@ async def test_caller_breakpoints_in_a_tuple_or_generator_are_counted_too(kind: 
     assert sum("cache_control" in b for m in sent["messages"] for b in m["content"]) == 1
 
 
-async def test_no_breakpoint_goes_before_a_callers_one_hour_breakpoint() -> None:
+@pytest.mark.parametrize("where", ["a block", "a tool result's block"])
+async def test_no_breakpoint_goes_before_a_callers_one_hour_breakpoint(where: str) -> None:
     # Found by the hostile run: the wrapper marked the task (a 5-minute breakpoint) before
-    # the caller's 1-hour one on a later message; the API takes longer TTLs first.
+    # the caller's 1-hour one on a later message; the API takes longer TTLs first. A later
+    # run (M, finding 2) found the same with the mark on a block inside a tool result.
     hour = {"type": "ephemeral", "ttl": "1h"}
+    if where == "a block":
+        answer = [{"type": "text", "text": "ok", "cache_control": hour}]
+    else:
+        use = {"type": "tool_use", "id": "t1", "name": "read", "input": {}}
+        inner = [{"type": "text", "text": "big file", "cache_control": hour}]
+        result = {"type": "tool_result", "tool_use_id": "t1", "content": inner}
+        answer = [use]
+    tools = [{"name": "read", "input_schema": {"type": "object"}}]
     history = [
         {"role": "user", "content": "the task"},
-        {"role": "assistant", "content": [{"type": "text", "text": "ok", "cache_control": hour}]},
-        {"role": "user", "content": "go on"},
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "go on" if where == "a block" else [result]},
     ]
     async with (
         FakeAnthropic(script(2)) as server,
@@ -203,11 +213,15 @@ async def test_no_breakpoint_goes_before_a_callers_one_hour_breakpoint() -> None
                 model=MODEL,
                 max_tokens=100,
                 messages=[{**history[0], "content": [marked("the task")]}, *history[1:]],
+                tools=tools,
             )
         client = ant_provider.wrap(sdk, ctx, cache_breakpoints=True)
-        await client.messages.create(model=MODEL, max_tokens=100, messages=history)
+        await client.messages.create(model=MODEL, max_tokens=100, messages=history, tools=tools)
     sent = server.requests[-1].json["messages"]
-    assert marks(sent) == [1, 2]  # the caller's, then the last message's
+    if where == "a block":
+        assert marks(sent) == [1, 2]  # the caller's, then the last message's
+    else:  # the last message holds the caller's, in its tool result: nothing added
+        assert marks(sent) == [] and sent[2]["content"][0]["content"] == [inner[0]]
 
 
 def marked(text: str) -> dict[str, Any]:

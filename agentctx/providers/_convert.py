@@ -376,7 +376,8 @@ def place_breakpoints(
     cache's lookback were added since (so that prefix is still read); the first message, the
     task, which compaction never rewrites (so tools, system and task stay cached across a
     compaction). Messages that get one are copied; the others are the same objects. None goes
-    before a message the caller marked with a 1-hour TTL: the API takes longer TTLs first.
+    before a message the caller marked with a 1-hour TTL (a tool result's blocks included):
+    the API takes longer TTLs first.
     """
     if room <= 0 or not messages:
         return messages
@@ -419,7 +420,7 @@ def _mark(message: Any) -> dict[str, Any] | None:
         block = content[i]
         if not isinstance(block, Mapping) or block.get("type") not in _CACHEABLE:
             continue
-        if "cache_control" in block:
+        if _count(block):  # marked already, or a tool result's own blocks are
             return None
         if block.get("type") == "text" and not block.get("text"):
             continue
@@ -432,15 +433,22 @@ def _mark(message: Any) -> dict[str, Any] | None:
 def _last_long_ttl(messages: list[Any]) -> int:
     """The index of the last message holding a breakpoint with a 1-hour TTL (-1: none)."""
     for i in range(len(messages) - 1, -1, -1):
-        content = messages[i].get("content") if isinstance(messages[i], Mapping) else None
-        if isinstance(content, list) and any(
-            isinstance(b, Mapping)
-            and isinstance(mark := b.get("cache_control"), Mapping)
-            and mark.get("ttl") == "1h"
-            for b in content
-        ):
+        if isinstance(messages[i], Mapping) and _long_ttl(messages[i].get("content")):
             return i
     return -1
+
+
+def _long_ttl(value: object) -> bool:
+    """Whether ``value`` holds a breakpoint with a 1-hour TTL at any depth (a tool result's
+    blocks carry their own), as `_count` finds them."""
+    if isinstance(value, Mapping):
+        mark = value.get("cache_control")
+        if isinstance(mark, Mapping) and mark.get("ttl") == "1h":
+            return True
+        return any(_long_ttl(v) for k, v in value.items() if k != "cache_control")
+    if isinstance(value, list | tuple):
+        return any(_long_ttl(v) for v in value)
+    return False
 
 
 def _blocks_between(messages: list[Any], start: int, end: int) -> int:
