@@ -203,10 +203,12 @@ class StoreDegraded(_Event):
     ``reason`` is ``unavailable`` (a write failed or ran past its deadline: what was not
     written stays in memory and is retried with backoff; said once per outage, `StoreRecovered`
     follows), ``overflow`` (the memory kept for unwritten entries is full: the oldest of them,
-    ``lost``, were dropped; a recall of them says the store was unavailable) or ``closed``
+    ``lost``, were dropped; a recall of them says the store was unavailable), ``closed``
     (the session closed before the store took ``lost`` and, when ``ledger_unsaved``, its
-    latest ledger). ``store`` is the store's type, ``detail`` the error; ``pending_entries``
-    and ``pending_bytes`` what is still waiting to be written.
+    latest ledger) or ``missing`` (a recall found the store without ``lost``, an entry it
+    had been given and the session still names: a server restarted empty, an eviction; said
+    once per entry, and the model is told). ``store`` is the store's type, ``detail`` the
+    error; ``pending_entries`` and ``pending_bytes`` what is still waiting to be written.
     """
 
     reason: str

@@ -10,16 +10,19 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+import anyio
 import pytest
 import redis
 
 from agentctx.budget import Budget
 from agentctx.errors import ConfigError, StoreError
+from agentctx.events import StoreDegraded
 from agentctx.manager import ContextManager
-from agentctx.messages import canonical_json
+from agentctx.messages import Message, canonical_json
 from agentctx.recall import LedgerStore, RecallStore, recall_id
 from agentctx.recall.redis import RedisRecallStore
 from agentctx.strategies import ToolOutputPipeline
+from agentctx.testing import synthetic_session
 
 from .test_recall import RID, aged_session, check_round_trip, replay
 
@@ -164,3 +167,43 @@ def test_a_server_that_is_gone_is_a_store_error() -> None:
     store.close()
     with pytest.raises(StoreError):
         RedisRecallStore("not a url")
+
+
+async def test_entries_a_server_restarted_empty_lost_are_said_to_be_lost(redis_url: str) -> None:
+    """Found by a hostile run (R, finding 1): the server lost what the session had written
+    (restarted without persistence, or evicting), and a recall of an id the view shows told
+    the model it "was not found in this session", as for a mistyped id; no event said so."""
+    prefix = f"t{time.monotonic_ns()}"
+    events: list[object] = []
+    client = redis.Redis.from_url(redis_url)
+    store = RedisRecallStore(redis_url, prefix=prefix)
+    try:
+        async with ContextManager(
+            Budget(context_window=40_000, reserve_output=4_000),
+            recall=store,
+            session_id="restarted",
+            on_over_budget="send",
+        ) as ctx:
+            ctx.subscribe(events.append)
+            view: list[Message] = []
+            for group in synthetic_session(3, 60, mean_output_lines=30):
+                view = await ctx.prepare([*view, *group])
+            ids = sorted({r for m in view for r in RID.findall(canonical_json(m))})
+            assert ids
+            for _ in range(250):  # the writer writes off the event loop
+                if all(store.get("restarted", rid) is not None for rid in ids):
+                    break
+                await anyio.sleep(0.02)
+            else:
+                raise AssertionError("the entries were not written")
+            for key in client.scan_iter(f"{prefix}*"):
+                client.delete(key)
+            client.close()
+            answers = [await ctx.handle_recall({"id": rid}) for rid in [*ids, ids[-1]]]
+            unknown = await ctx.handle_recall({"id": "ctx-0123456789abcdef"})
+    finally:
+        store.close()
+    assert all("the recall store no longer holds it" in a for a in answers)
+    assert "not found" in unknown  # an id the session never named: mistyped
+    missing = [e for e in events if isinstance(e, StoreDegraded) and e.reason == "missing"]
+    assert [e.lost for e in missing] == [(rid,) for rid in ids]  # once each

@@ -126,6 +126,7 @@ class RecallWriter:
         "_live",
         "_lock",
         "_lost",
+        "_missing",
         "_name",
         "_new",
         "_parts",
@@ -176,6 +177,7 @@ class RecallWriter:
         self._pins_added: set[str] = set()  # changes to `_live` the store was not told yet
         self._pins_removed: set[str] = set()
         self._lost: set[str] = set()  # dropped unwritten (overflow, close)
+        self._missing: set[str] = set()  # written, then not in the store when recalled
         self._parts: list[str] = []  # each decision's JSON, when the store keeps ledgers
         self._ledger: Ledger | None = None
         self._version = -1
@@ -255,7 +257,21 @@ class RecallWriter:
                 f"[recall_context] the recall store is unavailable right now ({exc}); "
                 "try again later."
             )
+        if content is None and rid in self._live:
+            self._report_missing(rid)
+            return (
+                f'[recall_context] id "{rid}" is not recallable: it was cleared from this '
+                "conversation, and the recall store no longer holds it."
+            )
         return recall_page(_Fetched(content), self.session_id, rid, offset, limit, pattern)
+
+    def _report_missing(self, rid: str) -> None:
+        """Say once that the store lost an entry the ledger names (a server restarted
+        empty, an eviction): to the model, "not found" would read as a mistyped id."""
+        if rid not in self._missing:
+            self._missing.add(rid)
+            log.error("recall store lost an entry the session names", id=rid)
+            self._emit(self._degraded_event("missing", (rid,)))
 
     async def expanded(self, rid: str) -> str | None:
         """What ``rid`` stands for in full: its entry with the `recall_reference` tokens in
