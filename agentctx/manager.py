@@ -318,6 +318,9 @@ class ContextManager:
         self._task_group: TaskGroup | None = None  # while entered (`async with`)
         self._repairs_seen = -1
         self._sent = 0
+        # Quick counts of messages in the view no full count has checked since the view was
+        # last refined whole: what its estimate can fall short by grows with them.
+        self._unrefined = 0
         # The view the last usage report was on, as (ledger version, view epoch), the raw
         # length then, and how far its estimate fell short of the provider's count (an
         # overestimate is not carried: it only makes compaction come a little early, and
@@ -596,7 +599,8 @@ class ContextManager:
         """The view to send for ``history``: compacted, provider-valid, within the budget.
 
         Never mutates ``history`` and never awaits network I/O. Raises
-        `UnsupportedMessageError` for an item that is not a neutral message, and
+        `UnsupportedMessageError` for an item that is not a neutral message or a history
+        that holds nothing to send once repaired (only tool results answering no call), and
         `BudgetExceededError` (with the best view attached) when the budget cannot be met
         without dropping the task (unless ``on_over_budget="send"``). ``max_tokens`` is the
         output the request asks for: the budget's default reserve follows it for this call
@@ -750,6 +754,12 @@ class ContextManager:
         self._last_call = now
         self._sent = len(state.raw)
         view = list(state.view)
+        if not view and state.raw:
+            raise UnsupportedMessageError(
+                None,
+                "history: once repaired it holds nothing to send (only tool results answering "
+                "no call, blank summaries); a provider takes no empty request",
+            )
         if ran:  # else nothing since the count above changed the view or its estimates
             tokens = self._counter.overhead + self._view_tokens()
         if tokens > budget.limit and self._counter.refine(view):
@@ -813,17 +823,24 @@ class ContextManager:
         A new message is first counted at a few characters (UTF-8 bytes beyond ASCII) a
         token; dense output costs more than that, up to one token a character, so a large
         new result could pass the budget unseen by every strategy. The full count runs only
-        when that bound would cross the budget: calls far from it stay O(1).
+        when that bound would cross the budget: calls far from it stay O(1). Messages left
+        on quick counts on earlier calls, far from the budget then, are counted in full, the
+        whole view with them, once the prompt comes as near as they could fall short by: a
+        view returned just under the limit on quick counts could be over it in full, and a
+        worker resuming the session, which counts in full, would decide again.
         """
         view, origins = self._current_view()
-        tokens = self._counter.overhead + self._view_tokens()  # settled by the caller
+        counter = self._counter
+        tokens = counter.overhead + self._view_tokens()  # settled by the caller
         k = bisect.bisect_left(origins, self._sent)
-        if k < len(view):
-            new = view[k:]
-            quick = self._counter.count_many(new)
-            if tokens + quick * _DENSEST_OVER_QUICK > budget.limit and self._counter.refine(new):
-                tokens = self.prompt_tokens
-        return tokens
+        quick = counter.count_many(view[k:]) if k < len(view) else 0
+        debt = self._unrefined * (_DENSEST_OVER_QUICK - 1)
+        if tokens + quick * _DENSEST_OVER_QUICK + debt <= budget.limit:
+            self._unrefined += quick
+            return tokens
+        refined = counter.refine(view) if self._unrefined else counter.refine(view[k:])
+        self._unrefined = 0
+        return self.prompt_tokens if refined else tokens
 
     def _persist(self, taken: Sequence[Decision]) -> None:
         """Hand the decisions just taken to the recall writer: it keeps the entries they name

@@ -16,6 +16,7 @@ import pytest
 
 from agentctx import (
     Budget,
+    BudgetExceeded,
     Chain,
     CompactionWarning,
     ConfigError,
@@ -41,9 +42,16 @@ from agentctx import (
     UserMessage,
 )
 from agentctx.ledger import Ledger, ReplaceResult, anchor
-from agentctx.messages import AssistantMessage, fingerprint, text_of
+from agentctx.messages import (
+    AssistantMessage,
+    canonical_json,
+    fingerprint,
+    from_dict,
+    text_of,
+    to_dict,
+)
 from agentctx.strategy import CompactionContext
-from agentctx.testing import assert_view_ok
+from agentctx.testing import assert_view_ok, synthetic_session
 from agentctx.testing.scripted import Outcome, ScriptedSummarizer
 from agentctx.tokens import MessageCounter
 
@@ -1098,3 +1106,29 @@ async def test_a_strategy_calling_its_own_sessions_prepare_gets_a_config_error()
             await ctx.prepare([UserMessage.of("outer")])
         ctx.strategy = DeterministicCompaction()  # the session goes on
         assert await ctx.prepare([UserMessage.of("outer")]) == [UserMessage.of("outer")]
+
+
+async def test_a_view_returned_near_the_limit_is_under_it_counted_in_full() -> None:
+    """Found by a hostile run (R, finding 6): messages counted quickly on calls far from the
+    limit were never counted in full, and the prompt came to ride just under the limit on
+    those counts: 9,652 of 10,000 tokens, 10,013 in full, with no `BudgetExceeded`. A worker
+    resuming the session, which counts in full, took two decisions more on the same history
+    and broke the prompt cache at hand-over."""
+    budget = Budget(context_window=12_000, reserve_output=2_000)
+    history: list[Any] = []
+    events: list[Event] = []
+    async with ContextManager(budget, session_id="s", on_over_budget="send") as a:
+        a.subscribe(events.append)
+        for group in synthetic_session(1, 401, mean_output_lines=40):
+            history += group
+            events.clear()
+            sent = await a.prepare(history)
+            said = any(isinstance(e, BudgetExceeded) for e in events)
+            full = MessageCounter()  # counted in full apart: the session's own counts as it does
+            tokens = full.overhead + sum(map(full.count_full, sent))
+            assert tokens <= budget.limit or said, len(history)
+        saved = a.ledger.to_json()
+    async with ContextManager(budget, ledger=Ledger.from_json(saved)) as b:
+        again = await b.prepare([from_dict(to_dict(m)) for m in history])
+    assert [canonical_json(m) for m in again] == [canonical_json(m) for m in sent]
+    assert len(b.ledger) == len(Ledger.from_json(saved))

@@ -380,6 +380,26 @@ async def test_bad_items_are_typed_errors_naming_the_index() -> None:
     assert info.value.index == 1
 
 
+@pytest.mark.parametrize(
+    "history",
+    [[result("c1")], [SummaryMessage("")], [result("c1"), SummaryMessage(" ")]],
+    ids=["orphan result", "blank summary", "both"],
+)
+async def test_a_history_with_nothing_to_send_once_repaired_is_a_typed_error(
+    history: list[Message],
+) -> None:
+    """Found by a hostile run (P, finding 2): repair leaves out tool results that answer no
+    call and blank summaries; a history of nothing else came back as an empty view, which
+    every provider rejects, with no error. An empty history is still the caller's own."""
+    async with ContextManager(small_budget()) as ctx:
+        with pytest.raises(UnsupportedMessageError, match="nothing to send"):
+            await ctx.prepare(history)
+        view = await ctx.prepare([*history, user("the task")])  # the session goes on
+        assert_view_ok(view, ctx.raw)
+        assert view == [user("the task")]
+        assert await ContextManager(small_budget()).prepare([]) == []
+
+
 async def test_observe_accepts_usage_and_messages_and_rejects_junk() -> None:
     async with ContextManager(small_budget()) as ctx:
         await ctx.prepare([user("task")])
