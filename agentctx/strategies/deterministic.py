@@ -66,7 +66,7 @@ from agentctx.strategies.undecided import alone, undecided
 from agentctx.strategy import Quiet
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence, Set
 
     from agentctx.strategy import CompactionContext
 
@@ -86,6 +86,52 @@ def _ceiling(ctx: CompactionContext) -> int:
     running these tiers says otherwise (`CompactionContext.give_way_above`)."""
     above = ctx.give_way_above
     return ctx.budget.trigger_tokens if above is None else above
+
+
+def _smallest_span(
+    view: Sequence[Message],
+    segments: list[list[int]],
+    need: int,
+    count: Callable[[Message], int],
+    marker_cost: int,
+) -> tuple[tuple[int, int, int] | None, list[tuple[int, int, int]]]:
+    """The smallest span of a segment that frees ``need`` behind a marker, as (freed, start,
+    end), or ``None``; and each segment whole, for when none does. Spans start at a message
+    that is not a tool result and end before one."""
+    best: tuple[int, int, int] | None = None
+    whole: list[tuple[int, int, int]] = []
+    for seg in segments:
+        if not seg:
+            continue
+        cuts = [j for j in seg if not isinstance(view[j], ToolResultMessage)]
+        end_limit = seg[-1] + 1
+        if not cuts:
+            continue
+        prefix = [0]
+        for j in range(seg[0], end_limit):
+            prefix.append(prefix[-1] + count(view[j]))
+        base = seg[0]
+        ends = [c for c in cuts if c > cuts[0]] + [end_limit]
+        if end_limit < len(view) and isinstance(view[end_limit], ToolResultMessage):
+            ends = ends[:-1]
+        if not ends:
+            continue
+        whole.append(
+            (prefix[ends[-1] - base] - prefix[cuts[0] - base] - marker_cost, cuts[0], ends[-1])
+        )
+        e_idx = 0
+        for a in cuts:
+            while e_idx < len(ends) and (
+                ends[e_idx] <= a
+                or prefix[ends[e_idx] - base] - prefix[a - base] - marker_cost < need
+            ):
+                e_idx += 1
+            if e_idx == len(ends):
+                break
+            freed = prefix[ends[e_idx] - base] - prefix[a - base] - marker_cost
+            if best is None or freed < best[0]:
+                best = (freed, a, ends[e_idx])
+    return best, whole
 
 
 def _slack(target: int) -> int:
@@ -214,6 +260,7 @@ class DeterministicCompaction:
         before_messages = len(ctx.view)
         actions: list[str] = []
         target = budget.target_tokens
+        slack = _slack(target)
         self._cut_oversized(ctx, actions)
         # Repeat to a fixed point, so calling again with the same history takes nothing new.
         while True:
@@ -222,14 +269,16 @@ class DeterministicCompaction:
             self._truncate(ctx, actions, in_flight=False)
             if ctx.prompt_tokens > target:
                 self._condense(ctx, actions, target, precise=True)
-            if ctx.prompt_tokens > target:
+            # Within the slack of the target, the prompt has landed: the drop tier, which cuts
+            # whole steps, would take it further below than it is above.
+            if ctx.prompt_tokens > target + slack:
                 self._drop_middle(ctx, actions, target)
-            if ctx.prompt_tokens > target + _slack(target):  # what the drop tier cannot cut
+            if ctx.prompt_tokens > target + slack:  # what the drop tier cannot cut
                 self._condense(ctx, actions, target, precise=False)
             if ctx.prompt_tokens > budget.limit:
                 self._truncate(ctx, actions, in_flight=True)
             ctx.counter.refine(ctx.view)  # judge the round on full estimates
-            if len(ctx.taken) == taken or ctx.prompt_tokens <= target:
+            if len(ctx.taken) == taken or ctx.prompt_tokens <= target + slack:
                 break
         if ctx.prompt_tokens > _ceiling(ctx):
             # Landing above the trigger, the next few new messages would force another
@@ -609,56 +658,36 @@ class DeterministicCompaction:
         loop_start = ctx.in_flight_start()
         count = ctx.counter.count
         marker_cost = ctx.counter.count_full(_MARKER)
-        # Segments of droppable view positions, split at protected messages.
-        segments: list[list[int]] = [[]]
-        for j in range(task + 1, tail):
-            m = view[j]
-            barrier = (
-                j == latest
-                or is_paid_summary(m)
-                or complete[0] <= j < complete[1]
-                or (j >= loop_start and b.has_thinking(m))
-            )
-            if barrier:
-                segments.append([])
-                continue
-            segments[-1].append(j)
         need = ctx.prompt_tokens - target
         if need <= 0:
             return
-        best: tuple[int, int, int] | None = None  # (freed, start, end) of the smallest sufficient
-        whole: list[tuple[int, int, int]] = []
-        for seg in segments:
-            if not seg:
-                continue
-            cuts = [j for j in seg if not isinstance(view[j], ToolResultMessage)]
-            end_limit = seg[-1] + 1
-            if not cuts:
-                continue
-            prefix = [0]
-            for j in range(seg[0], end_limit):
-                prefix.append(prefix[-1] + count(view[j]))
-            base = seg[0]
-            ends = [c for c in cuts if c > cuts[0]] + [end_limit]
-            if end_limit < len(view) and isinstance(view[end_limit], ToolResultMessage):
-                ends = ends[:-1]
-            if not ends:
-                continue
-            whole.append(
-                (prefix[ends[-1] - base] - prefix[cuts[0] - base] - marker_cost, cuts[0], ends[-1])
-            )
-            e_idx = 0
-            for a in cuts:
-                while e_idx < len(ends) and (
-                    ends[e_idx] <= a
-                    or prefix[ends[e_idx] - base] - prefix[a - base] - marker_cost < need
+
+        def segments(spare: Set[int]) -> list[list[int]]:
+            """Droppable view positions, split at protected messages and at ``spare``
+            origins."""
+            out: list[list[int]] = [[]]
+            for j in range(task + 1, tail):
+                m = view[j]
+                if (
+                    j == latest
+                    or is_paid_summary(m)
+                    or complete[0] <= j < complete[1]
+                    or (j >= loop_start and b.has_thinking(m))
+                    or origins[j] in spare
                 ):
-                    e_idx += 1
-                if e_idx == len(ends):
-                    break
-                freed = prefix[ends[e_idx] - base] - prefix[a - base] - marker_cost
-                if best is None or freed < best[0]:
-                    best = (freed, a, ends[e_idx])
+                    out.append([])
+                else:
+                    out[-1].append(j)
+            return out
+
+        # A turn condensed in this call stays in the view it returns where a span without it
+        # will do: hidden now, its line, recall entry and decision were made for nothing.
+        condensed = {
+            d.at.index for d in ctx.taken if isinstance(d, ReplaceSpan) and d.reason == "condense"
+        }
+        best, whole = _smallest_span(view, segments(condensed), need, count, marker_cost)
+        if best is None and condensed:
+            best, whole = _smallest_span(view, segments(frozenset()), need, count, marker_cost)
         chosen = [best] if best is not None else [w for w in whole if w[0] > 0]
         for freed, a, e in chosen:
             if a > 0 and is_marker(view[a - 1]):
