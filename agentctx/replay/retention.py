@@ -156,15 +156,25 @@ def visible_text(view: Sequence[Message]) -> str:
 
 async def recallable(ctx: ContextManager, ids: Sequence[str], fact: str) -> bool:
     """Whether one ``recall_context(id, pattern=fact)`` call on an id shown in the view
-    returns the fact (the whole text of each id finds the candidate, references to other
-    entries followed as the tool follows them; the call itself decides)."""
+    returns the fact (`returned_by` each id)."""
     for rid in ids:
-        if fact not in await ctx.recall(rid, limit=2**62):
-            continue
-        m = _MATCHES.match(await ctx.recall(rid, pattern=fact))  # literal text
-        if m and int(m.group(1)) > 0:
+        if fact in await returned_by(ctx, rid, (fact,)):
             return True
     return False
+
+
+async def returned_by(ctx: ContextManager, rid: str, facts: Sequence[str]) -> set[str]:
+    """Which of ``facts`` one ``recall_context(rid, pattern=fact)`` call returns (the whole
+    text of the entry finds the candidates, references to other entries followed as the tool
+    follows them; the call itself decides)."""
+    whole = await ctx.recall(rid, limit=2**62)
+    found = set()
+    for fact in facts:
+        if fact in whole:
+            m = _MATCHES.match(await ctx.recall(rid, pattern=fact))  # literal text
+            if m and int(m.group(1)) > 0:
+                found.add(fact)
+    return found
 
 
 class RetentionMeter:
@@ -174,18 +184,26 @@ class RetentionMeter:
         self.facts = list(facts)
         self.shares: list[float] = []
         self.in_view = self.recall = self.lost = 0
+        # The facts each recall id returns, read once: an entry never changes (its id is a
+        # hash of its content), and reading every entry again on each check, for each fact,
+        # made a long session's replay cubic in its length.
+        self._returns: dict[str, set[str]] = {}
 
     async def check(self, ctx: ContextManager, view: Sequence[Message], raw: int) -> float:
         """Check the facts among the first ``raw`` messages against ``view``; returns the
         share kept."""
         text = visible_text(view)
         ids = list(dict.fromkeys(RECALL_ID.findall(text)))
+        texts = [f.text for f in self.facts]
+        for rid in ids:
+            if rid not in self._returns:
+                self._returns[rid] = await returned_by(ctx, rid, texts)
         emitted = [f for f in self.facts if f.index < raw]
         kept = 0
         for fact in emitted:
             if fact.text in text:
                 self.in_view += 1
-            elif await recallable(ctx, ids, fact.text):
+            elif any(fact.text in self._returns[rid] for rid in ids):
                 self.recall += 1
             else:
                 self.lost += 1
