@@ -10,6 +10,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -32,6 +33,7 @@ from agentctx.replay.retention import Fact, RetentionMeter, early_paths, visible
 from agentctx.replay.svgplot import CHAR_WIDTH, LABEL_GAP, nice_step, nice_top, x_ticks
 from agentctx.strategies import DeterministicCompaction
 from agentctx.summarizer import REQUIRED_SECTIONS, SummaryRequest, SummaryResult
+from agentctx.testing import synthetic_session
 from agentctx.testing.servers import FakeOpenAI, Reply
 
 MODEL = "gpt-4.1-mini"  # priced, so the summarizer's cost is known, not estimated
@@ -370,6 +372,40 @@ def test_retention_counts_view_and_loss() -> None:
 
     assert anyio.run(run) == 0.5
     assert meter.result().lost == 1 and meter.result().in_view == 1
+
+
+def test_retention_reads_each_recall_entry_once() -> None:
+    """Found by a hostile run (P, finding 6): each check read every recall id in the view
+    whole for every fact not in view, so a long session's replay grew as the cube of its
+    length (19k messages: 405 s, against 2.8 s without the check). An entry never changes:
+    it is read once, with each fact it holds searched for once."""
+    from agentctx.manager import ContextManager
+
+    messages = [m for g in synthetic_session(seed=1, calls=400, mean_output_lines=6) for m in g]
+    facts = early_paths(messages)
+    reads: list[tuple[str, str | None]] = []
+    recall = ContextManager.recall
+
+    async def counted(self: Any, id: str, *args: Any, **kwargs: Any) -> str:
+        reads.append((id, kwargs.get("pattern")))
+        return await recall(self, id, *args, **kwargs)
+
+    async def run() -> Any:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(ContextManager, "recall", counted)
+            return await replay(
+                messages,
+                budget=Budget(context_window=20_000, reserve_output=2_000),
+                strategy=DeterministicCompaction(),
+                facts=facts,
+            )
+
+    report = anyio.run(run)
+    assert report.retention is not None and report.retention.checks >= 5
+    assert report.retention.recall > 0  # facts were found one recall away
+    whole = [rid for rid, pattern in reads if pattern is None]
+    assert len(whole) == len(set(whole))  # each entry read whole once
+    assert len(reads) == len(set(reads))  # and each fact searched for once
 
 
 @pytest.mark.parametrize("raw", [0.03, 0.7, 1, 3, 4.9, 7, 12, 99, 101, 2600])
