@@ -196,3 +196,36 @@ def test_max_bytes_must_be_a_whole_number_of_bytes(tmp_path: Path, max_bytes: An
 def test_a_path_with_a_nul_is_no_such_file() -> None:
     with pytest.raises(FileNotFoundError, match="NUL"):
         load_transcript("a\0b.jsonl")
+
+
+@pytest.mark.parametrize("name", ["run\udcff.jsonl", "cost$\\frac{$.jsonl", "a$x$b.jsonl"])
+def test_a_png_chart_titled_with_any_file_name_is_written(tmp_path: Path, name: str) -> None:
+    """Found by a hostile run (P, finding 1): the chart's title is the transcript's file
+    name, handed to matplotlib as it is: a name that is not UTF-8 raised a TypeError
+    traceback, and one with ``$...$`` in it was read as a formula (or failed to parse)."""
+    source = Path(__file__).parent / "corpus" / "claude-code" / "spotter-tool_heavy.jsonl"
+    path = tmp_path / name
+    path.write_bytes(source.read_bytes())
+    chart = tmp_path / "c.png"
+    assert main(["replay", str(path), "--strategy", "none", "--chart", str(chart)]) == 0
+    assert chart.read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_progress_bar_shows_a_file_name_as_text() -> None:
+    """Found by a hostile run (P, finding 5): the progress bar wrote the file name raw (an
+    escape sequence reached the terminal) and read it as rich markup (``[blink]``,
+    ``[link=...]`` took effect)."""
+    import io
+
+    from rich.console import Console
+
+    from agentctx.replay.render import LazyProgress
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=200, color_system="truecolor")
+    name = "x\x1b[31mRED[blink]B[/blink][link=https://evil.example]L[/link].jsonl"
+    with LazyProgress(console, cli.printable(f"replaying {name}"), after=0.0) as progress:
+        progress(1, 2)
+    shown = out.getvalue()
+    assert "\\x1b[31mRED[blink]B[/blink][link=https://evil.example]L[/link]" in shown
+    assert "\x1b]8;" not in shown and "\x1b[5m" not in shown  # no link, no blinking

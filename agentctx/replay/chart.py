@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentctx.errors import AgentCtxError, MissingExtraError
+from agentctx.replay._safe_text import printable
 from agentctx.replay.report import Section, render_report
 
 if TYPE_CHECKING:
@@ -63,9 +64,18 @@ def _write_png(report: ReplayReport, path: Path, title: str) -> None:
         plt: Any = importlib.import_module("matplotlib.pyplot")
     except ImportError as exc:
         raise MissingExtraError("chart", exc.name, needed_by="a .png chart") from exc
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    try:
+        _draw(report, ax, title)
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
+
+
+def _draw(report: ReplayReport, ax: Any, title: str) -> None:
     rows = report.rows
     xs = [r.number for r in rows]
-    fig, ax = plt.subplots(figsize=(10, 4.5))
     ax.plot(xs, [r.tokens_without for r in rows], color=_WITHOUT, label="without compaction")
     ax.plot(xs, [r.tokens_with for r in rows], color=_WITH, marker=".", label="with compaction")
     ax.axhline(report.budget_tokens, color=_BUDGET, linestyle="--", label="budget")
@@ -88,11 +98,8 @@ def _write_png(report: ReplayReport, path: Path, title: str) -> None:
         ax.axvline(r.number, color=_BUDGET, alpha=0.3, label="cache break" if i == 0 else None)
     ax.set_xlabel("request")
     ax.set_ylabel("prompt tokens")
-    ax.set_title(title)
+    ax.set_title(printable(title), parse_math=False)  # a file name's `$...$` is no formula
     ax.legend(loc="upper left", fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def write_chart(

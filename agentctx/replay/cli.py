@@ -442,7 +442,7 @@ def _replay(args: argparse.Namespace, console: Console | None) -> int:
         outcomes = run_replays(transcripts, strategies, settings)
     else:
         with LazyProgress(
-            bar, f"replaying {name}", status=status if cache is not None else None
+            bar, printable(f"replaying {name}"), status=status if cache is not None else None
         ) as progress:
             outcomes = run_replays(transcripts, strategies, settings, progress=progress)
     doc = _settings_json(args, settings)

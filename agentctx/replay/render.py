@@ -286,12 +286,12 @@ class LazyProgress:
             )
 
             self._bar = Progress(
-                TextColumn("{task.description}"),
+                TextColumn("{task.description}", markup=False),  # a file name: no markup
                 BarColumn(),
                 MofNCompleteColumn(),
                 TextColumn("requests"),
                 TimeRemainingColumn(),
-                TextColumn("{task.fields[status]}"),
+                TextColumn("{task.fields[status]}", markup=False),
                 console=self._console,
                 transient=True,
             )
