@@ -235,9 +235,23 @@ def _pattern_problem(pattern: str) -> str | None:
     return None
 
 
+# The last text searched and its casefold: searching one entry again (a model narrowing its
+# pattern, a retention check's facts) does not fold a text of up to 16 M characters again.
+_last_folded = ("", "")
+
+
+def _casefold(text: str) -> str:
+    global _last_folded
+    last, folded = _last_folded
+    if last is not text:
+        folded = text.casefold()
+        _last_folded = (text, folded)
+    return folded
+
+
 def _grep(rid: str, content: str, pattern: str, limit: int, max_matches: int) -> str:
     needle = pattern.casefold()
-    folded = content.casefold()
+    folded = _casefold(content)
     # casefold keeps the length of almost every text; when it does not (ß, ligatures), the
     # match positions of the folded text are not positions in ``content``: go line by line.
     if len(folded) == len(content):

@@ -339,7 +339,7 @@ async def replay(
     view: list[Message] = []
     clock = clock if clock is not None else ReplayClock()
     meter = RetentionMeter(facts) if facts is not None else None
-    shown: set[str] = set()  # the briefings in the previous view
+    previous: list[Message] = []  # the view of the request before
     async with ContextManager(
         budget,
         strategy=strategy,
@@ -383,9 +383,13 @@ async def replay(
                 for e in new
                 if isinstance(e, ContextCompacted) and e.summary is not None
             )
-            briefings = [t for t in map(briefing_text, view) if t is not None]
-            spliced = tuple(t for t in briefings if t not in shown) if summarized else ()
-            shown = set(briefings)
+            spliced: tuple[str, ...] = ()
+            if summarized:  # the briefings the view shows that the one before did not
+                shown = set(map(briefing_text, previous))
+                spliced = tuple(
+                    t for t in map(briefing_text, view) if t is not None and t not in shown
+                )
+            previous = view
             rows.append(
                 RequestRow(
                     number=number,
