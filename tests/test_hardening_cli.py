@@ -155,6 +155,19 @@ def test_a_folder_names_every_entry_it_skips(
     assert "skipped" in err and "pipe.jsonl" in err and "gone.jsonl" in err
 
 
+def test_a_named_file_that_is_no_transcript_is_an_error_beside_a_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a hostile run (P, finding 10): named beside a folder, a file that is no
+    transcript was skipped like a folder's entry, and the command exited 0."""
+    (tmp_path / "sessions").mkdir()
+    _pi_file(tmp_path / "sessions", [{"role": "user", "content": "hi"}], "a.jsonl")
+    (tmp_path / "mine.jsonl").write_text("not a transcript\n")
+    args = ["replay", str(tmp_path / "sessions"), str(tmp_path / "mine.jsonl")]
+    assert main([*args, "--strategy", "none"]) == 2
+    assert "mine.jsonl:1: expected" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes on this system")
 def test_a_summary_cache_that_is_no_file_is_refused_not_waited_on(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "cache.jsonl")

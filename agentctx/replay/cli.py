@@ -311,9 +311,10 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _paths(given: Sequence[str]) -> list[Path]:
-    """The transcript files: each PATH, or the `TRANSCRIPT_SUFFIXES` files of a folder."""
-    out: list[Path] = []
+def _paths(given: Sequence[str]) -> list[tuple[Path, bool]]:
+    """The transcript files: each PATH, or the `TRANSCRIPT_SUFFIXES` files of a folder; with
+    whether it was found in a folder."""
+    out: list[tuple[Path, bool]] = []
     for text in given or [str(DEMO_TRANSCRIPT)]:
         path = Path(text)
         if path.is_dir():
@@ -322,21 +323,21 @@ def _paths(given: Sequence[str]) -> list[Path]:
             found = sorted(p for p in path.iterdir() if p.suffix.lower() in TRANSCRIPT_SUFFIXES)
             if not found:
                 raise ConfigError(f"{path}: no {', '.join(TRANSCRIPT_SUFFIXES)} files to replay")
-            out += found
+            out += [(p, True) for p in found]
         else:
-            out.append(path)
+            out.append((path, False))
     return out
 
 
-def _load(paths: Sequence[Path], folders: bool) -> list[Transcript]:
+def _load(paths: Sequence[tuple[Path, bool]]) -> list[Transcript]:
     """Load every transcript; in a folder, a file that is no transcript is skipped with a
-    line on stderr (a named file that is none is an error)."""
+    line on stderr (a named file that is none is an error, whatever else is named)."""
     out = []
-    for path in paths:
+    for path, in_folder in paths:
         try:
             out.append(load_transcript(path))
         except (AgentCtxError, OSError, ValueError) as exc:
-            if not folders:
+            if not in_folder:
                 raise
             print(printable(f"agentctx: skipped {' '.join(str(exc).split())}"), file=sys.stderr)
     if not out:
@@ -408,9 +409,7 @@ def _progress_console(args: argparse.Namespace, console: Console | None) -> Cons
 
 
 def _replay(args: argparse.Namespace, console: Console | None) -> int:
-    paths = _paths(args.transcript)
-    folders = any(Path(p).is_dir() for p in args.transcript or ())
-    transcripts = _load(paths, folders)
+    transcripts = _load(_paths(args.transcript))
     strategies: list[str] = args.compare or [args.strategy]
     spec: SummarizerSpec | None = args.summarizer
     cache: SummaryCache | None = None
