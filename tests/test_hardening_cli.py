@@ -242,3 +242,39 @@ def test_the_progress_bar_shows_a_file_name_as_text() -> None:
     shown = out.getvalue()
     assert "\\x1b[31mRED[blink]B[/blink][link=https://evil.example]L[/link]" in shown
     assert "\x1b]8;" not in shown and "\x1b[5m" not in shown  # no link, no blinking
+
+
+@pytest.mark.parametrize(
+    ("flag", "path", "says"),
+    [
+        ("--report", "{tmp}/missing/r.html", "there is no folder"),
+        ("--report", "", "the path is empty"),
+        ("--report", "{tmp}", "a folder, not a file"),
+        ("--chart", "{tmp}/c.svgz", "a chart is .html or .png"),
+    ],
+)
+def test_an_output_path_that_cannot_be_written_is_refused_before_the_replay(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    flag: str,
+    path: str,
+    says: str,
+) -> None:
+    """Found by a hostile run (P, finding 11): output paths were tried after every replay had
+    run (minutes on a long session), and an empty one was ignored in silence."""
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("replayed before the output path was checked")
+
+    monkeypatch.setattr(cli, "run_replays", never)
+    assert main(["replay", "--strategy", "none", flag, path.format(tmp=tmp_path)]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_an_output_that_fails_to_be_written_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    """An error writing an output names it (a full disk's error names no file)."""
+    if not Path("/dev/full").exists():
+        pytest.fail("this test needs /dev/full (Linux)")
+    assert main(["replay", "--strategy", "none", "--report", "/dev/full"]) == 2
+    assert "--report /dev/full: No space left on device" in capsys.readouterr().err

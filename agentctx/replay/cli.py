@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
@@ -409,6 +410,7 @@ def _progress_console(args: argparse.Namespace, console: Console | None) -> Cons
 
 
 def _replay(args: argparse.Namespace, console: Console | None) -> int:
+    _check_outputs(args)
     transcripts = _load(_paths(args.transcript))
     strategies: list[str] = args.compare or [args.strategy]
     spec: SummarizerSpec | None = args.summarizer
@@ -471,6 +473,27 @@ def _replay(args: argparse.Namespace, console: Console | None) -> int:
     return 0
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse an output path that cannot be written before the replay runs (minutes on a
+    long session), not after it."""
+    for flag, value in (("--report", args.report), ("--chart", args.chart)):
+        if value is None:
+            continue
+        path = Path(value)
+        if not value.strip():
+            raise ConfigError(f"{flag}: the path is empty")
+        if flag == "--chart" and path.suffix.lower() not in (".html", ".htm", ".png"):
+            raise ConfigError(
+                f"{value}: a chart is .html or .png, not {path.suffix or 'no extension'!r}"
+            )
+        if path.is_dir():
+            raise ConfigError(f"{flag} {value}: a folder, not a file")
+        if not path.parent.is_dir():
+            raise ConfigError(f"{flag} {value}: there is no folder {path.parent}")
+        if not os.access(path if path.exists() else path.parent, os.W_OK):
+            raise ConfigError(f"{flag} {value}: not writable")
+
+
 def _write_files(
     args: argparse.Namespace, outcomes: Sequence[Outcome], doc: dict[str, Any]
 ) -> list[tuple[str, str]]:
@@ -482,17 +505,22 @@ def _write_files(
     if len({o.transcript.path for o in outcomes}) > 1:
         title = f"agentctx replay: {len({o.transcript.path for o in outcomes})} transcripts"
     written = []
-    pages = [(label, p) for label, p in (("report", args.report), ("chart", args.chart)) if p]
+    pages = [
+        (label, p) for label, p in (("report", args.report), ("chart", args.chart)) if p is not None
+    ]
     for label, path in pages:
-        if label == "chart" and Path(path).suffix.lower() not in (".html", ".htm"):
-            from agentctx.replay.chart import ChartError, write_chart
+        try:
+            if label == "chart" and Path(path).suffix.lower() not in (".html", ".htm"):
+                from agentctx.replay.chart import ChartError, write_chart
 
-            if len(outcomes) > 1:
-                raise ChartError(f"{path}: a .png chart shows one replay; use --report")
-            write_chart(first.report, path, title, strategy=first.strategy)
-        else:
-            settings = _settings_lines(doc, outcomes)
-            write_report(path, sections_of(outcomes), title=title, settings=settings)
+                if len(outcomes) > 1:
+                    raise ChartError(f"{path}: a .png chart shows one replay; use --report")
+                write_chart(first.report, path, title, strategy=first.strategy)
+            else:
+                settings = _settings_lines(doc, outcomes)
+                write_report(path, sections_of(outcomes), title=title, settings=settings)
+        except OSError as exc:  # say which output failed (a full disk names no file)
+            raise ConfigError(f"--{label} {path}: {exc.strerror or exc}") from exc
         written.append((label, path))
     return written
 
