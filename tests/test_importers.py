@@ -518,7 +518,9 @@ def _user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text}
 
 
-def test_pi_tree_format_follows_the_active_branch(tmp_path: Path) -> None:
+def test_pi_tree_format_follows_the_active_branch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     call = {"type": "toolCall", "id": "c1", "name": "read", "arguments": {"path": "a"}}
     records = [
         {"type": "session", "version": 3, "id": "uuid", "timestamp": "2025-12-03T14:00:00Z"},
@@ -563,6 +565,26 @@ def test_pi_tree_format_follows_the_active_branch(tmp_path: Path) -> None:
     assert isinstance(reply, AssistantMessage) and reply.stop_reason == "tool_use"
     assert reply.tool_calls == (ToolCall("c1", "read", {"path": "a"}),)
     assert transcript.messages[0].extra == {"timestamp": 1002}
+    assert transcript.extra == {"entries_off_branch": 2}  # the abandoned branch's two
+    from agentctx.replay.cli import main
+
+    assert main(["replay", transcript.path, "--strategy", "none"]) == 0
+    assert "8 messages, 2 entries of other branches left out" in capsys.readouterr().out
+
+
+def test_pi_tree_entries_with_one_id_are_a_format_error(tmp_path: Path) -> None:
+    """Found by a hostile run (P, finding 4): an early entry written again at the end (same
+    id) made the last line a leaf whose parent chain held 2 of 148 messages; the rest were
+    left out in silence."""
+    records = [
+        {"type": "session", "version": 3, "id": "uuid", "timestamp": "2025-12-03T14:00:00Z"},
+        _pi_entry("u1", None, _user("task")),
+        _pi_entry("a1", "u1", {"role": "assistant", "content": [], "stopReason": "stop"}),
+        _pi_entry("u2", "a1", _user("go on")),
+    ]
+    records.append(records[2])
+    with pytest.raises(TranscriptFormatError, match=r":5: expected an entry id of its own"):
+        load_transcript(_write(tmp_path, records))
 
 
 def test_pi_images_string_content_and_failed_bash(tmp_path: Path) -> None:

@@ -9,9 +9,11 @@ transcript = load("~/.pi/agent/sessions/--home-me-proj--/2025-12-09T00-53-29_ffa
 Both layouts pi has written are read: the early linear one (no ``id``/``parentId``; every entry
 is part of the conversation) and the tree one (session ``version`` 2+, each entry names its
 parent). In a tree, the active branch is the parent chain from the last entry back to the root,
-which is what pi itself resumes. ``compaction`` entries become `RecordedCompaction` and are not
-applied: the messages are the full raw history. Orphan tool calls (aborted turns) are kept as
-they are; repairing a view for a provider happens elsewhere.
+which is what pi itself resumes; ``Transcript.extra["entries_off_branch"]`` counts the entries
+of other branches, left out. Two entries with one id are a `TranscriptFormatError`.
+``compaction`` entries become `RecordedCompaction` and are not applied: the messages are the
+full raw history. Orphan tool calls (aborted turns) are kept as they are; repairing a view for
+a provider happens elsewhere.
 """
 
 from __future__ import annotations
@@ -70,15 +72,20 @@ def load(path: str | os.PathLike[str], *, max_bytes: int = MAX_TRANSCRIPT_BYTES)
     header = lines[0].data if lines[0].data.get("type") == "session" else None
     entries = lines[1:] if header is not None else lines
     reader = _Reader(src)
+    extra: dict[str, Any] = {}
     if _is_tree(header, entries):
-        for line in _active_branch(src, entries):
+        branch = _active_branch(src, entries)
+        for line in branch:
             reader.entry(line, str(line.data["id"]))
+        if len(branch) < len(entries):
+            extra["entries_off_branch"] = len(entries) - len(branch)
     else:
         # Early files point at entries by their 0-based line index, header included.
         offset = 1 if header is not None else 0
         for index, line in enumerate(entries, start=offset):
             reader.entry(line, index)
-    return Transcript(src.path, "pi", tuple(reader.messages), tuple(reader.compactions))
+    messages, compactions = tuple(reader.messages), tuple(reader.compactions)
+    return Transcript(src.path, "pi", messages, compactions, extra=freeze(extra))
 
 
 def message_from_pi(message: Mapping[str, Any], *, path: str = "<message>") -> Message | None:
@@ -102,7 +109,11 @@ def _active_branch(src: Source, entries: list[Line]) -> list[Line]:
         return []
     by_id: dict[str, Line] = {}
     for line in entries:
-        by_id[src.need(line.data, "id", str, line.number, "a tree entry")] = line
+        key = src.need(line.data, "id", str, line.number, "a tree entry")
+        if key in by_id:  # which of the two a child names is anybody's guess
+            earlier = by_id[key].number
+            raise src.error(line.number, f"an entry id of its own (line {earlier} has {key!r})")
+        by_id[key] = line
     chain: list[Line] = []
     seen: set[str] = set()
     current: Line | None = entries[-1]

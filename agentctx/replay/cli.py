@@ -531,9 +531,11 @@ def _print_one(outcome: Outcome, settings: ReplaySettings, console: Console | No
     strategy_line = outcome.strategy
     if outcome.strategy == "llm":
         strategy_line += f" (summarizer {settings.summarizer_label()})"
+    off = transcript.extra.get("entries_off_branch")
+    branches = f", {off} entries of other branches left out" if off else ""
     header = printable(
-        f"{transcript.path} ({transcript.format}, {len(transcript.messages)} messages)  "
-        f"strategy {strategy_line}"
+        f"{transcript.path} ({transcript.format}, {len(transcript.messages)} messages"
+        f"{branches})  strategy {strategy_line}"
     )
     if console is None:
         print(header)
