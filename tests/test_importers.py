@@ -354,6 +354,26 @@ def test_claude_code_usage_is_counted_once_from_the_last_record() -> None:
             assert m.model == "claude-sonnet-4-5-20250929"
 
 
+def test_a_claude_code_record_written_twice_is_read_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a hostile run (P, finding 3): a record written twice (one uuid) was read
+    twice: the response held its tool call twice, which the view showed as a call made twice
+    (the copy renamed, its result a stub saying none was recorded)."""
+    source = corpus_file("claude-code", "spotter-tool_heavy.jsonl")
+    lines = source.read_text(encoding="utf-8").splitlines()
+    k = next(i for i, line in enumerate(lines) if '"tool_use"' in line and '"assistant"' in line)
+    path = tmp_path / "twice.jsonl"
+    path.write_text("\n".join([*lines[: k + 1], lines[k], *lines[k + 1 :]]) + "\n")
+    once, twice = load_transcript(source), load_transcript(path)
+    assert twice.messages == once.messages
+    assert twice.extra == {"records_repeated": 1} and once.extra == {}
+    from agentctx.replay.cli import main
+
+    assert main(["replay", str(path), "--strategy", "none"]) == 0
+    assert "1 records written twice read once" in capsys.readouterr().out
+
+
 def test_claude_code_meta_text_is_kept_and_marked() -> None:
     messages = load_transcript(corpus_file("claude-code", "ccviewer-5c0375b4.jsonl")).messages
     assert isinstance(messages[0], UserMessage) and "meta" not in messages[0].extra

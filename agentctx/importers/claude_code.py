@@ -11,7 +11,8 @@ Claude Code writes one ``assistant`` record per content block; records sharing a
 that were streamed in between them follow that response, in call order. Records that never
 reach the model (progress, file-history snapshots, titles, queue operations, most system
 records) are skipped. A ``compact_boundary`` becomes a `RecordedCompaction`, and the summary
-record after it a `SummaryMessage`.
+record after it a `SummaryMessage`. A record written twice (one ``uuid``) is read once;
+``Transcript.extra["records_repeated"]`` counts the copies left out.
 
 A subagent's records (``isSidechain``) are a different conversation. ``thread="auto"`` reads
 the main conversation, or the subagent's when the file holds nothing else (a subagent file);
@@ -85,10 +86,20 @@ def load(
     else:
         selected = _by_conversation([line for line in lines if line.data.get("isSidechain")])
     reader = _Reader(src)
+    seen: set[str] = set()
+    repeated = 0
     for line in selected:
+        uuid = line.data.get("uuid")
+        if isinstance(uuid, str):
+            if uuid in seen:  # a record written twice: its blocks would be read twice
+                repeated += 1
+                continue
+            seen.add(uuid)
         reader.record(line)
     reader.flush()
-    return Transcript(src.path, "claude-code", tuple(reader.messages), tuple(reader.compactions))
+    extra = freeze({"records_repeated": repeated} if repeated else {})
+    messages, compactions = tuple(reader.messages), tuple(reader.compactions)
+    return Transcript(src.path, "claude-code", messages, compactions, extra=extra)
 
 
 def _type(line: Line) -> str | None:

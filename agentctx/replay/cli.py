@@ -525,17 +525,23 @@ def _write_files(
     return written
 
 
+# What an importer left out of a transcript, as it counts it in ``Transcript.extra``.
+_LEFT_OUT = (
+    ("entries_off_branch", "entries of other branches left out"),
+    ("records_repeated", "records written twice read once"),
+)
+
+
 def _print_one(outcome: Outcome, settings: ReplaySettings, console: Console | None) -> None:
     """One transcript through one strategy: the header, a row per request, the totals."""
     transcript, report = outcome.transcript, outcome.report
     strategy_line = outcome.strategy
     if outcome.strategy == "llm":
         strategy_line += f" (summarizer {settings.summarizer_label()})"
-    off = transcript.extra.get("entries_off_branch")
-    branches = f", {off} entries of other branches left out" if off else ""
+    notes = "".join(f", {n} {what}" for key, what in _LEFT_OUT if (n := transcript.extra.get(key)))
     header = printable(
         f"{transcript.path} ({transcript.format}, {len(transcript.messages)} messages"
-        f"{branches})  strategy {strategy_line}"
+        f"{notes})  strategy {strategy_line}"
     )
     if console is None:
         print(header)
