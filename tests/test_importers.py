@@ -374,6 +374,21 @@ def test_a_claude_code_record_written_twice_is_read_once(
     assert "1 records written twice read once" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("pi_first", [True, False])
+def test_a_file_holding_two_formats_is_a_format_error(tmp_path: Path, pi_first: bool) -> None:
+    """Found by a hostile run (P, finding 7): a pi session with a Claude Code session after
+    it (or the reverse) loaded as the first, the records of the other skipped in silence as
+    types it does not read."""
+    pi_lines = corpus_file("pi", "large-session.jsonl").read_text().splitlines()[:150]
+    cc_lines = corpus_file("claude-code", "spotter-tool_heavy.jsonl").read_text().splitlines()
+    first, second = (pi_lines, cc_lines) if pi_first else (cc_lines, pi_lines)
+    path = tmp_path / "two.jsonl"
+    path.write_text("\n".join([*first, *second]) + "\n")
+    with pytest.raises(TranscriptFormatError, match="two formats in one file") as info:
+        load_transcript(path)
+    assert info.value.line > len(first)  # at a record of the second
+
+
 def test_claude_code_meta_text_is_kept_and_marked() -> None:
     messages = load_transcript(corpus_file("claude-code", "ccviewer-5c0375b4.jsonl")).messages
     assert isinstance(messages[0], UserMessage) and "meta" not in messages[0].extra

@@ -30,7 +30,9 @@ from agentctx._check import preview
 from agentctx.errors import UnsupportedMessageError
 from agentctx.importers import claude_code, openhands, pi, swe_agent
 from agentctx.importers._common import (
+    CLAUDE_CODE_TYPES,
     MAX_TRANSCRIPT_BYTES,
+    PI_TYPES,
     TOO_DEEP,
     RecordedCompaction,
     Source,
@@ -46,31 +48,6 @@ __all__ = [
     "load_transcript",
 ]
 
-_PI_TYPES = frozenset(
-    {
-        "session",
-        "message",
-        "model_change",
-        "thinking_level_change",
-        "compaction",
-        "branch_summary",
-        "custom",
-        "custom_message",
-        "label",
-        "session_info",
-    }
-)
-_CLAUDE_CODE_TYPES = frozenset(
-    {
-        "user",
-        "assistant",
-        "system",
-        "progress",
-        "summary",
-        "file-history-snapshot",
-        "queue-operation",
-    }
-)
 _EXPECTED = (
     "a pi or Claude Code JSONL transcript, a SWE-agent trajectory, OpenHands events, "
     "or a JSON list of agentctx messages"
@@ -124,9 +101,9 @@ def detect_format(path: str | os.PathLike[str], *, max_bytes: int = MAX_TRANSCRI
         kind = record.get("type")
         if kind is not None and not isinstance(kind, str):
             raise src.error(number, f"a record with 'type' as a string (found {_kind(kind)})")
-        if kind in _PI_TYPES:
+        if kind in PI_TYPES:
             return "pi"
-        if kind in _CLAUDE_CODE_TYPES or "sessionId" in record or "parentUuid" in record:
+        if kind in CLAUDE_CODE_TYPES or "sessionId" in record or "parentUuid" in record:
             return "claude-code"
         fmt = _object_format(record)
         if fmt is not None:

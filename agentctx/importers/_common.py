@@ -63,6 +63,35 @@ class RecordedCompaction:
     extra: JSONMap = field(default_factory=lambda: _EMPTY)
 
 
+# The record types that tell the JSONL formats apart (`detect_format`), and that a loader of
+# one refuses in a file of the other: two sessions in one file, one of them read as nothing.
+PI_TYPES = frozenset(
+    {
+        "session",
+        "message",
+        "model_change",
+        "thinking_level_change",
+        "compaction",
+        "branch_summary",
+        "custom",
+        "custom_message",
+        "label",
+        "session_info",
+    }
+)
+CLAUDE_CODE_TYPES = frozenset(
+    {
+        "user",
+        "assistant",
+        "system",
+        "progress",
+        "summary",
+        "file-history-snapshot",
+        "queue-operation",
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Transcript:
     """A transcript file read into neutral messages.
@@ -248,3 +277,18 @@ def as_int(value: object) -> int:
     if isinstance(value, float) and not math.isfinite(value):
         return 0
     return max(0, int(value))
+
+
+def refuse_other_format(src: Source, lines: list[Line], own: str) -> None:
+    """Raise `TranscriptFormatError` at the first record of the other JSONL format: pi
+    entries in a Claude Code file, or the reverse (one loader would skip them as records of
+    types it does not read)."""
+    other = CLAUDE_CODE_TYPES - PI_TYPES if own == "pi" else PI_TYPES - CLAUDE_CODE_TYPES
+    for line in lines:
+        data = line.data
+        kind = data.get("type")  # one that is no string is the reader's to report
+        if (isinstance(kind, str) and kind in other) or (own == "pi" and "parentUuid" in data):
+            theirs = "Claude Code record" if own == "pi" else "pi entry"
+            raise src.error(
+                line.number, f"a {own} record, not a {theirs} (two formats in one file)"
+            )

@@ -35,6 +35,7 @@ from agentctx.importers._common import (
     as_int,
     freeze,
     iso_to_ms,
+    refuse_other_format,
 )
 from agentctx.messages import (
     AssistantContent,
@@ -75,6 +76,7 @@ def load(
     """
     src = Source(os.fspath(path), max_bytes)
     lines = src.read_jsonl()
+    refuse_other_format(src, lines, "Claude Code")
     if thread == "auto":
         main = any(
             _type(line) in _CONVERSATION and line.data.get("isSidechain") is not True

@@ -30,6 +30,7 @@ from agentctx.importers._common import (
     as_int,
     freeze,
     iso_to_ms,
+    refuse_other_format,
 )
 from agentctx.messages import (
     AssistantContent,
@@ -69,6 +70,7 @@ def load(path: str | os.PathLike[str], *, max_bytes: int = MAX_TRANSCRIPT_BYTES)
     """
     src = Source(os.fspath(path), max_bytes)
     lines = src.read_jsonl()
+    refuse_other_format(src, lines, "pi")
     header = lines[0].data if lines[0].data.get("type") == "session" else None
     entries = lines[1:] if header is not None else lines
     reader = _Reader(src)
