@@ -408,6 +408,28 @@ def test_retention_reads_each_recall_entry_once() -> None:
     assert len(reads) == len(set(reads))  # and each fact searched for once
 
 
+def test_a_repaired_view_is_said_to_be_repaired(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a hostile run (P, finding 8): a view the manager repaired (a result that
+    answers no call left out) showed in no replay output, and with no compaction at all the
+    tokens it left out read as savings."""
+    history = [
+        {"role": "user", "content": [{"type": "text", "text": "task: list the files"}]},
+        {"role": "tool", "tool_call_id": "stale_1", "content": [{"type": "text", "text": "x"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+        {"role": "user", "content": [{"type": "text", "text": "thanks"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "bye"}]},
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(history))
+    assert main(["replay", str(path), "--strategy", "none", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["totals"][0]["repaired_requests"] == 1
+    assert main(["replay", str(path), "--strategy", "none"]) == 0
+    assert "repaired: orphan_result x1" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("raw", [0.03, 0.7, 1, 3, 4.9, 7, 12, 99, 101, 2600])
 def test_nice_steps_are_1_2_5(raw: float) -> None:
     step = nice_step(raw)

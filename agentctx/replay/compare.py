@@ -73,6 +73,9 @@ class StrategyRow:
     retention: Retention | None = None
     briefings: tuple[tuple[int, str], ...] = ()
     """``(request, text)`` of each briefing spliced (one transcript's rows only)."""
+    repaired: int = 0
+    """Requests whose view was repaired (`TranscriptRepaired`): what they send differs
+    from the history with or without compaction."""
 
     @classmethod
     def of(cls, strategy: str, report: ReplayReport) -> StrategyRow:
@@ -102,6 +105,7 @@ class StrategyRow:
             rejected_detail=f"{rejected[0].reason}: {rejected[0].detail}" if rejected else None,
             retention=report.retention,
             briefings=tuple((r.number, t) for r in report.rows for t in r.briefings),
+            repaired=sum(any(n.startswith("repaired:") for n in r.notes) for r in report.rows),
         )
 
     @property
@@ -143,6 +147,7 @@ class StrategyRow:
             rejected_detail=self.rejected_detail or other.rejected_detail,
             retention=combine(parts) if parts else None,
             briefings=(),
+            repaired=self.repaired + other.repaired,
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -174,6 +179,7 @@ class StrategyRow:
             },
             "retention": self.retention.as_dict() if self.retention is not None else None,
             "briefings": [{"request": n, "text": t} for n, t in self.briefings],
+            "repaired_requests": self.repaired,
         }
 
 

@@ -24,6 +24,7 @@ after every compaction how many of them the model can still see or recall in one
 
 from __future__ import annotations
 
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from operator import add
@@ -36,9 +37,11 @@ from agentctx.events import (
     CompactionWarning,
     ContextCompacted,
     Event,
+    HistoryResynced,
     SummaryRejected,
     SummaryStale,
     SummaryStats,
+    TranscriptRepaired,
 )
 
 # The manager's own prefix check: it grows the list it holds instead of slicing the other.
@@ -222,6 +225,13 @@ def _note(event: Event) -> str | None:
         return f"warning {event.code}"
     if isinstance(event, BudgetExceeded):
         return f"over budget: {event.tokens} > {event.budget} tokens"
+    if isinstance(event, TranscriptRepaired):
+        # What the view sends differently from the history, compaction or none: without
+        # it, a result dropped as answering no call read as tokens saved.
+        kinds = Counter(r.partition("@")[0] for r in event.repairs)
+        return "repaired: " + ", ".join(f"{k} x{n}" for k, n in kinds.items())
+    if isinstance(event, HistoryResynced):
+        return f"history resynced at message {event.index}"
     return None
 
 
