@@ -793,6 +793,55 @@ def test_neutral_json_list_round_trips(tmp_path: Path) -> None:
         load_transcript(path)
 
 
+def test_a_json_list_of_a_providers_messages_is_read(tmp_path: Path) -> None:
+    """Found by a hostile run (P, finding 9): DESIGN.md promises the replay of "a JSON list
+    of Anthropic/OpenAI messages", and only agentctx's own form was read."""
+    anthropic = [
+        {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t1", "name": "weather", "input": {"c": "P"}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "Sunny"}],
+        },
+        {"role": "assistant", "content": "It is sunny."},
+    ]
+    chat = [
+        {"role": "system", "content": "You are helpful."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "t1",
+                    "type": "function",
+                    "function": {"name": "weather", "arguments": '{"c":"P"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "t1", "content": "Sunny"},
+        {"role": "assistant", "content": "It is sunny."},
+    ]
+    shapes = []
+    for name, value in (("anthropic", anthropic), ("openai-chat", chat)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(value))
+        transcript = load_transcript(path)
+        assert transcript.format == name
+        shapes.append([(type(m).__name__, text_of(m.content)) for m in transcript.messages])
+        call = transcript.messages[1]
+        assert isinstance(call, AssistantMessage)
+        assert call.tool_calls[0].arguments == {"c": "P"}
+    assert shapes[0] == shapes[1]
+    assert load_transcript(tmp_path / "openai-chat.json").system == "You are helpful."
+    from agentctx.replay.cli import main
+
+    assert main(["replay", str(tmp_path / "openai-chat.json"), "--strategy", "none"]) == 0
+
+
 def test_results_are_frozen() -> None:
     transcript = Transcript("p", "pi", ())
     with pytest.raises(dataclasses.FrozenInstanceError):

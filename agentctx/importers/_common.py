@@ -98,7 +98,9 @@ class Transcript:
 
     ``messages`` is the full raw history in conversation order; compactions the agent did are
     listed in ``compactions`` and not applied. ``format`` is ``"pi"``, ``"claude-code"``,
-    ``"swe-agent"``, ``"openhands"`` or ``"neutral"``.
+    ``"swe-agent"``, ``"openhands"``, ``"neutral"`` (a JSON list of agentctx's messages),
+    ``"anthropic"`` or ``"openai-chat"`` (a JSON list of a request's messages as the provider
+    takes them).
 
     Formats that record what the agent sent ahead of the conversation fill in ``system`` (the
     system prompt) and ``demonstrations`` (example exchanges placed before ``messages`` on every
