@@ -3,7 +3,9 @@ store never evicts what the view references; the tool reads 50k-char outputs in 
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,12 @@ from agentctx.messages import (
     text_of,
 )
 from agentctx.recall import MemoryRecallStore, SQLiteRecallStore
-from agentctx.recall.store import escape_literal, expand_references, recall_reference
+from agentctx.recall.store import (
+    AppendingLedgerStore,
+    escape_literal,
+    expand_references,
+    recall_reference,
+)
 from agentctx.recall.tool import recall_page
 from agentctx.recall.writer import RecallWriter
 from agentctx.strategies import DeterministicCompaction, ExpiryPass, ToolOutputPipeline
@@ -37,7 +44,7 @@ from agentctx.strategies.llm import LlmCompaction
 from agentctx.strategies.trail import span_text
 from agentctx.strategy import Chain
 from agentctx.summarizer import REQUIRED_SECTIONS
-from agentctx.testing import ScriptedSummarizer, synthetic_session
+from agentctx.testing import ScriptedSummarizer, assert_view_ok, synthetic_session
 
 from .test_pipeline import NOW
 
@@ -369,3 +376,71 @@ def test_a_span_entry_holds_every_result_of_a_batch_repair_reordered(
     assert origins == [0, 1, 2, 3, 1, 4]  # the stub for c5 after its batch
     entry = span_text(view, origins, raw, 1, len(view), ledger)
     assert entry.count("seven") == 1 and entry.count("six") == 1
+
+
+class _Counting(SQLiteRecallStore):
+    """A SQLite store that counts the ledger bytes each save hands it, written in the call
+    that took the decisions (as a store that does no I/O is), so every call saves."""
+
+    ledger_bytes = 0
+    blocking = False
+
+    def save_ledger(self, session_id: str, ledger_json: str) -> None:
+        self.ledger_bytes += len(ledger_json)
+        super().save_ledger(session_id, ledger_json)
+
+    def extend_ledger(self, session_id: str, parts: Sequence[str], start: int) -> None:
+        self.ledger_bytes += sum(map(len, parts))
+        super().extend_ledger(session_id, parts, start)
+
+
+async def test_a_long_sessions_ledger_is_saved_a_decision_at_a_time(tmp_path: Path) -> None:
+    """Found by a hostile run (R, finding 5): every save wrote the whole ledger again, so
+    a session wrote the square of its ledger (3.4 GB over 509 saves at 47k messages, the
+    slowest save near the writer's deadline). Each save now writes what the ledger added;
+    a resync that drops decisions rewrites from the first one it dropped; a resumed worker
+    reads the same ledger."""
+    store = _Counting(tmp_path / "a.db")
+    budget = Budget(context_window=12_000, reserve_output=2_000)
+    history: list[Message] = []
+    async with ContextManager(budget, recall=store, session_id="s", on_over_budget="send") as ctx:
+        for group in synthetic_session(5, 300, mean_output_lines=30):
+            history += group
+            await ctx.prepare(history)
+        saved = ctx.ledger.to_json()
+        rewound = history[: len(history) // 2]  # a rewind drops the later decisions
+        await ctx.prepare(rewound)
+        after_rewind = ctx.ledger.to_json()
+    assert len(json.loads(saved)) > 100
+    whole = len(saved)
+    assert store.ledger_bytes < 3 * whole  # each decision about once (the rewind's twice)
+    assert json.loads(store.load_ledger("s") or "") == json.loads(after_rewind)
+    async with ContextManager(budget, recall=store, session_id="s") as again:
+        view = await again.prepare(rewound)
+    assert again.ledger.to_json() == after_rewind
+    assert_view_ok(view, rewound)
+    store.close()
+
+
+def check_extend_ledger(store: Any) -> None:
+    """`AppendingLedgerStore`'s contract, on ``store``."""
+    assert isinstance(store, AppendingLedgerStore)
+    store.extend_ledger("x", ['{"a": 1}', '{"b": 2}', '{"c": 3}'], 0)
+    assert json.loads(store.load_ledger("x")) == [{"a": 1}, {"b": 2}, {"c": 3}]
+    store.extend_ledger("x", ['{"d": 4}'], 2)  # the third one dropped, one more after
+    assert json.loads(store.load_ledger("x")) == [{"a": 1}, {"b": 2}, {"d": 4}]
+    store.extend_ledger("x", [], 1)
+    assert json.loads(store.load_ledger("x")) == [{"a": 1}]
+    store.save_ledger("x", '[{"whole": true}]')  # a whole save replaces the parts
+    assert json.loads(store.load_ledger("x")) == [{"whole": True}]
+    store.extend_ledger("x", ['{"e": 5}'], 0)  # and the parts a whole save
+    assert json.loads(store.load_ledger("x")) == [{"e": 5}]
+    store.extend_ledger("x", [], 0)
+    assert store.load_ledger("x") in (None, "[]")
+    assert store.load_ledger("y") is None
+
+
+def test_the_sqlite_store_saves_a_ledger_a_decision_at_a_time(tmp_path: Path) -> None:
+    store = SQLiteRecallStore(tmp_path / "a.db")
+    check_extend_ledger(store)
+    store.close()

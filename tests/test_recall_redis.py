@@ -24,7 +24,7 @@ from agentctx.recall.redis import RedisRecallStore
 from agentctx.strategies import ToolOutputPipeline
 from agentctx.testing import synthetic_session
 
-from .test_recall import RID, aged_session, check_round_trip, replay
+from .test_recall import RID, aged_session, check_extend_ledger, check_round_trip, replay
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -207,3 +207,7 @@ async def test_entries_a_server_restarted_empty_lost_are_said_to_be_lost(redis_u
     assert "not found" in unknown  # an id the session never named: mistyped
     missing = [e for e in events if isinstance(e, StoreDegraded) and e.reason == "missing"]
     assert [e.lost for e in missing] == [(rid,) for rid in ids]  # once each
+
+
+def test_the_redis_store_saves_a_ledger_a_decision_at_a_time(store: RedisRecallStore) -> None:
+    check_extend_ledger(store)

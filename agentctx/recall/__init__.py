@@ -12,13 +12,20 @@ async with ContextManager(budget, recall=store, session_id="run-42") as ctx:
 
 Stores: `MemoryRecallStore` (bounded by bytes, the default), `SQLiteRecallStore` (one file,
 survives a restart), `agentctx.recall.redis.RedisRecallStore` (many workers; the ``redis``
-extra). Your own store implements `RecallStore` (and `LedgerStore` to resume sessions).
+extra). Your own store implements `RecallStore` (and `LedgerStore` to resume sessions,
+`AppendingLedgerStore` to save a ledger a decision at a time).
 """
 
 from typing import TYPE_CHECKING
 
 from agentctx._lazy import lazy_attributes
-from agentctx.recall.store import LedgerStore, MemoryRecallStore, RecallStore, recall_id
+from agentctx.recall.store import (
+    AppendingLedgerStore,
+    LedgerStore,
+    MemoryRecallStore,
+    RecallStore,
+    recall_id,
+)
 from agentctx.recall.tool import RECALL_TOOL_NAME, recall_arguments, recall_page, recall_tool
 
 if TYPE_CHECKING:
@@ -32,6 +39,7 @@ __getattr__, __dir__ = lazy_attributes(
 
 __all__ = [
     "RECALL_TOOL_NAME",
+    "AppendingLedgerStore",
     "LedgerStore",
     "MemoryRecallStore",
     "RecallStore",

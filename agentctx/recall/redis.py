@@ -8,7 +8,8 @@ async with ContextManager(budget, recall=store, session_id="run-42") as ctx: ...
 ```
 
 Any worker with the same ``session_id`` reads the same entries and resumes the same ledger.
-Keys are ``{prefix}:{session}:r:{id}`` (content) and ``{prefix}:{session}:ledger``; a session
+Keys are ``{prefix}:{session}:r:{id}`` (content) and ``{prefix}:{session}:ledger`` (or
+``...:ledger:parts``, a list of its decisions, as `extend_ledger` saves them); a session
 can only name its own. With ``ttl_seconds`` entries expire unless the session's ledger still
 references them (`update_pins` removes their expiry; entries no longer referenced, and all of
 a session's entries once it ends, get it back), and the ledger is refreshed on every save.
@@ -154,12 +155,52 @@ class RedisRecallStore:
 
     def load_ledger(self, session_id: str) -> str | None:
         """The saved ledger JSON of ``session_id``, or ``None``."""
-        return _decode(self._call(lambda r: r.get(self._ledger_key(session_id))))
+
+        def read(r: redis.Redis) -> tuple[list[bytes], bytes | None]:
+            pipe = r.pipeline(transaction=True)
+            pipe.lrange(self._parts_key(session_id), 0, -1)
+            pipe.get(self._ledger_key(session_id))
+            parts, whole = pipe.execute()
+            return parts, whole
+
+        parts, whole = self._call(read)
+        if parts:
+            return "[" + ", ".join(_decode(p) or "" for p in parts) + "]"
+        return _decode(whole)
 
     def save_ledger(self, session_id: str, ledger_json: str) -> None:
         """Save the ledger JSON of ``session_id`` (refreshing its expiry)."""
         data = _encode(ledger_json)
-        self._call(lambda r: r.set(self._ledger_key(session_id), data, ex=self.ttl_seconds))
+
+        def write(r: redis.Redis) -> None:
+            pipe = r.pipeline(transaction=True)
+            pipe.delete(self._parts_key(session_id))
+            pipe.set(self._ledger_key(session_id), data, ex=self.ttl_seconds)
+            pipe.execute()
+
+        self._call(write)
+
+    def extend_ledger(self, session_id: str, parts: Sequence[str], start: int) -> None:
+        """Save the ledger of ``session_id`` as its first ``start`` decisions as saved, then
+        ``parts`` (one decision's JSON each), in one transaction, refreshing its expiry: a
+        save costs what the ledger added, not the whole ledger (`AppendingLedgerStore`)."""
+        key = self._parts_key(session_id)
+        data = [_encode(part) for part in parts]
+
+        def write(r: redis.Redis) -> None:
+            pipe = r.pipeline(transaction=True)
+            pipe.delete(self._ledger_key(session_id))
+            if start > 0:
+                pipe.ltrim(key, 0, start - 1)
+            else:
+                pipe.delete(key)
+            if data:
+                pipe.rpush(key, *data)
+            if self.ttl_seconds is not None:
+                pipe.expire(key, self.ttl_seconds)
+            pipe.execute()
+
+        self._call(write)
 
     def close(self) -> None:
         """Close the connection pool if this store made it."""
@@ -186,12 +227,16 @@ class RedisRecallStore:
     def _ledger_key(self, session_id: str) -> bytes:
         return _encode(f"{self.prefix}:{session_id}:ledger")
 
+    def _parts_key(self, session_id: str) -> bytes:
+        return _encode(f"{self.prefix}:{session_id}:ledger:parts")
+
     def _call(self, action: Callable[[redis.Redis], Any]) -> Any:
         try:
             return action(self._redis)
         except redis.ResponseError as exc:
             # A key of another type (WRONGTYPE) stays so: no retry reads it.
-            error = StoreDataError if str(exc).startswith("WRONGTYPE") else StoreError
+            # (A pipeline's error names its command first.)
+            error = StoreDataError if "WRONGTYPE" in str(exc) else StoreError
             raise error(f"recall store (Redis): {exc}") from exc
         except redis.RedisError as exc:
             raise StoreError(f"recall store (Redis): {exc}") from exc

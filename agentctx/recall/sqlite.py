@@ -85,6 +85,11 @@ class SQLiteRecallStore:
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS ledger (session TEXT PRIMARY KEY, json TEXT NOT NULL)"
             )
+            # A ledger saved a decision at a time (`extend_ledger`), where a whole one is not.
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS ledger_part (session TEXT NOT NULL, n INTEGER NOT "
+                "NULL, json TEXT NOT NULL, PRIMARY KEY (session, n)) WITHOUT ROWID"
+            )
             self._file, self._identity = self._opened_file()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open recall store {self.path}: {exc}") from exc
@@ -98,22 +103,9 @@ class SQLiteRecallStore:
         rids = [recall_id(session_id, c) for c in contents]
         session = _session(session_id)
         rows = [(session, rid, _encode(c)) for rid, c in zip(rids, contents, strict=True)]
-        with self._lock:
-            self._check_file()
-            try:
-                self._db.execute("BEGIN IMMEDIATE")  # one transaction for all of them
-                try:
-                    self._db.executemany(
-                        "INSERT OR IGNORE INTO recall (session, id, content) VALUES (?, ?, ?)",
-                        rows,
-                    )
-                    self._db.execute("COMMIT")
-                except BaseException:
-                    if self._db.in_transaction:
-                        self._db.execute("ROLLBACK")
-                    raise
-            except (sqlite3.Error, UnicodeError) as exc:
-                raise StoreError(f"recall store {self.path}: {exc}") from exc
+        self._transaction(
+            ("INSERT OR IGNORE INTO recall (session, id, content) VALUES (?, ?, ?)", rows)
+        )
         return rids
 
     def get(self, session_id: str, rid: str) -> str | None:
@@ -125,16 +117,47 @@ class SQLiteRecallStore:
 
     def load_ledger(self, session_id: str) -> str | None:
         """The saved ledger JSON of ``session_id``, or ``None``."""
-        row = self._run("SELECT json FROM ledger WHERE session = ?", (_session(session_id),))
+        session = _session(session_id)
+        with self._lock:
+            try:
+                parts = self._db.execute(
+                    "SELECT json FROM ledger_part WHERE session = ? ORDER BY n", (session,)
+                ).fetchall()
+                row = (
+                    None
+                    if parts
+                    else self._db.execute(
+                        "SELECT json FROM ledger WHERE session = ?", (session,)
+                    ).fetchone()
+                )
+            except (sqlite3.Error, UnicodeError) as exc:
+                raise StoreError(f"recall store {self.path}: {exc}") from exc
+        if parts:
+            return "[" + ", ".join(_decode(part) for (part,) in parts) + "]"
         return None if row is None else _decode(row[0])
 
     def save_ledger(self, session_id: str, ledger_json: str) -> None:
         """Save the ledger JSON of ``session_id``."""
-        self._run(
-            "INSERT INTO ledger (session, json) VALUES (?, ?) "
-            "ON CONFLICT(session) DO UPDATE SET json = excluded.json",
-            (_session(session_id), _encode(ledger_json)),
-            write=True,
+        session = _session(session_id)
+        self._transaction(
+            ("DELETE FROM ledger_part WHERE session = ?", [(session,)]),
+            (
+                "INSERT INTO ledger (session, json) VALUES (?, ?) "
+                "ON CONFLICT(session) DO UPDATE SET json = excluded.json",
+                [(session, _encode(ledger_json))],
+            ),
+        )
+
+    def extend_ledger(self, session_id: str, parts: Sequence[str], start: int) -> None:
+        """Save the ledger of ``session_id`` as its first ``start`` decisions as saved, then
+        ``parts`` (one decision's JSON each), in one transaction: a save costs what the
+        ledger added, not the whole ledger (`AppendingLedgerStore`)."""
+        session = _session(session_id)
+        rows = [(session, start + k, _encode(part)) for k, part in enumerate(parts)]
+        self._transaction(
+            ("DELETE FROM ledger WHERE session = ?", [(session,)]),
+            ("DELETE FROM ledger_part WHERE session = ? AND n >= ?", [(session, start)]),
+            ("INSERT INTO ledger_part (session, n, json) VALUES (?, ?, ?)", rows),
         )
 
     def close(self) -> None:
@@ -170,12 +193,25 @@ class SQLiteRecallStore:
                 f"recall store {self.path}: the database file was replaced while in use"
             )
 
-    def _run(
-        self, sql: str, args: tuple[str | bytes, ...], *, write: bool = False
-    ) -> tuple[str | bytes, ...] | None:
+    def _transaction(self, *steps: tuple[str, Sequence[tuple[object, ...]]]) -> None:
+        """Run each statement over its rows, all in one write transaction."""
         with self._lock:
-            if write:
-                self._check_file()
+            self._check_file()
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    for sql, rows in steps:
+                        self._db.executemany(sql, rows)
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+                    raise
+            except (sqlite3.Error, UnicodeError) as exc:
+                raise StoreError(f"recall store {self.path}: {exc}") from exc
+
+    def _run(self, sql: str, args: tuple[str | bytes, ...]) -> tuple[str | bytes, ...] | None:
+        with self._lock:
             try:
                 row: tuple[str | bytes, ...] | None = self._db.execute(sql, args).fetchone()
             except (sqlite3.Error, UnicodeError) as exc:

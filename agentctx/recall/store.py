@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
 __all__ = [
+    "AppendingLedgerStore",
     "LedgerStore",
     "MemoryRecallStore",
     "PinningStore",
@@ -147,6 +148,19 @@ class LedgerStore(Protocol):
 
     def save_ledger(self, session_id: str, ledger_json: str) -> None:
         """Save the ledger JSON of ``session_id``."""
+        ...
+
+
+@runtime_checkable
+class AppendingLedgerStore(LedgerStore, Protocol):
+    """A `LedgerStore` that saves a ledger a decision at a time (optional): each save then
+    writes what the ledger added since the last one, not the whole ledger again, which over
+    a long session would write its size once a call (gigabytes at 50k messages)."""
+
+    def extend_ledger(self, session_id: str, parts: Sequence[str], start: int) -> None:
+        """Save the ledger of ``session_id`` as the first ``start`` decisions this method
+        saved, then ``parts`` (each one decision's JSON), atomically; `load_ledger` gives
+        the whole JSON list back."""
         ...
 
 

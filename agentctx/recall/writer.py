@@ -49,7 +49,13 @@ from agentctx._log import log
 from agentctx.errors import StoreDataError, StoreError
 from agentctx.events import CompactionWarning, StoreDegraded, StoreRecovered
 from agentctx.ledger import Ledger, decision_json
-from agentctx.recall.store import LedgerStore, escape_literal, expand_references, recall_id
+from agentctx.recall.store import (
+    AppendingLedgerStore,
+    LedgerStore,
+    escape_literal,
+    expand_references,
+    recall_id,
+)
 from agentctx.recall.tool import recall_page
 
 if TYPE_CHECKING:
@@ -123,6 +129,7 @@ class RecallWriter:
         "_ledger",
         "_ledger_dirty",
         "_ledger_epoch",
+        "_ledger_saved",
         "_live",
         "_lock",
         "_lost",
@@ -184,6 +191,9 @@ class RecallWriter:
         self._count = 0
         self._ledger_dirty = False
         self._ledger_epoch = 0
+        # Of `_parts`, how many the store holds as they are (an `AppendingLedgerStore` has
+        # only what was added since to save); none until this writer saved them.
+        self._ledger_saved = 0
         self._release = False
         self._degraded_since: float | None = None
         self._last_error = ""
@@ -448,6 +458,13 @@ class RecallWriter:
         for rid in self._live - live:
             self._unpin(rid)
         # A new list: a save running in a thread keeps joining the one it started with.
+        if self._keeps_ledger:
+            kept = 0
+            for old, new in zip(self._parts[: self._ledger_saved], parts, strict=False):
+                if old != new:
+                    break
+                kept += 1
+            self._ledger_saved = kept
         self._parts = parts if self._keeps_ledger else []
 
     def _admit(self) -> None:
@@ -556,11 +573,12 @@ class RecallWriter:
         if self._ledger_unsaved:
             parts, n, epoch = self._parts, len(self._parts), self._ledger_epoch
             assert isinstance(store, LedgerStore)
-            return _Job(
-                functools.partial(_save_ledger, store, session, parts, n),
-                functools.partial(self._saved, epoch),
-                _nothing,
-            )
+            if isinstance(store, AppendingLedgerStore):
+                start = self._ledger_saved
+                save = functools.partial(store.extend_ledger, session, parts[start:n], start)
+            else:
+                save = functools.partial(_save_ledger, store, session, parts, n)
+            return _Job(save, functools.partial(self._saved, epoch, parts, n), _nothing)
         release = getattr(store, "release", None)
         if self._release and callable(release):
             return _Job(functools.partial(release, session), self._released, _nothing)
@@ -596,7 +614,9 @@ class RecallWriter:
                 self._ready_bytes -= _size(content)
             self._lost.discard(key[1])
 
-    def _saved(self, epoch: int) -> None:
+    def _saved(self, epoch: int, parts: list[str], n: int) -> None:
+        if self._parts is parts:  # else a rebuild since kept what still matches
+            self._ledger_saved = max(self._ledger_saved, n)
         if self._ledger_epoch == epoch:
             self._ledger_dirty = False
 
