@@ -123,7 +123,9 @@ class Keep:
 class ReplaceSpan:
     """Send ``replacement`` in place of raw messages ``[at.index, end)``.
 
-    ``last`` anchors ``raw[end - 1]`` so an edit anywhere inside the span is detected.
+    ``at`` and ``last`` anchor its first and last messages (``raw[end - 1]``): a history cut
+    back into the span, or either end edited, drops it; an edit strictly inside it is not
+    seen (what a span hides is not compared, in a running session or a resumed one).
     A span may contain older spans whole (it then hides them) but never overlap one partly.
     """
 
