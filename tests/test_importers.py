@@ -794,8 +794,8 @@ def test_neutral_json_list_round_trips(tmp_path: Path) -> None:
 
 
 def test_a_json_list_of_a_providers_messages_is_read(tmp_path: Path) -> None:
-    """Found by a hostile run (P, finding 9): DESIGN.md promises the replay of "a JSON list
-    of Anthropic/OpenAI messages", and only agentctx's own form was read."""
+    """Found by a hostile run (P, finding 9): the replay is meant to take "a JSON list of
+    Anthropic/OpenAI messages", and only agentctx's own form was read."""
     anthropic = [
         {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
         {
