@@ -340,8 +340,8 @@ class ContextManager:
         self._turns: list[anyio.Event] = []
         # The `Quiet` the strategy last returned, with what it holds for (`_still_quiet`).
         self._quiet: tuple[Quiet, CompactionStrategy, Budget, Ledger, int, int] | None = None
-        # The last history given as a view (owned mode) that a decision then changed, and the
-        # raw length it stood for: a retried call passes it again (`_follows_retried`).
+        # The last history given as a view (owned mode) that the call changed (a decision, a
+        # repair), and the raw length it stood for: a retry passes it again (`_follows_retried`).
         self._retriable: tuple[list[Message], int] | None = None
 
     def _new_writer(self, store: RecallStore, ledger: Ledger) -> RecallWriter:
@@ -675,8 +675,11 @@ class ContextManager:
                 self._hub.emit(event)
             self._startup_events.clear()
         self._settle()
-        as_view = self._sync(history)
         state = self._state
+        # What the view is rendered under: a view-mode call that changes it (a decision taken
+        # or dropped, a repair) returns other than it was given, and may be retried.
+        marks = (state.ledger.version, state.repairs_version)
+        as_view = self._sync(history)
         tokens = self._count_new_near_budget(budget)
         if self._adopted:
             self._adopted = False
@@ -745,7 +748,7 @@ class ContextManager:
                 ledger = state.ledger
                 self._quiet = (quiet, strategy, deciding, ledger, ledger.version, len(state.cuts))
         self._current_view()
-        if taken and as_view:
+        if as_view and (state.ledger.version, state.repairs_version) != marks:
             self._retriable = (list(history), len(state.raw))
         self._persist(taken)
         if state.repairs_version != self._repairs_seen:
@@ -924,7 +927,7 @@ class ContextManager:
         return in_raw < in_view
 
     def _follows_retried(self, history: Sequence[Message]) -> bool:
-        """Follow ``history`` if it extends the last view-mode input a decision changed: a
+        """Follow ``history`` if it extends the last view-mode input the call changed: a
         call retried (its request failed) with the history it was given, perhaps with more
         after it. That input stands for the raw history up to where it ended then; read as
         the view it no longer is, its originals would give way to the placeholders they

@@ -25,6 +25,7 @@ from agentctx.events import (
     SubscriberWarning,
     TranscriptRepaired,
 )
+from agentctx.ledger import ReplaceSpan
 from agentctx.manager import ContextManager
 from agentctx.messages import (
     AssistantMessage,
@@ -261,6 +262,41 @@ async def test_an_owned_call_retried_with_its_history_sends_what_it_sent() -> No
             view = again
     assert retried >= 5  # the first call of each of these compacted
     assert len(ctx.raw) == 1 + 40 * 2
+
+
+async def test_an_owned_call_retried_after_a_rewind_or_a_repair_sends_what_it_sent() -> None:
+    """Found by a hostile run (Q, findings 1-2): the first fix remembered only a history a
+    decision changed. One that a rewind changed (the rewind dropped a span that now hid the
+    newest turn) or a repair changed (a stub for a call with no result) was retried as a
+    rewind again: the span's originals gave way to its marker (36 raw messages became 3)
+    and `HistoryResynced` said the caller had rewound."""
+    groups = synthetic_session(3, 60, mean_output_lines=30, prompt_every=4)
+    events: list[Event] = []
+    async with ContextManager(small_budget(9_000)) as ctx:
+        ctx.subscribe(events.append)
+        view: list[Message] = []
+        for group in groups:
+            view = await ctx.prepare([*view, *group])
+            spans = [d for d in ctx.ledger.decisions if isinstance(d, ReplaceSpan)]
+            if spans:
+                break
+        else:
+            raise AssertionError("no span was dropped")
+        j = list(ctx._state.origins).index(spans[0].at.index)  # the marker's place
+        meant = [*ctx.raw[: spans[0].end], user("a new question after the rewind")]
+        history = [*view[: j + 1], user("a new question after the rewind")]  # a rewind
+        for step in range(2):
+            first = await ctx.prepare(history)
+            raw, seen = list(ctx.raw), len(events)
+            assert first != history  # the call changed what it was given
+            again = await ctx.prepare(history)  # the request failed: retried as it is
+            assert again == first and list(ctx.raw) == raw
+            assert not any(isinstance(e, HistoryResynced) for e in events[seen:])
+            assert_view_ok(again, ctx.raw)
+            if step == 0:
+                assert as_json(raw) == as_json(meant)
+                history = [*again, assistant(call("c9")), user("never mind")]  # no result
+    assert as_json(list(ctx.raw)) == as_json([*meant, assistant(call("c9")), user("never mind")])
 
 
 @pytest.mark.parametrize("went_on", [False, True])
