@@ -60,6 +60,19 @@ def _decode(value: Any) -> str | None:
         raise StoreDataError(f"recall store holds a value that is not UTF-8 text: {e}") from e
 
 
+# KEYS: the parts list, the whole ledger's key. ARGV: start, ttl (0: none), then the parts.
+# One script, so no other client's write falls between the check and the write.
+_EXTEND = """
+local start = tonumber(ARGV[1])
+if redis.call('LLEN', KEYS[1]) < start then return 0 end
+redis.call('DEL', KEYS[2])
+if start > 0 then redis.call('LTRIM', KEYS[1], 0, start - 1) else redis.call('DEL', KEYS[1]) end
+if #ARGV > 2 then redis.call('RPUSH', KEYS[1], unpack(ARGV, 3)) end
+if tonumber(ARGV[2]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
+return 1
+"""
+
+
 class RedisRecallStore:
     """A `RecallStore` and `LedgerStore` on a Redis server.
 
@@ -180,27 +193,16 @@ class RedisRecallStore:
 
         self._call(write)
 
-    def extend_ledger(self, session_id: str, parts: Sequence[str], start: int) -> None:
+    def extend_ledger(self, session_id: str, parts: Sequence[str], start: int) -> bool:
         """Save the ledger of ``session_id`` as its first ``start`` decisions as saved, then
-        ``parts`` (one decision's JSON each), in one transaction, refreshing its expiry: a
-        save costs what the ledger added, not the whole ledger (`AppendingLedgerStore`)."""
-        key = self._parts_key(session_id)
-        data = [_encode(part) for part in parts]
-
-        def write(r: redis.Redis) -> None:
-            pipe = r.pipeline(transaction=True)
-            pipe.delete(self._ledger_key(session_id))
-            if start > 0:
-                pipe.ltrim(key, 0, start - 1)
-            else:
-                pipe.delete(key)
-            if data:
-                pipe.rpush(key, *data)
-            if self.ttl_seconds is not None:
-                pipe.expire(key, self.ttl_seconds)
-            pipe.execute()
-
-        self._call(write)
+        ``parts`` (one decision's JSON each), atomically, refreshing its expiry: a save
+        costs what the ledger added, not the whole ledger (`AppendingLedgerStore`).
+        ``False``, with nothing written, when fewer than ``start`` are there (the server
+        restarted empty, the key expired or was evicted)."""
+        ttl = 0 if self.ttl_seconds is None else self.ttl_seconds
+        words: list[bytes | int] = [self._parts_key(session_id), self._ledger_key(session_id)]
+        words += [start, ttl, *(_encode(part) for part in parts)]
+        return bool(self._call(lambda r: r.eval(_EXTEND, 2, *words)))
 
     def close(self) -> None:
         """Close the connection pool if this store made it."""

@@ -148,16 +148,21 @@ class SQLiteRecallStore:
             ),
         )
 
-    def extend_ledger(self, session_id: str, parts: Sequence[str], start: int) -> None:
+    def extend_ledger(self, session_id: str, parts: Sequence[str], start: int) -> bool:
         """Save the ledger of ``session_id`` as its first ``start`` decisions as saved, then
         ``parts`` (one decision's JSON each), in one transaction: a save costs what the
-        ledger added, not the whole ledger (`AppendingLedgerStore`)."""
+        ledger added, not the whole ledger (`AppendingLedgerStore`). ``False``, with
+        nothing written, when fewer than ``start`` are there (rows deleted since)."""
         session = _session(session_id)
         rows = [(session, start + k, _encode(part)) for k, part in enumerate(parts)]
-        self._transaction(
+        return self._transaction(
             ("DELETE FROM ledger WHERE session = ?", [(session,)]),
             ("DELETE FROM ledger_part WHERE session = ? AND n >= ?", [(session, start)]),
             ("INSERT INTO ledger_part (session, n, json) VALUES (?, ?, ?)", rows),
+            check=(
+                "SELECT COUNT(*) = ? FROM ledger_part WHERE session = ? AND n < ?",
+                (start, session, start),
+            ),
         )
 
     def close(self) -> None:
@@ -193,13 +198,21 @@ class SQLiteRecallStore:
                 f"recall store {self.path}: the database file was replaced while in use"
             )
 
-    def _transaction(self, *steps: tuple[str, Sequence[tuple[object, ...]]]) -> None:
-        """Run each statement over its rows, all in one write transaction."""
+    def _transaction(
+        self,
+        *steps: tuple[str, Sequence[tuple[object, ...]]],
+        check: tuple[str, tuple[object, ...]] | None = None,
+    ) -> bool:
+        """Run each statement over its rows, all in one write transaction; ``False``, with
+        nothing written, when the ``check`` query (run first) answers false."""
         with self._lock:
             self._check_file()
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
+                    if check is not None and not self._db.execute(*check).fetchone()[0]:
+                        self._db.execute("ROLLBACK")
+                        return False
                     for sql, rows in steps:
                         self._db.executemany(sql, rows)
                     self._db.execute("COMMIT")
@@ -209,6 +222,7 @@ class SQLiteRecallStore:
                     raise
             except (sqlite3.Error, UnicodeError) as exc:
                 raise StoreError(f"recall store {self.path}: {exc}") from exc
+        return True
 
     def _run(self, sql: str, args: tuple[str | bytes, ...]) -> tuple[str | bytes, ...] | None:
         with self._lock:

@@ -157,10 +157,12 @@ class AppendingLedgerStore(LedgerStore, Protocol):
     writes what the ledger added since the last one, not the whole ledger again, which over
     a long session would write its size once a call (gigabytes at 50k messages)."""
 
-    def extend_ledger(self, session_id: str, parts: Sequence[str], start: int) -> None:
+    def extend_ledger(self, session_id: str, parts: Sequence[str], start: int) -> bool:
         """Save the ledger of ``session_id`` as the first ``start`` decisions this method
         saved, then ``parts`` (each one decision's JSON), atomically; `load_ledger` gives
-        the whole JSON list back."""
+        the whole JSON list back. ``False``, with nothing written, when the store holds fewer
+        than ``start`` of them (lost since: a server restarted empty, an expiry): the writer
+        then saves them all."""
         ...
 
 

@@ -575,7 +575,7 @@ class RecallWriter:
             assert isinstance(store, LedgerStore)
             if isinstance(store, AppendingLedgerStore):
                 start = self._ledger_saved
-                save = functools.partial(store.extend_ledger, session, parts[start:n], start)
+                save = functools.partial(_extend_ledger, store, session, parts, start, n)
             else:
                 save = functools.partial(_save_ledger, store, session, parts, n)
             return _Job(save, functools.partial(self._saved, epoch, parts, n), _nothing)
@@ -756,6 +756,15 @@ class _Fetched:
 
     def get(self, session_id: str, rid: str) -> str | None:
         return self._content
+
+
+def _extend_ledger(
+    store: AppendingLedgerStore, session_id: str, parts: list[str], start: int, n: int
+) -> None:
+    """Save what ``parts[:n]`` added after the first ``start``; all of it when the store no
+    longer holds those (lost since)."""
+    if not store.extend_ledger(session_id, parts[start:n], start):
+        store.extend_ledger(session_id, parts[:n], 0)
 
 
 def _save_ledger(store: LedgerStore, session_id: str, parts: list[str], n: int) -> None:
