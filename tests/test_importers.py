@@ -842,6 +842,64 @@ def test_a_json_list_of_a_providers_messages_is_read(tmp_path: Path) -> None:
     assert main(["replay", str(tmp_path / "openai-chat.json"), "--strategy", "none"]) == 0
 
 
+def test_a_providers_list_is_read_by_what_its_messages_say(tmp_path: Path) -> None:
+    """Found by a hostile run (Q, finding 4): the first fix took whichever adapter did not
+    raise, and each carries the other's fields through: an OpenAI list whose only call had
+    no result yet was read as Anthropic's (the call an unknown field), an OpenAI image part
+    as an opaque Anthropic block, a list of both forms as OpenAI's; a system message of
+    text parts was refused as "unsupported role"."""
+
+    def load(value: list[dict[str, Any]]) -> Any:
+        path = tmp_path / "m.json"
+        path.write_text(json.dumps(value))
+        return load_transcript(path)
+
+    call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+    pending = load(
+        [
+            {"role": "user", "content": "fix the bug"},
+            {"role": "assistant", "content": "Let me read it.", "tool_calls": [call]},
+        ]
+    )
+    assert pending.format == "openai-chat"
+    assert pending.messages[-1].tool_calls == (ToolCall("c1", "read", {}),)
+    image = load(
+        [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "what is this"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                ],
+            }
+        ]
+    )
+    assert image.format == "openai-chat"
+    assert isinstance(image.messages[0].content[1], ImageBlock)
+    parts = load(
+        [
+            {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+            {"role": "user", "content": "hi"},
+        ]
+    )
+    assert parts.system == "Be brief." and parts.messages[0].extra == {}
+    with pytest.raises(TranscriptFormatError, match="not Anthropic's and OpenAI's"):
+        load(
+            [
+                {"role": "user", "content": "hi"},
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "t1", "name": "r", "input": {}}],
+                },
+                {"role": "tool", "tool_call_id": "t1", "content": "R"},
+            ]
+        )
+    with pytest.raises(
+        TranscriptFormatError, match=r":1: expected OpenAI Chat Completions messages"
+    ):
+        load([{"role": "function", "content": "old"}])
+
+
 def test_results_are_frozen() -> None:
     transcript = Transcript("p", "pi", ())
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -38,6 +38,7 @@ from agentctx.importers._common import (
     Source,
     Transcript,
 )
+from agentctx.importers.provider_lists import provider_form, read_provider_list
 from agentctx.messages import from_dict
 
 __all__ = [
@@ -180,54 +181,11 @@ def _load_neutral(src: Source) -> Transcript:
             problem = f"with {problem}"
         # Not agentctx's own form: a request's messages as a provider takes them, if what
         # only a provider's form holds says so (else the error is the neutral form's).
-        provider = _provider_messages(src.path, value) if _provider_shaped(value) else None
-        if provider is not None:
-            return provider
+        form = provider_form(value)
+        if form is not None:
+            return read_provider_list(doc, value, form)
         raise doc.error((i,), f"message {i} in agentctx's form {problem}")
     return Transcript(src.path, "neutral", tuple(messages))
-
-
-# Content blocks of a provider's request that agentctx's form writes otherwise.
-_PROVIDER_BLOCKS = frozenset({"tool_use", "tool_result", "image_url", "input_text"})
-
-
-def _provider_shaped(value: list[Any]) -> bool:
-    """Whether ``value`` holds what only a provider's messages hold: text content as a
-    string (or none, beside tool calls), ``tool_calls``, a system message, a tool-use block."""
-    for item in value:
-        if not isinstance(item, dict):
-            continue
-        content = item.get("content")
-        if content is None or isinstance(content, str) or "tool_calls" in item:
-            return True
-        if item.get("role") in ("system", "developer"):
-            return True
-        if isinstance(content, list) and any(
-            isinstance(b, dict) and b.get("type") in _PROVIDER_BLOCKS for b in content
-        ):
-            return True
-    return False
-
-
-def _provider_messages(path: str, value: list[Any]) -> Transcript | None:
-    """``value`` read as Anthropic Messages or OpenAI Chat Completions ``messages`` (leading
-    system messages as the system prompt); ``None`` when it is neither."""
-    from agentctx.adapters.anthropic import from_anthropic
-    from agentctx.adapters.openai_chat import from_openai_chat, split_openai_chat_system
-
-    try:
-        return Transcript(path, "anthropic", tuple(from_anthropic(value)))
-    except Exception:  # not this form: the next one, or the neutral error
-        pass
-    try:
-        system, rest = split_openai_chat_system(value)
-        texts = [t for m in system if isinstance(t := m.get("content"), str)]
-        if len(texts) < len(system):  # a system message of parts: not read here
-            return None
-        messages = tuple(from_openai_chat(rest))
-    except Exception:  # not this form either: the neutral error says why
-        return None
-    return Transcript(path, "openai-chat", messages, system="\n\n".join(texts) or None)
 
 
 _USAGE_KEYS = (
