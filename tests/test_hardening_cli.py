@@ -278,3 +278,21 @@ def test_an_output_that_fails_to_be_written_is_named(capsys: pytest.CaptureFixtu
         pytest.fail("this test needs /dev/full (Linux)")
     assert main(["replay", "--strategy", "none", "--report", "/dev/full"]) == 2
     assert "--report /dev/full: No space left on device" in capsys.readouterr().err
+
+
+def test_a_comparison_shows_a_file_name_as_text(tmp_path: Path) -> None:
+    """Found by a hostile run (Q, finding 5): with --compare on a terminal, the table of each
+    transcript was titled with its file name read as rich markup (a link, blinking text)."""
+    import io
+
+    from rich.console import Console
+
+    source = Path(__file__).parent / "corpus" / "claude-code" / "spotter-tool_heavy.jsonl"
+    path = tmp_path / "x[blink]B[link=https:evil.example]L.jsonl"
+    path.write_bytes(source.read_bytes())
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=300, color_system="truecolor")
+    assert main(["replay", str(path), "--compare", "none,deterministic"], console=console) == 0
+    shown = out.getvalue()
+    assert "x[blink]B[link=https:evil.example]L.jsonl" in shown
+    assert "\x1b]8;" not in shown and "\x1b[5m" not in shown

@@ -352,7 +352,9 @@ def print_comparison_rich(table: Comparison, console: Console) -> None:
     from rich.text import Text
 
     for title, rows in _sections(table):
-        t = Table(title=printable(title), title_justify="left", show_edge=False, pad_edge=False)
+        t = Table(
+            title=Text(printable(title)), title_justify="left", show_edge=False, pad_edge=False
+        )
         for k, name in enumerate(COMPARE_COLUMNS):
             t.add_column(name, justify="left" if k == 0 else "right", no_wrap=k < 7)
         for row in rows:
