@@ -900,6 +900,47 @@ def test_a_providers_list_is_read_by_what_its_messages_say(tmp_path: Path) -> No
         load([{"role": "function", "content": "old"}])
 
 
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": 5}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "a"}],
+            "usage": {"input_tokens": "1"},
+        },
+        {"role": "summary", "text": 7},
+    ],
+    ids=["signature", "usage", "summary"],
+)
+def test_a_broken_list_in_agentctxs_form_gets_its_own_error(
+    tmp_path: Path, broken: dict[str, Any]
+) -> None:
+    """Found by a hostile run (S, finding 1): a list in agentctx's form with one field wrong
+    was read as Anthropic's when it held a thinking block (a signature of 5 became none) or
+    blamed a healthy message (a summary, "unsupported role"): thinking blocks are agentctx's
+    form too, and a summary message is only agentctx's."""
+    history = [to_dict(UserMessage.of("task")), to_dict(SummaryMessage("earlier")), broken]
+    path = tmp_path / "n.json"
+    path.write_text(json.dumps(history))
+    with pytest.raises(TranscriptFormatError, match=r"message 2 in agentctx's form"):
+        load_transcript(path)
+
+
+@pytest.mark.parametrize(
+    "bad", [{"role": ["user"], "content": "hi"}, {"role": "user", "content": [{"type": {}}]}]
+)
+def test_a_role_or_type_that_is_no_string_is_a_format_error(
+    tmp_path: Path, bad: dict[str, Any]
+) -> None:
+    """Found by a hostile run (S, finding 2): a list or object as a role or a block type
+    raised TypeError (unhashable) while the list's form was told."""
+    path = tmp_path / "n.json"
+    path.write_text(json.dumps([bad]))
+    with pytest.raises(TranscriptFormatError, match=":1: expected"):
+        load_transcript(path)
+
+
 def test_results_are_frozen() -> None:
     transcript = Transcript("p", "pi", ())
     with pytest.raises(dataclasses.FrozenInstanceError):

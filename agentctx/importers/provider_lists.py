@@ -4,7 +4,7 @@
 that is not, and holds what only a provider's messages hold, is read as Anthropic Messages
 ``messages`` or OpenAI Chat Completions ``messages`` (leading system messages as the system
 prompt), whichever its messages say: ``tool_calls``, a ``system`` role, a ``tool`` message of
-text or an ``image_url`` part mean OpenAI; a ``tool_use``, ``tool_result`` or thinking block means
+text or an ``image_url`` part mean OpenAI; a ``tool_use`` or ``tool_result`` block means
 Anthropic. A list that holds both is a `TranscriptFormatError`, as is a message neither
 adapter reads.
 """
@@ -23,25 +23,34 @@ __all__ = ["provider_form", "read_provider_list"]
 
 _OPENAI_ROLES = frozenset({"system", "developer", "function"})  # and "tool" with text content
 _OPENAI_PARTS = frozenset({"image_url", "input_audio", "file", "refusal"})
-_ANTHROPIC_BLOCKS = frozenset(
-    {"tool_use", "tool_result", "thinking", "redacted_thinking", "document", "server_tool_use"}
-)
+# (Thinking blocks are agentctx's form too: they tell nothing.)
+_ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "document", "server_tool_use"})
+_OWN_BLOCKS = frozenset({"tool_call", "opaque"})  # only agentctx's form has these
 
 
 def provider_form(value: list[Any]) -> str | None:
     """``"anthropic"``, ``"openai-chat"``, ``"mixed"`` (marks of both), or ``None`` when
-    nothing in ``value`` is a provider's form rather than agentctx's."""
+    nothing in ``value`` is a provider's form rather than agentctx's, or something is only
+    agentctx's (a summary message, a ``tool_call`` block, a tool message of blocks): then a
+    list that does not read is agentctx's, wrong somewhere, and its error says where."""
     openai = anthropic = plain = False
     for item in value:
         if not isinstance(item, dict):
             continue
         content = item.get("content")
         role = item.get("role")
+        role = role if isinstance(role, str) else None
+        if role == "summary" or (role == "tool" and isinstance(content, list)):
+            return None
         openai |= "tool_calls" in item or role in _OPENAI_ROLES
-        openai |= role == "tool" and isinstance(content, str)  # agentctx's holds blocks
+        openai |= role == "tool" and isinstance(content, str)
         plain |= content is None or isinstance(content, str)
         for block in content if isinstance(content, list) else ():
             kind = block.get("type") if isinstance(block, dict) else None
+            if not isinstance(kind, str):
+                continue
+            if kind in _OWN_BLOCKS:
+                return None
             openai |= kind in _OPENAI_PARTS
             anthropic |= kind in _ANTHROPIC_BLOCKS
             anthropic |= kind == "image" and isinstance(block.get("source"), dict)
