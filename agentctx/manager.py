@@ -26,6 +26,7 @@ import reprlib
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Self
@@ -90,6 +91,7 @@ _THRASH_CALLS = 3  # prefix rewrites in a row that earn a warning
 _CACHE_TTL_SECONDS = 300.0  # the providers' default prompt-cache lifetime
 _MAX_SHORT_FRACTION = 10  # a report raises the estimate of its view by at most a tenth of it
 _WHOLE_COMPARE = 32  # see _extends_raw
+_EARLIER_VIEWS = 4  # views changed by decisions that an owned caller can go back to
 _UNSENT_MARGIN = 0.1  # how much more messages no request has sent yet may cost than estimated
 
 
@@ -178,11 +180,12 @@ def _shown_until(state: ViewState) -> int:
     return span.end if span is not None else top + 1
 
 
-def _raw_from(state: ViewState, k: int) -> int:
+def _raw_from(
+    view: Sequence[Message], origins: Sequence[int], raw: Sequence[Message], k: int
+) -> int:
     """The raw index where what ``view[k:]`` stands for begins: the origin of the first of
     them that stands for a raw message. A stub for a missing result stands for none: it
     takes the origin of its call's message, which ``view[:k]`` holds when it leads."""
-    view, origins, raw = state.view, state.origins, state.raw
     while k < len(view):
         origin = origins[k]
         if not isinstance(view[k], ToolResultMessage) or isinstance(raw[origin], ToolResultMessage):
@@ -342,7 +345,14 @@ class ContextManager:
         self._quiet: tuple[Quiet, CompactionStrategy, Budget, Ledger, int, int] | None = None
         # The last history given as a view (owned mode) that the call changed (a decision, a
         # repair), and the raw length it stood for: a retry passes it again (`_follows_retried`).
-        self._retriable: tuple[list[Message], int] | None = None
+        self._retriable: tuple[list[Message], int, int] | None = None
+        # Views decisions changed, as calls found them, with their origins and the raw
+        # length they stood for: a view an owned caller may go back to (`_resync`).
+        self._earlier: deque[tuple[list[Message], list[int], int]] = deque(maxlen=_EARLIER_VIEWS)
+        self._kept_view = True  # whether this call kept its view in `_earlier` (or no call runs)
+        # How many of the last input's messages stand one for one for the last raw ones
+        # (what the call appended): the rest stands for the raw history before them whole.
+        self._fresh = 0
 
     def _new_writer(self, store: RecallStore, ledger: Ledger) -> RecallWriter:
         return RecallWriter(
@@ -617,7 +627,11 @@ class ContextManager:
         has the history compared in full; to make it count at once, cut the history back to it for
         one call, then extend it again. A call retried with the history it was given (its
         request failed), alone or with new messages after it, is read as the history it stood
-        for, not as a rewind, even where a decision changed it: it gets the same view.
+        for, not as a rewind, even where a decision changed it: it gets the same view. So is
+        an owned history that goes back to a view returned before one of the last few calls
+        that decided (4); one from before a rewind (a redo) is read against what the session
+        still holds, so the placeholders it shows for messages the rewind cut are taken for
+        the messages.
 
         Calls of one session take turns: one made while another is running (its strategy
         awaiting inside `compact`) waits for it, then renders its own history. One made from
@@ -680,6 +694,7 @@ class ContextManager:
         # or dropped, a repair) returns other than it was given, and may be retried.
         marks = (state.ledger.version, state.repairs_version)
         as_view = self._sync(history)
+        self._kept_view = False
         tokens = self._count_new_near_budget(budget)
         if self._adopted:
             self._adopted = False
@@ -748,8 +763,9 @@ class ContextManager:
                 ledger = state.ledger
                 self._quiet = (quiet, strategy, deciding, ledger, ledger.version, len(state.cuts))
         self._current_view()
+        self._kept_view = True
         if as_view and (state.ledger.version, state.repairs_version) != marks:
-            self._retriable = (list(history), len(state.raw))
+            self._retriable = (list(history), len(state.raw), self._fresh)
         self._persist(taken)
         if state.repairs_version != self._repairs_seen:
             self._report_repairs()
@@ -872,6 +888,12 @@ class ContextManager:
     def _current_view(self) -> tuple[Sequence[Message], Sequence[int]]:
         state = self._state
         if state.ledger.version != self._rendered_version:
+            if not self._kept_view and state.view:
+                # The view as the call found it, before its decisions change it: an owned
+                # caller may go back to it (`_resync`). Once a call, on calls that decide.
+                self._kept_view = True
+                kept = (list(state.view), list(state.origins), len(state.raw))
+                self._earlier.append(kept)
             state.refresh()
             self._rendered_version = state.ledger.version
         return state.view, state.origins
@@ -904,6 +926,7 @@ class ContextManager:
 
     def _extend(self, new: Sequence[Message], offset: int) -> None:
         """Append ``new`` (at ``offset`` of the input) to the raw history."""
+        self._fresh = len(new)
         state = self._state
         check_history(new, offset)
         state.append(new)
@@ -919,26 +942,28 @@ class ContextManager:
         # (owned): where the view leaves raw messages out (results answering no call), a
         # raw history edited there matches both as far, and read as the view it would keep
         # the raw messages it replaces beside the new ones.
+        best, earlier = max(in_view, in_raw), None
+        for kept in self._earlier:  # a view a decision changed since: the caller went back
+            k = _common_prefix(history, kept[0])
+            if k > best:
+                best, earlier = k, kept
+        if earlier is not None:
+            view, origins, end = earlier
+            if best < len(view):
+                self._rebase(_raw_from(view, origins, state.raw, best), history[best:], best)
+            else:
+                self._continue(end, history, best)
+            return True
         if in_raw >= in_view:
             cut, new = in_raw, history[in_raw:]
         else:
-            cut, new = _raw_from(state, in_view), history[in_view:]
+            cut, new = _raw_from(state.view, state.origins, state.raw, in_view), history[in_view:]
         self._rebase(cut, new, len(history) - len(new))
         return in_raw < in_view
 
-    def _follows_retried(self, history: Sequence[Message]) -> bool:
-        """Follow ``history`` if it extends the last view-mode input the call changed: a
-        call retried (its request failed) with the history it was given, perhaps with more
-        after it. That input stands for the raw history up to where it ended then; read as
-        the view it no longer is, its originals would give way to the placeholders they
-        were replaced by."""
-        kept = self._retriable
-        if kept is None:
-            return False
-        before, end = kept
-        n = len(before)
-        if len(history) < n or _common_prefix(history, before) < n:
-            return False
+    def _continue(self, end: int, history: Sequence[Message], n: int) -> None:
+        """Follow ``history``, whose first ``n`` messages stand for ``raw[:end]``: what comes
+        after them is appended, from where it leaves what the raw history holds there."""
         raw = self._state.raw
         since = history[n:]
         k = _common_prefix(since, raw[end:]) if len(raw) > end else 0
@@ -946,14 +971,42 @@ class ContextManager:
             self._extend(since[k:], n + k)
         else:
             self._rebase(end + k, since[k:], n + k)
+
+    def _follows_retried(self, history: Sequence[Message]) -> bool:
+        """Follow ``history`` if it follows the last view-mode input the call changed: a
+        call retried (its request failed) with the history it was given, perhaps with more
+        after it, or one that goes back to the view that call was given (it leaves the input
+        among the messages the call appended). That input stands for the raw history up to
+        where it ended then; read as the view it no longer is, its originals would give way
+        to the placeholders they were replaced by."""
+        kept = self._retriable
+        if kept is None:
+            return False
+        before, end, fresh = kept
+        n = len(before)
+        k = _common_prefix(history, before)
+        if k < n - fresh:
+            return False
+        if k < n:
+            # It leaves that input among the messages the call appended: a rewind there
+            # (the caller went back to the view it held before that call).
+            self._rebase(end - (n - k), history[k:], k)
+            self._fresh = len(history) - (n - fresh)
+            return True
+        self._continue(end, history, n)
+        self._fresh = fresh + len(history) - n
         return True
 
     def _rebase(self, cut: int, new: Sequence[Message], offset: int) -> None:
         """Cut the raw history back to ``cut``, append ``new`` (at ``offset`` of the input)."""
+        self._fresh = len(new)
         state = self._state
         check_history(new, offset)
         if self._retriable is not None and cut < self._retriable[1]:
             self._retriable = None
+        if any(end > cut for *_, end in self._earlier):  # they stood for what is cut away
+            kept = [e for e in self._earlier if e[2] <= cut]
+            self._earlier = deque(kept, maxlen=_EARLIER_VIEWS)
         dropped = state.truncate(cut)
         state.append(new)
         # Decisions before the cut were taken on a longer history; what it protects now (the

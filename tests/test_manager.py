@@ -299,6 +299,39 @@ async def test_an_owned_call_retried_after_a_rewind_or_a_repair_sends_what_it_se
     assert as_json(list(ctx.raw)) == as_json([*meant, assistant(call("c9")), user("never mind")])
 
 
+@pytest.mark.parametrize("back", [1, 2, 3])
+async def test_an_owned_caller_going_back_to_an_earlier_view_keeps_the_originals(
+    back: int,
+) -> None:
+    """Found by a hostile run (S, finding 3): an owned caller that went back to the view it
+    held before a call that decided (dropping what it had sent since) was read as a rewind
+    of the current view: the placeholders that view held were taken for raw messages, and the
+    originals behind them left the raw history. Views a decision changed are kept, as the
+    call found them (`_EARLIER_VIEWS`), to read such a history against."""
+    groups = synthetic_session(101, 60, mean_output_lines=80)
+    other = [user("forget that; do something else")]
+    checked = 0
+    for calls in range(back + 2, 40):
+        async with ContextManager(Budget(context_window=9_000, reserve_output=1_000)) as ctx:
+            held: list[tuple[list[Message], int, bool]] = []  # view given, raw then, decided
+            view: list[Message] = []
+            for group in groups[:calls]:
+                version = ctx.ledger.version
+                given, raw_then = view, len(ctx.raw)
+                view = await ctx.prepare([*view, *group])
+                held.append((given, raw_then, ctx.ledger.version != version))
+            decided = [h for h in held[1:] if h[2]]
+            if len(decided) < back or not held[-1][2]:
+                continue
+            earlier, raw_then, _ = decided[-back]  # the view before that call, and its raw
+            meant = [*ctx.raw[:raw_then], *other]
+            again = await ctx.prepare([*earlier, *other])
+            assert as_json(list(ctx.raw)) == as_json(meant), calls
+            assert_view_ok(again, ctx.raw)
+            checked += 1
+    assert checked >= 3
+
+
 @pytest.mark.parametrize("went_on", [False, True])
 async def test_a_retried_owned_history_with_more_after_it_is_followed(went_on: bool) -> None:
     """The retried history with new messages after it: read as the raw history it stood for
