@@ -91,7 +91,7 @@ _THRASH_CALLS = 3  # prefix rewrites in a row that earn a warning
 _CACHE_TTL_SECONDS = 300.0  # the providers' default prompt-cache lifetime
 _MAX_SHORT_FRACTION = 10  # a report raises the estimate of its view by at most a tenth of it
 _WHOLE_COMPARE = 32  # see _extends_raw
-_EARLIER_VIEWS = 4  # views changed by decisions that an owned caller can go back to
+_EARLIER_VIEWS = 8  # views changed by decisions or rewinds that an owned caller can go back to
 _UNSENT_MARGIN = 0.1  # how much more messages no request has sent yet may cost than estimated
 
 
@@ -192,6 +192,19 @@ def _raw_from(
             return origin
         k += 1
     return len(raw)
+
+
+def _view_below(
+    view: list[Message], origins: list[int], raw: Sequence[Message], end: int, cut: int
+) -> tuple[list[Message], list[int], int]:
+    """The leading messages of ``view`` (which stands for ``raw[:end]``) that stand for
+    ``raw[:cut]`` at most, their origins, and the raw length they stand for."""
+    if end <= cut:
+        return view, origins, end
+    j = bisect.bisect_left(origins, cut)
+    while j > 0 and _raw_from(view, origins, raw, j) > cut:
+        j -= 1
+    return view[:j], origins[:j], _raw_from(view, origins, raw, j)
 
 
 def _read_once(history: object) -> list[Message]:
@@ -346,8 +359,8 @@ class ContextManager:
         # The last history given as a view (owned mode) that the call changed (a decision, a
         # repair), and the raw length it stood for: a retry passes it again (`_follows_retried`).
         self._retriable: tuple[list[Message], int, int] | None = None
-        # Views decisions changed, as calls found them, with their origins and the raw
-        # length they stood for: a view an owned caller may go back to (`_resync`).
+        # Views decisions or rewinds changed, as calls found them, with their origins and the
+        # raw length they stood for: a view an owned caller may go back to (`_resync`).
         self._earlier: deque[tuple[list[Message], list[int], int]] = deque(maxlen=_EARLIER_VIEWS)
         self._kept_view = True  # whether this call kept its view in `_earlier` (or no call runs)
         # How many of the last input's messages stand one for one for the last raw ones
@@ -628,10 +641,10 @@ class ContextManager:
         one call, then extend it again. A call retried with the history it was given (its
         request failed), alone or with new messages after it, is read as the history it stood
         for, not as a rewind, even where a decision changed it: it gets the same view. So is
-        an owned history that goes back to a view returned before one of the last few calls
-        that decided (4); one from before a rewind (a redo) is read against what the session
-        still holds, so the placeholders it shows for messages the rewind cut are taken for
-        the messages.
+        an owned history that goes back to a view or an input of one of the last few calls
+        that decided or rewound (8); one from before a rewind (a redo) is read against what
+        the session still holds, so the placeholders it shows for messages the rewind cut are
+        taken for the messages.
 
         Calls of one session take turns: one made while another is running (its strategy
         awaiting inside `compact`) waits for it, then renders its own history. One made from
@@ -758,14 +771,13 @@ class ContextManager:
                         break
             finally:
                 _COMPACTING.reset(compacting)
+                self._remember_input(history, as_view, marks)  # cancelled too: it was synced
             taken = ctx.taken
             if isinstance(quiet, Quiet) and not taken:
                 ledger = state.ledger
                 self._quiet = (quiet, strategy, deciding, ledger, ledger.version, len(state.cuts))
         self._current_view()
-        self._kept_view = True
-        if as_view and (state.ledger.version, state.repairs_version) != marks:
-            self._retriable = (list(history), len(state.raw), self._fresh)
+        self._remember_input(history, as_view, marks)
         self._persist(taken)
         if state.repairs_version != self._repairs_seen:
             self._report_repairs()
@@ -807,6 +819,16 @@ class ContextManager:
             and strategy is self.strategy
             and (budget is seen or budget == seen)
         )
+
+    def _remember_input(
+        self, history: Sequence[Message], as_view: bool, marks: tuple[int, int]
+    ) -> None:
+        """End of a call: a view-mode input the call changed may be retried
+        (`_follows_retried`); a call that changed the view otherwise replaces it."""
+        self._kept_view = True
+        state = self._state
+        if (state.ledger.version, state.repairs_version) != marks:
+            self._retriable = (list(history), len(state.raw), self._fresh) if as_view else None
 
     def _watch_thrash(self, taken: Sequence[Decision], idle: float | None) -> None:
         """Warn once per streak when compaction rewrites the cached prefix on several calls
@@ -934,10 +956,10 @@ class ContextManager:
 
     def _resync(self, history: Sequence[Message]) -> bool:
         state = self._state
-        if self._follows_retried(history):
-            return True
         in_view = _common_prefix(history, state.view)
         in_raw = _common_prefix(history, state.raw)
+        if self._follows_retried(history, max(in_view, in_raw)):
+            return True
         # The history is read as the raw one (projection) unless it follows the view further
         # (owned): where the view leaves raw messages out (results answering no call), a
         # raw history edited there matches both as far, and read as the view it would keep
@@ -972,20 +994,21 @@ class ContextManager:
         else:
             self._rebase(end + k, since[k:], n + k)
 
-    def _follows_retried(self, history: Sequence[Message]) -> bool:
+    def _follows_retried(self, history: Sequence[Message], other: int) -> bool:
         """Follow ``history`` if it follows the last view-mode input the call changed: a
         call retried (its request failed) with the history it was given, perhaps with more
         after it, or one that goes back to the view that call was given (it leaves the input
         among the messages the call appended). That input stands for the raw history up to
         where it ended then; read as the view it no longer is, its originals would give way
-        to the placeholders they were replaced by."""
+        to the placeholders they were replaced by. Only where no other reading (``other``
+        messages of the current view or raw history) follows it further."""
         kept = self._retriable
         if kept is None:
             return False
         before, end, fresh = kept
         n = len(before)
         k = _common_prefix(history, before)
-        if k < n - fresh:
+        if k < n - fresh or k < other:
             return False
         if k < n:
             # It leaves that input among the messages the call appended: a rewind there
@@ -1004,9 +1027,11 @@ class ContextManager:
         check_history(new, offset)
         if self._retriable is not None and cut < self._retriable[1]:
             self._retriable = None
-        if any(end > cut for *_, end in self._earlier):  # they stood for what is cut away
-            kept = [e for e in self._earlier if e[2] <= cut]
-            self._earlier = deque(kept, maxlen=_EARLIER_VIEWS)
+        # The views kept, and the view now, each as far as it stands for what stays: going
+        # back to one of them still reads against it.
+        views = [*self._earlier, (list(state.view), list(state.origins), len(state.raw))]
+        kept = [_view_below(v, o, state.raw, end, cut) for v, o, end in views]
+        self._earlier = deque((v for v in kept if v[0]), maxlen=_EARLIER_VIEWS)
         dropped = state.truncate(cut)
         state.append(new)
         # Decisions before the cut were taken on a longer history; what it protects now (the

@@ -5,6 +5,7 @@ billed briefings lost at close, corrupt saved ledgers, decisions that could not 
 from __future__ import annotations
 
 import asyncio
+import random
 import subprocess
 import sys
 from collections.abc import Callable
@@ -1132,3 +1133,107 @@ async def test_a_view_returned_near_the_limit_is_under_it_counted_in_full() -> N
         again = await b.prepare([from_dict(to_dict(m)) for m in history])
     assert [canonical_json(m) for m in again] == [canonical_json(m) for m in sent]
     assert len(b.ledger) == len(Ledger.from_json(saved))
+
+
+@pytest.mark.parametrize("seed", range(6))
+async def test_owned_histories_that_retry_go_back_or_rewind_mean_what_they_hold(seed: int) -> None:
+    """Found by hostile runs (Q, S, T) in turn, each against the last fix: an owned caller
+    that retries a call, retries it with more, goes back to a view or an input of one of the
+    last few calls that decided (not from before a rewind that cut what it shows), or cuts
+    its view back, holds a history that means the raw messages it stands for. The raw
+    history must be exactly that after each call, the view valid, and `HistoryResynced` only
+    on a history that leaves what came before it."""
+    rng = random.Random(seed)
+    groups = synthetic_session(seed, 120, mean_output_lines=rng.choice([20, 40, 80]))
+    events: list[Event] = []
+    async with ContextManager(Budget(context_window=9_000, reserve_output=1_000)) as ctx:
+        ctx.subscribe(events.append)
+        meaning: list[Message] = list(groups[0])
+        history = list(meaning)
+        view = await ctx.prepare(history)
+        calls = [(history, meaning, view, 0)]  # (history, what it means, view, call number)
+        decided: list[int] = []
+        cuts: list[tuple[int, int]] = []  # (call number, where a rewind cut)
+        for number, group in enumerate(groups[1:60], start=1):
+            act = rng.choices(["on", "retry", "more", "back", "input", "cut"], [8, 3, 3, 4, 2, 2])[
+                0
+            ]
+            rewinds = act in ("back", "input", "cut")
+            if act == "on":
+                history, meaning = [*view, *group], [*meaning, *group]
+            elif act in ("retry", "more"):
+                history, meaning = calls[-1][0], calls[-1][1]
+                if act == "more":
+                    history, meaning = [*history, *group], [*meaning, *group]
+            elif act in ("back", "input"):
+                fine = [
+                    c
+                    for c in calls[-6:]
+                    if not any(n > c[3] and cut < len(c[1]) for n, cut in cuts)
+                    and sum(n > c[3] for n in decided) <= 4
+                ]
+                h, m, v, _ = rng.choice(fine or calls[-1:])
+                history, meaning = [*(v if act == "back" else h), *group], [*m, *group]
+            else:
+                origins = list(ctx._state.origins)
+                at = [
+                    j
+                    for j in range(2, len(view))
+                    if isinstance(view[j], UserMessage | AssistantMessage)
+                    and fingerprint(view[j]) == fingerprint(ctx.raw[origins[j]])
+                ]
+                if not at:
+                    history, meaning, rewinds = [*view, *group], [*meaning, *group], False
+                else:
+                    j = rng.choice(at)
+                    history, meaning = [*view[:j], *group], [*meaning[: origins[j]], *group]
+            version, seen = ctx.ledger.version, len(events)
+            view = await ctx.prepare(history)
+            if ctx.ledger.version != version:
+                decided.append(number)
+            resynced = [e for e in events[seen:] if isinstance(e, HistoryResynced)]
+            cuts += [(number, e.index) for e in resynced]
+            assert list(map(fingerprint, ctx.raw)) == list(map(fingerprint, meaning)), (number, act)
+            assert_view_ok(view, ctx.raw)
+            assert rewinds or not resynced, (number, act)
+            calls.append((history, meaning, view, number))
+
+
+async def test_a_call_cancelled_while_deciding_is_retried_as_it_was_given() -> None:
+    """Found by a hostile run (T, finding 4): a call cancelled while its strategy awaited
+    had synced and repaired its history (a stub for a call with no result) but not noted it,
+    so the same history passed again read as a rewind: `HistoryResynced`, decisions dropped."""
+
+    class Slow:
+        def __init__(self) -> None:
+            self.inner, self.block = DeterministicCompaction(), False
+
+        async def compact(self, ctx: CompactionContext) -> Any:
+            quiet = await self.inner.compact(ctx)
+            if self.block:
+                await anyio.sleep(10)  # a strategy awaiting what it started
+            return quiet
+
+    strategy = Slow()
+    events: list[Event] = []
+    async with ContextManager(
+        Budget(context_window=9_000, reserve_output=1_000), strategy=strategy
+    ) as ctx:
+        ctx.subscribe(events.append)
+        first = [user("the task")] + [m for i in range(12) for m in _read_turn(i)]
+        view = await ctx.prepare(first)
+        tail = [assistant(call("lost", "bash", cmd="ls")), user("stop, do something else")]
+        strategy.block = True
+        with anyio.move_on_after(0.05):
+            await ctx.prepare([*view, *tail])
+        strategy.block = False
+        seen = len(events)
+        again = await ctx.prepare([*view, *tail])
+    assert not any(isinstance(e, HistoryResynced) for e in events[seen:])
+    assert list(map(fingerprint, ctx.raw)) == list(map(fingerprint, [*first, *tail]))
+    assert_view_ok(again, ctx.raw)
+
+
+def _read_turn(i: int) -> list[Message]:
+    out = "\n".join(f"{i}:{j} " + f"word{j * 7 % 101} " * 6 for j in range(60))
+    return [assistant(call(f"c{i}", "read", path=f"f{i}")), result(f"c{i}", out, "read")]
