@@ -777,7 +777,8 @@ class ContextManager:
                 ledger = state.ledger
                 self._quiet = (quiet, strategy, deciding, ledger, ledger.version, len(state.cuts))
         self._current_view()
-        self._remember_input(history, as_view, marks)
+        if not ran:  # else noted as the strategy loop ended
+            self._remember_input(history, as_view, marks)
         self._persist(taken)
         if state.repairs_version != self._repairs_seen:
             self._report_repairs()

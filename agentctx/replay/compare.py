@@ -105,7 +105,7 @@ class StrategyRow:
             rejected_detail=f"{rejected[0].reason}: {rejected[0].detail}" if rejected else None,
             retention=report.retention,
             briefings=tuple((r.number, t) for r in report.rows for t in r.briefings),
-            repaired=sum(any(n.startswith("repaired:") for n in r.notes) for r in report.rows),
+            repaired=sum(r.repaired for r in report.rows),
         )
 
     @property

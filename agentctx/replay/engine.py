@@ -96,6 +96,15 @@ class RequestRow:
     briefings: tuple[str, ...] = ()
     """The text of each briefing spliced into the view for this request (no marker)."""
 
+    @property
+    def repaired(self) -> bool:
+        """Whether the view was repaired (`TranscriptRepaired`): it sends other than the
+        history, with or without compaction."""
+        return any(n.startswith(_REPAIRED) for n in self.notes)
+
+
+_REPAIRED = "repaired: "  # how a note on a repair begins (`_note`)
+
 
 @dataclass(frozen=True, slots=True)
 class ReplayReport:
@@ -229,7 +238,7 @@ def _note(event: Event) -> str | None:
         # What the view sends differently from the history, compaction or none: without
         # it, a result dropped as answering no call read as tokens saved.
         kinds = Counter(r.partition("@")[0] for r in event.repairs)
-        return "repaired: " + ", ".join(f"{k} x{n}" for k, n in kinds.items())
+        return _REPAIRED + ", ".join(f"{k} x{n}" for k, n in kinds.items())
     if isinstance(event, HistoryResynced):
         return f"history resynced at message {event.index}"
     return None
