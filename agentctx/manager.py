@@ -356,9 +356,10 @@ class ContextManager:
         self._turns: list[anyio.Event] = []
         # The `Quiet` the strategy last returned, with what it holds for (`_still_quiet`).
         self._quiet: tuple[Quiet, CompactionStrategy, Budget, Ledger, int, int] | None = None
-        # The last history given as a view (owned mode) that the call changed (a decision, a
-        # repair), and the raw length it stood for: a retry passes it again (`_follows_retried`).
-        self._retriable: tuple[list[Message], int, int] | None = None
+        # The last histories given as views (owned mode) that their calls changed (a decision,
+        # a repair), each with the raw length it stood for and how many of its messages the
+        # call appended: a retry passes one again, or goes back to it (`_follows_retried`).
+        self._retriable: deque[tuple[list[Message], int, int]] = deque(maxlen=_EARLIER_VIEWS)
         # Views decisions or rewinds changed, as calls found them, with their origins and the
         # raw length they stood for: a view an owned caller may go back to (`_resync`).
         self._earlier: deque[tuple[list[Message], list[int], int]] = deque(maxlen=_EARLIER_VIEWS)
@@ -829,7 +830,10 @@ class ContextManager:
         self._kept_view = True
         state = self._state
         if (state.ledger.version, state.repairs_version) != marks:
-            self._retriable = (list(history), len(state.raw), self._fresh) if as_view else None
+            if as_view:
+                self._retriable.append((list(history), len(state.raw), self._fresh))
+            else:
+                self._retriable.clear()
 
     def _watch_thrash(self, taken: Sequence[Decision], idle: float | None) -> None:
         """Warn once per streak when compaction rewrites the cached prefix on several calls
@@ -959,17 +963,17 @@ class ContextManager:
         state = self._state
         in_view = _common_prefix(history, state.view)
         in_raw = _common_prefix(history, state.raw)
-        if self._follows_retried(history, max(in_view, in_raw)):
-            return True
-        # The history is read as the raw one (projection) unless it follows the view further
-        # (owned): where the view leaves raw messages out (results answering no call), a
-        # raw history edited there matches both as far, and read as the view it would keep
-        # the raw messages it replaces beside the new ones.
         best, earlier = max(in_view, in_raw), None
         for kept in self._earlier:  # a view a decision changed since: the caller went back
             k = _common_prefix(history, kept[0])
             if k > best:
                 best, earlier = k, kept
+        if self._follows_retried(history, best):
+            return True
+        # The history is read as the raw one (projection) unless it follows the view further
+        # (owned): where the view leaves raw messages out (results answering no call), a
+        # raw history edited there matches both as far, and read as the view it would keep
+        # the raw messages it replaces beside the new ones.
         if earlier is not None:
             view, origins, end = earlier
             if best < len(view):
@@ -996,21 +1000,24 @@ class ContextManager:
             self._rebase(end + k, since[k:], n + k)
 
     def _follows_retried(self, history: Sequence[Message], other: int) -> bool:
-        """Follow ``history`` if it follows the last view-mode input the call changed: a
-        call retried (its request failed) with the history it was given, perhaps with more
+        """Follow ``history`` if it follows a view-mode input one of the last calls changed:
+        a call retried (its request failed) with the history it was given, perhaps with more
         after it, or one that goes back to the view that call was given (it leaves the input
         among the messages the call appended). That input stands for the raw history up to
         where it ended then; read as the view it no longer is, its originals would give way
         to the placeholders they were replaced by. Only where no other reading (``other``
-        messages of the current view or raw history) follows it further."""
-        kept = self._retriable
-        if kept is None:
+        messages of the current view, the raw history or a kept view, or another input)
+        follows it further; of two inputs that follow it as far, the later."""
+        best, k = None, other
+        for kept in reversed(self._retriable):
+            before, _, fresh = kept
+            common = _common_prefix(history, before)
+            if common >= len(before) - fresh and common >= k and (best is None or common > k):
+                best, k = kept, common
+        if best is None:
             return False
-        before, end, fresh = kept
+        before, end, fresh = best
         n = len(before)
-        k = _common_prefix(history, before)
-        if k < n - fresh or k < other:
-            return False
         if k < n:
             # It leaves that input among the messages the call appended: a rewind there
             # (the caller went back to the view it held before that call).
@@ -1026,8 +1033,10 @@ class ContextManager:
         self._fresh = len(new)
         state = self._state
         check_history(new, offset)
-        if self._retriable is not None and cut < self._retriable[1]:
-            self._retriable = None
+        if any(cut < end for _, end, _ in self._retriable):
+            self._retriable = deque(
+                (kept for kept in self._retriable if kept[1] <= cut), maxlen=_EARLIER_VIEWS
+            )
         # The views kept, and the view now, each as far as it stands for what stays: going
         # back to one of them still reads against it.
         views = [*self._earlier, (list(state.view), list(state.origins), len(state.raw))]

@@ -1135,18 +1135,32 @@ async def test_a_view_returned_near_the_limit_is_under_it_counted_in_full() -> N
     assert len(b.ledger) == len(Ledger.from_json(saved))
 
 
-@pytest.mark.parametrize("seed", range(6))
-async def test_owned_histories_that_retry_go_back_or_rewind_mean_what_they_hold(seed: int) -> None:
+@pytest.mark.parametrize(
+    ("seed", "briefed"),
+    [*((seed, False) for seed in range(12)), *((seed, True) for seed in range(40))],
+)
+async def test_owned_histories_that_retry_go_back_or_rewind_mean_what_they_hold(
+    seed: int, briefed: bool
+) -> None:
     """Found by hostile runs (Q, S, T) in turn, each against the last fix: an owned caller
     that retries a call, retries it with more, goes back to a view or an input of one of the
     last few calls that decided (not from before a rewind that cut what it shows), or cuts
     its view back, holds a history that means the raw messages it stands for. The raw
     history must be exactly that after each call, the view valid, and `HistoryResynced` only
-    on a history that leaves what came before it."""
+    on a history that leaves what came before it. ``briefed``: with briefings before the
+    tiers, so more calls decide (T's last seed, and seed 37 here: an input two calls back,
+    the call after it deciding, was read against that call's view)."""
     rng = random.Random(seed)
     groups = synthetic_session(seed, 120, mean_output_lines=rng.choice([20, 40, 80]))
     events: list[Event] = []
-    async with ContextManager(Budget(context_window=9_000, reserve_output=1_000)) as ctx:
+    strategy: Any = DeterministicCompaction()
+    if briefed:
+        llm = LlmCompaction(
+            ScriptedSummarizer([], default=BRIEFING), LlmCompactionConfig(trigger_ratio=0.5)
+        )
+        strategy = Chain([llm, strategy])
+    budget = Budget(context_window=9_000, reserve_output=1_000)
+    async with ContextManager(budget, strategy=strategy, on_over_budget="send") as ctx:
         ctx.subscribe(events.append)
         meaning: list[Message] = list(groups[0])
         history = list(meaning)
