@@ -7,10 +7,10 @@ usage_of(stream_final)        # a stream's final message (it carries .usage too)
 ```
 
 The core imports no vendor SDK (nor the adapters), so the three usage shapes are told apart
-by their fields: ``prompt_tokens`` is Chat Completions' (cached tokens counted inside it),
-``input_tokens_details`` is the Responses API's (cached tokens counted inside
+by their fields: ``prompt_tokens`` is Chat Completions' (cache reads and writes counted inside
+it), ``input_tokens_details`` is the Responses API's (cache reads and writes counted inside
 ``input_tokens``), and ``input_tokens`` / ``output_tokens`` alone is Anthropic's (cache reads
-and writes counted apart). The adapters read the same fields from response dicts.
+and writes counted apart). The adapters, summarizers and integrations read usage through it.
 """
 
 from __future__ import annotations
@@ -47,18 +47,22 @@ def _has(obj: object, key: str) -> bool:
 def _from_fields(usage: object) -> Usage | None:
     """Usage from one provider's usage object (or dict); None if it has no token fields."""
     if _has(usage, "prompt_tokens"):  # Chat Completions: cached tokens inside prompt_tokens
-        cached = _count(_get(usage, "prompt_tokens_details"), "cached_tokens")
-        cached = cached or _count(usage, "cache_read_input_tokens")  # Claude behind LiteLLM
-        written = _count(usage, "cache_creation_input_tokens")
+        details = _get(usage, "prompt_tokens_details")
+        # Claude behind LiteLLM names them as Anthropic does.
+        cached = _count(details, "cached_tokens") or _count(usage, "cache_read_input_tokens")
+        written = _count(details, "cache_write_tokens") or _count(
+            usage, "cache_creation_input_tokens"
+        )
         uncached = max(_count(usage, "prompt_tokens") - cached - written, 0)
         return Usage(uncached, _count(usage, "completion_tokens"), cached, written)
     if not (_has(usage, "input_tokens") or _has(usage, "output_tokens")):
         return None
     details = _get(usage, "input_tokens_details")
-    if details is not None:  # Responses: cached tokens inside input_tokens
+    if details is not None:  # Responses: cache reads and writes inside input_tokens
         cached = _count(details, "cached_tokens")
-        uncached = max(_count(usage, "input_tokens") - cached, 0)
-        return Usage(uncached, _count(usage, "output_tokens"), cached)
+        written = _count(details, "cache_write_tokens")
+        uncached = max(_count(usage, "input_tokens") - cached - written, 0)
+        return Usage(uncached, _count(usage, "output_tokens"), cached, written)
     written = _count(usage, "cache_creation_input_tokens")  # Anthropic: counted apart
     written_1h = _count(_get(usage, "cache_creation"), "ephemeral_1h_input_tokens")
     return Usage(

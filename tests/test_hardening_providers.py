@@ -283,3 +283,55 @@ async def test_arguments_holding_half_a_surrogate_pair_are_sent_once_compacted(r
     sent = json.dumps(server.requests[0].json, ensure_ascii=False)
     # Escaped in the JSON of rewritten arguments; replaced in a marker's text.
     assert "\\\\ud83d" in sent if route == "rewritten" else "write(path=a\ufffd.py)" in sent
+
+
+def test_openai_cache_writes_are_read_wherever_usage_is() -> None:
+    """Found by a hostile run (V, finding 2): the openai SDK reports cache writes inside the
+    prompt (``prompt_tokens_details`` / ``input_tokens_details.cache_write_tokens``); `observe`,
+    the adapters, the summarizers and the openai-agents hooks each read usage their own way,
+    and all but the hooks took them for uncached input, so the cost came out short."""
+    from agents.usage import Usage as AgentsUsage
+    from openai.types.completion_usage import CompletionUsage, PromptTokensDetails
+    from openai.types.responses.response_usage import (
+        InputTokensDetails,
+        OutputTokensDetails,
+        ResponseUsage,
+    )
+
+    from agentctx import Usage
+    from agentctx.adapters import (
+        message_from_openai_chat_response,
+        message_from_openai_response,
+    )
+    from agentctx.integrations.openai_agents import _observe
+
+    chat = CompletionUsage(
+        prompt_tokens=10_000,
+        completion_tokens=100,
+        total_tokens=10_100,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=2_000, cache_write_tokens=7_000),
+    )
+    details = InputTokensDetails(cached_tokens=2_000, cache_write_tokens=7_000)
+    responses = ResponseUsage(
+        input_tokens=10_000,
+        output_tokens=100,
+        total_tokens=10_100,
+        input_tokens_details=details,
+        output_tokens_details=OutputTokensDetails(reasoning_tokens=0),
+    )
+    expected = Usage(1_000, 100, 2_000, 7_000)
+    for usage in (chat, responses):
+        ctx = ContextManager(200_000)
+        ctx.observe(usage)
+        assert ctx.usage == expected
+    reply = {"role": "assistant", "content": "x"}
+    choice = {"index": 0, "message": reply, "finish_reason": "stop"}
+    chat_reply = {"choices": [choice], "usage": chat.model_dump()}
+    assert message_from_openai_chat_response(chat_reply).usage == expected
+    output = [{"type": "message", "role": "assistant", "content": []}]
+    response = {"status": "completed", "output": output, "usage": responses.model_dump()}
+    assert message_from_openai_response(response).usage == expected
+    ctx = ContextManager(200_000)
+    hooked = AgentsUsage(1, 10_000, details, 100, OutputTokensDetails(reasoning_tokens=0), 10_100)
+    _observe(ctx, type("Response", (), {"usage": hooked})())  # type: ignore[arg-type]
+    assert ctx.usage == expected

@@ -136,8 +136,9 @@ async def test_simulated_cache_usage_adds_up(kind: str) -> None:
         assert bill is not None
         assert result.usage.prompt_tokens == bill.prompt_tokens
         assert result.usage.cache_read_tokens == bill.cache_read
+        assert result.usage.cache_write_tokens == bill.cache_write
         assert result.usage.output_tokens == bill.output_tokens
-    assert second.usage.cache_read_tokens > 0
+    assert second.usage.cache_read_tokens > 0 and first.usage.cache_write_tokens > 0
 
 
 async def test_max_tokens_override_and_max_tokens_param() -> None:

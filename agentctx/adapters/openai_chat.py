@@ -47,6 +47,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, TypeAlias, TypeVar
 
+from agentctx._usage import usage_of
 from agentctx.errors import UnsupportedMessageError
 from agentctx.messages import (
     AssistantContent,
@@ -507,14 +508,9 @@ def _render_assistant(d: JSON, m: AssistantMessage, info: Mapping[str, Any], ind
 
 
 def chat_usage(usage: object) -> Usage | None:
-    """Neutral usage: OpenAI counts cached tokens inside ``prompt_tokens``; take them out."""
-    if not isinstance(usage, Mapping):
-        return None
-    cached = count(usage.get("prompt_tokens_details"), "cached_tokens")
-    cached = cached or count(usage, "cache_read_input_tokens")  # LiteLLM, Claude backends
-    written = count(usage, "cache_creation_input_tokens")
-    uncached = max(count(usage, "prompt_tokens") - cached - written, 0)
-    return Usage(uncached, count(usage, "completion_tokens"), cached, written)
+    """Neutral usage: OpenAI counts cache reads and writes inside ``prompt_tokens``; they
+    are taken out (`usage_of`)."""
+    return usage_of(usage) if isinstance(usage, Mapping) else None
 
 
 def message_from_openai_chat_response(
@@ -523,8 +519,9 @@ def message_from_openai_chat_response(
     """The `AssistantMessage` of one choice of a Chat Completions response.
 
     ``finish_reason``: stop -> stop, tool_calls -> tool_use, length -> length,
-    content_filter -> refusal, others verbatim. Usage as in `Usage` (cached tokens taken
-    out of ``prompt_tokens``). Response metadata stays in ``extra["openai_chat"]["response"]``.
+    content_filter -> refusal, others verbatim. Usage as in `Usage` (cache reads and
+    writes taken out of ``prompt_tokens``). Response metadata stays in
+    ``extra["openai_chat"]["response"]``.
     """
     choices = resp.get("choices")
     if not isinstance(choices, list) or not 0 <= choice < len(choices):

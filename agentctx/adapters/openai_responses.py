@@ -44,8 +44,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
+from agentctx._usage import usage_of
 from agentctx.adapters.openai_chat import (
-    count,
     form_ok,
     freeze,
     image_from_url,
@@ -72,7 +72,6 @@ from agentctx.messages import (
     ThinkingBlock,
     ToolCall,
     ToolResultMessage,
-    Usage,
     UserContent,
     UserMessage,
 )
@@ -491,7 +490,7 @@ def message_from_openai_response(resp: Mapping[str, Any]) -> AssistantMessage:
     Stop reason: ``tool_use`` when it calls a function, ``refusal`` when it refuses, else
     ``stop``; an incomplete response gives ``length`` (max_output_tokens) or ``refusal``
     (content_filter); failed / cancelled / in_progress statuses are kept verbatim. Usage as in
-    `Usage` (cached tokens taken out of ``input_tokens``).
+    `Usage` (cache reads and writes taken out of ``input_tokens``).
     """
     output = resp.get("output")
     if not isinstance(output, list):
@@ -513,15 +512,11 @@ def message_from_openai_response(resp: Mapping[str, Any]) -> AssistantMessage:
     else:
         reason = str(status)
     usage = resp.get("usage")
-    details = usage.get("input_tokens_details") if isinstance(usage, Mapping) else None
-    cached = count(details, "cached_tokens")
     model = resp.get("model")
     return AssistantMessage(
         tuple(blocks),
         reason,
-        Usage(max(count(usage, "input_tokens") - cached, 0), count(usage, "output_tokens"), cached)
-        if isinstance(usage, Mapping)
-        else None,
+        usage_of(usage) if isinstance(usage, Mapping) else None,
         model if isinstance(model, str) else None,
         freeze({KEY: {"response": {k: resp[k] for k in _RESPONSE_KEYS if k in resp}}}),
     )

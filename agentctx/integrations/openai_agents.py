@@ -34,13 +34,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
+from agentctx._usage import usage_of
 from agentctx.adapters.openai_responses import (
     from_openai_responses,
     split_openai_responses_system,
     to_openai_responses,
 )
 from agentctx.errors import MissingExtraError
-from agentctx.messages import Usage
 
 try:
     # Imported first, so that a missing framework is named as itself.
@@ -60,13 +60,9 @@ __all__ = ["AgentCtxInputFilter", "AgentCtxRunHooks"]
 
 
 def _observe(manager: ContextManager, response: ModelResponse) -> None:
-    u = response.usage
-    details = u.input_tokens_details
-    read = details.cached_tokens or 0
-    write = getattr(details, "cache_write_tokens", 0) or 0
-    # The SDK counts cached tokens inside input_tokens; agentctx's input is the uncached part.
-    usage = Usage(max(0, u.input_tokens - read - write), u.output_tokens, read, write)
-    if usage.prompt_tokens > 0:
+    # The SDK counts cache reads and writes inside input_tokens, as the Responses API does.
+    usage = usage_of(response.usage)
+    if usage is not None and usage.prompt_tokens > 0:
         manager.observe(usage)
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from agentctx._usage import usage_of
 from agentctx.adapters.openai_responses import PROVIDER, to_openai_responses
 from agentctx.errors import MissingExtraError, SummarizerError
 from agentctx.messages import AssistantMessage, OpaqueBlock, Usage, UserMessage
@@ -116,13 +117,7 @@ class OpenAICompactionSummarizer(ClientOwner):
 def _to_result(
     compacted: CompactedResponse, span: tuple[Message, ...], model: str
 ) -> SummaryResult:
-    u = compacted.usage
-    cached = u.input_tokens_details.cached_tokens if u.input_tokens_details else 0
-    usage = Usage(
-        input_tokens=max(0, u.input_tokens - (cached or 0)),
-        output_tokens=u.output_tokens,
-        cache_read_tokens=cached or 0,
-    )
+    usage = usage_of(compacted.usage) or Usage()
     # The items as the server sent them: the encrypted content goes back byte for byte.
     items = [i.to_dict(mode="json") for i in compacted.output if i.type == "compaction"]
     spliced: tuple[Message, ...] = ()

@@ -28,6 +28,7 @@ import os
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
+from agentctx._usage import usage_of
 from agentctx.errors import MissingExtraError
 from agentctx.messages import Usage
 from agentctx.providers._client import ClientOwner, retryless, summarizer_error
@@ -196,23 +197,8 @@ class OpenAIResponsesSummarizer(_OpenAISummarizer):
         return _responses_result(response)
 
 
-def _usage(prompt: int | None, cached: int | None, output: int | None) -> Usage:
-    cached = cached or 0
-    return Usage(
-        input_tokens=max(0, (prompt or 0) - cached),
-        output_tokens=output or 0,
-        cache_read_tokens=cached,
-    )
-
-
 def _chat_result(completion: ChatCompletion) -> SummaryResult:
-    u = completion.usage
-    if u is None:
-        usage = Usage()
-    else:
-        details = u.prompt_tokens_details
-        cached = details.cached_tokens if details is not None else None
-        usage = _usage(u.prompt_tokens, cached, u.completion_tokens)
+    usage = usage_of(completion.usage) or Usage()
     if not completion.choices:
         return SummaryResult(text="", stop_reason="error", usage=usage, model=completion.model)
     choice = completion.choices[0]
@@ -229,13 +215,7 @@ def _chat_result(completion: ChatCompletion) -> SummaryResult:
 
 
 def _responses_result(response: Response) -> SummaryResult:
-    u = response.usage
-    if u is None:
-        usage = Usage()
-    else:
-        details = u.input_tokens_details
-        cached = details.cached_tokens if details is not None else None
-        usage = _usage(u.input_tokens, cached, u.output_tokens)
+    usage = usage_of(response.usage) or Usage()
     texts: list[str] = []
     refused: list[str] = []
     for item in response.output:

@@ -70,7 +70,11 @@ def chat_usage(billing: Billing) -> dict[str, Any]:
         "prompt_tokens": billing.prompt_tokens,
         "completion_tokens": billing.output_tokens,
         "total_tokens": billing.prompt_tokens + billing.output_tokens,
-        "prompt_tokens_details": {"cached_tokens": billing.cache_read, "audio_tokens": 0},
+        "prompt_tokens_details": {
+            "cached_tokens": billing.cache_read,
+            "cache_write_tokens": billing.cache_write,
+            "audio_tokens": 0,
+        },
         "completion_tokens_details": {
             "reasoning_tokens": 0,
             "audio_tokens": 0,
@@ -287,7 +291,10 @@ def responses_output(
 def responses_usage(billing: Billing, reasoning_tokens: int) -> dict[str, Any]:
     return {
         "input_tokens": billing.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": billing.cache_read},
+        "input_tokens_details": {
+            "cached_tokens": billing.cache_read,
+            "cache_write_tokens": billing.cache_write,
+        },
         "output_tokens": billing.output_tokens,
         "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
         "total_tokens": billing.prompt_tokens + billing.output_tokens,
