@@ -572,15 +572,10 @@ def test_openai_refuses_what_it_cannot_compact_sync_and_async() -> None:
 # ================================================================ observe(SDK objects)
 
 
-def _expected(reply: Reply, *, writes: bool) -> Usage:
+def _expected(reply: Reply) -> Usage:
     assert reply.input_tokens is not None and reply.output_tokens is not None
     assert reply.cache_read is not None and reply.cache_write is not None
-    return Usage(
-        reply.input_tokens + (0 if writes else reply.cache_write),
-        reply.output_tokens,
-        reply.cache_read,
-        reply.cache_write if writes else 0,
-    )
+    return Usage(reply.input_tokens, reply.output_tokens, reply.cache_read, reply.cache_write)
 
 
 BILLED = Reply.text("ok", input_tokens=30, output_tokens=5, cache_read=100, cache_write=20)
@@ -600,7 +595,7 @@ def test_observe_takes_anthropic_sdk_objects() -> None:
         beta = raw.beta.messages.create(**kw)
         with raw.messages.stream(**kw) as stream:
             final = stream.get_final_message()
-        expected = _expected(BILLED, writes=True)
+        expected = _expected(BILLED)
         for response in (message, message.usage, beta, beta.usage, final, final.usage):
             ctx = ContextManager(BUDGET)
             ctx.observe(response)
@@ -621,8 +616,8 @@ def test_observe_takes_openai_sdk_objects() -> None:
             chat_final = stream.get_final_completion()
         with raw.responses.stream(model="gpt-test", input=responses_items(0)) as rstream:
             response_final = rstream.get_final_response()
-        # OpenAI reports no cache writes: they are uncached input there
-        expected = _expected(BILLED, writes=False)
+        # OpenAI counts cache reads and writes inside the prompt, and reports both
+        expected = _expected(BILLED)
         for obj in (chat, chat.usage, response, response.usage, chat_final, response_final):
             ctx = ContextManager(BUDGET)
             ctx.observe(obj)

@@ -110,8 +110,9 @@ async def test_normal_reply_text_usage_stop_reason(kind: str) -> None:
         assert body["max_tokens"] == 300
         assert "tools" not in body
     else:
-        # OpenAI's prompt count (150) includes the 40 cached tokens: input is the rest
-        assert result.usage == Usage(110, 7, 40, 0)
+        # OpenAI's prompt count (150) includes the 40 cache reads and the 10 writes: input
+        # is the rest
+        assert result.usage == Usage(100, 7, 40, 10)
         assert result.usage.prompt_tokens == 150
     if kind == "chat":
         assert body["messages"] == [
