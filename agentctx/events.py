@@ -188,8 +188,10 @@ class CompactionWarning(_Event):
     ``losing_race`` (briefings keep arriving too late: use a faster summarizer),
     ``no_task_group`` (background work, recall store writes included, needs
     ``async with ContextManager(...)``), ``slow_close`` (background work ignored cancellation
-    when the session closed: what it leaves is reported once it ends) or ``recall_evicted``
-    (a `MemoryRecallStore` too small for what open sessions reference evicted some of it).
+    when the session closed: what it leaves is reported once it ends), ``recall_evicted``
+    (a `MemoryRecallStore` too small for what open sessions reference evicted some of it) or
+    ``implausible_usage`` (a usage report over the context window and over 4x the estimate
+    of the view sent, left out of the calibration).
     """
 
     code: str

@@ -89,7 +89,8 @@ _COMPACTING: contextvars.ContextVar[ContextManager] = contextvars.ContextVar("ag
 _CLOSE_SECONDS = 5.0  # the most a close waits for background work and async subscribers
 _THRASH_CALLS = 3  # prefix rewrites in a row that earn a warning
 _CACHE_TTL_SECONDS = 300.0  # the providers' default prompt-cache lifetime
-_MAX_SHORT_FRACTION = 10  # a report raises the estimate of its view by at most a tenth of it
+_MOST_OVER_ESTIMATE = 4  # the most calibration scales an estimate by (`Calibration`)
+_MAX_SHORT_FRACTION = 10  # a report raises its view's estimate by a tenth of it (or the limit)
 _WHOLE_COMPARE = 32  # see _extends_raw
 _EARLIER_VIEWS = 8  # views changed by decisions or rewinds that an owned caller can go back to
 _UNSENT_MARGIN = 0.1  # how much more messages no request has sent yet may cost than estimated
@@ -322,6 +323,7 @@ class ContextManager:
         self._resumed = False
         self._startup_events: list[Event] = []
         self._breaks_in_row = 0
+        self._implausible_reported = False  # a report no request of this view could make
         # A saved ledger is read off the event loop, when the manager is entered or on the
         # first call, whichever comes first: a store that does not answer must not stall it.
         self._to_load = recall if ledger is None and isinstance(recall, LedgerStore) else None
@@ -1086,7 +1088,9 @@ class ContextManager:
         call after call the calibration chases itself, far from any real tokenizer (to its
         bound of 4x in one of the project's benchmark loops, down to half in another).
         Without usage from the provider, do not call ``observe``, or report a count of
-        your own tokenizer.
+        your own tokenizer. A count over the context window and over 4x the view's estimate
+        is no request's of this view (a proxy's session total): it is left out, and said
+        once (`CompactionWarning` ``implausible_usage``).
         """
         usage = usage_of(response)
         if usage is None:
@@ -1133,11 +1137,30 @@ class ContextManager:
         reported, raw_len, _ = self._reported_view
         first = bisect.bisect_left(origins, raw_len) if reported == epoch else 0
         counter.refine(view[first:])
-        counter.observe(view, tokens, vector=state.vector())
+        estimate = counter.overhead + state.tokens
+        if tokens > self.budget.context_window and tokens > _MOST_OVER_ESTIMATE * estimate:
+            # More than the model could read, and more than any calibration makes of this
+            # view: another request's count (a proxy summing a session, a wrong object).
+            # Taken, the fitted overhead alone would put every later view over the limit.
+            if not self._implausible_reported:
+                self._implausible_reported = True
+                self._hub.emit(
+                    CompactionWarning(
+                        "implausible_usage",
+                        f"a usage report of {tokens} prompt tokens for a view estimated at "
+                        f"{estimate}, over the context window ({self.budget.context_window}), "
+                        "was not used to calibrate the counts; pass observe() the usage of the "
+                        "request prepare() returned",
+                    )
+                )
+            return
+        if not counter.observe(view, tokens, vector=state.vector()):
+            return  # a count no request reports (past a billion tokens)
         short = tokens - counter.overhead - state.tokens
         # Capped: a report far above the estimate is another request's (a host that adds
-        # its own context), not this view's size.
-        short = max(0, min(short, tokens // _MAX_SHORT_FRACTION))
+        # its own context), not this view's size, and never more than a tenth of the limit.
+        cap = min(tokens, self.budget.limit) // _MAX_SHORT_FRACTION
+        short = max(0, min(short, cap))
         self._reported_view = (epoch, len(state.raw), short)
 
     async def _settle_reports(self) -> None:

@@ -1251,3 +1251,29 @@ async def test_a_call_cancelled_while_deciding_is_retried_as_it_was_given() -> N
 def _read_turn(i: int) -> list[Message]:
     out = "\n".join(f"{i}:{j} " + f"word{j * 7 % 101} " * 6 for j in range(60))
     return [assistant(call(f"c{i}", "read", path=f"f{i}")), result(f"c{i}", out, "read")]
+
+
+@pytest.mark.parametrize("report", [10**30, 2 * 10**9, 5 * 10**8, 50_000])
+async def test_one_implausible_usage_report_does_not_lock_the_session(report: int) -> None:
+    """Found by a hostile run (V, finding 1): one report far past the view and the context
+    window (a proxy's session total, a wrong object) raised the view's estimate past any
+    limit: past a billion tokens through the cap on the shortfall, under it through the
+    fitted overhead. Every later call raised `BudgetExceededError`, so no request went out
+    and no sane report could mend it. Such a report is now left out of the calibration and
+    said once; a large report the window allows (a long system prompt) is still taken."""
+    events: list[Event] = []
+    async with ContextManager(Budget(context_window=40_000, reserve_output=4_000)) as ctx:
+        ctx.subscribe(events.append)
+        history: list[Message] = [UserMessage.of("task: say hi " * 50)]
+        await ctx.prepare(history)
+        before = ctx.prompt_tokens
+        for i in range(3):
+            ctx.observe(Usage(input_tokens=report))
+            history += [assistant(f"hi {i}"), user(f"again {i}")]
+            await ctx.prepare(history)
+            assert ctx.prompt_tokens < before + 100
+        warned = [e for e in events if isinstance(e, CompactionWarning)]
+        assert [w.code for w in warned] == ["implausible_usage"]
+        ctx.observe(Usage(input_tokens=30_000))  # a 30k system prompt the window allows
+        await ctx.prepare(history)
+        assert ctx.prompt_tokens > 29_000

@@ -299,8 +299,9 @@ class MessageCounter:
         prompt_tokens: int,
         *,
         vector: Sequence[float] | None = None,
-    ) -> None:
-        """Record that sending exactly ``messages`` cost ``prompt_tokens``, and refit.
+    ) -> bool:
+        """Record that sending exactly ``messages`` cost ``prompt_tokens``, and refit; whether
+        the report was taken.
 
         ``prompt_tokens`` is the provider's full prompt count for that request (uncached +
         cache reads + cache writes, i.e. `Usage.prompt_tokens`). Non-positive counts, as
@@ -312,7 +313,7 @@ class MessageCounter:
         if isinstance(prompt_tokens, bool) or not isinstance(prompt_tokens, int | float):
             raise ConfigError(f"observe() needs a token count, got {prompt_tokens!r}")
         if not 0 < prompt_tokens <= _MOST_PROMPT_TOKENS:  # NaN fails this too
-            return
+            return False
         prompt_tokens = round(prompt_tokens)
         if vector is None:
             x = [0.0] * len(self._slots)
@@ -329,6 +330,7 @@ class MessageCounter:
         self._overhead = max(0, round(self._calibration.overhead))
         self._generation += 1
         self._epoch += 1
+        return True
 
     # -- internals -------------------------------------------------------------------------
 
