@@ -19,6 +19,7 @@ import inspect
 import logging
 import math
 import warnings
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -188,7 +189,8 @@ class CompactionWarning(_Event):
     ``losing_race`` (briefings keep arriving too late: use a faster summarizer),
     ``no_task_group`` (background work, recall store writes included, needs
     ``async with ContextManager(...)``), ``slow_close`` (background work ignored cancellation
-    when the session closed: what it leaves is reported once it ends), ``recall_evicted``
+    when the session closed: what it leaves is reported once it ends), ``strategy_close``
+    (the strategy's ``close`` raised; the session closed all the same), ``recall_evicted``
     (a `MemoryRecallStore` too small for what open sessions reference evicted some of it) or
     ``implausible_usage`` (a usage report over the context window and over 4x the estimate
     of the view sent, left out of the calibration).
@@ -283,10 +285,25 @@ class EventHub:
 
     def stream(self) -> AsyncIterator[Event]:
         """Iterate over events emitted from this call on (not from the first read), until
-        the hub closes."""
+        the hub closes (at once on a closed hub). An iterator dropped unread stops
+        buffering."""
         send, receive = anyio.create_memory_object_stream[Event](self._buffer)
-        self._streams.append(send)
-        return self._iterate(send, receive)
+        iterator = self._iterate(send, receive)
+        if self.closed:
+            send.close()
+        else:
+            self._streams.append(send)
+        # A generator never started runs no ``finally``: this ends its streams instead.
+        weakref.finalize(iterator, self._forget, send, receive)
+        return iterator
+
+    def _forget(
+        self, send: MemoryObjectSendStream[Event], receive: MemoryObjectReceiveStream[Event]
+    ) -> None:
+        if send in self._streams:
+            self._streams.remove(send)
+        send.close()
+        receive.close()
 
     async def _iterate(
         self, send: MemoryObjectSendStream[Event], receive: MemoryObjectReceiveStream[Event]

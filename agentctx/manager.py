@@ -324,6 +324,7 @@ class ContextManager:
         self._startup_events: list[Event] = []
         self._breaks_in_row = 0
         self._implausible_reported = False  # a report no request of this view could make
+        self._close_error: Exception | None = None  # what the strategy's close() raised
         # A saved ledger is read off the event loop, when the manager is entered or on the
         # first call, whichever comes first: a store that does not answer must not stall it.
         self._to_load = recall if ledger is None and isinstance(recall, LedgerStore) else None
@@ -483,7 +484,7 @@ class ContextManager:
         await self._shutdown()
         assert self._task_group is not None  # entered: `__aenter__` refuses a second entry
         try:
-            return await self._task_group.__aexit__(exc_type, exc, tb)
+            exited = await self._task_group.__aexit__(exc_type, exc, tb)
         except BaseExceptionGroup as group:
             # The caller's own exception leaves ``async with`` as itself, not wrapped in a
             # group by the task group that owns the background work; so do an interrupt
@@ -498,6 +499,9 @@ class ContextManager:
             if not self._hub.closed:  # work that outlived the close's wait ended only now
                 await self._report_on_close()
                 self._hub.close()
+        if exc is None:
+            self._raise_close_error()
+        return exited
 
     async def _shutdown(self) -> None:
         """End background work, then report what it left (a billed briefing never spliced),
@@ -533,7 +537,15 @@ class ContextManager:
     async def _report_on_close(self) -> None:
         with anyio.move_on_after(_CLOSE_SECONDS, shield=True):
             self._hub.collect_async()
-            end_session(self.strategy, self._hub.emit)
+            try:
+                end_session(self.strategy, self._hub.emit)
+            except Exception as error:
+                # The session closes all the same (store writes, event streams, background
+                # work); the error is raised once it has, unless another is on its way out.
+                self._close_error = self._close_error or error
+                self._hub.emit(
+                    CompactionWarning("strategy_close", f"the strategy's close() raised {error!r}")
+                )
             if self._writer is not None:
                 await self._writer.aclose()  # what is still unwritten, within its deadline
             await self._hub.drain()
@@ -542,8 +554,16 @@ class ContextManager:
         """End background work, report what it left, end event iterators (``async with``
         does this).
 
-        Inside ``async with`` only the manager's own work is cancelled, never the caller's."""
+        Inside ``async with`` only the manager's own work is cancelled, never the caller's.
+        A strategy's ``close`` that raises has its error raised here once the session is
+        closed all the same (`CompactionWarning` ``strategy_close`` says it too)."""
         await self._shutdown()
+        self._raise_close_error()
+
+    def _raise_close_error(self) -> None:
+        error, self._close_error = self._close_error, None
+        if error is not None:
+            raise error
 
     # -- events -------------------------------------------------------------------------
 

@@ -267,9 +267,18 @@ class Chain:
         return together if quiet else None
 
     def close(self, emit: Callable[[Event], None]) -> None:
-        """Tell each strategy that has a ``close`` that the session ended."""
+        """Tell each strategy that has a ``close`` that the session ended; the first error
+        one raises is raised after every one was told (the others' noted on it)."""
+        errors: list[Exception] = []
         for strategy in self.strategies:
-            end_session(strategy, emit)
+            try:
+                end_session(strategy, emit)
+            except Exception as error:
+                errors.append(error)
+        if errors:
+            for other in errors[1:]:
+                errors[0].add_note(f"another strategy's close() raised too: {other!r}")
+            raise errors[0]
 
 
 def _tighter(a: Quiet, b: Quiet) -> Quiet:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from agentctx import (
@@ -1277,3 +1278,68 @@ async def test_one_implausible_usage_report_does_not_lock_the_session(report: in
         ctx.observe(Usage(input_tokens=30_000))  # a 30k system prompt the window allows
         await ctx.prepare(history)
         assert ctx.prompt_tokens > 29_000
+
+
+async def test_a_strategy_whose_close_raises_still_closes_the_session() -> None:
+    """Found by a hostile run (V, finding 5): a strategy's ``close`` that raised left the
+    manager half closed: the event iterator the docs recommend reading never ended, the
+    task group the manager entered was never left (the caller's own group then failed on a
+    cancel scope), and the strategies after it in a `Chain` were never told."""
+
+    class CloseRaises:
+        async def compact(self, ctx: CompactionContext) -> None:
+            return None
+
+        def close(self, emit: Callable[[Event], None]) -> None:
+            raise RuntimeError("close broke")
+
+    told: list[str] = []
+
+    class Told(DeterministicCompaction):
+        def close(self, emit: Callable[[Event], None]) -> None:
+            told.append("told")
+
+    ctx = ContextManager(
+        Budget(context_window=20_000, reserve_output=2_000),
+        strategy=Chain([CloseRaises(), Told()]),
+    )
+    seen: list[object] = []
+    ended = anyio.Event()
+
+    async def read() -> None:
+        async for event in ctx.events():
+            seen.append(event)
+        ended.set()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(read)
+        await anyio.lowlevel.checkpoint()
+        with pytest.raises(RuntimeError, match="close broke"):
+            async with ctx:
+                await ctx.prepare([UserMessage.of("task")])
+        with anyio.fail_after(2):
+            await ended.wait()
+    assert told == ["told"]
+    assert [e.code for e in seen if isinstance(e, CompactionWarning)] == ["strategy_close"]
+    await ctx.aclose()  # closed: raises nothing more
+    with pytest.raises(ConfigError):
+        await ctx.prepare([UserMessage.of("task")])
+
+
+async def test_event_iterators_end_on_a_closed_manager_and_unread_ones_are_let_go() -> None:
+    """Found by a hostile run (V, finding 6): `events` on a closed manager never ended, and
+    an iterator made and dropped unread stayed registered, buffering every event (with a
+    warning per event once full)."""
+    import gc
+
+    ctx = ContextManager(20_000)
+    async with ctx:
+        await ctx.prepare([UserMessage.of("task")])
+    with anyio.fail_after(2):
+        assert [e async for e in ctx.events()] == []
+    async with ContextManager(20_000) as other:
+        for _ in range(5):
+            other.events()
+        gc.collect()
+        assert other._hub._streams == []
+        other.emit(CompactionWarning("x", "y"))
