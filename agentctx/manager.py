@@ -726,6 +726,18 @@ class ContextManager:
             self._startup_events.clear()
         self._settle()
         state = self._state
+        if self._adopted:
+            # Decisions made elsewhere must fit the history they are applied to, anchor by
+            # anchor, before it renders under them (the raw history is still empty).
+            check_history(history)
+            stale = state.ledger.drop_stale(history)
+            if (misfit := state.ledger.misfit(history)) is not None:
+                # A decision no strategy could have taken here (forged reasoning, blocks no
+                # result holds): the ledger was edited or corrupted, and is read as one
+                # that cannot be read.
+                error = StoreError(f"the ledger holds {misfit}")
+                self._hub.emit(self._start_over("ledger_unreadable", error))
+                stale = state.ledger.drop_from(0)
         # What the view is rendered under: a view-mode call that changes it (a decision taken
         # or dropped, a repair) returns other than it was given, and may be retried.
         marks = (state.ledger.version, state.repairs_version)
@@ -734,21 +746,11 @@ class ContextManager:
         tokens = self._count_new_near_budget(budget)
         if self._adopted:
             self._adopted = False
-            # Decisions made elsewhere must fit the history they are applied to, anchor by
-            # anchor, and leave in view what every view shows: a history cut back after a
+            # They must also leave in view what every view shows: a history cut back after a
             # span's end keeps its anchors, while its latest user message or newest complete
             # turn may now sit inside the span. On the history they were made on (or one
             # that only grew) neither drops anything, and this worker renders exactly the
             # view the last one did.
-            stale = state.ledger.drop_stale(state.raw)
-            misfit = state.ledger.misfit(state.raw)
-            if misfit is not None:
-                # A decision no strategy could have taken here (forged reasoning, blocks no
-                # result holds): the ledger was edited or corrupted, and is read as one
-                # that cannot be read.
-                error = StoreError(f"the ledger holds {misfit}")
-                self._hub.emit(self._start_over("ledger_unreadable", error))
-                stale = state.ledger.drop_from(0)
             if state.ledger.drop_protected(state.raw, shown_positions(state.raw)) or stale:
                 state.rebuild()
                 tokens = self.prompt_tokens

@@ -73,6 +73,42 @@ JSONMap: TypeAlias = Mapping[str, Any]
 _EMPTY: JSONMap = MappingProxyType({})
 
 
+# What each field holds, checked when a message or block is made (so `prepare` need not):
+# a wrong type fails there, as `UnsupportedMessageError`, not deep inside a later count.
+_Fields: TypeAlias = tuple[tuple[str, type | tuple[type, ...], str], ...]
+_AN_EXTRA = ("extra", Mapping, "a mapping")
+_EXTRA_FIELD: _Fields = (_AN_EXTRA,)
+
+
+def _check_fields(obj: object, fields: _Fields) -> None:
+    for name, kinds, want in fields:
+        value = getattr(obj, name)
+        if not isinstance(value, kinds):
+            raise UnsupportedMessageError(
+                None, f"{type(obj).__name__}.{name} of type {type(value).__name__} (takes {want})"
+            )
+
+
+def _check_content(message: Any, kinds: tuple[type, ...]) -> None:
+    """``message.content`` is a tuple of ``kinds`` blocks; a list of them becomes one."""
+    content = message.content
+    if type(content) is not tuple:
+        if not isinstance(content, list | tuple):
+            name = type(message).__name__
+            hint = f" ({name}.of(text) makes one from text)" if isinstance(content, str) else ""
+            raise UnsupportedMessageError(
+                None,
+                f"{name}.content of type {type(content).__name__} (takes a tuple of blocks)" + hint,
+            )
+        content = tuple(content)
+        object.__setattr__(message, "content", content)
+    for block in content:
+        if not isinstance(block, kinds):
+            raise UnsupportedMessageError(
+                None, f"{type(block).__name__} in {type(message).__name__}.content"
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class TextBlock:
     """Plain text."""
@@ -80,6 +116,9 @@ class TextBlock:
     text: str
     extra: JSONMap = field(default_factory=lambda: _EMPTY)
     type: ClassVar[str] = "text"
+
+    def __post_init__(self) -> None:
+        _check_fields(self, _TEXT_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +131,9 @@ class ImageBlock:
     extra: JSONMap = field(default_factory=lambda: _EMPTY)
     type: ClassVar[str] = "image"
 
+    def __post_init__(self) -> None:
+        _check_fields(self, _IMAGE_FIELDS)
+
 
 @dataclass(frozen=True, slots=True)
 class ThinkingBlock:
@@ -102,6 +144,9 @@ class ThinkingBlock:
     extra: JSONMap = field(default_factory=lambda: _EMPTY)
     type: ClassVar[str] = "thinking"
 
+    def __post_init__(self) -> None:
+        _check_fields(self, _THINKING_FIELDS)
+
 
 @dataclass(frozen=True, slots=True)
 class RedactedThinkingBlock:
@@ -110,6 +155,9 @@ class RedactedThinkingBlock:
     data: str
     extra: JSONMap = field(default_factory=lambda: _EMPTY)
     type: ClassVar[str] = "redacted_thinking"
+
+    def __post_init__(self) -> None:
+        _check_fields(self, _REDACTED_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +170,9 @@ class ToolCall:
     extra: JSONMap = field(default_factory=lambda: _EMPTY)
     type: ClassVar[str] = "tool_call"
 
+    def __post_init__(self) -> None:
+        _check_fields(self, _CALL_FIELDS)
+
 
 @dataclass(frozen=True, slots=True)
 class OpaqueBlock:
@@ -130,6 +181,9 @@ class OpaqueBlock:
     provider: str
     payload: JSONMap
     type: ClassVar[str] = "opaque"
+
+    def __post_init__(self) -> None:
+        _check_fields(self, _OPAQUE_FIELDS)
 
 
 def written_arguments(arguments: Mapping[str, Any], raw: object) -> str | None:
@@ -155,6 +209,31 @@ AssistantContent: TypeAlias = (
 Block: TypeAlias = (
     TextBlock | ImageBlock | ThinkingBlock | RedactedThinkingBlock | ToolCall | OpaqueBlock
 )
+
+_A_STR = "a str"
+_STR_OR_NONE = (str, type(None))
+_TEXT_FIELDS: _Fields = (("text", str, _A_STR), _AN_EXTRA)
+_IMAGE_FIELDS: _Fields = (
+    ("media_type", str, _A_STR),
+    ("data", str, _A_STR),
+    ("source", str, _A_STR),
+    _AN_EXTRA,
+)
+_THINKING_FIELDS: _Fields = (
+    ("thinking", str, _A_STR),
+    ("signature", _STR_OR_NONE, "a str or None"),
+    _AN_EXTRA,
+)
+_REDACTED_FIELDS: _Fields = (("data", str, _A_STR), _AN_EXTRA)
+_CALL_FIELDS: _Fields = (
+    ("id", str, _A_STR),
+    ("name", str, _A_STR),
+    ("arguments", Mapping, "a mapping"),
+    _AN_EXTRA,
+)
+_OPAQUE_FIELDS: _Fields = (("provider", str, _A_STR), ("payload", Mapping, "a mapping"))
+_USER_BLOCKS = (TextBlock, ImageBlock, OpaqueBlock)
+_ASSISTANT_BLOCKS = (TextBlock, ThinkingBlock, RedactedThinkingBlock, ToolCall, OpaqueBlock)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +289,21 @@ def bad_usage_field(usage: Usage) -> str | None:
     return None
 
 
+_ASSISTANT_FIELDS: _Fields = (
+    ("stop_reason", _STR_OR_NONE, "a str or None"),
+    ("usage", (Usage, type(None)), "a Usage or None"),
+    ("model", _STR_OR_NONE, "a str or None"),
+    _AN_EXTRA,
+)
+_RESULT_FIELDS: _Fields = (
+    ("tool_call_id", str, _A_STR),
+    ("tool_name", _STR_OR_NONE, "a str or None"),
+    ("is_error", bool, "a bool"),
+    _AN_EXTRA,
+)
+_SUMMARY_FIELDS: _Fields = (("text", str, _A_STR), _AN_EXTRA)
+
+
 # Each message caches its fingerprint in a private slot: computing it means serializing the
 # message, and the hot path asks for it on every call. A second slot holds the token estimate
 # of the `MessageCounter` that last counted it, so a message seen for the first time is counted
@@ -226,6 +320,10 @@ class UserMessage:
     _fp: str = field(default=_NO_FP, init=False, repr=False, compare=False)
     _tk: Any = field(default=None, init=False, repr=False, compare=False)
     role: ClassVar[str] = "user"
+
+    def __post_init__(self) -> None:
+        _check_content(self, _USER_BLOCKS)
+        _check_fields(self, _EXTRA_FIELD)
 
     @classmethod
     def of(cls, text: str, **extra: Any) -> UserMessage:
@@ -245,6 +343,10 @@ class AssistantMessage:
     _fp: str = field(default=_NO_FP, init=False, repr=False, compare=False)
     _tk: Any = field(default=None, init=False, repr=False, compare=False)
     role: ClassVar[str] = "assistant"
+
+    def __post_init__(self) -> None:
+        _check_content(self, _ASSISTANT_BLOCKS)
+        _check_fields(self, _ASSISTANT_FIELDS)
 
     @classmethod
     def of(
@@ -280,6 +382,10 @@ class ToolResultMessage:
     _tk: Any = field(default=None, init=False, repr=False, compare=False)
     role: ClassVar[str] = "tool"
 
+    def __post_init__(self) -> None:
+        _check_content(self, _USER_BLOCKS)
+        _check_fields(self, _RESULT_FIELDS)
+
     @classmethod
     def of(
         cls, tool_call_id: str, text: str, *, tool_name: str | None = None, is_error: bool = False
@@ -297,6 +403,9 @@ class SummaryMessage:
     _fp: str = field(default=_NO_FP, init=False, repr=False, compare=False)
     _tk: Any = field(default=None, init=False, repr=False, compare=False)
     role: ClassVar[str] = "summary"
+
+    def __post_init__(self) -> None:
+        _check_fields(self, _SUMMARY_FIELDS)
 
 
 Message: TypeAlias = UserMessage | AssistantMessage | ToolResultMessage | SummaryMessage
@@ -438,12 +547,41 @@ def _want(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: 
     return value
 
 
+def _shown(value: object) -> str:
+    """``value`` in an error message: a str cut short, None, or else its type (``repr`` of a
+    huge int or a deep container raises)."""
+    if isinstance(value, str):
+        return repr(value[:40]) + ("..." if len(value) > 40 else "")
+    if value is None or (type(value) is int and -(10**18) < value < 10**18):
+        return repr(value)
+    return f"a {type(value).__name__}"
+
+
+def _extra_of(d: Mapping[str, Any], where: str) -> JSONMap:
+    extra = d.get("extra")
+    if extra is None:
+        return _EMPTY
+    if not isinstance(extra, Mapping):
+        raise UnsupportedMessageError(None, f"{where}: field 'extra' is no object")
+    return MappingProxyType(dict(extra))
+
+
+def _usage_from(u: Mapping[str, Any]) -> Usage:
+    unknown = [key for key in u if key not in USAGE_FIELDS]
+    if unknown:
+        raise UnsupportedMessageError(None, f"usage field {_shown(unknown[0])}")
+    usage = Usage(**u)
+    if (name := bad_usage_field(usage)) is not None:
+        raise UnsupportedMessageError(None, f"usage: {name} {_shown(u[name])} is no token count")
+    return usage
+
+
 def block_from_dict(d: Any) -> Block:
     if not isinstance(d, Mapping):
         raise UnsupportedMessageError(None, f"block is {type(d).__name__}, not an object")
-    extra = MappingProxyType(dict(d.get("extra") or {}))
     kind = d.get("type")
-    where = f"{kind} block"
+    where = f"{_shown(kind)} block"
+    extra = _extra_of(d, where)
     if kind == "text":
         return TextBlock(_want(d, "text", str, where), extra)
     if kind == "image":
@@ -466,33 +604,34 @@ def block_from_dict(d: Any) -> Block:
         )
     if kind == "opaque":
         return OpaqueBlock(_want(d, "provider", str, where), _want(d, "payload", Mapping, where))
-    raise UnsupportedMessageError(None, f"block type {kind!r}")
+    raise UnsupportedMessageError(None, f"block type {_shown(kind)}")
 
 
 def from_dict(d: Mapping[str, Any]) -> Message:
     """Rebuild a message from `to_dict` output; raises `UnsupportedMessageError` otherwise."""
     if not isinstance(d, Mapping):
         raise UnsupportedMessageError(None, f"message is {type(d).__name__}, not an object")
-    extra = MappingProxyType(dict(d.get("extra") or {}))
     role = d.get("role")
+    where = f"{_shown(role)} message"
+    extra = _extra_of(d, where)
     if role == "summary":
-        return SummaryMessage(_want(d, "text", str, "summary message"), extra)
-    blocks = tuple(block_from_dict(b) for b in _want(d, "content", list, f"{role} message"))
+        return SummaryMessage(_want(d, "text", str, where), extra)
+    blocks = tuple(block_from_dict(b) for b in _want(d, "content", list, where))
     if role == "user":
         return UserMessage(blocks, extra)  # type: ignore[arg-type]
     if role == "assistant":
         u = d.get("usage")
-        usage = Usage(**u) if isinstance(u, Mapping) else None
+        usage = _usage_from(u) if isinstance(u, Mapping) else None
         return AssistantMessage(blocks, d.get("stop_reason"), usage, d.get("model"), extra)  # type: ignore[arg-type]
     if role == "tool":
         return ToolResultMessage(
             _want(d, "tool_call_id", str, "tool message"),
             blocks,  # type: ignore[arg-type]
             d.get("tool_name"),
-            bool(d.get("is_error", False)),
+            d.get("is_error", False),
             extra,
         )
-    raise UnsupportedMessageError(None, f"role {role!r}")
+    raise UnsupportedMessageError(None, f"role {_shown(role)}")
 
 
 # One encoder for every call: ``json.dumps`` with options builds a new one each time.
@@ -552,7 +691,8 @@ def json_problem(value: Mapping[str, Any], what: str) -> str | None:
     container inside itself), else ``None``. O(items), without recursion."""
     if type(value) is dict:  # the common case first: a flat dict of strings and numbers
         for key, item in value.items():
-            if type(key) is not str or type(item) not in _SCALARS:
+            kind = type(item)
+            if type(key) is not str or kind not in _SCALARS or (kind is int and _huge(item)):
                 break
         else:
             return None
@@ -573,12 +713,14 @@ def json_problem(value: Mapping[str, Any], what: str) -> str | None:
                     return f"{what} with a key of type {type(key).__name__}"
                 if not isinstance(item, _SCALAR_BASES) and item is not None:
                     stack.append(item)
+                elif isinstance(item, int) and _huge(item):
+                    return f"{what} holding an integer of more digits than Python writes"
         elif isinstance(container, list | tuple):
-            stack.extend(
-                item
-                for item in container
-                if not isinstance(item, _SCALAR_BASES) and item is not None
-            )
+            for item in container:
+                if not isinstance(item, _SCALAR_BASES) and item is not None:
+                    stack.append(item)
+                elif isinstance(item, int) and _huge(item):
+                    return f"{what} holding an integer of more digits than Python writes"
         else:
             return f"{what} holding a {type(container).__name__}"
     if shared or len(seen) > _DEPTH_CHECK_FROM:
@@ -590,6 +732,21 @@ def json_problem(value: Mapping[str, Any], what: str) -> str | None:
 
 
 _DEPTH_CHECK_FROM = 256  # containers past which `json_problem` asks the encoder about depth
+_BIG = 10**4000  # ints this large may be past what ``str`` writes (4300 digits by default)
+
+
+def _huge(n: int) -> bool:
+    """Whether ``n`` has more digits than Python writes (`sys.set_int_max_str_digits`): JSON
+    of it raises `ValueError`. One comparison for any int a model writes."""
+    if -_BIG < n < _BIG:
+        return False
+    try:
+        str(n)
+    except ValueError:
+        return True
+    return False
+
+
 _SCALARS = frozenset((str, int, float, bool, type(None)))
 _SCALAR_BASES = (str, int, float)  # their subclasses too (an IntEnum): encoded as they are
 _CARRY_JSON = (AssistantMessage, UserMessage)  # the messages with arguments or payloads

@@ -1270,7 +1270,7 @@ async def test_one_implausible_usage_report_does_not_lock_the_session(report: in
         before = ctx.prompt_tokens
         for i in range(3):
             ctx.observe(Usage(input_tokens=report))
-            history += [assistant(f"hi {i}"), user(f"again {i}")]
+            history += [assistant(text=f"hi {i}"), user(f"again {i}")]
             await ctx.prepare(history)
             assert ctx.prompt_tokens < before + 100
         warned = [e for e in events if isinstance(e, CompactionWarning)]

@@ -93,3 +93,74 @@ def test_check_history_names_the_index() -> None:
 def test_invalid_surrogates_fingerprint() -> None:
     m = ToolResultMessage.of("c", "bad \udcff bytes")
     assert len(fingerprint(m)) == 32
+
+
+@pytest.mark.parametrize(
+    ("make", "named"),
+    [
+        (lambda: UserMessage("word " * 1000), "UserMessage.content of type str"),  # type: ignore[arg-type]
+        (lambda: ToolResultMessage("c", "text"), "ToolResultMessage.content of type str"),  # type: ignore[arg-type]
+        (lambda: AssistantMessage(None), "AssistantMessage.content of type NoneType"),  # type: ignore[arg-type]
+        (lambda: UserMessage((ToolCall("c", "f", {}),)), "ToolCall in UserMessage.content"),  # type: ignore[arg-type]
+        (lambda: ToolCall(None, "f", {}), "ToolCall.id of type NoneType"),  # type: ignore[arg-type]
+        (lambda: ToolCall("c", None, {}), "ToolCall.name of type NoneType"),  # type: ignore[arg-type]
+        (lambda: ToolCall("c", "f", [1]), "ToolCall.arguments of type list"),  # type: ignore[arg-type]
+        (lambda: TextBlock(5), "TextBlock.text of type int"),  # type: ignore[arg-type]
+        (lambda: TextBlock("x", None), "TextBlock.extra of type NoneType"),  # type: ignore[arg-type]
+        (lambda: SummaryMessage(7), "SummaryMessage.text of type int"),  # type: ignore[arg-type]
+        (lambda: ImageBlock("image/png", None), "ImageBlock.data of type NoneType"),  # type: ignore[arg-type]
+        (lambda: ThinkingBlock("t", 123), "ThinkingBlock.signature of type int"),  # type: ignore[arg-type]
+        (lambda: ToolResultMessage("c", (), is_error="false"), "is_error of type str"),  # type: ignore[arg-type]
+        (lambda: AssistantMessage((), stop_reason=["x"]), "stop_reason of type list"),  # type: ignore[arg-type]
+        (lambda: UserMessage((), extra=[1]), "UserMessage.extra of type list"),  # type: ignore[arg-type]
+    ],
+)
+def test_a_message_of_wrong_field_types_is_refused_when_made(make: object, named: str) -> None:
+    """Found by a hostile run (V, finding 7): a message whose fields had the wrong types was
+    taken. ``UserMessage(text)`` (for ``UserMessage.of(text)``) was read character by
+    character as blocks and counted as empty: 500,000 characters sent as 14 tokens, past the
+    budget; the others failed deep inside a count or a repair as bare errors."""
+    with pytest.raises(UnsupportedMessageError, match=named):
+        make()  # type: ignore[operator]
+
+
+def test_a_list_of_blocks_is_taken_as_a_tuple() -> None:
+    message = UserMessage([TextBlock("hi")])  # type: ignore[arg-type]
+    assert message.content == (TextBlock("hi"),) and message == UserMessage.of("hi")
+
+
+@pytest.mark.parametrize(
+    ("d", "named"),
+    [
+        ({"role": "user", "content": [], "extra": "x"}, "'extra' is no object"),
+        ({"role": "user", "content": [{"type": "text", "text": "t", "extra": 5}]}, "'extra'"),
+        ({"role": 10**5000, "content": []}, "role a int"),
+        ({"role": "user", "content": [{"type": 10**5000}]}, "block type a int"),
+        ({"role": "tool", "tool_call_id": "c", "content": [], "is_error": "false"}, "is_error"),
+        ({"role": "assistant", "content": [], "usage": {"reasoning_tokens": 1}}, "usage field"),
+        ({"role": "assistant", "content": [], "usage": {1: 1}}, "usage field 1"),
+        ({"role": "assistant", "content": [], "usage": {"input_tokens": "12"}}, "input_tokens"),
+        ({"role": "assistant", "content": [], "usage": {"output_tokens": -5}}, "-5"),
+        ({"role": "assistant", "content": [], "model": 5}, "model of type int"),
+    ],
+)
+def test_from_dict_refuses_what_to_dict_never_writes(d: dict[object, object], named: str) -> None:
+    """Found by a hostile run (V, finding 4): `from_dict` let bare `TypeError` / `ValueError`
+    out (an ``extra`` that is no object, a usage key it does not know, a huge int where a
+    role or block type goes) and took what no message holds (``is_error: "false"`` as true,
+    usage counts that are strings or negative)."""
+    with pytest.raises(UnsupportedMessageError, match=named):
+        from_dict(d)  # type: ignore[arg-type]
+
+
+def test_an_integer_json_cannot_write_is_refused_in_arguments() -> None:
+    """Found by a hostile run (V, finding 3): an int of more than 4300 digits in a tool
+    call's arguments passed `check_history`, then `prepare` raised a bare `ValueError` from
+    the JSON encoder while counting it."""
+    call = ToolCall("c", "f", {"n": 10**5000})
+    nested = ToolCall("c", "f", {"n": [1, {"m": -(10**5000)}]})
+    for block in (call, nested):
+        with pytest.raises(UnsupportedMessageError) as caught:
+            check_history([UserMessage.of("t"), AssistantMessage((block,))])
+        assert caught.value.index == 1 and "integer" in str(caught.value)
+    check_history([AssistantMessage((ToolCall("c", "f", {"n": 10**300}),))])
