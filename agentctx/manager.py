@@ -67,7 +67,7 @@ from agentctx.tokens.estimate import exact_encoder_needed, load_exact_encoder
 from agentctx.view import ViewState
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Callable, Iterator
     from types import TracebackType
 
     from anyio.abc import TaskGroup, TaskStatus
@@ -206,6 +206,15 @@ def _view_below(
     while j > 0 and _raw_from(view, origins, raw, j) > cut:
         j -= 1
     return view[:j], origins[:j], _raw_from(view, origins, raw, j)
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
+    """The exceptions of ``group`` and of the groups inside it, in order."""
+    for e in group.exceptions:
+        if isinstance(e, BaseExceptionGroup):
+            yield from _leaves(e)
+        else:
+            yield e
 
 
 def _read_once(history: object) -> list[Message]:
@@ -487,11 +496,12 @@ class ContextManager:
             exited = await self._task_group.__aexit__(exc_type, exc, tb)
         except BaseExceptionGroup as group:
             # The caller's own exception leaves ``async with`` as itself, not wrapped in a
-            # group by the task group that owns the background work; so do an interrupt
-            # and an exit.
-            if exc is not None and all(e is exc for e in group.exceptions):
+            # group by the task groups that own the background work (one inside another);
+            # so do an interrupt and an exit.
+            leaves = list(_leaves(group))
+            if exc is not None and all(e is exc for e in leaves):
                 return False
-            for e in group.exceptions:
+            for e in leaves:
                 if isinstance(e, KeyboardInterrupt | SystemExit):
                     raise e from None
             raise
