@@ -44,6 +44,14 @@ def _has(obj: object, key: str) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _inside(prompt: int, output: int, cached: int, written: int) -> Usage:
+    """Usage of a prompt count that holds its cache reads and writes (OpenAI's): what they
+    claim past the prompt is not taken (the prompt is what was billed)."""
+    cached = min(cached, prompt)
+    written = min(written, prompt - cached)
+    return Usage(prompt - cached - written, output, cached, written)
+
+
 def _from_fields(usage: object) -> Usage | None:
     """Usage from one provider's usage object (or dict); None if it has no token fields."""
     if _has(usage, "prompt_tokens"):  # Chat Completions: cached tokens inside prompt_tokens
@@ -53,16 +61,18 @@ def _from_fields(usage: object) -> Usage | None:
         written = _count(details, "cache_write_tokens") or _count(
             usage, "cache_creation_input_tokens"
         )
-        uncached = max(_count(usage, "prompt_tokens") - cached - written, 0)
-        return Usage(uncached, _count(usage, "completion_tokens"), cached, written)
+        return _inside(
+            _count(usage, "prompt_tokens"), _count(usage, "completion_tokens"), cached, written
+        )
     if not (_has(usage, "input_tokens") or _has(usage, "output_tokens")):
         return None
     details = _get(usage, "input_tokens_details")
     if details is not None:  # Responses: cache reads and writes inside input_tokens
         cached = _count(details, "cached_tokens")
         written = _count(details, "cache_write_tokens")
-        uncached = max(_count(usage, "input_tokens") - cached - written, 0)
-        return Usage(uncached, _count(usage, "output_tokens"), cached, written)
+        return _inside(
+            _count(usage, "input_tokens"), _count(usage, "output_tokens"), cached, written
+        )
     written = _count(usage, "cache_creation_input_tokens")  # Anthropic: counted apart
     written_1h = _count(_get(usage, "cache_creation"), "ephemeral_1h_input_tokens")
     return Usage(

@@ -118,7 +118,7 @@ def normalize_stop_reason(raw: str | None) -> StopReason:
     ``length``; ``refusal`` / ``content_filter`` give ``refusal``. A missing reason, a tool
     call or a pause is not a finished briefing, so it is ``error``.
     """
-    if raw is None:
+    if not isinstance(raw, str):
         return "error"
     return _STOP_REASONS.get(raw.strip().lower(), "error")
 
@@ -223,7 +223,35 @@ def check_result(result: object) -> SummaryResult:
                 f"a message to splice that is {preview(m)}; only user, assistant "
                 "(without tool calls) and summary messages may replace a span"
             )
+    messages = tuple(map(_sendable, result.messages))
+    if any(a is not b for a, b in zip(messages, result.messages, strict=True)):
+        result = replace(result, messages=messages)
     return result
+
+
+def _sendable(m: Message) -> Message:
+    """``m`` with each lone surrogate of its text replaced (`sendable_text`), as a text
+    briefing's is: spliced as it is, every later view could not be sent."""
+    if isinstance(m, SummaryMessage):
+        text = sendable_text(m.text)
+        return m if text is m.text else replace(m, text=text)
+    if not isinstance(m, UserMessage | AssistantMessage) or all(
+        not isinstance(b, TextBlock) or sendable_text(b.text) is b.text for b in m.content
+    ):
+        return m
+    content = tuple(
+        TextBlock(sendable_text(b.text), b.extra) if isinstance(b, TextBlock) else b
+        for b in m.content
+    )
+    message: Any = m  # either kind: its content holds what it held, repaired
+    repaired: Message = replace(message, content=content)
+    return repaired
+
+
+def _holds_something(m: Message) -> bool:
+    if isinstance(m, SummaryMessage):
+        return bool(m.text.strip())
+    return any(not isinstance(b, TextBlock) or b.text.strip() for b in m.content)
 
 
 def _bad(what: str) -> SummarizerError:
@@ -438,12 +466,15 @@ def check_briefing(
     Splicing deletes the span it replaces, so a briefing is checked first: the model must
     have stopped on its own (a ``length`` stop lost the sections at the end, a ``refusal`` is
     not a briefing), the text must not be empty, and every ``required`` heading must be there.
-    A provider-native briefing (``result.messages``) is opaque: only its stop is checked.
+    A provider-native briefing (``result.messages``) is opaque: only its stop is checked, and
+    that some message of it holds something (no blank text only).
     Reasons: ``stop_reason``, ``empty``, ``malformed``.
     """
     if result.stop_reason != "stop":
         return "stop_reason", f"the summarizer stopped with {result.stop_reason!r}"
     if result.messages:
+        if not any(map(_holds_something, result.messages)):
+            return "empty", "the summarizer's messages to splice hold nothing"
         return None
     if not result.text.strip():
         return "empty", "the summarizer returned no text"

@@ -426,6 +426,24 @@ def test_check_result_accepts_a_well_formed_result() -> None:
     assert caught.value.retryable is False and str(caught.value)
 
 
+def test_a_native_briefing_is_made_sendable_and_an_empty_one_is_refused() -> None:
+    """Found by a hostile run (U, finding 4): the messages of a provider-native briefing went
+    unchecked: a lone surrogate in their text was spliced as it was (no later view could be
+    encoded), and messages holding nothing replaced the span as a briefing."""
+    from agentctx.messages import SummaryMessage, TextBlock
+    from agentctx.summarizer import check_briefing
+
+    odd = (UserMessage.of("brief \ud800 x"), SummaryMessage("summary \udfff"))
+    checked = check_result(SummaryResult(text="", stop_reason="stop", messages=odd))
+    assert checked.messages == (UserMessage.of("brief \ufffd x"), SummaryMessage("summary \ufffd"))
+    assert check_briefing(checked) is None
+    blank = (AssistantMessage((), "stop"), UserMessage((TextBlock("  "),)), SummaryMessage(""))
+    refused = check_briefing(
+        check_result(SummaryResult(text="", stop_reason="stop", messages=blank))
+    )
+    assert refused is not None and refused[0] == "empty"
+
+
 async def test_a_briefing_with_a_lone_surrogate_is_spliced_as_text_a_request_can_carry() -> None:
     """Found by hostile testing: a reply decoded from JSON can hold a lone surrogate; the
     briefing was spliced as it was and no later view could be encoded as UTF-8 (every model

@@ -22,6 +22,7 @@ from agentctx import (
     Chain,
     CompactionWarning,
     ConfigError,
+    ContextCompacted,
     ContextManager,
     DeterministicCompaction,
     Event,
@@ -1349,3 +1350,23 @@ async def test_event_iterators_end_on_a_closed_manager_and_unread_ones_are_let_g
         gc.collect()
         assert other._hub._streams == []
         other.emit(CompactionWarning("x", "y"))
+
+
+async def test_a_briefing_whose_reply_reports_no_usage_costs_an_unknown_amount() -> None:
+    """Found by a hostile run (U, finding 3): an OpenAI-compatible server that leaves usage
+    out made every billed briefing cost $0.00 at a known price; money not known is `None`."""
+
+    class NoUsage:
+        async def summarize(self, request: SummaryRequest) -> SummaryResult:
+            return SummaryResult(text=BRIEFING, stop_reason="stop", model="gpt-4.1-mini")
+
+    llm = LlmCompaction(NoUsage(), LlmCompactionConfig(trigger_ratio=0.3))
+    events: list[Event] = []
+    budget = Budget(context_window=3_000, reserve_output=1_000)
+    async with ContextManager(budget, strategy=llm) as ctx:
+        ctx.subscribe(events.append)
+        await run_until_spliced(ctx, llm, turns=12)
+    assert llm.spend.requests >= 1 and llm.spend.cost_usd is None
+    stats = [e.summary for e in events if getattr(e, "summary", None) is not None]
+    assert any(isinstance(e, ContextCompacted) and e.method == "summarized" for e in events)
+    assert stats and all(s.cost_usd is None for s in stats)

@@ -335,3 +335,20 @@ def test_openai_cache_writes_are_read_wherever_usage_is() -> None:
     hooked = AgentsUsage(1, 10_000, details, 100, OutputTokensDetails(reasoning_tokens=0), 10_100)
     _observe(ctx, type("Response", (), {"usage": hooked})())  # type: ignore[arg-type]
     assert ctx.usage == expected
+
+
+def test_cache_counts_past_the_prompt_are_not_taken() -> None:
+    """Found by a hostile run (U, finding 3): a server that said 50 tokens were read from the
+    cache of a 5-token prompt was billed for 50."""
+    from agentctx import Usage
+    from agentctx._usage import usage_of
+
+    chat = {
+        "prompt_tokens": 5,
+        "completion_tokens": 1,
+        "prompt_tokens_details": {"cached_tokens": 50},
+    }
+    assert usage_of(chat) == Usage(0, 1, 5, 0)
+    details = {"cached_tokens": 3, "cache_write_tokens": 9}
+    responses = {"input_tokens": 5, "output_tokens": 1, "input_tokens_details": details}
+    assert usage_of(responses) == Usage(0, 1, 3, 2)

@@ -268,6 +268,20 @@ async def test_malformed_body_is_retryable(kind: str) -> None:
     assert error.retryable
 
 
+@pytest.mark.parametrize("body", [b"{}", b"null", b'{"choices": [{"message": null}]}'])
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_body_of_another_shape_is_retryable(kind: str, body: bytes) -> None:
+    """Found by a hostile run (U, finding 2): a 200 whose JSON is of another shape (a proxy's,
+    a look-alike server's) left the summarizers as a bare `TypeError` or `AttributeError`,
+    which `LlmCompaction` takes for a bug of the summarizer's: never retried."""
+    async with setup(kind, Reply.malformed(body)) as s:
+        with pytest.raises(SummarizerError) as info:
+            await s.summarizer.summarize(REQUEST)
+    error = info.value
+    assert error.retryable and "unreadable response" in str(error)
+    assert isinstance(error.__cause__, TypeError | AttributeError)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 async def test_cancellation_propagates_untouched(kind: str) -> None:
     async with setup(kind, Reply.hang()) as s:

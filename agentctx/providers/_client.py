@@ -11,9 +11,10 @@ from agentctx.providers._retry_after import retry_after_seconds
 from agentctx.summarizer import is_retryable_status
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from types import ModuleType, TracebackType
 
-__all__ = ["ClientOwner", "retryless", "summarizer_error"]
+__all__ = ["ClientOwner", "read_reply", "retryless", "summarizer_error"]
 
 C = TypeVar("C")
 
@@ -69,6 +70,21 @@ class ClientOwner:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+_R = TypeVar("_R")
+
+
+def read_reply(sdk: ModuleType, read: Callable[[], _R]) -> _R:
+    """``read()``, the result made from a reply the SDK parsed; a reply of another shape (a
+    field missing or of another type: a proxy's or a look-alike server's) is `SummarizerError`,
+    retryable as an unreadable 200 is (`summarizer_error`), not a bare error from inside."""
+    try:
+        return read()
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
+        raise SummarizerError(
+            f"{sdk.__name__}: unreadable response ({type(exc).__name__}: {exc})", retryable=True
+        ) from exc
 
 
 def summarizer_error(sdk: ModuleType, exc: BaseException) -> SummarizerError:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from agentctx.adapters.anthropic import PROVIDER, to_anthropic
 from agentctx.errors import MissingExtraError, SummarizerError
 from agentctx.messages import AssistantMessage, OpaqueBlock, ToolCall, Usage
-from agentctx.providers._client import ClientOwner, retryless, summarizer_error
+from agentctx.providers._client import ClientOwner, read_reply, retryless, summarizer_error
 from agentctx.providers._request_options import check_request_options
 from agentctx.summarizer import SummaryResult, normalize_stop_reason
 
@@ -138,7 +138,7 @@ class AnthropicCompactionSummarizer(ClientOwner):
             )
         except (anthropic.APIError, json.JSONDecodeError) as exc:
             raise summarizer_error(anthropic, exc) from exc
-        return _to_result(message)
+        return read_reply(anthropic, lambda: _to_result(message))
 
 
 def _tool_stubs(conversation: Iterable[Message]) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentctx.errors import MissingExtraError
 from agentctx.messages import Usage
-from agentctx.providers._client import ClientOwner, retryless, summarizer_error
+from agentctx.providers._client import ClientOwner, read_reply, retryless, summarizer_error
 from agentctx.providers._request_options import check_request_options
 from agentctx.summarizer import SummaryResult, normalize_stop_reason
 
@@ -96,7 +96,7 @@ class AnthropicSummarizer(ClientOwner):
             )
         except (anthropic.APIError, json.JSONDecodeError) as exc:
             raise summarizer_error(anthropic, exc) from exc
-        return _to_result(message)
+        return read_reply(anthropic, lambda: _to_result(message))
 
 
 def _to_result(message: SDKMessage) -> SummaryResult:

@@ -34,7 +34,7 @@ from agentctx._usage import usage_of
 from agentctx.adapters.openai_responses import PROVIDER, to_openai_responses
 from agentctx.errors import MissingExtraError, SummarizerError
 from agentctx.messages import AssistantMessage, OpaqueBlock, Usage, UserMessage
-from agentctx.providers._client import ClientOwner, retryless, summarizer_error
+from agentctx.providers._client import ClientOwner, read_reply, retryless, summarizer_error
 from agentctx.providers._request_options import check_request_options
 from agentctx.summarizer import SummaryResult
 
@@ -111,7 +111,7 @@ class OpenAICompactionSummarizer(ClientOwner):
         except (openai.APIError, json.JSONDecodeError) as exc:
             raise summarizer_error(openai, exc) from exc
         span = request.conversation[len(request.conversation) - request.messages :]
-        return _to_result(compacted, span, self.model)
+        return read_reply(openai, lambda: _to_result(compacted, span, self.model))
 
 
 def _to_result(

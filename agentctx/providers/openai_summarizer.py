@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 from agentctx._usage import usage_of
 from agentctx.errors import MissingExtraError
 from agentctx.messages import Usage
-from agentctx.providers._client import ClientOwner, retryless, summarizer_error
+from agentctx.providers._client import ClientOwner, read_reply, retryless, summarizer_error
 from agentctx.providers._request_options import check_request_options
 from agentctx.summarizer import SummaryResult, normalize_stop_reason
 
@@ -166,7 +166,7 @@ class OpenAIChatSummarizer(_OpenAISummarizer):
             )
         except (openai.APIError, json.JSONDecodeError) as exc:
             raise summarizer_error(openai, exc) from exc
-        return _chat_result(completion)
+        return read_reply(openai, lambda: _chat_result(completion))
 
 
 class OpenAIResponsesSummarizer(_OpenAISummarizer):
@@ -194,11 +194,13 @@ class OpenAIResponsesSummarizer(_OpenAISummarizer):
             )
         except (openai.APIError, json.JSONDecodeError) as exc:
             raise summarizer_error(openai, exc) from exc
-        return _responses_result(response)
+        return read_reply(openai, lambda: _responses_result(response))
 
 
 def _chat_result(completion: ChatCompletion) -> SummaryResult:
     usage = usage_of(completion.usage) or Usage()
+    if not isinstance(completion.choices, list):
+        raise TypeError(f"choices is {type(completion.choices).__name__}, not a list")
     if not completion.choices:
         return SummaryResult(text="", stop_reason="error", usage=usage, model=completion.model)
     choice = completion.choices[0]

@@ -376,7 +376,10 @@ class Requester:
         model = result.model or getattr(self.summarizer, "model", None)
         model = model if isinstance(model, str) else None
         price = self.config.price if self.config.price is not None else price_for(model)
-        cost = price.cost(result.usage) if price is not None else None
+        # A reply that reports no tokens at all (a server that leaves usage out) was billed
+        # all the same: its cost is unknown, not zero.
+        reported = result.usage.prompt_tokens or result.usage.output_tokens
+        cost = price.cost(result.usage) if price is not None and reported else None
         self._usage = self._usage + result.usage
         self._billed += 1
         self._cost = None if self._cost is None or cost is None else self._cost + cost
