@@ -405,21 +405,40 @@ class _Call:
         self.answered = False
 
 
-def _answering(batch: list[_Call], call_id: str) -> tuple[_Call | None, bool]:
+class _Batch(list[_Call]):
+    """The calls of the latest assistant message, in order, found by id in O(1): a batch of
+    thousands of parallel calls is answered one result at a time."""
+
+    __slots__ = ("by_call", "by_view")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_call: dict[str, list[_Call]] = {}
+        self.by_view: dict[str, list[_Call]] = {}  # by the renamed id, where it was renamed
+
+    def add(self, call: _Call) -> None:
+        self.append(call)
+        self.by_call.setdefault(call.call_id, []).append(call)
+        if call.view_id != call.call_id:
+            self.by_view.setdefault(call.view_id, []).append(call)
+
+    def clear(self) -> None:
+        super().clear()
+        self.by_call.clear()
+        self.by_view.clear()
+
+
+def _answering(batch: _Batch, call_id: str) -> tuple[_Call | None, bool]:
     """The first unanswered call of the batch ``call_id`` answers, and whether the batch has
     a call with that id at all. A result may name a call by its input id or, for a caller
     that answered the view, by its renamed one."""
     known = False
-    for call in batch:
-        if call.call_id == call_id:
+    for calls in (batch.by_call.get(call_id), batch.by_view.get(call_id)):
+        if calls:
             known = True
-            if not call.answered:
-                return call, True
-    for call in batch:
-        if call.view_id == call_id and call.view_id != call.call_id:
-            known = True
-            if not call.answered:
-                return call, True
+            for call in calls:
+                if not call.answered:
+                    return call, True
     return None, known
 
 
@@ -446,7 +465,7 @@ def repair(
     repairs: list[Repair] = []
     used: Set[str] = continues if continues is not None else frozenset()
     new_ids: set[str] = set()  # ids this call of repair gave out, on top of ``used``
-    batch: list[_Call] = []  # the calls of the latest assistant message, in order
+    batch = _Batch()  # the calls of the latest assistant message, in order
     batch_origin = 0
     opened = continues is not None
 
@@ -537,7 +556,7 @@ def _unique_calls(
     m: AssistantMessage,
     used: Set[str],
     new_ids: set[str],
-    batch: list[_Call],
+    batch: _Batch,
     index: int,
     origin: int,
     repairs: list[Repair],
@@ -560,7 +579,7 @@ def _unique_calls(
                 b = ToolCall(view_id, b.name, b.arguments, b.extra)
                 renamed = True
             new_ids.add(view_id)
-            batch.append(_Call(call_id, view_id, b.name))
+            batch.add(_Call(call_id, view_id, b.name))
         blocks.append(b)
     if not renamed:
         return m

@@ -47,6 +47,7 @@ from agentctx import (
 from agentctx.ledger import Ledger, ReplaceResult, anchor
 from agentctx.messages import (
     AssistantMessage,
+    ToolCall,
     canonical_json,
     fingerprint,
     from_dict,
@@ -1370,3 +1371,55 @@ async def test_a_briefing_whose_reply_reports_no_usage_costs_an_unknown_amount()
     stats = [e.summary for e in events if getattr(e, "summary", None) is not None]
     assert any(isinstance(e, ContextCompacted) and e.method == "summarized" for e in events)
     assert stats and all(s.cost_usd is None for s in stats)
+
+
+async def test_a_large_parallel_batch_with_missing_results_is_read_once_per_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by a hostile run (W, finding 1): with an assistant message of N parallel calls,
+    some unanswered, one `prepare` over the budget cost O(stubs x calls x rounds): each stub
+    repair added (its origin the batch's message) had tier 1 read every call's arguments
+    again, and each result looked its call up by walking the batch (4,000 calls, 3,300
+    stubs: 29 s). Counted, not timed: the batch's message is read once per pass of tier 1,
+    and the batch is walked once per render, not once per result."""
+    from agentctx import boundaries, ledger
+    from agentctx.strategies import deterministic
+
+    n, answered = 600, 200
+    calls = tuple(ToolCall(f"c{i}", "read", {"path": f"src/f{i}.py"}) for i in range(n))
+    history: list[Message] = [user("the task"), AssistantMessage(calls, "tool_use")]
+    history += [result(f"c{i}", f"line {i}\n" * 40, name="read") for i in range(answered)]
+    read = {"batch": 0, "passes": 0, "walks": 0, "renders": 0}
+    cuttable, truncate = (
+        deterministic.DeterministicCompaction._cuttable,
+        deterministic.DeterministicCompaction._truncate,
+    )
+    repair, walk = boundaries.repair, boundaries._Batch.__iter__
+
+    def counted_cuttable(self: Any, m: Message) -> bool:
+        read["batch"] += m is history[1]
+        return cuttable(self, m)
+
+    def counted_truncate(self: Any, *args: Any, **kwargs: Any) -> None:
+        read["passes"] += 1
+        truncate(self, *args, **kwargs)
+
+    def counted_repair(*args: Any, **kwargs: Any) -> Any:
+        read["renders"] += 1
+        return repair(*args, **kwargs)
+
+    def counted_walk(self: Any) -> Any:
+        read["walks"] += 1
+        return walk(self)
+
+    monkeypatch.setattr(deterministic.DeterministicCompaction, "_cuttable", counted_cuttable)
+    monkeypatch.setattr(deterministic.DeterministicCompaction, "_truncate", counted_truncate)
+    monkeypatch.setattr(ledger, "repair", counted_repair)
+    monkeypatch.setattr(boundaries._Batch, "__iter__", counted_walk)
+    budget = Budget(context_window=20_000, reserve_output=2_000)
+    async with ContextManager(budget, on_over_budget="send") as ctx:
+        view = await ctx.prepare(history)
+    assert read["passes"] and read["batch"] <= read["passes"]
+    assert read["walks"] <= 2 * read["renders"] + 2
+    assert_view_ok(view, ctx.raw)
+    assert sum(isinstance(m, ToolResultMessage) for m in view) == n  # the stubs are there

@@ -451,8 +451,13 @@ class DeterministicCompaction:
             shown, i = view[j], origins[j]
             # Whatever the ledger says, only a raw message this tier would cut can give a
             # decision: the view scan is called several times a decision, most of it on
-            # messages short enough, so that is checked before the ledger is asked.
-            if 0 <= i < len(raw) and not self._cuttable(raw[i]):
+            # messages short enough, so that is checked before the ledger is asked. A stub
+            # repair added for a missing result has nothing to cut (its origin is its call's
+            # message, cut at its own place): asking would read the whole batch per stub.
+            if 0 <= i < len(raw) and (
+                (isinstance(shown, ToolResultMessage) and type(raw[i]) is not ToolResultMessage)
+                or not self._cuttable(raw[i])
+            ):
                 continue
             if ctx.ledger.span_covering(i):
                 continue
