@@ -463,7 +463,7 @@ class LlmCompaction:
             return SummaryMessage(f"{SUMMARY_MARKER}\n\n{text}")
         # The tiers' markers inside name recall ids the briefing does not show: the part's
         # entry refers to them, or what they hid would be recallable no more.
-        part = span_text(ctx.view, ctx.origins, ctx.raw, va, vc, ctx.ledger, markers=True)
+        part = span_text(ctx.view, ctx.origins, ctx.raw, va, vc, ctx.ledger)
         rid = put_entry(ctx.recall, ctx.session_id, part)
         where = f'[The {vc - va} messages it replaces, in full: recall_context(id="{rid}")]'
         return SummaryMessage(f"{SUMMARY_MARKER}\n\n{text}\n\n{where}")

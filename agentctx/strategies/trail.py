@@ -1,10 +1,10 @@
 """What a compacted part leaves in the view: markers, one-line turns, and their artifact trail.
 
 A dropped span becomes the constant `COMPACTION_MARKER` followed by the files and commands the
-span touched; a condensed turn becomes one line (`condensed_line`). Both name the recall ids
-under which the original messages are kept (`span_text`), and pass on the trails and ids of
-earlier markers and condensed lines they absorb, so the trail survives compaction after
-compaction.
+span touched; a condensed turn becomes one line (`condensed_line`). Both name the recall id
+under which the original messages are kept (`span_text`, which refers to the ids of earlier
+markers it absorbs), and pass on the trails of earlier markers and condensed lines, so the trail
+survives compaction after compaction.
 """
 
 from __future__ import annotations
@@ -137,12 +137,12 @@ def marker_with_trail(dropped: Sequence[Message], rid: str | None = None) -> Sum
 
     Its bytes are fixed when the decision is taken, like every replacement; an earlier marker
     or condensed turn inside the span passes its own trail on. ``rid`` is the recall id of the
-    dropped text; an earlier marker inside the span passes its ids on too, so every dropped
-    part stays one recall call away.
+    dropped text, which refers to the ids of the earlier markers inside the span (`span_text`),
+    so every dropped part stays one recall call away and the marker names
+    one id however often its stretch was dropped before. Without ``rid`` the earlier
+    markers' ids are passed on.
     """
-    ids = [i for m in dropped if is_marker(m) for i in _marker_ids(m)]
-    if rid is not None:
-        ids.append(rid)
+    ids = _passed_on(dropped, rid)
     head = COMPACTION_MARKER
     if ids:
         head += " (" + ", ".join(f"recall_context id={i}" for i in dict.fromkeys(ids)) + ")"
@@ -150,6 +150,14 @@ def marker_with_trail(dropped: Sequence[Message], rid: str | None = None) -> Sum
     if not lines:
         return SummaryMessage(head, _MARKED)
     return SummaryMessage("\n".join([head, _TRAIL_HEADER, *lines]), _MARKED)
+
+
+def _passed_on(part: Sequence[Message], rid: str | None) -> list[str]:
+    """The recall ids a replacement of ``part`` names: its own, else those of the markers it
+    absorbs (nothing else would lead to them)."""
+    if rid is not None:
+        return [rid]
+    return [i for m in part if is_marker(m) for i in _marker_ids(m)]
 
 
 def _marker_ids(marker: Message) -> list[str]:
@@ -164,17 +172,14 @@ def span_text(
     start: int,
     end: int,
     ledger: Ledger | None = None,
-    *,
-    markers: bool = False,
 ) -> str:
     """What a recall of the condensed or dropped view part ``[start, end)`` returns: the raw
     messages it stands for, in full, as plain text, so one call finds any of them.
 
     What the part holds that is already recallable under its own id is not stored again: an
-    earlier marker is left out (the new marker passes its recall ids on), or with ``markers``
-    (for a replacement that does not name them) stands as a `recall_reference` to each of
-    its ids; a condensed line, a tool result or arguments cleared with a recall id (found in
-    the message or, with ``ledger``, in its decisions) are stored as the view shows them
+    earlier marker stands as a `recall_reference` to each of its ids (the replacement names
+    only the new one); a condensed line, a tool result or arguments cleared with a recall id
+    (found in the message or, with ``ledger``, in its decisions) are stored as the view shows them
     followed by a `recall_reference` to each id, which the recall tool expands into the
     original. So every raw message is stored about once, however often its stretch is
     compacted again.
@@ -191,9 +196,8 @@ def span_text(
     for j in range(start, end):
         m = view[j]
         if is_marker(m):
-            if markers:
-                flush()
-                pieces += [recall_reference(rid) for rid in _marker_ids(m)]
+            flush()
+            pieces += [recall_reference(rid) for rid in _marker_ids(m)]
             continue
         i = origins[j]
         if i < stored_to:
@@ -476,10 +480,7 @@ def condensed_line(part: Sequence[Message], rid: str | None = None) -> str:
             errors += 1
     items = _trail_items(part)
     line = _CONDENSED
-    # A marker the turn absorbed is left out of the turn's recall entry: its ids go on.
-    ids = [i for m in part if is_marker(m) for i in _marker_ids(m)]
-    if rid is not None:
-        ids.append(rid)
+    ids = _passed_on(part, rid)
     if ids:
         line += " (" + ", ".join(f"recall_context id={i}" for i in dict.fromkeys(ids)) + ")"
     if texts:
