@@ -29,6 +29,7 @@ from agentctx import (
     HistoryResynced,
     LlmCompaction,
     LlmCompactionConfig,
+    MemoryRecallStore,
     Message,
     SQLiteRecallStore,
     StoreError,
@@ -1423,3 +1424,42 @@ async def test_a_large_parallel_batch_with_missing_results_is_read_once_per_pass
     assert read["walks"] <= 2 * read["renders"] + 2
     assert_view_ok(view, ctx.raw)
     assert sum(isinstance(m, ToolResultMessage) for m in view) == n  # the stubs are there
+
+
+async def test_a_marker_names_one_recall_id_however_often_its_stretch_was_dropped() -> None:
+    """Found by a hostile run (W, finding 2): each drop's marker copied the ids of every
+    earlier marker it absorbed, so the floor of the prompt grew by about 40 characters a drop
+    (398 ids, 16k characters after 400 drops) until calls went over the budget. A marker now
+    names its own id, whose entry refers to the earlier ones: every dropped message is still
+    one recall away."""
+    import random
+
+    from agentctx.strategies.trail import is_marker
+
+    rng = random.Random(0)
+    store = MemoryRecallStore()
+    budget = Budget(context_window=8_000, reserve_output=1_000)
+    async with ContextManager(budget, recall=store, session_id="s") as ctx:
+        history: list[Message] = [user("the task")]
+        drops = n = 0
+        while drops < 40:
+            n += 1
+            words = " ".join(rng.choice(("yes", "ok", "sure", "file", "run")) for _ in range(4))
+            history += [AssistantMessage.of(f"{words} {n}"), user(f"go on {n}")]
+            version = ctx.ledger.version
+            view = await ctx.prepare(history)
+            drops += ctx.ledger.version != version
+        markers = [m for m in view if is_marker(m)]
+        assert markers and all(m.text.count("recall_context id=") == 1 for m in markers)
+        shown = {text_of(m.content) for m in view if isinstance(m, AssistantMessage)}
+        ids = [i for m in view for i in _ids(m.text if is_marker(m) else text_of(m.content))]
+        recalled = "".join([await ctx.recall(rid, limit=10**9) for rid in ids])
+        for m in history[1:]:
+            if isinstance(m, AssistantMessage) and text_of(m.content) not in shown:
+                assert text_of(m.content) in recalled
+
+
+def _ids(text: str) -> list[str]:
+    import re
+
+    return re.findall(r"recall_context id=(ctx-[0-9a-f]+)", text)

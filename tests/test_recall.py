@@ -456,3 +456,18 @@ def test_the_sqlite_store_saves_a_ledger_a_decision_at_a_time(tmp_path: Path) ->
     store = SQLiteRecallStore(tmp_path / "a.db")
     check_extend_ledger(store)
     store.close()
+
+
+def test_a_chain_of_references_of_any_depth_expands_whole() -> None:
+    """A stretch dropped again and again refers to the entry of the drop before it (hostile
+    run W, finding 2): a chain as deep as the session's drops. Expanded by recursion to 16
+    levels, what lay deeper read as "not kept" though it was kept."""
+    from agentctx.recall.store import expand_references, recall_reference
+
+    entries = {"ctx-0000000000000000": "part 0"}
+    for k in range(1, 300):
+        entries[f"ctx-{k:016x}"] = recall_reference(f"ctx-{k - 1:016x}") + f"\npart {k}"
+    whole = expand_references(recall_reference(f"ctx-{299:016x}"), entries.get)
+    assert whole == "\n".join(f"part {k}" for k in range(300))
+    looped = {"ctx-000000000000000a": "a " + recall_reference("ctx-000000000000000a")}
+    assert "reads it]" in expand_references(looped["ctx-000000000000000a"], looped.get)

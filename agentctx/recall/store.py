@@ -62,7 +62,6 @@ def recall_id(session_id: str, content: str) -> str:
 # more after the braces than it had.
 _TOKEN = re.compile(r"\{\{(\\*)recall:(?:(ctx-[0-9a-f]{16})\}\})?")
 _LITERAL = re.compile(r"\{\{(\\*)recall:")
-_MAX_DEPTH = 16
 MAX_EXPANDED_CHARS = 16_000_000
 """The most characters one entry expands to (`expand_references`): past it a reference stays
 a pointer to its id (or the token itself), which the recall tool reads on its own."""
@@ -92,33 +91,47 @@ def expand_references(
     """``text`` with each `recall_reference` replaced by what ``fetch(rid)`` returns for
     it, references in that expanded too (a missing one says so in its place), and literal
     text escaped with `escape_literal` back as it was. Past ``limit`` characters in all, a
-    reference is left as a pointer to its id."""
+    reference is left as a pointer to its id; so is one inside its own expansion (a cycle).
+
+    Read with a stack, not by recursion: a stretch dropped again and again refers to the
+    entry of the drop before it, as deep as the session has drops."""
     left = limit - len(text)
-
-    def expand(text: str, depth: int) -> str:
-        def one(m: re.Match[str]) -> str:
-            nonlocal left
-            token, escapes, rid = m.group(0), m.group(1), m.group(2)
-            if escapes:  # literal text: one backslash fewer
-                return token[:2] + token[3:]
-            if rid is None:  # not a reference, nor escaped (stored by an older version)
-                return token
-            content = fetch(rid) if depth < _MAX_DEPTH else None
-            if content is not None and len(content) <= left + len(token):
-                left -= len(content) - len(token)
-                return expand(content, depth + 1)
-            if content is None:
-                said = f"[{rid}: not kept]"
-            else:
-                said = f'[{rid}: too long to include here; recall_context(id="{rid}") reads it]'
-            if len(said) - len(token) > left:
-                return token  # what is left holds not even that: the id as it was written
-            left -= len(said) - len(token)
-            return said
-
-        return _TOKEN.sub(one, text) if "recall:" in text else text
-
-    return expand(text, 0)
+    out: list[str] = []
+    todo: list[tuple[str, int, str | None]] = [(text, 0, None)]  # (text, read up to, its id)
+    open_ids: list[str] = []  # the ids being expanded, outermost first
+    while todo:
+        text, at, rid = todo.pop()
+        found = _TOKEN.search(text, at) if "recall:" in text else None
+        if found is None:
+            out.append(text[at:])
+            if rid is not None:
+                open_ids.pop()
+            continue
+        out.append(text[at : found.start()])
+        todo.append((text, found.end(), rid))
+        token, escapes, ref = found.group(0), found.group(1), found.group(2)
+        if escapes:  # literal text: one backslash fewer
+            out.append(token[:2] + token[3:])
+            continue
+        if ref is None:  # not a reference, nor escaped (stored by an older version)
+            out.append(token)
+            continue
+        content = None if ref in open_ids else fetch(ref)
+        if content is not None and len(content) <= left + len(token):
+            left -= len(content) - len(token)
+            open_ids.append(ref)
+            todo.append((content, 0, ref))
+            continue
+        if content is None and ref not in open_ids:
+            said = f"[{ref}: not kept]"
+        else:
+            said = f'[{ref}: too long to include here; recall_context(id="{ref}") reads it]'
+        if len(said) - len(token) > left:
+            out.append(token)  # what is left holds not even that: the id as it was written
+            continue
+        left -= len(said) - len(token)
+        out.append(said)
+    return "".join(out)
 
 
 @runtime_checkable
