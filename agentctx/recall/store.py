@@ -46,6 +46,7 @@ __all__ = [
     "expand_references",
     "recall_id",
     "recall_reference",
+    "references",
 ]
 
 
@@ -72,6 +73,14 @@ def recall_reference(rid: str) -> str:
     it is not stored twice; reading it back (`expand_references`) puts the content there.
     The text around it must be escaped with `escape_literal`."""
     return f"{{{{recall:{rid}}}}}"
+
+
+def references(text: str) -> list[str]:
+    """The ids the `recall_reference` tokens of stored ``text`` name, each once, in order
+    (not escaped literal text that reads like one)."""
+    if "recall:" not in text:
+        return []
+    return list(dict.fromkeys(m[2] for m in _TOKEN.finditer(text) if m[2] and not m[1]))
 
 
 def escape_literal(text: str) -> str:

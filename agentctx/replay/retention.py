@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentctx.messages import AssistantMessage, SummaryMessage, TextBlock, ToolCall
+from agentctx.recall.store import references
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -189,6 +190,27 @@ class RetentionMeter:
         # made a long session's replay cubic in its length.
         self._returns: dict[str, set[str]] = {}
 
+    async def _returned(self, ctx: ContextManager, rid: str, texts: Sequence[str]) -> set[str]:
+        """What one recall of ``rid`` returns of ``texts``: what the entries it refers to
+        return (each read once: a stretch dropped again refers to the drop before it, so
+        reading each expansion whole made a long replay quadratic), and what its own text
+        holds, which the tool call decides (`returned_by`)."""
+        found = self._returns.get(rid)
+        if found is not None:
+            return found
+        writer = ctx._writer
+        own = None if writer is None else writer.get(ctx.session_id, rid)
+        if own is None:  # not kept: the call says what it says
+            found = await returned_by(ctx, rid, texts)
+        else:
+            found = set()
+            for ref in references(own):
+                found |= await self._returned(ctx, ref, texts)
+            if mine := [t for t in texts if t not in found and t in own]:
+                found |= await returned_by(ctx, rid, mine)
+        self._returns[rid] = found
+        return found
+
     async def check(self, ctx: ContextManager, view: Sequence[Message], raw: int) -> float:
         """Check the facts among the first ``raw`` messages against ``view``; returns the
         share kept."""
@@ -196,8 +218,7 @@ class RetentionMeter:
         ids = list(dict.fromkeys(RECALL_ID.findall(text)))
         texts = [f.text for f in self.facts]
         for rid in ids:
-            if rid not in self._returns:
-                self._returns[rid] = await returned_by(ctx, rid, texts)
+            await self._returned(ctx, rid, texts)
         emitted = [f for f in self.facts if f.index < raw]
         kept = 0
         for fact in emitted:
