@@ -67,6 +67,11 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _finite(value: int | float) -> bool:
+    """``math.isfinite``, which raises `OverflowError` on an int past a float's range."""
+    return isinstance(value, int) or math.isfinite(value)
+
+
 def whole(obj: object, name: str, *, minimum: int = 0, optional: bool = False) -> None:
     """``obj.name`` is an ``int`` (not a bool) from ``minimum`` to ``sys.maxsize`` (or
     ``None`` if ``optional``): a larger one means nothing more, and overflows a float."""
@@ -83,7 +88,7 @@ def number(obj: object, name: str, *, minimum: float = 0.0, optional: bool = Fal
     value: Any = getattr(obj, name)
     if value is None and optional:
         return
-    if not _is_number(value) or not math.isfinite(value) or value < minimum:
+    if not _is_number(value) or not _finite(value) or value < minimum:
         none = " or None" if optional else ""
         raise _fail(obj, name, f"a finite number >= {minimum:g}{none}")
 
@@ -93,7 +98,7 @@ def fraction(obj: object, name: str, *, optional: bool = False) -> None:
     value: Any = getattr(obj, name)
     if value is None and optional:
         return
-    if not _is_number(value) or not math.isfinite(value) or not 0 < value <= 1:
+    if not _is_number(value) or not _finite(value) or not 0 < value <= 1:
         none = " or None" if optional else ""
         hint = " (a fraction, not a percentage)" if _is_number(value) and value > 1 else ""
         raise _fail(obj, name, f"a 0-1 fraction above 0{none}{hint}")

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Self
 import anyio
 
 from agentctx import telemetry
+from agentctx._check import preview
 from agentctx._log import log, warm_logger
 from agentctx._usage import ACCEPTED, usage_of
 from agentctx.budget import Budget, BudgetExceededError
@@ -208,6 +209,20 @@ def _view_below(
     return view[:j], origins[:j], _raw_from(view, origins, raw, j)
 
 
+def _checked(clock: Callable[[], float]) -> Callable[[], float]:
+    """``clock``, its readings checked: a time that is no finite number (a clock returning
+    None, a string, NaN) fails at the read as `ConfigError`, not deep in a strategy's
+    arithmetic."""
+
+    def now() -> float:
+        t = clock()
+        if (type(t) is float and math.isfinite(t)) or (type(t) is int and abs(t) < 2**62):
+            return t
+        raise ConfigError(f"the clock returned {preview(t)}, not epoch seconds")
+
+    return now
+
+
 def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
     """The exceptions of ``group`` and of the groups inside it, in order."""
     for e in group.exceptions:
@@ -319,6 +334,15 @@ class ContextManager:
         self.strategy: CompactionStrategy = (
             DeterministicCompaction() if strategy is None else check_strategy(strategy)
         )
+        if counter is not None and not isinstance(counter, MessageCounter):
+            raise ConfigError(f"counter is a MessageCounter or None, got {preview(counter)}")
+        if ledger is not None and not isinstance(ledger, Ledger):
+            raise ConfigError(
+                f"ledger is a Ledger (Ledger.from_json(text) reads a saved one) or None, got "
+                f"{preview(ledger)}"
+            )
+        if not callable(clock):
+            raise ConfigError(f"clock is a function returning epoch seconds, got {preview(clock)}")
         self._counter = counter or MessageCounter()
         self.recall_store = recall
         if session_id is not None and (type(session_id) is not str or not session_id):
@@ -327,7 +351,7 @@ class ContextManager:
         self.session_id = uuid.uuid4().hex if session_id is None else session_id
         self.usage = Usage()
         self._on_over_budget = on_over_budget
-        self._clock = clock
+        self._clock = _checked(clock)
         self._tracer = tracer
         self._resumed = False
         self._startup_events: list[Event] = []

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import inspect
 from bisect import bisect_left
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from agentctx._check import number
+from agentctx._check import number, preview
 from agentctx.boundaries import has_thinking, latest_user_index, loop_start_after, task_index
 from agentctx.errors import ConfigError
 from agentctx.ledger import DropThinking, ReplaceSpan
@@ -248,6 +249,8 @@ class Chain:
     strategies: tuple[CompactionStrategy, ...]
 
     def __init__(self, strategies: Sequence[CompactionStrategy]) -> None:
+        if not isinstance(strategies, Iterable) or isinstance(strategies, str):
+            raise ConfigError(f"Chain takes a list of strategies, got {preview(strategies)}")
         object.__setattr__(self, "strategies", tuple(map(check_strategy, strategies)))
 
     async def compact(self, ctx: CompactionContext) -> Quiet | None:

@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import agentctx
 from agentctx.budget import Budget, fraction_from_percent
 from agentctx.errors import ConfigError, SummarizerError, TranscriptFormatError
 from agentctx.events import Event, SummaryRejected
@@ -882,3 +883,44 @@ def test_a_fingerprint_of_what_json_cannot_hold_is_a_typed_error() -> None:
     odd = UserMessage.of("hi", when=__import__("datetime").date(2026, 1, 2))
     with pytest.raises(UnsupportedMessageError, match="JSON cannot hold"):
         fingerprint(odd)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: agentctx.Budget(context_window=200_000, trigger_ratio=10**400),
+        lambda: agentctx.Budget(context_window=200_000, target_ratio=10**400),
+        lambda: agentctx.LlmCompactionConfig(timeout=None),
+        lambda: agentctx.LlmCompactionConfig(keep_first="1"),
+        lambda: agentctx.LlmCompactionConfig(deadline=0),
+        lambda: agentctx.RetryPolicy(base_delay=None),
+        lambda: agentctx.RetryPolicy(jitter=2),
+        lambda: agentctx.MessageCounter(max_entries=None),
+        lambda: agentctx.MessageCounter(max_observations=2.0),
+        lambda: agentctx.MessageCounter(message_overhead=float("nan")),
+        lambda: agentctx.MessageCounter(message_overhead=-(10**6)),
+        lambda: agentctx.MessageCounter(prior=float("inf")),
+        lambda: agentctx.MessageCounter(decay=0),
+        lambda: agentctx.ContextManager(200_000, counter=5),
+        lambda: agentctx.ContextManager(200_000, ledger="[]"),
+        lambda: agentctx.ContextManager(200_000, clock=5),
+        lambda: agentctx.Chain(None),
+    ],
+)
+def test_a_setting_of_the_wrong_type_or_size_is_a_config_error(make: Any) -> None:
+    """Found by a hostile run (V, finding 8): these escaped as bare `OverflowError` (a ratio
+    checked with ``math.isfinite`` on a huge int), `TypeError` or `AttributeError`, or were
+    taken (a negative message overhead gave negative prompt sizes)."""
+    with pytest.raises(agentctx.ConfigError):
+        make()
+
+
+@pytest.mark.parametrize("reading", ["now", None, float("nan"), 10**400])
+async def test_a_clock_that_gives_no_time_is_a_config_error(reading: object) -> None:
+    """Found by a hostile run (V, finding 8): a clock returning a string failed as a bare
+    `TypeError` in the manager, one returning None deep inside `ToolOutputPipeline`."""
+    strategy = agentctx.Chain([agentctx.ToolOutputPipeline(), agentctx.DeterministicCompaction()])
+    ctx = agentctx.ContextManager(20_000, clock=lambda: reading, strategy=strategy)
+    with pytest.raises(agentctx.ConfigError, match="the clock returned"):
+        async with ctx:
+            await ctx.prepare([UserMessage.of("the task")])

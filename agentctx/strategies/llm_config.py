@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agentctx._check import fraction, got, number, whole
 from agentctx._log import log
 from agentctx.errors import ConfigError
 from agentctx.messages import SummaryMessage
@@ -99,14 +100,11 @@ class RetryPolicy:
     max_retry_after: float = 60.0
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ConfigError(f"max_attempts must be >= 1, got {self.max_attempts}")
-        for name in ("base_delay", "max_delay", "max_retry_after"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ConfigError(f"{name} must be a finite number >= 0, got {value!r}")
-        if not 0 <= self.jitter <= 1:
-            raise ConfigError(f"jitter is a 0-1 fraction, got {self.jitter!r}")
+        whole(self, "max_attempts", minimum=1)
+        for name in ("base_delay", "max_delay", "max_retry_after", "jitter"):
+            number(self, name)
+        if self.jitter > 1:
+            raise ConfigError(f"RetryPolicy.jitter is a 0-1 fraction, got {got(self, 'jitter')}")
 
     def delay(self, attempt: int, retry_after: float | None, rand: float) -> float:
         """Seconds to wait after failed attempt ``attempt`` (1-based); ``rand`` is in [0, 1)."""
@@ -219,22 +217,18 @@ class LlmCompactionConfig:
         return cls(**{**preset, **settings})
 
     def __post_init__(self) -> None:
-        ratio = self.trigger_ratio
-        if ratio is not None and not (math.isfinite(ratio) and 0 < ratio <= 1):
-            raise ConfigError(f"trigger_ratio is a 0-1 fraction, got {ratio!r}")
-        update = self.update_ratio
-        if update is not None and not (math.isfinite(update) and 0 < update <= 1):
-            raise ConfigError(f"update_ratio is a 0-1 fraction or None, got {update!r}")
-        if self.retain_tail_tokens is not None and self.retain_tail_tokens < 0:
-            raise ConfigError("retain_tail_tokens must be >= 0")
-        if self.keep_first < 0 or self.warn_after_fallbacks < 1:
-            raise ConfigError("keep_first must be >= 0 and warn_after_fallbacks >= 1")
+        fraction(self, "trigger_ratio", optional=True)
+        fraction(self, "update_ratio", optional=True)
+        whole(self, "retain_tail_tokens", optional=True)
+        whole(self, "keep_first")
+        whole(self, "warn_after_fallbacks", minimum=1)
         for name in ("timeout", "deadline"):
-            value = getattr(self, name)
-            if not (value > 0 and not math.isnan(value)):
-                raise ConfigError(f"{name} must be positive seconds, got {value!r}")
-        if self.transcript_block_chars < 1 or self.transcript_total_chars < 1:
-            raise ConfigError("transcript caps must be positive")
+            number(self, name)
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"LlmCompactionConfig.{name} must be positive seconds; got 0")
+        whole(self, "transcript_block_chars", minimum=1)
+        whole(self, "transcript_total_chars", minimum=1)
+        whole(self, "max_summary_tokens")
         window = self.summarizer_context_window
         if window is not None and (
             not isinstance(window, int)

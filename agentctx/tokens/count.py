@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import json.encoder
+import math
+import sys
 import threading
 import types
 import weakref
 from operator import mul
 from typing import TYPE_CHECKING, Any
 
+from agentctx._check import preview
 from agentctx.errors import ConfigError
 from agentctx.messages import (
     AssistantMessage,
@@ -159,8 +162,23 @@ class MessageCounter:
         prior: float = 1e-3,
         lazy: bool = True,
     ) -> None:
-        if max_entries < 1:
-            raise ConfigError(f"MessageCounter needs max_entries >= 1, got {max_entries}")
+        for name, value, least in (
+            ("max_entries", max_entries, 1),
+            ("max_observations", max_observations, 1),
+            ("message_overhead", message_overhead, 0),
+        ):
+            if type(value) is not int or not least <= value <= sys.maxsize:
+                raise ConfigError(
+                    f"MessageCounter.{name} must be a whole number from {least} to "
+                    f"sys.maxsize; got {preview(value)}"
+                )
+        for name, rate in (("decay", decay), ("prior", prior)):
+            if not (type(rate) in (int, float) and 0 <= rate < math.inf):
+                raise ConfigError(
+                    f"MessageCounter.{name} must be a finite number >= 0; got {preview(rate)}"
+                )
+        if not 0 < decay <= 1:
+            raise ConfigError(f"MessageCounter.decay must be in (0, 1]; got {preview(decay)}")
         self._counter: TokenCounter = counter if counter is not None else default_estimator()
         self._features = self._counter if isinstance(self._counter, FeatureCounter) else None
         text_slots = self._features.slots if self._features is not None else ("text",)
