@@ -471,3 +471,32 @@ def test_a_chain_of_references_of_any_depth_expands_whole() -> None:
     assert whole == "\n".join(f"part {k}" for k in range(300))
     looped = {"ctx-000000000000000a": "a " + recall_reference("ctx-000000000000000a")}
     assert "reads it]" in expand_references(looped["ctx-000000000000000a"], looped.get)
+
+
+async def test_a_search_of_a_large_entry_runs_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by a hostile run (W, finding 6): a pattern search of an 8 MB entry ran on the
+    event loop, and where casefolding changes the text's length (a "ß") it is a Python loop
+    over every line: the loop stalled for up to 0.6 s. A long entry is searched in a worker
+    thread (only the store read was off the loop)."""
+    import threading
+
+    from agentctx import ContextManager
+    from agentctx.recall import writer
+
+    searched_in: list[int] = []
+    page = writer.recall_page
+
+    def recorded(*args: Any, **kwargs: Any) -> str:
+        searched_in.append(threading.get_ident())
+        return page(*args, **kwargs)
+
+    monkeypatch.setattr(writer, "recall_page", recorded)
+    store = MemoryRecallStore()
+    async with ContextManager(20_000, recall=store, session_id="s") as ctx:
+        small = store.put("s", "Straße\nok\n")
+        large = store.put("s", "Straße\n" + "line\n" * 400_000)
+        assert "1 lines match" in await ctx.recall(small, pattern="strasse")
+        assert "1 lines match" in await ctx.recall(large, pattern="strasse")
+    assert searched_in[0] == threading.get_ident() != searched_in[1]

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.to_thread
 
 from agentctx._log import log
 from agentctx.errors import StoreDataError, StoreError
@@ -273,7 +274,14 @@ class RecallWriter:
                 f'[recall_context] id "{rid}" is not recallable: it was cleared from this '
                 "conversation, and the recall store no longer holds it."
             )
-        return recall_page(_Fetched(content), self.session_id, rid, offset, limit, pattern)
+        read = functools.partial(
+            recall_page, _Fetched(content), self.session_id, rid, offset, limit, pattern
+        )
+        if pattern is not None and content is not None and len(content) > _GREP_ON_LOOP:
+            # A search is linear in the entry, in Python where casefolding changes its
+            # length: on a few MB, a noticeable stall of the loop.
+            return await anyio.to_thread.run_sync(read)
+        return read()
 
     def _report_missing(self, rid: str) -> None:
         """Say once that the store lost an entry the ledger names (a server restarted
@@ -743,6 +751,9 @@ class _Turn:
                 return
             self._given_up = True
         self.ended.set()
+
+
+_GREP_ON_LOOP = 1 << 20  # characters of an entry searched on the loop; a longer one in a thread
 
 
 class _Fetched:
