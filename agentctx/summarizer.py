@@ -181,6 +181,7 @@ class SummaryResult:
 
 
 _STOPS = frozenset({"stop", "length", "refusal", "error"})
+_MOST_TOKENS = 10**9  # past any model's window: no reply's usage, and priced it is nonsense
 
 
 def check_result(result: object) -> SummaryResult:
@@ -212,6 +213,8 @@ def check_result(result: object) -> SummaryResult:
     if (name := bad_usage_field(usage)) is not None:
         count = preview(getattr(usage, name))
         raise _bad(f"usage.{name}={count}; token counts are whole numbers >= 0")
+    if usage.prompt_tokens + usage.output_tokens > _MOST_TOKENS:
+        raise _bad(f"usage of {preview(usage.prompt_tokens)} prompt tokens, past any request")
     if not isinstance(result.messages, tuple):
         raise _bad(f"messages {preview(result.messages)}, not a tuple")
     for m in result.messages:

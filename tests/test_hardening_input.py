@@ -425,6 +425,9 @@ def test_check_result_accepts_a_well_formed_result() -> None:
     with pytest.raises(SummarizerError) as caught:
         check_result(SummaryResult(text=BRIEFING, stop_reason="stop", usage=Usage(-1)))
     assert caught.value.retryable is False and str(caught.value)
+    # Hostile run U: a usage of 10**30 tokens was priced as it was.
+    with pytest.raises(SummarizerError, match="past any request"):
+        check_result(SummaryResult(text=BRIEFING, stop_reason="stop", usage=Usage(10**30)))
 
 
 def test_a_native_briefing_is_made_sendable_and_an_empty_one_is_refused() -> None:
