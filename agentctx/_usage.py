@@ -21,6 +21,8 @@ from agentctx.messages import Usage
 
 __all__ = ["ACCEPTED", "usage_of"]
 
+_MOST_TOKENS = 10**9  # past any context window: no request's count
+
 ACCEPTED = (
     "a Usage, an AssistantMessage, an SDK response (anthropic Message, openai ChatCompletion "
     "or Response, a stream's final message) or its usage (anthropic Usage, openai "
@@ -35,13 +37,18 @@ def _get(obj: object, key: str) -> object:
 
 
 def _count(obj: object, key: str) -> int:
+    """The token count ``key`` holds: a whole number (a JSON float such as ``1200.0`` too),
+    else 0 (none, negative, NaN, past any request)."""
     value = _get(obj, key)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    if type(value) is int:
+        return value if 0 < value <= _MOST_TOKENS else 0
+    if type(value) is float and 0 < value <= _MOST_TOKENS:
+        return int(value)
+    return 0
 
 
 def _has(obj: object, key: str) -> bool:
-    value = _get(obj, key)
-    return isinstance(value, int) and not isinstance(value, bool)
+    return type(_get(obj, key)) in (int, float)
 
 
 def _inside(prompt: int, output: int, cached: int, written: int) -> Usage:

@@ -576,10 +576,11 @@ class ContextManager:
             except Exception as error:
                 # The session closes all the same (store writes, event streams, background
                 # work); the error is raised once it has, unless another is on its way out.
-                self._close_error = self._close_error or error
-                self._hub.emit(
-                    CompactionWarning("strategy_close", f"the strategy's close() raised {error!r}")
-                )
+                # Said once: after a slow close, close() is called again for what came late.
+                if self._close_error is None:
+                    self._close_error = error
+                    warning = f"the strategy's close() raised {error!r}"
+                    self._hub.emit(CompactionWarning("strategy_close", warning))
             if self._writer is not None:
                 await self._writer.aclose()  # what is still unwritten, within its deadline
             await self._hub.drain()
@@ -1205,8 +1206,9 @@ class ContextManager:
                         "implausible_usage",
                         f"a usage report of {tokens} prompt tokens for a view estimated at "
                         f"{estimate}, over the context window ({self.budget.context_window}), "
-                        "was not used to calibrate the counts; pass observe() the usage of the "
-                        "request prepare() returned",
+                        "was not used to calibrate the counts. Pass observe() the usage of the "
+                        "request prepare() returned; to keep prompts below the model's window, "
+                        "set Budget.hard_budget, not a smaller context_window",
                     )
                 )
             return

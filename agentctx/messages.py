@@ -628,7 +628,7 @@ def from_dict(d: Mapping[str, Any]) -> Message:
             _want(d, "tool_call_id", str, "tool message"),
             blocks,  # type: ignore[arg-type]
             d.get("tool_name"),
-            d.get("is_error", False),
+            False if (error := d.get("is_error")) is None else error,
             extra,
         )
     raise UnsupportedMessageError(None, f"role {_shown(role)}")

@@ -904,6 +904,9 @@ def test_a_fingerprint_of_what_json_cannot_hold_is_a_typed_error() -> None:
         lambda: agentctx.MessageCounter(message_overhead=-(10**6)),
         lambda: agentctx.MessageCounter(prior=float("inf")),
         lambda: agentctx.MessageCounter(decay=0),
+        lambda: agentctx.MessageCounter("cl100k_base"),  # hostile run X: counted all text as 0
+        lambda: agentctx.MessageCounter(object()),
+        lambda: agentctx.MessageCounter(prior=10**400),
         lambda: agentctx.ContextManager(200_000, counter=5),
         lambda: agentctx.ContextManager(200_000, ledger="[]"),
         lambda: agentctx.ContextManager(200_000, clock=5),
@@ -927,3 +930,10 @@ async def test_a_clock_that_gives_no_time_is_a_config_error(reading: object) -> 
     with pytest.raises(agentctx.ConfigError, match="the clock returned"):
         async with ctx:
             await ctx.prepare([UserMessage.of("the task")])
+
+
+def test_backoff_past_a_thousand_attempts_stays_a_number() -> None:
+    """Found by a hostile run (X, finding 3): ``2.0 ** attempt`` overflowed past 1024
+    attempts, and the request failed as a bug after the 1025th."""
+    policy = agentctx.RetryPolicy(max_attempts=5000, base_delay=1.0, max_delay=30.0, jitter=0)
+    assert policy.delay(1025, None, 0.0) == policy.delay(5000, None, 0.0) == 30.0

@@ -1463,3 +1463,39 @@ def _ids(text: str) -> list[str]:
     import re
 
     return re.findall(r"recall_context id=(ctx-[0-9a-f]+)", text)
+
+
+async def test_a_close_that_raises_is_said_once_when_the_close_is_slow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by a hostile run (X, finding 6): after a slow close, the strategy's ``close`` is
+    called again for what background work left late, and a ``close`` that raised was said
+    (and kept) twice."""
+    from agentctx import manager
+
+    monkeypatch.setattr(manager, "_CLOSE_SECONDS", 0.2)  # the library waits 5 s
+
+    class Raising(DeterministicCompaction):
+        calls = 0
+
+        def close(self, emit: Callable[[Event], None]) -> None:
+            Raising.calls += 1
+            raise RuntimeError(f"close broke #{Raising.calls}")
+
+    said: list[str] = []
+
+    async def stubborn(event: Event) -> None:  # an async subscriber that ignores cancellation
+        if isinstance(event, CompactionWarning):
+            said.append(event.code)
+            if event.code == "go":
+                with anyio.CancelScope(shield=True):
+                    await anyio.sleep(0.6)
+
+    ctx = ContextManager(100_000, strategy=Raising())
+    ctx.subscribe(stubborn)
+    with pytest.raises(RuntimeError, match="close broke #1"):
+        async with ctx:
+            await ctx.prepare([UserMessage.of("the task")])
+            ctx.emit(CompactionWarning("go", "the subscriber starts"))
+            await anyio.sleep(0.05)
+    assert Raising.calls == 2 and said.count("strategy_close") == 1

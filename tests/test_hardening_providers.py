@@ -352,3 +352,18 @@ def test_cache_counts_past_the_prompt_are_not_taken() -> None:
     details = {"cached_tokens": 3, "cache_write_tokens": 9}
     responses = {"input_tokens": 5, "output_tokens": 1, "input_tokens_details": details}
     assert usage_of(responses) == Usage(0, 1, 3, 2)
+
+
+def test_token_counts_written_as_json_floats_are_read() -> None:
+    """Found by a hostile run (X, finding 5): ``usage_of`` took ints only, so a usage whose
+    counts a JSON encoder wrote as floats (``1200.0``) was dropped whole by the adapters."""
+    from agentctx import Usage
+    from agentctx._usage import usage_of
+
+    chat = {"prompt_tokens": 1200.0, "completion_tokens": 5.0}
+    assert usage_of(chat) == Usage(1200, 5, 0, 0)
+    details = {"cached_tokens": 20.0}
+    responses = {"input_tokens": 100.0, "output_tokens": 5, "input_tokens_details": details}
+    assert usage_of(responses) == Usage(80, 5, 20, 0)
+    anthropic_odd = {"input_tokens": float("inf"), "output_tokens": float("nan")}
+    assert usage_of(anthropic_odd) == Usage(0, 0, 0, 0)

@@ -164,3 +164,9 @@ def test_an_integer_json_cannot_write_is_refused_in_arguments() -> None:
             check_history([UserMessage.of("t"), AssistantMessage((block,))])
         assert caught.value.index == 1 and "integer" in str(caught.value)
     check_history([AssistantMessage((ToolCall("c", "f", {"n": 10**300}),))])
+
+
+def test_a_null_is_error_reads_as_not_an_error() -> None:
+    """Hostile run X: the importers read a null ``is_error`` as absent; so does `from_dict`."""
+    d = {"role": "tool", "tool_call_id": "c", "content": [], "is_error": None}
+    assert from_dict(d) == ToolResultMessage("c", ())

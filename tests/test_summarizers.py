@@ -268,7 +268,22 @@ async def test_malformed_body_is_retryable(kind: str) -> None:
     assert error.retryable
 
 
-@pytest.mark.parametrize("body", [b"{}", b"null", b'{"choices": [{"message": null}]}'])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{}",
+        b"null",
+        b'{"choices": [{"message": null}]}',
+        # Hostile run X: an int past what Python reads, JSON nested too deep, a text of
+        # another type (refused later as a bug of the summarizer's, never retried).
+        b'{"usage": {"input_tokens": ' + b"9" * 5001 + b"}}",
+        b"[" * 200_000 + b"]" * 200_000,
+        b'{"choices": [{"index": 0, "message": {"role": "assistant", "content": 5}, '
+        b'"finish_reason": "stop"}], "content": [{"type": "text", "text": 5}], '
+        b'"output": [{"type": "message", "content": [{"type": "output_text", "text": 5}]}]}',
+    ],
+    ids=["empty", "null", "no-message", "huge-int", "deep", "text-not-str"],
+)
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_body_of_another_shape_is_retryable(kind: str, body: bytes) -> None:
     """Found by a hostile run (U, finding 2): a 200 whose JSON is of another shape (a proxy's,
@@ -278,8 +293,7 @@ async def test_a_body_of_another_shape_is_retryable(kind: str, body: bytes) -> N
         with pytest.raises(SummarizerError) as info:
             await s.summarizer.summarize(REQUEST)
     error = info.value
-    assert error.retryable and "unreadable response" in str(error)
-    assert isinstance(error.__cause__, TypeError | AttributeError)
+    assert error.retryable and "unreadable" in str(error)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -43,6 +43,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, TypeAlias
 
+from agentctx._usage import usage_of
 from agentctx.errors import UnsupportedMessageError
 from agentctx.messages import (
     AssistantContent,
@@ -56,7 +57,6 @@ from agentctx.messages import (
     ThinkingBlock,
     ToolCall,
     ToolResultMessage,
-    Usage,
     UserContent,
     UserMessage,
 )
@@ -411,26 +411,6 @@ def _render_result(index: int, m: ToolResultMessage) -> JSON:
 # Responses and streams
 
 
-def _count(usage: Mapping[str, Any], key: str) -> int:
-    value = usage.get(key)
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
-
-
-def _usage(usage: Mapping[str, Any]) -> Usage:
-    """Anthropic's usage block; the 1-hour share of the cache writes comes from
-    ``cache_creation.ephemeral_1h_input_tokens`` when the response has that split."""
-    written = _count(usage, "cache_creation_input_tokens")
-    split = usage.get("cache_creation")
-    written_1h = _count(split, "ephemeral_1h_input_tokens") if isinstance(split, Mapping) else 0
-    return Usage(
-        _count(usage, "input_tokens"),
-        _count(usage, "output_tokens"),
-        _count(usage, "cache_read_input_tokens"),
-        written,
-        min(written_1h, written),
-    )
-
-
 def message_from_anthropic_response(resp: Mapping[str, Any]) -> AssistantMessage:
     """The `AssistantMessage` of a Messages API response (``resp.to_dict()`` or the JSON).
 
@@ -449,7 +429,7 @@ def message_from_anthropic_response(resp: Mapping[str, Any]) -> AssistantMessage
     return AssistantMessage(
         blocks,
         _STOP_REASONS.get(reason, reason) if isinstance(reason, str) else None,
-        _usage(usage) if isinstance(usage, Mapping) else None,
+        usage_of(usage) if isinstance(usage, Mapping) else None,
         model if isinstance(model, str) else None,
         _freeze({KEY: {"response": _rest(resp, "content", "model", "role")}}),
     )

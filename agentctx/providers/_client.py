@@ -3,12 +3,11 @@ errors mapped to `SummarizerError` (both SDKs share one exception hierarchy)."""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from agentctx.errors import ConfigError, SummarizerError
 from agentctx.providers._retry_after import retry_after_seconds
-from agentctx.summarizer import is_retryable_status
+from agentctx.summarizer import SummaryResult, check_result, is_retryable_status
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -72,16 +71,19 @@ class ClientOwner:
         await self.aclose()
 
 
-_R = TypeVar("_R")
+UNREADABLE = (ValueError, RecursionError)
+"""What the SDKs' parse of a 200 body can raise besides their own errors: invalid JSON (a
+`json.JSONDecodeError`), an int past what Python reads (4300 digits), JSON nested too deep."""
 
 
-def read_reply(sdk: ModuleType, read: Callable[[], _R]) -> _R:
-    """``read()``, the result made from a reply the SDK parsed; a reply of another shape (a
-    field missing or of another type: a proxy's or a look-alike server's) is `SummarizerError`,
-    retryable as an unreadable 200 is (`summarizer_error`), not a bare error from inside."""
+def read_reply(sdk: ModuleType, read: Callable[[], SummaryResult]) -> SummaryResult:
+    """``read()``, the result made from a reply the SDK parsed, checked (`check_result`); a
+    reply of another shape (a field missing or of another type: a proxy's or a look-alike
+    server's) is `SummarizerError`, retryable as an unreadable 200 is (`summarizer_error`),
+    not a bare error from inside nor a result the strategy refuses as a bug."""
     try:
-        return read()
-    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
+        return check_result(read())
+    except (TypeError, AttributeError, KeyError, IndexError, SummarizerError, *UNREADABLE) as exc:
         raise SummarizerError(
             f"{sdk.__name__}: unreadable response ({type(exc).__name__}: {exc})", retryable=True
         ) from exc
@@ -93,8 +95,8 @@ def summarizer_error(sdk: ModuleType, exc: BaseException) -> SummarizerError:
 
     Rate limits (429, with ``Retry-After``), overload (Anthropic's 529, OpenAI's 503), 408/409
     and every 5xx, connection errors and timeouts are retryable; other HTTP errors (400, 401,
-    403, 404, 413, ...) are not. A 200 response the SDK could not read (invalid JSON) is
-    retryable, a server fault like a 5xx.
+    403, 404, 413, ...) are not. A 200 response the SDK could not read (invalid JSON, an int
+    past 4300 digits, JSON nested too deep) is retryable, a server fault like a 5xx.
     """
     name = sdk.__name__
     if isinstance(exc, sdk.APITimeoutError):
@@ -109,6 +111,6 @@ def summarizer_error(sdk: ModuleType, exc: BaseException) -> SummarizerError:
             status=status,
             retry_after=retry_after_seconds(exc.response.headers),
         )
-    if isinstance(exc, sdk.APIResponseValidationError | json.JSONDecodeError):
+    if isinstance(exc, sdk.APIResponseValidationError | ValueError | RecursionError):
         return SummarizerError(f"{name}: unreadable response: {exc}", retryable=True)
     return SummarizerError(f"{name}: {type(exc).__name__}: {exc}", retryable=False)

@@ -31,13 +31,18 @@ briefing, rejected with its cost.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from agentctx.adapters.anthropic import PROVIDER, to_anthropic
 from agentctx.errors import MissingExtraError, SummarizerError
 from agentctx.messages import AssistantMessage, OpaqueBlock, ToolCall, Usage
-from agentctx.providers._client import ClientOwner, read_reply, retryless, summarizer_error
+from agentctx.providers._client import (
+    UNREADABLE,
+    ClientOwner,
+    read_reply,
+    retryless,
+    summarizer_error,
+)
 from agentctx.providers._request_options import check_request_options
 from agentctx.summarizer import SummaryResult, normalize_stop_reason
 
@@ -136,7 +141,7 @@ class AnthropicCompactionSummarizer(ClientOwner):
                 betas=list(dict.fromkeys(betas)),
                 **options,
             )
-        except (anthropic.APIError, json.JSONDecodeError) as exc:
+        except (anthropic.APIError, *UNREADABLE) as exc:
             raise summarizer_error(anthropic, exc) from exc
         return read_reply(anthropic, lambda: _to_result(message))
 

@@ -17,12 +17,17 @@ cancellation is never caught.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from agentctx.errors import MissingExtraError
 from agentctx.messages import Usage
-from agentctx.providers._client import ClientOwner, read_reply, retryless, summarizer_error
+from agentctx.providers._client import (
+    UNREADABLE,
+    ClientOwner,
+    read_reply,
+    retryless,
+    summarizer_error,
+)
 from agentctx.providers._request_options import check_request_options
 from agentctx.summarizer import SummaryResult, normalize_stop_reason
 
@@ -94,7 +99,7 @@ class AnthropicSummarizer(ClientOwner):
                 messages=[{"role": "user", "content": request.prompt}],
                 **self.request_options,
             )
-        except (anthropic.APIError, json.JSONDecodeError) as exc:
+        except (anthropic.APIError, *UNREADABLE) as exc:
             raise summarizer_error(anthropic, exc) from exc
         return read_reply(anthropic, lambda: _to_result(message))
 

@@ -27,14 +27,19 @@ cost.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from agentctx._usage import usage_of
 from agentctx.adapters.openai_responses import PROVIDER, to_openai_responses
 from agentctx.errors import MissingExtraError, SummarizerError
 from agentctx.messages import AssistantMessage, OpaqueBlock, Usage, UserMessage
-from agentctx.providers._client import ClientOwner, read_reply, retryless, summarizer_error
+from agentctx.providers._client import (
+    UNREADABLE,
+    ClientOwner,
+    read_reply,
+    retryless,
+    summarizer_error,
+)
 from agentctx.providers._request_options import check_request_options
 from agentctx.summarizer import SummaryResult
 
@@ -108,7 +113,7 @@ class OpenAICompactionSummarizer(ClientOwner):
                 input=to_openai_responses(request.conversation),
                 **options,
             )
-        except (openai.APIError, json.JSONDecodeError) as exc:
+        except (openai.APIError, *UNREADABLE) as exc:
             raise summarizer_error(openai, exc) from exc
         span = request.conversation[len(request.conversation) - request.messages :]
         return read_reply(openai, lambda: _to_result(compacted, span, self.model))

@@ -23,7 +23,6 @@ prompt, so ``input_tokens`` is the prompt minus the cached tokens, which are
 
 from __future__ import annotations
 
-import json
 import os
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
@@ -31,7 +30,13 @@ from urllib.parse import urlsplit
 from agentctx._usage import usage_of
 from agentctx.errors import MissingExtraError
 from agentctx.messages import Usage
-from agentctx.providers._client import ClientOwner, read_reply, retryless, summarizer_error
+from agentctx.providers._client import (
+    UNREADABLE,
+    ClientOwner,
+    read_reply,
+    retryless,
+    summarizer_error,
+)
 from agentctx.providers._request_options import check_request_options
 from agentctx.summarizer import SummaryResult, normalize_stop_reason
 
@@ -164,7 +169,7 @@ class OpenAIChatSummarizer(_OpenAISummarizer):
                 ],
                 **options,
             )
-        except (openai.APIError, json.JSONDecodeError) as exc:
+        except (openai.APIError, *UNREADABLE) as exc:
             raise summarizer_error(openai, exc) from exc
         return read_reply(openai, lambda: _chat_result(completion))
 
@@ -192,7 +197,7 @@ class OpenAIResponsesSummarizer(_OpenAISummarizer):
                 store=False,
                 **self.request_options,
             )
-        except (openai.APIError, json.JSONDecodeError) as exc:
+        except (openai.APIError, *UNREADABLE) as exc:
             raise summarizer_error(openai, exc) from exc
         return read_reply(openai, lambda: _responses_result(response))
 

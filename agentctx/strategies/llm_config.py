@@ -110,7 +110,9 @@ class RetryPolicy:
         """Seconds to wait after failed attempt ``attempt`` (1-based); ``rand`` is in [0, 1)."""
         if retry_after is not None and math.isfinite(retry_after):
             return min(max(0.0, retry_after), self.max_retry_after)
-        backoff = min(self.max_delay, self.base_delay * 2.0 ** max(0, attempt - 1))
+        # The exponent capped: past it the doubling is past any max_delay (and past 1024,
+        # a float's range).
+        backoff = min(self.max_delay, self.base_delay * 2.0 ** min(max(0, attempt - 1), 64))
         return backoff * (1.0 - self.jitter * rand)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import json.encoder
-import math
 import sys
 import threading
 import types
@@ -172,8 +171,16 @@ class MessageCounter:
                     f"MessageCounter.{name} must be a whole number from {least} to "
                     f"sys.maxsize; got {preview(value)}"
                 )
+        if isinstance(counter, str | bytes) or (
+            counter is not None and not isinstance(counter, TokenCounter)
+        ):
+            # A tokenizer's name is not a counter (a str has a ``count`` method of its own).
+            raise ConfigError(
+                f"MessageCounter counter is a TokenCounter (an object with count(text) -> int, "
+                f"e.g. ExactCounter('cl100k_base')) or None; got {preview(counter)}"
+            )
         for name, rate in (("decay", decay), ("prior", prior)):
-            if not (type(rate) in (int, float) and 0 <= rate < math.inf):
+            if not (type(rate) in (int, float) and 0 <= rate <= sys.float_info.max):
                 raise ConfigError(
                     f"MessageCounter.{name} must be a finite number >= 0; got {preview(rate)}"
                 )
