@@ -1023,7 +1023,9 @@ class ContextManager:
         in_view = _common_prefix(history, state.view)
         in_raw = _common_prefix(history, state.raw)
         best, earlier = max(in_view, in_raw), None
-        for kept in self._earlier:  # a view a decision changed since: the caller went back
+        # A view a decision changed since: the caller went back (of two that follow it as
+        # far, the later).
+        for kept in reversed(self._earlier):
             k = _common_prefix(history, kept[0])
             if k > best:
                 best, earlier = k, kept
@@ -1066,12 +1068,14 @@ class ContextManager:
         where it ended then; read as the view it no longer is, its originals would give way
         to the placeholders they were replaced by. Only where no other reading (``other``
         messages of the current view, the raw history or a kept view, or another input)
-        follows it further; of two inputs that follow it as far, the later."""
+        follows it further; of two inputs that follow it as far, the later. An older input
+        must follow it strictly further than the others: as far, the view the caller holds
+        (edited, say) is the likelier reading."""
         best, k = None, other
-        for kept in reversed(self._retriable):
+        for n, kept in enumerate(reversed(self._retriable)):
             before, _, fresh = kept
             common = _common_prefix(history, before)
-            if common >= len(before) - fresh and common >= k and (best is None or common > k):
+            if common >= len(before) - fresh and (common > k or (common == k and n == 0)):
                 best, k = kept, common
         if best is None:
             return False

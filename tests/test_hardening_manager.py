@@ -45,9 +45,10 @@ from agentctx import (
     Usage,
     UserMessage,
 )
-from agentctx.ledger import Ledger, ReplaceResult, anchor
+from agentctx.ledger import Ledger, ReplaceResult, ReplaceSpan, anchor
 from agentctx.messages import (
     AssistantMessage,
+    SummaryMessage,
     ToolCall,
     canonical_json,
     fingerprint,
@@ -1499,3 +1500,43 @@ async def test_a_close_that_raises_is_said_once_when_the_close_is_slow(
             ctx.emit(CompactionWarning("go", "the subscriber starts"))
             await anyio.sleep(0.05)
     assert Raising.calls == 2 and said.count("strategy_close") == 1
+
+
+async def test_an_edit_of_the_view_held_is_not_read_as_a_go_back_to_an_older_input() -> None:
+    """Found by a hostile run (Y, finding 1): with two summaries of the same text, an edit of
+    the message after the summary in the view the caller holds matched an older kept input
+    as far as the view, and the older input won the tie: the raw history was cut back to what
+    that input stood for (six messages gone, `HistoryResynced`)."""
+    plan: list[tuple[int, int]] = []  # the span the next call summarizes, once
+
+    class Scripted:
+        async def compact(self, ctx: CompactionContext) -> None:
+            if plan:
+                a, b = plan.pop()
+                summary = (SummaryMessage("S"),)
+                ctx.take(ReplaceSpan(anchor(ctx.raw, a), b, anchor(ctx.raw, b - 1), summary, "t"))
+
+    events: list[Event] = []
+    budget = Budget(context_window=400, reserve_output=10)
+    async with ContextManager(budget, strategy=Scripted(), on_over_budget="send") as ctx:
+        ctx.subscribe(events.append)
+        plan.append((1, 3))
+        history: list[Message] = [user("task"), user("u1"), assistant(text="a1"), user("u2")]
+        history += [assistant(text="a2")]
+        view = await ctx.prepare(history)
+        meaning = list(history)
+        plan.append((3, 5))  # a rewind (u2 edited) and a decision in one call
+        new = [user("u2 edited"), assistant(text="a2'"), user("u3"), assistant(text="a3")]
+        history = [*view[:2], *new, user("u4")]
+        meaning = [*meaning[:3], *history[2:]]
+        view = await ctx.prepare(history)
+        plan.append((1, 9))  # a later summary of the same text over more
+        grown = [assistant(text="a4"), user("u5"), assistant(text="a5"), user("u6")]
+        history, meaning = [*view, *grown], [*meaning, *grown]
+        view = await ctx.prepare(history)
+        seen = len(events)
+        edited = user("u5 edited")
+        meaning = [*meaning[: ctx._state.origins[2]], edited]
+        await ctx.prepare([*view[:2], edited])
+        assert list(map(fingerprint, ctx.raw)) == list(map(fingerprint, meaning))
+        assert [e.index for e in events[seen:] if isinstance(e, HistoryResynced)] == [9]

@@ -500,3 +500,24 @@ async def test_a_search_of_a_large_entry_runs_off_the_event_loop(
         assert "1 lines match" in await ctx.recall(small, pattern="strasse")
         assert "1 lines match" in await ctx.recall(large, pattern="strasse")
     assert searched_in[0] == threading.get_ident() != searched_in[1]
+
+
+def test_an_entry_the_store_cannot_read_is_said_in_its_place() -> None:
+    """Found by a hostile run (Y, finding 2): a marker names only its own id, its entry
+    referring to the drops before it; one entry down the chain that the store could not read
+    made the whole recall fail, every dropped message behind it out of reach. It is said in
+    its place; the rest is read."""
+    from agentctx.errors import StoreDataError
+    from agentctx.recall.store import expand_references, recall_reference
+
+    entries = {f"ctx-{k:016x}": f"part {k}" for k in range(3)}
+    top = "".join(recall_reference(rid) + "\n" for rid in entries)
+
+    def fetch(rid: str) -> str | None:
+        if rid == "ctx-0000000000000001":
+            raise StoreDataError("row unreadable")
+        return entries.get(rid)
+
+    whole = expand_references(top, fetch)
+    assert whole.startswith("part 0\n[ctx-0000000000000001: could not be read (row unreadable)")
+    assert whole.endswith("part 2\n")

@@ -33,6 +33,8 @@ import sys
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from agentctx.errors import StoreError
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
@@ -125,16 +127,22 @@ def expand_references(
         if ref is None:  # not a reference, nor escaped (stored by an older version)
             out.append(token)
             continue
-        content = None if ref in open_ids else fetch(ref)
-        if content is not None and len(content) <= left + len(token):
-            left -= len(content) - len(token)
-            open_ids.append(ref)
-            todo.append((content, 0, ref))
-            continue
-        if content is None and ref not in open_ids:
-            said = f"[{ref}: not kept]"
+        try:
+            content = None if ref in open_ids else fetch(ref)
+        except StoreError as error:
+            # One entry the store cannot read now: said in its place, the rest still read.
+            said = f'could not be read ({error}); recall_context(id="{ref}") may read it'
         else:
-            said = f'[{ref}: too long to include here; recall_context(id="{ref}") reads it]'
+            if content is not None and len(content) <= left + len(token):
+                left -= len(content) - len(token)
+                open_ids.append(ref)
+                todo.append((content, 0, ref))
+                continue
+            if content is None and ref not in open_ids:
+                said = "not kept"
+            else:
+                said = f'too long to include here; recall_context(id="{ref}") reads it'
+        said = f"[{ref}: {said}]"
         if len(said) - len(token) > left:
             out.append(token)  # what is left holds not even that: the id as it was written
             continue
