@@ -702,7 +702,9 @@ class ContextManager:
         an owned history that goes back to a view or an input of one of the last few calls
         that decided or rewound (8); one from before a rewind (a redo) is read against what
         the session still holds, so the placeholders it shows for messages the rewind cut are
-        taken for the messages.
+        taken for the messages. A history that follows several of these as far (an edit right
+        after a summary that several views show with the same text) is read against the view
+        the caller holds now.
 
         Calls of one session take turns: one made while another is running (its strategy
         awaiting inside `compact`) waits for it, then renders its own history. One made from
