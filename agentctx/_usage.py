@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 from agentctx.messages import Usage
 
-__all__ = ["ACCEPTED", "usage_of"]
+__all__ = ["ACCEPTED", "usage_inside", "usage_of"]
 
 _MOST_TOKENS = 10**9  # past any context window: no request's count
 
@@ -37,9 +37,13 @@ def _get(obj: object, key: str) -> object:
 
 
 def _count(obj: object, key: str) -> int:
-    """The token count ``key`` holds: a whole number (a JSON float such as ``1200.0`` too),
+    """The token count ``key`` holds (`_tokens`)."""
+    return _tokens(_get(obj, key))
+
+
+def _tokens(value: object) -> int:
+    """``value`` as a token count: a whole number (a JSON float such as ``1200.0`` too),
     else 0 (none, negative, NaN, past any request)."""
-    value = _get(obj, key)
     if type(value) is int:
         return value if 0 < value <= _MOST_TOKENS else 0
     if type(value) is float and 0 < value <= _MOST_TOKENS:
@@ -51,12 +55,22 @@ def _has(obj: object, key: str) -> bool:
     return type(_get(obj, key)) in (int, float)
 
 
-def _inside(prompt: int, output: int, cached: int, written: int) -> Usage:
+def _inside(prompt: int, output: int, cached: int, written: int, written_1h: int = 0) -> Usage:
     """Usage of a prompt count that holds its cache reads and writes (OpenAI's): what they
     claim past the prompt is not taken (the prompt is what was billed)."""
     cached = min(cached, prompt)
     written = min(written, prompt - cached)
-    return Usage(prompt - cached - written, output, cached, written)
+    return Usage(prompt - cached - written, output, cached, written, min(written_1h, written))
+
+
+def usage_inside(
+    prompt: object, output: object, cached: object, written: object, written_1h: object = 0
+) -> Usage:
+    """`Usage` from counts of a framework that holds cache reads and writes inside its prompt
+    count (LangChain's ``usage_metadata``, pydantic-ai's ``RequestUsage``), read as
+    `usage_of` reads OpenAI's: a count that is no token count is 0, and what the cache counts
+    claim past the prompt is not taken."""
+    return _inside(*map(_tokens, (prompt, output, cached, written, written_1h)))
 
 
 def _from_fields(usage: object) -> Usage | None:

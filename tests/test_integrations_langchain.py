@@ -582,3 +582,23 @@ async def test_a_message_changed_in_place_is_converted_again_and_compacted() -> 
             sent = _back(await ctx.prepare(neutral), _History(history, neutral))
         assert sum(len(str(m.content)) for m in sent) < 16_000
         assert ctx.prompt_tokens <= ctx.budget.limit
+
+
+def test_usage_metadata_is_read_as_openai_usage_is() -> None:
+    """Found by a hostile run (Z, finding 1): the middleware read ``usage_metadata`` its own
+    way: cache reads past the input were taken, and a negative count reached `observe`,
+    whose `ConfigError` failed the agent's model call."""
+    from langchain_core.messages import AIMessage
+
+    from agentctx import ContextManager, Usage
+    from agentctx.integrations.langchain import _usage
+
+    meta: Any = {
+        "input_tokens": 100,
+        "output_tokens": -5,
+        "total_tokens": 95,
+        "input_token_details": {"cache_read": 900},
+    }
+    usage = _usage(AIMessage(content="ok", usage_metadata=meta))
+    assert usage == Usage(0, 0, 100, 0)
+    ContextManager(20_000).observe(usage)

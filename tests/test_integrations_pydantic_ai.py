@@ -621,3 +621,15 @@ async def test_a_part_changed_in_place_is_converted_again_and_compacted() -> Non
         chars = sum(len(str(p.content)) for m in sent for p in m.parts if hasattr(p, "content"))
         assert chars < 16_000
         assert ctx.prompt_tokens <= ctx.budget.limit
+
+
+def test_request_usage_is_read_as_openai_usage_is() -> None:
+    """Found by a hostile run (Z, finding 1): cache counts past the input were taken as
+    they were (the same rule as `usage_of` now applies)."""
+    from pydantic_ai.usage import RequestUsage
+
+    from agentctx import Usage
+    from agentctx.integrations.pydantic_ai import _usage
+
+    usage = _usage(RequestUsage(input_tokens=100, output_tokens=5, cache_read_tokens=900))
+    assert usage == Usage(0, 5, 100, 0)

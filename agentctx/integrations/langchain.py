@@ -43,6 +43,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from agentctx._snapshots import Converted
+from agentctx._usage import usage_inside
 from agentctx.budget import Budget
 from agentctx.errors import ConfigError, MissingExtraError, UnsupportedMessageError
 from agentctx.manager import ContextManager
@@ -447,10 +448,13 @@ def _usage(message: BaseMessage) -> Usage | None:
     if not meta:
         return None
     details = meta.get("input_token_details") or {}
-    read = int(details.get("cache_read") or 0)
-    write = int(details.get("cache_creation") or 0)
-    uncached = max(0, int(meta.get("input_tokens") or 0) - read - write)
-    return Usage(uncached, int(meta.get("output_tokens") or 0), read, write)
+    # LangChain counts cache reads and writes inside input_tokens.
+    return usage_inside(
+        meta.get("input_tokens"),
+        meta.get("output_tokens"),
+        details.get("cache_read"),
+        details.get("cache_creation"),
+    )
 
 
 class _Converter:

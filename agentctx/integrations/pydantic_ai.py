@@ -50,6 +50,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from agentctx._snapshots import Converted
+from agentctx._usage import usage_inside
 from agentctx.errors import MissingExtraError, UnsupportedMessageError
 from agentctx.messages import (
     AssistantContent,
@@ -497,9 +498,8 @@ def to_pydantic_ai(view: Sequence[Message], messages: Sequence[ModelMessage]) ->
 def _usage(u: RequestUsage) -> Usage:
     # pydantic-ai counts cache reads and writes inside input_tokens; agentctx's input is the
     # uncached part.
-    uncached = max(0, u.input_tokens - u.cache_read_tokens - u.cache_write_tokens)
-    return Usage(
-        uncached,
+    return usage_inside(
+        u.input_tokens,
         u.output_tokens,
         u.cache_read_tokens,
         u.cache_write_tokens,
