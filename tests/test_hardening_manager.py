@@ -1540,3 +1540,30 @@ async def test_an_edit_of_the_view_held_is_not_read_as_a_go_back_to_an_older_inp
         await ctx.prepare([*view[:2], edited])
         assert list(map(fingerprint, ctx.raw)) == list(map(fingerprint, meaning))
         assert [e.index for e in events[seen:] if isinstance(e, HistoryResynced)] == [9]
+
+
+async def test_a_result_of_text_and_an_image_has_its_text_cut() -> None:
+    """Found by a hostile run (AA, finding 1): tier 1 cut only results of one text block, so
+    a browser tool's page text beside its screenshot was never cut: 105k tokens sent against
+    a 16k limit, `BudgetExceeded`. The text is cut; the image stays, in its place."""
+    from agentctx.messages import ImageBlock
+
+    image = ImageBlock("image/png", "iVBORw0KGgo=")
+    content = (TextBlock("line of log output\n" * 20_000), image)
+    history: list[Message] = [
+        user("the task"),
+        assistant(call("c1", "read", path="a.log")),
+        ToolResultMessage("c1", content, "read"),
+    ]
+    events: list[Event] = []
+    budget = Budget(context_window=20_000, reserve_output=4_000)
+    async with ContextManager(budget, recall=MemoryRecallStore()) as ctx:
+        ctx.subscribe(events.append)
+        view = await ctx.prepare(history)
+    assert ctx.prompt_tokens <= budget.limit and not any(
+        isinstance(e, BudgetExceeded) for e in events
+    )
+    assert_view_ok(view, ctx.raw)
+    (shown,) = [m for m in view if isinstance(m, ToolResultMessage)]
+    assert shown.content[1] == image and isinstance(shown.content[0], TextBlock)
+    assert "recall_context id=" in shown.content[0].text

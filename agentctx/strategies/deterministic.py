@@ -153,6 +153,13 @@ def _result_text(m: ToolResultMessage) -> str:
     return text_of(m.content)
 
 
+def _lone_text(m: ToolResultMessage) -> TextBlock | None:
+    """The one text block of a result that tier 1 cuts (beside it, images or provider blocks
+    stay as they are: a screenshot with a page's text), or ``None`` for none or several."""
+    texts = [b for b in m.content if isinstance(b, TextBlock)]
+    return texts[0] if len(texts) == 1 else None
+
+
 def _deep_enough(
     ctx: CompactionContext, lines: int, chars: int, need: int, arguments: int
 ) -> tuple[tuple[int, int], list[tuple[int, int]]]:
@@ -173,7 +180,7 @@ def _deep_enough(
         if not isinstance(shown, ToolResultMessage) or not 0 <= i < len(raw):
             continue
         original = raw[i]
-        if not isinstance(original, ToolResultMessage) or len(original.content) != 1:
+        if not isinstance(original, ToolResultMessage) or _lone_text(original) is None:
             continue
         text = _result_text(original)
         results.append((count(shown), len(_result_text(shown)), len(text), text.count("\n") + 1))
@@ -480,9 +487,10 @@ class DeterministicCompaction:
                         for c in v.tool_calls
                     }
                 name = m.tool_name or names.get(shown.tool_call_id, "tool")
-                if name in self.exempt_tools or len(m.content) != 1:
+                block = _lone_text(m)
+                if name in self.exempt_tools or block is None:
                     continue
-                text = _result_text(m)
+                text = block.text
                 stand_in = f"recall_context id={ID_STAND_IN}" if ctx.recall is not None else ""
                 if replaced and len(_result_text(shown)) <= len(
                     truncate_text(text, self.max_lines, self.max_chars, stand_in)
@@ -495,7 +503,8 @@ class DeterministicCompaction:
                 if len(short) >= len(text):
                     continue
                 rid = note.removeprefix("recall_context id=") or None
-                pending.append(ReplaceResult(anchor(raw, i), (TextBlock(short),), "truncate", rid))
+                kept = tuple(TextBlock(short) if b is block else b for b in m.content)
+                pending.append(ReplaceResult(anchor(raw, i), kept, "truncate", rid))
                 actions.append(f"truncated {name} result {len(text)}->{len(short)} chars")
             elif isinstance(m, AssistantMessage) and (
                 not in_flight or (again and not b.has_thinking(m))
@@ -523,9 +532,11 @@ class DeterministicCompaction:
         # Read from the blocks directly: this runs on every message of the view, and
         # ``text_of`` and ``tool_calls`` build a string and a tuple each time.
         if isinstance(m, ToolResultMessage):
-            if len(m.content) != 1 or not isinstance(block := m.content[0], TextBlock):
-                return False
-            return self._too_long(block.text)
+            if len(m.content) == 1:  # the common case, without a list
+                block = m.content[0]
+                return isinstance(block, TextBlock) and self._too_long(block.text)
+            lone = _lone_text(m)
+            return lone is not None and self._too_long(lone.text)
         if isinstance(m, AssistantMessage):
             return any(
                 self._too_long_argument(v)
