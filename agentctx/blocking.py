@@ -26,7 +26,7 @@ import os
 import sys
 import threading
 import weakref
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from contextlib import AbstractContextManager, suppress
 from functools import partial
 from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
@@ -80,6 +80,9 @@ def _serve(started: Future[BlockingPortal]) -> None:
             started.set_exception(e)
 
 
+_STOPPING_SECONDS = 1.0  # how long a loop thread stopping under an interrupt may take to end
+
+
 def _close(
     session: AbstractContextManager[object],
     portal: BlockingPortal,
@@ -98,6 +101,13 @@ def _close(
     if thread.is_alive():  # else the loop stopped (SystemExit raised on it): nothing to exit
         try:
             session.__exit__(None, None, None)
+        except (RuntimeError, CancelledError, asyncio.CancelledError):
+            # The loop thread stopping meanwhile (an interrupt raised on it) ends the call
+            # so: nothing was left to exit. The same errors from a loop still running are
+            # the manager's own (a strategy's close, say).
+            thread.join(_STOPPING_SECONDS)
+            if thread.is_alive():
+                raise
         finally:
             with suppress(RuntimeError):  # stopped meanwhile
                 portal.call(portal.stop)

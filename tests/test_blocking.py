@@ -340,3 +340,39 @@ def test_a_manager_dropped_on_its_own_loop_thread_ends_that_thread() -> None:
         gc.collect()
         time.sleep(0.01)
     assert not held and not any(t.name == "agentctx" for t in threading.enumerate())
+
+
+def test_close_after_an_interrupt_on_the_loop_thread_raises_nothing() -> None:
+    """Found by a hostile run (AA, finding 2): after a subscriber raised `KeyboardInterrupt`
+    on the loop thread, `close` raced the thread's stopping and raised a bare `RuntimeError`
+    ("This portal is not running") or `CancelledError`. In a process of its own: the
+    interrupt stops that process's loop thread."""
+    code = """
+from agentctx import AssistantMessage, Budget, ContextManager, ToolResultMessage, UserMessage
+from agentctx.blocking import BlockingContextManager
+from agentctx.messages import ToolCall
+
+history = [UserMessage.of("the task")]
+for i in range(5):
+    call = ToolCall(f"c{i}", "bash", {"command": "ls"})
+    history += [AssistantMessage.of("x", tool_calls=[call])]
+    history += [ToolResultMessage.of(f"c{i}", "out " * 3000, tool_name="bash")]
+ctx = BlockingContextManager(ContextManager(Budget(context_window=3000, reserve_output=1000)))
+fired = []
+def interrupt(event):
+    if not fired:
+        fired.append(event)
+        raise KeyboardInterrupt
+ctx.subscribe(interrupt)
+try:
+    ctx.prepare(history)
+except BaseException as e:
+    print("prepare:", type(e).__name__)
+ctx.close()
+print("closed")
+"""
+    for _ in range(3):  # a race: each run may take either path
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+        )
+        assert done.stdout.split() == ["prepare:", "KeyboardInterrupt", "closed"], done.stderr
