@@ -138,9 +138,9 @@ def marker_with_trail(dropped: Sequence[Message], rid: str | None = None) -> Sum
     Its bytes are fixed when the decision is taken, like every replacement; an earlier marker
     or condensed turn inside the span passes its own trail on. ``rid`` is the recall id of the
     dropped text, which refers to the ids of the earlier markers inside the span (`span_text`),
-    so every dropped part stays one recall call away and the marker names
-    one id however often its stretch was dropped before. Without ``rid`` the earlier
-    markers' ids are passed on.
+    so every dropped part stays one recall call away and the marker names one id however
+    often its stretch was dropped before. Without ``rid`` the earlier markers' ids are passed
+    on.
     """
     ids = _passed_on(dropped, rid)
     head = COMPACTION_MARKER
