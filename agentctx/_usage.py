@@ -17,11 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agentctx.messages import Usage
+from agentctx.messages import MOST_TOKENS, Usage
 
 __all__ = ["ACCEPTED", "usage_inside", "usage_of"]
-
-_MOST_TOKENS = 10**9  # past any context window: no request's count
 
 ACCEPTED = (
     "a Usage, an AssistantMessage, an SDK response (anthropic Message, openai ChatCompletion "
@@ -45,8 +43,8 @@ def _tokens(value: object) -> int:
     """``value`` as a token count: a whole number (a JSON float such as ``1200.0`` too),
     else 0 (none, negative, NaN, past any request)."""
     if type(value) is int:
-        return value if 0 < value <= _MOST_TOKENS else 0
-    if type(value) is float and 0 < value <= _MOST_TOKENS:
+        return value if 0 < value <= MOST_TOKENS else 0
+    if type(value) is float and 0 < value <= MOST_TOKENS:
         return int(value)
     return 0
 

@@ -279,6 +279,11 @@ USAGE_FIELDS = (
 )
 
 
+MOST_TOKENS = 10**9
+"""More tokens than any model's window holds: a usage count past it is no request's (a
+proxy's session total, a garbled field), read as no count or refused where usage is read."""
+
+
 def bad_usage_field(usage: Usage) -> str | None:
     """The first field of ``usage`` that holds no token count (no ``int``, a ``bool``, below
     0), else ``None``. `Usage` holds what it is given; what reads it checks it here."""

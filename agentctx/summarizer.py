@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_che
 from agentctx._check import preview
 from agentctx.errors import SummarizerError
 from agentctx.messages import (
+    MOST_TOKENS,
     AssistantMessage,
     ImageBlock,
     OpaqueBlock,
@@ -181,7 +182,6 @@ class SummaryResult:
 
 
 _STOPS = frozenset({"stop", "length", "refusal", "error"})
-_MOST_TOKENS = 10**9  # past any model's window: no reply's usage, and priced it is nonsense
 
 
 def check_result(result: object) -> SummaryResult:
@@ -213,7 +213,7 @@ def check_result(result: object) -> SummaryResult:
     if (name := bad_usage_field(usage)) is not None:
         count = preview(getattr(usage, name))
         raise _bad(f"usage.{name}={count}; token counts are whole numbers >= 0")
-    if usage.prompt_tokens + usage.output_tokens > _MOST_TOKENS:
+    if usage.prompt_tokens + usage.output_tokens > MOST_TOKENS:
         raise _bad(f"usage of {preview(usage.prompt_tokens)} prompt tokens, past any request")
     if not isinstance(result.messages, tuple):
         raise _bad(f"messages {preview(result.messages)}, not a tuple")

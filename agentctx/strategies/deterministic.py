@@ -653,9 +653,7 @@ class DeterministicCompaction:
             a, z = origins[s], (origins[e] if e < len(view) else len(raw))
             if ctx.recall is not None:
                 rid = put_entry(
-                    ctx.recall,
-                    ctx.session_id,
-                    span_text(view, origins, raw, s, e, ctx.ledger),
+                    ctx.recall, ctx.session_id, span_text(view, origins, raw, s, e, ctx.ledger)
                 )
                 line = text_of(replacement.content).replace(ID_STAND_IN, rid, 1)
                 replacement = AssistantMessage((TextBlock(line),), "stop")

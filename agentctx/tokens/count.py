@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from agentctx._check import preview
 from agentctx.errors import ConfigError
 from agentctx.messages import (
+    MOST_TOKENS,
     AssistantMessage,
     ImageBlock,
     Message,
@@ -51,7 +52,6 @@ __all__ = ["MessageCounter"]
 # Claiming a message for a counter's estimate is one check and one write: sessions in other
 # threads may count the same message object (a briefing from a shared summary cache).
 _CLAIMS = threading.Lock()
-_MOST_PROMPT_TOKENS = 10**9  # past any context window: no request's report
 
 
 class _Entry:
@@ -337,7 +337,7 @@ class MessageCounter:
         """
         if isinstance(prompt_tokens, bool) or not isinstance(prompt_tokens, int | float):
             raise ConfigError(f"observe() needs a token count, got {prompt_tokens!r}")
-        if not 0 < prompt_tokens <= _MOST_PROMPT_TOKENS:  # NaN fails this too
+        if not 0 < prompt_tokens <= MOST_TOKENS:  # NaN fails this too
             return False
         prompt_tokens = round(prompt_tokens)
         if vector is None:
