@@ -2,6 +2,8 @@
 
 A history is a ``Sequence[Message]``. Messages and blocks are frozen, slotted dataclasses:
 build them once, never mutate them, share them freely between the raw history and views.
+They copy, deep-copy and pickle (to snapshot a history or hand it to another process); a copy
+is equal to its original and is counted afresh.
 
 ```python
 from agentctx import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
@@ -27,7 +29,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, ClassVar, TypeAlias
 
@@ -80,6 +82,22 @@ _AN_EXTRA = ("extra", Mapping, "a mapping")
 _EXTRA_FIELD: _Fields = (_AN_EXTRA,)
 
 
+# Copies and pickles are made through the constructor: a `MappingProxyType` (what `from_dict`
+# and `of` keep in ``extra``, ``arguments`` and ``payload``) neither pickles nor deep-copies,
+# and a message's cached fingerprint and token estimate belong to the object, not its copy.
+def _init_names(cls: type) -> list[str]:
+    return [f.name for f in fields(cls) if f.init]
+
+
+def _reduce(obj: Any) -> tuple[Any, tuple[Any, ...]]:
+    values = [getattr(obj, name) for name in _init_names(type(obj))]
+    return _rebuilt, (type(obj), [dict(v) if isinstance(v, Mapping) else v for v in values])
+
+
+def _rebuilt(cls: type, values: list[Any]) -> Any:
+    return cls(*[(MappingProxyType(v) if v else _EMPTY) if type(v) is dict else v for v in values])
+
+
 def _check_fields(obj: object, fields: _Fields) -> None:
     for name, kinds, want in fields:
         value = getattr(obj, name)
@@ -116,6 +134,7 @@ class TextBlock:
     text: str
     extra: JSONMap = field(default_factory=lambda: _EMPTY)
     type: ClassVar[str] = "text"
+    __reduce__ = _reduce
 
     def __post_init__(self) -> None:
         _check_fields(self, _TEXT_FIELDS)
@@ -130,6 +149,7 @@ class ImageBlock:
     source: str = "base64"
     extra: JSONMap = field(default_factory=lambda: _EMPTY)
     type: ClassVar[str] = "image"
+    __reduce__ = _reduce
 
     def __post_init__(self) -> None:
         _check_fields(self, _IMAGE_FIELDS)
@@ -143,6 +163,7 @@ class ThinkingBlock:
     signature: str | None = None
     extra: JSONMap = field(default_factory=lambda: _EMPTY)
     type: ClassVar[str] = "thinking"
+    __reduce__ = _reduce
 
     def __post_init__(self) -> None:
         _check_fields(self, _THINKING_FIELDS)
@@ -155,6 +176,7 @@ class RedactedThinkingBlock:
     data: str
     extra: JSONMap = field(default_factory=lambda: _EMPTY)
     type: ClassVar[str] = "redacted_thinking"
+    __reduce__ = _reduce
 
     def __post_init__(self) -> None:
         _check_fields(self, _REDACTED_FIELDS)
@@ -169,6 +191,7 @@ class ToolCall:
     arguments: JSONMap
     extra: JSONMap = field(default_factory=lambda: _EMPTY)
     type: ClassVar[str] = "tool_call"
+    __reduce__ = _reduce
 
     def __post_init__(self) -> None:
         _check_fields(self, _CALL_FIELDS)
@@ -181,6 +204,7 @@ class OpaqueBlock:
     provider: str
     payload: JSONMap
     type: ClassVar[str] = "opaque"
+    __reduce__ = _reduce
 
     def __post_init__(self) -> None:
         _check_fields(self, _OPAQUE_FIELDS)
@@ -325,6 +349,7 @@ class UserMessage:
     _fp: str = field(default=_NO_FP, init=False, repr=False, compare=False)
     _tk: Any = field(default=None, init=False, repr=False, compare=False)
     role: ClassVar[str] = "user"
+    __reduce__ = _reduce
 
     def __post_init__(self) -> None:
         _check_content(self, _USER_BLOCKS)
@@ -348,6 +373,7 @@ class AssistantMessage:
     _fp: str = field(default=_NO_FP, init=False, repr=False, compare=False)
     _tk: Any = field(default=None, init=False, repr=False, compare=False)
     role: ClassVar[str] = "assistant"
+    __reduce__ = _reduce
 
     def __post_init__(self) -> None:
         _check_content(self, _ASSISTANT_BLOCKS)
@@ -386,6 +412,7 @@ class ToolResultMessage:
     _fp: str = field(default=_NO_FP, init=False, repr=False, compare=False)
     _tk: Any = field(default=None, init=False, repr=False, compare=False)
     role: ClassVar[str] = "tool"
+    __reduce__ = _reduce
 
     def __post_init__(self) -> None:
         _check_content(self, _USER_BLOCKS)
@@ -408,6 +435,7 @@ class SummaryMessage:
     _fp: str = field(default=_NO_FP, init=False, repr=False, compare=False)
     _tk: Any = field(default=None, init=False, repr=False, compare=False)
     role: ClassVar[str] = "summary"
+    __reduce__ = _reduce
 
     def __post_init__(self) -> None:
         _check_fields(self, _SUMMARY_FIELDS)

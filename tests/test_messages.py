@@ -1,8 +1,16 @@
 from __future__ import annotations
 
+import copy
+import pickle
+from types import MappingProxyType
+
 import pytest
 
 from agentctx import UnsupportedMessageError
+from agentctx.budget import Budget
+from agentctx.events import HistoryResynced
+from agentctx.importers import load_transcript
+from agentctx.manager import ContextManager
 from agentctx.messages import (
     AssistantMessage,
     ImageBlock,
@@ -21,6 +29,9 @@ from agentctx.messages import (
     from_dict,
     to_dict,
 )
+from agentctx.tokens import MessageCounter
+
+from .corpus import corpus_files
 
 
 def every_kind() -> list[object]:
@@ -170,3 +181,65 @@ def test_a_null_is_error_reads_as_not_an_error() -> None:
     """Hostile run X: the importers read a null ``is_error`` as absent; so does `from_dict`."""
     d = {"role": "tool", "tool_call_id": "c", "content": [], "is_error": None}
     assert from_dict(d) == ToolResultMessage("c", ())
+
+
+# -- copies and pickles -----------------------------------------------------------------------
+
+
+def _copies(message: object) -> list[object]:
+    return [copy.copy(message), copy.deepcopy(message), pickle.loads(pickle.dumps(message))]
+
+
+def test_every_kind_survives_copy_deepcopy_and_pickle() -> None:
+    """A history deep-copied to snapshot it, or pickled to hand it to another process,
+    failed on every message from `from_dict` or an adapter: their mappings are read-only
+    proxies, which neither pickle nor deep-copy (TypeError)."""
+    for message in every_kind():
+        for kept in (message, from_dict(to_dict(message))):  # type: ignore[arg-type]
+            for twin in _copies(kept):
+                assert twin == kept
+                assert type(twin) is type(kept)
+                assert fingerprint(twin) == fingerprint(kept)  # type: ignore[arg-type]
+
+
+def test_a_deep_copy_is_its_own_and_keeps_no_counter_state() -> None:
+    kept = from_dict(
+        to_dict(AssistantMessage((ToolCall("c1", "read", {"path": "a.py", "opts": {"n": [1]}}),)))
+    )
+    MessageCounter().count(kept)  # caches the estimate and fingerprint on the object
+    fingerprint(kept)
+    twin = copy.deepcopy(kept)
+    assert twin._tk is None and twin._fp == ""
+    arguments = twin.content[0].arguments  # type: ignore[union-attr]
+    assert isinstance(arguments, MappingProxyType)  # read-only, as it was
+    assert arguments["opts"] is not kept.content[0].arguments["opts"]  # type: ignore[union-attr]
+    with pytest.raises(TypeError):
+        arguments["path"] = "b.py"  # type: ignore[index]
+
+
+TRANSCRIPTS = [
+    path
+    for kind in ("pi", "claude-code", "openhands", "swe-agent")
+    for path in corpus_files(kind)
+    if path.name != "assistant-message-with-thinking-code.json"  # one message, no transcript
+]
+
+
+async def test_real_histories_deep_copied_or_pickled_continue_the_session() -> None:
+    """Every message of the corpus's transcripts copies and pickles; a session handed the
+    copies goes on as with the originals (they are equal: no rewind, the same view)."""
+    for path in TRANSCRIPTS:
+        messages = list(load_transcript(path).messages)
+        for message in messages:
+            assert pickle.loads(pickle.dumps(message)) == message
+        half = len(messages) // 2
+        budget = Budget(context_window=30_000, reserve_output=4_000)
+        views = []
+        for history in (messages, pickle.loads(pickle.dumps(messages[:half])) + messages[half:]):
+            events: list[object] = []
+            async with ContextManager(budget, on_over_budget="send") as ctx:
+                ctx.subscribe(events.append)
+                await ctx.prepare(history[:half])
+                views.append([to_dict(m) for m in await ctx.prepare(copy.deepcopy(history))])
+            assert not [e for e in events if isinstance(e, HistoryResynced)]
+        assert views[0] == views[1]

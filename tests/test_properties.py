@@ -3,6 +3,7 @@ driven as real callers do."""
 
 from __future__ import annotations
 
+import pickle
 import random
 import tempfile
 import threading
@@ -134,6 +135,8 @@ async def test_every_view_keeps_the_invariants(
             recount = counter.overhead + counter.count_many(view)
             assert abs(ctx.prompt_tokens - recount) <= len(view)
             current = fingerprints(view)
+            # a view (markers, summaries, repaired messages) pickles as it is
+            assert fingerprints(pickle.loads(pickle.dumps(view))) == current
             # re-running prepare on settled history is a byte-identical no-op
             again = await ctx.prepare(view if owned else history)
             assert fingerprints(again) == current
