@@ -29,7 +29,9 @@ never changes bytes already rendered:
   left with no content holds `EMPTY_TEXT` instead, so turns keep their shape (the latest user
   message stays a user message); a blank summary is left out; a tool result's blank blocks
   are left out where other blocks stand beside them (alone, one is the tool's empty output,
-  which the Anthropic adapter sends as a string);
+  which the Anthropic adapter sends as a string); a failed tool's result (``is_error``) with
+  no content but blank text holds `FAILED_WITHOUT_OUTPUT` instead (Anthropic: "content cannot
+  be empty if `is_error` is true");
 - **duplicate tool-call ids** (servers that number calls per response, ``call_0`` on every
   turn, or repeat one within a batch; Anthropic: "tool_use ids must be unique", OpenAI:
   "Duplicate value for 'tool_call_id'"): a call whose id the view already used is renamed
@@ -71,6 +73,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EMPTY_TEXT",
+    "FAILED_WITHOUT_OUTPUT",
     "LEADING_TEXT",
     "MISSING_RESULT_TEXT",
     "CompleteTurns",
@@ -95,6 +98,7 @@ Provider = Literal["anthropic", "openai"]
 
 MISSING_RESULT_TEXT = "[agentctx: no result was recorded for this tool call; it was interrupted]"
 EMPTY_TEXT = "(empty)"
+FAILED_WITHOUT_OUTPUT = "(the tool failed without output)"
 LEADING_TEXT = "[agentctx: the recorded history starts with an assistant message]"
 
 # OpenAI Chat rejects longer tool-call ids; a renamed id stays within it when the original did.
@@ -289,6 +293,8 @@ class Repair:
     - ``empty_text``: empty or whitespace-only text blocks were left out of a message (in an
       assistant message with reasoning: each filled in place with `EMPTY_TEXT`);
     - ``empty_message``: a user or assistant message left with no content holds `EMPTY_TEXT`;
+    - ``empty_error``: a failed tool's result (``is_error``) with no content but blank text
+      holds `FAILED_WITHOUT_OUTPUT`;
     - ``empty_summary``: a summary with no non-whitespace text was left out;
     - ``duplicate_call_id``: a call whose id the view already used was renamed to ``new_id``
       (its result too);
@@ -358,7 +364,16 @@ def _cleaned(m: Message) -> tuple[Message | None, str | None]:
         return AssistantMessage(kept, m.stop_reason, m.usage, m.model, m.extra), kind  # type: ignore[arg-type]
     if isinstance(m, SummaryMessage) and _blank_text(m.text):
         return None, "empty_summary"
-    if isinstance(m, ToolResultMessage) and _blank_beside_others(m.content):
+    if isinstance(m, ToolResultMessage):
+        return _cleaned_result(m)
+    return m, None
+
+
+def _cleaned_result(m: ToolResultMessage) -> tuple[ToolResultMessage, str | None]:
+    if _failed_blank(m):
+        said = (TextBlock(FAILED_WITHOUT_OUTPUT),)
+        return ToolResultMessage(m.tool_call_id, said, m.tool_name, True, m.extra), "empty_error"
+    if _blank_beside_others(m.content):
         # One blank block is a tool's empty output (sent as an empty string); beside other
         # blocks it is a list entry Anthropic rejects.
         left = tuple(b for b in m.content if not _blank(b))
@@ -370,6 +385,15 @@ def _cleaned(m: Message) -> tuple[Message | None, str | None]:
 
 def _blank_beside_others(content: Sequence[object]) -> bool:
     return len(content) > 1 and any(_blank(b) for b in content)
+
+
+def _failed_blank(m: ToolResultMessage) -> bool:
+    """Whether ``m`` is a failed tool's result with nothing but blank text."""
+    return m.is_error and all(_blank(b) for b in m.content)
+
+
+def _needs_cleaning(m: ToolResultMessage) -> bool:
+    return _blank_beside_others(m.content) or _failed_blank(m)
 
 
 _ID_REJECTED = re.compile(r"[^a-zA-Z0-9_-]")  # Anthropic: tool_use ids match ^[a-zA-Z0-9_-]+$
@@ -490,9 +514,10 @@ def repair(
             call.answered = True
             if call.view_id != m.tool_call_id:
                 m = ToolResultMessage(call.view_id, m.content, m.tool_name, m.is_error, m.extra)
-            if _blank_beside_others(m.content):
-                m = _cleaned(m)[0]  # type: ignore[assignment]
-                repairs.append(Repair("empty_text", len(out), origin=src[i]))
+            m, kind = _cleaned_result(m)
+            if kind is not None:
+                failed = m.tool_call_id if kind == "empty_error" else None
+                repairs.append(Repair(kind, len(out), failed, origin=src[i]))
             out.append(m)
             out_origin.append(src[i])
             continue
@@ -534,7 +559,7 @@ def answered_call_ids(messages: Sequence[Message], used: Set[str]) -> list[str] 
         if isinstance(m, ToolResultMessage):
             if batch + answered == len(ids) or m.tool_call_id != ids[batch + answered]:
                 return None
-            if len(m.content) > 1 and _blank_beside_others(m.content):  # a call saved for most
+            if (len(m.content) > 1 or m.is_error) and _needs_cleaning(m):  # a call saved for most
                 return None
             answered += 1
             continue
@@ -618,6 +643,8 @@ def validate(messages: Sequence[Message], provider: Provider = "anthropic") -> l
                     f"message {i}: a tool result's text content blocks must contain "
                     "non-whitespace text"
                 )
+            if provider == "anthropic" and _failed_blank(m):
+                problems.append(f"message {i}: content cannot be empty if `is_error` is true")
             continue
         if +open_calls:
             problems.append(f"message {open_at}: calls {sorted(+open_calls)} have no result")

@@ -32,7 +32,9 @@ from agentctx.adapters import (
     to_openai_responses,
 )
 from agentctx.boundaries import repair
+from agentctx.budget import Budget
 from agentctx.errors import UnsupportedMessageError
+from agentctx.manager import ContextManager
 from agentctx.messages import (
     AssistantMessage,
     ImageBlock,
@@ -1058,8 +1060,11 @@ def histories(draw: st.DrawFn, fmt: Format) -> list[Message]:
         calls = [ToolCall(f"call_{turn}_{k}", name, draw(_args)) for k, name in enumerate(names)]
         history.append(AssistantMessage(fmt.assistant(draw, calls)))
         for c in calls:
-            error = fmt.is_error and draw(st.booleans())
-            history.append(ToolResultMessage(c.id, fmt.result(draw), c.name, error))
+            content = fmt.result(draw)
+            # A failed tool's blank output is no request Anthropic takes (it is repaired).
+            blank = all(isinstance(b, TextBlock) and not b.text.strip() for b in content)
+            error = fmt.is_error and not blank and draw(st.booleans())
+            history.append(ToolResultMessage(c.id, content, c.name, error))
         if not calls or draw(st.booleans()):  # never two assistant messages in a row
             history.append(UserMessage(fmt.user(draw)))
     return history
@@ -1218,6 +1223,55 @@ def test_chat_custom_tool_calls_pair_with_their_tool_messages() -> None:
     assert sent["tool_calls"] == [
         {**messages[1]["tool_calls"][0], "custom": {"name": "shell", "input": "[cleared]"}}
     ]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [{"content": ""}, {}, {"content": []}, {"content": [{"type": "text", "text": " "}]}]
+    + [{"content": [{"type": "text", "text": ""}, {"type": "text", "text": "\n"}]}],
+    ids=["empty string", "absent", "empty list", "blank block", "two blank blocks"],
+)
+async def test_a_failed_tool_without_output_goes_back_saying_so(content: dict[str, Any]) -> None:
+    """Found by hostile testing (run AC, finding 1): a tool that failed without output (a
+    killed command) went to Anthropic as a tool_result with is_error and blank content, which
+    the API refuses ("content cannot be empty if `is_error` is true"): every later request of
+    the session failed. A view's repair now has it say so (`empty_error`, reported), and so
+    does the adapter given it unrepaired; the fake server refuses the original."""
+    from agentctx.boundaries import FAILED_WITHOUT_OUTPUT
+    from agentctx.events import TranscriptRepaired
+    from agentctx.testing._validate import validate_anthropic
+
+    call = {"type": "tool_use", "id": "t1", "name": "sh", "input": {"cmd": "make"}}
+    failed = {"type": "tool_result", "tool_use_id": "t1", "is_error": True, **content}
+    params = [
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": [call]},
+        {"role": "user", "content": [failed]},
+    ]
+    tools = [{"name": "sh", "input_schema": {"type": "object"}}]
+    body = {"model": "m", "max_tokens": 10, "tools": tools, "messages": params}
+    refused = validate_anthropic(body)
+    assert refused is not None
+    if failed.get("content") in ("", None, []):  # else blank blocks are refused first
+        assert refused.message.endswith("content cannot be empty if `is_error` is true")
+    events: list[object] = []
+    async with ContextManager(Budget(context_window=50_000)) as ctx:
+        ctx.subscribe(events.append)
+        view = await ctx.prepare(from_anthropic(params))
+    repaired = [e.repairs for e in events if isinstance(e, TranscriptRepaired)]
+    assert repaired == [("empty_error@2:t1",)]
+    for sent in (to_anthropic(view), to_anthropic(from_anthropic(params))):
+        said = sent[2]["content"][0]
+        assert said["is_error"] is True
+        text = said["content"] if isinstance(said["content"], str) else said["content"][0]["text"]
+        assert text == FAILED_WITHOUT_OUTPUT  # in the form the caller used, where it can be
+        assert validate_anthropic({**body, "messages": sent}) is None
+    # Blank output of a tool that did not fail is the API's to take, and goes as it was.
+    ok = {**failed, "is_error": False, "content": ""}
+    assert to_anthropic(from_anthropic([*params[:2], {"role": "user", "content": [ok]}]))[2] == {
+        "role": "user",
+        "content": [ok],
+    }
 
 
 def test_a_tool_result_of_one_blank_block_goes_back_as_a_string_the_api_takes() -> None:

@@ -222,7 +222,8 @@ def hostile_step(draw: st.DrawFn, n: int, ids: str) -> list[Message]:
         step += [ToolResultMessage.of(c.id, draw(hostile_output())) for c in answered]
         return [*step, UserMessage.of("interrupted")]
     for c in calls:
-        output = ToolResultMessage.of(c.id, draw(hostile_output()), is_error=draw(st.booleans()))
+        text = draw(hostile_output() | _blank)  # blank: a tool that printed nothing, failed or not
+        output = ToolResultMessage.of(c.id, text, is_error=draw(st.booleans()))
         if draw(st.integers(0, 3)) == 0:  # a screenshot beside the text
             output = replace(output, content=(*output.content, _IMAGE))
         step.append(output)

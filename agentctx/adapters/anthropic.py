@@ -21,9 +21,11 @@ server tools and their results, compaction, ...) rides as ``OpaqueBlock("anthrop
 Block fields agentctx does not model (``cache_control``, ``citations``, ``caller``, ...) ride
 flat in the block's ``extra``. A block that would not render back byte for byte is kept
 opaque instead, so ``to_anthropic(from_anthropic(p)) == p`` holds for every request the API
-takes. One it refuses is repaired: a ``tool_result`` whose content is a list of one blank
+takes. What it refuses is repaired: a ``tool_result`` whose content is a list of one blank
 (empty or whitespace) text block, a block the API refuses, goes back as that text as a
-string, which it takes.
+string, which it takes; one with ``is_error`` and no content but blank text (a tool that
+failed without output), which it refuses however written, goes back saying
+`agentctx.boundaries.FAILED_WITHOUT_OUTPUT`, as `repair` makes it in a view.
 
 Message-level details ride in ``extra["anthropic"]``, a dict that may hold:
 ``content`` ("string" / "list" / "absent": the content form, when not the default one),
@@ -44,6 +46,7 @@ from types import MappingProxyType
 from typing import Any, TypeAlias
 
 from agentctx._usage import usage_of
+from agentctx.boundaries import FAILED_WITHOUT_OUTPUT
 from agentctx.errors import UnsupportedMessageError
 from agentctx.messages import (
     AssistantContent,
@@ -400,6 +403,9 @@ def _render_result(index: int, m: ToolResultMessage) -> JSON:
         d["content"] = m.content[0].text  # type: ignore[union-attr]
     elif form == "list":
         d["content"] = [_render_block(b, index) for b in m.content]
+    if m.is_error and all(isinstance(b, TextBlock) and not b.text.strip() for b in m.content):
+        # A failed tool's blank output: Anthropic takes no empty content with is_error.
+        d["content"] = FAILED_WITHOUT_OUTPUT
     if m.is_error:
         d["is_error"] = True
     elif "is_error" in info:

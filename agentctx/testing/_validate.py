@@ -280,6 +280,10 @@ def _anthropic_block(
                         return problem
         if "is_error" in block and not isinstance(block["is_error"], bool):
             return f"{where}.tool_result.is_error: Input should be a valid boolean"
+        if block.get("is_error") is True and (
+            not content.strip() if isinstance(content, str) else not content
+        ):
+            return f"{where}.tool_result: content cannot be empty if `is_error` is true"
     elif kind in ("thinking", "redacted_thinking") and "cache_control" in block:
         return f"{where}.{kind}.cache_control: Extra inputs are not permitted"
     elif kind == "thinking":
