@@ -233,7 +233,8 @@ def print_accuracy(errors: Errors, methods: Sequence[str]) -> list[str]:
 
 
 def _tiktoken_encode() -> Callable[[str], list[int]] | None:
-    """tiktoken's own o200k ``encode`` (no wrapper), with the vocabulary `ExactCounter` seeds."""
+    """tiktoken's fastest o200k call (``encode_ordinary``, no wrapper: ``encode`` first checks
+    for special tokens), with the vocabulary `ExactCounter` seeds."""
     try:
         import tiktoken
 
@@ -253,9 +254,7 @@ def _tiktoken_encode() -> Callable[[str], list[int]] | None:
         else:
             os.environ["TIKTOKEN_CACHE_DIR"] = previous
 
-    def encode(text: str) -> list[int]:
-        return encoding.encode(text, disallowed_special=())
-
+    encode: Callable[[str], list[int]] = encoding.encode_ordinary
     return encode
 
 
