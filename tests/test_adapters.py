@@ -31,7 +31,7 @@ from agentctx.adapters import (
     to_openai_chat,
     to_openai_responses,
 )
-from agentctx.boundaries import repair
+from agentctx.boundaries import EMPTY_TEXT, repair
 from agentctx.budget import Budget
 from agentctx.errors import UnsupportedMessageError
 from agentctx.manager import ContextManager
@@ -618,7 +618,7 @@ def test_chat_message_forms_names_refusals_and_system_roles() -> None:
             "content": [{"type": "text", "text": "r2"}],
             "name": "g",
         },
-        {"role": "assistant", "content": "done", "tool_calls": []},
+        {"role": "assistant", "content": "done", "tool_calls": None},
     ]
     system, rest = split_openai_chat_system(params)
     assert system == params[:1]
@@ -1272,6 +1272,29 @@ async def test_a_failed_tool_without_output_goes_back_saying_so(content: dict[st
         "role": "user",
         "content": [ok],
     }
+
+
+def test_an_empty_tool_calls_array_is_left_out_and_refused_by_the_fake_server() -> None:
+    """Found by hostile testing (run AC, finding 3): an assistant message with
+    ``"tool_calls": []`` (vLLM, Azure and older openai-node helpers return one) went back as
+    it was, and OpenAI refuses it ("empty array. Expected an array with minimum length 1"),
+    even after a repair filled the message's blank content. A null one goes back as it was."""
+    history = [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": "Hi!", "tool_calls": []},
+        {"role": "user", "content": "list the files"},
+        {"role": "assistant", "content": "", "tool_calls": []},
+        {"role": "user", "content": "and now?"},
+        {"role": "assistant", "content": "Done.", "tool_calls": None},
+        {"role": "user", "content": "thanks"},
+    ]
+    refused = validate_chat({"model": "gpt-4o", "messages": history})
+    assert refused is not None and refused.code == "empty_array"
+    sent = to_openai_chat(repair(from_openai_chat(history))[0])
+    assert sent[1] == {"role": "assistant", "content": "Hi!"}
+    assert sent[3] == {"role": "assistant", "content": EMPTY_TEXT}
+    assert sent[5] == history[5]
+    assert validate_chat({"model": "gpt-4o", "messages": sent}) is None
 
 
 def test_a_tool_result_of_one_blank_block_goes_back_as_a_string_the_api_takes() -> None:

@@ -34,9 +34,10 @@ arguments are unchanged. Other unmodeled fields ride flat in the block's ``extra
 
 Message-level details ride in ``extra["openai_chat"]``: ``role`` (system / developer),
 ``content`` (the content form when not the default: "string", "list", "null", "absent"),
-``name`` (the tool message carried a ``name``), ``tool_calls`` (an empty or null
-``tool_calls`` value), ``fields`` (unknown keys, sent back verbatim), ``response`` (response
-metadata, never sent).
+``name`` (the tool message carried a ``name``), ``tool_calls`` (a null ``tool_calls`` value,
+sent back; an empty array, which compatible servers return and the API refuses, is left
+out), ``fields`` (unknown keys, sent back verbatim), ``response`` (response metadata, never
+sent).
 """
 
 from __future__ import annotations
@@ -499,7 +500,7 @@ def _render_assistant(d: JSON, m: AssistantMessage, info: Mapping[str, Any], ind
         d["refusal"] = "".join(refusals)
     if calls:
         d["tool_calls"] = calls
-    elif "tool_calls" in info:
+    elif "tool_calls" in info and info["tool_calls"] != []:  # an empty array the API refuses
         d["tool_calls"] = info["tool_calls"]
 
 

@@ -500,6 +500,13 @@ def _chat_message(message: Mapping[str, Any], i: int) -> Invalid | None:
                 f"messages[{i}].tool_calls",
                 "invalid_type",
             )
+        if not calls:
+            return Invalid(
+                f"Invalid 'messages[{i}].tool_calls': empty array. Expected an array with "
+                "minimum length 1, but got an empty array instead.",
+                f"messages[{i}].tool_calls",
+                "empty_array",
+            )
         for k, call in enumerate(calls):
             where = f"messages[{i}].tool_calls[{k}]"
             if not _is_obj(call) or not isinstance(call.get("id"), str):
