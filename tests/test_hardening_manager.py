@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -1567,3 +1568,40 @@ async def test_a_result_of_text_and_an_image_has_its_text_cut() -> None:
     (shown,) = [m for m in view if isinstance(m, ToolResultMessage)]
     assert shown.content[1] == image and isinstance(shown.content[0], TextBlock)
     assert "recall_context id=" in shown.content[0].text
+
+
+async def test_a_result_of_several_text_blocks_is_cut_as_one_keeping_its_fields() -> None:
+    """Found by a hostile run (AC, findings 4 and 5): tier 1 cut a result's text only when it
+    was one block, so an MCP tool's result of several text items was never cut (12,891 tokens
+    against an 11,000 limit, `BudgetExceededError`); and the block it cut lost its fields (a
+    caller's ``cache_control``). The text blocks are cut as one text, in the first one's place
+    with its fields; an image between them stays."""
+    from agentctx.messages import ImageBlock
+
+    image = ImageBlock("image/png", "iVBORw0KGgo=")
+    marked = {"cache_control": {"type": "ephemeral", "ttl": "1h"}}
+    content = (
+        TextBlock("first part of the listing\n" * 1_200, marked),
+        image,
+        TextBlock("second part of the listing\n" * 1_200),
+    )
+    history: list[Message] = [
+        user("the task"),
+        assistant(call("c1", "list", path="/")),
+        ToolResultMessage("c1", content, "list"),
+    ]
+    events: list[Event] = []
+    budget = Budget(context_window=15_000, reserve_output=4_000)
+    async with ContextManager(budget, recall=MemoryRecallStore()) as ctx:
+        ctx.subscribe(events.append)
+        view = await ctx.prepare(history)
+        assert ctx.prompt_tokens <= budget.limit
+        assert not any(isinstance(e, BudgetExceeded) for e in events)
+        assert_view_ok(view, ctx.raw)
+        (shown,) = [m for m in view if isinstance(m, ToolResultMessage)]
+        cut, kept = shown.content
+        assert kept == image and isinstance(cut, TextBlock) and cut.extra == marked
+        assert cut.text.startswith("first part") and "second part of the listing" in cut.text
+        (rid,) = re.findall(r"recall_context id=(\S+)", cut.text)
+        page = await ctx.recall(rid.rstrip(")]."), limit=100_000)
+    assert text_of(content) in page  # both parts, one recall away

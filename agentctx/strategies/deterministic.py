@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from agentctx import boundaries as b
@@ -46,6 +46,7 @@ from agentctx.messages import (
     SummaryMessage,
     TextBlock,
     ToolCall,
+    ToolResultContent,
     ToolResultMessage,
     text_of,
     written_arguments,
@@ -153,11 +154,20 @@ def _result_text(m: ToolResultMessage) -> str:
     return text_of(m.content)
 
 
-def _lone_text(m: ToolResultMessage) -> TextBlock | None:
-    """The one text block of a result that tier 1 cuts (beside it, images or provider blocks
-    stay as they are: a screenshot with a page's text), or ``None`` for none or several."""
-    texts = [b for b in m.content if isinstance(b, TextBlock)]
-    return texts[0] if len(texts) == 1 else None
+def _has_text(m: ToolResultMessage) -> bool:
+    return any(isinstance(b, TextBlock) for b in m.content)
+
+
+def _with_text(content: tuple[ToolResultContent, ...], text: str) -> tuple[ToolResultContent, ...]:
+    """``content`` with its text blocks (several: an MCP tool's items) as one holding
+    ``text``, in the first one's place and with its fields (a ``cache_control``); the other
+    blocks (a screenshot beside a page's text, provider blocks) as they are, where they are."""
+    first = next(b for b in content if isinstance(b, TextBlock))
+    return tuple(
+        replace(b, text=text) if b is first else b
+        for b in content
+        if b is first or not isinstance(b, TextBlock)
+    )
 
 
 def _deep_enough(
@@ -180,7 +190,7 @@ def _deep_enough(
         if not isinstance(shown, ToolResultMessage) or not 0 <= i < len(raw):
             continue
         original = raw[i]
-        if not isinstance(original, ToolResultMessage) or _lone_text(original) is None:
+        if not isinstance(original, ToolResultMessage) or not _has_text(original):
             continue
         text = _result_text(original)
         results.append((count(shown), len(_result_text(shown)), len(text), text.count("\n") + 1))
@@ -487,10 +497,9 @@ class DeterministicCompaction:
                         for c in v.tool_calls
                     }
                 name = m.tool_name or names.get(shown.tool_call_id, "tool")
-                block = _lone_text(m)
-                if name in self.exempt_tools or block is None:
+                if name in self.exempt_tools or not _has_text(m):
                     continue
-                text = block.text
+                text = _result_text(m)
                 stand_in = f"recall_context id={ID_STAND_IN}" if ctx.recall is not None else ""
                 if replaced and len(_result_text(shown)) <= len(
                     truncate_text(text, self.max_lines, self.max_chars, stand_in)
@@ -503,7 +512,7 @@ class DeterministicCompaction:
                 if len(short) >= len(text):
                     continue
                 rid = note.removeprefix("recall_context id=") or None
-                kept = tuple(TextBlock(short) if b is block else b for b in m.content)
+                kept = _with_text(m.content, short)
                 pending.append(ReplaceResult(anchor(raw, i), kept, "truncate", rid))
                 actions.append(f"truncated {name} result {len(text)}->{len(short)} chars")
             elif isinstance(m, AssistantMessage) and (
@@ -527,16 +536,15 @@ class DeterministicCompaction:
             ctx.take(decision)
 
     def _cuttable(self, m: Message) -> bool:
-        """Whether ``m`` has what `_truncate` cuts: a lone text result over the line or
-        character limit, or a string argument over ``max_argument_chars``."""
+        """Whether ``m`` has what `_truncate` cuts: a result's text over the line or character
+        limit, or a string argument over ``max_argument_chars``."""
         # Read from the blocks directly: this runs on every message of the view, and
         # ``text_of`` and ``tool_calls`` build a string and a tuple each time.
         if isinstance(m, ToolResultMessage):
             if len(m.content) == 1:  # the common case, without a list
                 block = m.content[0]
                 return isinstance(block, TextBlock) and self._too_long(block.text)
-            lone = _lone_text(m)
-            return lone is not None and self._too_long(lone.text)
+            return _has_text(m) and self._too_long(_result_text(m))
         if isinstance(m, AssistantMessage):
             return any(
                 self._too_long_argument(v)
