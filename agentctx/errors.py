@@ -17,6 +17,8 @@ Cancellation is never wrapped: an outside ``CancelledError`` always propagates a
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AgentCtxError",
     "ConfigError",
@@ -30,7 +32,24 @@ __all__ = [
 
 
 class AgentCtxError(Exception):
-    """Root of every error agentctx raises."""
+    """Root of every error agentctx raises. Errors pickle and copy with their attributes (one
+    raised in a worker process reaches the parent as itself)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt without the constructor: most subclasses take other arguments than the
+        # message `args` holds, and `Exception`'s own reduce calls them with that alone.
+        state = dict(self.__dict__)
+        if isinstance(self, ImportError):
+            state.update(name=self.name, path=self.path)
+        return _restored, (type(self), self.args, state)
+
+
+def _restored(cls: type[AgentCtxError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    error = cls.__new__(cls, *args)
+    error.args = args
+    for name, value in state.items():
+        setattr(error, name, value)
+    return error
 
 
 class ConfigError(AgentCtxError, ValueError):

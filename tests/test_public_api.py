@@ -58,3 +58,59 @@ async def test_a_manager_is_weakly_referenced_and_patched_as_a_plain_object_is()
     with mock.patch.object(manager, "prepare", return_value=[]) as prepare:
         assert await manager.prepare([]) == [] and prepare.await_count == 1
     assert "prepare" not in vars(manager)
+
+
+def _raise_over_budget() -> None:
+    """In a worker process: a session whose task alone is over its budget."""
+    import anyio
+
+    from agentctx import Budget, ContextManager, UserMessage
+
+    async def main() -> None:
+        budget = Budget(context_window=2_000, reserve_output=500)
+        async with ContextManager(budget) as ctx:
+            await ctx.prepare([UserMessage.of("word " * 5_000)])
+
+    anyio.run(main)
+
+
+def test_every_error_pickles_and_copies_with_its_attributes() -> None:
+    """Found by a hostile run (AB, finding 1): five errors took constructor arguments their
+    ``args`` do not hold, so pickling or copying one raised TypeError. Raised in a process
+    pool's worker (an over-budget session), it broke the pool (`BrokenProcessPool`); with
+    `multiprocessing.Pool` the parent waited forever."""
+    import copy
+    import multiprocessing
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor
+
+    from agentctx.errors import AgentCtxError
+    from agentctx.replay.chart import ChartError
+
+    made = [
+        agentctx.BudgetExceededError(12, 10, [agentctx.UserMessage.of("task")], 3),
+        agentctx.UnsupportedMessageError(4, "item of type int"),
+        agentctx.TranscriptFormatError("s.jsonl", 7, "a JSON object"),
+        agentctx.SummarizerError("overloaded", retryable=True, status=529, retry_after=2.0),
+        agentctx.MissingExtraError("redis", "redis", needed_by="RedisRecallStore"),
+        agentctx.ConfigError("bad"),
+        agentctx.StoreError("down"),
+        agentctx.StoreDataError("garbled"),
+        ChartError("no matplotlib"),
+    ]
+
+    def kinds(cls: type) -> set[type]:
+        return {cls}.union(*(kinds(sub) for sub in cls.__subclasses__()))
+
+    ours = {k for k in kinds(AgentCtxError) if k.__module__.startswith("agentctx.")}
+    assert {type(e) for e in made} | {AgentCtxError} == ours  # every one
+    for error in made:
+        for twin in (copy.copy(error), copy.deepcopy(error), pickle.loads(pickle.dumps(error))):
+            assert type(twin) is type(error) and str(twin) == str(error)
+            assert vars(twin) == vars(error)
+    assert pickle.loads(pickle.dumps(made[4])).name == "redis"  # ImportError's own field
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        raised = pool.submit(_raise_over_budget).exception(timeout=60)
+    assert isinstance(raised, agentctx.BudgetExceededError)
+    assert raised.view and raised.tokens > raised.budget
