@@ -521,3 +521,43 @@ def test_an_entry_the_store_cannot_read_is_said_in_its_place() -> None:
     whole = expand_references(top, fetch)
     assert whole.startswith("part 0\n[ctx-0000000000000001: could not be read (row unreadable)")
     assert whole.endswith("part 2\n")
+
+
+def test_a_memory_store_shared_by_threads_keeps_its_accounting() -> None:
+    """Found by a hostile run (AB, finding 3): sessions on several threads (each
+    `BlockingContextManager` runs its own loop thread) share a store that is called inline,
+    with no lock: `RuntimeError: OrderedDict mutated during iteration` (a store outage to the
+    sessions) and a byte count that drifted past ``max_bytes``."""
+    import sys
+    import threading
+
+    store = MemoryRecallStore(max_bytes=200_000)
+    failures: list[BaseException] = []
+
+    def session(w: int) -> None:
+        try:
+            for s in range(40):
+                sid = f"w{w}-s{s}"
+                rids = store.put_many(sid, [f"{sid} entry {k} " + "x" * 2_000 for k in range(12)])
+                store.pin(sid, rids[:6])
+                store.update_pins(sid, rids[6:9], rids[:2])
+                for rid in rids:
+                    store.get(sid, rid)
+                store.release(sid)
+        except BaseException as e:  # reported by the main thread
+            failures.append(e)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        threads = [threading.Thread(target=session, args=(w,)) for w in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert failures == []
+    held = [*store._free.values(), *store._held.values()]
+    assert store.bytes_held == sum(map(sys.getsizeof, held)) <= store.max_bytes
+    assert not store._pins and not store._held

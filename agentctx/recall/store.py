@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
+import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -221,7 +222,8 @@ class MemoryRecallStore:
     only when they alone are over the bound, oldest pin first (`evicted_pinned` counts
     them). A session's pins are released when it ends (`release`), so a closed session's
     entries are evicted before anyone's. It never holds more than ``max_bytes`` plus the
-    newest entry (`bytes_held`).
+    newest entry (`bytes_held`). Sessions on several threads may share one (each
+    `BlockingContextManager` runs its own loop thread).
     """
 
     blocking = False  # never waits on I/O: the manager's writer calls it inline
@@ -233,6 +235,7 @@ class MemoryRecallStore:
         self._held: OrderedDict[tuple[str, str], str] = OrderedDict()  # pinned, oldest first
         self._pins: dict[str, set[str]] = {}
         self._bytes = 0
+        self._lock = threading.Lock()  # it is called inline, from each session's loop thread
 
     @property
     def bytes_held(self) -> int:
@@ -241,6 +244,10 @@ class MemoryRecallStore:
 
     def put(self, session_id: str, content: str) -> str:
         """Store ``content`` for ``session_id`` and return its recall id."""
+        with self._lock:
+            return self._put(session_id, content)
+
+    def _put(self, session_id: str, content: str) -> str:
         rid = recall_id(session_id, content)
         key = (session_id, rid)
         if key in self._held:
@@ -258,27 +265,34 @@ class MemoryRecallStore:
 
     def put_many(self, session_id: str, contents: Sequence[str]) -> list[str]:
         """`put` each of ``contents``."""
-        return [self.put(session_id, c) for c in contents]
+        with self._lock:
+            return [self._put(session_id, c) for c in contents]
 
     def get(self, session_id: str, rid: str) -> str | None:
         """The content stored under ``rid`` for ``session_id``, or ``None``."""
         key = (session_id, rid)
-        content = self._held.get(key)
-        if content is None:
-            content = self._free.get(key)
-            if content is not None:
-                self._free.move_to_end(key)
-        return content
+        with self._lock:
+            content = self._held.get(key)
+            if content is None:
+                content = self._free.get(key)
+                if content is not None:
+                    self._free.move_to_end(key)
+            return content
 
     def pin(self, session_id: str, rids: Iterable[str]) -> None:
         """Mark exactly ``rids`` as still referenced by ``session_id``."""
         new = set(rids)
-        old = self._pins.get(session_id, set())
-        self.update_pins(session_id, new - old, old - new)
+        with self._lock:
+            old = self._pins.get(session_id, set())
+            self._update_pins(session_id, new - old, old - new)
 
     def update_pins(self, session_id: str, added: Iterable[str], removed: Iterable[str]) -> None:
         """``added`` are referenced by ``session_id`` from now on, ``removed`` no longer: in
         O(1) per id."""
+        with self._lock:
+            self._update_pins(session_id, added, removed)
+
+    def _update_pins(self, session_id: str, added: Iterable[str], removed: Iterable[str]) -> None:
         pins = self._pins.setdefault(session_id, set())
         for rid in removed:
             if rid in pins:
@@ -300,13 +314,14 @@ class MemoryRecallStore:
 
     def release(self, session_id: str) -> None:
         """``session_id`` ended: its entries are kept only while there is room, and go first."""
-        for rid in self._pins.pop(session_id, ()):
-            key = (session_id, rid)
-            content = self._held.pop(key, None)
-            if content is not None:
-                self._free[key] = content
-                self._free.move_to_end(key, last=False)
-        self._evict()
+        with self._lock:
+            for rid in self._pins.pop(session_id, ()):
+                key = (session_id, rid)
+                content = self._held.pop(key, None)
+                if content is not None:
+                    self._free[key] = content
+                    self._free.move_to_end(key, last=False)
+            self._evict()
 
     def __len__(self) -> int:
         return len(self._free) + len(self._held)
