@@ -296,3 +296,55 @@ def test_a_comparison_shows_a_file_name_as_text(tmp_path: Path) -> None:
     shown = out.getvalue()
     assert "x[blink]B[link=https:evil.example]L.jsonl" in shown
     assert "\x1b]8;" not in shown and "\x1b[5m" not in shown
+
+
+@pytest.mark.parametrize("flag", ["--report", "--chart"])
+def test_an_output_path_that_is_a_transcript_replayed_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str
+) -> None:
+    """Found by a hostile run (AD, finding 4): ``--report session.jsonl`` (tab completion's
+    slip) wrote the report over the session replayed, often its only copy, and exited 0. A
+    link to it is the same file."""
+    session = _pi_file(tmp_path, [{"role": "user", "content": "task"}], name="s.html")
+    before = session.read_bytes()
+    link = tmp_path / "link.html"
+    link.symlink_to(session)
+    for output in (session, link):
+        assert main(["replay", str(session), "--strategy", "none", flag, str(output)]) == 2
+        assert "a transcript replayed, not overwritten" in capsys.readouterr().err
+    assert session.read_bytes() == before
+
+
+def test_an_empty_transcript_path_is_refused_not_read_as_the_current_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a hostile run (AD, finding 8): ``agentctx replay "$SESSION"`` with the variable
+    unset replayed every transcript in the working folder (``Path("")`` is ``.``), exit 0."""
+    _pi_file(tmp_path, [{"role": "user", "content": "task"}])
+    monkeypatch.chdir(tmp_path)
+    for empty in ("", "  "):
+        assert main(["replay", empty, "--strategy", "none"]) == 2
+        assert "a transcript path is empty" in capsys.readouterr().err
+
+
+def test_a_file_named_twice_is_replayed_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a hostile run (AD, finding 7): ``replay f f`` (overlapping globs, a folder
+    and a file in it) showed one file's section with its strategies twice and totals of
+    twice its requests."""
+    steps: list[dict[str, Any]] = [{"role": "user", "content": "task"}]
+    for k in range(3):
+        call = {"type": "toolCall", "id": f"c{k}", "name": "bash", "arguments": {"k": k}}
+        steps += [
+            {"role": "assistant", "content": [call]},
+            {"role": "toolResult", "toolCallId": f"c{k}", "content": f"out {k}"},
+        ]
+    session = _pi_file(tmp_path, steps)
+    argv = ["replay", "--strategy", "none", "--json"]
+    assert main([*argv, str(session)]) == 0
+    once = json.loads(capsys.readouterr().out)
+    assert main([*argv, str(session), str(tmp_path), f"{tmp_path}/../{tmp_path.name}/s.jsonl"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == once
+    assert captured.err.count("is named more than once") == 2

@@ -314,9 +314,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def _paths(given: Sequence[str]) -> list[tuple[Path, bool]]:
     """The transcript files: each PATH, or the `TRANSCRIPT_SUFFIXES` files of a folder; with
-    whether it was found in a folder."""
+    whether it was found in a folder. A file named twice (a folder and a file in it,
+    overlapping globs) is replayed once."""
     out: list[tuple[Path, bool]] = []
     for text in given or [str(DEMO_TRANSCRIPT)]:
+        if not text.strip():  # an unset variable: ``Path("")`` would be the current folder
+            raise ConfigError("a transcript path is empty")
         path = Path(text)
         if path.is_dir():
             # Every entry so named: one that is no file (a pipe, a dangling link, a folder) is
@@ -327,7 +330,16 @@ def _paths(given: Sequence[str]) -> list[tuple[Path, bool]]:
             out += [(p, True) for p in found]
         else:
             out.append((path, False))
-    return out
+    seen: set[Path] = set()
+    once = []
+    for path, in_folder in out:
+        key = path.resolve()
+        if key in seen:
+            print(printable(f"agentctx: {path} is named more than once"), file=sys.stderr)
+        else:
+            seen.add(key)
+            once.append((path, in_folder))
+    return once
 
 
 def _load(paths: Sequence[tuple[Path, bool]]) -> list[Transcript]:
@@ -410,8 +422,9 @@ def _progress_console(args: argparse.Namespace, console: Console | None) -> Cons
 
 
 def _replay(args: argparse.Namespace, console: Console | None) -> int:
-    _check_outputs(args)
-    transcripts = _load(_paths(args.transcript))
+    paths = _paths(args.transcript)
+    _check_outputs(args, [p for p, _ in paths])
+    transcripts = _load(paths)
     strategies: list[str] = args.compare or [args.strategy]
     spec: SummarizerSpec | None = args.summarizer
     cache: SummaryCache | None = None
@@ -473,9 +486,10 @@ def _replay(args: argparse.Namespace, console: Console | None) -> int:
     return 0
 
 
-def _check_outputs(args: argparse.Namespace) -> None:
+def _check_outputs(args: argparse.Namespace, inputs: Sequence[Path]) -> None:
     """Refuse an output path that cannot be written before the replay runs (minutes on a
-    long session), not after it."""
+    long session), not after it, and one that is a transcript replayed (often the only copy
+    of a session)."""
     for flag, value in (("--report", args.report), ("--chart", args.chart)):
         if value is None:
             continue
@@ -492,6 +506,15 @@ def _check_outputs(args: argparse.Namespace) -> None:
             raise ConfigError(f"{flag} {value}: there is no folder {path.parent}")
         if not os.access(path if path.exists() else path.parent, os.W_OK):
             raise ConfigError(f"{flag} {value}: not writable")
+        if path.exists() and any(_same_file(path, given) for given in inputs):
+            raise ConfigError(f"{flag} {value}: a transcript replayed, not overwritten")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.samefile(b)
+    except OSError:  # one is gone or cannot be read: not a file written over
+        return False
 
 
 def _write_files(
