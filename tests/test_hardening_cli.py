@@ -348,3 +348,52 @@ def test_a_file_named_twice_is_replayed_once(
     captured = capsys.readouterr()
     assert json.loads(captured.out) == once
     assert captured.err.count("is named more than once") == 2
+
+
+def test_what_every_request_sent_ahead_is_counted_in_each_and_in_the_budget() -> None:
+    """Found by a hostile run (AD, finding 3): a SWE-agent trajectory's system prompt and
+    demonstrations (8k tokens sent ahead of every request) were never counted: request 1 read
+    1,077 tokens, and every size, cost and over-budget figure was short by that much."""
+    from agentctx.replay.jobs import sent_ahead
+
+    traj = load_transcript(
+        Path(__file__).parent / "corpus/swe-agent/gpt4-pydicom__pydicom-1458.traj"
+    )
+    prefix = sent_ahead(traj)
+    assert traj.system and prefix[0].content[0].text == traj.system  # type: ignore[union-attr]
+    assert prefix[1:] == traj.demonstrations and traj.demonstrations
+    fixed = MessageCounter().count_many(prefix)
+    assert fixed > 5_000
+
+    def run(prefix: tuple[Message, ...], window: int) -> engine.ReplayReport:
+        budget = Budget(context_window=window, reserve_output=2_000)
+        return anyio.run(lambda: engine.replay(traj.messages, budget=budget, prefix=prefix))
+
+    roomy = 400_000
+    bare, ahead = run((), roomy), run(prefix, roomy)
+    for a, b in zip(bare.rows, ahead.rows, strict=True):
+        assert b.tokens_without == a.tokens_without + fixed
+        assert b.tokens_with == a.tokens_with + fixed
+    assert ahead.cost_without > bare.cost_without
+    # A window the messages alone fit in, the prefix with them not: the view gives way.
+    window = bare.rows[-1].tokens_without + 2_000 + fixed // 2
+    tight_bare, tight = run((), window), run(prefix, window)
+    assert tight_bare.compactions == 0 < tight.compactions
+    assert not any(r.over_budget for r in tight.rows)
+    assert max(r.tokens_with for r in tight.rows) <= tight.budget_tokens
+
+
+def test_an_openhands_evaluation_output_replays_every_task(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Found by a hostile run (AD, finding 2): only the first task of an evaluation output
+    (one per line) was replayed, and nothing said so: 47 of its 216 messages."""
+    path = Path(__file__).parent / "corpus/openhands/v0-multi_swe_bench-output.jsonl"
+    assert main(["replay", str(path), "--strategy", "none", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = {row["path"]: row["messages"] for row in doc["files"]}
+    assert rows == {
+        f"{path}#ponylang__ponyc-4595": 47,
+        f"{path}#ponylang__ponyc-4593": 68,
+        f"{path}#ponylang__ponyc-4588": 101,
+    }

@@ -26,6 +26,7 @@ and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -38,7 +39,7 @@ import anyio
 from agentctx import __version__
 from agentctx.budget import DEFAULT_RESERVE_OUTPUT, Budget
 from agentctx.errors import AgentCtxError, ConfigError
-from agentctx.importers import load_transcript
+from agentctx.importers import load_transcript, openhands
 from agentctx.replay._safe_text import printable
 from agentctx.replay.cached_summarizer import SummaryCache, default_cache_path
 from agentctx.replay.compare import Comparison, print_comparison, print_comparison_rich
@@ -343,12 +344,18 @@ def _paths(given: Sequence[str]) -> list[tuple[Path, bool]]:
 
 
 def _load(paths: Sequence[tuple[Path, bool]]) -> list[Transcript]:
-    """Load every transcript; in a folder, a file that is no transcript is skipped with a
+    """Load every transcript, each task of an OpenHands evaluation output as one
+    (``<path>#<instance id>``); in a folder, a file that is no transcript is skipped with a
     line on stderr (a named file that is none is an error, whatever else is named)."""
-    out = []
+    out: list[Transcript] = []
     for path, in_folder in paths:
         try:
-            out.append(load_transcript(path))
+            transcript = load_transcript(path)
+            if transcript.format == "openhands" and "instance" in transcript.extra:
+                tasks = openhands.load_instances(path)
+                out += [_named_task(t, k) for k, t in enumerate(tasks)] if len(tasks) > 1 else tasks
+            else:
+                out.append(transcript)
         except (AgentCtxError, OSError, ValueError) as exc:
             if not in_folder:
                 raise
@@ -356,6 +363,11 @@ def _load(paths: Sequence[tuple[Path, bool]]) -> list[Transcript]:
     if not out:
         raise ConfigError("no transcript to replay")
     return out
+
+
+def _named_task(transcript: Transcript, k: int) -> Transcript:
+    task = transcript.extra.get("instance_id")
+    return dataclasses.replace(transcript, path=f"{transcript.path}#{task if task else k + 1}")
 
 
 def _settings_json(args: argparse.Namespace, settings: ReplaySettings) -> dict[str, Any]:
@@ -562,6 +574,12 @@ def _print_one(outcome: Outcome, settings: ReplaySettings, console: Console | No
     if outcome.strategy == "llm":
         strategy_line += f" (summarizer {settings.summarizer_label()})"
     notes = "".join(f", {n} {what}" for key, what in _LEFT_OUT if (n := transcript.extra.get(key)))
+    demos = len(transcript.demonstrations)
+    ahead = ["a system prompt"] if transcript.system else []
+    if demos:
+        ahead.append(f"{demos} demonstration message" + ("s" if demos > 1 else ""))
+    if ahead:
+        notes += f", {' and '.join(ahead)} sent ahead of each request"
     header = printable(
         f"{transcript.path} ({transcript.format}, {len(transcript.messages)} messages"
         f"{notes})  strategy {strategy_line}"

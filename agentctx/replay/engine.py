@@ -51,13 +51,13 @@ from agentctx.pricing import Price
 from agentctx.recall import MemoryRecallStore
 from agentctx.replay.retention import Fact, Retention, RetentionMeter
 from agentctx.strategies.llm_config import briefing_text
+from agentctx.tokens import MessageCounter
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from agentctx.budget import Budget
     from agentctx.strategy import CompactionStrategy
-    from agentctx.tokens import MessageCounter
 
 __all__ = ["SONNET_MODEL", "SONNET_PRICE", "ReplayClock", "ReplayReport", "RequestRow", "replay"]
 
@@ -332,6 +332,7 @@ async def replay(
     clock: ReplayClock | None = None,
     progress: Callable[[int, int], None] | None = None,
     facts: Sequence[Fact] | None = None,
+    prefix: Sequence[Message] = (),
 ) -> ReplayReport:
     """Replay ``messages`` call by call through ``strategy`` and price both ways.
 
@@ -351,6 +352,11 @@ async def replay(
     ``facts`` (say `agentctx.replay.retention.early_paths` of ``messages``) are checked after
     every request that compacted: each fact already in the history must be in the view's
     visible text or one ``recall_context`` call away; `ReplayReport.retention` sums it up.
+
+    ``prefix``: what every request sent ahead of ``messages`` and no compaction touches (the
+    system prompt and demonstrations a transcript records, `Transcript.system` and
+    `Transcript.demonstrations`). Its tokens are in every request's size and cost and leave
+    that much less of the budget to the view; recorded usage calibrates what is left over.
     """
     rows: list[RequestRow] = []
     events: list[Event] = []
@@ -359,8 +365,9 @@ async def replay(
     clock = clock if clock is not None else ReplayClock()
     meter = RetentionMeter(facts) if facts is not None else None
     previous: list[Message] = []  # the view of the request before
+    fixed = MessageCounter().count_many(prefix)
     async with ContextManager(
-        budget,
+        budget.lowered(fixed),
         strategy=strategy,
         recall=MemoryRecallStore(),
         session_id=session_id,
@@ -383,12 +390,12 @@ async def replay(
             await clock.advance(stamp if stamp is not None else clock() + 30.0)
             now = clock()
             view = await ctx.prepare(request)
-            overhead = ctx.counter.overhead
+            overhead = ctx.counter.overhead + fixed
             # Sending refines what each side adds (`_PrefixCache`), so the view's count and
             # the request's sum below are of full estimates.
             read, write, broke, cold = cache_with.send(view, overhead, now)
             read0, write0, _, _ = cache_without.send(request, overhead, now)
-            tokens_with = ctx.prompt_tokens
+            tokens_with = ctx.prompt_tokens + fixed
             tokens_without = overhead + ctx.counter.total(cache_without.vector)
             cost = price.cost(_cache_usage(read, write, cache_ttl))
             cost0 = price.cost(_cache_usage(read0, write0, cache_ttl))
@@ -435,10 +442,11 @@ async def replay(
                 await meter.check(ctx, view, len(request))
             usage = messages[i].usage  # type: ignore[union-attr]
             messages_only = tokens_without - overhead
-            if usage is not None and 0.8 * messages_only < usage.prompt_tokens < 3 * messages_only:
+            reported = usage.prompt_tokens - fixed if usage is not None else 0
+            if 0.8 * messages_only < reported < 3 * messages_only:
                 # Only reports that can describe this request: after the recorded agent
                 # compacted on its own, its requests were much smaller than the raw history.
-                ctx.counter.observe(request, usage.prompt_tokens, vector=cache_without.vector)
+                ctx.counter.observe(request, reported, vector=cache_without.vector)
             if progress is not None:
                 progress(number, len(calls))
         # A real request still in flight at the end is waited for, not cancelled: it is

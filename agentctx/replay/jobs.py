@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from agentctx.budget import Budget
-from agentctx.messages import AssistantMessage
+from agentctx.messages import AssistantMessage, Message, UserMessage
 from agentctx.replay.cached_summarizer import CachedSummarizer, SummaryCache
 from agentctx.replay.engine import ReplayClock, ReplayReport, replay
 from agentctx.replay.offline_summarizer import OFFLINE_MODEL, OfflineSummarizer
@@ -154,6 +154,13 @@ class _Tally:
         return report
 
 
+def sent_ahead(transcript: Transcript) -> tuple[Message, ...]:
+    """What every request of ``transcript`` sent ahead of its messages: the system prompt (as
+    a message, for counting) and the demonstrations."""
+    system = (UserMessage.of(transcript.system),) if transcript.system else ()
+    return (*system, *transcript.demonstrations)
+
+
 def _requests(transcript: Transcript) -> int:
     return sum(isinstance(m, AssistantMessage) for m in transcript.messages[1:])
 
@@ -179,6 +186,7 @@ async def _run_one(
             clock=clock,
             progress=progress,
             facts=early_paths(transcript.messages),
+            prefix=sent_ahead(transcript),
         )
     finally:
         if real is not None:
