@@ -543,7 +543,12 @@ class ContextManager:
         a completing request and the close interleave."""
         if self._closed:
             return
-        self._closing = True
+        self._closing = True  # a call made from now on is refused
+        if self._preparing and _COMPACTING.get(None) is not self:
+            # Another task's call is running (its strategy awaiting): it ends first, with the
+            # background work it may hand a task, so what it decides is saved and reported.
+            with anyio.move_on_after(_CLOSE_SECONDS, shield=True):
+                await self._wait_for_turn()
         if self._tasks is not None:
             self._tasks.cancel_scope.cancel()
         # Shielded and bounded: a caller being cancelled still gets the report, and work that
@@ -751,7 +756,7 @@ class ContextManager:
         call: telemetry.PrepareCall | None,
     ) -> list[Message]:
         budget = self.budget if max_tokens is None else self.budget.for_output(max_tokens)
-        if self._closed:
+        if self._closed or self._closing:
             raise ConfigError("this ContextManager is closed")
         if type(history) is not list and not isinstance(history, Sequence):
             history = _read_once(history)

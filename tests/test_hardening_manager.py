@@ -1605,3 +1605,55 @@ async def test_a_result_of_several_text_blocks_is_cut_as_one_keeping_its_fields(
         (rid,) = re.findall(r"recall_context id=(\S+)", cut.text)
         page = await ctx.recall(rid.rstrip(")]."), limit=100_000)
     assert text_of(content) in page  # both parts, one recall away
+
+
+async def test_a_close_while_another_task_prepares_waits_for_that_call() -> None:
+    """Found by a hostile run (AB, finding 6): `aclose` from another task while `prepare`
+    awaited inside its strategy closed the session under it: the call then decided and
+    returned after the close (its `ContextCompacted` after the event iterators had ended, its
+    store writes inline, a wrong `no_task_group` warning). The close now waits for it, and a
+    call made once the close has begun is refused."""
+
+    class Slow:
+        def __init__(self) -> None:
+            self.inner = DeterministicCompaction()
+            self.entered = anyio.Event()
+
+        async def compact(self, ctx: CompactionContext) -> object:
+            self.entered.set()
+            await anyio.sleep(0.2)
+            return await self.inner.compact(ctx)
+
+    from .helpers import tool_turn as step
+
+    history: list[Message] = [user("the task")]
+    for k in range(30):
+        history += [user(f"q{k}"), *step(k, lines=120), assistant(text=f"a{k}")]
+    strategy = Slow()
+    seen: list[Event] = []
+    store = MemoryRecallStore()
+    budget = Budget(context_window=9_000, reserve_output=1_000)
+    manager = ContextManager(budget, strategy=strategy, recall=store, on_over_budget="send")
+    order: list[str] = []
+    async with manager:
+
+        async def listen() -> None:
+            async for event in manager.events():
+                seen.append(event)
+
+        async def call() -> None:
+            await manager.prepare(history)
+            order.append("prepared")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(listen)
+            tg.start_soon(call)
+            await strategy.entered.wait()
+            await manager.aclose()
+            order.append("closed")
+            with pytest.raises(ConfigError, match="closed"):
+                await manager.prepare(history)
+    assert order == ["prepared", "closed"]
+    assert any(isinstance(e, ContextCompacted) for e in seen)  # before the stream ended
+    assert not any(isinstance(e, CompactionWarning) for e in seen)
+    assert len(manager.ledger) > 0
