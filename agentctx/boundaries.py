@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from agentctx.messages import (
@@ -352,8 +352,13 @@ def _cleaned(m: Message) -> tuple[Message | None, str | None]:
             # Reasoning must come back as the model gave it, at its places (Anthropic checks
             # the latest assistant message's blocks by position; a Responses reasoning item
             # needs the message item after it; a Chat answer with only reasoning needs text):
-            # a blank block is filled in place, not left out.
-            filled = tuple(TextBlock(EMPTY_TEXT) if _blank(b) else b for b in m.content)
+            # a blank block is filled in place, not left out, with its fields (an item's id).
+            filled = tuple(
+                replace(b, text=EMPTY_TEXT)
+                if isinstance(b, TextBlock) and _blank_text(b.text)
+                else b
+                for b in m.content
+            )
             filled_message = AssistantMessage(filled, m.stop_reason, m.usage, m.model, m.extra)
             return filled_message, "empty_text"
         kept = tuple(b for b in m.content if not _blank(b))

@@ -1316,3 +1316,60 @@ def test_a_tool_result_of_one_blank_block_goes_back_as_a_string_the_api_takes() 
     sent = to_anthropic(from_anthropic(params))
     assert sent[2]["content"][0]["content"] == " "
     assert validate_anthropic({**body, "messages": sent}) is None
+
+
+def test_a_blank_answer_after_reasoning_is_filled_keeping_its_item() -> None:
+    """Found by a hostile run (AC, finding 5): the ``(empty)`` fill of a blank text block
+    beside reasoning made a bare block, so a Responses message item after a reasoning item
+    went back as an easy message, its id and status lost (the item the reasoning item needs
+    after it, by id)."""
+    items = [
+        {"role": "user", "content": "task"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "abc"},
+        {
+            "type": "message",
+            "id": "msg_1",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "", "annotations": []}],
+        },
+        {"role": "user", "content": "next"},
+    ]
+    view, _, repairs = repair(from_openai_responses(items))
+    assert [r.kind for r in repairs] == ["empty_text"]
+    sent = to_openai_responses(view)
+    assert sent[:2] == items[:2] and sent[3] == items[3]
+    filled = items[2]["content"][0]  # type: ignore[index]
+    assert sent[2] == {**items[2], "content": [{**filled, "text": EMPTY_TEXT}]}
+
+
+def test_a_streamed_custom_tool_call_is_assembled_with_its_name_and_input() -> None:
+    """Found by a hostile run (AC, finding 6): the stream assembler joined only ``function``
+    deltas, so a custom tool's call came out with an empty ``function`` and no ``custom``:
+    its name and input lost, and sent back it was refused ("Missing required parameter")."""
+    from agentctx.adapters import assemble_openai_chat_stream, message_from_openai_chat_response
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {"id": "c", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    pieces = [
+        {"index": 0, "id": "call_1", "type": "custom", "custom": {"name": "apply_patch"}},
+        {"index": 0, "custom": {"input": "*** Begin Patch\n"}},
+        {"index": 0, "custom": {"input": "*** End Patch"}},
+        {"index": 1, "id": "call_2", "type": "function", "function": {"name": "ls"}},
+        {"index": 1, "function": {"arguments": '{"path": '}},
+        {"index": 1, "function": {"arguments": '"."}'}},
+    ]
+    stream = [chunk({"role": "assistant"})] + [chunk({"tool_calls": [p]}) for p in pieces]
+    response = assemble_openai_chat_stream([*stream, chunk({}, "tool_calls")])
+    patch = {"name": "apply_patch", "input": "*** Begin Patch\n*** End Patch"}
+    ls = {"name": "ls", "arguments": '{"path": "."}'}
+    assert response["choices"][0]["message"]["tool_calls"] == [
+        {"id": "call_1", "type": "custom", "custom": patch},
+        {"id": "call_2", "type": "function", "function": ls},
+    ]
+    (sent,) = to_openai_chat([message_from_openai_chat_response(response)])
+    assert [c.get("custom") or c.get("function") for c in sent["tool_calls"]] == [patch, ls]
+    results = [{"role": "tool", "tool_call_id": f"call_{k}", "content": "ok"} for k in (1, 2)]
+    body = {"model": "m", "messages": [{"role": "user", "content": "go"}, sent, *results]}
+    assert validate_chat(body) is None

@@ -579,22 +579,36 @@ def assemble_openai_chat_stream(chunks: Iterable[Mapping[str, Any]]) -> JSON:
                     state["finish_reason"] = ch.get("finish_reason")
                 if ch.get("logprobs") is not None:
                     state["logprobs"] = ch["logprobs"]
-    for i, state in choices.items():
-        if calls.get(i):
-            state["message"]["tool_calls"] = [calls[i][k] for k in sorted(calls[i])]
+        for i, state in choices.items():
+            if calls.get(i):
+                made = [_finished_call(calls[i][k]) for k in sorted(calls[i])]
+                state["message"]["tool_calls"] = made
     resp["choices"] = [choices[i] for i in sorted(choices)]
     return resp
 
 
 def _merge_call(calls: dict[int, JSON], delta: Mapping[str, Any]) -> None:
-    call = calls.setdefault(
-        delta.get("index", len(calls)),
-        {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
-    )
-    for key in ("id", "type"):
-        if delta.get(key) is not None:
-            call[key] = delta[key]
-    fn = delta.get("function") or {}
-    for key in ("name", "arguments"):
-        if isinstance(fn.get(key), str):
-            call["function"][key] += fn[key]
+    """Add a tool call's delta: the pieces of its ``function`` (or ``custom``, or any other
+    kind's) object are joined, its other fields taken as they come."""
+    call = calls.setdefault(delta.get("index", len(calls)), {"id": None, "type": "function"})
+    for key, value in delta.items():
+        if isinstance(value, Mapping):
+            part = call.setdefault(key, {})
+            for name, piece in value.items():
+                if isinstance(piece, str):
+                    part[name] = part.get(name, "") + piece
+                elif piece is not None:
+                    part[name] = piece
+        elif value is not None and key != "index":
+            call[key] = value
+
+
+def _finished_call(call: JSON) -> JSON:
+    """A call as a response holds it: a function call's name and arguments, a custom one's
+    name and input, present even when the stream sent none."""
+    fields = {"function": ("name", "arguments"), "custom": ("name", "input")}.get(call["type"])
+    if fields is not None:
+        part = call.setdefault(call["type"], {})
+        for name in fields:
+            part.setdefault(name, "")
+    return call
