@@ -143,7 +143,10 @@ class BlockingContextManager:
     It enters ``manager`` (which must not be entered already) on construction. Background
     work keeps running on the loop thread between your calls, so a summary requested by one
     `prepare` is written while your thread sleeps or waits on the model, and spliced by a
-    later one. Use it in a ``with`` block or call `close`.
+    later one. Use it in a ``with`` block or call `close`: one never closed is closed when
+    collected, but not while a subscriber holds it (a callback that refers to it, or a bound
+    method of an object that owns it, keeps it reachable from its own loop thread), and then
+    only at interpreter exit.
 
     Errors come out as themselves in your thread (`BudgetExceededError`,
     `UnsupportedMessageError`, `ConfigError`). Calling it from a thread that runs an event loop
