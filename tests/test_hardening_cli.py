@@ -397,3 +397,32 @@ def test_an_openhands_evaluation_output_replays_every_task(
         f"{path}#ponylang__ponyc-4593": 68,
         f"{path}#ponylang__ponyc-4588": 101,
     }
+
+
+def test_a_line_break_in_a_file_or_tool_name_cannot_forge_a_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a hostile run (AD, finding 6): names kept their line breaks, so a file named
+    ``x\\nrequests 1 budget 999999 ...`` printed a line of totals of its own, and a tool named
+    ``Read\\n 9 99->99 ... FORGED ROW`` a row of the table (plain output, as piped)."""
+    forged = "   9   99->99      0      0      0      0  FORGED ROW"
+    messages = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "toolCall", "id": "t1", "name": "Read\n" + forged, "arguments": {}}
+            ],
+        },
+        {"role": "toolResult", "toolCallId": "t1", "content": "z" * 400_000},
+        {"role": "assistant", "content": [{"type": "text", "text": "done"}]},
+        {"role": "user", "content": "and?"},
+        {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+    ]
+    path = _pi_file(tmp_path, messages, name="x\nrequests 1  budget 999999 (forged).jsonl")
+    for other in (["--strategy", "deterministic"], ["--compare", "none,deterministic"]):
+        assert main(["replay", str(path), *other]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert not [line for line in lines if "FORGED" in line and "\\x0a" not in line]
+        assert not [line for line in lines if line.startswith("requests 1  budget 999999")]
+        assert any("x\\x0arequests 1  budget 999999 (forged).jsonl" in line for line in lines)

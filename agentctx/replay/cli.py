@@ -336,7 +336,10 @@ def _paths(given: Sequence[str]) -> list[tuple[Path, bool]]:
     for path, in_folder in out:
         key = path.resolve()
         if key in seen:
-            print(printable(f"agentctx: {path} is named more than once"), file=sys.stderr)
+            print(
+                f"agentctx: {printable(str(path), one_line=True)} is named more than once",
+                file=sys.stderr,
+            )
         else:
             seen.add(key)
             once.append((path, in_folder))
@@ -468,7 +471,9 @@ def _replay(args: argparse.Namespace, console: Console | None) -> int:
         outcomes = run_replays(transcripts, strategies, settings)
     else:
         with LazyProgress(
-            bar, printable(f"replaying {name}"), status=status if cache is not None else None
+            bar,
+            f"replaying {printable(name, one_line=True)}",
+            status=status if cache is not None else None,
         ) as progress:
             outcomes = run_replays(transcripts, strategies, settings, progress=progress)
     doc = _settings_json(args, settings)
@@ -581,8 +586,8 @@ def _print_one(outcome: Outcome, settings: ReplaySettings, console: Console | No
     if ahead:
         notes += f", {' and '.join(ahead)} sent ahead of each request"
     header = printable(
-        f"{transcript.path} ({transcript.format}, {len(transcript.messages)} messages"
-        f"{notes})  strategy {strategy_line}"
+        f"{printable(transcript.path, one_line=True)} ({transcript.format}, "
+        f"{len(transcript.messages)} messages{notes})  strategy {strategy_line}"
     )
     if console is None:
         print(header)

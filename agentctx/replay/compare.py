@@ -323,7 +323,9 @@ _LEGEND = (
 
 def _sections(table: Comparison) -> list[tuple[str, tuple[StrategyRow, ...]]]:
     sections = [
-        (f"{f.path} ({f.format}, {_baseline(f.rows)})", f.rows) for f in table.files if f.rows
+        (f"{printable(f.path, one_line=True)} ({f.format}, {_baseline(f.rows)})", f.rows)
+        for f in table.files
+        if f.rows
     ]
     if len(table.files) > 1 and table.totals:
         sections.append((f"total over {len(table.files)} transcripts", table.totals))

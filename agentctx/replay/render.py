@@ -179,7 +179,8 @@ def totals(report: ReplayReport) -> list[tuple[str, str]]:
 def _plain_line(cells: Sequence[str]) -> str:
     *numbers, what = cells
     widths = (4, 9, 9, 9, 9, 9)
-    return " ".join(f"{n:>{w}}" for n, w in zip(numbers, widths, strict=True)) + f"  {what}"
+    cells = " ".join(f"{n:>{w}}" for n, w in zip(numbers, widths, strict=True))
+    return f"{cells}  {printable(what, one_line=True)}"
 
 
 BRIEFING_LINES = 12
@@ -202,7 +203,7 @@ def briefings(report: ReplayReport, limit: int = BRIEFING_LINES) -> list[tuple[s
 def print_plain(report: ReplayReport, out: TextIO) -> None:
     """Write the report's table, totals and spliced briefings to ``out`` as plain text."""
     lines = [_plain_line(COLUMNS), *map(_plain_line, rows(report)), ""]
-    lines += [label + value for label, value in totals(report)]
+    lines += [label + printable(value, one_line=True) for label, value in totals(report)]
     for title, text in briefings(report):
         lines += ["", f"{title}:", *(f"  {line}".rstrip() for line in text.splitlines())]
     out.write(printable("\n".join(lines)) + "\n")
@@ -219,7 +220,7 @@ def print_rich(report: ReplayReport, console: Console) -> None:
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column(COLUMNS[-1])
     for cells in rows(report):
-        what = Text(printable(cells[-1]))
+        what = Text(printable(cells[-1], one_line=True))
         what.highlight_regex(_FLAGS, "bold red")
         table.add_row(*map(Text, cells[:-1]), what)
     console.print(table)
@@ -228,7 +229,7 @@ def print_rich(report: ReplayReport, console: Console) -> None:
     grid.add_column()
     for label, value in totals(report):
         # The plain report's labels end with their separator.
-        grid.add_row(Text(label.rstrip(": ")), Text(printable(value)))
+        grid.add_row(Text(label.rstrip(": ")), Text(printable(value, one_line=True)))
     console.print(Panel(grid, title="totals", title_align="left", expand=False))
     for title, text in briefings(report):
         console.print(Panel(Text(printable(text)), title=title, title_align="left", expand=False))
