@@ -208,11 +208,13 @@ class StoreDegraded(_Event):
     written stays in memory and is retried with backoff; said once per outage, `StoreRecovered`
     follows), ``overflow`` (the memory kept for unwritten entries is full: the oldest of them,
     ``lost``, were dropped; a recall of them says the store was unavailable), ``closed``
-    (the session closed before the store took ``lost`` and, when ``ledger_unsaved``, its
-    latest ledger) or ``missing`` (a recall found the store without ``lost``, an entry it
-    had been given and the session still names: a server restarted empty, an eviction; said
-    once per entry, and the model is told). ``store`` is the store's type, ``detail`` the
-    error; ``pending_entries`` and ``pending_bytes`` what is still waiting to be written.
+    (the session closed before the store took ``lost``, when ``ledger_unsaved`` its latest
+    ledger, or the end of the session, which releases what it kept: a `RedisRecallStore`'s
+    entries then keep no expiry) or ``missing`` (a recall found the store without ``lost``,
+    an entry it had been given and the session still names: a server restarted empty, an
+    eviction; said once per entry, and the model is told). ``store`` is the store's type,
+    ``detail`` the error; ``pending_entries`` and ``pending_bytes`` what is still waiting to
+    be written.
     """
 
     reason: str

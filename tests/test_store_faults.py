@@ -947,3 +947,32 @@ async def test_an_inline_store_that_fails_to_read_gets_the_model_an_explanation(
         else:
             assert "the recall store is unavailable right now" in answer
             assert "ConnectionError: cache node went away" in answer
+
+
+async def test_a_release_the_store_never_took_is_reported(server: RedisServer) -> None:
+    """Found by a hostile run (AB, finding 2): a session that closed while Redis was out of
+    reach left its entries there without their expiry, for good, and said nothing (only
+    `StoreDegraded` ``unavailable``): the release was never reported as what was not written
+    is. It is now (``closed``)."""
+    store = RedisRecallStore(server.url, prefix="release", ttl_seconds=60)
+    events: list[Event] = []
+    history: list[Message] = [UserMessage.of("the task")]
+    budget = Budget(context_window=8_000, reserve_output=1_000)
+    async with ContextManager(budget, recall=store, session_id="s") as ctx:
+        ctx.subscribe(events.append)
+        for k in range(6):
+            call = ToolCall(f"c{k}", "read", {"path": f"f{k}.py"})
+            output = "\n".join(f"line {n} of f{k}" for n in range(600))
+            history += [
+                AssistantMessage((call,)),
+                ToolResultMessage(f"c{k}", (TextBlock(output),), "read"),
+            ]
+            await ctx.prepare(history)
+        assert any(getattr(d, "recall_id", None) for d in ctx.ledger.decisions)
+        await anyio.sleep(0.5)  # the background writes reach the store
+        assert store._pinned.get("s")
+        server.kill()
+    closed = [e for e in events if isinstance(e, StoreDegraded) and e.reason == "closed"]
+    assert len(closed) == 1 and "Connection refused" in closed[0].detail
+    assert not any(isinstance(e, StoreRecovered) for e in events)
+    store.close()

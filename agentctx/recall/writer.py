@@ -539,13 +539,17 @@ class RecallWriter:
             self._emit(StoreRecovered(self._name, seconds))
 
     def _report_unwritten(self) -> None:
-        if self._ready or self._ledger_unsaved:
+        # A release the store never took leaves the session's entries pinned there (a
+        # `RedisRecallStore`'s without their expiry): said as what was not written is.
+        unreleased = self._release
+        if self._ready or self._ledger_unsaved or unreleased:
             lost = tuple(rid for _, rid in self._ready)
             self._lost.update(lost)
             log.error(
-                "session closed with recall entries or ledger unwritten",
+                "session closed with recall entries, ledger or release unwritten",
                 entries=len(lost),
                 ledger_unsaved=self._ledger_unsaved,
+                unreleased=unreleased,
             )
             self._emit(self._degraded_event("closed", lost))
 
