@@ -1028,3 +1028,58 @@ def test_transcript_defaults_for_the_older_formats() -> None:
     assert transcript.system is None
     assert transcript.demonstrations == ()
     assert transcript.extra == {}
+
+
+def _cc(
+    kind: str, uuid: str, parent: str | None, content: Any, mid: str = "", **more: Any
+) -> dict[str, Any]:
+    record = {"type": kind, "uuid": uuid, "parentUuid": parent, "sessionId": "s", **more}
+    if kind == "user":
+        record["message"] = {"role": "user", "content": content}
+    elif kind == "assistant":
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        record["message"] = {"id": mid or f"m-{uuid}", "role": "assistant", "content": blocks}
+    return record
+
+
+def test_claude_code_a_rewound_branch_is_left_out(tmp_path: Path) -> None:
+    """Found by a hostile run (AD, finding 1): a rewind (Esc Esc, /rewind) keeps the turns it
+    abandons in the file, and the importer read them as if the model had seen them. The
+    conversation is the chain of parents ending at the last message; the results of parallel
+    calls (each naming its call's record) and a compaction's new chain stay in it."""
+    use = [{"type": "tool_use", "id": f"t{k}", "name": "Read", "input": {}} for k in (1, 2)]
+    done = [{"type": "tool_result", "tool_use_id": f"t{k}", "content": "ok"} for k in (1, 2)]
+    records = [
+        _cc("user", "u1", None, "What is in this repo?"),
+        _cc("assistant", "a1", "u1", [use[0]]),
+        _cc("assistant", "a1b", "a1", [use[1]], mid="m-a1"),  # the same response's second call
+        _cc("user", "r1", "a1", [done[0]]),  # each result names its call's record
+        _cc("user", "r2", "a1b", [done[1]]),
+        _cc("assistant", "a2", "r2", "A Python package."),
+        _cc("user", "u2", "a2", "ABANDONED: rewrite it in Rust"),
+        _cc("assistant", "a3", "u2", "ABANDONED: rewriting"),
+        _cc("system", "b1", None, None, subtype="compact_boundary", logicalParentUuid="a3"),
+        _cc("user", "u3", "a2", "Run the tests."),  # the rewind: back to a2
+        _cc("assistant", "a4", "u3", "All tests pass."),
+        _cc("system", "b2", None, None, subtype="compact_boundary", logicalParentUuid="a4"),
+        _cc("user", "s2", "b2", "the summary", isCompactSummary=True),
+        _cc("user", "u4", "s2", "Thanks."),
+        _cc("assistant", "a5", "u4", "You are welcome."),
+    ]
+    path = tmp_path / "rewound.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), "utf-8")
+    transcript = load_transcript(path)
+    texts = [
+        text_of(m.content) if not isinstance(m, SummaryMessage) else m.text
+        for m in transcript.messages
+    ]
+    assert not [t for t in texts if "ABANDONED" in t]
+    assert texts[0] == "What is in this repo?" and "Run the tests." in texts
+    assert [m.tool_call_id for m in transcript.messages if isinstance(m, ToolResultMessage)] == [
+        "t1",
+        "t2",
+    ]
+    assert transcript.extra["entries_off_branch"] == 3  # the two turns and their compaction
+    assert (
+        len(transcript.compactions) == 1
+    )  # the abandoned branch's boundary is no record of this one

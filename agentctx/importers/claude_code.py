@@ -12,7 +12,11 @@ that were streamed in between them follow that response, in call order. Records 
 reach the model (progress, file-history snapshots, titles, queue operations, most system
 records) are skipped. A ``compact_boundary`` becomes a `RecordedCompaction`, and the summary
 record after it a `SummaryMessage`. A record written twice (one ``uuid``) is read once;
-``Transcript.extra["records_repeated"]`` counts the copies left out.
+``Transcript.extra["records_repeated"]`` counts the copies left out. Turns a rewind (Esc Esc,
+``/rewind``) abandoned stay in the file: the conversation is the chain of ``parentUuid``
+that ends at the last message, and a branch off it that starts with a typed prompt is left
+out (``Transcript.extra["entries_off_branch"]`` counts its records; the results of parallel
+calls, which name their call's record, are no such branch).
 
 A subagent's records (``isSidechain``) are a different conversation. ``thread="auto"`` reads
 the main conversation, or the subagent's when the file holds nothing else (a subagent file);
@@ -83,8 +87,10 @@ def load(
             for line in lines
         )
         thread = "main" if main else "sidechains"
+    off_branch = 0
     if thread == "main":
         selected = [line for line in lines if line.data.get("isSidechain") is not True]
+        selected, off_branch = _active_branch(selected)
     else:
         selected = _by_conversation([line for line in lines if line.data.get("isSidechain")])
     reader = _Reader(src)
@@ -99,7 +105,8 @@ def load(
             seen.add(uuid)
         reader.record(line)
     reader.flush()
-    extra = freeze({"records_repeated": repeated} if repeated else {})
+    counts = {"records_repeated": repeated, "entries_off_branch": off_branch}
+    extra = freeze({key: n for key, n in counts.items() if n})
     messages, compactions = tuple(reader.messages), tuple(reader.compactions)
     return Transcript(src.path, "claude-code", messages, compactions, extra=extra)
 
@@ -107,6 +114,78 @@ def load(
 def _type(line: Line) -> str | None:
     kind = line.data.get("type")
     return kind if isinstance(kind, str) else None
+
+
+def _parent(line: Line) -> str | None:
+    """The record ``line`` follows: its ``parentUuid``, or across a compaction (whose boundary
+    starts a new chain) its ``logicalParentUuid``."""
+    parent = line.data.get("parentUuid")
+    if not isinstance(parent, str):
+        parent = line.data.get("logicalParentUuid")
+    return parent if isinstance(parent, str) else None
+
+
+def _active_branch(lines: list[Line]) -> tuple[list[Line], int]:
+    """``lines`` without the records of branches left behind, and how many those were.
+
+    A rewind (Esc Esc, ``/rewind``) keeps the abandoned turns in the file: the prompt typed
+    instead names an earlier record as its parent. The conversation is the chain of parents
+    that ends at the last message. Off it hang the results of parallel tool calls (each
+    names its call's record) and the turns a rewind left: a branch that starts with a typed
+    prompt. Only those are left out; a record whose parents never reach the chain (one
+    naming a record this file does not hold) is kept, as read."""
+    by_uuid: dict[str, Line] = {}
+    for line in lines:
+        uuid = line.data.get("uuid")
+        if isinstance(uuid, str):
+            by_uuid.setdefault(uuid, line)
+    last = next(
+        (line for line in reversed(lines) if _type(line) in _CONVERSATION and _uuid(line)), None
+    )
+    if last is None:
+        return lines, 0
+    chain: set[str] = set()
+    node: Line | None = last
+    while node is not None and (uuid := _uuid(node)) is not None and uuid not in chain:
+        chain.add(uuid)
+        parent = _parent(node)
+        node = by_uuid.get(parent) if parent is not None else None
+    reaches: dict[str, bool] = {}  # off the chain: whether its parents reach it
+
+    def left_behind(line: Line) -> bool:
+        path: dict[str, Line] = {}  # the records walked up through, in order
+        node: Line | None = line
+        found = False
+        while node is not None and (uuid := _uuid(node)) is not None:
+            if uuid in chain:
+                found = bool(path) and _typed_prompt(next(reversed(path.values())))
+                break
+            if uuid in reaches or uuid in path:
+                found = reaches.get(uuid, False)
+                break
+            path[uuid] = node
+            parent = _parent(node)
+            node = by_uuid.get(parent) if parent is not None else None
+        reaches.update(dict.fromkeys(path, found))
+        return found
+
+    kept = [line for line in lines if not left_behind(line)]
+    return kept, len(lines) - len(kept)
+
+
+def _typed_prompt(line: Line) -> bool:
+    """Whether ``line`` is a prompt the user typed (a user record holding no tool result)."""
+    message = line.data.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    return _type(line) == "user" and not (
+        isinstance(content, list)
+        and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+    )
+
+
+def _uuid(line: Line) -> str | None:
+    uuid = line.data.get("uuid")
+    return uuid if isinstance(uuid, str) else None
 
 
 def _by_conversation(lines: list[Line]) -> list[Line]:
