@@ -52,7 +52,7 @@ from agentctx.messages import (
     from_dict,
     to_dict,
 )
-from agentctx.testing._validate import validate_chat
+from agentctx.testing._validate import validate_chat, validate_responses
 
 from .corpus import corpus_file, corpus_files
 
@@ -1373,3 +1373,45 @@ def test_a_streamed_custom_tool_call_is_assembled_with_its_name_and_input() -> N
     results = [{"role": "tool", "tool_call_id": f"call_{k}", "content": "ok"} for k in (1, 2)]
     body = {"model": "m", "messages": [{"role": "user", "content": "go"}, sent, *results]}
     assert validate_chat(body) is None
+
+
+async def test_a_built_in_tools_output_is_never_sent_without_its_call() -> None:
+    """Found by a hostile run (AC, finding 2): in a step calling a function and the computer
+    tool at once, the computer output follows the function output, so it opens the next
+    message with the step's answer; compaction kept that message and dropped the step, and
+    the output went without its call (the API pairs every ``*_call_output`` by call_id)."""
+    log = "\\n".join(f"line {i}: " + "x" * 80 for i in range(300))
+    screenshot = {"type": "computer_screenshot", "image_url": "data:image/png;base64,iVBORw0KGgo="}
+
+    def step(n: int) -> list[dict[str, Any]]:
+        return [
+            {"type": "function_call", "call_id": f"f{n}", "name": "read_log", "arguments": "{}"},
+            {
+                "type": "computer_call",
+                "id": f"cu_{n}",
+                "call_id": f"c{n}",
+                "action": {"type": "screenshot"},
+                "pending_safety_checks": [],
+                "status": "completed",
+            },
+            {"type": "function_call_output", "call_id": f"f{n}", "output": log},
+            {"type": "computer_call_output", "call_id": f"c{n}", "output": screenshot},
+            {"role": "assistant", "content": f"checked step {n}"},
+            {"role": "user", "content": f"continue with step {n + 1}"},
+        ]
+
+    items: list[dict[str, Any]] = [{"role": "user", "content": "Check the dashboard and logs."}]
+    for n in range(4):
+        items += step(n)
+    assert to_openai_responses(from_openai_responses(items)) == items
+    async with ContextManager(Budget(context_window=12_000, reserve_output=1_000)) as ctx:
+        view = await ctx.prepare(from_openai_responses(items))
+    sent = to_openai_responses(view)
+    calls = {i["call_id"] for i in sent if i.get("type") == "computer_call"}
+    outputs = [i["call_id"] for i in sent if i.get("type") == "computer_call_output"]
+    assert outputs and set(outputs) <= calls
+    assert len(sent) < len(items)  # compaction dropped steps, the calls with them
+    assert validate_responses({"model": "m", "input": sent}, sent) is None
+    orphan = [items[0], step(0)[3]]
+    refused = validate_responses({"model": "m", "input": orphan}, orphan)
+    assert refused is not None and "No tool call found for computer call output" in refused.message

@@ -25,11 +25,15 @@ is the ``call_id`` (the item's own ``id`` rides in ``extra["id"]``), ``custom_to
 `ThinkingBlock` (summary text, ``encrypted_content`` as signature) or, without summary, a
 `RedactedThinkingBlock`, and anything else (compaction, web search, unknown items) rides as
 ``OpaqueBlock("openai_responses", item)``. Items that would not render back exactly are
-kept opaque, so ``to_openai_responses(from_openai_responses(p)) == p`` always holds.
+kept opaque, so ``to_openai_responses(from_openai_responses(p)) == p`` holds for every input
+whose outputs follow their calls.
 Built-in tools' items (``computer_call``, ``shell_call``, ... and their outputs) are opaque
 too: a call and its output with nothing between them are one message, but an output placed
 after function call outputs (a batch mixing both kinds) is a message of its own, which
-compaction may keep while dropping the call's.
+compaction may keep while dropping the call's: `to_openai_responses` leaves out such an
+output whose call is not in the input, which the API refuses. (A request that continues
+server-side state, ``previous_response_id``, holds outputs of calls made before it: the
+wrapped clients send it as it is, unconverted.)
 
 Block ``extra`` holds the unmodeled fields of the part or item, flat; the first text block of
 a message item that is not the plain ``{"role": "assistant", "content": text}`` form carries
@@ -477,7 +481,24 @@ def to_openai_responses(messages: Iterable[Message]) -> list[JSON]:
         else:
             raise UnsupportedMessageError(index, f"item of type {type(m).__name__}")
         out.append(d)
-    return out
+    return _without_orphan_outputs(out)
+
+
+def _without_orphan_outputs(items: list[JSON]) -> list[JSON]:
+    """``items`` without a built-in tool's output whose call is not among them: one placed
+    after function call outputs is a message of its own, which compaction may keep while it
+    drops the call's, and the API refuses an output without its call."""
+    calls: set[tuple[str, str]] = set()
+    kept = []
+    for item in items:
+        kind, cid = item.get("type"), item.get("call_id")
+        if isinstance(kind, str) and isinstance(cid, str) and kind not in _OUTPUTS:
+            if not kind.endswith("_call_output"):
+                calls.add((kind, cid))
+            elif (kind.removesuffix("_output"), cid) not in calls:
+                continue
+        kept.append(item)
+    return kept
 
 
 # ---------------------------------------------------------------------------------------

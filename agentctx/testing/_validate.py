@@ -597,6 +597,7 @@ def validate_responses(
         )
     calls: dict[str, int] = {}  # call_id -> how many call items (function, custom) carry it
     answered: set[str] = set()
+    built_in: set[tuple[str, str]] = set()  # (type, call_id) of a computer_call, shell_call, ...
     for k, item in enumerate(history):
         if not _is_obj(item):
             return Invalid(f"Invalid type for 'input[{k}]'.", "input", "invalid_type")
@@ -645,6 +646,14 @@ def validate_responses(
                     "input",
                 )
             answered.add(cid)
+        elif isinstance(kind, str) and isinstance(cid := item.get("call_id"), str):
+            # A built-in tool's call and its output (computer_call, computer_call_output, ...)
+            # pair by call_id as function calls do.
+            if not kind.endswith("_call_output"):
+                built_in.add((kind, cid))
+            elif (kind.removesuffix("_output"), cid) not in built_in:
+                what = kind.removesuffix("_call_output").replace("_", " ")
+                return Invalid(f"No tool call found for {what} call output with call_id {cid}.")
         if kind == "reasoning" and not _follows_reasoning(history[k + 1 : k + 2]):
             return Invalid(
                 f"Item '{item.get('id')}' of type 'reasoning' was provided without its "
