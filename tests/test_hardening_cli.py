@@ -426,3 +426,24 @@ def test_a_line_break_in_a_file_or_tool_name_cannot_forge_a_line(
         assert not [line for line in lines if "FORGED" in line and "\\x0a" not in line]
         assert not [line for line in lines if line.startswith("requests 1  budget 999999")]
         assert any("x\\x0arequests 1  budget 999999 (forged).jsonl" in line for line in lines)
+
+
+def test_a_transcript_of_more_records_than_the_bound_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a hostile run (AD, finding 5): a file of tiny records (``{}`` lines) took some
+    70 times its size in memory (30 MB: 2.1 GB; at the 256 MiB cap, about 17 GB): the kernel
+    killed the process, with no error. Past `MAX_RECORDS` it is refused, as the cap on bytes
+    is, at the record past it (lines are read one at a time, not split into a list first)."""
+    from agentctx.importers import _common
+
+    assert _common.MAX_RECORDS == 1_000_000
+    monkeypatch.setattr(_common, "MAX_RECORDS", 1_000)
+    first = {"type": "user", "uuid": "u0", "parentUuid": None, "sessionId": "s"}
+    first["message"] = {"role": "user", "content": "hi"}
+    path = tmp_path / "tiny.jsonl"
+    path.write_text(json.dumps(first) + "\n" + "{}\n\n" * 1_500, "utf-8")
+    assert main(["replay", str(path), "--strategy", "none"]) == 2
+    assert f"{path}:2000: expected a transcript of at most 1000 records" in capsys.readouterr().err
+    path.write_text(json.dumps(first) + "\n" + "{}\n" * 999, "utf-8")  # at the bound: read
+    assert len(load_transcript(path).messages) == 1

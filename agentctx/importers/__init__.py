@@ -37,6 +37,7 @@ from agentctx.importers._common import (
     RecordedCompaction,
     Source,
     Transcript,
+    each_line,
 )
 from agentctx.importers.provider_lists import provider_form, read_provider_list
 from agentctx.messages import from_dict
@@ -85,7 +86,7 @@ def detect_format(path: str | os.PathLike[str], *, max_bytes: int = MAX_TRANSCRI
     """
     src = Source(os.fspath(path), max_bytes)
     text = _text(src)
-    for number, raw in enumerate(text.split("\n"), start=1):
+    for number, raw in enumerate(each_line(text), start=1):
         if not raw.strip():
             continue
         try:

@@ -13,12 +13,14 @@ import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, AnyStr, TypeVar
 
 from agentctx._check import preview
 from agentctx.errors import ConfigError, TranscriptFormatError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from agentctx.messages import JSONMap, Message
 
 __all__ = [
@@ -36,6 +38,10 @@ __all__ = [
 MAX_TRANSCRIPT_BYTES = 256 * 1024 * 1024
 """The largest transcript file the importers read (256 MiB); a larger one raises
 `TranscriptFormatError` before it is read. Every loader takes ``max_bytes=`` to change it."""
+
+MAX_RECORDS = 1_000_000
+"""The most records (non-blank lines) a JSONL transcript may hold: a file of tiny records
+(``{}`` lines) takes some 70 times its size in memory, where real sessions take about 10."""
 
 TOO_DEEP = "JSON nested less deeply (this is too deep for Python's JSON parser)"
 
@@ -186,13 +192,16 @@ class Source:
             raise self.error(line, f"{expected} ({e})") from None
 
     def read_jsonl(self) -> list[Line]:
-        """Every non-blank line as a JSON object; raises on bad JSON or an empty file."""
+        """Every non-blank line as a JSON object; raises on bad JSON, an empty file or one of
+        more than `MAX_RECORDS` records."""
         lines: list[Line] = []
-        for number, raw in enumerate(self.read_bytes().split(b"\n"), start=1):
+        for number, raw in enumerate(each_line(self.read_bytes()), start=1):
             if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
             if not raw.strip():
                 continue
+            if len(lines) == MAX_RECORDS:
+                raise self.error(number, f"a transcript of at most {MAX_RECORDS} records")
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError:
@@ -213,6 +222,17 @@ class Source:
             found = "missing" if value is None else type(value).__name__
             raise self.error(line, f"{where} with {key!r} as {_kind_name(kind)} ({found})")
         return value
+
+
+def each_line(data: AnyStr) -> Iterator[AnyStr]:
+    """The lines of ``data``, split at ``\\n``, one at a time (a list of them all would take
+    more memory than the file for a file of short lines)."""
+    newline = "\n" if isinstance(data, str) else b"\n"
+    start = 0
+    while (end := data.find(newline, start)) >= 0:
+        yield data[start:end]
+        start = end + 1
+    yield data[start:]
 
 
 def _file_kind(mode: int) -> str:

@@ -58,6 +58,7 @@ from agentctx.importers._common import (
     Source,
     Transcript,
     as_int,
+    each_line,
     freeze,
     iso_to_ms,
 )
@@ -212,7 +213,7 @@ def _runs(src: Source) -> list[_Run]:
 
 def _is_jsonl(text: str) -> bool:
     """Whether the first line is a whole JSON value and more lines follow it."""
-    lines = [line for line in text.split("\n") if line.strip()]
+    lines = [line for line in each_line(text) if line.strip()]
     if len(lines) < 2:
         return False
     try:
