@@ -1225,6 +1225,18 @@ def test_chat_custom_tool_calls_pair_with_their_tool_messages() -> None:
     ]
 
 
+def _anthropic_request(result: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """The messages and the body of a request whose one call (id ``t1``) has ``result``."""
+    call = {"type": "tool_use", "id": "t1", "name": "sh", "input": {}}
+    params = [
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": [call]},
+        {"role": "user", "content": [result]},
+    ]
+    tools = [{"name": "sh", "input_schema": {"type": "object"}}]
+    return params, {"model": "m", "max_tokens": 10, "tools": tools, "messages": params}
+
+
 @pytest.mark.parametrize(
     "content",
     [{"content": ""}, {}, {"content": []}, {"content": [{"type": "text", "text": " "}]}]
@@ -1241,15 +1253,8 @@ async def test_a_failed_tool_without_output_goes_back_saying_so(content: dict[st
     from agentctx.events import TranscriptRepaired
     from agentctx.testing._validate import validate_anthropic
 
-    call = {"type": "tool_use", "id": "t1", "name": "sh", "input": {"cmd": "make"}}
     failed = {"type": "tool_result", "tool_use_id": "t1", "is_error": True, **content}
-    params = [
-        {"role": "user", "content": "task"},
-        {"role": "assistant", "content": [call]},
-        {"role": "user", "content": [failed]},
-    ]
-    tools = [{"name": "sh", "input_schema": {"type": "object"}}]
-    body = {"model": "m", "max_tokens": 10, "tools": tools, "messages": params}
+    params, body = _anthropic_request(failed)
     refused = validate_anthropic(body)
     assert refused is not None
     if failed.get("content") in ("", None, []):  # else blank blocks are refused first
@@ -1303,15 +1308,8 @@ def test_a_tool_result_of_one_blank_block_goes_back_as_a_string_the_api_takes() 
     takes the string."""
     from agentctx.testing._validate import validate_anthropic
 
-    call = {"type": "tool_use", "id": "t1", "name": "ls", "input": {}}
     blank = {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": " "}]}
-    params = [
-        {"role": "user", "content": "task"},
-        {"role": "assistant", "content": [call]},
-        {"role": "user", "content": [blank]},
-    ]
-    tools = [{"name": "ls", "input_schema": {"type": "object"}}]
-    body = {"model": "m", "max_tokens": 10, "tools": tools, "messages": params}
+    params, body = _anthropic_request(blank)
     assert validate_anthropic(body) is not None  # refused as it is
     sent = to_anthropic(from_anthropic(params))
     assert sent[2]["content"][0]["content"] == " "
