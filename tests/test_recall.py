@@ -528,6 +528,7 @@ def test_a_memory_store_shared_by_threads_keeps_its_accounting() -> None:
     `BlockingContextManager` runs its own loop thread) share a store that is called inline,
     with no lock: `RuntimeError: OrderedDict mutated during iteration` (a store outage to the
     sessions) and a byte count that drifted past ``max_bytes``."""
+    import pickle
     import sys
     import threading
 
@@ -561,3 +562,5 @@ def test_a_memory_store_shared_by_threads_keeps_its_accounting() -> None:
     held = [*store._free.values(), *store._held.values()]
     assert store.bytes_held == sum(map(sys.getsizeof, held)) <= store.max_bytes
     assert not store._pins and not store._held
+    twin = pickle.loads(pickle.dumps(store))  # the lock is the copy's own
+    assert twin.bytes_held == store.bytes_held and len(twin) == len(store)

@@ -242,6 +242,13 @@ class MemoryRecallStore:
         """The memory the stored strings take."""
         return self._bytes
 
+    def __getstate__(self) -> dict[str, object]:
+        return {name: value for name, value in vars(self).items() if name != "_lock"}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        vars(self).update(state)
+        self._lock = threading.Lock()
+
     def put(self, session_id: str, content: str) -> str:
         """Store ``content`` for ``session_id`` and return its recall id."""
         with self._lock:
