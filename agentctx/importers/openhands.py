@@ -47,6 +47,7 @@ times without a zone, read as UTC into ``extra["timestamp"]`` (epoch millisecond
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from dataclasses import dataclass, field
@@ -213,7 +214,7 @@ def _runs(src: Source) -> list[_Run]:
 
 def _is_jsonl(text: str) -> bool:
     """Whether the first line is a whole JSON value and more lines follow it."""
-    lines = [line for line in each_line(text) if line.strip()]
+    lines = list(itertools.islice((line for line in each_line(text) if line.strip()), 2))
     if len(lines) < 2:
         return False
     try:
