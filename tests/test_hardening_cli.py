@@ -348,6 +348,11 @@ def test_a_file_named_twice_is_replayed_once(
     captured = capsys.readouterr()
     assert json.loads(captured.out) == once
     assert captured.err.count("is named more than once") == 2
+    loop = tmp_path / "loop.jsonl"
+    loop.symlink_to(tmp_path / "back.jsonl")
+    (tmp_path / "back.jsonl").symlink_to(loop)
+    assert main([*argv, str(loop)]) == 2  # a line, not the traceback of the check for twins
+    assert "loop.jsonl" in capsys.readouterr().err
 
 
 def test_what_every_request_sent_ahead_is_counted_in_each_and_in_the_budget() -> None:

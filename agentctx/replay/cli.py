@@ -331,10 +331,10 @@ def _paths(given: Sequence[str]) -> list[tuple[Path, bool]]:
             out += [(p, True) for p in found]
         else:
             out.append((path, False))
-    seen: set[Path] = set()
+    seen: set[str] = set()
     once = []
     for path, in_folder in out:
-        key = path.resolve()
+        key = os.path.realpath(path)  # never raises: a link loop is `_load`'s to report
         if key in seen:
             print(
                 f"agentctx: {printable(str(path), one_line=True)} is named more than once",
