@@ -1129,7 +1129,8 @@ def test_whatever_is_accepted_goes_back_exactly(
     back: Callable[[list[dict[str, Any]]], list[Message]],
     items: st.SearchStrategy[dict[str, Any]],
 ) -> None:
-    """Odd shapes either raise UnsupportedMessageError or round trip exactly, never half."""
+    """Odd shapes either raise UnsupportedMessageError or round trip exactly, never half; a
+    shape the API refuses that the adapter repairs goes back repaired, and that round trips."""
 
     @_property
     @given(st.lists(items, max_size=5))
@@ -1138,10 +1139,43 @@ def test_whatever_is_accepted_goes_back_exactly(
             history = back(params)
         except UnsupportedMessageError:
             return
-        assert to(history) == params
+        sent = to(history)
+        if _repaired_by_the_adapters(params):
+            assert to(back(sent)) == sent
+            return
+        assert sent == params
         assert back(to(history)) == history
 
     check()
+
+
+def _repaired_by_the_adapters(params: list[dict[str, Any]]) -> bool:
+    """Whether ``params`` holds a shape the API refuses and an adapter repairs: an empty
+    ``tool_calls`` array (Chat), a failed tool's result with no output (Anthropic)."""
+    for message in params:
+        if message.get("tool_calls") == []:
+            return True
+        content = message.get("content")
+        for block in content if isinstance(content, list) else ():
+            failed = isinstance(block, dict) and block.get("is_error") is True
+            if (
+                failed
+                and block.get("type") == "tool_result"
+                and _blank_output(block.get("content"))
+            ):
+                return True
+    return False
+
+
+def _blank_output(content: object) -> bool:
+    if content is None or isinstance(content, str):
+        return not (content or "").strip()
+    if isinstance(content, list):
+        return all(
+            isinstance(b, dict) and b.get("type") == "text" and not str(b.get("text", "")).strip()
+            for b in content
+        )
+    return False
 
 
 def test_adapters_import_without_the_vendor_sdks() -> None:
