@@ -836,6 +836,11 @@ class ContextManager:
                     quiet = await strategy.compact(ctx)
                     if len(ctx.taken) == n:
                         break
+                    # What the decisions put in the view (a cut result, a marker) was counted
+                    # at a few characters a token: in full before the view is measured again,
+                    # so none rides under the limit on a first estimate (dense output, cut
+                    # to 20k characters, costs up to twice that).
+                    self._counter.refine(self._current_view()[0])
             finally:
                 _COMPACTING.reset(compacting)
                 self._remember_input(history, as_view, marks)  # cancelled too: it was synced

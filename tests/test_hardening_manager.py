@@ -1657,3 +1657,37 @@ async def test_a_close_while_another_task_prepares_waits_for_that_call() -> None
     assert any(isinstance(e, ContextCompacted) for e in seen)  # before the stream ended
     assert not any(isinstance(e, CompactionWarning) for e in seen)
     assert len(manager.ledger) > 0
+
+
+@pytest.mark.parametrize("kind", ["base64", "digit grid"])
+async def test_a_dense_result_cut_by_the_pipeline_is_counted_in_full(kind: str) -> None:
+    """Found by a hostile run (AF, finding 1): `ToolOutputPipeline` cut a 60 KB result of
+    dense output (base64, a grid of digits) to 20k characters, and the cut text was counted
+    only at a few characters a token: 13.7k-19.8k tokens went out against a 10k limit, and
+    nothing said so. What decisions put in the view is counted in full before the view is
+    measured again, so the next round cuts further."""
+    import base64
+    import json
+
+    from agentctx.tokens.exact import ExactCounter
+
+    rng = random.Random(7)
+    dense = {
+        "base64": base64.b64encode(rng.randbytes(45_000)).decode(),
+        "digit grid": json.dumps([[rng.randint(0, 9) for _ in range(100)] for _ in range(300)]),
+    }[kind]
+    exact = MessageCounter(ExactCounter("o200k_base"), lazy=False)  # no quick first counts
+    for strategy in (
+        ToolOutputPipeline(),
+        Chain([ToolOutputPipeline(), DeterministicCompaction()]),
+    ):
+        budget = Budget(context_window=26_000)
+        async with ContextManager(budget, strategy=strategy) as ctx:
+            history: list[Message] = [user("What is in logo.png? Show me its bytes.")]
+            await ctx.prepare(history)
+            history += [
+                assistant(call("c1", "bash", command="base64 logo.png")),
+                result("c1", dense, "bash"),
+            ]
+            view = await ctx.prepare(history)
+        assert exact.overhead + exact.count_many(view) <= budget.limit
