@@ -66,6 +66,7 @@ __all__ = [
     "sendable_json",
     "sendable_text",
     "sent_at",
+    "text_fields",
     "text_of",
     "to_dict",
     "written_arguments",
@@ -448,6 +449,16 @@ _MESSAGE_TYPES = (UserMessage, AssistantMessage, ToolResultMessage, SummaryMessa
 def text_of(blocks: Iterable[Block]) -> str:
     """The text of the text blocks, joined by newlines."""
     return "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
+
+
+def text_fields(blocks: Iterable[Block]) -> JSONMap:
+    """The fields (``extra``) of the text blocks, a later block's over an earlier's: what one
+    text block standing for them all keeps (a caller's ``cache_control``, often on the last)."""
+    merged: dict[str, Any] = {}
+    for b in blocks:
+        if isinstance(b, TextBlock) and b.extra:
+            merged.update(b.extra)
+    return MappingProxyType(merged) if merged else _EMPTY
 
 
 THINKING_DROPPED = "agentctx_thinking_dropped"

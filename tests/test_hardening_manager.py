@@ -1575,15 +1575,16 @@ async def test_a_result_of_several_text_blocks_is_cut_as_one_keeping_its_fields(
     was one block, so an MCP tool's result of several text items was never cut (12,891 tokens
     against an 11,000 limit, `BudgetExceededError`); and the block it cut lost its fields (a
     caller's ``cache_control``). The text blocks are cut as one text, in the first one's place
-    with its fields; an image between them stays."""
+    with their fields (run AE, finding 2: the breakpoint is on the last); an image between them
+    stays."""
     from agentctx.messages import ImageBlock
 
     image = ImageBlock("image/png", "iVBORw0KGgo=")
     marked = {"cache_control": {"type": "ephemeral", "ttl": "1h"}}
     content = (
-        TextBlock("first part of the listing\n" * 1_200, marked),
+        TextBlock("first part of the listing\n" * 1_200),
         image,
-        TextBlock("second part of the listing\n" * 1_200),
+        TextBlock("second part of the listing\n" * 1_200, marked),  # where breakpoints go
     )
     history: list[Message] = [
         user("the task"),
@@ -1691,3 +1692,22 @@ async def test_a_dense_result_cut_by_the_pipeline_is_counted_in_full(kind: str) 
             ]
             view = await ctx.prepare(history)
         assert exact.overhead + exact.count_many(view) <= budget.limit
+
+
+async def test_a_result_the_pipeline_replaces_keeps_its_texts_fields() -> None:
+    """Found by a hostile run (AE, finding 2): `ToolOutputPipeline` made its stand-in for a
+    result (a persisted preview of 200k characters) a bare text block: a caller's cache
+    breakpoint on it was lost, and with it that request's prompt-cache read or write."""
+    marked = {"cache_control": {"type": "ephemeral"}}
+    output = "\n".join(f"line {i} " + "x" * 60 for i in range(4_000))  # past 200k characters
+    history: list[Message] = [
+        user("fix the failing test"),
+        assistant(call("t1", "mcp_read")),
+        ToolResultMessage("t1", (TextBlock(output, marked),), "mcp_read"),
+    ]
+    budget = Budget(context_window=200_000, reserve_output=1_000)  # fits: the pass persists it
+    async with ContextManager(budget, strategy=ToolOutputPipeline()) as ctx:
+        view = await ctx.prepare(history)
+    (shown,) = [m for m in view if isinstance(m, ToolResultMessage)]
+    assert shown.content[0].text.startswith("[Persisted output")  # type: ignore[union-attr]
+    assert [b.extra for b in shown.content] == [marked]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentctx import boundaries as b
@@ -48,6 +48,7 @@ from agentctx.messages import (
     ToolCall,
     ToolResultContent,
     ToolResultMessage,
+    text_fields,
     text_of,
     written_arguments,
 )
@@ -160,13 +161,13 @@ def _has_text(m: ToolResultMessage) -> bool:
 
 def _with_text(content: tuple[ToolResultContent, ...], text: str) -> tuple[ToolResultContent, ...]:
     """``content`` with its text blocks (several: an MCP tool's items) as one holding
-    ``text``, in the first one's place and with its fields (a ``cache_control``); the other
-    blocks (a screenshot beside a page's text, provider blocks) as they are, where they are."""
+    ``text``, in the first one's place and with their fields (`text_fields`: a caller's
+    ``cache_control``); the other blocks (a screenshot beside a page's text, provider blocks)
+    as they are, where they are."""
     first = next(b for b in content if isinstance(b, TextBlock))
+    cut = TextBlock(text, text_fields(content))
     return tuple(
-        replace(b, text=text) if b is first else b
-        for b in content
-        if b is first or not isinstance(b, TextBlock)
+        cut if b is first else b for b in content if not isinstance(b, TextBlock) or b is first
     )
 
 

@@ -23,6 +23,7 @@ from agentctx.messages import (
     UserMessage,
     is_instruction,
     sent_at,
+    text_fields,
     text_of,
 )
 from agentctx.recall.store import escape_literal, recall_id
@@ -569,9 +570,9 @@ class Run:
         made = self.memo.get(key, m)
         if made is None:
             # Only the text is stored for recall: what else the result holds (an image) is
-            # kept as it is, not lost.
+            # kept as it is, not lost, and so are the text's fields (a cache breakpoint).
             kept = tuple(b for b in m.content if not isinstance(b, TextBlock))
-            content = (TextBlock(new_text), *kept)
+            content = (TextBlock(new_text, text_fields(m.content)), *kept)
             decision = ReplaceResult(anchor(self.raw, i), content, reason, rid)
             if m is self.raw[i]:
                 # The view will show this very object once the decision is taken: its
