@@ -1083,3 +1083,55 @@ def test_claude_code_a_rewound_branch_is_left_out(tmp_path: Path) -> None:
     assert (
         len(transcript.compactions) == 1
     )  # the abandoned branch's boundary is no record of this one
+
+
+def _cc_file(tmp_path: Path, records: list[dict[str, Any]]) -> Transcript:
+    path = tmp_path / "session.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), "utf-8")
+    return load_transcript(path)
+
+
+def test_claude_code_a_rewind_to_the_first_prompt_leaves_the_first_tree(tmp_path: Path) -> None:
+    """Found by a hostile run (AE, finding 1): going back to the very first prompt and typing
+    another makes a second prompt with no parent; the first tree never reached the chain, so
+    it was kept, and its abandoned prompt was read as the task."""
+    transcript = _cc_file(
+        tmp_path,
+        [
+            _cc("user", "u0", None, "ABANDONED: delete the whole test suite"),
+            _cc("assistant", "a0", "u0", "ABANDONED: deleting"),
+            _cc("user", "u1", None, "Add a test for the parser"),
+            _cc("assistant", "a1", "u1", "Added."),
+        ],
+    )
+    assert [text_of(m.content) for m in transcript.messages] == [
+        "Add a test for the parser",
+        "Added.",
+    ]
+    assert transcript.extra["entries_off_branch"] == 2
+
+
+def test_claude_code_a_meta_record_beside_a_result_is_kept(tmp_path: Path) -> None:
+    """Found by a hostile run (AE, finding 8): a record Claude Code wrote itself (``isMeta``:
+    a hook's output) between a call and its result hangs off the chain beside the result, and
+    was dropped as if a rewind started there; no rewind starts at a record nobody typed."""
+    call = [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "pytest"}}]
+    records = [
+        _cc("user", "u1", None, "Run the tests"),
+        _cc("assistant", "a1", "u1", call),
+        _cc("user", "m1", "a1", "<system-reminder>run with -x</system-reminder>", isMeta=True),
+        _cc(
+            "user",
+            "r1",
+            "a1",
+            [{"type": "tool_result", "tool_use_id": "t1", "content": "1 failed"}],
+        ),
+        _cc("assistant", "a2", "r1", "One test fails."),
+    ]
+    transcript = _cc_file(tmp_path, records)
+    assert "entries_off_branch" not in transcript.extra
+    assert any(
+        "run with -x" in text_of(m.content)
+        for m in transcript.messages
+        if isinstance(m, UserMessage)
+    )

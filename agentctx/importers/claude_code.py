@@ -129,11 +129,13 @@ def _active_branch(lines: list[Line]) -> tuple[list[Line], int]:
     """``lines`` without the records of branches left behind, and how many those were.
 
     A rewind (Esc Esc, ``/rewind``) keeps the abandoned turns in the file: the prompt typed
-    instead names an earlier record as its parent. The conversation is the chain of parents
-    that ends at the last message. Off it hang the results of parallel tool calls (each
-    names its call's record) and the turns a rewind left: a branch that starts with a typed
-    prompt. Only those are left out; a record whose parents never reach the chain (one
-    naming a record this file does not hold) is kept, as read."""
+    instead names an earlier record as its parent (none, when it went back to the first
+    prompt). The conversation is the chain of parents that ends at the last message. Off it
+    hang the results of parallel tool calls (each names its call's record) and the turns a
+    rewind left: a branch that starts with a typed prompt, or a tree of its own that does
+    when the conversation starts at a prompt with no parent too. Only those are left out; a
+    record whose parents never reach the chain otherwise (one naming a record this file does
+    not hold) is kept, as read."""
     by_uuid: dict[str, Line] = {}
     for line in lines:
         uuid = line.data.get("uuid")
@@ -146,11 +148,16 @@ def _active_branch(lines: list[Line]) -> tuple[list[Line], int]:
         return lines, 0
     chain: set[str] = set()
     node: Line | None = last
+    top = last
     while node is not None and (uuid := _uuid(node)) is not None and uuid not in chain:
         chain.add(uuid)
+        top = node
         parent = _parent(node)
         node = by_uuid.get(parent) if parent is not None else None
-    reaches: dict[str, bool] = {}  # off the chain: whether its parents reach it
+    # A conversation that starts at a prompt with no parent, beside another such prompt: the
+    # user went back to the first prompt and typed another, and the first tree was left.
+    fresh_start = _parent(top) is None and _typed_prompt(top)
+    reaches: dict[str, bool] = {}  # off the chain: whether it is on a branch left behind
 
     def left_behind(line: Line) -> bool:
         path: dict[str, Line] = {}  # the records walked up through, in order
@@ -165,7 +172,10 @@ def _active_branch(lines: list[Line]) -> tuple[list[Line], int]:
                 break
             path[uuid] = node
             parent = _parent(node)
-            node = by_uuid.get(parent) if parent is not None else None
+            if parent is None:  # the top of a tree the chain is not in
+                found = fresh_start and _typed_prompt(node)
+                break
+            node = by_uuid.get(parent)
         reaches.update(dict.fromkeys(path, found))
         return found
 
@@ -174,12 +184,17 @@ def _active_branch(lines: list[Line]) -> tuple[list[Line], int]:
 
 
 def _typed_prompt(line: Line) -> bool:
-    """Whether ``line`` is a prompt the user typed (a user record holding no tool result)."""
+    """Whether ``line`` is a prompt the user typed: a user record holding no tool result, and
+    none Claude Code wrote itself (``isMeta``: hook output, reminders)."""
     message = line.data.get("message")
     content = message.get("content") if isinstance(message, dict) else None
-    return _type(line) == "user" and not (
-        isinstance(content, list)
-        and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+    return (
+        _type(line) == "user"
+        and line.data.get("isMeta") is not True
+        and not (
+            isinstance(content, list)
+            and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+        )
     )
 
 
