@@ -452,3 +452,41 @@ def test_a_transcript_of_more_records_than_the_bound_is_refused(
     assert f"{path}:2000: expected a transcript of at most 1000 records" in capsys.readouterr().err
     path.write_text(json.dumps(first) + "\n" + "{}\n" * 999, "utf-8")  # at the bound: read
     assert len(load_transcript(path).messages) == 1
+
+
+def test_the_summary_cache_and_a_transcript_are_never_written_over(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a hostile run (AE, finding 3): ``--summary-cache`` naming the transcript had
+    summaries appended to the session, and ``--report`` naming the summary cache wrote a page
+    over the paid summaries. Both are refused before the replay."""
+    session = _pi_file(tmp_path, [{"role": "user", "content": "task"}])
+    cache = tmp_path / "summaries.jsonl"
+    cache.write_text("", "utf-8")
+    before = session.read_bytes()
+    cases = [
+        (["--summary-cache", str(session)], "--summary-cache"),
+        (["--summary-cache", str(cache), "--report", str(cache)], "the summary cache"),
+    ]
+    for args, says in cases:
+        assert main(["replay", str(session), "--strategy", "none", *args]) == 2
+        assert says in capsys.readouterr().err
+    assert session.read_bytes() == before and cache.read_text("utf-8") == ""
+
+
+def test_a_line_break_in_an_output_path_cannot_forge_a_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a hostile run (AE, finding 7): the closing ``report: PATH`` line printed a
+    path's line break as it was: a forged line after the totals."""
+    session = _pi_file(tmp_path, [{"role": "user", "content": "task"}])
+    report = tmp_path / "r\ntokens sent: 1 with compaction (forged).html"
+    for extra in ([], ["--json"]):
+        assert (
+            main(["replay", str(session), "--strategy", "none", "--report", str(report), *extra])
+            == 0
+        )
+        captured = capsys.readouterr()
+        lines = (captured.out + captured.err).splitlines()
+        assert not [line for line in lines if line.startswith("tokens sent: 1 with compaction")]
+        assert any("r\\x0atokens sent: 1 with compaction (forged).html" in line for line in lines)

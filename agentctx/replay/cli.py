@@ -487,7 +487,7 @@ def _replay(args: argparse.Namespace, console: Console | None) -> int:
         sys.stdout.write("\n")
         # stdout is the document: what else there is to say goes to stderr.
         for line in lines:
-            print(printable(line), file=sys.stderr)
+            print(printable(line, one_line=True), file=sys.stderr)
         return 0
     if len(outcomes) == 1:
         _print_one(outcomes[0], settings, console)
@@ -495,7 +495,7 @@ def _replay(args: argparse.Namespace, console: Console | None) -> int:
         print_comparison(Comparison.of(outcomes), sys.stdout)
     else:
         print_comparison_rich(Comparison.of(outcomes), console)
-    for line in map(printable, lines):
+    for line in (printable(line, one_line=True) for line in lines):
         if console is None:
             print(line)
         else:
@@ -506,7 +506,10 @@ def _replay(args: argparse.Namespace, console: Console | None) -> int:
 def _check_outputs(args: argparse.Namespace, inputs: Sequence[Path]) -> None:
     """Refuse an output path that cannot be written before the replay runs (minutes on a
     long session), not after it, and one that is a transcript replayed (often the only copy
-    of a session)."""
+    of a session) or the summary cache (paid summaries)."""
+    cache = Path(args.summary_cache) if args.summary_cache else default_cache_path()
+    if args.summary_cache and any(_same_file(cache, given) for given in inputs):
+        raise ConfigError(f"--summary-cache {args.summary_cache}: a transcript replayed")
     for flag, value in (("--report", args.report), ("--chart", args.chart)):
         if value is None:
             continue
@@ -525,6 +528,8 @@ def _check_outputs(args: argparse.Namespace, inputs: Sequence[Path]) -> None:
             raise ConfigError(f"{flag} {value}: not writable")
         if path.exists() and any(_same_file(path, given) for given in inputs):
             raise ConfigError(f"{flag} {value}: a transcript replayed, not overwritten")
+        if path.exists() and _same_file(path, cache):
+            raise ConfigError(f"{flag} {value}: the summary cache, not overwritten")
 
 
 def _same_file(a: Path, b: Path) -> bool:
