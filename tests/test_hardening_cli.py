@@ -404,6 +404,28 @@ def test_an_openhands_evaluation_output_replays_every_task(
     }
 
 
+def test_an_evaluation_output_running_a_task_twice_replays_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a hostile run (AE, finding 5): tasks were named by their instance id alone, so
+    two runs of one task (outputs concatenated) were shown as one file with every strategy
+    twice. Where ids repeat, tasks are named by their line."""
+    lines = (
+        (Path(__file__).parent / "corpus/openhands/v0-multi_swe_bench-output.jsonl")
+        .read_text("utf-8")
+        .splitlines()
+    )
+    path = tmp_path / "output.jsonl"
+    path.write_text("\n".join([lines[0], lines[1], lines[0]]) + "\n", "utf-8")
+    assert main(["replay", str(path), "--strategy", "none", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [(row["path"], row["messages"]) for row in doc["files"]] == [
+        (f"{path}#1", 47),
+        (f"{path}#2", 68),
+        (f"{path}#3", 47),
+    ]
+
+
 def test_a_line_break_in_a_file_or_tool_name_cannot_forge_a_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

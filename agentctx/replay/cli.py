@@ -356,7 +356,7 @@ def _load(paths: Sequence[tuple[Path, bool]]) -> list[Transcript]:
             transcript = load_transcript(path)
             if transcript.format == "openhands" and "instance" in transcript.extra:
                 tasks = openhands.load_instances(path)
-                out += [_named_task(t, k) for k, t in enumerate(tasks)] if len(tasks) > 1 else tasks
+                out += _named_tasks(tasks) if len(tasks) > 1 else tasks
             else:
                 out.append(transcript)
         except (AgentCtxError, OSError, ValueError) as exc:
@@ -368,9 +368,15 @@ def _load(paths: Sequence[tuple[Path, bool]]) -> list[Transcript]:
     return out
 
 
-def _named_task(transcript: Transcript, k: int) -> Transcript:
-    task = transcript.extra.get("instance_id")
-    return dataclasses.replace(transcript, path=f"{transcript.path}#{task if task else k + 1}")
+def _named_tasks(tasks: Sequence[Transcript]) -> list[Transcript]:
+    """Each task of an evaluation output named ``<path>#<instance id>``, or by its line where
+    the ids are missing or repeat (two runs of a task in one file stay two)."""
+    ids = [t.extra.get("instance_id") for t in tasks]
+    named = all(isinstance(i, str) and i for i in ids) and len(set(ids)) == len(ids)
+    return [
+        dataclasses.replace(t, path=f"{t.path}#{ids[k] if named else k + 1}")
+        for k, t in enumerate(tasks)
+    ]
 
 
 def _settings_json(args: argparse.Namespace, settings: ReplaySettings) -> dict[str, Any]:
