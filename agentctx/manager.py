@@ -285,6 +285,7 @@ class ContextManager:
         "_clock",
         "_closed",
         "_closing",
+        "_closed_under_call",
         "_counter",
         "_hub",
         "_last_call",
@@ -385,6 +386,7 @@ class ContextManager:
         self._reported: set[tuple[str, int, str | None]] = set()
         self._rendered_version = self._state.ledger.version
         self._closing = False
+        self._closed_under_call = False  # a call outlived the close's wait for it
         self._closed = False
         self._background_done: anyio.Event | None = None
         # Whether a `prepare` call is running, and the calls waiting for it to end.
@@ -547,8 +549,18 @@ class ContextManager:
         if self._preparing and _COMPACTING.get(None) is not self:
             # Another task's call is running (its strategy awaiting): it ends first, with the
             # background work it may hand a task, so what it decides is saved and reported.
-            with anyio.move_on_after(_CLOSE_SECONDS, shield=True):
+            with anyio.move_on_after(_CLOSE_SECONDS, shield=True) as wait:
                 await self._wait_for_turn()
+            if wait.cancelled_caught:
+                self._closed_under_call = True
+                self._hub.emit(
+                    CompactionWarning(
+                        "slow_close",
+                        f"a prepare() call of another task ran {_CLOSE_SECONDS:g} s past the "
+                        "close (its strategy awaiting): the session closes without it, and "
+                        "the call raises ConfigError when it ends, its decisions unsaved",
+                    )
+                )
         if self._tasks is not None:
             self._tasks.cancel_scope.cancel()
         # Shielded and bounded: a caller being cancelled still gets the report, and work that
@@ -844,6 +856,8 @@ class ContextManager:
             finally:
                 _COMPACTING.reset(compacting)
                 self._remember_input(history, as_view, marks)  # cancelled too: it was synced
+            if self._closed_under_call:
+                raise ConfigError("this ContextManager closed while this call ran")
             taken = ctx.taken
             if isinstance(quiet, Quiet) and not taken:
                 ledger = state.ledger

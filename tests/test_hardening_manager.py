@@ -1711,3 +1711,53 @@ async def test_a_result_the_pipeline_replaces_keeps_its_texts_fields() -> None:
     (shown,) = [m for m in view if isinstance(m, ToolResultMessage)]
     assert shown.content[0].text.startswith("[Persisted output")  # type: ignore[union-attr]
     assert [b.extra for b in shown.content] == [marked]
+
+
+async def test_a_call_that_outlives_the_closes_wait_is_refused_when_it_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by a hostile run (AE, finding 6): past the close's bounded wait, the other task's
+    call went on, decided after the close, and left its recall entry pinned for good, with no
+    event. The close says so (`slow_close`), and the call raises `ConfigError` when it ends,
+    its decisions unsaved."""
+    import agentctx.manager as manager_module
+
+    monkeypatch.setattr(manager_module, "_CLOSE_SECONDS", 0.3)
+
+    class Slower:
+        def __init__(self) -> None:
+            self.inner = DeterministicCompaction()
+            self.entered = anyio.Event()
+
+        async def compact(self, ctx: CompactionContext) -> object:
+            self.entered.set()
+            await anyio.sleep(0.8)
+            return await self.inner.compact(ctx)
+
+    from .helpers import tool_turn as step
+
+    history: list[Message] = [user("the task")]
+    for k in range(30):
+        history += [user(f"q{k}"), *step(k, lines=120), assistant(text=f"a{k}")]
+    strategy = Slower()
+    store = MemoryRecallStore()
+    events: list[Event] = []
+    budget = Budget(context_window=9_000, reserve_output=1_000)
+    manager = ContextManager(budget, strategy=strategy, recall=store, session_id="s")
+    manager.subscribe(events.append)
+    outcome: list[BaseException] = []
+    async with manager:
+
+        async def call() -> None:
+            try:
+                await manager.prepare(history)
+            except ConfigError as e:
+                outcome.append(e)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            await strategy.entered.wait()
+            await manager.aclose()
+    assert [str(e) for e in outcome] == ["this ContextManager closed while this call ran"]
+    assert [e.code for e in events if isinstance(e, CompactionWarning)] == ["slow_close"]
+    assert not store._pins  # nothing left pinned
