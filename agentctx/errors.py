@@ -39,8 +39,8 @@ class AgentCtxError(Exception):
         # Rebuilt without the constructor: most subclasses take other arguments than the
         # message `args` holds, and `Exception`'s own reduce calls them with that alone.
         state = dict(self.__dict__)
-        if isinstance(self, ImportError):
-            state.update(name=self.name, path=self.path)
+        if isinstance(self, ImportError):  # fields of its own, not in __dict__
+            state.update(msg=self.msg, name=self.name, path=self.path)
         return _restored, (type(self), self.args, state)
 
 
