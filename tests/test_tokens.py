@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 
+import anyio.lowlevel
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -877,3 +878,56 @@ def test_two_byte_scripts_o200k_does_not_merge_cost_about_two_tokens_a_character
         assert Estimator().count(text) >= 1.5 * len(text)  # o200k: 1.8-1.9 a character
     arabic = "اللغة العربية هي إحدى أكثر اللغات انتشارا في العالم. " * 40
     assert Estimator().count(arabic) < 0.6 * len(arabic)  # merged: as before
+
+
+async def test_a_fit_that_needs_an_implausible_multiplier_keeps_its_overhead() -> None:
+    """Found by a hostile run (AF, finding 2): reports of views of one size (compaction holds
+    them at its target) cannot tell the overhead from the scale, and one report moved the fit
+    to an overhead of 1,071 with every multiplier at its 0.25 floor: the next new result was
+    priced at a quarter of its size and 1.22x the limit went out silently. A fit that needs a
+    multiplier past what any estimate is off by keeps the overhead it had."""
+    import base64
+    import random
+
+    from agentctx import Budget, ContextManager
+    from agentctx.events import BudgetExceeded
+    from agentctx.tokens.exact import ExactCounter
+
+    o200k = ExactCounter("o200k_base")
+
+    def exact(view: list[Message]) -> int:
+        """The texts, names, ids and JSON arguments sent, and 4 tokens a message."""
+        n = 0
+        for m in view:
+            n += 4 + (o200k.count(m.tool_call_id) if isinstance(m, ToolResultMessage) else 0)
+            for b in getattr(m, "content", ()):  # a summary (the marker) is counted as none
+                if isinstance(b, TextBlock):
+                    n += o200k.count(b.text)
+                elif isinstance(b, ToolCall):
+                    arguments = json.dumps(dict(b.arguments), separators=(",", ":"))
+                    n += o200k.count(b.name) + o200k.count(b.id) + o200k.count(arguments)
+        return n
+
+    rng = random.Random(1)
+    budget = Budget(context_window=18_000)  # a limit of 2,000
+    events: list[object] = []
+    async with ContextManager(budget, on_over_budget="send") as ctx:
+        ctx.subscribe(events.append)
+        history: list[Message] = [UserMessage.of("Fix the bug in the repo.")]
+        for i in range(22):
+            seen = len(events)
+            view = await ctx.prepare(history)
+            sent = exact(view)
+            said = any(isinstance(e, BudgetExceeded) for e in events[seen:])
+            assert sent <= budget.limit or said, f"call {i}: {sent} tokens sent, nothing said"
+            ctx.observe(Usage(input_tokens=sent))
+            await anyio.lowlevel.checkpoint()
+            text = base64.b64encode(rng.randbytes(1_329)).decode()[:1_768]
+            cid = f"call_{i:04d}"
+            history = [
+                *history,
+                AssistantMessage.of(
+                    "", tool_calls=[ToolCall(cid, "bash", {"command": f"cat file{i}.dat"})]
+                ),
+                ToolResultMessage.of(cid, text, tool_name="bash"),
+            ]

@@ -40,6 +40,7 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float]:
 # the fit catches up with what was recorded at least every _REFIT_EVERY reports.
 _REFIT_ERROR = 0.01
 _REFIT_EVERY = 8
+_LEAST, _MOST = 0.25, 4.0  # the multipliers a fit may give: no estimate is off by more
 
 
 class Calibration:
@@ -121,6 +122,7 @@ class Calibration:
             coeffs = [v / y for v in x] + [shared / y, scale / y]
             rows.append((coeffs, (y - sum(x)) / y, self._decay**age))
         priors = [self._prior] * k + [self._prior / 10, self._prior / 10]
+        held = 0.0  # the overhead when it is not fitted
         for free_overhead in (True, False):
             n = k + 2 if free_overhead else k + 1
             a = [[0.0] * n for _ in range(n)]
@@ -134,14 +136,26 @@ class Calibration:
             for i in range(n):
                 a[i][i] += priors[i]
             theta = _solve(a, b)
-            if not free_overhead or theta[k + 1] >= 0:
+            if not free_overhead:
                 break
+            g = theta[k]
+            wanted = (1.0 + d + (g if i != image else 0.0) for i, d in enumerate(theta[:k]))
+            if theta[k + 1] >= 0 and all(_LEAST <= m <= _MOST for m in wanted):
+                break
+            # A negative overhead, or multipliers past what any estimate is off by: reports
+            # of views of one size (compaction holds them at its target) cannot tell the
+            # overhead from the scale, and such a fit pays for a larger overhead with
+            # multipliers that price the next new message at a fraction of its size. The
+            # overhead then stays what it was (none, when it would be negative).
+            held = self.overhead if theta[k + 1] >= 0 else 0.0
+            ys = [y for _, y in reversed(obs)]
+            rows = [(c[:-1], r - held / y, w) for (c, r, w), y in zip(rows, ys, strict=True)]
         g = theta[k]
         self.multipliers = [
-            min(4.0, max(0.25, 1.0 + d + (g if i != image else 0.0)))
+            min(_MOST, max(_LEAST, 1.0 + d + (g if i != image else 0.0)))
             for i, d in enumerate(theta[:k])
         ]
         # The overhead is part of every report, so no report can be smaller than it; this keeps
         # inconsistent reports (a host that compacted on its own) from running away with it.
-        overhead = theta[k + 1] * scale if free_overhead else 0.0
+        overhead = theta[k + 1] * scale if free_overhead else held
         self.overhead = min(max(0.0, overhead), float(min(y for _, y in obs)))
