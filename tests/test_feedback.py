@@ -7,6 +7,7 @@ from agentctx import CompactionWarning, ContextManager, Event, TextBlock, ToolRe
 from agentctx.ledger import ReplaceResult, anchor
 from agentctx.messages import Message
 from agentctx.strategy import CompactionContext
+from agentctx.tokens import MessageCounter
 
 from .helpers import tool_turn, user
 
@@ -71,7 +72,10 @@ async def test_a_strategy_reads_the_prompt_size_its_decision_left() -> None:
                     seen.append((before, ctx.prompt_tokens))
                     return
 
-    async with ContextManager(1_000_000, strategy=ClearOneAndMeasure()) as ctx:
+    # Full counts from the start: the prepare counts what a round of decisions put in the
+    # view in full when the round ends, which would move a quick first count the strategy read.
+    counter = MessageCounter(lazy=False)
+    async with ContextManager(1_000_000, strategy=ClearOneAndMeasure(), counter=counter) as ctx:
         history: list[Message] = [user("the task"), *tool_turn(0, lines=400), user("go on")]
         await ctx.prepare(history)
         ((before, after),) = seen
