@@ -527,7 +527,8 @@ def test_a_memory_store_shared_by_threads_keeps_its_accounting() -> None:
     """Found by a hostile run (AB, finding 3): sessions on several threads (each
     `BlockingContextManager` runs its own loop thread) share a store that is called inline,
     with no lock: `RuntimeError: OrderedDict mutated during iteration` (a store outage to the
-    sessions) and a byte count that drifted past ``max_bytes``."""
+    sessions) and a byte count that drifted past ``max_bytes``; so did a pickle of it taken
+    while they wrote."""
     import pickle
     import sys
     import threading
@@ -548,10 +549,20 @@ def test_a_memory_store_shared_by_threads_keeps_its_accounting() -> None:
         except BaseException as e:  # reported by the main thread
             failures.append(e)
 
+    def snapshot() -> None:  # a checkpoint of the store while its sessions write (run AG, 3)
+        try:
+            for _ in range(300):
+                twin = pickle.loads(pickle.dumps(store))
+                held = [*twin._free.values(), *twin._held.values()]
+                assert twin.bytes_held == sum(map(sys.getsizeof, held))
+        except BaseException as e:  # reported by the main thread
+            failures.append(e)
+
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
     try:
         threads = [threading.Thread(target=session, args=(w,)) for w in range(8)]
+        threads.append(threading.Thread(target=snapshot))
         for t in threads:
             t.start()
         for t in threads:

@@ -243,7 +243,11 @@ class MemoryRecallStore:
         return self._bytes
 
     def __getstate__(self) -> dict[str, object]:
-        return {name: value for name, value in vars(self).items() if name != "_lock"}
+        with self._lock:  # a copy of the store as it is between two calls of its sessions
+            state = {name: value for name, value in vars(self).items() if name != "_lock"}
+            state["_free"], state["_held"] = self._free.copy(), self._held.copy()
+            state["_pins"] = {session: set(pins) for session, pins in self._pins.items()}
+            return state
 
     def __setstate__(self, state: dict[str, object]) -> None:
         vars(self).update(state)
