@@ -931,3 +931,57 @@ async def test_a_fit_that_needs_an_implausible_multiplier_keeps_its_overhead() -
                 ),
                 ToolResultMessage.of(cid, text, tool_name="bash"),
             ]
+
+
+async def test_an_overhead_that_shrinks_is_learned_not_paid_for_by_the_multipliers() -> None:
+    """Found by a hostile run (AG, finding 1): when a request's overhead shrank mid-session
+    (4,000 tokens of tools, then 500), the fit that kept the old overhead pushed every
+    multiplier to its 0.25 floor, and the next large result went out 1.5x over the limit
+    silently. The overhead is then what the newest report leaves beyond its messages."""
+    import random
+
+    from agentctx import Budget, ContextManager
+    from agentctx.events import BudgetExceeded
+    from agentctx.tokens.exact import ExactCounter
+
+    measure = MessageCounter(ExactCounter("o200k_base"), lazy=False)
+    words = [
+        "the",
+        "parser",
+        "reads",
+        "each",
+        "configuration",
+        "file",
+        "and",
+        "returns",
+        "the",
+        "settings",
+        "it",
+        "found",
+    ]
+    rng = random.Random(0)
+    budget = Budget(context_window=26_000)  # a limit of 10,000
+    events: list[object] = []
+    async with ContextManager(budget, on_over_budget="send") as ctx:
+        ctx.subscribe(events.append)
+        history: list[Message] = [UserMessage.of("Go through the build files and fix them.")]
+        for i in range(14):
+            overhead = 4_000 if i < 10 else 500  # the tools of the next phase are fewer
+            seen = len(events)
+            view = await ctx.prepare(history)
+            sent = overhead + measure.overhead + measure.count_many(view)
+            said = any(isinstance(e, BudgetExceeded) for e in events[seen:])
+            assert sent <= budget.limit or said, f"call {i}: {sent} tokens sent, nothing said"
+            ctx.observe(Usage(input_tokens=sent))
+            await anyio.lowlevel.checkpoint()
+            cid = f"c{i}"
+            size = 12_000 if i == 11 else 200
+            history += [
+                AssistantMessage.of(
+                    f"Reading part {i}.",
+                    tool_calls=[ToolCall(cid, "bash", {"command": f"cat b{i}"})],
+                ),
+                ToolResultMessage.of(
+                    cid, " ".join(rng.choice(words) for _ in range(size)), tool_name="bash"
+                ),
+            ]

@@ -122,34 +122,26 @@ class Calibration:
             coeffs = [v / y for v in x] + [shared / y, scale / y]
             rows.append((coeffs, (y - sum(x)) / y, self._decay**age))
         priors = [self._prior] * k + [self._prior / 10, self._prior / 10]
-        held = 0.0  # the overhead when it is not fitted
-        for free_overhead in (True, False):
-            n = k + 2 if free_overhead else k + 1
-            a = [[0.0] * n for _ in range(n)]
-            b = [0.0] * n
-            for coeffs, residual, weight in rows:
-                for i in range(n):
-                    wc = weight * coeffs[i]
-                    b[i] += wc * residual
-                    for j in range(n):
-                        a[i][j] += wc * coeffs[j]
-            for i in range(n):
-                a[i][i] += priors[i]
-            theta = _solve(a, b)
-            if not free_overhead:
-                break
-            g = theta[k]
-            wanted = (1.0 + d + (g if i != image else 0.0) for i, d in enumerate(theta[:k]))
-            if theta[k + 1] >= 0 and all(_LEAST <= m <= _MOST for m in wanted):
-                break
+        floor = float(min(y for _, y in obs))
+        theta = _ridge(rows, priors)
+        overhead = theta[k + 1] * scale
+        if overhead < 0 or not self._plausible(theta):
             # A negative overhead, or multipliers past what any estimate is off by: reports
             # of views of one size (compaction holds them at its target) cannot tell the
             # overhead from the scale, and such a fit pays for a larger overhead with
             # multipliers that price the next new message at a fraction of its size. The
-            # overhead then stays what it was (none, when it would be negative).
-            held = self.overhead if theta[k + 1] >= 0 else 0.0
+            # overhead is then held (none when it would be negative, else at what it was) and
+            # the multipliers explain the rest; if they cannot, the overhead shrank (tools
+            # dropped), which older reports still show, and it is what the newest report
+            # leaves beyond its messages' estimate.
+            newest, reported = obs[-1]
+            room = min(max(0.0, reported - sum(newest)), floor)
             ys = [y for _, y in reversed(obs)]
-            rows = [(c[:-1], r - held / y, w) for (c, r, w), y in zip(rows, ys, strict=True)]
+            fits = []
+            for held in (self.overhead, room) if overhead >= 0 else (0.0,):
+                fixed = [(c[:-1], r - held / y, w) for (c, r, w), y in zip(rows, ys, strict=True)]
+                fits.append((_ridge(fixed, priors), held))
+            theta, overhead = next((f for f in fits if self._plausible(f[0])), fits[0])
         g = theta[k]
         self.multipliers = [
             min(_MOST, max(_LEAST, 1.0 + d + (g if i != image else 0.0)))
@@ -157,5 +149,28 @@ class Calibration:
         ]
         # The overhead is part of every report, so no report can be smaller than it; this keeps
         # inconsistent reports (a host that compacted on its own) from running away with it.
-        overhead = theta[k + 1] * scale if free_overhead else held
-        self.overhead = min(max(0.0, overhead), float(min(y for _, y in obs)))
+        self.overhead = min(max(0.0, overhead), floor)
+
+    def _plausible(self, theta: list[float]) -> bool:
+        """Whether every multiplier ``theta`` gives is one an estimate may be off by."""
+        k, image = len(self.multipliers), self._image
+        g = theta[k]
+        return all(
+            _LEAST <= 1.0 + d + (g if i != image else 0.0) <= _MOST for i, d in enumerate(theta[:k])
+        )
+
+
+def _ridge(rows: list[tuple[list[float], float, float]], priors: list[float]) -> list[float]:
+    """The ridge solution of weighted ``rows`` (coefficients, residual, weight)."""
+    n = len(rows[0][0])
+    a = [[0.0] * n for _ in range(n)]
+    b = [0.0] * n
+    for coeffs, residual, weight in rows:
+        for i in range(n):
+            wc = weight * coeffs[i]
+            b[i] += wc * residual
+            for j in range(n):
+                a[i][j] += wc * coeffs[j]
+    for i in range(n):
+        a[i][i] += priors[i]
+    return _solve(a, b)
