@@ -163,7 +163,13 @@ def _extends_raw(history: Sequence[Message], state: ViewState) -> bool:
 def _extends_view(history: Sequence[Message], state: ViewState) -> bool:
     """Whether ``history`` is the view last returned with messages appended (owned mode)."""
     view = state.view
-    return len(history) >= len(view) and _common_prefix(history, view) == len(view)
+    n = len(view)
+    if len(history) < n:
+        return False
+    # The last message first: a history that is not the view mostly differs there (a stub
+    # repair added for an open call, where the history holds its result), and the full
+    # comparison then walks every message, reading each one's fingerprint.
+    return n == 0 or (_same(history[n - 1], view[n - 1]) and _common_prefix(history, view) == n)
 
 
 def _shown_until(state: ViewState) -> int:

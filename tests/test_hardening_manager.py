@@ -1761,3 +1761,32 @@ async def test_a_call_that_outlives_the_closes_wait_is_refused_when_it_ends(
     assert [str(e) for e in outcome] == ["this ContextManager closed while this call ran"]
     assert [e.code for e in events if isinstance(e, CompactionWarning)] == ["slow_close"]
     assert not store._pins  # nothing left pinned
+
+
+async def test_a_call_with_the_newest_call_unanswered_compares_no_whole_history(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by a hostile run (AG, finding 4): a loop calling `prepare` before the tools ran
+    (its newest call unanswered, a stub in each view) had each call compare the whole
+    history with the view, message by message, by fingerprint: 1 ms a call at 20k messages.
+    The view's last message is compared first, and there they differ."""
+    import agentctx.manager as manager_module
+
+    history: list[Message] = [user("the task")]
+    for k in range(3_000):
+        history += [assistant(call(f"c{k}", "read", path=f"f{k}")), result(f"c{k}", f"ok {k}")]
+    compared = 0
+    same = manager_module._same
+
+    def counted(a: Message, b: Message) -> bool:
+        nonlocal compared
+        compared += 1
+        return same(a, b)
+
+    async with ContextManager(Budget(context_window=1_000_000)) as ctx:
+        await ctx.prepare(history[:-1])  # the last call unanswered: a stub in the view
+        monkeypatch.setattr(manager_module, "_same", counted)
+        for end in range(len(history) + 1, len(history) + 40, 2):
+            history += [assistant(call(f"x{end}", "read")), result(f"x{end}", "ok")]
+            await ctx.prepare(history[:-1])
+    assert compared < 200  # a few a call, not 6,000
