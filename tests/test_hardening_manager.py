@@ -1608,6 +1608,30 @@ async def test_a_result_of_several_text_blocks_is_cut_as_one_keeping_its_fields(
     assert text_of(content) in page  # both parts, one recall away
 
 
+class _Awaiting:
+    """The tiers, after awaiting ``seconds`` in `compact` (another task's work, say)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.inner = DeterministicCompaction()
+        self.entered = anyio.Event()
+
+    async def compact(self, ctx: CompactionContext) -> object:
+        self.entered.set()
+        await anyio.sleep(self.seconds)
+        return await self.inner.compact(ctx)
+
+
+def _questions(n: int) -> list[Message]:
+    """A task, then ``n`` questions each answered after a tool step."""
+    from .helpers import tool_turn
+
+    history: list[Message] = [user("the task")]
+    for k in range(n):
+        history += [user(f"q{k}"), *tool_turn(k, lines=120), assistant(text=f"a{k}")]
+    return history
+
+
 async def test_a_close_while_another_task_prepares_waits_for_that_call() -> None:
     """Found by a hostile run (AB, finding 6): `aclose` from another task while `prepare`
     awaited inside its strategy closed the session under it: the call then decided and
@@ -1615,22 +1639,8 @@ async def test_a_close_while_another_task_prepares_waits_for_that_call() -> None
     store writes inline, a wrong `no_task_group` warning). The close now waits for it, and a
     call made once the close has begun is refused."""
 
-    class Slow:
-        def __init__(self) -> None:
-            self.inner = DeterministicCompaction()
-            self.entered = anyio.Event()
-
-        async def compact(self, ctx: CompactionContext) -> object:
-            self.entered.set()
-            await anyio.sleep(0.2)
-            return await self.inner.compact(ctx)
-
-    from .helpers import tool_turn as step
-
-    history: list[Message] = [user("the task")]
-    for k in range(30):
-        history += [user(f"q{k}"), *step(k, lines=120), assistant(text=f"a{k}")]
-    strategy = Slow()
+    history = _questions(30)
+    strategy = _Awaiting(0.2)
     seen: list[Event] = []
     store = MemoryRecallStore()
     budget = Budget(context_window=9_000, reserve_output=1_000)
@@ -1724,22 +1734,8 @@ async def test_a_call_that_outlives_the_closes_wait_is_refused_when_it_ends(
 
     monkeypatch.setattr(manager_module, "_CLOSE_SECONDS", 0.3)
 
-    class Slower:
-        def __init__(self) -> None:
-            self.inner = DeterministicCompaction()
-            self.entered = anyio.Event()
-
-        async def compact(self, ctx: CompactionContext) -> object:
-            self.entered.set()
-            await anyio.sleep(0.8)
-            return await self.inner.compact(ctx)
-
-    from .helpers import tool_turn as step
-
-    history: list[Message] = [user("the task")]
-    for k in range(30):
-        history += [user(f"q{k}"), *step(k, lines=120), assistant(text=f"a{k}")]
-    strategy = Slower()
+    history = _questions(30)
+    strategy = _Awaiting(0.8)
     store = MemoryRecallStore()
     events: list[Event] = []
     budget = Budget(context_window=9_000, reserve_output=1_000)
