@@ -142,22 +142,21 @@ class Calibration:
                 fixed = [(c[:-1], r - held / y, w) for (c, r, w), y in zip(rows, ys, strict=True)]
                 fits.append((_ridge(fixed, priors), held))
             theta, overhead = next((f for f in fits if self._plausible(f[0])), fits[0])
-        g = theta[k]
-        self.multipliers = [
-            min(_MOST, max(_LEAST, 1.0 + d + (g if i != image else 0.0)))
-            for i, d in enumerate(theta[:k])
-        ]
+        self.multipliers = [min(_MOST, max(_LEAST, m)) for m in self._multipliers(theta)]
         # The overhead is part of every report, so no report can be smaller than it; this keeps
         # inconsistent reports (a host that compacted on its own) from running away with it.
         self.overhead = min(max(0.0, overhead), floor)
 
-    def _plausible(self, theta: list[float]) -> bool:
-        """Whether every multiplier ``theta`` gives is one an estimate may be off by."""
+    def _multipliers(self, theta: list[float]) -> list[float]:
+        """The multiplier of each slot ``theta`` gives: 1 + the shared scale (not for images)
+        + the slot's own deviation."""
         k, image = len(self.multipliers), self._image
         g = theta[k]
-        return all(
-            _LEAST <= 1.0 + d + (g if i != image else 0.0) <= _MOST for i, d in enumerate(theta[:k])
-        )
+        return [1.0 + d + (g if i != image else 0.0) for i, d in enumerate(theta[:k])]
+
+    def _plausible(self, theta: list[float]) -> bool:
+        """Whether every multiplier ``theta`` gives is one an estimate may be off by."""
+        return all(_LEAST <= m <= _MOST for m in self._multipliers(theta))
 
 
 def _ridge(rows: list[tuple[list[float], float, float]], priors: list[float]) -> list[float]:
