@@ -367,7 +367,7 @@ def test_what_every_request_sent_ahead_is_counted_in_each_and_in_the_budget() ->
     prefix = sent_ahead(traj)
     assert traj.system and prefix[0].content[0].text == traj.system  # type: ignore[union-attr]
     assert prefix[1:] == traj.demonstrations and traj.demonstrations
-    fixed = MessageCounter().count_many(prefix)
+    fixed = MessageCounter(lazy=False).count_many(prefix)
     assert fixed > 5_000
 
     def run(prefix: tuple[Message, ...], window: int) -> engine.ReplayReport:

@@ -365,7 +365,7 @@ async def replay(
     clock = clock if clock is not None else ReplayClock()
     meter = RetentionMeter(facts) if facts is not None else None
     previous: list[Message] = []  # the view of the request before
-    fixed = MessageCounter().count_many(prefix)
+    fixed = MessageCounter(lazy=False).count_many(prefix)  # in full: no quick first count
     async with ContextManager(
         budget.lowered(fixed),
         strategy=strategy,
