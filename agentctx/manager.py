@@ -859,6 +859,7 @@ class ContextManager:
                     # so none rides under the limit on a first estimate (dense output, cut
                     # to 20k characters, costs up to twice that).
                     self._counter.refine(self._current_view()[0])
+                    self._unrefined = 0
             finally:
                 _COMPACTING.reset(compacting)
                 self._remember_input(history, as_view, marks)  # cancelled too: it was synced
@@ -1230,6 +1231,7 @@ class ContextManager:
         reported, raw_len, _ = self._reported_view
         first = bisect.bisect_left(origins, raw_len) if reported == epoch else 0
         counter.refine(view[first:])
+        self._unrefined = 0  # the whole view is counted in full now
         estimate = counter.overhead + state.tokens
         if tokens > self.budget.context_window and tokens > _MOST_OVER_ESTIMATE * estimate:
             # More than the model could read, and more than any calibration makes of this

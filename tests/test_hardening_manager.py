@@ -1786,3 +1786,39 @@ async def test_a_call_with_the_newest_call_unanswered_compares_no_whole_history(
             history += [assistant(call(f"x{end}", "read")), result(f"x{end}", "ok")]
             await ctx.prepare(history[:-1])
     assert compared < 200  # a few a call, not 6,000
+
+
+async def test_a_call_near_the_limit_counts_in_full_only_what_is_new_since_the_report() -> None:
+    """A call near the limit counts its new messages in full; messages left on quick counts
+    by earlier calls add the whole view. A usage report counts in full everything it was
+    sent, but that debt was not cleared: near the limit, every call of a loop that reports
+    each response counted the whole view again (48 of 470 calls of the pi session at 50k), a
+    no-decision call O(history)."""
+    asked: list[int] = []
+
+    class Counting(MessageCounter):
+        def refine(self, messages: Any) -> int:
+            messages = list(messages)
+            asked.append(len(messages))
+            return super().refine(messages)
+
+    budget = Budget(context_window=12_000, reserve_output=2_000)
+    history: list[Any] = []
+    sent: list[Any] = []
+    near = 0
+    async with ContextManager(budget, counter=Counting(), on_over_budget="send") as ctx:
+        for group in synthetic_session(3, 300, mean_output_lines=30):
+            history += group
+            version = ctx.ledger.version
+            asked.clear()
+            before, sent = sent, await ctx.prepare(history)
+            assert_view_ok(sent, history)
+            # (A view over the limit is counted in full before the call says it is.)
+            if ctx.ledger.version == version and asked and ctx.prompt_tokens <= budget.limit:
+                near += 1
+                assert sent[: len(before)] == before  # no decision: the view only grew
+                assert max(asked) <= len(sent) - len(before), (len(history), asked)
+            full = MessageCounter()
+            ctx.observe(Usage(input_tokens=full.overhead + sum(map(full.count_full, sent))))
+            await anyio.lowlevel.checkpoint()  # the report is applied in the background
+    assert near >= 20  # calls that counted their new messages in full: near the limit

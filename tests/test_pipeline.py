@@ -959,6 +959,10 @@ async def test_skipping_the_passes_when_nothing_can_be_taken_changes_no_view(
             clock=lambda: clock[0],
             recall=MemoryRecallStore(),
             session_id="s",  # recall ids name it
+            # Reports made from the estimate feed the calibration back on itself (its fitted
+            # overhead climbs to 60 % of the budget on some seeds): a view judged over the
+            # budget is still compared, not raised on.
+            on_over_budget="send",
         ) as ctx:
             history: list[Message] = [u("task: make src/m0.py fast")]
             view = await ctx.prepare(history)
