@@ -17,7 +17,10 @@ Cancellation is never wrapped: an outside ``CancelledError`` always propagates a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentctx.messages import Usage
 
 __all__ = [
     "AgentCtxError",
@@ -106,6 +109,8 @@ class SummarizerError(AgentCtxError):
         status: the HTTP status, when there was one.
         retry_after: seconds the provider asked to wait (``Retry-After``), when it did; the
             caller clamps it.
+        usage: what the provider billed, when a reply came and could not be used (a 200 of
+            another shape): the `Usage` it reported, so the spend still counts it.
     """
 
     def __init__(
@@ -115,10 +120,12 @@ class SummarizerError(AgentCtxError):
         retryable: bool,
         status: int | None = None,
         retry_after: float | None = None,
+        usage: Usage | None = None,
     ) -> None:
         self.retryable = retryable
         self.status = status
         self.retry_after = retry_after
+        self.usage = usage
         super().__init__(message)
 
 

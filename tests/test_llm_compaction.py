@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import re
 import tracemalloc
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -75,6 +76,7 @@ from agentctx.events import (
 from agentctx.ledger import Ledger, ReplaceSpan, anchor
 from agentctx.messages import TextBlock, text_of
 from agentctx.pricing import Price
+from agentctx.providers.anthropic_summarizer import AnthropicSummarizer
 from agentctx.strategies.deterministic import truncate_text
 from agentctx.strategies.llm import (
     SUMMARY_MARKER,
@@ -98,7 +100,7 @@ from agentctx.summarizer import (
 )
 from agentctx.testing import drive
 from agentctx.testing.scripted import Outcome, ScriptedSummarizer
-from agentctx.testing.servers import Reply
+from agentctx.testing.servers import FakeAnthropic, Reply
 
 from .helpers import assistant, call, result
 from .sdk_summarizer import (
@@ -1663,6 +1665,81 @@ async def test_a_billed_reply_that_is_no_briefing_is_rejected_with_its_cost(
         assert r.summary is not None
         bill = billed(summarizer, k)
         assert bill is None or r.summary.usage == bill, "the server's bill, as reported"
+
+
+# A 200 of another shape that still says what it was billed, per backend (a proxy's, a
+# look-alike server's): no reply of it can be read, its usage can.
+UNREADABLE_BILLED = {
+    "anthropic": {
+        "id": "m",
+        "type": "message",
+        "content": None,
+        "model": "m",
+        "usage": {"input_tokens": 900, "output_tokens": 50},
+    },
+    "openai-chat": {
+        "id": "c",
+        "choices": None,
+        "model": "m",
+        "usage": {"prompt_tokens": 900, "completion_tokens": 50, "total_tokens": 950},
+    },
+    "openai-responses": {
+        "id": "r",
+        "output": None,
+        "model": "m",
+        "usage": {"input_tokens": 900, "output_tokens": 50, "total_tokens": 950},
+    },
+}
+
+
+async def test_a_billed_reply_that_cannot_be_read_is_reported_with_its_cost(
+    make_summarizer: SummarizerFactory,
+) -> None:
+    """Found by a hostile run (AI, finding 1): a 200 the summarizer could not read was retried
+    as a server fault, but what it was billed was never counted: three billed replies gave
+    `spend.requests == 0`, $0.00, and one `SummaryRejected` with no usage. Each billed reply
+    is now reported once with its usage and cost: a retried one at once, the last one in the
+    rejection that ends the request."""
+    body = UNREADABLE_BILLED.get(make_summarizer.backend, {})
+    unreadable = Outcome.fail(
+        status=None, retryable=True, message="unreadable response", usage=Usage(900, 50)
+    )
+    summarizer = make_summarizer(
+        default=wire(make_summarizer, Reply.malformed(json.dumps(body).encode()), unreadable)
+    )
+    caller, llm = await run_faulty_session(summarizer, make_summarizer.timeout)
+    rejected = caller.of(SummaryRejected)
+    assert rejected and {r.reason for r in rejected} == {"failed"}
+    assert [r.attempts for r in rejected[:2]] == [1, 2]  # each attempt's own bill
+    assert all(r.summary is not None and r.summary.usage == Usage(900, 50) for r in rejected)
+    assert llm.spend.requests == len(rejected) == len(summarizer.requests)
+    assert_costs_add_up(caller, llm)
+
+
+async def test_usage_counts_written_as_json_floats_are_read() -> None:
+    """Found by a hostile run (AI, finding 1): Anthropic's summarizer took usage counts as
+    they came, and a count written ``1200.0`` (which `usage_of` reads, and so do the OpenAI
+    summarizers) failed its check: the billed briefing was thrown away and sent again."""
+    text = briefing("FLOATS")
+    body = {
+        "id": "m",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-haiku-4-5",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 1200.0, "output_tokens": 40.0},
+    }
+    async with FakeAnthropic([Reply.malformed(json.dumps(body).encode())]) as server:
+        summarizer = AnthropicSummarizer("claude-haiku-4-5", api_key="k", base_url=server.url)
+        try:
+            got = await summarizer.summarize(
+                SummaryRequest(system="You summarize.", prompt="Hello.", max_tokens=300)
+            )
+        finally:
+            await summarizer.aclose()
+    assert got.text == text and got.usage == Usage(1200, 40)
 
 
 # ---------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from agentctx._usage import usage_of
 from agentctx.adapters.anthropic import PROVIDER, to_anthropic
 from agentctx.errors import MissingExtraError, SummarizerError
 from agentctx.messages import AssistantMessage, OpaqueBlock, ToolCall, Usage
@@ -143,7 +144,7 @@ class AnthropicCompactionSummarizer(ClientOwner):
             )
         except (anthropic.APIError, *UNREADABLE) as exc:
             raise summarizer_error(anthropic, exc) from exc
-        return read_reply(anthropic, lambda: _to_result(message))
+        return read_reply(anthropic, lambda: _to_result(message), message)
 
 
 def _tool_stubs(conversation: Iterable[Message]) -> list[dict[str, Any]]:
@@ -160,17 +161,7 @@ def _usage(u: BetaUsage) -> Usage:
     parts: list[Any] = list(u.iterations or ()) or [u]
     total = Usage()
     for p in parts:
-        written = p.cache_creation_input_tokens or 0
-        split = p.cache_creation
-        total += Usage(
-            input_tokens=p.input_tokens or 0,
-            output_tokens=p.output_tokens or 0,
-            cache_read_tokens=p.cache_read_input_tokens or 0,
-            cache_write_tokens=written,
-            cache_write_1h_tokens=min(written, split.ephemeral_1h_input_tokens or 0)
-            if split is not None
-            else 0,
-        )
+        total += usage_of(p) or Usage()
     return total
 
 

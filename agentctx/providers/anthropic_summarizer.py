@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from agentctx._usage import usage_of
 from agentctx.errors import MissingExtraError
 from agentctx.messages import Usage
 from agentctx.providers._client import (
@@ -101,21 +102,12 @@ class AnthropicSummarizer(ClientOwner):
             )
         except (anthropic.APIError, *UNREADABLE) as exc:
             raise summarizer_error(anthropic, exc) from exc
-        return read_reply(anthropic, lambda: _to_result(message))
+        return read_reply(anthropic, lambda: _to_result(message), message)
 
 
 def _to_result(message: SDKMessage) -> SummaryResult:
     text = "".join(block.text for block in message.content if block.type == "text")
-    u = message.usage
-    usage = Usage(
-        input_tokens=u.input_tokens,
-        output_tokens=u.output_tokens,
-        cache_read_tokens=u.cache_read_input_tokens or 0,
-        cache_write_tokens=u.cache_creation_input_tokens or 0,
-        cache_write_1h_tokens=(u.cache_creation.ephemeral_1h_input_tokens or 0)
-        if u.cache_creation is not None
-        else 0,
-    )
+    usage = usage_of(message.usage) or Usage()  # as the other summarizers read it
     return SummaryResult(
         text=text,
         stop_reason=normalize_stop_reason(message.stop_reason),

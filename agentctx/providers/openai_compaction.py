@@ -116,7 +116,7 @@ class OpenAICompactionSummarizer(ClientOwner):
         except (openai.APIError, *UNREADABLE) as exc:
             raise summarizer_error(openai, exc) from exc
         span = request.conversation[len(request.conversation) - request.messages :]
-        return read_reply(openai, lambda: _to_result(compacted, span, self.model))
+        return read_reply(openai, lambda: _to_result(compacted, span, self.model), compacted)
 
 
 def _to_result(

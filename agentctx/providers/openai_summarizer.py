@@ -171,7 +171,7 @@ class OpenAIChatSummarizer(_OpenAISummarizer):
             )
         except (openai.APIError, *UNREADABLE) as exc:
             raise summarizer_error(openai, exc) from exc
-        return read_reply(openai, lambda: _chat_result(completion))
+        return read_reply(openai, lambda: _chat_result(completion), completion)
 
 
 class OpenAIResponsesSummarizer(_OpenAISummarizer):
@@ -199,7 +199,7 @@ class OpenAIResponsesSummarizer(_OpenAISummarizer):
             )
         except (openai.APIError, *UNREADABLE) as exc:
             raise summarizer_error(openai, exc) from exc
-        return read_reply(openai, lambda: _responses_result(response))
+        return read_reply(openai, lambda: _responses_result(response), response)
 
 
 def _chat_result(completion: ChatCompletion) -> SummaryResult:

@@ -289,13 +289,13 @@ class Requester:
             self._on_failure(job)
             return
         cfg = self.config
-        result, attempts, reason, detail = await self._attempts(request, job, emit)
+        result, attempts, reason, detail, billed = await self._attempts(request, job, emit)
         if result is None and reason == "stale":
             log.debug("llm compaction: request dropped before sending", detail=detail)
             return
         if result is None:
             log.warning("llm compaction: no briefing", reason=reason, detail=detail)
-            emit(SummaryRejected(reason, detail, attempts, None))
+            emit(SummaryRejected(reason, detail, attempts, billed))
             self._on_failure(job)
             return
         ready = self._bill(job, result)
@@ -316,21 +316,26 @@ class Requester:
 
     async def _attempts(
         self, request: SummaryRequest, job: Job, emit: Callable[[Event], None]
-    ) -> tuple[SummaryResult | None, int, str, str]:
+    ) -> tuple[SummaryResult | None, int, str, str, SummaryStats | None]:
         """Send ``request`` until it succeeds or may not be retried; never past the deadline.
-        One refused as too large is sent again at once, smaller (see `_shrink`)."""
+        One refused as too large is sent again at once, smaller (see `_shrink`). Without a
+        result, the last element is what the last attempt's reply cost, if one came and was
+        billed; a billed reply retried is reported at once (`SummaryRejected`)."""
         cfg = self.config
         deadline = self._clock() + cfg.deadline
         attempt = 0
+        billed: SummaryStats | None = None
         while True:
             if job.stale is not None:  # known useless before it was sent: not sent
-                return None, attempt, "stale", f"not sent: {job.stale.replace('_', ' ')}"
+                return None, attempt, "stale", f"not sent: {job.stale.replace('_', ' ')}", None
             attempt += 1
             remaining = deadline - self._clock()
             if remaining <= 0:
-                return None, attempt - 1, "deadline", f"deadline of {cfg.deadline:g} s passed"
+                detail = f"deadline of {cfg.deadline:g} s passed"
+                return None, attempt - 1, "deadline", detail, None
             limit = min(cfg.timeout, remaining)
             retry_after: float | None = None
+            billed = None
             try:
                 with (
                     telemetry.attempt(self.summarizer, cfg.price, request, attempt) as traced,
@@ -339,7 +344,7 @@ class Requester:
                     reply = await self.summarizer.summarize(replace(request, attempt=attempt))
                     result = check_result(reply)  # malformed: a failed attempt, not retried
                     traced.result = result
-                return result, attempt, "", ""
+                return result, attempt, "", "", None
             except TimeoutError:
                 reason = "timeout" if limit >= cfg.timeout else "deadline"
                 detail = f"attempt {attempt} had no reply after {limit:g} s"
@@ -348,10 +353,14 @@ class Requester:
                 reason, retryable, retry_after = "failed", e.retryable, e.retry_after
                 status = f" (HTTP {e.status})" if e.status is not None else ""
                 detail = f"attempt {attempt}: {e}{status}"
+                if e.usage is not None:  # a reply came, unusable, and was billed
+                    billed = SummaryStats(0, e.usage, *self._charge(e.usage, None))
                 if too_large(e):
                     self._shrink(request, emit, str(e))
                     smaller = self._request(job)
                     if attempt < cfg.retry.max_attempts and not isinstance(smaller, str):
+                        if billed is not None:
+                            emit(SummaryRejected(reason, detail, attempt, billed))
                         request = smaller
                         continue
             except BaseException as e:
@@ -365,25 +374,33 @@ class Requester:
                 reason, retryable = "failed", False
                 detail = f"attempt {attempt}: {type(e).__name__}: {e}"
             if not retryable or attempt >= cfg.retry.max_attempts:
-                return None, attempt, reason, detail
+                return None, attempt, reason, detail, billed
             delay = cfg.retry.delay(attempt, retry_after, self._random())
             if self._clock() + delay >= deadline:
-                return None, attempt, "deadline", f"{detail}; a retry in {delay:g} s would pass it"
+                detail = f"{detail}; a retry in {delay:g} s would pass it"
+                return None, attempt, "deadline", detail, billed
+            if billed is not None:  # reported now, as every billed request is, once
+                emit(SummaryRejected(reason, detail, attempt, billed))
             log.info("llm compaction: retrying", attempt=attempt, delay=delay, detail=detail)
             await self._sleep(delay)
 
     def _bill(self, job: Job, result: SummaryResult) -> Ready:
-        model = result.model or getattr(self.summarizer, "model", None)
+        cost, model = self._charge(result.usage, result.model)
+        return Ready(job, result.text.strip(), result.usage, cost, model, result.messages)
+
+    def _charge(self, usage: Usage, model: str | None) -> tuple[float | None, str | None]:
+        """Add one billed reply to the spend; its cost and the model it is priced as."""
+        model = model or getattr(self.summarizer, "model", None)
         model = model if isinstance(model, str) else None
         price = self.config.price if self.config.price is not None else price_for(model)
         # A reply that reports no tokens at all (a server that leaves usage out) was billed
         # all the same: its cost is unknown, not zero.
-        reported = result.usage.prompt_tokens or result.usage.output_tokens
-        cost = price.cost(result.usage) if price is not None and reported else None
-        self._usage = self._usage + result.usage
+        reported = usage.prompt_tokens or usage.output_tokens
+        cost = price.cost(usage) if price is not None and reported else None
+        self._usage = self._usage + usage
         self._billed += 1
         self._cost = None if self._cost is None or cost is None else self._cost + cost
-        return Ready(job, result.text.strip(), result.usage, cost, model, result.messages)
+        return cost, model
 
 
 def _ends_background_work(e: BaseException, job: Job) -> bool:

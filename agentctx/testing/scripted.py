@@ -78,8 +78,10 @@ class Outcome:
         retry_after: float | None = None,
         message: str = "",
         delay: float | None = None,
+        usage: Usage | None = None,
     ) -> Outcome:
-        """Raise `SummarizerError` after ``delay``; ``retryable`` defaults from ``status``."""
+        """Raise `SummarizerError` after ``delay``; ``retryable`` defaults from ``status``;
+        ``usage``: what the reply that could not be used was billed."""
         if retryable is None:
             retryable = is_retryable_status(status)
         error = SummarizerError(
@@ -87,6 +89,7 @@ class Outcome:
             retryable=retryable,
             status=status,
             retry_after=retry_after,
+            usage=usage,
         )
         return cls(error=error, delay=delay)
 
@@ -168,6 +171,7 @@ class ScriptedSummarizer:
                 retryable=error.retryable,
                 status=error.status,
                 retry_after=error.retry_after,
+                usage=error.usage,
             )
         self.completed += 1
         usage = outcome.usage
