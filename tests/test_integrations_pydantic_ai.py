@@ -16,6 +16,7 @@ import anthropic
 import pytest
 from pydantic_ai import Agent, PydanticAIDeprecationWarning
 from pydantic_ai.messages import (
+    AudioUrl,
     BinaryContent,
     CompactionPart,
     DocumentUrl,
@@ -36,6 +37,7 @@ from pydantic_ai.messages import (
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
+    VideoUrl,
 )
 from pydantic_ai.models.anthropic import AnthropicModel
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -56,13 +58,14 @@ from agentctx import (
     ToolResultMessage,
     UserMessage,
 )
+from agentctx.errors import UnsupportedMessageError
 from agentctx.integrations.pydantic_ai import (
     KEY,
     AgentCtxCapability,
     from_pydantic_ai,
     to_pydantic_ai,
 )
-from agentctx.messages import from_dict, to_dict
+from agentctx.messages import OpaqueBlock, from_dict, to_dict
 from agentctx.testing import FakeAnthropic, Reply, check_view
 
 T = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -633,3 +636,53 @@ def test_request_usage_is_read_as_openai_usage_is() -> None:
 
     usage = _usage(RequestUsage(input_tokens=100, output_tokens=5, cache_read_tokens=900))
     assert usage == Usage(0, 5, 100, 0)
+
+
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d4944415478da63f8cfc0f01f0005000201e2213bc80000000049454e44ae426082"
+)
+FILES = {
+    "pdf": BinaryContent(b"%PDF-1.4 contract", media_type="application/pdf"),
+    "document-url": DocumentUrl("https://example.com/spec.pdf"),
+    "audio-url": AudioUrl("https://example.com/call.mp3"),
+    "video-url": VideoUrl("https://example.com/demo.mp4"),
+    "image-url": ImageUrl("https://example.com/chart.png", vendor_metadata={"detail": "high"}),
+    "png": BinaryContent(PNG, media_type="image/png", vendor_metadata={"detail": "low"}),
+}
+
+
+@pytest.mark.parametrize("name", list(FILES))
+async def test_files_beside_a_cut_tool_return_and_a_repaired_task_are_kept(name: str) -> None:
+    """Found by a hostile run (AH, finding 1): a prompt or tool return agentctx changed was
+    rebuilt from its neutral blocks, and every document, audio, video or file URL in it was
+    left out unsaid (the task's attached PDF, after an empty-text repair; each file beside a
+    truncated tool output), and images lost their ``vendor_metadata``."""
+    item = FILES[name]
+    output = "\n".join(f"row {i} " + "z" * 70 for i in range(500))
+    history: list[ModelMessage] = [
+        ModelRequest([UserPromptPart(["Summarize the attached file.", "", item], timestamp=T)]),
+        ModelResponse([ToolCallPart("fetch", {"n": 1}, "c0")], timestamp=T),
+        ModelRequest([ToolReturnPart("fetch", [output, item], "c0", timestamp=T)]),
+        ModelResponse([TextPart("ok")], timestamp=T),
+    ]
+    budget = Budget(context_window=6_000, reserve_output=1_000)
+    async with ContextManager(budget, on_over_budget="send") as ctx:
+        view = await ctx.prepare(from_pydantic_ai(history))
+    sent = to_pydantic_ai(view, history)
+    task, tool_return = sent[0].parts[0], sent[2].parts[0]
+    assert isinstance(task, UserPromptPart) and isinstance(tool_return, ToolReturnPart)
+    assert task.content == ["Summarize the attached file.", item]  # the empty text repaired
+    cut = tool_return.content
+    assert isinstance(cut, list) and len(cut[0]) < len(output) and cut[1:] == [item]
+    assert cut[1].vendor_metadata == item.vendor_metadata  # type: ignore[union-attr]
+
+
+def test_an_opaque_block_pydantic_ai_cannot_send_is_refused_not_dropped() -> None:
+    history: list[ModelMessage] = [ModelRequest([UserPromptPart(["a", "b"], timestamp=T)])]
+    (task,) = from_pydantic_ai(history)
+    foreign = dataclasses.replace(
+        task, content=(TextBlock("a"), OpaqueBlock("anthropic", {"type": "document"}))
+    )
+    with pytest.raises(UnsupportedMessageError, match="no part for it"):
+        to_pydantic_ai([foreign], history)

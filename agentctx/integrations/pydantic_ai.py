@@ -45,6 +45,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import json
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -82,6 +83,7 @@ try:
         BinaryContent,
         ImageUrl,
         ModelMessage,
+        ModelMessagesTypeAdapter,
         ModelRequest,
         ModelRequestPart,
         ModelResponse,
@@ -248,24 +250,59 @@ def from_pydantic_ai(messages: Sequence[ModelMessage]) -> list[Message]:
 # neutral -> pydantic-ai
 
 
-def _user_content(blocks: Sequence[object]) -> str | list[PydanticUserContent]:
-    """Neutral content as a prompt's (or a tool return's) content: a str when all text."""
+def _user_content(
+    blocks: Sequence[object], sources: Sequence[object] = ()
+) -> str | list[PydanticUserContent]:
+    """Neutral content as a prompt's (or a tool return's) content: a str when all text.
+    ``sources``: the items of the part it was made from, whose images are taken back as they
+    were (with their ``vendor_metadata``)."""
     if all(isinstance(b, TextBlock) for b in blocks):
         return text_of(blocks)  # type: ignore[arg-type]
     items: list[PydanticUserContent] = []
     for b in blocks:
         if isinstance(b, TextBlock):
             items.append(b.text)
-        elif isinstance(b, ImageBlock) and b.source == "url":
-            items.append(ImageUrl(b.data, media_type=b.media_type or None))
         elif isinstance(b, ImageBlock):
-            try:
-                data = base64.b64decode(b.data, validate=True)
-            except (binascii.Error, ValueError):
-                raise UnsupportedMessageError(None, "image block with bad base64 data") from None
-            items.append(BinaryContent(data, media_type=b.media_type))
-        # An opaque block here was not made from this history; nothing to rebuild it from.
+            items.append(_image(b, sources))
+        elif isinstance(b, OpaqueBlock) and b.provider == PROVIDER and "part" in b.payload:
+            items.append(_rebuilt(b.payload["part"]))
+        else:  # never dropped unsaid: a document or a file is often what the task is about
+            raise UnsupportedMessageError(
+                None,
+                f"a {type(b).__name__} of {getattr(b, 'provider', '?')!r} in a prompt or "
+                "tool return sent through pydantic-ai, which has no part for it",
+            )
     return items
+
+
+def _image(b: ImageBlock, sources: Sequence[object]) -> PydanticUserContent:
+    for item in sources:
+        if b.source == "url" and isinstance(item, ImageUrl) and item.url == b.data:
+            return item
+        if isinstance(item, BinaryContent) and item.is_image and item.base64 == b.data:
+            return item
+    if b.source == "url":
+        return ImageUrl(b.data, media_type=b.media_type or None)
+    try:
+        data = base64.b64decode(b.data, validate=True)
+    except (binascii.Error, ValueError):
+        raise UnsupportedMessageError(None, "image block with bad base64 data") from None
+    return BinaryContent(data, media_type=b.media_type)
+
+
+def _rebuilt(dumped: object) -> PydanticUserContent:
+    """A prompt item (a document, audio, video, a file URL) from its `_dump`: read back as
+    pydantic-ai reads a stored history, bytes from base64."""
+    stored = [{"kind": "request", "parts": [{"part_kind": "user-prompt", "content": [dumped]}]}]
+    try:
+        (request,) = ModelMessagesTypeAdapter.validate_json(json.dumps(stored))
+        part = request.parts[0]
+        if isinstance(part, UserPromptPart) and not isinstance(part.content, str):
+            return part.content[0]
+        problem = f"read back as {type(part).__name__}"
+    except (ValueError, TypeError, IndexError) as e:  # pydantic's ValidationError: ValueError
+        problem = str(e)
+    raise UnsupportedMessageError(None, f"a pydantic-ai prompt item that cannot be read: {problem}")
 
 
 def _key(extra: Mapping[str, Any]) -> tuple[int, ...] | None:
@@ -322,7 +359,7 @@ def _changed_part(m: Message, was: Message, part: ModelRequestPart) -> ModelRequ
             return dataclasses.replace(
                 cast("ToolReturnPart[Any]", part), tool_call_id=m.tool_call_id
             )
-        content = _user_content(m.content)
+        content = _user_content(m.content, part.files if isinstance(part, ToolReturnPart) else ())
         if type(part) is ToolReturnPart:
             plain = cast("ToolReturnPart[Any]", part)
             return dataclasses.replace(plain, content=content, tool_call_id=m.tool_call_id)
@@ -348,7 +385,8 @@ def _changed_part(m: Message, was: Message, part: ModelRequestPart) -> ModelRequ
             )
     if isinstance(m, UserMessage):
         if isinstance(part, UserPromptPart):
-            return dataclasses.replace(part, content=_user_content(m.content))
+            sources = () if isinstance(part.content, str) else part.content
+            return dataclasses.replace(part, content=_user_content(m.content, sources))
         if isinstance(part, RetryFeedbackPart):
             return dataclasses.replace(part, content=text_of(m.content))
         if isinstance(part, RetryPromptPart):
