@@ -23,6 +23,7 @@ import bisect
 import contextvars
 import math
 import reprlib
+import sys
 import threading
 import time
 import uuid
@@ -990,19 +991,26 @@ class ContextManager:
     async def recall(
         self, id: str, offset: int = 0, limit: int = 8000, pattern: str | None = None
     ) -> str:
-        """What the ``recall_context`` tool returns for these arguments (see `recall_page`).
+        """What the ``recall_context`` tool returns for these arguments (see `recall_page`);
+        ``limit`` is not capped as the tool's is. Values the tool would not take (a model's,
+        passed on) get its explanation, as in `handle_recall`, not an error.
 
         The store is read off the event loop, under a deadline; a store that is down gets
         the model an explanation, not an error."""
-        if self._writer is None:
-            return recall_page(None, self.session_id, id, offset, limit, pattern)
-        return await self._writer.page(id, offset, limit, pattern)
+        arguments = {"id": id, "offset": offset, "limit": limit, "pattern": pattern}
+        return await self._page(recall_arguments(arguments, most=sys.maxsize))
 
     async def handle_recall(self, arguments: object) -> str:
         """The ``recall_context`` tool's result for the model's raw ``arguments`` (a mapping,
         as parsed from the tool call); unusable arguments get an explanation, not an error."""
-        parsed = recall_arguments(arguments)
-        return parsed if isinstance(parsed, str) else await self.recall(*parsed)
+        return await self._page(recall_arguments(arguments))
+
+    async def _page(self, parsed: tuple[str, int, int, str | None] | str) -> str:
+        if isinstance(parsed, str):
+            return parsed
+        if self._writer is None:
+            return recall_page(None, self.session_id, *parsed)
+        return await self._writer.page(*parsed)
 
     def _current_view(self) -> tuple[Sequence[Message], Sequence[int]]:
         state = self._state

@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentctx import recall_tool
+from agentctx.blocking import BlockingContextManager
 from agentctx.boundaries import repair
 from agentctx.budget import Budget
 from agentctx.ledger import Ledger, ReplaceArguments, ReplaceResult, anchor, render
@@ -188,6 +189,33 @@ async def test_handle_recall_takes_the_models_raw_arguments() -> None:
                     "[recall_context"
                 )
         assert "past the end" in await ctx.handle_recall({"id": rid, "offset": 10**5000})
+
+
+async def test_recall_answers_values_the_tool_would_not_take_as_the_tool_does() -> None:
+    """Found by a hostile run (AH, finding 2): `ContextManager.recall` passed its arguments
+    on unchecked, and a model's values handed to it (``args.get("id")``) raised a bare
+    `TypeError` from deep inside; it answers as `handle_recall` does, blocking or not."""
+    store = MemoryRecallStore()
+    async with ContextManager(Budget(context_window=100_000), recall=store) as ctx:
+        rid = store.put(ctx.session_id, "0123456789" * 10)
+        recall: Any = ctx.recall
+        for args, why in [
+            ((None,), "`id` is required"),
+            ((rid, 1.5), "`offset` must be a whole number"),
+            ((rid, 0, None, ["x"]), "`pattern` must be a text"),
+            ((rid, 0, None, 5), "`pattern` must be a text"),
+            ((rid, 0, 0), "`limit` must be a whole number"),
+        ]:
+            assert why in await recall(*args), args
+        assert (await recall(rid, "10", 5)).endswith("\n01234")  # as a model writes them
+
+
+def test_blocking_recall_answers_values_the_tool_would_not_take() -> None:
+    manager = ContextManager(Budget(context_window=100_000), recall=MemoryRecallStore())
+    with BlockingContextManager(manager) as ctx:
+        recall: Any = ctx.recall
+        assert "`id` is required" in recall(None)
+        assert "`limit` must be a whole number" in recall("ctx-0000000000000000", 0, -3)
 
 
 async def test_condensed_and_dropped_parts_are_recallable_in_one_call() -> None:

@@ -145,13 +145,15 @@ def recall_page(
     ) + sendable_text(content[offset:end])
 
 
-def recall_arguments(arguments: object) -> tuple[str, int, int, str | None] | str:
+def recall_arguments(
+    arguments: object, *, most: int = MAX_LIMIT
+) -> tuple[str, int, int, str | None] | str:
     """``(id, offset, limit, pattern)`` from a model's tool-call arguments, or the text to
     answer the model with when they are unusable (never an exception: models get it wrong).
 
-    Integers may come as plain ASCII digit strings or whole floats; ``limit`` above
-    `MAX_LIMIT` is capped to it; unknown keys are ignored. A bad value is echoed back only as
-    a short prefix.
+    Integers may come as plain ASCII digit strings or whole floats; ``limit`` above ``most``
+    (`MAX_LIMIT`: what one tool result should hold) is capped to it; unknown keys are
+    ignored. A bad value is echoed back only as a short prefix.
     """
     if not isinstance(arguments, Mapping):
         return "[recall_context] arguments must be an object with an `id`."
@@ -180,7 +182,7 @@ def recall_arguments(arguments: object) -> tuple[str, int, int, str | None] | st
         problem = _pattern_problem(pattern)
         if problem is not None:
             return problem
-    return rid, offset, min(limit, MAX_LIMIT), pattern or None
+    return rid, offset, min(limit, most), pattern or None
 
 
 # ---------------------------------------------------------------------------------------
