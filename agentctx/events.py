@@ -15,6 +15,7 @@ as ``null``.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import inspect
 import logging
 import math
@@ -253,6 +254,12 @@ class SubscriberWarning(RuntimeWarning):
     """An event subscriber raised; the loop went on. Issued once per subscriber."""
 
 
+# The hub whose async callback the current task runs (see `EventHub.runs_callback`).
+_CALLBACK_OF: contextvars.ContextVar[EventHub | None] = contextvars.ContextVar(
+    "agentctx_callback_of", default=None
+)
+
+
 class EventHub:
     """Fans events out to callbacks and iterators; nothing a subscriber does reaches the emitter.
 
@@ -371,10 +378,18 @@ class EventHub:
             await self._run_async(awaitable, callback)
 
     async def _run_async(self, awaitable: Awaitable[None], callback: Subscriber) -> None:
+        running = _CALLBACK_OF.set(self)
         try:
             await awaitable
         except Exception as e:
             self._subscriber_failed(callback, e)
+        finally:
+            _CALLBACK_OF.reset(running)
+
+    def runs_callback(self) -> bool:
+        """Whether the calling code runs inside one of this hub's async callbacks (a task of
+        the group it is bound to, when not draining)."""
+        return _CALLBACK_OF.get() is self
 
     def _subscriber_failed(self, callback: Subscriber, error: Exception) -> None:
         """Log every failure; warn once per subscriber, so it is seen without logging set up

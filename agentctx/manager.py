@@ -571,12 +571,16 @@ class ContextManager:
         if self._tasks is not None:
             self._tasks.cancel_scope.cancel()
         # Shielded and bounded: a caller being cancelled still gets the report, and work that
-        # ignores cancellation holds up neither the report nor the store's last writes.
+        # ignores cancellation holds up neither the report nor the store's last writes. An
+        # async subscriber closing the session is part of that work, and would wait for
+        # itself: it goes on, cancelled at its next await, and the close completes as the
+        # background work it belongs to ends.
         done = self._background_done
+        inside = self._hub.runs_callback()
         with anyio.move_on_after(_CLOSE_SECONDS, shield=True):
-            if done is not None:
+            if done is not None and not inside:
                 await done.wait()
-        if done is not None and not done.is_set():
+        if done is not None and not done.is_set() and not inside:
             self._hub.emit(
                 CompactionWarning(
                     "slow_close",

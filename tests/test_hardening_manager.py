@@ -1822,3 +1822,33 @@ async def test_a_call_near_the_limit_counts_in_full_only_what_is_new_since_the_r
             ctx.observe(Usage(input_tokens=full.overhead + sum(map(full.count_full, sent))))
             await anyio.lowlevel.checkpoint()  # the report is applied in the background
     assert near >= 20  # calls that counted their new messages in full: near the limit
+
+
+async def test_an_async_subscriber_that_closes_the_session_does_not_wait_for_itself() -> None:
+    """Found by a hostile run (AI, finding 2): a watchdog subscriber (async, so a task of the
+    manager's background work) that closed the session waited the close's whole bound for
+    the work it is part of, 5 s, and the close then blamed a blocking summarizer call
+    (`slow_close`). It closes at once; the subscriber is cancelled at its next await."""
+    events: list[Event] = []
+    after_close: list[str] = []
+    ctx = ContextManager(Budget(context_window=4_000, reserve_output=500), on_over_budget="send")
+
+    async def watchdog(event: Event) -> None:
+        if isinstance(event, ContextCompacted):
+            await ctx.aclose()
+            after_close.append("returned")
+            await anyio.sleep(10)  # cancelled: the background work it belongs to ends
+            after_close.append("slept")
+
+    history: list[Any] = [user("the task")]
+    with anyio.fail_after(3):
+        async with ctx:
+            ctx.subscribe(events.append)
+            ctx.subscribe(watchdog)
+            with pytest.raises(ConfigError, match="closed"):
+                for n in range(200):
+                    history += [assistant(call(f"c{n}", "read")), result(f"c{n}", "x " * 400)]
+                    await ctx.prepare(history)
+                    await anyio.lowlevel.checkpoint()
+    assert after_close == ["returned"]
+    assert not [e for e in events if isinstance(e, CompactionWarning)]
