@@ -1267,3 +1267,30 @@ async def test_close_during_a_hang_releases_everything() -> None:
             await pending
     assert _server_threads() == []
     server.close()  # idempotent
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_lone_surrogate_in_a_reply_goes_out_as_its_json_escape(
+    stream: bool,
+    ant: FakeAnthropic,
+    aclient: anthropic.AsyncAnthropic,
+    oai: FakeOpenAI,
+    oclient: openai.AsyncOpenAI,
+) -> None:
+    """Found by a hostile run (AI, finding 3): a scripted reply holding a lone surrogate (a
+    reply decoded from JSON can hold one) made the servers answer 500 "fake server bug"; the
+    APIs send it as ``\\ud800`` in JSON, and the SDKs read it back as the surrogate."""
+    text = "a \ud800 b"
+    ant.enqueue(Reply.text(text))
+    oai.enqueue(Reply.text(text), Reply.text(text))
+    if stream:
+        async with aclient.messages.stream(model=MODEL, messages=USER, max_tokens=64) as s:
+            got = [(await s.get_final_message()).content[0].text]  # type: ignore[union-attr]
+        chunks = await oclient.chat.completions.create(model="m", messages=USER, stream=True)
+        got.append("".join([c.choices[0].delta.content or "" async for c in chunks if c.choices]))
+    else:
+        got = [(await _create(aclient)).content[0].text]
+        completion = await oclient.chat.completions.create(model="m", messages=USER)
+        got.append(completion.choices[0].message.content)
+    got.append((await oclient.responses.create(model="m", input="Hi")).output_text)
+    assert got == [text] * 3

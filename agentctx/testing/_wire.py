@@ -45,8 +45,15 @@ CREATED_BASE = 1_750_000_000  # fixed clock for `created` fields, so bodies are 
 
 
 def dumps(value: object) -> str:
-    """Compact JSON as the real APIs send it."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """Compact JSON as the real APIs send it: UTF-8 text, a lone surrogate (a scripted reply
+    can hold one, as a reply decoded from JSON can) as its escape, which is all UTF-8 can
+    carry of it."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":"))  # every non-ASCII character escaped
+    return text
 
 
 def canonical(value: object) -> str:
