@@ -1285,7 +1285,7 @@ async def test_a_lone_surrogate_in_a_reply_goes_out_as_its_json_escape(
     oai.enqueue(Reply.text(text), Reply.text(text))
     if stream:
         async with aclient.messages.stream(model=MODEL, messages=USER, max_tokens=64) as s:
-            got = [(await s.get_final_message()).content[0].text]  # type: ignore[union-attr]
+            got = [(await s.get_final_message()).content[0].text]
         chunks = await oclient.chat.completions.create(model="m", messages=USER, stream=True)
         got.append("".join([c.choices[0].delta.content or "" async for c in chunks if c.choices]))
     else:
