@@ -17,10 +17,7 @@ Cancellation is never wrapped: an outside ``CancelledError`` always propagates a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from agentctx.messages import Usage
+from typing import Any
 
 __all__ = [
     "AgentCtxError",
@@ -110,7 +107,8 @@ class SummarizerError(AgentCtxError):
         retry_after: seconds the provider asked to wait (``Retry-After``), when it did; the
             caller clamps it.
         usage: what the provider billed, when a reply came and could not be used (a 200 of
-            another shape): the `Usage` it reported, so the spend still counts it.
+            another shape): a `Usage`, or the reply's usage as ``usage_of`` reads it (an SDK
+            usage object, a mapping), so the spend still counts it.
     """
 
     def __init__(
@@ -120,7 +118,7 @@ class SummarizerError(AgentCtxError):
         retryable: bool,
         status: int | None = None,
         retry_after: float | None = None,
-        usage: Usage | None = None,
+        usage: object = None,
     ) -> None:
         self.retryable = retryable
         self.status = status

@@ -1716,6 +1716,33 @@ async def test_a_billed_reply_that_cannot_be_read_is_reported_with_its_cost(
     assert_costs_add_up(caller, llm)
 
 
+@pytest.mark.parametrize(
+    ("usage", "read"),
+    [
+        ({"input_tokens": 900, "output_tokens": 50}, Usage(900, 50)),
+        (Usage(-900, 50), Usage(0, 50)),  # a count that is no token count is 0
+        (Usage(900, 10**15), Usage(900, 0)),  # past any request
+        (Usage(0, 0), None),  # nothing reported: not billed as far as anyone can tell
+        ("900 tokens", None),
+    ],
+    ids=["mapping", "negative", "huge", "zero", "text"],
+)
+async def test_what_a_summarizer_says_an_unusable_reply_was_billed_is_read_as_usage(
+    usage: object, read: Usage | None
+) -> None:
+    """Found by a hostile run (AJ, finding 3): `SummarizerError.usage` from a summarizer of
+    one's own was counted as given: a negative count made the spend negative, 10^15 tokens
+    cost a billion dollars, and a mapping raised inside the request's error handling, which
+    lost the bill. It is read as `usage_of` reads any usage."""
+    summarizer = Scripted(default=Outcome.fail(status=None, retryable=True, usage=usage))
+    caller, llm = await run_faulty_session(summarizer, 0.05)
+    rejected = caller.of(SummaryRejected)
+    assert rejected and all(r.reason == "failed" for r in rejected)
+    assert {r.summary.usage if r.summary else None for r in rejected} == {read}
+    assert llm.spend.requests == (len(rejected) if read else 0)
+    assert (llm.spend.cost_usd or 0.0) >= 0.0
+
+
 async def test_usage_counts_written_as_json_floats_are_read() -> None:
     """Found by a hostile run (AI, finding 1): Anthropic's summarizer took usage counts as
     they came, and a count written ``1200.0`` (which `usage_of` reads, and so do the OpenAI

@@ -32,6 +32,7 @@ from agentctx import (
     ContextManager,
     DeterministicCompaction,
     Message,
+    Usage,
     UserMessage,
 )
 from agentctx.adapters.anthropic import (
@@ -552,3 +553,32 @@ async def test_the_fake_openai_compact_endpoint_is_validated_like_the_api() -> N
         tampered = {**item, "encrypted_content": item["encrypted_content"][:-3] + "AAA"}
         with pytest.raises(openai.BadRequestError, match="could not be verified"):
             await client.responses.create(model="m", input=[tampered])  # type: ignore[list-item]
+
+
+async def test_an_unreadable_compaction_is_billed_what_its_iterations_report() -> None:
+    """Found by a hostile run (AJ, finding 2): a compaction reply that could not be read
+    was billed what its top-level usage says, while Anthropic may report a compaction's own
+    cost only in ``usage.iterations``, which a readable reply sums: here 0 against 5,400."""
+    conversation = (UserMessage.of("task: fix the parser"), UserMessage.of("go on"))
+    request = SummaryRequest(
+        system="s", prompt="p", max_tokens=300, conversation=conversation, messages=1
+    )
+    body = {
+        "id": "m", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+        "content": None, "stop_reason": "compaction", "stop_sequence": None,
+        "usage": {
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "iterations": [{"type": "compaction", "input_tokens": 5000, "output_tokens": 400}],
+        },
+    }  # fmt: skip
+    async with FakeAnthropic([Reply.malformed(json.dumps(body).encode())]) as server:
+        summarizer = AnthropicCompactionSummarizer(
+            "claude-sonnet-4-5", api_key="k", base_url=server.url
+        )
+        try:
+            with pytest.raises(SummarizerError, match="unreadable") as info:
+                await summarizer.summarize(request)
+        finally:
+            await summarizer.aclose()
+    assert info.value.usage == Usage(5000, 400)

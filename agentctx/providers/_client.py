@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from agentctx._usage import usage_of
 from agentctx.errors import ConfigError, SummarizerError
 from agentctx.providers._retry_after import retry_after_seconds
 from agentctx.summarizer import SummaryResult, check_result, is_retryable_status
@@ -79,29 +78,26 @@ UNREADABLE = (ValueError, RecursionError)
 `json.JSONDecodeError`), an int past what Python reads (4300 digits), JSON nested too deep."""
 
 
-def read_reply(sdk: ModuleType, read: Callable[[], SummaryResult], reply: object) -> SummaryResult:
-    """``read()``, the result made from ``reply`` (what the SDK parsed), checked
-    (`check_result`); a reply of another shape (a field missing or of another type: a proxy's
-    or a look-alike server's) is `SummarizerError`, retryable as an unreadable 200 is
-    (`summarizer_error`), not a bare error from inside nor a result the strategy refuses as
-    a bug. It carries the usage the reply reports, if any: the request was billed."""
+def read_reply(
+    sdk: ModuleType, read: Callable[[], SummaryResult], billed: Callable[[], Usage]
+) -> SummaryResult:
+    """``read()``, the result made from a reply the SDK parsed, checked (`check_result`); a
+    reply of another shape (a field missing or of another type: a proxy's or a look-alike
+    server's) is `SummarizerError`, retryable as an unreadable 200 is (`summarizer_error`),
+    not a bare error from inside nor a result the strategy refuses as a bug. It carries what
+    ``billed()`` reads of the reply's usage, as ``read`` would: the request was billed."""
     try:
         return check_result(read())
     except (TypeError, AttributeError, KeyError, IndexError, SummarizerError, *UNREADABLE) as exc:
+        try:
+            usage: Usage | None = billed()
+        except Exception:  # a reply of any shape: its usage is as likely to be broken
+            usage = None
         raise SummarizerError(
             f"{sdk.__name__}: unreadable response ({type(exc).__name__}: {exc})",
             retryable=True,
-            usage=_billed(reply),
+            usage=usage,
         ) from exc
-
-
-def _billed(reply: object) -> Usage | None:
-    """The usage an unusable reply reports (None if it reports none it can be read by)."""
-    try:
-        usage = usage_of(reply)
-    except Exception:  # a reply of any shape: its usage is as likely to be broken
-        return None
-    return usage if usage is not None and (usage.prompt_tokens or usage.output_tokens) else None
 
 
 def summarizer_error(sdk: ModuleType, exc: BaseException) -> SummarizerError:

@@ -144,7 +144,7 @@ class AnthropicCompactionSummarizer(ClientOwner):
             )
         except (anthropic.APIError, *UNREADABLE) as exc:
             raise summarizer_error(anthropic, exc) from exc
-        return read_reply(anthropic, lambda: _to_result(message), message)
+        return read_reply(anthropic, lambda: _to_result(message), lambda: _usage(message.usage))
 
 
 def _tool_stubs(conversation: Iterable[Message]) -> list[dict[str, Any]]:

@@ -102,12 +102,16 @@ class AnthropicSummarizer(ClientOwner):
             )
         except (anthropic.APIError, *UNREADABLE) as exc:
             raise summarizer_error(anthropic, exc) from exc
-        return read_reply(anthropic, lambda: _to_result(message), message)
+        return read_reply(anthropic, lambda: _to_result(message), lambda: _usage(message))
+
+
+def _usage(message: SDKMessage) -> Usage:
+    return usage_of(message.usage) or Usage()  # as the other summarizers read it
 
 
 def _to_result(message: SDKMessage) -> SummaryResult:
     text = "".join(block.text for block in message.content if block.type == "text")
-    usage = usage_of(message.usage) or Usage()  # as the other summarizers read it
+    usage = _usage(message)
     return SummaryResult(
         text=text,
         stop_reason=normalize_stop_reason(message.stop_reason),

@@ -116,13 +116,19 @@ class OpenAICompactionSummarizer(ClientOwner):
         except (openai.APIError, *UNREADABLE) as exc:
             raise summarizer_error(openai, exc) from exc
         span = request.conversation[len(request.conversation) - request.messages :]
-        return read_reply(openai, lambda: _to_result(compacted, span, self.model), compacted)
+        return read_reply(
+            openai, lambda: _to_result(compacted, span, self.model), lambda: _usage(compacted)
+        )
+
+
+def _usage(compacted: CompactedResponse) -> Usage:
+    return usage_of(compacted.usage) or Usage()
 
 
 def _to_result(
     compacted: CompactedResponse, span: tuple[Message, ...], model: str
 ) -> SummaryResult:
-    usage = usage_of(compacted.usage) or Usage()
+    usage = _usage(compacted)
     # The items as the server sent them: the encrypted content goes back byte for byte.
     items = [i.to_dict(mode="json") for i in compacted.output if i.type == "compaction"]
     spliced: tuple[Message, ...] = ()

@@ -171,7 +171,7 @@ class OpenAIChatSummarizer(_OpenAISummarizer):
             )
         except (openai.APIError, *UNREADABLE) as exc:
             raise summarizer_error(openai, exc) from exc
-        return read_reply(openai, lambda: _chat_result(completion), completion)
+        return read_reply(openai, lambda: _chat_result(completion), lambda: _usage(completion))
 
 
 class OpenAIResponsesSummarizer(_OpenAISummarizer):
@@ -199,11 +199,15 @@ class OpenAIResponsesSummarizer(_OpenAISummarizer):
             )
         except (openai.APIError, *UNREADABLE) as exc:
             raise summarizer_error(openai, exc) from exc
-        return read_reply(openai, lambda: _responses_result(response), response)
+        return read_reply(openai, lambda: _responses_result(response), lambda: _usage(response))
+
+
+def _usage(reply: ChatCompletion | Response) -> Usage:
+    return usage_of(reply.usage) or Usage()
 
 
 def _chat_result(completion: ChatCompletion) -> SummaryResult:
-    usage = usage_of(completion.usage) or Usage()
+    usage = _usage(completion)
     if not isinstance(completion.choices, list):
         raise TypeError(f"choices is {type(completion.choices).__name__}, not a list")
     if not completion.choices:
@@ -222,7 +226,7 @@ def _chat_result(completion: ChatCompletion) -> SummaryResult:
 
 
 def _responses_result(response: Response) -> SummaryResult:
-    usage = usage_of(response.usage) or Usage()
+    usage = _usage(response)
     texts: list[str] = []
     refused: list[str] = []
     for item in response.output:

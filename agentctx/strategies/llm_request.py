@@ -31,6 +31,7 @@ import anyio
 
 from agentctx import telemetry
 from agentctx._log import log
+from agentctx._usage import billed_usage
 from agentctx.errors import SummarizerError
 from agentctx.events import CompactionWarning, SummaryRejected, SummaryStale, SummaryStats
 from agentctx.messages import Usage
@@ -353,8 +354,9 @@ class Requester:
                 reason, retryable, retry_after = "failed", e.retryable, e.retry_after
                 status = f" (HTTP {e.status})" if e.status is not None else ""
                 detail = f"attempt {attempt}: {e}{status}"
-                if e.usage is not None:  # a reply came, unusable, and was billed
-                    billed = SummaryStats(0, e.usage, *self._charge(e.usage, None))
+                usage = billed_usage(e.usage)
+                if usage is not None:  # a reply came, unusable, and was billed
+                    billed = SummaryStats(0, usage, *self._charge(usage, None))
                 if too_large(e):
                     self._shrink(request, emit, str(e))
                     smaller = self._request(job)
