@@ -516,6 +516,12 @@ class ContextManager:
             self._report_arrived = None
             self._hub.bind(None)
             done.set()
+            if self._closed and not self._hub.closed:
+                # The close did not wait for this work (it ran late, or the close came from
+                # an async subscriber, part of it): what it left is reported now, and the
+                # event streams end.
+                await self._report_on_close()
+                self._hub.close()
 
     async def __aexit__(
         self,
@@ -538,10 +544,6 @@ class ContextManager:
                 if isinstance(e, KeyboardInterrupt | SystemExit):
                     raise e from None
             raise
-        finally:
-            if not self._hub.closed:  # work that outlived the close's wait ended only now
-                await self._report_on_close()
-                self._hub.close()
         if exc is None:
             self._raise_close_error()
         return exited
@@ -594,7 +596,7 @@ class ContextManager:
         self._closed = True
         if done is None or done.is_set():
             self._hub.close()
-        # else `__aexit__` waits for that work, then reports what it left and closes the hub
+        # else that work, once it ends, reports what it left and closes the hub
 
     async def _report_on_close(self) -> None:
         with anyio.move_on_after(_CLOSE_SECONDS, shield=True):

@@ -1841,14 +1841,21 @@ async def test_an_async_subscriber_that_closes_the_session_does_not_wait_for_its
             after_close.append("slept")
 
     history: list[Any] = [user("the task")]
+    streamed: list[Event] = []
     with anyio.fail_after(3):
         async with ctx:
             ctx.subscribe(events.append)
             ctx.subscribe(watchdog)
+            stream = ctx.events()
             with pytest.raises(ConfigError, match="closed"):
                 for n in range(200):
                     history += [assistant(call(f"c{n}", "read")), result(f"c{n}", "x " * 400)]
                     await ctx.prepare(history)
                     await anyio.lowlevel.checkpoint()
+            # (AJ, finding 1) The event streams end, as they do on any close: a reader
+            # inside ``async with`` waited for them until it exited.
+            streamed += [e async for e in stream]
+            assert [e async for e in ctx.events()] == []
     assert after_close == ["returned"]
     assert not [e for e in events if isinstance(e, CompactionWarning)]
+    assert streamed == events
