@@ -39,7 +39,14 @@ from agentctx.importers import (
 )
 from agentctx.importers._common import as_int
 from agentctx.manager import ContextManager
-from agentctx.messages import AssistantMessage, Message, Usage, UserMessage, to_dict
+from agentctx.messages import (
+    AssistantMessage,
+    Message,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+    to_dict,
+)
 from agentctx.pricing import Price
 from agentctx.recall import MemoryRecallStore, SQLiteRecallStore, recall_tool
 from agentctx.recall.tool import MAX_LIMIT
@@ -573,6 +580,44 @@ def test_deep_nesting_is_a_format_error_naming_the_line(
     if name.endswith(".traj"):
         with pytest.raises(TranscriptFormatError, match="nested less deeply"):
             swe_agent.load(path)
+
+
+def test_deep_nesting_with_an_unterminated_string_is_refused_in_linear_time(
+    tmp_path: Path,
+) -> None:
+    """Found by a hostile run (AK, finding 4): finding the line of the deepest nesting read
+    an unterminated string again from every escaped quote inside it: a 164 KB file took 11 s
+    to be refused, a 1 MB one hours. 64,000 escaped quotes now take milliseconds (the bound
+    leaves a thousand times that for a loaded machine)."""
+    path = tmp_path / "deep.json"
+    path.write_text('{"a":\n' + "[" * 100_000 + '"' + '\\"' * 64_000, "utf-8")
+    started = time.thread_time()
+    with pytest.raises(TranscriptFormatError, match="nested less deeply") as caught:
+        load_transcript(path)
+    assert time.thread_time() - started < 2.0
+    assert caught.value.line == 2
+
+
+def test_a_transcript_giving_every_call_one_id_imports_in_linear_time(tmp_path: Path) -> None:
+    """Found by a hostile run (AK, finding 3): calls that all had the id ``call_0`` (as some
+    OpenAI-compatible servers give them) were renamed by counting up from ``#2`` each time:
+    16,000 turns took 14 s to import. They keep the names they had (``call_0#2``, ...)."""
+    history: list[dict[str, Any]] = [{"role": "user", "content": "the task"}]
+    for i in range(20_000):
+        call = {"id": "call_0", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+        history += [
+            {"role": "assistant", "content": f"step {i}", "tool_calls": [call]},
+            {"role": "tool", "content": f"out {i}", "tool_call_ids": ["call_0"]},
+        ]
+    path = tmp_path / "one-id.traj"
+    path.write_text(json.dumps({"history": history}), "utf-8")
+    started = time.thread_time()
+    messages = load_transcript(path).messages
+    assert time.thread_time() - started < 10.0  # 14 s for 16,000 before; about 1 s now
+    ids = [c.id for m in messages if isinstance(m, AssistantMessage) for c in m.tool_calls]
+    assert ids[:3] == ["call_0", "call_0#2", "call_0#3"] and len(set(ids)) == 20_000
+    results = [m.tool_call_id for m in messages if isinstance(m, ToolResultMessage)]
+    assert results == ids
 
 
 @pytest.mark.parametrize(

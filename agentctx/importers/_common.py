@@ -246,7 +246,9 @@ def _file_kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "a special file")
 
 
-_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+# A string runs to its closing quote, or to the end of the text when it has none: matched
+# again from every quote inside it, an unterminated one cost time quadratic in its length.
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\Z)|[\[\]{}]', re.DOTALL)
 
 
 def nesting_line(text: str) -> int:

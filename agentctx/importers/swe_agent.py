@@ -327,14 +327,19 @@ class CallIds:
     def __init__(self) -> None:
         self.used: set[str] = set()
         self.latest: dict[str, str] = {}
+        # The last number each id was renamed with: every one below it is taken, so the
+        # search goes on from there (from 1 each time, a file of one id cost k^2 steps).
+        self.renamed: dict[str, int] = {}
 
     def call(self, original: str) -> tuple[str, dict[str, Any]]:
         """The id to give a call the file names ``original``, and the extra fields to add."""
-        unique, n = original, 1
+        n = self.renamed.get(original, 1)
+        unique = original if n == 1 else f"{original}#{n}"
         while unique in self.used:
             n += 1
             unique = f"{original}#{n}"
         self.used.add(unique)
+        self.renamed[original] = n
         self.latest[original] = unique
         return unique, ({"original_id": original} if unique != original else {})
 
