@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -124,6 +125,18 @@ def test_offline_briefing_of_nothing_and_update_keeps_items() -> None:
     assert "src/app.py" in update and "lib/b.rs" in update
     assert "fix src/app.py" in update  # the goal carries over
     assert missing_sections(update, REQUIRED_SECTIONS) == []
+
+
+def test_offline_briefing_reads_paths_in_linear_time() -> None:
+    """Found by a hostile run (AK, finding 6): a path could start after every ``+`` or ``@``
+    of a line, each start read to the end of it: a briefing of a 479 KB transcript took
+    2.4 s of the replay's loop. Paths after ``+`` or ``@`` are still found whole."""
+    started = time.thread_time()
+    briefing = extract_briefing("\n".join(["Assistant: " + "+a/" * 600] * 400))
+    assert time.thread_time() - started < 1.0  # 0.4 s of one such line before; ms now
+    assert missing_sections(briefing) == []
+    found = extract_briefing("Assistant: see +a/b/c.py and @scope/pkg/index.js, ~/x/y.md")
+    assert all(p in found for p in ("a/b/c.py", "@scope/pkg/index.js", "~/x/y.md"))
 
 
 async def test_replay_clock_lets_background_briefings_splice() -> None:

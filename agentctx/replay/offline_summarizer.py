@@ -44,7 +44,7 @@ _MAX_ITEMS = 8
 _MAX_FILES = 40
 _LINE_CHARS = 200
 
-_PATH = re.compile(r"(?<![\w./-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+\.[A-Za-z0-9]{1,6}\b")
+_PATH = re.compile(r"(?<![\w./@+-])(?:~|\.{1,2})?/?(?:[\w.@+-]+/)+[\w.@+-]+\.[A-Za-z0-9]{1,6}\b")
 _BARE_FILE = re.compile(
     r"(?<![\w./-])[\w-]+\.(?:py|ex|exs|js|ts|tsx|rs|go|md|toml|json|ya?ml|rb|java|c|h|cpp|sh)\b"
 )
