@@ -106,10 +106,20 @@ def _common_prefix(a: Sequence[Message], b: list[Message]) -> int:
     whole = _starts_with(a, b) if n == len(b) else a[:n] == b[:n]
     if whole:
         return n
-    i = 0
-    while i < n and _same(a[i], b[i]):
-        i += 1
-    return i
+    # Where they part, by comparing halves in C: a rewind or an edit near the end leaves a
+    # long equal stretch, which walked in Python cost a fingerprint a message (made anew for
+    # messages converted again: 80 ms a call at 10k messages).
+    lo, hi = 0, n
+    while hi - lo > 8:
+        mid = (lo + hi) // 2
+        part = a[lo:mid]
+        if (part if type(part) is list else list(part)) == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    while lo < n and _same(a[lo], b[lo]):
+        lo += 1
+    return lo
 
 
 def _starts_with(history: Sequence[Message], prefix: list[Message]) -> bool:
@@ -249,7 +259,7 @@ def _read_once(history: object) -> list[Message]:
 
 
 def _same(a: Message, b: Message) -> bool:
-    return a is b or fingerprint(a) == fingerprint(b)
+    return a is b or a == b or fingerprint(a) == fingerprint(b)
 
 
 class ContextManager:

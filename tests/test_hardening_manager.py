@@ -17,6 +17,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+import agentctx.manager as manager_module
 from agentctx import (
     Budget,
     BudgetExceeded,
@@ -1730,8 +1731,6 @@ async def test_a_call_that_outlives_the_closes_wait_is_refused_when_it_ends(
     call went on, decided after the close, and left its recall entry pinned for good, with no
     event. The close says so (`slow_close`), and the call raises `ConfigError` when it ends,
     its decisions unsaved."""
-    import agentctx.manager as manager_module
-
     monkeypatch.setattr(manager_module, "_CLOSE_SECONDS", 0.3)
 
     history = _questions(30)
@@ -1859,3 +1858,34 @@ async def test_an_async_subscriber_that_closes_the_session_does_not_wait_for_its
     assert after_close == ["returned"]
     assert not [e for e in events if isinstance(e, CompactionWarning)]
     assert streamed == events
+
+
+async def test_an_edit_of_the_last_message_of_a_history_converted_again_compares_in_c(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by a hostile run (AK, finding 2): a projection caller that converts its history
+    from dicts for every call (equal messages, new objects) and edits the last message had
+    the history compared message by message, each by a fingerprint made anew: 80 ms a call
+    at 10k messages. The equal stretch is found by comparing halves in C; fingerprints are
+    made only where the histories part."""
+    made: list[int] = []
+    real = manager_module.fingerprint
+
+    def counted(message: Message) -> str:
+        made.append(1)
+        return real(message)
+
+    monkeypatch.setattr(manager_module, "fingerprint", counted)
+    history: list[Message] = [user("the task")]
+    for n in range(1_000):
+        history += [assistant(call(f"c{n}", "read")), result(f"c{n}", "line\n" * 40)]
+    dicts = [to_dict(m) for m in history]
+    budget = Budget(context_window=20_000, reserve_output=2_000)
+    async with ContextManager(budget, on_over_budget="send") as ctx:
+        await ctx.prepare([from_dict(d) for d in dicts])
+        for k in range(3):
+            dicts[-1] = to_dict(user(f"edited {k}"))
+            made.clear()
+            view = await ctx.prepare([from_dict(d) for d in dicts])
+            assert len(made) < 100, len(made)  # 4,000 a call before
+            assert view[-1] == user(f"edited {k}") and len(ctx.raw) == len(dicts)
