@@ -31,7 +31,9 @@ from pydantic_ai.messages import (
     RetryFeedbackPart,
     RetryInfo,
     RetryPromptPart,
+    StructuredContent,
     SystemPromptPart,
+    TextContent,
     TextPart,
     ThinkingPart,
     ToolCallPart,
@@ -686,3 +688,26 @@ def test_an_opaque_block_pydantic_ai_cannot_send_is_refused_not_dropped() -> Non
     )
     with pytest.raises(UnsupportedMessageError, match="no part for it"):
         to_pydantic_ai([foreign], history)
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        TextContent("order 42 shipped", metadata={"order_id": 42}),
+        StructuredContent({"cart": [1, 2]}, description="cart"),
+    ],
+    ids=["text-content", "structured-content"],
+)
+async def test_a_changed_prompt_keeps_its_text_items_as_they_were(item: TextContent) -> None:
+    """Found by a hostile run (AJ, finding 4): a prompt agentctx changed (here an empty text
+    repaired) went back as one string: a `TextContent` lost its ``metadata`` and a
+    `StructuredContent` the ``value`` pydantic-ai sends to models that take structured
+    input."""
+    history: list[ModelMessage] = [
+        ModelRequest([UserPromptPart(["Summarize.", "", item], timestamp=T)]),
+        ModelResponse([TextPart("ok")], timestamp=T),
+    ]
+    async with ContextManager(Budget(context_window=100_000)) as ctx:
+        view = await ctx.prepare(from_pydantic_ai(history))
+    task = to_pydantic_ai(view, history)[0].parts[0]
+    assert isinstance(task, UserPromptPart) and task.content == ["Summarize.", item]

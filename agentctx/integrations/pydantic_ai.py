@@ -253,15 +253,14 @@ def from_pydantic_ai(messages: Sequence[ModelMessage]) -> list[Message]:
 def _user_content(
     blocks: Sequence[object], sources: Sequence[object] = ()
 ) -> str | list[PydanticUserContent]:
-    """Neutral content as a prompt's (or a tool return's) content: a str when all text.
-    ``sources``: the items of the part it was made from, whose images are taken back as they
-    were (with their ``vendor_metadata``)."""
-    if all(isinstance(b, TextBlock) for b in blocks):
-        return text_of(blocks)  # type: ignore[arg-type]
+    """Neutral content as a prompt's (or a tool return's) content: a str when all plain text.
+    ``sources``: the items of the part it was made from, whose texts (a `TextContent` with
+    its ``metadata``, a `StructuredContent` with its ``value``) and images (with their
+    ``vendor_metadata``) are taken back as they were."""
     items: list[PydanticUserContent] = []
     for b in blocks:
         if isinstance(b, TextBlock):
-            items.append(b.text)
+            items.append(_text(b, sources))
         elif isinstance(b, ImageBlock):
             items.append(_image(b, sources))
         elif isinstance(b, OpaqueBlock) and b.provider == PROVIDER and "part" in b.payload:
@@ -272,7 +271,16 @@ def _user_content(
                 f"a {type(b).__name__} of {getattr(b, 'provider', '?')!r} in a prompt or "
                 "tool return sent through pydantic-ai, which has no part for it",
             )
+    if all(type(item) is str for item in items):
+        return text_of(blocks)  # type: ignore[arg-type]
     return items
+
+
+def _text(b: TextBlock, sources: Sequence[object]) -> PydanticUserContent:
+    for item in sources:
+        if isinstance(item, TextContent) and item.content == b.text:
+            return item
+    return b.text
 
 
 def _image(b: ImageBlock, sources: Sequence[object]) -> PydanticUserContent:
