@@ -1294,3 +1294,22 @@ async def test_a_lone_surrogate_in_a_reply_goes_out_as_its_json_escape(
         got.append(completion.choices[0].message.content)
     got.append((await oclient.responses.create(model="m", input="Hi")).output_text)
     assert got == [text] * 3
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_lone_surrogate_in_thinking_is_signed_and_sent(
+    stream: bool, ant: FakeAnthropic, aclient: anthropic.AsyncAnthropic
+) -> None:
+    """Found by a hostile run (AJ, finding 5): the thinking signature and the prefix cache
+    encoded their text strictly, and a lone surrogate in thinking was still a 500 "fake
+    server bug"."""
+    ant.enqueue(Reply.text("answer", thinking="think \ud800"))
+    kw: Any = {"max_tokens": 2_000, "thinking": {"type": "enabled", "budget_tokens": 1_024}}
+    if stream:
+        async with aclient.messages.stream(model=MODEL, messages=USER, **kw) as s:
+            message = await s.get_final_message()
+    else:
+        message = await _create(aclient, **kw)
+    thinking = message.content[0]
+    assert thinking.type == "thinking" and thinking.thinking == "think \ud800"
+    assert thinking.signature  # (the SDK cannot send it back: it encodes JSON strictly)

@@ -124,7 +124,7 @@ class PrefixCache:
         cached = total = 0
         matching = True
         for segment in segments:
-            digest = hashlib.sha256(digest + segment.encode("utf-8")).digest()
+            digest = hashlib.sha256(digest + segment.encode("utf-8", "surrogatepass")).digest()
             tokens = estimate_tokens(segment)
             total += tokens
             if matching and self._expiry.get(digest, -1.0) >= now:
@@ -147,7 +147,7 @@ class PrefixCache:
         ends: list[int] = []  # tokens of each prefix
         digest, total = b"", 0
         for segment in segments:
-            digest = hashlib.sha256(digest + segment.encode("utf-8")).digest()
+            digest = hashlib.sha256(digest + segment.encode("utf-8", "surrogatepass")).digest()
             total += estimate_tokens(segment)
             digests.append(digest)
             ends.append(total)
