@@ -204,7 +204,7 @@ async def test_recall_answers_values_the_tool_would_not_take_as_the_tool_does() 
             ((rid, 1.5), "`offset` must be a whole number"),
             ((rid, 0, None, ["x"]), "`pattern` must be a text"),
             ((rid, 0, None, 5), "`pattern` must be a text"),
-            ((rid, 0, 0), "`limit` must be a whole number"),
+            ((rid, 0, 0), "`limit` must be a whole number >= 1, got 0"),  # (AJ 6) uncapped
         ]:
             assert why in await recall(*args), args
         assert (await recall(rid, "10", 5)).endswith("\n01234")  # as a model writes them

@@ -171,8 +171,9 @@ def recall_arguments(
         )
     limit = _whole(arguments.get("limit"), DEFAULT_LIMIT)
     if limit is None or limit < 1:
+        bounds = f"from 1 to {most}" if most < _PAST_ANY_TEXT else ">= 1"
         return (
-            f"[recall_context] `limit` must be a whole number from 1 to {MAX_LIMIT}, "
+            f"[recall_context] `limit` must be a whole number {bounds}, "
             f"got {preview(arguments.get('limit'))}."
         )
     pattern = arguments.get("pattern")

@@ -60,7 +60,9 @@ class Invalid:
 
 def sign(text: str) -> str:
     """The fake server's signature of a thinking block or reasoning item: base64 HMAC."""
-    return base64.b64encode(hmac.digest(_KEY, text.encode("utf-8", "surrogatepass"), hashlib.sha256)).decode()
+    return base64.b64encode(
+        hmac.digest(_KEY, text.encode("utf-8", "surrogatepass"), hashlib.sha256)
+    ).decode()
 
 
 def signature_ok(text: str, signature: object) -> bool:
