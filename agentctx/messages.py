@@ -699,10 +699,61 @@ def fingerprint(message: Message) -> str:
     fp = message._fp
     if fp:
         return fp
-    data = canonical_json(message).encode("utf-8", "surrogatepass")
-    fp = hashlib.blake2b(data, digest_size=16).hexdigest()
+    digest = hashlib.blake2b(digest_size=16)
+    if _text_chars(message) < _HASHED_IN_PIECES_FROM:
+        digest.update(canonical_json(message).encode("utf-8", "surrogatepass"))
+    else:
+        # The same bytes, a piece at a time: whole, the JSON of a tool's binary output (a
+        # control character is six characters escaped, at four bytes each beside one
+        # character past Latin-1) took 45 times its size, 2 GB for 50 MB.
+        try:
+            _hash_json(to_dict(message), digest)
+        except (TypeError, ValueError, RecursionError) as e:
+            raise UnsupportedMessageError(None, f"content JSON cannot hold ({e})") from e
+    fp = digest.hexdigest()
     object.__setattr__(message, "_fp", fp)
     return fp
+
+
+_HASHED_IN_PIECES_FROM = 1 << 20  # characters of text in a message
+_PIECE = 1 << 16
+
+
+def _text_chars(message: Message) -> int:
+    if isinstance(message, SummaryMessage):
+        return len(message.text)
+    return sum(
+        len(b.text) if isinstance(b, TextBlock) else len(b.thinking)
+        for b in message.content
+        if isinstance(b, TextBlock | ThinkingBlock)
+    )
+
+
+def _hash_json(value: object, digest: Any) -> None:
+    """Feed ``digest`` the UTF-8 of ``value``'s canonical JSON (`canonical_json`), long
+    strings escaped a piece at a time (JSON escapes each character on its own)."""
+    if type(value) is str and len(value) > _PIECE:
+        digest.update(b'"')
+        for i in range(0, len(value), _PIECE):
+            piece = _CANONICAL_JSON.encode(value[i : i + _PIECE])[1:-1]
+            digest.update(piece.encode("utf-8", "surrogatepass"))
+        digest.update(b'"')
+    elif type(value) is dict and all(type(k) is str for k in value):
+        digest.update(b"{")
+        for n, key in enumerate(sorted(value)):
+            digest.update(b"," if n else b"")
+            _hash_json(key, digest)
+            digest.update(b":")
+            _hash_json(value[key], digest)
+        digest.update(b"}")
+    elif type(value) is list or type(value) is tuple:
+        digest.update(b"[")
+        for n, item in enumerate(value):
+            digest.update(b"," if n else b"")
+            _hash_json(item, digest)
+        digest.update(b"]")
+    else:
+        digest.update(_CANONICAL_JSON.encode(value).encode("utf-8", "surrogatepass"))
 
 
 def check_history(history: Sequence[object], offset: int = 0) -> None:

@@ -1,11 +1,18 @@
 from __future__ import annotations
 
+import contextlib
 import copy
+import hashlib
 import pickle
+import tracemalloc
+from collections.abc import Iterator
 from types import MappingProxyType
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import agentctx.messages as messages_module
 from agentctx import UnsupportedMessageError
 from agentctx.budget import Budget
 from agentctx.events import HistoryResynced
@@ -243,3 +250,61 @@ async def test_real_histories_deep_copied_or_pickled_continue_the_session() -> N
                 views.append([to_dict(m) for m in await ctx.prepare(copy.deepcopy(history))])
             assert not [e for e in events if isinstance(e, HistoryResynced)]
         assert views[0] == views[1]
+
+
+_JSON_LEAF = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=40)
+)
+_JSON = st.recursive(
+    _JSON_LEAF,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@contextlib.contextmanager
+def _hashed_in_small_pieces() -> Iterator[None]:
+    """Pieces and the threshold small, so hypothesis's small texts are hashed in pieces."""
+    saved = messages_module._HASHED_IN_PIECES_FROM, messages_module._PIECE
+    messages_module._HASHED_IN_PIECES_FROM, messages_module._PIECE = 1, 7
+    try:
+        yield
+    finally:
+        messages_module._HASHED_IN_PIECES_FROM, messages_module._PIECE = saved
+
+
+@given(
+    text=st.text(alphabet=st.characters(exclude_categories=()), min_size=1, max_size=200),
+    arguments=st.dictionaries(st.text(max_size=8), _JSON, max_size=4),
+    extra=st.dictionaries(st.text(max_size=8), _JSON, max_size=3),
+)
+@settings(max_examples=60, deadline=None)
+def test_a_large_message_is_fingerprinted_from_the_same_bytes_a_piece_at_a_time(
+    text: str, arguments: dict[str, object], extra: dict[str, object]
+) -> None:
+    """The fingerprint of a message with over a million characters of text is made a piece
+    at a time (found by a hostile run, AK finding 5: whole, the JSON of 50 MB of a binary
+    file's output took 2 GB), of the very bytes `canonical_json` writes: the fingerprints
+    saved in ledgers stay what they were."""
+    message = AssistantMessage(
+        (TextBlock(text * 3), ToolCall("c1", "run", arguments)), extra=MappingProxyType(extra)
+    )
+    whole = hashlib.blake2b(
+        canonical_json(message).encode("utf-8", "surrogatepass"), digest_size=16
+    ).hexdigest()
+    with _hashed_in_small_pieces():
+        assert fingerprint(message) == whole
+
+
+def test_a_binary_files_output_is_fingerprinted_in_little_memory() -> None:
+    output = ("\x00" * 63 + "\ufffd") * (8_000_000 // 64)  # `cat` of a binary file: 8 MB
+    message = ToolResultMessage.of("c1", output, tool_name="bash")
+    tracemalloc.start()
+    try:
+        fingerprint(message)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 1024 * 1024  # 360 MB before: its JSON, escaped, at 4 bytes a character
