@@ -16,6 +16,7 @@ import pytest
 from rich.console import Console
 
 import agentctx
+from agentctx import AssistantMessage, ToolCall, UserMessage
 from agentctx.budget import Budget
 from agentctx.importers import load_transcript
 from agentctx.pricing import price_for
@@ -24,6 +25,7 @@ from agentctx.replay.cli import _parser, main
 from agentctx.replay.data import DEMO_TRANSCRIPT
 from agentctx.replay.engine import SONNET_MODEL
 from agentctx.replay.offline_summarizer import OFFLINE_MODEL, OfflineSummarizer, extract_briefing
+from agentctx.replay.retention import early_paths
 from agentctx.strategies import DeterministicCompaction
 from agentctx.strategies.llm import LlmCompaction
 from agentctx.strategy import Chain
@@ -137,6 +139,24 @@ def test_offline_briefing_reads_paths_in_linear_time() -> None:
     assert missing_sections(briefing) == []
     found = extract_briefing("Assistant: see +a/b/c.py and @scope/pkg/index.js, ~/x/y.md")
     assert all(p in found for p in ("a/b/c.py", "@scope/pkg/index.js", "~/x/y.md"))
+    # (AL, finding 3) A previous briefing's heading ending in a long run of blanks.
+    previous = "## Goal" + " " * 40_000 + "of the session\n- fix the parser\n"
+    started = time.thread_time()
+    assert missing_sections(extract_briefing("Assistant: on it", previous_briefing=previous)) == []
+    assert time.thread_time() - started < 1.0  # 3.8 s before
+
+
+def test_early_paths_of_a_long_command_are_read_in_linear_time() -> None:
+    """Found by a hostile run (AL, finding 2): the replay's early paths were read from a
+    command's first line with a regex that read a long run of ``a/a/...`` again from each
+    start: 9 s for one 40 KB command."""
+    call = ToolCall("c1", "bash", {"command": "ls " + "a/" * 20_000 + " && cat src/app.py"})
+    later = [AssistantMessage.of("step"), AssistantMessage.of("done")]  # a first third of 3
+    history = [UserMessage.of("the task"), AssistantMessage((call,)), *later]
+    started = time.thread_time()
+    found = [f.text for f in early_paths(history)]
+    assert time.thread_time() - started < 1.0
+    assert found == ["src/app.py"]
 
 
 async def test_replay_clock_lets_background_briefings_splice() -> None:

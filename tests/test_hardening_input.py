@@ -582,15 +582,17 @@ def test_deep_nesting_is_a_format_error_naming_the_line(
             swe_agent.load(path)
 
 
+@pytest.mark.parametrize("end", ["", "\\"], ids=["quote", "odd-backslash"])
 def test_deep_nesting_with_an_unterminated_string_is_refused_in_linear_time(
-    tmp_path: Path,
+    tmp_path: Path, end: str
 ) -> None:
     """Found by a hostile run (AK, finding 4): finding the line of the deepest nesting read
     an unterminated string again from every escaped quote inside it: a 164 KB file took 11 s
-    to be refused, a 1 MB one hours. 64,000 escaped quotes now take milliseconds (the bound
-    leaves a thousand times that for a loaded machine)."""
+    to be refused, a 1 MB one hours; and (AL, finding 1) so it did still when the text ended
+    in a lone backslash. 64,000 escaped quotes now take milliseconds (the bound leaves a
+    thousand times that for a loaded machine)."""
     path = tmp_path / "deep.json"
-    path.write_text('{"a":\n' + "[" * 100_000 + '"' + '\\"' * 64_000, "utf-8")
+    path.write_text('{"a":\n' + "[" * 100_000 + '"' + '\\"' * 64_000 + end, "utf-8")
     started = time.thread_time()
     with pytest.raises(TranscriptFormatError, match="nested less deeply") as caught:
         load_transcript(path)

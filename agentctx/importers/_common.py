@@ -248,7 +248,7 @@ def _file_kind(mode: int) -> str:
 
 # A string runs to its closing quote, or to the end of the text when it has none: matched
 # again from every quote inside it, an unterminated one cost time quadratic in its length.
-_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\Z)|[\[\]{}]', re.DOTALL)
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\(?:.|\Z)[^"\\]*)*(?:"|\Z)|[\[\]{}]', re.DOTALL)
 
 
 def nesting_line(text: str) -> int:

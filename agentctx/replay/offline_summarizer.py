@@ -64,7 +64,7 @@ _OPEN = re.compile(
     re.IGNORECASE,
 )
 _SPEAKER = re.compile(r"^(User|Assistant|Summary): ?(.*)$")
-_SECTION = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$")
+_SECTION = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+)$")  # as `summarizer._HEADING` reads one
 
 
 def _clip(line: str, limit: int = _LINE_CHARS) -> str:
@@ -98,7 +98,7 @@ def _previous_sections(briefing: str | None) -> dict[str, list[str]]:
     for line in briefing.splitlines():
         heading = _SECTION.match(line)
         if heading:
-            current = sections.setdefault(heading.group(1).strip().lower(), [])
+            current = sections.setdefault(heading.group(1).rstrip(" \t#").strip().lower(), [])
         elif current is not None and line.startswith("- ") and line[2:].strip() != _NONE:
             current.append(line[2:].strip())
     return sections

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentctx.messages import AssistantMessage, SummaryMessage, TextBlock, ToolCall
 from agentctx.recall.store import references
+from agentctx.strategies.trail import paths_in
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 __all__ = ["Fact", "Retention", "RetentionMeter", "early_paths", "visible_text"]
 
 RECALL_ID = re.compile(r"ctx-[0-9a-f]{16}")
-PATH = re.compile(r"(?:[\w.-]+/)+[\w.-]+\.\w{1,5}")
 _MATCHES = re.compile(r"^\[recall_context ctx-[0-9a-f]{16}: (\d+) lines match")
 
 
@@ -121,7 +121,9 @@ def early_paths(messages: Sequence[Message]) -> list[Fact]:
                 if "path" in key.lower():
                     found.setdefault(value, i)
                 elif key in ("command", "cmd"):
-                    for p in PATH.findall(value.split("\n", 1)[0]):
+                    # (A regex of these paths read a long run of "a/a/..." again from each
+                    # start: 9 s for one 40 KB command.)
+                    for p in paths_in(value.split("\n", 1)[0]):
                         found.setdefault(p, i)
     return [Fact("path", p, i) for p, i in found.items() if p.strip()]
 
