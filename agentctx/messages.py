@@ -700,7 +700,7 @@ def fingerprint(message: Message) -> str:
     if fp:
         return fp
     digest = hashlib.blake2b(digest_size=16)
-    if _text_chars(message) < _HASHED_IN_PIECES_FROM:
+    if _chars(message) < _HASHED_IN_PIECES_FROM:
         digest.update(canonical_json(message).encode("utf-8", "surrogatepass"))
     else:
         # The same bytes, a piece at a time: whole, the JSON of a tool's binary output (a
@@ -715,18 +715,32 @@ def fingerprint(message: Message) -> str:
     return fp
 
 
-_HASHED_IN_PIECES_FROM = 1 << 20  # characters of text in a message
+_HASHED_IN_PIECES_FROM = 1 << 20  # characters of the strings a message holds (`_chars`)
 _PIECE = 1 << 16
 
 
-def _text_chars(message: Message) -> int:
+def _chars(message: Message) -> int:
+    """About the characters of the strings ``message`` holds: its texts, and the strings in
+    its blocks' arguments, payloads and fields, and its own fields (a file written whole in
+    a call's arguments, a raw arguments string a provider keeps)."""
+    n = _strings_chars(message.extra)
     if isinstance(message, SummaryMessage):
-        return len(message.text)
-    return sum(
-        len(b.text) if isinstance(b, TextBlock) else len(b.thinking)
-        for b in message.content
-        if isinstance(b, TextBlock | ThinkingBlock)
-    )
+        return n + len(message.text)
+    for b in message.content:
+        n += _strings_chars(getattr(b, "extra", None))
+        if isinstance(b, TextBlock):
+            n += len(b.text)
+        elif isinstance(b, ThinkingBlock):
+            n += len(b.thinking)
+        elif isinstance(b, ToolCall):
+            n += _strings_chars(b.arguments)
+        elif isinstance(b, OpaqueBlock):
+            n += _strings_chars(b.payload)
+    return n
+
+
+def _strings_chars(fields: Mapping[str, Any] | None) -> int:
+    return sum(len(v) for v in fields.values() if type(v) is str) if fields else 0
 
 
 def _hash_json(value: object, digest: Any) -> None:

@@ -21,6 +21,7 @@ from agentctx.manager import ContextManager
 from agentctx.messages import (
     AssistantMessage,
     ImageBlock,
+    Message,
     OpaqueBlock,
     RedactedThinkingBlock,
     SummaryMessage,
@@ -298,9 +299,22 @@ def test_a_large_message_is_fingerprinted_from_the_same_bytes_a_piece_at_a_time(
         assert fingerprint(message) == whole
 
 
-def test_a_binary_files_output_is_fingerprinted_in_little_memory() -> None:
-    output = ("\x00" * 63 + "\ufffd") * (8_000_000 // 64)  # `cat` of a binary file: 8 MB
-    message = ToolResultMessage.of("c1", output, tool_name="bash")
+_BINARY = ("\x00" * 63 + "\ufffd") * (8_000_000 // 64)  # `cat` of a binary file: 8 MB
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        ToolResultMessage.of("c1", _BINARY, tool_name="bash"),
+        # (AL, finding 4) Large strings outside texts: a file written whole, fields, payloads.
+        AssistantMessage((ToolCall("c1", "write_file", {"path": "a.bin", "content": _BINARY}),)),
+        UserMessage((TextBlock("x"),), MappingProxyType({"stdout": _BINARY})),
+        ToolResultMessage("c1", (TextBlock("ok", MappingProxyType({"raw": _BINARY})),), "cat"),
+        AssistantMessage((OpaqueBlock("openai", {"output": _BINARY}),)),
+    ],
+    ids=["output", "arguments", "message-field", "block-field", "payload"],
+)
+def test_a_binary_files_output_is_fingerprinted_in_little_memory(message: Message) -> None:
     tracemalloc.start()
     try:
         fingerprint(message)
