@@ -584,11 +584,12 @@ class ContextManager:
             self._tasks.cancel_scope.cancel()
         # Shielded and bounded: a caller being cancelled still gets the report, and work that
         # ignores cancellation holds up neither the report nor the store's last writes. An
-        # async subscriber closing the session is part of that work, and would wait for
-        # itself: it goes on, cancelled at its next await, and the close completes as the
-        # background work it belongs to ends.
+        # async subscriber or a strategy's task closing the session is part of that work,
+        # and would wait for itself: it goes on, cancelled at its next await, and the close
+        # completes as the background work it belongs to ends.
         done = self._background_done
-        inside = self._hub.runs_callback()
+        # (Tasks a strategy starts while it compacts carry the mark of that call.)
+        inside = self._hub.runs_callback() or _COMPACTING.get(None) is self
         with anyio.move_on_after(_CLOSE_SECONDS, shield=True):
             if done is not None and not inside:
                 await done.wait()

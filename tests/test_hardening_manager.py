@@ -1889,3 +1889,35 @@ async def test_an_edit_of_the_last_message_of_a_history_converted_again_compares
             view = await ctx.prepare([from_dict(d) for d in dicts])
             assert len(made) < 100, len(made)  # 4,000 a call before
             assert view[-1] == user(f"edited {k}") and len(ctx.raw) == len(dicts)
+
+
+async def test_a_summarizer_that_closes_the_session_does_not_wait_for_itself() -> None:
+    """Found by a hostile run (AL, finding 6): a summarizer (a task the strategy starts)
+    that closed the session waited the close's whole bound for the work it is part of, and
+    the close blamed a blocking call twice (`slow_close`), as an async subscriber's did
+    before. It closes at once; what it was billed is reported once."""
+    ctx: list[ContextManager] = []
+
+    class Closing(ScriptedSummarizer):
+        async def summarize(self, request: SummaryRequest) -> SummaryResult:
+            await ctx[0].aclose()
+            return await super().summarize(request)
+
+    tiers = DeterministicCompaction()
+    llm = LlmCompaction(Closing([], default=BRIEFING), fallback=tiers)
+    budget = Budget(context_window=8_000, reserve_output=500)
+    manager = ContextManager(budget, strategy=Chain([llm, tiers]), on_over_budget="send")
+    ctx.append(manager)
+    events: list[Event] = []
+    history: list[Any] = [user("the task")]
+    with anyio.fail_after(3):
+        async with manager:
+            manager.subscribe(events.append)
+            with pytest.raises(ConfigError, match="closed"):
+                for n in range(300):
+                    history += [assistant(call(f"c{n}", "read")), result(f"c{n}", "x " * 300)]
+                    await manager.prepare(history)
+                    await anyio.sleep(0.005)
+    assert not [e for e in events if isinstance(e, CompactionWarning)]
+    billed = [e for e in events if getattr(e, "summary", None) is not None]
+    assert llm.spend.requests == len(billed) == 1
