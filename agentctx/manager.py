@@ -528,8 +528,8 @@ class ContextManager:
             done.set()
             if self._closed and not self._hub.closed:
                 # The close did not wait for this work (it ran late, or the close came from
-                # an async subscriber, part of it): what it left is reported now, and the
-                # event streams end.
+                # inside it: an async subscriber, a strategy's task): what it left is
+                # reported now, and the event streams end.
                 await self._report_on_close()
                 self._hub.close()
 

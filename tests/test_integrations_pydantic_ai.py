@@ -711,3 +711,26 @@ async def test_a_changed_prompt_keeps_its_text_items_as_they_were(item: TextCont
         view = await ctx.prepare(from_pydantic_ai(history))
     task = to_pydantic_ai(view, history)[0].parts[0]
     assert isinstance(task, UserPromptPart) and task.content == ["Summarize.", item]
+
+
+async def test_equal_items_of_a_changed_prompt_come_back_each_as_itself() -> None:
+    """Found by a hostile run (AM, finding 1): an item was taken back as the first source
+    item equal to it, so a second `TextContent` of the same text came back as the first
+    (with its metadata), a plain string as a later `TextContent`, and a second image of the
+    same URL with the first one's ``vendor_metadata``: the provider got another request."""
+    items = [
+        "same",
+        TextContent("same", metadata={"n": 1}),
+        TextContent("same", metadata={"n": 2}),
+        ImageUrl("https://example.com/a.png", vendor_metadata={"detail": "low"}),
+        ImageUrl("https://example.com/a.png", vendor_metadata={"detail": "high"}),
+    ]
+    history: list[ModelMessage] = [
+        ModelRequest([UserPromptPart(["Task:", "", *items], timestamp=T)]),
+        ModelResponse([TextPart("ok")], timestamp=T),
+    ]
+    async with ContextManager(Budget(context_window=100_000)) as ctx:
+        view = await ctx.prepare(from_pydantic_ai(history))
+    task = to_pydantic_ai(view, history)[0].parts[0]
+    assert isinstance(task, UserPromptPart) and isinstance(task.content, list)
+    assert [repr(i) for i in task.content] == [repr(i) for i in ["Task:", *items]]

@@ -101,7 +101,7 @@ except ImportError as exc:
     raise MissingExtraError("pydantic-ai", exc.name, needed_by=__name__) from exc
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from pydantic_ai.messages import UserContent as PydanticUserContent
     from pydantic_ai.models import ModelRequestContext
@@ -258,11 +258,12 @@ def _user_content(
     its ``metadata``, a `StructuredContent` with its ``value``) and images (with their
     ``vendor_metadata``) are taken back as they were."""
     items: list[PydanticUserContent] = []
+    taken: set[int] = set()  # each source item stands for one block, in order
     for b in blocks:
         if isinstance(b, TextBlock):
-            items.append(_text(b, sources))
+            items.append(_text(b, sources, taken))
         elif isinstance(b, ImageBlock):
-            items.append(_image(b, sources))
+            items.append(_image(b, sources, taken))
         elif isinstance(b, OpaqueBlock) and b.provider == PROVIDER and "part" in b.payload:
             items.append(_rebuilt(b.payload["part"]))
         else:  # never dropped unsaid: a document or a file is often what the task is about
@@ -276,19 +277,37 @@ def _user_content(
     return items
 
 
-def _text(b: TextBlock, sources: Sequence[object]) -> PydanticUserContent:
-    for item in sources:
-        if isinstance(item, TextContent) and item.content == b.text:
+def _taken(sources: Sequence[object], taken: set[int], made: Callable[[object], bool]) -> object:
+    """The first source item not taken yet that ``made`` says the block was made from."""
+    for i, item in enumerate(sources):
+        if i not in taken and made(item):
+            taken.add(i)
             return item
-    return b.text
+    return None
 
 
-def _image(b: ImageBlock, sources: Sequence[object]) -> PydanticUserContent:
-    for item in sources:
-        if b.source == "url" and isinstance(item, ImageUrl) and item.url == b.data:
-            return item
-        if isinstance(item, BinaryContent) and item.is_image and item.base64 == b.data:
-            return item
+def _text(b: TextBlock, sources: Sequence[object], taken: set[int]) -> PydanticUserContent:
+    item = _taken(
+        sources,
+        taken,
+        lambda i: (
+            i == b.text if type(i) is str else isinstance(i, TextContent) and i.content == b.text
+        ),
+    )
+    return item if isinstance(item, TextContent) else b.text
+
+
+def _image(b: ImageBlock, sources: Sequence[object], taken: set[int]) -> PydanticUserContent:
+    item = _taken(
+        sources,
+        taken,
+        lambda i: (
+            (b.source == "url" and isinstance(i, ImageUrl) and i.url == b.data)
+            or (isinstance(i, BinaryContent) and i.is_image and i.base64 == b.data)
+        ),
+    )
+    if isinstance(item, ImageUrl | BinaryContent):
+        return item
     if b.source == "url":
         return ImageUrl(b.data, media_type=b.media_type or None)
     try:
