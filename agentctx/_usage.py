@@ -105,21 +105,24 @@ def _from_fields(usage: object) -> Usage | None:
 
 def billed_usage(value: object) -> Usage | None:
     """What a reply that could not be used reports it was billed (`SummarizerError.usage`):
-    `usage_of` of it, a `Usage`'s own counts read the same way (one that is no token count is
-    0); ``None`` when it reports no tokens or cannot be read."""
-    if isinstance(value, Usage):
-        value = {
-            "input_tokens": value.input_tokens,
-            "output_tokens": value.output_tokens,
-            "cache_read_input_tokens": value.cache_read_tokens,
-            "cache_creation_input_tokens": value.cache_write_tokens,
-            "cache_creation": {"ephemeral_1h_input_tokens": value.cache_write_1h_tokens},
-        }
+    `usage_of` of it, with the counts of a `Usage` it holds read the same way (one that is
+    no token count is 0); ``None`` when it reports no tokens or cannot be read."""
     try:
         usage = usage_of(value)
     except Exception:  # a summarizer's object of any shape: its fields may raise
         return None
-    return usage if usage is not None and (usage.prompt_tokens or usage.output_tokens) else None
+    if usage is None:
+        return None
+    counts = _from_fields(
+        {
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cache_read_input_tokens": usage.cache_read_tokens,
+            "cache_creation_input_tokens": usage.cache_write_tokens,
+            "cache_creation": {"ephemeral_1h_input_tokens": usage.cache_write_1h_tokens},
+        }
+    )
+    return counts if counts is not None and (counts.prompt_tokens or counts.output_tokens) else None
 
 
 def usage_of(response: object) -> Usage | None:

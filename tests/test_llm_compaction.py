@@ -1725,8 +1725,10 @@ async def test_a_billed_reply_that_cannot_be_read_is_reported_with_its_cost(
         (Usage(900, 10**15), Usage(900, 0)),  # past any request
         (Usage(0, 0), None),  # nothing reported: not billed as far as anyone can tell
         ("900 tokens", None),
+        # (AM, finding 2) The reply itself, whose usage was taken as it was.
+        (SummaryResult(text="x", stop_reason="stop", usage=Usage(-900, 50)), Usage(0, 50)),
     ],
-    ids=["mapping", "negative", "huge", "zero", "text"],
+    ids=["mapping", "negative", "huge", "zero", "text", "reply"],
 )
 async def test_what_a_summarizer_says_an_unusable_reply_was_billed_is_read_as_usage(
     usage: object, read: Usage | None
@@ -1742,6 +1744,24 @@ async def test_what_a_summarizer_says_an_unusable_reply_was_billed_is_read_as_us
     assert {r.summary.usage if r.summary else None for r in rejected} == {read}
     assert llm.spend.requests == (len(rejected) if read else 0)
     assert (llm.spend.cost_usd or 0.0) >= 0.0
+
+
+async def test_a_billed_reply_a_summarizer_got_wrong_is_reported_with_its_cost() -> None:
+    """Found by a hostile run (AM, finding 3): a summarizer of one's own that returned a
+    `SummaryResult` the strategy refuses (a stop reason of the provider's own, not mapped)
+    had its reply's usage dropped with it: two billed replies, ``spend.requests == 0``."""
+
+    class Unmapped(Scripted):
+        async def summarize(self, request: SummaryRequest) -> SummaryResult:
+            await super().summarize(request)
+            return SummaryResult(text=briefing(), stop_reason="end_turn", usage=Usage(900, 50))  # type: ignore[arg-type]
+
+    summarizer = Unmapped(default=briefing())
+    caller, llm = await run_faulty_session(summarizer, 0.05)
+    rejected = caller.of(SummaryRejected)
+    assert rejected and all(r.reason == "failed" for r in rejected)
+    assert all(r.summary is not None and r.summary.usage == Usage(900, 50) for r in rejected)
+    assert llm.spend.requests == len(rejected) == len(summarizer.requests)
 
 
 async def test_usage_counts_written_as_json_floats_are_read() -> None:

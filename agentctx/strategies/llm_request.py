@@ -343,7 +343,12 @@ class Requester:
                     anyio.fail_after(limit),  # inside the span: it sees the TimeoutError
                 ):
                     reply = await self.summarizer.summarize(replace(request, attempt=attempt))
-                    result = check_result(reply)  # malformed: a failed attempt, not retried
+                    try:
+                        result = check_result(reply)  # malformed: a failed attempt, not retried
+                    except SummarizerError as e:
+                        if e.usage is None:  # a reply came all the same, and was billed
+                            e.usage = getattr(reply, "usage", None)
+                        raise
                     traced.result = result
                 return result, attempt, "", "", None
             except TimeoutError:
