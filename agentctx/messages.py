@@ -740,7 +740,19 @@ def _chars(message: Message) -> int:
 
 
 def _strings_chars(fields: Mapping[str, Any] | None) -> int:
-    return sum(len(v) for v in fields.values() if type(v) is str) if fields else 0
+    """Characters of the strings ``fields`` holds, nested ones too (counted until there are
+    enough to hash in pieces)."""
+    n = 0
+    stack: list[object] = [fields]
+    while stack and n < _HASHED_IN_PIECES_FROM:
+        value = stack.pop()
+        if type(value) is str:
+            n += len(value)
+        elif isinstance(value, Mapping):
+            stack.extend(value.values())
+        elif type(value) is list or type(value) is tuple:
+            stack.extend(value)
+    return n
 
 
 def _hash_json(value: object, digest: Any) -> None:

@@ -311,8 +311,19 @@ _BINARY = ("\x00" * 63 + "\ufffd") * (8_000_000 // 64)  # `cat` of a binary file
         UserMessage((TextBlock("x"),), MappingProxyType({"stdout": _BINARY})),
         ToolResultMessage("c1", (TextBlock("ok", MappingProxyType({"raw": _BINARY})),), "cat"),
         AssistantMessage((OpaqueBlock("openai", {"output": _BINARY}),)),
+        # (AM, finding 4) Nested: a multi-edit tool's arguments, pydantic-ai's document part.
+        AssistantMessage((ToolCall("c1", "edit", {"edits": [{"new_text": _BINARY}]}),)),
+        AssistantMessage((OpaqueBlock("pydantic_ai", {"part": {"data": _BINARY}}),)),
     ],
-    ids=["output", "arguments", "message-field", "block-field", "payload"],
+    ids=[
+        "output",
+        "arguments",
+        "message-field",
+        "block-field",
+        "payload",
+        "nested-arguments",
+        "nested-payload",
+    ],  # fmt: skip
 )
 def test_a_binary_files_output_is_fingerprinted_in_little_memory(message: Message) -> None:
     tracemalloc.start()
