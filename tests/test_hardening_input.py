@@ -404,7 +404,10 @@ async def summarize_with(result: object) -> tuple[list[SummaryRejected], LlmComp
 async def test_a_malformed_summarizer_result_is_a_failed_request_with_a_reason(
     result: object, detail: str
 ) -> None:
-    """A ``None`` text gave ``SummaryRejected(reason="")``; negative usage a negative spend."""
+    """A ``None`` text gave ``SummaryRejected(reason="")``; negative usage a negative spend.
+    What a refused result reports it was billed is counted as any usage is read (a count
+    that is no token count is 0), in the rejection's ``summary`` (found by a hostile run, AM
+    finding 3: a billed reply's usage was dropped with the result)."""
     rejected, llm = await summarize_with(result)
     assert rejected, "the malformed result was not rejected"
     first = rejected[0]
@@ -412,8 +415,10 @@ async def test_a_malformed_summarizer_result_is_a_failed_request_with_a_reason(
     assert detail in first.detail
     assert all(e.reason and e.detail for e in rejected)
     spend = llm.spend
-    assert spend.requests == 0 and spend.cost_usd == 0.0  # nothing malformed was billed
-    assert min(vars_of(spend.usage)) >= 0
+    assert spend.requests == sum(e.summary is not None for e in rejected)
+    assert (spend.cost_usd or 0.0) >= 0.0 and min(vars_of(spend.usage)) >= 0
+    billed = [e.summary.usage for e in rejected if e.summary is not None]
+    assert billed == ([Usage(input_tokens=1)] * len(billed) if detail == "usage a dict" else [])
 
 
 def vars_of(usage: Usage) -> list[int]:
