@@ -140,6 +140,15 @@ def _dump(part: object, j: int) -> Mapping[str, Any]:
     return MappingProxyType({KEY: j, "part": dumped})
 
 
+def _url_media_type(item: ImageUrl) -> str:
+    """The image's media type, or "" where pydantic-ai cannot tell it from the URL (a signed
+    or CDN URL: its ``media_type`` raises; the model is sent the URL all the same)."""
+    try:
+        return item.media_type
+    except ValueError:
+        return ""
+
+
 def _user_blocks(content: str | Sequence[Any]) -> tuple[UserContent, ...]:
     if isinstance(content, str):
         return (TextBlock(content),)
@@ -150,7 +159,7 @@ def _user_blocks(content: str | Sequence[Any]) -> tuple[UserContent, ...]:
         elif isinstance(item, TextContent):
             blocks.append(TextBlock(item.content))
         elif isinstance(item, ImageUrl):
-            blocks.append(ImageBlock(item.media_type, item.url, "url"))
+            blocks.append(ImageBlock(_url_media_type(item), item.url, "url"))
         elif isinstance(item, BinaryContent) and item.is_image:
             blocks.append(ImageBlock(item.media_type, item.base64))
         else:
