@@ -582,3 +582,86 @@ async def test_an_unreadable_compaction_is_billed_what_its_iterations_report() -
         finally:
             await summarizer.aclose()
     assert info.value.usage == Usage(5000, 400)
+
+
+@pytest.mark.parametrize(
+    "ending", ["done\n", "done  \n\n", "\n"], ids=["newline", "blanks", "blank"]
+)
+async def test_a_span_ending_on_the_assistants_text_is_compacted_as_the_api_takes_it(
+    ending: str,
+) -> None:
+    """Found by a hostile run (AN, finding 2): the conversation a compaction covers ends on
+    the assistant's turn, and an answer ending in a newline went as it was: the API refuses
+    a final assistant message with trailing whitespace (400), so every native request of
+    such a loop failed. Its trailing whitespace is left out of the request."""
+    conversation = (UserMessage.of("task: fix the parser"), AssistantMessage.of(ending))
+    request = SummaryRequest(
+        system="s", prompt="p", max_tokens=300, conversation=conversation, messages=2
+    )
+    async with FakeAnthropic(default=Reply.text("A summary.")) as server:
+        summarizer = AnthropicCompactionSummarizer(
+            "claude-sonnet-4-5", api_key="k", base_url=server.url
+        )
+        try:
+            result = await summarizer.summarize(request)
+        finally:
+            await summarizer.aclose()
+    assert result.messages and server.requests[0].status == 200
+    sent = json.loads(server.requests[0].body)["messages"]
+    assert (
+        sent[-1]["role"] == "user"
+        if not ending.strip()
+        else sent[-1]["content"][-1]["text"] == "done"
+    )
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+async def test_a_native_request_refused_as_too_large_is_not_sent_again_unchanged(
+    provider: str,
+) -> None:
+    """Found by a hostile run (AN, finding 3): a native compaction refused as too large was
+    sent again "with half the transcript", which a native request does not carry: the same
+    request four times, and later ones refused before sending ("down to 368 characters").
+    It fails once; the next request is its own."""
+    too_long = (
+        Reply.error(400, "prompt is too long: 4842 tokens > 2000 maximum")
+        if provider == "anthropic"
+        else Reply.error(400, "Your input exceeds the context window of this model.")
+    )
+    summarizer_fails_once: Any
+    server: FakeServer = (
+        FakeAnthropic([too_long]) if provider == "anthropic" else FakeOpenAI([too_long])
+    )
+    async with server:
+        if provider == "anthropic":
+            summarizer_fails_once = AnthropicCompactionSummarizer(
+                "claude-sonnet-4-5", api_key="k", base_url=server.url
+            )
+        else:
+            summarizer_fails_once = OpenAICompactionSummarizer(
+                "gpt-5.4", api_key="k", base_url=server.url + "/v1"
+            )
+        llm = LlmCompaction(summarizer_fails_once, LlmCompactionConfig(trigger_ratio=0.3))
+        events: list[Event] = []
+        try:
+            async with ContextManager(
+                Budget(context_window=4_000, reserve_output=500),
+                strategy=Chain([llm, DeterministicCompaction()]),
+                on_over_budget="send",
+            ) as ctx:
+                ctx.subscribe(events.append)
+                history: list[Message] = [UserMessage.of("task: fix the parser")]
+                for i in range(40):
+                    history += [
+                        UserMessage.of(f"step {i}: " + "words " * 40),
+                        AssistantMessage.of("ok"),
+                    ]
+                    history = await ctx.prepare(history)
+                    await anyio.sleep(0.01)
+        finally:
+            await summarizer_fails_once.aclose()
+    first, then = server.requests[0], server.requests[1]
+    assert first.status == 400 and then.body != first.body  # not sent again as it was
+    rejected = [e for e in events if isinstance(e, SummaryRejected)]
+    assert rejected and rejected[0].attempts == 1
+    assert not [e for e in rejected if e.detail.startswith("not sent")]  # later ones were sent

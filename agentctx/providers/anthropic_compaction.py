@@ -91,6 +91,10 @@ class AnthropicCompactionSummarizer(ClientOwner):
             compaction beta); the ones set here cannot be.
     """
 
+    sends_conversation = True
+    """It sends `SummaryRequest.conversation`, not the transcript: a request refused as too
+    large is not sent again with less transcript (it would be the same request)."""
+
     def __init__(
         self,
         model: str,
@@ -122,7 +126,7 @@ class AnthropicCompactionSummarizer(ClientOwner):
             raise SummarizerError(
                 "nothing to compact: the request has no conversation", retryable=False
             )
-        messages = to_anthropic(request.conversation)
+        messages = _closed_turn(to_anthropic(request.conversation))
         options = dict(self.request_options)
         betas = [*options.pop("betas", ()), COMPACTION_BETA]
         compaction: dict[str, Any] = {"type": "summarize"}
@@ -154,6 +158,30 @@ def _tool_stubs(conversation: Iterable[Message]) -> list[dict[str, Any]]:
         if isinstance(m, AssistantMessage):
             names.update((b.name, None) for b in m.content if isinstance(b, ToolCall))
     return [{"name": n, "input_schema": {"type": "object"}} for n in names]
+
+
+def _closed_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` as the API takes them when they end on the assistant's turn (the span
+    the compaction covers ends there): its last text without trailing whitespace, which the
+    API refuses in a final assistant message ("final assistant content cannot end with
+    trailing whitespace"); a text left empty is left out."""
+    last = messages[-1] if messages else None
+    if last is None or last.get("role") != "assistant":
+        return messages
+    content = last["content"]
+    content = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    while (
+        content
+        and content[-1].get("type") == "text"
+        and content[-1]["text"] != (kept := content[-1]["text"].rstrip())
+    ):
+        if kept:
+            content[-1] = {**content[-1], "text": kept}
+        else:
+            content.pop()
+    if not content:  # nothing but whitespace: the turn says nothing
+        return messages[:-1]
+    return [*messages[:-1], {**last, "content": content}]
 
 
 def _usage(u: BetaUsage) -> Usage:

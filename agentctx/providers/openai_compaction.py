@@ -79,6 +79,10 @@ class OpenAICompactionSummarizer(ClientOwner):
             ``service_tier``, ...); the ones set here cannot be.
     """
 
+    sends_conversation = True
+    """It sends `SummaryRequest.conversation`, not the transcript: a request refused as too
+    large is not sent again with less transcript (it would be the same request)."""
+
     def __init__(
         self,
         model: str,

@@ -362,6 +362,10 @@ class Requester:
                 usage = billed_usage(e.usage)
                 if usage is not None:  # a reply came, unusable, and was billed
                     billed = SummaryStats(0, usage, *self._charge(usage, None))
+                if too_large(e) and getattr(self.summarizer, "sends_conversation", False):
+                    # Less transcript would be the same request: it fails, and the next
+                    # one's span (a view grown or compacted since) is its own.
+                    return None, attempt, reason, detail, billed
                 if too_large(e):
                     self._shrink(request, emit, str(e))
                     smaller = self._request(job)
