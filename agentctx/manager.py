@@ -404,6 +404,7 @@ class ContextManager:
         self._rendered_version = self._state.ledger.version
         self._closing = False
         self._closed_under_call = False  # a call outlived the close's wait for it
+        self._slow_close_said = False
         self._closed = False
         self._background_done: anyio.Event | None = None
         # Whether a `prepare` call is running, and the calls waiting for it to end.
@@ -563,6 +564,7 @@ class ContextManager:
         then close the event streams: every billed request is reported exactly once, however
         a completing request and the close interleave."""
         if self._closed:
+            await self._wait_for_background()  # closed from inside that work
             return
         self._closing = True  # a call made from now on is refused
         if self._preparing and _COMPACTING.get(None) is not self:
@@ -588,12 +590,25 @@ class ContextManager:
         # and would wait for itself: it goes on, cancelled at its next await, and the close
         # completes as the background work it belongs to ends.
         done = self._background_done
+        await self._wait_for_background()
+        await self._report_on_close()
+        self._closed = True
+        if done is None or done.is_set():
+            self._hub.close()
+        # else that work, once it ends, reports what it left and closes the hub
+
+    async def _wait_for_background(self) -> None:
+        """Wait, bounded, for the background work the close cancelled to end, and say once if
+        it ignores the cancellation. Not from inside that work (it would wait for itself); a
+        close from outside after one from inside still waits."""
+        done = self._background_done
         # (Tasks a strategy starts while it compacts carry the mark of that call.)
-        inside = self._hub.runs_callback() or _COMPACTING.get(None) is self
+        if done is None or self._hub.runs_callback() or _COMPACTING.get(None) is self:
+            return
         with anyio.move_on_after(_CLOSE_SECONDS, shield=True):
-            if done is not None and not inside:
-                await done.wait()
-        if done is not None and not done.is_set() and not inside:
+            await done.wait()
+        if not done.is_set() and not self._slow_close_said:
+            self._slow_close_said = True
             self._hub.emit(
                 CompactionWarning(
                     "slow_close",
@@ -603,11 +618,6 @@ class ContextManager:
                     "work ends. Give the summarizer's client a timeout.",
                 )
             )
-        await self._report_on_close()
-        self._closed = True
-        if done is None or done.is_set():
-            self._hub.close()
-        # else that work, once it ends, reports what it left and closes the hub
 
     async def _report_on_close(self) -> None:
         with anyio.move_on_after(_CLOSE_SECONDS, shield=True):

@@ -9,6 +9,7 @@ import random
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -1921,3 +1922,46 @@ async def test_a_summarizer_that_closes_the_session_does_not_wait_for_itself() -
     assert not [e for e in events if isinstance(e, CompactionWarning)]
     billed = [e for e in events if getattr(e, "summary", None) is not None]
     assert llm.spend.requests == len(billed) == 1
+
+
+async def test_a_close_after_one_from_inside_still_waits_its_bound_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by a hostile run (AN, finding 6): once an async subscriber had closed the
+    session (not waiting for the work it is part of), the loop's own close returned at once
+    as closed already, and ``async with`` then waited for a summarizer blocking in a thread,
+    unbounded and unsaid. That close waits its bound and says `slow_close`, once."""
+    monkeypatch.setattr(manager_module, "_CLOSE_SECONDS", 0.3)
+
+    class InAThread(ScriptedSummarizer):
+        async def summarize(self, request: SummaryRequest) -> SummaryResult:
+            await anyio.to_thread.run_sync(time.sleep, 1.0)
+            return await super().summarize(request)
+
+    tiers = DeterministicCompaction()
+    llm = LlmCompaction(
+        InAThread([], default=BRIEFING), LlmCompactionConfig(trigger_ratio=0.3), fallback=tiers
+    )
+    budget = Budget(context_window=5_000, reserve_output=1_000)
+    ctx = ContextManager(budget, strategy=Chain([llm, tiers]), on_over_budget="send")
+    events: list[Event] = []
+
+    async def watchdog(event: Event) -> None:
+        if isinstance(event, ContextCompacted) and llm.phase == "in_flight":
+            await ctx.aclose()
+
+    history: list[Any] = [user("the task")]
+    with anyio.fail_after(5):
+        async with ctx:
+            ctx.subscribe(events.append)
+            ctx.subscribe(watchdog)
+            with pytest.raises(ConfigError, match="closed"):
+                for i in range(200):
+                    history += [
+                        user(f"q{i} " + "word " * 80),
+                        assistant(text=f"a{i} " + "word " * 80),
+                    ]
+                    await ctx.prepare(history)
+                    await anyio.sleep(0.01)
+    assert [e.code for e in events if isinstance(e, CompactionWarning)] == ["slow_close"]
+    assert llm.spend.requests == len([e for e in events if getattr(e, "summary", None)]) == 1
