@@ -665,3 +665,29 @@ async def test_a_native_request_refused_as_too_large_is_not_sent_again_unchanged
     rejected = [e for e in events if isinstance(e, SummaryRejected)]
     assert rejected and rejected[0].attempts == 1
     assert not [e for e in rejected if e.detail.startswith("not sent")]  # later ones were sent
+
+
+async def test_a_blank_last_turn_leaves_the_one_before_it_closed_too() -> None:
+    """Found by a hostile run (AO): dropping a blank last turn left the assistant turn before
+    it last, with its trailing whitespace (400); a conversation left with nothing went out
+    as ``messages: []``. The turn before is closed as well, and nothing left to compact is
+    refused before a request is made."""
+    conversation = (UserMessage.of("task"), AssistantMessage.of("done\n"), AssistantMessage.of(" "))
+    blank = (AssistantMessage.of("  \n"),)
+    async with FakeAnthropic(default=Reply.text("A summary.")) as server:
+        summarizer = AnthropicCompactionSummarizer(
+            "claude-sonnet-4-5", api_key="k", base_url=server.url
+        )
+        try:
+            result = await summarizer.summarize(
+                SummaryRequest(system="s", prompt="p", max_tokens=300, conversation=conversation)
+            )
+            with pytest.raises(SummarizerError, match="nothing to compact") as info:
+                await summarizer.summarize(
+                    SummaryRequest(system="s", prompt="p", max_tokens=300, conversation=blank)
+                )
+        finally:
+            await summarizer.aclose()
+    assert result.messages and len(server.requests) == 1 and not info.value.retryable
+    sent = json.loads(server.requests[0].body)["messages"]
+    assert sent[-1] == {"role": "assistant", "content": [{"type": "text", "text": "done"}]}

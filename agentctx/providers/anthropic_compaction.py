@@ -127,6 +127,10 @@ class AnthropicCompactionSummarizer(ClientOwner):
                 "nothing to compact: the request has no conversation", retryable=False
             )
         messages = _closed_turn(to_anthropic(request.conversation))
+        if not messages:
+            raise SummarizerError(
+                "nothing to compact: the conversation holds only blank text", retryable=False
+            )
         options = dict(self.request_options)
         betas = [*options.pop("betas", ()), COMPACTION_BETA]
         compaction: dict[str, Any] = {"type": "summarize"}
@@ -164,24 +168,25 @@ def _closed_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``messages`` as the API takes them when they end on the assistant's turn (the span
     the compaction covers ends there): its last text without trailing whitespace, which the
     API refuses in a final assistant message ("final assistant content cannot end with
-    trailing whitespace"); a text left empty is left out."""
-    last = messages[-1] if messages else None
-    if last is None or last.get("role") != "assistant":
-        return messages
-    content = last["content"]
-    content = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
-    while (
-        content
-        and content[-1].get("type") == "text"
-        and content[-1]["text"] != (kept := content[-1]["text"].rstrip())
-    ):
-        if kept:
-            content[-1] = {**content[-1], "text": kept}
-        else:
-            content.pop()
-    if not content:  # nothing but whitespace: the turn says nothing
-        return messages[:-1]
-    return [*messages[:-1], {**last, "content": content}]
+    trailing whitespace"); a text left empty is left out, and a turn left empty too (the one
+    before it is then the last)."""
+    while messages and messages[-1].get("role") == "assistant":
+        last = messages[-1]
+        content = last["content"]
+        content = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+        while (
+            content
+            and content[-1].get("type") == "text"
+            and content[-1]["text"] != (kept := content[-1]["text"].rstrip())
+        ):
+            if kept:
+                content[-1] = {**content[-1], "text": kept}
+            else:
+                content.pop()
+        if content:
+            return [*messages[:-1], {**last, "content": content}]
+        messages = messages[:-1]  # nothing but whitespace: the turn says nothing
+    return messages
 
 
 def _usage(u: BetaUsage) -> Usage:
