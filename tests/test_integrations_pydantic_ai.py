@@ -651,6 +651,9 @@ FILES = {
     "video-url": VideoUrl("https://example.com/demo.mp4"),
     "image-url": ImageUrl("https://example.com/chart.png", vendor_metadata={"detail": "high"}),
     "png": BinaryContent(PNG, media_type="image/png", vendor_metadata={"detail": "low"}),
+    # (AN, finding 4) A signed or CDN URL whose media type pydantic-ai cannot infer (its
+    # ``media_type`` raises): a bare `ValueError` failed the whole run once agentctx was added.
+    "untyped-image-url": ImageUrl("https://cdn.example.com/render?id=42&sig=abc"),
 }
 
 
@@ -734,25 +737,3 @@ async def test_equal_items_of_a_changed_prompt_come_back_each_as_itself() -> Non
     task = to_pydantic_ai(view, history)[0].parts[0]
     assert isinstance(task, UserPromptPart) and isinstance(task.content, list)
     assert [repr(i) for i in task.content] == [repr(i) for i in ["Task:", *items]]
-
-
-async def test_an_image_url_pydantic_ai_cannot_type_is_sent_as_it_was() -> None:
-    """Found by a hostile run (AN, finding 4): a signed or CDN image URL whose media type
-    pydantic-ai cannot infer (its ``media_type`` raises) failed the whole run with a bare
-    `ValueError` once agentctx was added; it goes back as it was, in a prompt and a tool
-    return agentctx changed."""
-    image = ImageUrl("https://cdn.example.com/render?id=42&sig=abc")
-    output = "\n".join(f"row {i} " + "z" * 70 for i in range(500))
-    history: list[ModelMessage] = [
-        ModelRequest([UserPromptPart(["Describe it.", "", image], timestamp=T)]),
-        ModelResponse([ToolCallPart("fetch", {"n": 1}, "c0")], timestamp=T),
-        ModelRequest([ToolReturnPart("fetch", [output, image], "c0", timestamp=T)]),
-        ModelResponse([TextPart("ok")], timestamp=T),
-    ]
-    budget = Budget(context_window=6_000, reserve_output=1_000)
-    async with ContextManager(budget, on_over_budget="send") as ctx:
-        view = await ctx.prepare(from_pydantic_ai(history))
-    sent = to_pydantic_ai(view, history)
-    task, tool_return = sent[0].parts[0], sent[2].parts[0]
-    assert isinstance(task, UserPromptPart) and task.content == ["Describe it.", image]
-    assert isinstance(tool_return, ToolReturnPart) and tool_return.content[1:] == [image]
