@@ -113,16 +113,15 @@ def billed_usage(value: object) -> Usage | None:
         return None
     if usage is None:
         return None
-    counts = _from_fields(
-        {
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
-            "cache_read_input_tokens": usage.cache_read_tokens,
-            "cache_creation_input_tokens": usage.cache_write_tokens,
-            "cache_creation": {"ephemeral_1h_input_tokens": usage.cache_write_1h_tokens},
-        }
+    written = _tokens(usage.cache_write_tokens)
+    counts = Usage(
+        _tokens(usage.input_tokens),
+        _tokens(usage.output_tokens),
+        _tokens(usage.cache_read_tokens),
+        written,
+        min(_tokens(usage.cache_write_1h_tokens), written),
     )
-    return counts if counts is not None and (counts.prompt_tokens or counts.output_tokens) else None
+    return counts if counts.prompt_tokens or counts.output_tokens else None
 
 
 def usage_of(response: object) -> Usage | None:

@@ -25,10 +25,11 @@ the ledger, the stores and the tests use to name a message without trusting obje
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, ClassVar, TypeAlias
@@ -688,8 +689,15 @@ def canonical_json(message: Message) -> str:
     Raises `UnsupportedMessageError` for a message holding what JSON cannot (in ``extra``:
     `check_history` checks the arguments and payloads a history brings)."""
     data = to_dict(message)
-    try:
+    with _json_errors():
         return _CANONICAL_JSON.encode(data)
+
+
+@contextlib.contextmanager
+def _json_errors() -> Iterator[None]:
+    """A message's JSON that cannot be written is an `UnsupportedMessageError`."""
+    try:
+        yield
     except (TypeError, ValueError, RecursionError) as e:
         raise UnsupportedMessageError(None, f"content JSON cannot hold ({e})") from e
 
@@ -700,50 +708,30 @@ def fingerprint(message: Message) -> str:
     if fp:
         return fp
     digest = hashlib.blake2b(digest_size=16)
-    if _chars(message) < _HASHED_IN_PIECES_FROM:
-        digest.update(canonical_json(message).encode("utf-8", "surrogatepass"))
-    else:
-        # The same bytes, a piece at a time: whole, the JSON of a tool's binary output (a
-        # control character is six characters escaped, at four bytes each beside one
-        # character past Latin-1) took 45 times its size, 2 GB for 50 MB.
-        try:
-            _hash_json(to_dict(message), digest)
-        except (TypeError, ValueError, RecursionError) as e:
-            raise UnsupportedMessageError(None, f"content JSON cannot hold ({e})") from e
+    data = to_dict(message)
+    with _json_errors():
+        if _strings_chars(data) < _HASHED_IN_PIECES_FROM:
+            digest.update(_CANONICAL_JSON.encode(data).encode("utf-8", "surrogatepass"))
+        else:
+            # The same bytes, a piece at a time: whole, the JSON of a tool's binary output (a
+            # control character is six characters escaped, at four bytes each beside one
+            # character past Latin-1) took 45 times its size, 2 GB for 50 MB.
+            _hash_json(data, digest)
     fp = digest.hexdigest()
     object.__setattr__(message, "_fp", fp)
     return fp
 
 
-_HASHED_IN_PIECES_FROM = 1 << 20  # characters of the strings a message holds (`_chars`)
+_HASHED_IN_PIECES_FROM = 1 << 20  # characters of the strings a message's JSON holds
 _PIECE = 1 << 16
 
 
-def _chars(message: Message) -> int:
-    """About the characters of the strings ``message`` holds: its texts, and the strings in
-    its blocks' arguments, payloads and fields, and its own fields (a file written whole in
-    a call's arguments, a raw arguments string a provider keeps)."""
-    n = _strings_chars(message.extra)
-    if isinstance(message, SummaryMessage):
-        return n + len(message.text)
-    for b in message.content:
-        n += _strings_chars(getattr(b, "extra", None))
-        if isinstance(b, TextBlock):
-            n += len(b.text)
-        elif isinstance(b, ThinkingBlock):
-            n += len(b.thinking)
-        elif isinstance(b, ToolCall):
-            n += _strings_chars(b.arguments)
-        elif isinstance(b, OpaqueBlock):
-            n += _strings_chars(b.payload)
-    return n
-
-
-def _strings_chars(fields: Mapping[str, Any] | None) -> int:
-    """Characters of the strings ``fields`` holds, nested ones too (counted until there are
-    enough to hash in pieces)."""
+def _strings_chars(data: object) -> int:
+    """Characters of the strings ``data`` holds, nested ones too (counted until there are
+    enough to hash in pieces): texts, a file written whole in a call's arguments, an image's
+    data, fields, payloads."""
     n = 0
-    stack: list[object] = [fields]
+    stack: list[object] = [data]
     while stack and n < _HASHED_IN_PIECES_FROM:
         value = stack.pop()
         if type(value) is str:

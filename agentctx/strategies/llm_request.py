@@ -325,7 +325,6 @@ class Requester:
         cfg = self.config
         deadline = self._clock() + cfg.deadline
         attempt = 0
-        billed: SummaryStats | None = None
         while True:
             if job.stale is not None:  # known useless before it was sent: not sent
                 return None, attempt, "stale", f"not sent: {job.stale.replace('_', ' ')}", None
@@ -336,7 +335,7 @@ class Requester:
                 return None, attempt - 1, "deadline", detail, None
             limit = min(cfg.timeout, remaining)
             retry_after: float | None = None
-            billed = None
+            billed: SummaryStats | None = None  # what this attempt's reply cost, if billed
             try:
                 with (
                     telemetry.attempt(self.summarizer, cfg.price, request, attempt) as traced,
