@@ -91,6 +91,11 @@ class Price:
             + written_1h * rate_1h
         ) / 1_000_000
 
+    def reply_cost(self, usage: Usage) -> float | None:
+        """`cost` of a billed reply; ``None`` when it reports no tokens at all: a server that
+        leaves usage out billed the reply all the same, so its cost is unknown, not zero."""
+        return self.cost(usage) if usage.prompt_tokens or usage.output_tokens else None
+
 
 def _claude(
     input: float,

@@ -124,7 +124,7 @@ class SummarizerAttempt:
         if self.result is None:
             return None
         price = self.price if self.price is not None else price_for(self.response_model)
-        return price.cost(self.result.usage) if price is not None else None
+        return price.reply_cost(self.result.usage) if price is not None else None
 
 
 # Set while a traced prepare() runs: background tasks started meanwhile (a summarizer

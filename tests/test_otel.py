@@ -275,6 +275,22 @@ async def test_a_failed_attempt_is_an_error_span_and_unknown_cost_is_left_out(
         assert "agentctx.cost_usd" not in attrs  # no known price
 
 
+async def test_a_reply_reporting_no_tokens_has_no_cost_on_its_span_as_in_the_spend(
+    exporter: InMemorySpanExporter, tracer: OtelTracer
+) -> None:
+    """A server that leaves usage out billed the reply all the same: its cost is unknown, as
+    the events and `LlmCompaction.spend` say, not $0 (found by a hostile run: the span said
+    0.0)."""
+    summarizer = ScriptedSummarizer(
+        default=Outcome.reply(BRIEFING, usage=Usage()), model="claude-haiku-4-5"
+    )
+    await session_with_summaries(tracer, summarizer)
+    chats = spans(exporter, "chat claude-haiku-4-5")
+    assert chats and len(chats) == len(summarizer.requests)
+    for span in chats:
+        assert "agentctx.cost_usd" not in (span.attributes or {})
+
+
 async def test_a_timed_out_attempt_is_an_error_span(
     exporter: InMemorySpanExporter, tracer: OtelTracer
 ) -> None:

@@ -275,7 +275,7 @@ class DeterministicCompaction:
         if not due:
             # While the cache stays warm, only the prompt passing the budget makes it due.
             return Quiet(budget.limit, self.cold_cache_seconds)
-        before_messages = len(ctx.view)
+        before_messages, before_decisions = len(ctx.view), len(ctx.taken)
         actions: list[str] = []
         target = budget.target_tokens
         slack = _slack(target)
@@ -302,24 +302,23 @@ class DeterministicCompaction:
             # Landing above the trigger, the next few new messages would force another
             # rewrite, call after call: the comforts give way down to the trigger.
             self._give_way(ctx, actions, target)
-        self._report(ctx, tokens, before_messages, actions)
+        self._report(ctx, tokens, before_messages, before_decisions, actions)
         return None
 
-    def cut_oversized(self, ctx: CompactionContext) -> None:
+    def cut_oversized(self, ctx: CompactionContext) -> list[str]:
         """Over the limit, cut down the newest step's results when, kept whole, they would
-        hold the prompt above the trigger even with all else dropped, and report it, as
-        `compact` does first: for a strategy run before this one that sizes its own work on
-        the prompt (`ToolOutputPipeline`)."""
-        if ctx.prompt_tokens <= ctx.budget.limit:
-            return
-        tokens, before = ctx.prompt_tokens, len(ctx.view)
+        hold the prompt above the trigger even with all else dropped, as `compact` does
+        first: for a strategy run before this one that sizes its own work on the prompt
+        (`ToolOutputPipeline`). Returns what it did, for that strategy's own event."""
         actions: list[str] = []
-        self._cut_oversized(ctx, actions)
-        self._report(ctx, tokens, before, actions)
+        if ctx.prompt_tokens > ctx.budget.limit:
+            self._cut_oversized(ctx, actions)
+        return actions
 
     def _report(
-        self, ctx: CompactionContext, tokens: int, messages: int, actions: list[str]
+        self, ctx: CompactionContext, tokens: int, messages: int, decisions: int, actions: list[str]
     ) -> None:
+        """The call's `ContextCompacted`, from the prompt, view and ledger as it found them."""
         if actions:
             ctx.emit(
                 ContextCompacted(
@@ -329,7 +328,7 @@ class DeterministicCompaction:
                     messages_after=len(ctx.view),
                     tokens_before=tokens,
                     tokens_after=ctx.prompt_tokens,
-                    decisions=len(ctx.taken),
+                    decisions=len(ctx.taken) - decisions,
                     actions=tuple(actions),
                 )
             )

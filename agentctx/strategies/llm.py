@@ -163,6 +163,7 @@ class LlmCompaction:
         )
         self._ctx: CompactionContext | None = None  # the context of the previous call
         self._rewinds = 0  # ctx.rewinds at the previous call: a larger one means a rewind
+        self._reported = 0  # len(ctx.taken) that this call's events counted up to
         self._version = -1  # ledger version at the end of the previous call
         self._fell_back = False  # over the limit with nothing spliced in the previous call
         # The call that put arming off over the limit and its raw length, until one arms.
@@ -221,6 +222,7 @@ class LlmCompaction:
         if ctx is not self._ctx:
             self._requests.reap(ctx.tasks, ctx.emit)
         self._ctx = ctx
+        self._reported = len(ctx.taken)
         if ctx.ledger.version != self._version:
             if self._fell_back:  # the tiers after this strategy compacted in the last call
                 self._count_fallback(ctx.emit)
@@ -679,11 +681,12 @@ class LlmCompaction:
                 messages_after=len(ctx.view),
                 tokens_before=tokens,
                 tokens_after=ctx.prompt_tokens,
-                decisions=len(ctx.taken),
+                decisions=len(ctx.taken) - self._reported,
                 actions=tuple(actions),
                 summary=summary,
             )
         )
+        self._reported = len(ctx.taken)
 
     def _warn(self, emit: Callable[[Event], None], code: str, message: str) -> None:
         if code in self._warned:

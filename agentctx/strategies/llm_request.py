@@ -403,10 +403,7 @@ class Requester:
         model = model or getattr(self.summarizer, "model", None)
         model = model if isinstance(model, str) else None
         price = self.config.price if self.config.price is not None else price_for(model)
-        # A reply that reports no tokens at all (a server that leaves usage out) was billed
-        # all the same: its cost is unknown, not zero.
-        reported = usage.prompt_tokens or usage.output_tokens
-        cost = price.cost(usage) if price is not None and reported else None
+        cost = price.reply_cost(usage) if price is not None else None
         self._usage = self._usage + usage
         self._billed += 1
         self._cost = None if self._cost is None or cost is None else self._cost + cost

@@ -41,7 +41,10 @@ from agentctx.strategies.deterministic import DeterministicCompaction
 from agentctx.strategies.pipeline_run import Memo, Proposal, Run, condense, nothing_to_take
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from agentctx.budget import Budget
+    from agentctx.events import Event
     from agentctx.strategy import CompactionContext, CompactionStrategy
 
 __all__ = [
@@ -222,10 +225,14 @@ class ToolOutputPipeline:
         """Propose with every pass, then take the batch if it pays (see the module doc)."""
         if nothing_to_take(self, ctx, self._memos.get(ctx.session_id)):
             return
+        # One compaction, one event: what the fallback reports (the cut of oversized
+        # results, the tiers) is folded into this strategy's own, so the events of a call
+        # add up to what it saved.
+        report = _Report(ctx)
         if isinstance(self.fallback, DeterministicCompaction):
             # Sized on a result that is cut down anyway, the passes would expire the newest
             # complete turn's output, and the tiers drop older history, for nothing.
-            self.fallback.cut_oversized(ctx)
+            report.actions += self.fallback.cut_oversized(ctx)
         run = Run(self, ctx, self._memo(ctx))
         run.memo.unpaying = False  # set again below if this run takes nothing
         run.memo.steady = None
@@ -233,7 +240,6 @@ class ToolOutputPipeline:
         budget = ctx.budget
         if self.target_ratio is not None and self.target_ratio < budget.target_ratio:
             budget = replace(budget, target_ratio=self.target_ratio)
-        messages_before = len(ctx.view)
         tokens_before = ctx.prompt_tokens
         cold = ctx.idle_seconds is not None and ctx.idle_seconds > self.cache_ttl_seconds
         threshold = self.batch_threshold(budget.limit)
@@ -251,12 +257,12 @@ class ToolOutputPipeline:
             # expired before them (the tiers would cut them otherwise, and a cut result is
             # not expired); after them, what else they kept above the target.
             target = budget.target_tokens
-            taken = run.expire_to_target(1, target, within=ctx.protected_turn or (0, 0))
+            report.took(run.expire_to_target(1, target, within=ctx.protected_turn or (0, 0)))
             if ctx.prompt_tokens > target:
-                await self._land(ctx, budget)
+                await self._land(ctx, budget, report)
             if ctx.prompt_tokens > target:
-                taken += Run(self, ctx, self._memo(ctx)).expire_to_target(1, target)
-            self._emit(ctx, taken, messages_before, tokens_before)
+                report.took(Run(self, ctx, self._memo(ctx)).expire_to_target(1, target))
+            report.emit(type(self).__name__)
             return
         if run.deferred is not None and (
             cold or tokens_before > budget.limit or _paying(run.proposals) >= threshold
@@ -267,6 +273,7 @@ class ToolOutputPipeline:
         if not run.proposals and tokens_before <= budget.limit and not cold:
             if tokens_before >= threshold:
                 _note_unpaying(run, 0, threshold)
+            report.emit(type(self).__name__)
             return
         # Decisions about messages not sent yet cost no cache write: always taken, and then
         # they may be enough to stay within the budget without touching the sent prefix.
@@ -294,35 +301,20 @@ class ToolOutputPipeline:
             # budget only the newest turn is spared; otherwise the turns L2 protects are.
             protect = 1 if forced or self.l2 is None else self.l2.protect_recent_turns
             taken += run.expire_to_target(protect, budget.target_tokens)
-        self._emit(ctx, taken, messages_before, tokens_before)
+        report.took(taken)
         if not taken and tokens_before >= threshold:
             # Over half the budget, most calls take nothing: what this one found lets the
             # next ones skip the passes (`nothing_to_take`) until it could change.
             _note_unpaying(run, _paying(stale), threshold)
         rewrites = rewrites or any(not p.fresh for p in taken)
         if (forced or cold or rewrites) and ctx.prompt_tokens > budget.target_tokens:
-            await self._land(ctx, budget)
+            await self._land(ctx, budget, report)
+        report.emit(type(self).__name__)
 
-    def _emit(
-        self, ctx: CompactionContext, taken: list[Proposal], messages: int, tokens: int
-    ) -> None:
-        if taken:
-            ctx.emit(
-                ContextCompacted(
-                    method="pipeline",
-                    strategy=type(self).__name__,
-                    messages_before=messages,
-                    messages_after=len(ctx.view),
-                    tokens_before=tokens,
-                    tokens_after=ctx.prompt_tokens,
-                    decisions=len(taken),
-                    actions=tuple(p.action for p in taken),
-                )
-            )
-
-    async def _land(self, ctx: CompactionContext, budget: Budget) -> None:
+    async def _land(self, ctx: CompactionContext, budget: Budget, report: _Report) -> None:
         """Have the fallback tiers condense what the passes cannot reach (arguments, text,
-        turns), in the same call and to the same target."""
+        turns), in the same call and to the same target; what they report goes in
+        ``report``."""
         if self.fallback is None:
             return
         # For this call their hard budget is the trigger: a rewrite that huge output of the
@@ -332,7 +324,50 @@ class ToolOutputPipeline:
         trigger = max(1, budget.trigger_tokens)
         ratio = min(1.0, max(1, budget.target_tokens) / trigger)
         aim = replace(budget, hard_budget=trigger, trigger_ratio=ratio, target_ratio=ratio)
-        await self.fallback.compact(replace(ctx, budget=aim, give_way_above=trigger))
+        await self.fallback.compact(
+            replace(ctx, budget=aim, give_way_above=trigger, emit=report.collect)
+        )
+
+
+class _Report:
+    """The one `ContextCompacted` of a pipeline call: its own decisions and what the fallback
+    it runs reports, in the order they were taken."""
+
+    def __init__(self, ctx: CompactionContext) -> None:
+        self._ctx = ctx
+        self._decisions = len(ctx.taken)
+        self._messages = len(ctx.view)
+        self._tokens = ctx.prompt_tokens
+        self.actions: list[str] = []
+
+    def collect(self, event: Event) -> None:
+        """The fallback's ``emit``."""
+        if isinstance(event, ContextCompacted):
+            self.actions += event.actions
+        else:
+            self._ctx.emit(event)
+
+    def took(self, taken: Sequence[Proposal]) -> None:
+        self.actions += (p.action for p in taken)
+
+    def emit(self, strategy: str) -> None:
+        ctx = self._ctx
+        decisions = len(ctx.taken) - self._decisions
+        if not decisions:
+            return
+        ctx.counter.refine(ctx.view)  # what was cut or put in place was counted quickly
+        ctx.emit(
+            ContextCompacted(
+                method="pipeline",
+                strategy=strategy,
+                messages_before=self._messages,
+                messages_after=len(ctx.view),
+                tokens_before=self._tokens,
+                tokens_after=ctx.prompt_tokens,
+                decisions=decisions,
+                actions=tuple(self.actions),
+            )
+        )
 
 
 def _note_unpaying(run: Run, paying: int, threshold: int) -> None:
