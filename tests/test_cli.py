@@ -91,6 +91,16 @@ def test_every_builtin_strategy_replays(strategy: str, capsys: pytest.CaptureFix
         assert "summarizer: no requests" in out
 
 
+def test_compactions_count_the_requests_that_compacted(capsys: pytest.CaptureFixture[str]) -> None:
+    """One request compacts the shipped session under every strategy, and each says so once:
+    the pipeline, whose cut and tiers reported apart, said two (found by a hostile run)."""
+    assert main(["replay", "--compare", "deterministic,pipeline,llm"]) == 0
+    rows = re.findall(
+        r"^  (deterministic|pipeline|llm) .* (\d+) \(0 spliced\)", capsys.readouterr().out, re.M
+    )
+    assert rows == [("deterministic", "1"), ("pipeline", "1"), ("llm", "1")]
+
+
 def test_replay_without_compaction_is_the_baseline(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["replay", "--strategy", "none", "--context-window", "500000"]) == 0
     assert "compactions 0 (0 briefings spliced)  prefix-cache breaks 0" in capsys.readouterr().out

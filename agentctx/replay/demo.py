@@ -194,7 +194,7 @@ async def run_demo(budget: Budget, out: TextIO) -> int:
     llm = LlmCompaction(summarizer, LlmCompactionConfig(timeout=10.0), fallback=tiers)
     model = _ScriptedModel()
     history: list[Message] = [UserMessage((TextBlock(TASK),))]
-    sent = raw_total = 0
+    sent = raw_total = compactions = 0  # compactions: model calls that compacted
     out.write(
         f"agentctx demo: budget {budget.limit} tokens (window {budget.context_window}, "
         f"reserve {budget.reserve_output}); tools read {PACKAGE}\n"
@@ -208,7 +208,9 @@ async def run_demo(budget: Budget, out: TextIO) -> int:
     ) as ctx:
         ctx.subscribe(show)
         while True:
+            seen = len(events)
             view = await ctx.prepare(history)
+            compactions += any(isinstance(e, ContextCompacted) for e in events[seen:])
             prompt = ctx.prompt_tokens
             raw = ctx.counter.overhead + ctx.counter.count_many(history)
             sent += prompt
@@ -237,7 +239,6 @@ async def run_demo(budget: Budget, out: TextIO) -> int:
                     if isinstance(text, TextBlock):
                         model.notes.append(f"{call.arguments['path']}: {_first_line(text.text)}")
         spend = llm.spend
-    compactions = sum(isinstance(e, ContextCompacted) for e in events)
     spliced = sum(isinstance(e, ContextCompacted) and e.method == "summarized" for e in events)
     out.write(
         f"\n{model.step} model calls; prompt tokens sent {sent} with compaction, "

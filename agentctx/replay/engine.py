@@ -115,6 +115,7 @@ class ReplayReport:
     cost_with: float
     cost_without: float
     compactions: int
+    """Requests whose view a compaction changed (one strategy or several, in one call)."""
     cache_breaks: int
     cold_rewrites: int
     final_view: tuple[Message, ...]
@@ -361,6 +362,7 @@ async def replay(
     rows: list[RequestRow] = []
     events: list[Event] = []
     cost_with = cost_without = 0.0
+    compactions = 0
     view: list[Message] = []
     clock = clock if clock is not None else ReplayClock()
     meter = RetentionMeter(facts) if facts is not None else None
@@ -402,7 +404,9 @@ async def replay(
             cost_with += cost
             cost_without += cost0
             new = events[seen:]
-            actions = tuple(a for e in new if isinstance(e, ContextCompacted) for a in e.actions)
+            compacted = [e for e in new if isinstance(e, ContextCompacted)]
+            compactions += bool(compacted)
+            actions = tuple(a for e in compacted for a in e.actions)
             notes = tuple(n for n in map(_note, new) if n is not None)
             summarized = sum(
                 e.summary.messages_summarized
@@ -457,7 +461,7 @@ async def replay(
         budget_tokens=budget.limit,
         cost_with=cost_with,
         cost_without=cost_without,
-        compactions=sum(isinstance(e, ContextCompacted) for e in events),
+        compactions=compactions,
         cache_breaks=sum(r.cache_break for r in rows),
         cold_rewrites=sum(r.cold_rewrite for r in rows),
         final_view=tuple(view),
