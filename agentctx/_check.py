@@ -44,12 +44,9 @@ def preview(value: object, width: int = _PREVIEW_CHARS) -> str:
 
 
 def got(obj: object, *names: str) -> str:
-    """``name=value`` for each of ``names`` of the dataclass ``obj``, marking defaults."""
-    defaults = {
-        f.name: f.default
-        for f in dataclasses.fields(obj)  # type: ignore[arg-type]
-        if f.default is not dataclasses.MISSING
-    }
+    """``name=value`` for each of ``names`` of ``obj``, marking a dataclass's defaults."""
+    fields = dataclasses.fields(obj) if dataclasses.is_dataclass(obj) else ()
+    defaults = {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}
     parts = []
     for name in names:
         value = getattr(obj, name)

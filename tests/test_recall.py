@@ -19,6 +19,7 @@ from agentctx import recall_tool
 from agentctx.blocking import BlockingContextManager
 from agentctx.boundaries import repair
 from agentctx.budget import Budget
+from agentctx.errors import ConfigError
 from agentctx.ledger import Ledger, ReplaceArguments, ReplaceResult, anchor, render
 from agentctx.manager import ContextManager
 from agentctx.messages import (
@@ -603,3 +604,18 @@ def test_a_memory_store_shared_by_threads_keeps_its_accounting() -> None:
     assert not store._pins and not store._held
     twin = pickle.loads(pickle.dumps(store))  # the lock is the copy's own
     assert twin.bytes_held == store.bytes_held and len(twin) == len(store)
+
+
+@pytest.mark.parametrize("max_bytes", [-1, "64MB", 1.5, True, float("nan")])
+def test_a_memory_store_size_that_cannot_work_is_refused_when_made(max_bytes: object) -> None:
+    """It was taken, and every later put failed with a bare `TypeError` (a hostile run)."""
+    with pytest.raises(ConfigError, match="max_bytes"):
+        MemoryRecallStore(max_bytes)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("timeout", [-5, "1", float("nan")])
+def test_a_sqlite_store_timeout_that_cannot_work_is_refused_when_made(
+    tmp_path: Path, timeout: object
+) -> None:
+    with pytest.raises(ConfigError, match="timeout"):
+        SQLiteRecallStore(tmp_path / "a.db", timeout=timeout)  # type: ignore[arg-type]

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import shutil
 import socket
 import subprocess
@@ -211,3 +213,66 @@ async def test_entries_a_server_restarted_empty_lost_are_said_to_be_lost(redis_u
 
 def test_the_redis_store_saves_a_ledger_a_decision_at_a_time(store: RedisRecallStore) -> None:
     check_extend_ledger(store)
+
+
+def test_a_ledger_of_any_length_is_saved_whole_in_one_go(store: RedisRecallStore) -> None:
+    """A worker that resumes a session saves its whole ledger from decision 0 on its first
+    save. Past about 8,000 decisions the script failed (Lua's unpack takes no more) after it
+    had deleted the saved ledger: the session's decisions were gone, and never saved again
+    (found by a hostile run)."""
+    parts = [json.dumps({"n": n}) for n in range(20_000)]
+    assert store.extend_ledger("big", parts[:10], 0)
+    assert store.extend_ledger("big", parts, 0)
+    assert json.loads(store.load_ledger("big") or "") == [{"n": n} for n in range(20_000)]
+    assert store.extend_ledger("big", parts[5:9_000], 5)
+    assert len(json.loads(store.load_ledger("big") or "")) == 9_000
+
+
+def test_a_failed_save_leaves_the_saved_ledger(redis_url: str) -> None:
+    """Redis does not roll a failed script back: what it had written stays. A save that fails
+    at its last step keeps the ledger saved before it (here a whole one, as `save_ledger`
+    writes it), never a store with none."""
+    raw = redis.Redis.from_url(redis_url)
+    store = RedisRecallStore(redis_url, prefix=f"fail{time.monotonic_ns()}")
+    store.save_ledger("s", '[{"saved": true}]')
+    store._ttl = "soon"  # type: ignore[assignment]  # EXPIRE, the script's last step, refuses it
+    with pytest.raises(StoreError):
+        store.extend_ledger("s", ['{"new": 1}'], 0)
+    assert json.loads(store.load_ledger("s") or "") in ([{"saved": True}], [{"new": 1}])
+    raw.close()
+    store.close()
+
+
+@pytest.mark.parametrize("ttl", [604_800.0, 0.5, 59.2])
+def test_an_expiry_in_fractional_seconds_is_whole_seconds(redis_url: str, ttl: float) -> None:
+    """`timedelta(days=7).total_seconds()` is a float: taken, not refused by the server on
+    every write (found by a hostile run: every ledger save failed, and nothing expired)."""
+    store = RedisRecallStore(redis_url, prefix=f"f{time.monotonic_ns()}", ttl_seconds=ttl)
+    raw = redis.Redis.from_url(redis_url)
+    rid = store.put("s", "text")
+    assert store.extend_ledger("s", ['{"a": 1}'], 0)
+    whole = math.ceil(ttl)
+    assert 0 < raw.ttl(f"{store.prefix}:s:r:{rid}") <= whole
+    assert 0 < raw.ttl(f"{store.prefix}:s:ledger:parts") <= whole
+    raw.close()
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("ttl_seconds", 0),
+        ("ttl_seconds", -1),
+        ("ttl_seconds", True),
+        ("ttl_seconds", "7d"),
+        ("ttl_seconds", math.nan),
+        ("ttl_seconds", math.inf),
+        ("timeout", 0),
+        ("timeout", "1"),
+    ],
+)
+def test_a_setting_that_cannot_work_is_refused_when_the_store_is_made(
+    redis_url: str, setting: str, value: object
+) -> None:
+    with pytest.raises(ConfigError, match=setting):
+        RedisRecallStore(redis_url, **{setting: value})  # type: ignore[arg-type]

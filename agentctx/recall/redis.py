@@ -26,10 +26,12 @@ surrogate comes back exactly as stored.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import TYPE_CHECKING, Any
 
-from agentctx.errors import ConfigError, MissingExtraError, StoreDataError, StoreError
+from agentctx._check import number
+from agentctx.errors import MissingExtraError, StoreDataError, StoreError
 from agentctx.recall.store import recall_id
 
 try:
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["RedisRecallStore"]
 
 _RID = re.compile(r"ctx-[0-9a-f]{16}")
+_FINEST = 1e-3  # below a millisecond, a timeout or an expiry is a mistake
 
 
 def _encode(text: str) -> bytes:
@@ -61,13 +64,17 @@ def _decode(value: Any) -> str | None:
 
 
 # KEYS: the parts list, the whole ledger's key. ARGV: start, ttl (0: none), then the parts.
-# One script, so no other client's write falls between the check and the write.
+# One script, so no other client's write falls between the check and the write. A script
+# that fails is not rolled back: the whole ledger is deleted only once its parts are written,
+# and they are pushed a thousand at a time (Lua's unpack takes about 8,000 values at most).
 _EXTEND = """
 local start = tonumber(ARGV[1])
 if redis.call('LLEN', KEYS[1]) < start then return 0 end
-redis.call('DEL', KEYS[2])
 if start > 0 then redis.call('LTRIM', KEYS[1], 0, start - 1) else redis.call('DEL', KEYS[1]) end
-if #ARGV > 2 then redis.call('RPUSH', KEYS[1], unpack(ARGV, 3)) end
+for i = 3, #ARGV, 1000 do
+  redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+redis.call('DEL', KEYS[2])
 if tonumber(ARGV[2]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
 return 1
 """
@@ -81,7 +88,9 @@ class RedisRecallStore:
         client: a ``redis.Redis`` to use instead (the caller keeps ownership, and its
             timeouts and retries apply).
         prefix: the first part of every key.
-        ttl_seconds: how long an entry no ledger references is kept (``None``: forever).
+        ttl_seconds: how long an entry no ledger references is kept (``None``: forever);
+            Redis keeps whole seconds, so a fraction counts as a second more
+            (``timedelta(days=7).total_seconds()`` is fine).
         timeout: seconds to connect and to wait for each reply, for a client made from
             ``url``.
     """
@@ -92,15 +101,15 @@ class RedisRecallStore:
         *,
         client: redis.Redis | None = None,
         prefix: str = "agentctx",
-        ttl_seconds: int | None = None,
+        ttl_seconds: float | None = None,
         timeout: float = 1.0,
     ) -> None:
-        if ttl_seconds is not None and ttl_seconds <= 0:
-            raise ConfigError(f"ttl_seconds must be positive, got {ttl_seconds}")
-        if timeout <= 0:
-            raise ConfigError(f"timeout must be positive, got {timeout}")
-        self.prefix = prefix
         self.ttl_seconds = ttl_seconds
+        self.timeout = timeout
+        number(self, "ttl_seconds", minimum=_FINEST, optional=True)
+        number(self, "timeout", minimum=_FINEST)
+        self._ttl = None if ttl_seconds is None else math.ceil(ttl_seconds)  # whole seconds
+        self.prefix = prefix
         self._owned = client is None
         try:
             self._redis: redis.Redis = client or redis.Redis.from_url(
@@ -124,7 +133,7 @@ class RedisRecallStore:
         like an unreferenced one; the manager pins what its ledger references first."""
         rids = [recall_id(session_id, c) for c in contents]
         pins = self._pinned.get(session_id, set())
-        ttl = self.ttl_seconds
+        ttl = self._ttl
 
         def apply(r: redis.Redis) -> None:
             pipe = r.pipeline(transaction=False)
@@ -153,7 +162,7 @@ class RedisRecallStore:
         longer (they expire after ``ttl_seconds``)."""
         pins = self._pinned.setdefault(session_id, set())
         added, removed = set(added) - pins, set(removed) & pins
-        if self.ttl_seconds is not None and (added or removed):
+        if self._ttl is not None and (added or removed):
             self._expire(session_id, persist=added, expire=removed)
         pins |= added
         pins -= removed
@@ -162,7 +171,7 @@ class RedisRecallStore:
         """``session_id`` ended here: its entries expire after ``ttl_seconds`` unless a
         worker that resumes it references them again."""
         pins = self._pinned.get(session_id, set())
-        if self.ttl_seconds is not None and pins:
+        if self._ttl is not None and pins:
             self._expire(session_id, persist=(), expire=pins)
         self._pinned.pop(session_id, None)
 
@@ -188,7 +197,7 @@ class RedisRecallStore:
         def write(r: redis.Redis) -> None:
             pipe = r.pipeline(transaction=True)
             pipe.delete(self._parts_key(session_id))
-            pipe.set(self._ledger_key(session_id), data, ex=self.ttl_seconds)
+            pipe.set(self._ledger_key(session_id), data, ex=self._ttl)
             pipe.execute()
 
         self._call(write)
@@ -199,7 +208,7 @@ class RedisRecallStore:
         costs what the ledger added, not the whole ledger (`AppendingLedgerStore`).
         ``False``, with nothing written, when fewer than ``start`` are there (the server
         restarted empty, the key expired or was evicted)."""
-        ttl = 0 if self.ttl_seconds is None else self.ttl_seconds
+        ttl = 0 if self._ttl is None else self._ttl
         words: list[bytes | int] = [self._parts_key(session_id), self._ledger_key(session_id)]
         words += [start, ttl, *(_encode(part) for part in parts)]
         return bool(self._call(lambda r: r.eval(_EXTEND, 2, *words)))
@@ -210,7 +219,7 @@ class RedisRecallStore:
             self._redis.close()
 
     def _expire(self, session_id: str, *, persist: Iterable[str], expire: Iterable[str]) -> None:
-        ttl = self.ttl_seconds
+        ttl = self._ttl
         assert ttl is not None
 
         def apply(r: redis.Redis) -> None:

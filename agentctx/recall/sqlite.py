@@ -26,6 +26,7 @@ import sqlite3
 import threading
 from typing import TYPE_CHECKING
 
+from agentctx._check import number
 from agentctx.errors import StoreDataError, StoreError
 from agentctx.recall.store import recall_id
 
@@ -71,6 +72,8 @@ class SQLiteRecallStore:
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 1.0) -> None:
         self.path = os.fspath(path)
+        self.timeout = timeout
+        number(self, "timeout")
         self._lock = threading.Lock()
         try:
             self._db = sqlite3.connect(

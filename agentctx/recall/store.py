@@ -34,6 +34,7 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from agentctx._check import whole
 from agentctx.errors import StoreError
 
 if TYPE_CHECKING:
@@ -230,6 +231,7 @@ class MemoryRecallStore:
 
     def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
         self.max_bytes = max_bytes
+        whole(self, "max_bytes")
         self.evicted_pinned = 0
         self._free: OrderedDict[tuple[str, str], str] = OrderedDict()  # LRU, oldest first
         self._held: OrderedDict[tuple[str, str], str] = OrderedDict()  # pinned, oldest first
