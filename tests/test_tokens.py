@@ -8,6 +8,7 @@ import math
 import re
 import subprocess
 import sys
+from fractions import Fraction
 
 import anyio.lowlevel
 import pytest
@@ -985,3 +986,44 @@ async def test_an_overhead_that_shrinks_is_learned_not_paid_for_by_the_multiplie
                     cid, " ".join(rng.choice(words) for _ in range(size)), tool_name="bash"
                 ),
             ]
+
+
+class _Says:
+    """A counter of one's own that says ``value`` for every text."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def count(self, text: str) -> object:
+        return self.value
+
+
+def _long_history() -> list[Message]:
+    history: list[Message] = [UserMessage.of("Task")]
+    for i in range(60):
+        call = ToolCall(f"c{i}", "read", {"p": i})
+        history += [
+            AssistantMessage.of(f"step {i}", tool_calls=[call]),
+            ToolResultMessage.of(f"c{i}", f"line {i} of output\n" * 200, tool_name="read"),
+        ]
+    return history
+
+
+@pytest.mark.parametrize("value", [-5, math.nan, math.inf, None, "7", True, [3]])
+async def test_a_counter_of_ones_own_that_says_no_count_is_a_config_error(value: object) -> None:
+    """A count of -5 had every budget met (the whole 90k-token history sent against 34k, no
+    event, no error); NaN, inf, None or a string failed deep in the sums with a bare
+    `ValueError`, `OverflowError` or `TypeError` (found by a hostile run)."""
+    from agentctx import Budget, ContextManager
+
+    async with ContextManager(
+        Budget(context_window=50_000), counter=MessageCounter(_Says(value))
+    ) as ctx:
+        with pytest.raises(ConfigError, match=r"_Says counted .*: a token count is a finite"):
+            await ctx.prepare(_long_history())
+
+
+@pytest.mark.parametrize("value", [7, 7.5, Fraction(15, 2)])
+def test_a_counter_of_ones_own_may_count_in_any_real_number(value: object) -> None:
+    counter = MessageCounter(_Says(value), message_overhead=0)
+    assert counter.count_text("some text") == round(float(value))  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ import sys
 import threading
 import types
 import weakref
+from numbers import Real
 from operator import mul
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 from agentctx.tokens.calibrate import Calibration
 from agentctx.tokens.classify import CLASS_ORDER, ContentClass
 from agentctx.tokens.estimate import (
+    Estimator,
     FeatureCounter,
     TokenCounter,
     default_estimator,
@@ -119,6 +121,22 @@ def _quick_arguments_len(arguments: Mapping[str, Any]) -> int:
         n += (_quick_len(key) if type(key) is str else len(str(key))) + 4  # quotes, colon, comma
         n += _quick_len(value) + 2 if type(value) is str else _quick_len(_compact_json(value))
     return n
+
+
+def _counted(value: object, counter: object, text: str) -> float:
+    """``value``, what ``counter`` said ``text`` costs, when it is a count: a counter of
+    one's own that says -3 would have every budget met, one that says NaN would fail deep in
+    the sums."""
+    if type(value) is int and value >= 0:
+        return value
+    if isinstance(value, Real) and not isinstance(value, bool):  # numpy's too
+        number = float(value)
+        if 0 <= number <= sys.float_info.max:
+            return number
+    raise ConfigError(
+        f"{type(counter).__name__} counted {preview(value)} for a text of {len(text)} "
+        "characters: a token count is a finite number >= 0"
+    )
 
 
 class MessageCounter:
@@ -570,9 +588,11 @@ class MessageCounter:
             return
         features = self._features
         if features is None:
-            vec[0] += self._counter.count(text)
+            vec[0] += _counted(self._counter.count(text), self._counter, text)
             return
         f = features.features(text, kind)
+        if type(features) is not Estimator:
+            f = tuple(_counted(units, features, text) for units in f)
         for i, (w, units) in enumerate(zip(features.weights, f, strict=True)):
             vec[i] += w * units
 
@@ -580,8 +600,10 @@ class MessageCounter:
         """Tokens of a tool name or call id, which need no content classification."""
         features = self._features
         if features is None:
-            return self._counter.count(text)
+            return _counted(self._counter.count(text), self._counter, text)
         f = features.features(text, ContentClass.PROSE)
+        if type(features) is not Estimator:
+            f = tuple(_counted(units, features, text) for units in f)
         return sum(w * units for w, units in zip(features.weights, f, strict=True))
 
     def _base(self, message: Message) -> tuple[float, ...]:
