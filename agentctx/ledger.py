@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from agentctx import boundaries
+from agentctx._check import preview
 from agentctx.boundaries import Repair, repair
 from agentctx.errors import ConfigError, StoreError, UnsupportedMessageError
 from agentctx.messages import (
@@ -137,6 +138,7 @@ class ReplaceSpan:
 
 
 Decision: TypeAlias = ReplaceResult | ReplaceArguments | DropThinking | Keep | ReplaceSpan
+_DECISIONS = (ReplaceResult, ReplaceArguments, DropThinking, Keep, ReplaceSpan)
 _PerMessage: TypeAlias = ReplaceResult | ReplaceArguments | DropThinking | Keep
 
 
@@ -388,6 +390,45 @@ def _kept(raw: Sequence[Message], *, whole_turn: bool) -> set[int]:
     return out
 
 
+def check_anchors(decision: Decision, raw: Sequence[Message]) -> None:
+    """Raise `ConfigError` unless ``decision`` is a decision whose anchors name messages of
+    ``raw`` (index and fingerprint), as a saved ledger can hold them."""
+    if not isinstance(decision, _DECISIONS):
+        raise ConfigError(
+            f"a decision is one of {', '.join(t.__name__ for t in _DECISIONS)}; got "
+            f"{preview(decision)}"
+        )
+    anchors = (decision.at, decision.last) if isinstance(decision, ReplaceSpan) else (decision.at,)
+    if isinstance(decision, ReplaceSpan) and not _is_index(decision.end):
+        raise ConfigError(f"ReplaceSpan.end is a message index; got {preview(decision.end)}")
+    for a in anchors:
+        if not isinstance(a, Anchor):
+            raise ConfigError(
+                f"{type(decision).__name__} is anchored by {preview(a)}, not an Anchor (use "
+                "ledger.anchor(raw, index))"
+            )
+        if not _is_index(a.index) or type(a.fingerprint) is not str:
+            raise ConfigError(
+                f"{type(decision).__name__} has an anchor of index {preview(a.index)} and "
+                f"fingerprint {preview(a.fingerprint)}: an index >= 0 and a string (use "
+                "ledger.anchor(raw, index))"
+            )
+        if a.index >= len(raw) or fingerprint(raw[a.index]) != a.fingerprint:
+            raise ConfigError(
+                f"{type(decision).__name__} is anchored at message {a.index}, which is not "
+                "the message it names (use ledger.anchor(raw, index))"
+            )
+    if isinstance(decision, ReplaceSpan) and decision.last.index != decision.end - 1:
+        raise ConfigError(
+            f"ReplaceSpan [{decision.at.index}, {decision.end}) must anchor its last message "
+            f"{decision.end - 1}, not {decision.last.index}"
+        )
+
+
+def _is_index(value: object) -> bool:
+    return type(value) is int and value >= 0
+
+
 def check_fits(decision: Decision, raw: Sequence[Message]) -> None:
     """Raise `ConfigError` unless ``decision`` can apply to the message(s) it is anchored to.
 
@@ -395,13 +436,7 @@ def check_fits(decision: Decision, raw: Sequence[Message]) -> None:
     call, `DropThinking` an assistant message; every anchor must name a message of ``raw``
     with that fingerprint, and a span must end within ``raw``.
     """
-    anchors = (decision.at, decision.last) if isinstance(decision, ReplaceSpan) else (decision.at,)
-    for a in anchors:
-        if not 0 <= a.index < len(raw) or fingerprint(raw[a.index]) != a.fingerprint:
-            raise ConfigError(
-                f"{type(decision).__name__} is anchored at message {a.index}, which is not "
-                "the message it names (use ledger.anchor(raw, index))"
-            )
+    check_anchors(decision, raw)
     target = raw[decision.at.index]
     kind = type(target).__name__
     if isinstance(decision, ReplaceResult) and not isinstance(target, ToolResultMessage):
@@ -430,11 +465,6 @@ def check_fits(decision: Decision, raw: Sequence[Message]) -> None:
         raise ConfigError(
             f"DropThinking is anchored at message {decision.at.index}, which holds provider "
             "items (OpaqueBlock) whose ids name its reasoning: that reasoning stays"
-        )
-    if isinstance(decision, ReplaceSpan) and decision.last.index != decision.end - 1:
-        raise ConfigError(
-            f"ReplaceSpan [{decision.at.index}, {decision.end}) must anchor its last message "
-            f"{decision.end - 1}, not {decision.last.index}"
         )
     problem = _contents_problem(decision, raw)
     if problem:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from agentctx._check import number, preview
 from agentctx.boundaries import has_thinking, latest_user_index, loop_start_after, task_index
 from agentctx.errors import ConfigError
-from agentctx.ledger import DropThinking, ReplaceSpan
+from agentctx.ledger import DropThinking, ReplaceSpan, check_anchors
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -148,6 +148,7 @@ class CompactionContext:
         (`agentctx.ledger.shown_positions`: the task, the latest user message, the newest
         complete turn's question and answer, the running tool loop's signed reasoning) and for
         a thinking drop in the running tool loop."""
+        check_anchors(decision, self.raw)
         if isinstance(decision, ReplaceSpan | DropThinking):
             problem = self._hides(decision)
             if problem:
@@ -294,6 +295,11 @@ def _tighter(a: Quiet, b: Quiet) -> Quiet:
 
 def check_strategy(strategy: object) -> CompactionStrategy:
     """``strategy`` if it has an async ``compact`` method, else `ConfigError`."""
+    if isinstance(strategy, type):  # its compact would take the context for ``self``
+        raise ConfigError(
+            f"a strategy is an instance, not a class: {strategy.__name__}() rather than "
+            f"{strategy.__name__}"
+        )
     compact = getattr(strategy, "compact", None)
     if not callable(compact) or not inspect.iscoroutinefunction(compact):
         raise ConfigError(

@@ -998,6 +998,59 @@ async def test_a_strategy_cannot_hide_what_every_view_keeps(
         assert_view_ok(view, history)
 
 
+def _misanchored(case: str) -> Callable[[CompactionContext], Any]:
+    from agentctx.ledger import Anchor, ReplaceArguments
+    from agentctx.messages import SummaryMessage, fingerprint
+
+    def make(ctx: CompactionContext) -> Any:
+        raw = ctx.raw
+        at, last = anchor(raw, 1), anchor(raw, 2)
+        body = (SummaryMessage("(condensed)"),)
+        return {
+            "bool index": ReplaceArguments(Anchor(True, fingerprint(raw[1])), "t1", {}, "r"),  # type: ignore[arg-type]
+            "str index": ReplaceSpan(Anchor("1", at.fingerprint), 3, last, body, "r"),  # type: ignore[arg-type]
+            "end past the history": ReplaceSpan(at, 99, last, body, "r"),
+            "float end": ReplaceSpan(at, 3.0, last, body, "r"),  # type: ignore[arg-type]
+            "no anchor": ReplaceSpan(None, 3, last, body, "r"),  # type: ignore[arg-type]
+            "not a decision": "clear everything",
+        }[case]
+
+    return make
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["bool index", "str index", "end past the history", "float end", "no anchor", "not a decision"],
+)
+async def test_a_decision_that_is_not_one_is_refused_by_take(case: str) -> None:
+    """`take` raised `IndexError`, `TypeError` or `AttributeError` for these, and took an
+    anchor at index `True`: the saved ledger then held `[true, ...]`, which no worker can read,
+    and a resumed session lost every decision (found by a hostile run)."""
+    history = _guarded_history()
+    async with ContextManager(100_000, strategy=_TakesOnce(_misanchored(case))) as ctx:
+        with pytest.raises(ConfigError):
+            await ctx.prepare(history)
+        assert len(ctx.ledger) == 0
+        assert_view_ok(await ctx.prepare(history), history)
+
+
+@pytest.mark.parametrize("where", ["manager", "chain", "pipeline fallback", "llm fallback"])
+def test_a_strategy_class_for_an_instance_is_refused_when_made(where: str) -> None:
+    """A forgotten ``()`` was taken, and every prepare then failed with a bare `TypeError`."""
+    from agentctx import Chain, DeterministicCompaction, LlmCompaction, ToolOutputPipeline
+
+    cls: Any = DeterministicCompaction
+    with pytest.raises(ConfigError, match=r"DeterministicCompaction\(\) rather than"):
+        if where == "manager":
+            ContextManager(100_000, strategy=cls)
+        elif where == "chain":
+            Chain([cls])
+        elif where == "pipeline fallback":
+            ToolOutputPipeline(fallback=cls)
+        else:
+            LlmCompaction(ScriptedSummarizer(), fallback=cls)
+
+
 def _looped() -> dict[str, Any]:
     looped: dict[str, Any] = {}
     looped["self"] = looped

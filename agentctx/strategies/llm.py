@@ -102,7 +102,7 @@ from agentctx.strategies.llm_cut import Cut, choose_cut, extent, head_end, intac
 from agentctx.strategies.llm_request import Job, Requester, SummarizerSpend
 from agentctx.strategies.llm_tiers import capped, run_tiers
 from agentctx.strategies.trail import put_entry, span_text
-from agentctx.strategy import Quiet
+from agentctx.strategy import Quiet, check_strategy
 from agentctx.summarizer import is_native_compaction
 
 if TYPE_CHECKING:
@@ -152,7 +152,9 @@ class LlmCompaction:
         random: Callable[[], float] | None = None,
     ) -> None:
         self.config = config if config is not None else LlmCompactionConfig()
-        self.fallback: CompactionStrategy = fallback or DeterministicCompaction()
+        self.fallback: CompactionStrategy = (
+            DeterministicCompaction() if fallback is None else check_strategy(fallback)
+        )
         self._requests = Requester(
             summarizer,
             self.config,

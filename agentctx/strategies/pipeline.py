@@ -39,6 +39,7 @@ from agentctx.errors import ConfigError
 from agentctx.events import ContextCompacted
 from agentctx.strategies.deterministic import DeterministicCompaction
 from agentctx.strategies.pipeline_run import Memo, Proposal, Run, condense, nothing_to_take
+from agentctx.strategy import check_strategy
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -178,6 +179,8 @@ class ToolOutputPipeline:
     )
 
     def __post_init__(self) -> None:
+        if self.fallback is not None:
+            check_strategy(self.fallback)
         passes = (
             ("mc", MicroCompact),
             ("budget", BudgetPass),
