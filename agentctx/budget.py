@@ -97,10 +97,10 @@ class Budget:
         was set explicitly, which keeps it. `wrap` and the middleware call this with the
         request's ``max_tokens`` / ``max_completion_tokens`` / ``max_output_tokens``.
         """
-        if not isinstance(self.reserve_output, _DefaultReserve):
-            return self
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0:
             raise ConfigError(f"max_tokens must be a whole number >= 0, got {preview(max_tokens)}")
+        if not isinstance(self.reserve_output, _DefaultReserve):
+            return self
         if max_tokens >= self.context_window:
             raise ConfigError(
                 f"max_tokens={max_tokens} leaves no room for the prompt in the window "

@@ -59,7 +59,7 @@ from agentctx.messages import (
     check_history,
     fingerprint,
 )
-from agentctx.recall.store import LedgerStore
+from agentctx.recall.store import LedgerStore, RecallStore
 from agentctx.recall.tool import recall_arguments, recall_page
 from agentctx.recall.writer import RecallWriter
 from agentctx.strategies.deterministic import DeterministicCompaction
@@ -75,9 +75,7 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup, TaskStatus
 
     from agentctx.ledger import Decision
-    from agentctx.recall.store import RecallStore
     from agentctx.strategy import CompactionStrategy
-    from agentctx.telemetry import Tracer
 
 __all__ = ["ContextManager"]
 
@@ -344,7 +342,7 @@ class ContextManager:
         ledger: Ledger | None = None,
         on_over_budget: str = "raise",
         clock: Callable[[], float] = time.time,
-        tracer: Tracer | None = None,
+        tracer: telemetry.Tracer | None = None,
     ) -> None:
         if on_over_budget not in ("raise", "send"):
             raise ConfigError(f"on_over_budget is 'raise' or 'send', got {on_over_budget!r}")
@@ -362,6 +360,13 @@ class ContextManager:
         if not callable(clock):
             raise ConfigError(f"clock is a function returning epoch seconds, got {preview(clock)}")
         self._counter = counter or MessageCounter()
+        if recall is not None and not isinstance(recall, RecallStore):
+            raise ConfigError(
+                "recall is a RecallStore (MemoryRecallStore(), SQLiteRecallStore(path), "
+                f"RedisRecallStore(url)) or None, got {preview(recall)}"
+            )
+        if tracer is not None and not isinstance(tracer, telemetry.Tracer):
+            raise ConfigError(f"tracer is a Tracer (OtelTracer()) or None, got {preview(tracer)}")
         self.recall_store = recall
         if session_id is not None and (type(session_id) is not str or not session_id):
             # An empty one replaced by a random one would resume nothing, silently.
@@ -1227,8 +1232,9 @@ class ContextManager:
         if (name := bad_usage_field(usage)) is not None:
             count = reprlib.repr(getattr(usage, name))
             raise ConfigError(f"observe() got usage.{name}={count}: token counts are ints >= 0")
+        now = self._clock()  # first: a clock that fails leaves the call undone
         self.usage = self.usage + usage
-        self._last_call = self._clock()
+        self._last_call = now
         if usage.prompt_tokens > 0 and self._state.view:
             self._settle()  # an earlier report first
             self._report = usage.prompt_tokens

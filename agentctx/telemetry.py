@@ -26,7 +26,7 @@ import contextlib
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agentctx._log import log
 
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["PrepareCall", "SummarizerAttempt", "Tracer"]
 
 
+@runtime_checkable
 class Tracer(Protocol):
     """What `ContextManager(..., tracer=...)` reports to (`agentctx.integrations.otel.OtelTracer`
     implements it with OpenTelemetry)."""

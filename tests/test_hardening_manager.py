@@ -5,6 +5,7 @@ billed briefings lost at close, corrupt saved ledgers, decisions that could not 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import re
 import subprocess
@@ -2018,3 +2019,35 @@ async def test_a_close_after_one_from_inside_still_waits_its_bound_and_says_so(
                     await anyio.sleep(0.01)
     assert [e.code for e in events if isinstance(e, CompactionWarning)] == ["slow_close"]
     assert llm.spend.requests == len([e for e in events if getattr(e, "summary", None)]) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("recall", "redis://localhost:6379"), ("tracer", "otel"), ("recall", {})]
+)
+def test_a_recall_store_or_tracer_that_is_none_is_refused_when_made(
+    name: str, value: object
+) -> None:
+    """A URL for a store was taken: every write then failed unsaid but for a StoreDegraded,
+    and cleared content was never kept; a tracer that is none traced nothing, its errors in
+    a log nobody reads (found by a hostile run)."""
+    with pytest.raises(ConfigError, match=f"{name} is a"):
+        ContextManager(100_000, **{name: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("max_tokens", ["4096", -1, 1.5, True])
+async def test_max_tokens_is_checked_whatever_the_reserve(max_tokens: object) -> None:
+    """With a reserve of one's own, ``max_tokens`` was not looked at (found by a hostile run)."""
+    async with ContextManager(Budget(context_window=50_000, reserve_output=4_000)) as ctx:
+        with pytest.raises(ConfigError, match="max_tokens"):
+            await ctx.prepare([user("hi")], max_tokens=max_tokens)  # type: ignore[arg-type]
+
+
+def test_an_observe_whose_clock_fails_changes_nothing() -> None:
+    """The usage was added before the clock was read: each retry added it again."""
+    now = [1_000.0]
+    ctx = ContextManager(100_000, clock=lambda: now[0])
+    now[0] = math.nan
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="clock"):
+            ctx.observe(Usage(input_tokens=1_000))
+    assert ctx.usage == Usage()
