@@ -846,6 +846,10 @@ class ContextManager:
             # view the last one did.
             if state.ledger.drop_protected(state.raw, shown_positions(state.raw)) or stale:
                 state.rebuild()
+                # What the dropped decisions hid is in view again, on quick counts: counted
+                # in full, as the view was above, so the strategies decide on the view sent.
+                self._counter.refine(self._current_view()[0])
+                self._unrefined = 0
                 tokens = self.prompt_tokens
         now = self._clock()
         idle = None if self._last_call is None else now - self._last_call

@@ -612,6 +612,36 @@ async def test_a_resumed_worker_renders_the_view_the_last_one_sent(tmp_path: Pat
     store.close()
 
 
+async def test_a_worker_resuming_a_cut_back_history_decides_on_its_view_in_full(
+    tmp_path: Path,
+) -> None:
+    """A resumed ledger's decisions after the history's end are dropped, and what they hid is
+    in view again. It was measured on quick counts: the strategy saw 4,674 tokens and took
+    nothing, the view went out at 5,251 against a limit of 5,000, unsaid, and the next call
+    with the same history compacted (found by a hostile run)."""
+    from agentctx._synthetic import synthetic_session
+
+    groups = synthetic_session(seed=7, calls=60, mean_output_lines=30)
+    store = SQLiteRecallStore(tmp_path / "s.db")
+    history: list[Message] = []
+    async with ContextManager(
+        Budget(context_window=12_000, reserve_output=2_000), recall=store, session_id="w"
+    ) as first:
+        for group in groups:
+            history += group
+            await first.prepare(history)
+    cut = history[: len(history) // 3]
+    tighter = Budget(context_window=6_000, reserve_output=1_000)
+    async with ContextManager(tighter, recall=store, session_id="w") as second:
+        view = await second.prepare(cut)
+        fresh = MessageCounter()
+        fresh.refine(view)
+        assert second.prompt_tokens == fresh.estimate_prompt(view) <= tighter.limit
+        assert await second.prepare(cut) == view  # nothing left to decide
+    assert_view_ok(view, cut)
+    store.close()
+
+
 @pytest.mark.parametrize("entered", [False, True], ids=["first prepare", "async with"])
 async def test_a_resume_cancelled_while_the_ledger_is_read_is_read_again(
     tmp_path: Path, entered: bool
