@@ -270,7 +270,8 @@ class ContextManager:
         recall: where cleared content is kept so `recall` can return it.
         session_id: scopes recall ids and names the saved ledger (a non-empty string); a
             random one by default.
-        ledger: decisions to resume from (e.g. ``Ledger.from_json(saved)``). Without it, a
+        ledger: decisions to resume from (e.g. ``Ledger.from_json(saved)``), under the
+            ``session_id`` that took them (their recall ids belong to it). Without it, a
             ``recall`` store that keeps ledgers (`LedgerStore`) resumes the session's saved
             one, read in a worker thread when the manager is entered (or on its first
             `prepare`), within the recall writer's deadline; a saved ledger that cannot be

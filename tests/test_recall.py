@@ -19,7 +19,7 @@ from agentctx import recall_tool
 from agentctx.blocking import BlockingContextManager
 from agentctx.boundaries import repair
 from agentctx.budget import Budget
-from agentctx.errors import ConfigError
+from agentctx.errors import ConfigError, StoreError
 from agentctx.ledger import Ledger, ReplaceArguments, ReplaceResult, anchor, render
 from agentctx.manager import ContextManager
 from agentctx.messages import (
@@ -619,3 +619,28 @@ def test_a_sqlite_store_timeout_that_cannot_work_is_refused_when_made(
 ) -> None:
     with pytest.raises(ConfigError, match="timeout"):
         SQLiteRecallStore(tmp_path / "a.db", timeout=timeout)  # type: ignore[arg-type]
+
+
+async def test_a_reference_the_store_could_not_read_is_read_again_on_the_next_recall() -> None:
+    """ "A reference the store cannot read right now is said in its place" (docs/recall.md):
+    the expansion saying so was cached, and every later recall said it again after the store
+    had recovered (found by a hostile run)."""
+
+    class FailsOnce(MemoryRecallStore):
+        failing: set[str] = set()
+
+        def get(self, session_id: str, rid: str) -> str | None:
+            if rid in self.failing:
+                self.failing.discard(rid)
+                raise StoreError("timed out")
+            return super().get(session_id, rid)
+
+    store = FailsOnce()
+    inner = store.put("s", "the inner original")
+    outer = store.put("s", escape_literal("before ") + recall_reference(inner) + " after")
+    store.failing.add(inner)
+    async with ContextManager(100_000, recall=store, session_id="s") as ctx:
+        first = await ctx.recall(outer)
+        assert "could not be read (timed out)" in first
+        for _ in range(2):
+            assert (await ctx.recall(outer)).endswith("before the inner original after")

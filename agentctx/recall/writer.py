@@ -299,25 +299,38 @@ class RecallWriter:
         if hit is not None:
             self._expansions.move_to_end(rid)
             return hit
+        expand = functools.partial(self._expand, rid)
         if self._blocking:
-            text: str | None = await self._call(
-                functools.partial(self._expand, rid), exclusive=False
-            )
+            read: tuple[str | None, bool] = await self._call(expand, exclusive=False)
         else:
-            text = self._guarded(functools.partial(self._expand, rid), None)
-        if text is not None and _size(text) <= _EXPANSIONS_BYTES:
+            read = self._guarded(expand, None)
+        text, whole = read
+        # A reference the store could not read right now is said in its place: not kept, so
+        # the next call reads it again.
+        if whole and text is not None and _size(text) <= _EXPANSIONS_BYTES:
             self._expansions[rid] = text
             self._expansions_bytes += _size(text)
             while self._expansions_bytes > _EXPANSIONS_BYTES:
                 self._expansions_bytes -= _size(self._expansions.popitem(last=False)[1])
         return text
 
-    def _expand(self, rid: str) -> str | None:
+    def _expand(self, rid: str) -> tuple[str | None, bool]:
+        """`expanded`'s text, and whether every reference in it was read."""
         session = self.session_id
         content = self.get(session, rid)
         if content is None:
-            return None
-        return expand_references(content, lambda r: self.get(session, r))
+            return None, True
+        failed = False
+
+        def fetch(ref: str) -> str | None:
+            nonlocal failed
+            try:
+                return self.get(session, ref)
+            except StoreError:
+                failed = True
+                raise
+
+        return expand_references(content, fetch), not failed
 
     def lost(self, rid: str) -> bool:
         """Whether ``rid`` was dropped unwritten (the store was unavailable too long)."""
