@@ -802,3 +802,43 @@ async def test_histories_may_hold_the_sdk_objects_as_returned() -> None:
         assert len(requests) == TURNS + 1
         assert all(r.status == 200 for r in requests), [r.error for r in requests]
         assert len(requests[-1].json[key]) < len(full) - 1  # compacted, not only sent
+
+
+# ------------------------------------------------------------------ counts take no decision
+
+
+async def test_a_count_before_the_first_request_leaves_a_history_that_fits_whole() -> None:
+    """A count asks for no output. It was made against the default 16k reserve: on a history
+    that fits the window beside the 256 tokens the requests ask for, the count alone compacted
+    it, for good, and every request after it sent the compacted view (found by a hostile
+    run)."""
+    budget = Budget(context_window=20_000)  # the default reserve leaves 4k for the prompt
+    history = anthropic_history()
+    kw: dict[str, Any] = {"model": MODEL, "messages": history, "tools": TOOLS}
+    async with FakeAnthropic(default=Reply.text(ANSWER)) as srv:
+        raw = anthropic.AsyncAnthropic(base_url=srv.url, api_key="test", max_retries=0)
+        async with raw, ContextManager(budget) as ctx:
+            client = ant_provider.wrap(raw, ctx)
+            counted = await client.messages.count_tokens(**kw)
+            await client.messages.create(**kw, max_tokens=256)
+    assert counted.input_tokens > 4_000
+    assert srv.requests[-1].json["messages"] == history
+    assert len(ctx.ledger) == 0
+
+
+async def test_a_count_is_made_with_the_output_limit_of_the_last_request() -> None:
+    budget = Budget(context_window=20_000)
+    items = responses_items()
+    kw: dict[str, Any] = {"model": "gpt-test", "input": items, "tools": RESP_TOOLS}
+    async with FakeOpenAI(default=Reply.text(ANSWER)) as srv:
+        raw = openai.AsyncOpenAI(base_url=srv.url + "/v1", api_key="test", max_retries=0)
+        async with raw, ContextManager(budget) as ctx:
+            responses = oai_provider.wrap(raw, ctx).responses
+            await responses.create(**kw, max_output_tokens=256)
+            await responses.input_tokens.count(**kw)
+            await responses.create(**kw, max_output_tokens=256)
+            assert [r.json["input"] for r in srv.requests] == [items] * 3
+            assert len(ctx.ledger) == 0
+            # A request asking for most of the window compacts.
+            await responses.create(**kw, max_output_tokens=16_000)
+            assert len(ctx.ledger) > 0

@@ -97,6 +97,10 @@ class Compactor:
         self._history = ConvertedHistory(provider)
         self._sent: list[Message] = []  # the previous view, to find where its cache ends
         self._sent_length = 0
+        # The output limit of the last request that was not a count (``None``: none given),
+        # and whether there was one.
+        self._asked: int | None = None
+        self._requested = False
 
     async def request(self, kwargs: Mapping[str, Any], *, count: bool = False) -> dict[str, Any]:
         """The keyword arguments to send: the history compacted, the rest as given.
@@ -107,7 +111,10 @@ class Compactor:
         ``max_completion_tokens`` or ``max_output_tokens``) is the output reserve of this
         call unless ``Budget.reserve_output`` was set (`Budget.for_output`). ``count=True``
         is for a token count of what would be sent: no breakpoints are placed, so the next
-        real request still places them against the previous one.
+        real request still places them against the previous one. A count asks for no output:
+        it is made with the output limit of the last request (the next one will likely ask
+        for as much), or, before any, with none (counted against the default reserve, it
+        would compact a history that the request after it sends whole).
         """
         outgoing = dict(kwargs)
         history = kwargs.get(self._key)
@@ -123,6 +130,10 @@ class Compactor:
         ):
             return outgoing
         max_tokens = self._max_tokens(kwargs)
+        if not count:
+            self._asked, self._requested = max_tokens, True
+        elif max_tokens is None:
+            max_tokens = self._asked if self._requested else 0
         prepare = self.manager.prepare
         if self.provider == "anthropic":
             view = await prepare(self._history.convert(list(history)), max_tokens=max_tokens)

@@ -12,7 +12,8 @@ too), ``messages.stream``, ``messages.parse``, ``messages.count_tokens`` and the
 ``beta.messages``, plus ``beta.messages.tool_runner``, whose every request goes through the
 wrapped ``beta.messages.create`` (the runner is made on the wrapped client, and runs without
 a server-side message thread, which would hold the history where it cannot be compacted).
-``count_tokens`` counts the compacted view, what the next call would send.
+``count_tokens`` counts the compacted view, what the next call would send if it asks for
+the output the last one did (before any, for none).
 
 ``messages`` is converted with `from_anthropic` (SDK objects in it, such as ``resp.content``
 appended as it came, are taken as the dicts the SDK would send), compacted with
