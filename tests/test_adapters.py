@@ -1447,3 +1447,34 @@ async def test_a_built_in_tools_output_is_never_sent_without_its_call() -> None:
     orphan = [items[0], step(0)[3]]
     refused = validate_responses({"model": "m", "input": orphan}, orphan)
     assert refused is not None and "No tool call found for computer call output" in refused.message
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        {"type": "function_call_output", "call_id": "call_1", "output": "18C, sunny"},
+        {"type": "computer_call_output", "call_id": "call_cu1", "output": {"type": "x"}},
+    ],
+)
+def test_an_output_whose_call_is_an_item_reference_is_refused(output: dict[str, Any]) -> None:
+    """The call is stored server-side: which one the output answers is not known, so it could
+    not be kept with its call. It was left out, as an orphan result or with no word at all,
+    and the request went without it (found by a hostile run)."""
+    items = [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"type": "item_reference", "id": "fc_abc123"},
+        output,
+    ]
+    with pytest.raises(UnsupportedMessageError, match="item_reference") as refused:
+        from_openai_responses(items)
+    assert refused.value.index == 2
+
+
+def test_an_item_reference_beside_calls_in_the_input_converts() -> None:
+    items = [
+        {"role": "user", "content": "Read a.py"},
+        {"type": "item_reference", "id": "rs_1"},  # a stored reasoning item
+        {"type": "function_call", "call_id": "call_1", "name": "read", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "print(1)"},
+    ]
+    assert to_openai_responses(from_openai_responses(items)) == items

@@ -31,7 +31,9 @@ Built-in tools' items (``computer_call``, ``shell_call``, ... and their outputs)
 too: a call and its output with nothing between them are one message, but an output placed
 after function call outputs (a batch mixing both kinds) is a message of its own, which
 compaction may keep while dropping the call's: `to_openai_responses` leaves out such an
-output whose call is not in the input, which the API refuses. (A request that continues
+output whose call is not in the input, which the API refuses. An output whose call an
+``item_reference`` stands for (a call stored server-side) is refused with
+`UnsupportedMessageError`: which call it answers is not known here. (A request that continues
 server-side state, ``previous_response_id``, holds outputs of calls made before it: the
 wrapped clients send it as it is, unconverted.)
 
@@ -394,9 +396,13 @@ def from_openai_responses(
             _flush(out, run)
             out.append(_user_item(index, item))
         elif kind in _OUTPUTS and isinstance(item.get("call_id"), str):
+            if item["call_id"] not in names:
+                _check_not_referenced(index, item, run)
             _flush(out, run)
             out.append(_output(index, item, names))
         elif isinstance(kind, str) or role == "assistant":
+            if isinstance(kind, str) and kind.endswith("_call_output"):
+                _check_not_referenced(index, item, run)
             blocks = _assistant_side(item)
             names.update((b.id, b.name) for b in blocks if isinstance(b, ToolCall))
             run.extend(blocks)
@@ -404,6 +410,29 @@ def from_openai_responses(
             raise UnsupportedMessageError(index, "item with neither type nor role")
     _flush(out, run)
     return out
+
+
+def _check_not_referenced(
+    index: int, output: Mapping[str, Any], run: list[AssistantContent]
+) -> None:
+    """Refuse ``output`` when its call is not in the input but an ``item_reference`` before
+    it may stand for it (a call stored server-side, named by its id): which call it answers
+    is not known here, so it could be neither kept with its call nor left out honestly."""
+    call = (output["type"].removesuffix("_output"), output.get("call_id"))
+    referenced = False
+    for b in run:
+        if isinstance(b, OpaqueBlock):
+            if b.payload.get("type") == "item_reference":
+                referenced = True
+            elif (b.payload.get("type"), b.payload.get("call_id")) == call:
+                return
+    if referenced:
+        raise UnsupportedMessageError(
+            index,
+            f"a {output['type']} whose call is given by an item_reference: which call it "
+            "answers is stored server-side, so compaction cannot keep them together; send the "
+            "call item itself, or continue with previous_response_id (sent as it is)",
+        )
 
 
 def is_assistant_side(item: object) -> bool:

@@ -10,7 +10,8 @@ Covered, on ``AsyncOpenAI`` and ``OpenAI`` alike: ``chat.completions.create`` (`
 too), ``chat.completions.parse`` and ``chat.completions.stream``; ``responses.create``
 (``stream=True`` too), ``responses.parse``, ``responses.stream`` and
 ``responses.input_tokens.count``, which counts the compacted view, what the next call would
-send if it asks for the output the last one did (before any, for none). Every method returns the SDK's own type.
+send if it asks for the output the last one did (before any, for none). Every method
+returns the SDK's own type.
 
 Leading ``system`` / ``developer`` messages (or Responses message items) are split off and
 sent untouched; the rest (SDK objects in it, such as a ``ChatCompletionMessage`` or
