@@ -1478,3 +1478,21 @@ def test_an_item_reference_beside_calls_in_the_input_converts() -> None:
         {"type": "function_call_output", "call_id": "call_1", "output": "print(1)"},
     ]
     assert to_openai_responses(from_openai_responses(items)) == items
+
+
+async def test_an_earlier_spoken_answer_goes_back_by_its_audio_id_unrepaired() -> None:
+    """OpenAI's audio guide sends an earlier spoken answer back as ``{"role": "assistant",
+    "audio": {"id": ...}}``. With no content blocks, the empty-message repair filled in
+    "(empty)" beside it: the model was told its answer said "(empty)" (a hostile run)."""
+    history = [
+        {"role": "user", "content": "Is a golden retriever a good family dog?"},
+        {"role": "assistant", "audio": {"id": "audio_abc123"}},
+        {"role": "user", "content": "Why do you say they are loyal?"},
+    ]
+    messages = from_openai_chat(history)
+    assert to_openai_chat(messages) == history
+    async with ContextManager(Budget(context_window=50_000)) as ctx:
+        sent = to_openai_chat(await ctx.prepare(messages))
+    assert sent == history
+    assert validate_chat({"model": "gpt-audio", "messages": sent}) is None
+    assert validate_chat({"model": "gpt-audio", "messages": [history[0], {"role": "assistant"}]})

@@ -22,6 +22,8 @@ Mapping: ``text`` / ``image_url`` parts become `TextBlock` / `ImageBlock` (data 
 base64 images), other parts ``OpaqueBlock("openai_chat", part)``; function ``tool_calls``
 become `ToolCall`, and so do ``custom`` ones (``{"input": text}`` as their arguments, so they
 pair with their tool messages), other calls ``OpaqueBlock("openai_chat.tool_call", call)``;
+an assistant message's ``audio`` (an earlier spoken answer, by id) is
+``OpaqueBlock("openai_chat.audio", {"audio": ...})``;
 ``tool`` messages become `ToolResultMessage` (``tool_name`` from the ``name`` field, else from the
 call); an assistant ``refusal`` string is a `TextBlock` with ``extra["refusal"] = True``; a
 ``reasoning_content`` string (vLLM, DeepSeek and other compatible servers) is a
@@ -83,6 +85,9 @@ PROVIDER = "openai_chat"
 """The ``provider`` of the `OpaqueBlock` holding a content part this adapter does not model."""
 CALL_PROVIDER = "openai_chat.tool_call"
 """The ``provider`` of the `OpaqueBlock` holding a tool call that is not a function call."""
+AUDIO_PROVIDER = "openai_chat.audio"
+"""The ``provider`` of the `OpaqueBlock` holding an assistant message's ``audio`` (a spoken
+answer sent back by its id): content of the message, which no repair calls empty."""
 KEY = "openai_chat"
 """The message ``extra`` key holding this adapter's message-level details."""
 _CUSTOM = "custom"  # a custom tool's call: ``{"type": "custom", "custom": {name, input}}``
@@ -390,6 +395,9 @@ def _assistant(index: int, msg: Mapping[str, Any], *, response: bool) -> Assista
     if isinstance(refusal := msg.get("refusal"), str):
         blocks.append(TextBlock(refusal, freeze({"refusal": True})))
         known.append("refusal")
+    if not response and isinstance(audio := msg.get("audio"), Mapping):
+        blocks.append(OpaqueBlock(AUDIO_PROVIDER, {"audio": audio}))
+        known.append("audio")
     calls = msg.get("tool_calls")
     if isinstance(calls, list) and calls:
         for tc in calls:
@@ -490,6 +498,8 @@ def _render_assistant(d: JSON, m: AssistantMessage, info: Mapping[str, Any], ind
             calls.append(_render_call(b))
         elif isinstance(b, OpaqueBlock) and b.provider == CALL_PROVIDER:
             calls.append(dict(b.payload))
+        elif isinstance(b, OpaqueBlock) and b.provider == AUDIO_PROVIDER:
+            d["audio"] = b.payload["audio"]
         elif isinstance(b, OpaqueBlock):
             texts.append(b)
         else:

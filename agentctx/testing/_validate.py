@@ -546,7 +546,14 @@ def _chat_message(message: Mapping[str, Any], i: int) -> Invalid | None:
                     f"{where}.function.arguments",
                     "invalid_type",
                 )
-    if message.get("content") is None and not calls and message.get("refusal") is None:
+    # An earlier spoken answer goes back by its audio id alone (the audio guide's form).
+    audio = message.get("audio")
+    if (
+        message.get("content") is None
+        and not calls
+        and message.get("refusal") is None
+        and not audio
+    ):
         return Invalid(
             "Invalid value for 'content': expected a string, got null.",
             f"messages.[{i}].content",
