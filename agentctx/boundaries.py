@@ -56,6 +56,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from agentctx.messages import (
+    TOOL_STEP,
     AssistantMessage,
     Message,
     RedactedThinkingBlock,
@@ -220,8 +221,9 @@ def opens_turn(m: UserMessage, spoken_before: bool) -> bool:
 
 
 def _answers(m: Message) -> bool:
-    """Whether ``m`` answers its turn: an assistant message with no calls."""
-    return isinstance(m, AssistantMessage) and not m.tool_calls
+    """Whether ``m`` answers its turn: an assistant message with no calls (nor a call and
+    its output as provider items, `TOOL_STEP`)."""
+    return isinstance(m, AssistantMessage) and not m.tool_calls and not m.extra.get(TOOL_STEP)
 
 
 class CompleteTurns:

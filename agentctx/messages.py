@@ -467,6 +467,12 @@ THINKING_DROPPED = "agentctx_thinking_dropped"
 (`agentctx.ledger.DropThinking`): an adapter then sends nothing that refers to it (the
 Responses API rejects an item id whose reasoning item is not sent)."""
 
+TOOL_STEP = "agentctx_tool_step"
+"""The ``extra`` key set (to ``True``) on an assistant message that holds a tool call and its
+output as provider items (the Responses API's built-in client tools: ``computer_call`` and
+``computer_call_output``, ``shell_call`` and its output, ...): a step of its turn, like a call
+and its result, never the turn's answer, so compaction may take it as it takes other steps."""
+
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 

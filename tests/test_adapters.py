@@ -1496,3 +1496,46 @@ async def test_an_earlier_spoken_answer_goes_back_by_its_audio_id_unrepaired() -
     assert sent == history
     assert validate_chat({"model": "gpt-audio", "messages": sent}) is None
     assert validate_chat({"model": "gpt-audio", "messages": [history[0], {"role": "assistant"}]})
+
+
+def _shell_loop(steps: int) -> list[dict[str, Any]]:
+    listing = "\n".join(f"drwxr-xr-x  file_{n}.txt " + "x" * 60 for n in range(250))
+    items: list[dict[str, Any]] = [{"role": "user", "content": "Clean up the repo"}]
+    for i in range(steps):
+        items.append(
+            {
+                "type": "shell_call",
+                "id": f"sh_{i}",
+                "call_id": f"call_{i}",
+                "action": {"commands": ["ls -la"]},
+                "status": "completed",
+            }
+        )
+        outcome = {"type": "exit", "exit_code": 0}
+        output = [{"stdout": listing, "stderr": "", "outcome": outcome}]
+        items.append({"type": "shell_call_output", "call_id": f"call_{i}", "output": output})
+    return items
+
+
+async def test_a_loop_of_built_in_client_tools_compacts_as_a_loop_of_function_calls() -> None:
+    """A built-in tool's call and output (``shell_call``, ``computer_call``, ...) are provider
+    items: every run of them was one assistant message with no call, the newest turn's
+    answer, which no compaction touches. A long loop of them could never be compacted
+    (`BudgetExceededError` at 84k against 56k; found by a hostile run). Each call with its
+    output is now a step of its own (`TOOL_STEP`)."""
+    from agentctx.messages import TOOL_STEP
+    from agentctx.recall import MemoryRecallStore
+
+    items = _shell_loop(12)
+    history = from_openai_responses(items)
+    assert to_openai_responses(history) == items
+    assert len(history) == 13 and all(m.extra.get(TOOL_STEP) for m in history[1:])
+    budget = Budget(context_window=60_000, reserve_output=4_000)
+    async with ContextManager(budget, recall=MemoryRecallStore()) as ctx:
+        sent = to_openai_responses(await ctx.prepare(history))
+        assert ctx.prompt_tokens <= budget.limit
+    assert sent[0] == items[0] and sent[-3:] == items[-3:]  # the task, the newest step
+    assert validate_responses({"model": "gpt-5", "input": sent}, sent) is None
+    # An answer after them is the turn's answer, as ever.
+    answer = {"role": "assistant", "content": "Done."}
+    assert not from_openai_responses([*items, answer])[-1].extra.get(TOOL_STEP)

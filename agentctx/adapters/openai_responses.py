@@ -28,10 +28,13 @@ is the ``call_id`` (the item's own ``id`` rides in ``extra["id"]``), ``custom_to
 kept opaque, so ``to_openai_responses(from_openai_responses(p)) == p`` holds for every input
 whose outputs follow their calls.
 Built-in tools' items (``computer_call``, ``shell_call``, ... and their outputs) are opaque
-too: a call and its output with nothing between them are one message, but an output placed
-after function call outputs (a batch mixing both kinds) is a message of its own, which
-compaction may keep while dropping the call's: `to_openai_responses` leaves out such an
-output whose call is not in the input, which the API refuses. An output whose call an
+too: a call and its output with nothing between them (and the items before them in the run)
+are one message, a step of its turn (`agentctx.messages.TOOL_STEP`) that compaction may drop
+as it drops other steps; its reasoning is sent back, so while its loop runs a step that
+carries reasoning is kept whole. An output placed after function call outputs (a batch mixing
+both kinds) is a message of its own, which compaction may keep while dropping the call's:
+`to_openai_responses` leaves out such an output whose call is not in the input, which the
+API refuses. An output whose call an
 ``item_reference`` stands for (a call stored server-side) is refused with
 `UnsupportedMessageError`: which call it answers is not known here. (A request that continues
 server-side state, ``previous_response_id``, holds outputs of calls made before it: the
@@ -67,6 +70,7 @@ from agentctx.adapters.openai_chat import (
 from agentctx.errors import UnsupportedMessageError
 from agentctx.messages import (
     THINKING_DROPPED,
+    TOOL_STEP,
     AssistantContent,
     AssistantMessage,
     ImageBlock,
@@ -99,6 +103,8 @@ KEY = "openai_responses"
 
 JSON: TypeAlias = dict[str, Any]
 _ABSENT = object()
+_STEP = freeze({TOOL_STEP: True})
+_EMPTY_EXTRA = freeze({})
 _INSTRUCTIONS = ("system", "developer")
 _CUSTOM_CALL = "custom_tool_call"
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")  # items that answer a call
@@ -406,6 +412,8 @@ def from_openai_responses(
             blocks = _assistant_side(item)
             names.update((b.id, b.name) for b in blocks if isinstance(b, ToolCall))
             run.extend(blocks)
+            if isinstance(kind, str) and kind.endswith("_call_output"):
+                _flush(out, run, step=True)
         else:
             raise UnsupportedMessageError(index, "item with neither type nor role")
     _flush(out, run)
@@ -448,9 +456,11 @@ def is_assistant_side(item: object) -> bool:
     return isinstance(kind, str) or role == "assistant"
 
 
-def _flush(out: list[Message], run: list[AssistantContent]) -> None:
+def _flush(out: list[Message], run: list[AssistantContent], *, step: bool = False) -> None:
+    """End the run of assistant-side items as one message; ``step``: it ends with a built-in
+    tool's output, a step of the turn (`TOOL_STEP`)."""
     if run:
-        out.append(AssistantMessage(tuple(run)))
+        out.append(AssistantMessage(tuple(run), extra=_STEP if step else _EMPTY_EXTRA))
         run.clear()
 
 
