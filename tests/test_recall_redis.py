@@ -276,3 +276,25 @@ def test_a_setting_that_cannot_work_is_refused_when_the_store_is_made(
 ) -> None:
     with pytest.raises(ConfigError, match=setting):
         RedisRecallStore(redis_url, **{setting: value})  # type: ignore[arg-type]
+
+
+def test_a_ledger_is_read_from_a_server_over_its_memory_limit(redis_url: str) -> None:
+    """A server over its ``maxmemory`` refuses transactions, which the ledger was read in: a
+    resuming worker found no ledger and started over (a cache break), then saved over the
+    one it could not read (found by a hostile run). Reads still work there."""
+    store = RedisRecallStore(redis_url, prefix=f"oom{time.monotonic_ns()}")
+    raw = redis.Redis.from_url(redis_url)
+    store.save_ledger("s", '[{"saved": true}]')
+    store.extend_ledger("t", ['{"part": 1}'], 0)
+    used = int(raw.info("memory")["used_memory"])
+    raw.config_set("maxmemory", used // 2)
+    raw.config_set("maxmemory-policy", "noeviction")
+    try:
+        with pytest.raises(redis.OutOfMemoryError):
+            raw.set("more", "x")  # over the limit
+        assert json.loads(store.load_ledger("s") or "") == [{"saved": True}]
+        assert json.loads(store.load_ledger("t") or "") == [{"part": 1}]
+    finally:
+        raw.config_set("maxmemory", 0)
+        raw.close()
+        store.close()

@@ -179,16 +179,27 @@ class RedisRecallStore:
         """The saved ledger JSON of ``session_id``, or ``None``."""
 
         def read(r: redis.Redis) -> tuple[list[bytes], bytes | None]:
-            pipe = r.pipeline(transaction=True)
-            pipe.lrange(self._parts_key(session_id), 0, -1)
-            pipe.get(self._ledger_key(session_id))
-            parts, whole = pipe.execute()
-            return parts, whole
+            try:
+                return self._read_ledger(r, session_id, transaction=True)
+            except redis.OutOfMemoryError:
+                # A server over its maxmemory refuses transactions, not reads: read the two
+                # forms one after the other (a save between them, by another worker on the
+                # session, is the rare case the transaction was for).
+                return self._read_ledger(r, session_id, transaction=False)
 
         parts, whole = self._call(read)
         if parts:
             return "[" + ", ".join(_decode(p) or "" for p in parts) + "]"
         return _decode(whole)
+
+    def _read_ledger(
+        self, r: redis.Redis, session_id: str, *, transaction: bool
+    ) -> tuple[list[bytes], bytes | None]:
+        pipe = r.pipeline(transaction=transaction)
+        pipe.lrange(self._parts_key(session_id), 0, -1)
+        pipe.get(self._ledger_key(session_id))
+        parts, whole = pipe.execute()
+        return parts, whole
 
     def save_ledger(self, session_id: str, ledger_json: str) -> None:
         """Save the ledger JSON of ``session_id`` (refreshing its expiry)."""
