@@ -19,6 +19,10 @@ from agentctx.manager import ContextManager
 from agentctx.messages import Message, Usage
 from agentctx.replay import ReplayClock
 from agentctx.replay.jobs import build_strategy
+from agentctx.replay.offline_summarizer import OfflineSummarizer
+from agentctx.strategies import DeterministicCompaction, ToolOutputPipeline
+from agentctx.strategies.llm import LlmCompaction
+from agentctx.strategy import Chain, CompactionStrategy
 from agentctx.testing import synthetic_session
 
 
@@ -80,21 +84,41 @@ def test_other_event_shapes() -> None:
 # -- the events of a call add up -----------------------------------------------------------
 
 
-async def _compactions_per_call(strategy: str) -> list[tuple[list[ContextCompacted], int, int]]:
-    """Each compacting call of a synthetic session under the replay's ``strategy``: its
-    `ContextCompacted` events, the decisions the ledger gained and the prompt it returned."""
+def _strategy(name: str, clock: ReplayClock) -> CompactionStrategy:
+    if name == "pipeline over llm":  # the pipeline's fallback splices briefings
+        summarizer = OfflineSummarizer(5.0, sleep=clock.sleep)
+        llm = LlmCompaction(summarizer, clock=clock, sleep=clock.sleep)
+        return Chain([ToolOutputPipeline(fallback=llm), DeterministicCompaction()])
+    return build_strategy(name, clock, delay=5.0)
+
+
+def _requests(strategy: CompactionStrategy) -> int:
+    """Summarizer requests billed to the `LlmCompaction` in ``strategy``, wherever it is."""
+    if isinstance(strategy, LlmCompaction):
+        return strategy.spend.requests
+    inner = [*getattr(strategy, "strategies", ()), getattr(strategy, "fallback", None)]
+    return sum(_requests(s) for s in inner if s is not None)
+
+
+async def _compactions_per_call(
+    strategy: str, seed: int
+) -> tuple[list[tuple[list[ContextCompacted], int, int]], list[object], int]:
+    """Each compacting call of a synthetic session under ``strategy``: its `ContextCompacted`
+    events, the decisions the ledger gained and the prompt it returned; every event; the
+    summarizer requests billed."""
     clock = ReplayClock(1_000.0)
+    made = _strategy(strategy, clock)
     calls: list[tuple[list[ContextCompacted], int, int]] = []
     events: list[object] = []
     async with ContextManager(
         Budget(context_window=40_000),
-        strategy=build_strategy(strategy, clock, delay=5.0),
+        strategy=made,
         clock=clock,
         session_id="adds-up",
     ) as ctx:
         ctx.subscribe(events.append)
         history: list[Message] = []
-        for group in synthetic_session(seed=1, calls=60):
+        for group in synthetic_session(seed=seed, calls=60):
             history += group
             await clock.advance(clock() + 10.0)
             seen, decisions = len(events), len(ctx.ledger)
@@ -103,17 +127,20 @@ async def _compactions_per_call(strategy: str) -> list[tuple[list[ContextCompact
             if compacted:
                 calls.append((compacted, len(ctx.ledger) - decisions, ctx.prompt_tokens))
         await clock.advance(clock())
-    return calls
+    return calls, events, _requests(made)
 
 
-@pytest.mark.parametrize("strategy", ["deterministic", "pipeline", "llm"])
-async def test_the_events_of_a_call_add_up_to_what_it_did(strategy: str) -> None:
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("strategy", ["deterministic", "pipeline", "llm", "pipeline over llm"])
+async def test_the_events_of_a_call_add_up_to_what_it_did(strategy: str, seed: int) -> None:
     """Summing ``tokens_before - tokens_after`` and ``decisions`` over the events of a call
     gives what the call saved and took (as examples/compaction_events.py sums them): each
-    compaction is reported once, by the strategy that ran it, however many fallbacks it ran
-    inside (found by a hostile run: the pipeline's tiers and its own event both counted the
-    tiers' work, and each event counted every decision of the call so far)."""
-    calls = await _compactions_per_call(strategy)
+    compaction is reported once, by the strategy that took it, counted in full (found by
+    hostile runs: the pipeline's own event spanned its tiers' work, which they reported too;
+    each event counted every decision of the call so far; a briefing's event measured it on
+    a first estimate; folded into the pipeline's event, a fallback's briefing lost its
+    bill)."""
+    calls, events, requests = await _compactions_per_call(strategy, seed)
     assert len(calls) >= 3
     for compacted, taken, returned in calls:
         assert sum(e.decisions for e in compacted) == taken
@@ -121,3 +148,6 @@ async def test_the_events_of_a_call_add_up_to_what_it_did(strategy: str) -> None
             assert later.tokens_before == pytest.approx(earlier.tokens_after, rel=0.02)
         # The last one measures the view the call returned (counted in full).
         assert compacted[-1].tokens_after == returned
+    if "llm" in strategy:  # every billed briefing in exactly one event
+        billed = [e for e in events if getattr(e, "summary", None) is not None]
+        assert len(billed) == requests > 0

@@ -102,7 +102,7 @@ from agentctx.strategies.llm_cut import Cut, choose_cut, extent, head_end, intac
 from agentctx.strategies.llm_request import Job, Requester, SummarizerSpend
 from agentctx.strategies.llm_tiers import capped, run_tiers
 from agentctx.strategies.trail import put_entry, span_text
-from agentctx.strategy import Quiet, check_strategy
+from agentctx.strategy import Quiet, check_strategy, end_session
 from agentctx.summarizer import is_native_compaction
 
 if TYPE_CHECKING:
@@ -208,10 +208,11 @@ class LlmCompaction:
     def close(self, emit: Callable[[Event], None]) -> None:
         """The session ended (the manager calls this on close): a briefing that was billed
         and still waits to be spliced is reported as `SummaryStale` ``unused``, so every
-        paid request shows up in an event."""
+        paid request shows up in an event. The fallback is told too, if it has a ``close``."""
         ready, self._requests.ready = self._requests.ready, None
         if ready is not None:
             emit(SummaryStale("unused", ready.stats(0)))
+        end_session(self.fallback, emit)
 
     # -- the hot path -------------------------------------------------------------------
 
@@ -675,6 +676,7 @@ class LlmCompaction:
         actions: list[str],
         summary: SummaryStats | None,
     ) -> None:
+        ctx.counter.refine(ctx.view)  # a briefing spliced in was counted quickly
         ctx.emit(
             ContextCompacted(
                 method=method,

@@ -39,10 +39,10 @@ from agentctx.errors import ConfigError
 from agentctx.events import ContextCompacted
 from agentctx.strategies.deterministic import DeterministicCompaction
 from agentctx.strategies.pipeline_run import Memo, Proposal, Run, condense, nothing_to_take
-from agentctx.strategy import check_strategy
+from agentctx.strategy import check_strategy, end_session
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from agentctx.budget import Budget
     from agentctx.events import Event
@@ -224,14 +224,17 @@ class ToolOutputPipeline:
             del memos[next(iter(memos))]
         return memo
 
+    def close(self, emit: Callable[[Event], None]) -> None:
+        """The session ended: the fallback is told, if it has a ``close`` (a briefing an
+        `LlmCompaction` fallback was billed for and never spliced is reported)."""
+        if self.fallback is not None:
+            end_session(self.fallback, emit)
+
     async def compact(self, ctx: CompactionContext) -> None:
         """Propose with every pass, then take the batch if it pays (see the module doc)."""
         if nothing_to_take(self, ctx, self._memos.get(ctx.session_id)):
             return
-        # One compaction, one event: what the fallback reports (the cut of oversized
-        # results, the tiers) is folded into this strategy's own, so the events of a call
-        # add up to what it saved.
-        report = _Report(ctx)
+        report = _Report(ctx, type(self).__name__)
         if isinstance(self.fallback, DeterministicCompaction):
             # Sized on a result that is cut down anyway, the passes would expire the newest
             # complete turn's output, and the tiers drop older history, for nothing.
@@ -265,7 +268,7 @@ class ToolOutputPipeline:
                 await self._land(ctx, budget, report)
             if ctx.prompt_tokens > target:
                 report.took(Run(self, ctx, self._memo(ctx)).expire_to_target(1, target))
-            report.emit(type(self).__name__)
+            report.emit()
             return
         if run.deferred is not None and (
             cold or tokens_before > budget.limit or _paying(run.proposals) >= threshold
@@ -276,7 +279,7 @@ class ToolOutputPipeline:
         if not run.proposals and tokens_before <= budget.limit and not cold:
             if tokens_before >= threshold:
                 _note_unpaying(run, 0, threshold)
-            report.emit(type(self).__name__)
+            report.emit()
             return
         # Decisions about messages not sent yet cost no cache write: always taken, and then
         # they may be enough to stay within the budget without touching the sent prefix.
@@ -312,14 +315,15 @@ class ToolOutputPipeline:
         rewrites = rewrites or any(not p.fresh for p in taken)
         if (forced or cold or rewrites) and ctx.prompt_tokens > budget.target_tokens:
             await self._land(ctx, budget, report)
-        report.emit(type(self).__name__)
+        report.emit()
 
     async def _land(self, ctx: CompactionContext, budget: Budget, report: _Report) -> None:
         """Have the fallback tiers condense what the passes cannot reach (arguments, text,
-        turns), in the same call and to the same target; what they report goes in
-        ``report``."""
+        turns), in the same call and to the same target. What was taken before is reported
+        first; the fallback reports its own work."""
         if self.fallback is None:
             return
+        report.emit()
         # For this call their hard budget is the trigger: a rewrite that huge output of the
         # in-flight loop leaves above it would be followed by another within a few calls, so
         # that output is cut now instead. Below it the recent steps stay as they are: the
@@ -327,50 +331,55 @@ class ToolOutputPipeline:
         trigger = max(1, budget.trigger_tokens)
         ratio = min(1.0, max(1, budget.target_tokens) / trigger)
         aim = replace(budget, hard_budget=trigger, trigger_ratio=ratio, target_ratio=ratio)
-        await self.fallback.compact(
-            replace(ctx, budget=aim, give_way_above=trigger, emit=report.collect)
-        )
+        await self.fallback.compact(replace(ctx, budget=aim, give_way_above=trigger))
+        report.skip()
 
 
 class _Report:
-    """The one `ContextCompacted` of a pipeline call: its own decisions and what the fallback
-    it runs reports, in the order they were taken."""
+    """The `ContextCompacted` events of a pipeline call, one for each stretch of its own work
+    (before and after its fallback, which reports its own): each compaction is reported once,
+    by the strategy that took it, so the events of a call add up to what it saved."""
 
-    def __init__(self, ctx: CompactionContext) -> None:
+    def __init__(self, ctx: CompactionContext, strategy: str) -> None:
         self._ctx = ctx
-        self._decisions = len(ctx.taken)
-        self._messages = len(ctx.view)
-        self._tokens = ctx.prompt_tokens
+        self._strategy = strategy
         self.actions: list[str] = []
+        self._mark()
 
-    def collect(self, event: Event) -> None:
-        """The fallback's ``emit``."""
-        if isinstance(event, ContextCompacted):
-            self.actions += event.actions
-        else:
-            self._ctx.emit(event)
+    def _mark(self) -> None:
+        ctx = self._ctx
+        self._decisions, self._messages = len(ctx.taken), len(ctx.view)
+        self._tokens = ctx.prompt_tokens
 
     def took(self, taken: Sequence[Proposal]) -> None:
         self.actions += (p.action for p in taken)
 
-    def emit(self, strategy: str) -> None:
+    def emit(self) -> None:
+        """Report what was taken since the last report, counted in full."""
         ctx = self._ctx
         decisions = len(ctx.taken) - self._decisions
-        if not decisions:
-            return
-        ctx.counter.refine(ctx.view)  # what was cut or put in place was counted quickly
-        ctx.emit(
-            ContextCompacted(
-                method="pipeline",
-                strategy=strategy,
-                messages_before=self._messages,
-                messages_after=len(ctx.view),
-                tokens_before=self._tokens,
-                tokens_after=ctx.prompt_tokens,
-                decisions=decisions,
-                actions=tuple(self.actions),
+        if decisions:
+            ctx.counter.refine(ctx.view)  # what was cut or put in place was counted quickly
+            ctx.emit(
+                ContextCompacted(
+                    method="pipeline",
+                    strategy=self._strategy,
+                    messages_before=self._messages,
+                    messages_after=len(ctx.view),
+                    tokens_before=self._tokens,
+                    tokens_after=ctx.prompt_tokens,
+                    decisions=decisions,
+                    actions=tuple(self.actions),
+                )
             )
-        )
+        self.actions = []
+        self._mark()
+
+    def skip(self) -> None:
+        """Leave out of the next report what was taken since the last one (the fallback's)."""
+        if len(self._ctx.taken) != self._decisions:
+            self._ctx.counter.refine(self._ctx.view)
+        self._mark()
 
 
 def _note_unpaying(run: Run, paying: int, threshold: int) -> None:
