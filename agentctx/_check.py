@@ -80,14 +80,28 @@ def whole(obj: object, name: str, *, minimum: int = 0, optional: bool = False) -
         raise _fail(obj, name, f"a whole number from {minimum} to sys.maxsize{none}")
 
 
-def number(obj: object, name: str, *, minimum: float = 0.0, optional: bool = False) -> None:
-    """``obj.name`` is a finite int or float >= ``minimum`` (or ``None`` if ``optional``)."""
+def number(
+    obj: object,
+    name: str,
+    *,
+    minimum: float = 0.0,
+    maximum: float | None = None,
+    optional: bool = False,
+) -> None:
+    """``obj.name`` is a finite int or float from ``minimum`` to ``maximum`` (or ``None`` if
+    ``optional``)."""
     value: Any = getattr(obj, name)
     if value is None and optional:
         return
-    if not _is_number(value) or not _finite(value) or value < minimum:
+    if (
+        not _is_number(value)
+        or not _finite(value)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
         none = " or None" if optional else ""
-        raise _fail(obj, name, f"a finite number >= {minimum:g}{none}")
+        most = f" and <= {maximum:g}" if maximum is not None else ""
+        raise _fail(obj, name, f"a finite number >= {minimum:g}{most}{none}")
 
 
 def fraction(obj: object, name: str, *, optional: bool = False) -> None:

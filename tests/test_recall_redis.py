@@ -267,8 +267,11 @@ def test_an_expiry_in_fractional_seconds_is_whole_seconds(redis_url: str, ttl: f
         ("ttl_seconds", "7d"),
         ("ttl_seconds", math.nan),
         ("ttl_seconds", math.inf),
+        ("ttl_seconds", 1e300),  # past what Redis keeps: every write failed
+        ("ttl_seconds", 2**63),
         ("timeout", 0),
         ("timeout", "1"),
+        ("timeout", 1e12),  # past what a socket takes: every call raised OverflowError
     ],
 )
 def test_a_setting_that_cannot_work_is_refused_when_the_store_is_made(

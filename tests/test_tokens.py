@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from fractions import Fraction
+from typing import Any
 
 import anyio.lowlevel
 import pytest
@@ -1009,7 +1010,7 @@ def _long_history() -> list[Message]:
     return history
 
 
-@pytest.mark.parametrize("value", [-5, math.nan, math.inf, None, "7", True, [3]])
+@pytest.mark.parametrize("value", [-5, math.nan, math.inf, None, "7", True, [3], 10**400, 1e308])
 async def test_a_counter_of_ones_own_that_says_no_count_is_a_config_error(value: object) -> None:
     """A count of -5 had every budget met (the whole 90k-token history sent against 34k, no
     event, no error); NaN, inf, None or a string failed deep in the sums with a bare
@@ -1019,7 +1020,9 @@ async def test_a_counter_of_ones_own_that_says_no_count_is_a_config_error(value:
     async with ContextManager(
         Budget(context_window=50_000), counter=MessageCounter(_Says(value))
     ) as ctx:
-        with pytest.raises(ConfigError, match=r"_Says counted .*: a token count is a finite"):
+        with pytest.raises(
+            ConfigError, match=r"_Says counted .*: a token count is a number from 0"
+        ):
             await ctx.prepare(_long_history())
 
 
@@ -1027,3 +1030,41 @@ async def test_a_counter_of_ones_own_that_says_no_count_is_a_config_error(value:
 def test_a_counter_of_ones_own_may_count_in_any_real_number(value: object) -> None:
     counter = MessageCounter(_Says(value), message_overhead=0)
     assert counter.count_text("some text") == round(float(value))  # type: ignore[arg-type]
+
+
+class _Features:
+    """A feature counter of one's own: the estimator's slots, with ``features`` made by
+    ``make`` from the estimator's."""
+
+    def __init__(self, make: Any, weights: Any = None) -> None:
+        self._estimator = Estimator()
+        self.make = make
+        self.slots = self._estimator.slots
+        self.weights = self._estimator.weights if weights is None else weights
+
+    def count(self, text: str) -> int:
+        return self._estimator.count(text)
+
+    def features(self, text: str, kind: ContentClass | None = None) -> Any:
+        return self.make(self._estimator.features(text, kind))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda f: f[:-1], lambda f: 5, lambda f: list(f), lambda f: (1e308,) * len(f)],
+    ids=["a slot short", "no tuple", "a list", "past any count"],
+)
+def test_features_of_ones_own_that_are_no_counts_are_a_config_error(make: Any) -> None:
+    """They failed deep in the sums with a bare `ValueError`, `TypeError` or `OverflowError`
+    (found by a hostile run)."""
+    counter = MessageCounter(_Features(make))
+    with pytest.raises(ConfigError, match="_Features"):
+        counter.count_text("hello world")
+
+
+@pytest.mark.parametrize("weights", [(1.0,), "1", (math.inf,) * 8, (-1.0,) * 8])
+def test_feature_weights_of_ones_own_that_cannot_work_are_refused_when_made(weights: Any) -> None:
+    features = _Features(lambda f: f)
+    features.weights = weights if len(weights) != 8 else weights[: len(features.slots)]
+    with pytest.raises(ConfigError, match="weights"):
+        MessageCounter(features)

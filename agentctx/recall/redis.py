@@ -48,6 +48,8 @@ __all__ = ["RedisRecallStore"]
 
 _RID = re.compile(r"ctx-[0-9a-f]{16}")
 _FINEST = 1e-3  # below a millisecond, a timeout or an expiry is a mistake
+_LONGEST = 100 * 365 * 86_400  # an expiry Redis keeps (past 2**63 ms it refuses it): a century
+_LONGEST_WAIT = 86_400.0  # a socket timeout the platform takes: a day
 
 
 def _encode(text: str) -> bytes:
@@ -106,8 +108,8 @@ class RedisRecallStore:
     ) -> None:
         self.ttl_seconds = ttl_seconds
         self.timeout = timeout
-        number(self, "ttl_seconds", minimum=_FINEST, optional=True)
-        number(self, "timeout", minimum=_FINEST)
+        number(self, "ttl_seconds", minimum=_FINEST, maximum=_LONGEST, optional=True)
+        number(self, "timeout", minimum=_FINEST, maximum=_LONGEST_WAIT)
         self._ttl = None if ttl_seconds is None else math.ceil(ttl_seconds)  # whole seconds
         self.prefix = prefix
         self._owned = client is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import json.encoder
+import math
 import sys
 import threading
 import types
@@ -127,16 +128,31 @@ def _counted(value: object, counter: object, text: str) -> float:
     """``value``, what ``counter`` said ``text`` costs, when it is a count: a counter of
     one's own that says -3 would have every budget met, one that says NaN would fail deep in
     the sums."""
-    if type(value) is int and value >= 0:
+    if type(value) is int and 0 <= value <= MOST_TOKENS:
         return value
     if isinstance(value, Real) and not isinstance(value, bool):  # numpy's too
-        number = float(value)
-        if 0 <= number <= sys.float_info.max:
+        try:
+            number = float(value)
+        except OverflowError:  # an int past a float's range
+            number = math.inf
+        if 0 <= number <= MOST_TOKENS:
             return number
     raise ConfigError(
         f"{type(counter).__name__} counted {preview(value)} for a text of {len(text)} "
-        "characters: a token count is a finite number >= 0"
+        f"characters: a token count is a number from 0 to {MOST_TOKENS:,}"
     )
+
+
+def _features(counter: FeatureCounter, text: str, kind: ContentClass | None) -> tuple[float, ...]:
+    """``counter.features(text, kind)`` of a feature counter of one's own, checked as
+    `_counted` checks a count: one per slot."""
+    units = counter.features(text, kind)
+    if not isinstance(units, tuple) or len(units) != len(counter.weights):
+        raise ConfigError(
+            f"{type(counter).__name__}.features gave {preview(units)} for a text of "
+            f"{len(text)} characters: a tuple of {len(counter.weights)} numbers, one per slot"
+        )
+    return tuple(_counted(n, counter, text) for n in units)
 
 
 class MessageCounter:
@@ -206,6 +222,25 @@ class MessageCounter:
             raise ConfigError(f"MessageCounter.decay must be in (0, 1]; got {preview(decay)}")
         self._counter: TokenCounter = counter if counter is not None else default_estimator()
         self._features = self._counter if isinstance(self._counter, FeatureCounter) else None
+        # The estimator's output needs no check; a feature counter of one's own has its
+        # weights checked here and each text's features as they come (`_features`).
+        self._trusted = type(self._counter) is Estimator
+        if self._features is not None and not self._trusted:
+            weights = self._features.weights
+            slots = len(self._features.slots)
+            if (
+                not isinstance(weights, tuple)
+                or len(weights) != slots
+                or not all(
+                    isinstance(w, Real) and not isinstance(w, bool) and 0 <= w <= MOST_TOKENS
+                    for w in weights
+                )
+            ):
+                raise ConfigError(
+                    f"{type(self._counter).__name__}.weights must be a tuple of numbers from 0 "
+                    f"to {MOST_TOKENS:,}, one for each of its {slots} slots; got "
+                    f"{preview(weights)}"
+                )
         text_slots = self._features.slots if self._features is not None else ("text",)
         self._slots = (*text_slots, "fixed", "image")
         self._fixed = len(text_slots)
@@ -590,9 +625,7 @@ class MessageCounter:
         if features is None:
             vec[0] += _counted(self._counter.count(text), self._counter, text)
             return
-        f = features.features(text, kind)
-        if type(features) is not Estimator:
-            f = tuple(_counted(units, features, text) for units in f)
+        f = features.features(text, kind) if self._trusted else _features(features, text, kind)
         for i, (w, units) in enumerate(zip(features.weights, f, strict=True)):
             vec[i] += w * units
 
@@ -601,9 +634,8 @@ class MessageCounter:
         features = self._features
         if features is None:
             return _counted(self._counter.count(text), self._counter, text)
-        f = features.features(text, ContentClass.PROSE)
-        if type(features) is not Estimator:
-            f = tuple(_counted(units, features, text) for units in f)
+        kind = ContentClass.PROSE
+        f = features.features(text, kind) if self._trusted else _features(features, text, kind)
         return sum(w * units for w, units in zip(features.weights, f, strict=True))
 
     def _base(self, message: Message) -> tuple[float, ...]:
