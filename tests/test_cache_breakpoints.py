@@ -12,7 +12,7 @@ from agentctx import Budget, ContextManager, MemoryRecallStore
 from agentctx.errors import ConfigError
 from agentctx.providers import anthropic as ant_provider
 from agentctx.providers._convert import MAX_BREAKPOINTS, Compactor, place_breakpoints
-from agentctx.testing.servers import FakeAnthropic
+from agentctx.testing.servers import FakeAnthropic, Reply
 from tests.test_wrappers import (
     MODEL,
     SYSTEM,
@@ -226,3 +226,47 @@ async def test_no_breakpoint_goes_before_a_callers_one_hour_breakpoint(where: st
 
 def marked(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text, "cache_control": EPHEMERAL}
+
+
+@pytest.mark.parametrize("breakpoints", [False, True], ids=["caller's only", "and the wrapper's"])
+async def test_a_mark_the_caller_moved_off_a_cut_result_is_not_sent(breakpoints: bool) -> None:
+    """A loop keeps ``cache_control`` on its four newest tool results, moving the marks on as
+    results arrive. A result cut down while marked kept its mark, and the caller's later
+    edit of it is not read: once moved on, the old marks went out beside the new ones and the
+    API refused the request ("A maximum of 4 blocks with cache_control", found by a hostile
+    run's fuzzer)."""
+
+    def output(i: int) -> str:
+        lines = 900 if i % 3 == 0 else 150  # every third one is cut down as it arrives
+        return "\n".join(f"line {n} of output {i} " + "x" * 50 for n in range(lines))
+
+    budget = Budget(context_window=30_000, reserve_output=1_000)
+    async with FakeAnthropic(default=Reply.text("ok")) as srv:
+        raw = anthropic.AsyncAnthropic(base_url=srv.url, api_key="test", max_retries=0)
+        async with raw, ContextManager(budget) as ctx:
+            client = ant_provider.wrap(raw, ctx, cache_breakpoints=breakpoints)
+            history: list[dict[str, Any]] = [{"role": "user", "content": "read the files"}]
+            for i in range(24):
+                call = {"type": "tool_use", "id": f"toolu_{i}", "name": "read", "input": {"i": i}}
+                result = {"type": "tool_result", "tool_use_id": f"toolu_{i}"}
+                result |= {"content": output(i), "cache_control": EPHEMERAL}
+                history += [{"role": "assistant", "content": [call]}]
+                history += [{"role": "user", "content": [result]}]
+                for k in marks(history)[: -4 if not breakpoints else -2]:
+                    blocks = [
+                        {f: v for f, v in b.items() if f != "cache_control"}
+                        for b in history[k]["content"]
+                    ]
+                    history[k] = {**history[k], "content": blocks}
+                await client.messages.create(
+                    model=MODEL, max_tokens=500, system=SYSTEM, tools=TOOLS, messages=history
+                )
+            assert len(ctx.ledger) > 3  # results were cut
+    assert_all_ok(srv.requests)
+    for request in srv.requests:
+        assert sum(map(len, map(marks_in, request.json["messages"]))) <= MAX_BREAKPOINTS
+
+
+def marks_in(message: dict[str, Any]) -> list[object]:
+    content = message["content"]
+    return [b for b in content if "cache_control" in b] if isinstance(content, list) else []

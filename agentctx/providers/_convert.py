@@ -137,7 +137,7 @@ class Compactor:
         prepare = self.manager.prepare
         if self.provider == "anthropic":
             view = await prepare(self._history.convert(list(history)), max_tokens=max_tokens)
-            messages = to_anthropic(view)
+            messages = without_stale_marks(to_anthropic(view), history)
             if self.cache_breakpoints and not count:
                 for key in ("system", "tools"):  # their breakpoints are counted: read them once
                     value = outgoing.get(key)
@@ -468,6 +468,76 @@ def _blocks_between(messages: list[Any], start: int, end: int) -> int:
         content = message.get("content") if isinstance(message, Mapping) else None
         n += len(content) if isinstance(content, list) else 1
     return n
+
+
+_TOOL_ID = {"tool_result": "tool_use_id", "tool_use": "id"}  # a tool block's key
+
+
+def without_stale_marks(messages: list[Any], history: Sequence[Any]) -> list[Any]:
+    """Anthropic ``messages`` rendered from a view, without the ``cache_control`` marks of
+    tool calls and results that the caller's ``history`` no longer marks. A call or result a
+    decision replaced keeps the fields it had when the decision was taken, and the caller's
+    later edits of it are not read (`ContextManager.prepare`): a mark moved on since stayed
+    beside the caller's new ones, past the API's four, and the request was refused."""
+    marked = {key: (i, j) for i, m in enumerate(messages) for j, key in _marked_tool_blocks(m)}
+    if not marked:
+        return messages
+    unmarked = _unmarked_in(history, marked.keys())
+    if not unmarked:
+        return messages
+    out = list(messages)
+    for key in unmarked:
+        i, j = marked[key]
+        content = list(out[i]["content"])
+        content[j] = _without_marks(content[j])
+        out[i] = {**out[i], "content": content}
+    return out
+
+
+def _marked_tool_blocks(message: Any) -> list[tuple[int, tuple[str, object]]]:
+    content = message.get("content") if isinstance(message, Mapping) else None
+    if not isinstance(content, list):
+        return []
+    return [
+        (j, (kind, block.get(_TOOL_ID[kind])))
+        for j, block in enumerate(content)
+        if isinstance(block, Mapping) and (kind := block.get("type")) in _TOOL_ID and _count(block)
+    ]
+
+
+def _unmarked_in(history: Sequence[Any], keys: Iterable[tuple[str, object]]) -> set[Any]:
+    """Those of ``keys`` whose tool block in ``history`` holds no mark (newest first: the
+    marked ones are mostly recent; a key not in it is not said)."""
+    wanted = set(keys)
+    unmarked = set()
+    for item in reversed(history):
+        for j, key in _tool_blocks(plain(item, 1)):
+            if key in wanted:
+                wanted.discard(key)
+                if not _count(j):
+                    unmarked.add(key)
+        if not wanted:
+            break
+    return unmarked
+
+
+def _tool_blocks(message: Any) -> list[tuple[Any, tuple[str, object]]]:
+    content = message.get("content") if isinstance(message, Mapping) else None
+    if not isinstance(content, list):
+        return []
+    return [
+        (block, (kind, block.get(_TOOL_ID[kind])))
+        for block in content
+        if isinstance(block, Mapping) and (kind := block.get("type")) in _TOOL_ID
+    ]
+
+
+def _without_marks(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _without_marks(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_without_marks(v) for v in value]
+    return value
 
 
 def _count(value: object) -> int:
