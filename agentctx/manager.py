@@ -257,7 +257,8 @@ def _read_once(history: object) -> list[Message]:
 
 
 def _same(a: Message, b: Message) -> bool:
-    return a is b or a == b or fingerprint(a) == fingerprint(b)
+    # Of another type (not a message at all, even: refused once read as new), never the same.
+    return a is b or (type(a) is type(b) and (a == b or fingerprint(a) == fingerprint(b)))
 
 
 class ContextManager:

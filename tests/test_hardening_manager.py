@@ -2081,3 +2081,24 @@ def test_an_observe_whose_clock_fails_changes_nothing() -> None:
         with pytest.raises(ConfigError, match="clock"):
             ctx.observe(Usage(input_tokens=1_000))
     assert ctx.usage == Usage()
+
+
+@pytest.mark.parametrize(
+    ("before", "given", "index"),
+    [(2, [0, "dict"], 1), (1, ["dict"], 0), (3, [0, "str", 2], 1)],
+)
+async def test_a_non_message_where_the_session_has_one_is_refused_by_its_index(
+    before: int, given: list[object], index: int
+) -> None:
+    """After a first call, an item that is no message where the session already had one (a
+    provider dict passed by mistake, a rewind to one) raised a bare `AttributeError` from the
+    comparison with what was there (found by a hostile run of the docs)."""
+    known = [user("the task"), AssistantMessage.of("hi"), user("next")]
+    odd = {"dict": {"role": "assistant", "content": "x"}, "str": "x"}
+    history = [known[g] if isinstance(g, int) else odd[g] for g in given]
+    async with ContextManager(100_000) as ctx:
+        view = await ctx.prepare(known[:before])
+        with pytest.raises(UnsupportedMessageError) as refused:
+            await ctx.prepare(history)  # type: ignore[arg-type]
+        assert refused.value.index == index
+        assert await ctx.prepare(known[:before]) == view  # nothing changed
