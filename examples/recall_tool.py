@@ -3,11 +3,11 @@
     AGENTCTX_OFFLINE=1 python examples/recall_tool.py   # against agentctx's fake server
     ANTHROPIC_API_KEY=... python examples/recall_tool.py # against the real API
 
-When a tool output is truncated, the cut part is kept in the recall store and the placeholder
+When a tool output is truncated, the original is kept in the recall store and the placeholder
 in the view names it: ``[... 401 lines (16040 chars) truncated; recall_context id=ctx-... ...]``.
 The loop adds ``recall_tool("anthropic")`` to its tools and answers a ``recall_context`` call
 with ``await ctx.recall(id, offset, limit, pattern)``: a page of the original text (or, with
-``pattern``, its matching lines). Recalled text is never compacted again.
+``pattern``, its matching lines). Recalled text is never truncated again.
 """
 
 from __future__ import annotations

@@ -408,7 +408,8 @@ def context_manager(
     keeps: ``("tokens", T)`` / ``("fraction", f)`` the size it brings the prompt down to
     (``Budget.target_ratio``), ``("messages", n)`` the newest steps it never condenses or drops
     (``DeterministicCompaction(keep_recent_steps=ceil(n / 2))``: a step is an assistant message
-    and its tool results). Without ``keep``, agentctx's defaults (half the budget, 3 steps).
+    and its tool results). Without ``keep``, half the budget (``Budget.target_ratio=0.5``, where a
+    bare `Budget` lands at 0.1) and agentctx's default 3 steps.
     A ``("messages", n)`` trigger has no token equivalent and is refused (`ConfigError`), as is
     ``keep=("messages", n)`` with a ``strategy`` of your own. Other keyword arguments go to
     `ContextManager`.
