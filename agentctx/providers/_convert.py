@@ -479,12 +479,15 @@ def without_stale_marks(messages: list[Any], history: Sequence[Any]) -> list[Any
     decision replaced keeps the fields it had when the decision was taken, and the caller's
     later edits of it are not read (`ContextManager.prepare`): a mark moved on since stayed
     beside the caller's new ones, past the API's four, and the request was refused."""
-    marked = {key: (i, j) for i, m in enumerate(messages) for j, key in _marked_tool_blocks(m)}
+    marked = {
+        key: (i, j)
+        for i, m in enumerate(messages)
+        for j, block, key in _tool_blocks(m)
+        if _count(block)
+    }
     if not marked:
         return messages
     unmarked = _unmarked_in(history, marked.keys())
-    if not unmarked:
-        return messages
     out = list(messages)
     for key in unmarked:
         i, j = marked[key]
@@ -494,40 +497,30 @@ def without_stale_marks(messages: list[Any], history: Sequence[Any]) -> list[Any
     return out
 
 
-def _marked_tool_blocks(message: Any) -> list[tuple[int, tuple[str, object]]]:
-    content = message.get("content") if isinstance(message, Mapping) else None
-    if not isinstance(content, list):
-        return []
-    return [
-        (j, (kind, block.get(_TOOL_ID[kind])))
-        for j, block in enumerate(content)
-        if isinstance(block, Mapping) and (kind := block.get("type")) in _TOOL_ID and _count(block)
-    ]
-
-
 def _unmarked_in(history: Sequence[Any], keys: Iterable[tuple[str, object]]) -> set[Any]:
     """Those of ``keys`` whose tool block in ``history`` holds no mark (newest first: the
     marked ones are mostly recent; a key not in it is not said)."""
     wanted = set(keys)
     unmarked = set()
     for item in reversed(history):
-        for j, key in _tool_blocks(plain(item, 1)):
+        for _, block, key in _tool_blocks(plain(item, 1)):
             if key in wanted:
                 wanted.discard(key)
-                if not _count(j):
+                if not _count(block):
                     unmarked.add(key)
         if not wanted:
             break
     return unmarked
 
 
-def _tool_blocks(message: Any) -> list[tuple[Any, tuple[str, object]]]:
+def _tool_blocks(message: Any) -> list[tuple[int, Mapping[str, Any], tuple[str, object]]]:
+    """The tool calls and results of a message, with their places and keys."""
     content = message.get("content") if isinstance(message, Mapping) else None
     if not isinstance(content, list):
         return []
     return [
-        (block, (kind, block.get(_TOOL_ID[kind])))
-        for block in content
+        (j, block, (kind, block.get(_TOOL_ID[kind])))
+        for j, block in enumerate(content)
         if isinstance(block, Mapping) and (kind := block.get("type")) in _TOOL_ID
     ]
 
