@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import gc
 import json
 import math
+import random
 import re
 import subprocess
 import sys
@@ -21,6 +23,7 @@ from agentctx.messages import (
     AssistantMessage,
     ImageBlock,
     Message,
+    OpaqueBlock,
     SummaryMessage,
     TextBlock,
     ToolCall,
@@ -1068,3 +1071,33 @@ def test_feature_weights_of_ones_own_that_cannot_work_are_refused_when_made(weig
     features.weights = weights if len(weights) != 8 else weights[: len(features.slots)]
     with pytest.raises(ConfigError, match="weights"):
         MessageCounter(features)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {
+            "type": "computer_call_output",
+            "call_id": "c1",
+            "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64,{data}"},
+        },
+        {
+            "type": "image",
+            "source": {"type": "base64", "media_type": "image/png", "data": "{data}"},
+        },
+    ],
+    ids=["a Responses screenshot", "an Anthropic image a framework keeps whole"],
+)
+def test_an_image_inside_a_provider_item_is_counted_as_an_image(payload: dict[str, Any]) -> None:
+    """Opaque items were counted as their JSON text, base64 included: one 320x200 screenshot
+    cost 160k tokens and a computer-use agent could not send its first request (found by a
+    hostile run)."""
+    noise = base64.b64encode(random.Random(0).randbytes(75_000)).decode()
+    data = png(320, 200) + noise  # the pixels, as dense as base64 gets
+    filled = json.loads(json.dumps(payload).replace("{data}", data))
+    message = AssistantMessage((OpaqueBlock("openai_responses", filled),))
+    image = image_tokens(ImageBlock("image/png", data))
+    for counter in (MessageCounter(), MessageCounter(lazy=False)):
+        assert image <= counter.count(message) < image + 60
+        counter.refine([message])
+        assert image <= counter.count(message) < image + 60

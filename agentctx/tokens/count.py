@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import json.encoder
 import math
+import re
 import sys
 import threading
 import types
 import weakref
+from collections.abc import Mapping
 from numbers import Real
 from operator import mul
 from typing import TYPE_CHECKING, Any
@@ -33,7 +35,7 @@ from agentctx.messages import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
 from agentctx.tokens.calibrate import Calibration
 from agentctx.tokens.classify import CLASS_ORDER, ContentClass
@@ -106,6 +108,46 @@ def _compact_encoder() -> Callable[[Any], str]:
 
 
 _compact_json = _compact_encoder()
+
+
+_DATA_IMAGE = re.compile(r"data:(image/[\w.+-]+);base64,")
+
+
+def _opaque(payload: Mapping[str, Any]) -> tuple[str, int]:
+    """An opaque payload as it is counted: its compact JSON with the images in it left out,
+    and their tokens (`image_tokens`). An image is a base64 ``data:`` URL or a ``source`` of
+    base64 image data (a Responses computer-use screenshot, a framework's image block the
+    adapter keeps whole): counted as text, one screenshot cost 160k tokens."""
+    text = _compact_json(dict(payload))
+    if "base64" not in text:  # most payloads: one search in C
+        return text, 0
+    images = 0
+
+    def without_images(value: Any) -> Any:
+        nonlocal images
+        if isinstance(value, str):
+            found = _DATA_IMAGE.match(value)
+            if found is None:
+                return value
+            images += image_tokens(ImageBlock(found.group(1), value[found.end() :]))
+            return ""
+        if isinstance(value, Mapping):
+            kind, data = value.get("media_type"), value.get("data")
+            if (
+                value.get("type") == "base64"
+                and isinstance(kind, str)
+                and kind.startswith("image/")
+                and isinstance(data, str)
+            ):
+                images += image_tokens(ImageBlock(kind, data))
+                return {k: v for k, v in value.items() if k != "data"}
+            return {k: without_images(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [without_images(v) for v in value]
+        return value
+
+    stripped = without_images(payload)
+    return (_compact_json(stripped), images) if images else (text, 0)
 
 
 def _quick_len(text: str) -> int:
@@ -612,7 +654,9 @@ class MessageCounter:
             elif isinstance(block, ImageBlock):
                 vec[self._fixed + 1] += image_tokens(block)
             elif isinstance(block, OpaqueBlock):
-                vec[json_slot] += _quick_len(_compact_json(dict(block.payload))) / 3.5
+                text, images = _opaque(block.payload)
+                vec[json_slot] += _quick_len(text) / 3.5
+                vec[self._fixed + 1] += images
             elif isinstance(block, RedactedThinkingBlock):
                 fixed += len(block.data) // 6
         vec[self._fixed] += fixed
@@ -666,7 +710,9 @@ class MessageCounter:
             elif isinstance(block, ImageBlock):
                 vec[self._fixed + 1] += image_tokens(block)
             elif isinstance(block, OpaqueBlock):
-                self._add_text(vec, _compact_json(dict(block.payload)), ContentClass.JSON)
+                text, images = _opaque(block.payload)
+                self._add_text(vec, text, ContentClass.JSON)
+                vec[self._fixed + 1] += images
             elif isinstance(block, RedactedThinkingBlock):
                 fixed += len(block.data) // 6
         vec[self._fixed] += fixed
