@@ -137,13 +137,14 @@ class Compactor:
         prepare = self.manager.prepare
         if self.provider == "anthropic":
             view = await prepare(self._history.convert(list(history)), max_tokens=max_tokens)
-            messages = without_stale_marks(to_anthropic(view), history)
+            for key in ("system", "tools"):  # their breakpoints are counted: read them once
+                value = outgoing.get(key)
+                if isinstance(value, Iterable) and not isinstance(value, _READ_AGAIN):
+                    outgoing[key] = list(value)
+            room = MAX_BREAKPOINTS - _count(outgoing.get("system")) - _count(outgoing.get("tools"))
+            messages, marked = within_marks(to_anthropic(view), max(0, room))
             if self.cache_breakpoints and not count:
-                for key in ("system", "tools"):  # their breakpoints are counted: read them once
-                    value = outgoing.get(key)
-                    if isinstance(value, Iterable) and not isinstance(value, _READ_AGAIN):
-                        outgoing[key] = list(value)
-                messages = self._place(outgoing, view, messages)
+                messages = self._place(view, messages, room - marked)
             outgoing[self._key] = messages
             return outgoing
         # Leading system / developer messages are sent as they are.
@@ -165,20 +166,13 @@ class Compactor:
                 return value
         return None
 
-    def _place(
-        self, kwargs: Mapping[str, Any], view: list[Message], messages: list[Any]
-    ) -> list[Any]:
+    def _place(self, view: list[Message], messages: list[Any], room: int) -> list[Any]:
         previous, length = self._sent, self._sent_length
         extends = 0 < len(previous) <= len(view) and all(
             a is b for a, b in zip(previous, view, strict=False)
         )
         self._sent, self._sent_length = view, len(messages)
-        used = _count(kwargs.get("system")) + _count(kwargs.get("tools")) + _count(messages)
-        return place_breakpoints(
-            messages,
-            MAX_BREAKPOINTS - used,
-            previous_end=length - 1 if extends else None,
-        )
+        return place_breakpoints(messages, room, previous_end=length - 1 if extends else None)
 
     def record(self, response: object) -> None:
         """Record the usage of a complete response (an SDK object or its dict)."""
@@ -470,67 +464,48 @@ def _blocks_between(messages: list[Any], start: int, end: int) -> int:
     return n
 
 
-_TOOL_ID = {"tool_result": "tool_use_id", "tool_use": "id"}  # a tool block's key
-
-
-def without_stale_marks(messages: list[Any], history: Sequence[Any]) -> list[Any]:
-    """Anthropic ``messages`` rendered from a view, without the ``cache_control`` marks of
-    tool calls and results that the caller's ``history`` no longer marks. A call or result a
-    decision replaced keeps the fields it had when the decision was taken, and the caller's
-    later edits of it are not read (`ContextManager.prepare`): a mark moved on since stayed
-    beside the caller's new ones, past the API's four, and the request was refused."""
-    marked = {
-        key: (i, j)
+def within_marks(messages: list[Any], room: int) -> tuple[list[Any], int]:
+    """Anthropic ``messages`` with at most ``room`` ``cache_control`` marks, and how many they
+    hold: past it, the oldest go first, the first message's last (the task, a mark a caller
+    means to keep). A tool call or result a decision cut down keeps the mark it had then, and
+    the caller's later edits of it are not read (`ContextManager.prepare`): once the caller
+    moved its marks on, the old ones went out beside the new, past the API's four (400)."""
+    marks = [
+        (i, j, k)
         for i, m in enumerate(messages)
-        for j, block, key in _tool_blocks(m)
-        if _count(block)
-    }
-    if not marked:
-        return messages
-    unmarked = _unmarked_in(history, marked.keys())
-    out = list(messages)
-    for key in unmarked:
-        i, j = marked[key]
-        content = list(out[i]["content"])
-        content[j] = _without_marks(content[j])
-        out[i] = {**out[i], "content": content}
-    return out
-
-
-def _unmarked_in(history: Sequence[Any], keys: Iterable[tuple[str, object]]) -> set[Any]:
-    """Those of ``keys`` whose tool block in ``history`` holds no mark (newest first: the
-    marked ones are mostly recent; a key not in it is not said)."""
-    wanted = set(keys)
-    unmarked = set()
-    for item in reversed(history):
-        for _, block, key in _tool_blocks(plain(item, 1)):
-            if key in wanted:
-                wanted.discard(key)
-                if not _count(block):
-                    unmarked.add(key)
-        if not wanted:
-            break
-    return unmarked
-
-
-def _tool_blocks(message: Any) -> list[tuple[int, Mapping[str, Any], tuple[str, object]]]:
-    """The tool calls and results of a message, with their places and keys."""
-    content = message.get("content") if isinstance(message, Mapping) else None
-    if not isinstance(content, list):
-        return []
-    return [
-        (j, block, (kind, block.get(_TOOL_ID[kind])))
+        if isinstance(m, Mapping) and isinstance(content := m.get("content"), list)
         for j, block in enumerate(content)
-        if isinstance(block, Mapping) and (kind := block.get("type")) in _TOOL_ID
+        if isinstance(block, Mapping)
+        for k in _marks_of(block)
     ]
+    if len(marks) <= room:
+        return messages, len(marks)
+    marks.sort(key=lambda at: at[0] == 0)  # stable: the oldest first, the task's last
+    out = list(messages)
+    for i, j, k in marks[: len(marks) - room]:
+        content = list(out[i]["content"])
+        content[j] = _unmarked(content[j], k)
+        out[i] = {**out[i], "content": content}
+    return out, room
 
 
-def _without_marks(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _without_marks(v) for k, v in value.items() if k != "cache_control"}
-    if isinstance(value, list):
-        return [_without_marks(v) for v in value]
-    return value
+def _marks_of(block: Mapping[str, Any]) -> list[int | None]:
+    """The marks of a content block: its own (``None``), then those of its inner blocks (a
+    tool result's content) by index."""
+    own: list[int | None] = [None] if "cache_control" in block else []
+    inner = block.get("content") if block.get("type") == "tool_result" else None
+    if isinstance(inner, list):
+        own += [k for k, b in enumerate(inner) if isinstance(b, Mapping) and "cache_control" in b]
+    return own
+
+
+def _unmarked(block: Mapping[str, Any], k: int | None) -> dict[str, Any]:
+    """``block`` without its own mark (``k`` None) or that of its inner block ``k``."""
+    if k is None:
+        return {f: v for f, v in block.items() if f != "cache_control"}
+    inner = list(block["content"])
+    inner[k] = {f: v for f, v in inner[k].items() if f != "cache_control"}
+    return {**block, "content": inner}
 
 
 def _count(value: object) -> int:
