@@ -35,6 +35,7 @@ from agentctx import (
     DeterministicCompaction,
     Event,
     HistoryResynced,
+    ImageBlock,
     Message,
     SummaryMessage,
     TextBlock,
@@ -44,6 +45,7 @@ from agentctx import (
     UnsupportedMessageError,
     UserMessage,
 )
+from agentctx.boundaries import repair
 from agentctx.integrations.langchain import (
     KEY,
     AgentCtxMiddleware,
@@ -602,3 +604,94 @@ def test_usage_metadata_is_read_as_openai_usage_is() -> None:
     usage = _usage(AIMessage(content="ok", usage_metadata=meta))
     assert usage == Usage(0, 0, 100, 0)
     ContextManager(20_000).observe(usage)
+
+
+def _png_b64() -> str:
+    from .helpers import png
+
+    return png(300, 200)
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"type": "image", "base64": "{d}", "mime_type": "image/png"},
+        {"type": "image", "source_type": "base64", "data": "{d}", "mime_type": "image/png"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "{d}"}},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,{d}"}},
+    ],
+    ids=["standard", "older standard", "anthropic", "openai"],
+)
+def test_an_image_in_any_form_langchain_takes_is_an_image(item: dict[str, Any]) -> None:
+    """The older standard form and Anthropic's own were kept as opaque items, counted as their
+    base64 text: one screenshot a tool returned had the next model call fail over budget
+    (found by a hostile run)."""
+    data = _png_b64()
+    filled = json.loads(json.dumps(item).replace("{d}", data))
+    messages: list[BaseMessage] = [
+        HumanMessage(TASK),
+        HumanMessage([{"type": "text", "text": "see"}, filled]),
+    ]
+    neutral = from_langchain(messages)
+    (image,) = [b for b in neutral[1].content if not isinstance(b, TextBlock)]
+    assert isinstance(image, ImageBlock) and (image.media_type, image.data) == ("image/png", data)
+    assert to_langchain(neutral, messages) == messages
+
+
+def test_a_v1_tool_call_item_repeating_a_call_rides_with_it() -> None:
+    """With ``output_version="v1"`` each call is also a ``tool_call`` content item: it was an
+    opaque copy, its arguments counted twice and never cut, its id not renamed with the call
+    (found by a hostile run)."""
+
+    def call(path: str) -> AIMessage:
+        c = {
+            "name": "write",
+            "args": {"path": path, "text": "x" * 5000},
+            "id": "c1",
+            "type": "tool_call",
+        }
+        return AIMessage(content=[c], tool_calls=[c])
+
+    messages: list[BaseMessage] = [
+        HumanMessage(TASK),
+        call("a"),
+        ToolMessage("ok", tool_call_id="c1"),
+        call("b"),
+        ToolMessage("ok", tool_call_id="c1"),
+    ]
+    neutral = from_langchain(messages)
+    assert [type(b) for b in neutral[1].content] == [ToolCall]  # not twice
+    repaired, _, _ = repair(neutral)
+    back = to_langchain(repaired, messages)
+    second = back[3]
+    assert isinstance(second, AIMessage)
+    assert second.tool_calls[0]["id"] == second.content[0]["id"] == back[4].tool_call_id == "c1-2"  # type: ignore[index]
+
+
+async def test_a_call_the_model_wrote_bad_arguments_for_stays_paired_with_its_error() -> None:
+    """``create_agent`` answers a call whose arguments do not parse (``invalid_tool_calls``)
+    with an error ``ToolMessage``. The call was not read: the error was dropped as an orphan
+    result, the message got "(empty)", and the provider, which sends such calls, refused the
+    call without its answer (found by a hostile run)."""
+    bad = AIMessage(
+        "",
+        invalid_tool_calls=[
+            {
+                "name": "read",
+                "args": '{"path": "a.py"',
+                "id": "call_1",
+                "error": "bad json",
+                "type": "invalid_tool_call",
+            }
+        ],
+    )
+    error = ToolMessage("could not be executed: bad json", tool_call_id="call_1", status="error")
+    messages: list[BaseMessage] = [HumanMessage(TASK), bad, error, HumanMessage("try again")]
+    events: list[Event] = []
+    async with ContextManager(100_000) as ctx:
+        ctx.subscribe(events.append)
+        view = await ctx.prepare(from_langchain(messages))
+    assert events == []  # nothing repaired
+    assert to_langchain(view, messages) == messages
+    (call,) = [b for b in view[1].content if isinstance(b, ToolCall)]
+    assert (call.id, call.name, call.extra["arguments"]) == ("call_1", "read", '{"path": "a.py"')

@@ -36,6 +36,7 @@ copy (``model_copy``) with only what changed replaced; a summary is a ``HumanMes
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -120,15 +121,27 @@ def _frozen(d: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _image(item: Mapping[str, Any]) -> ImageBlock | None:
+    """The image of a content item in any form LangChain takes: OpenAI's ``image_url``, the
+    standard ``image`` (``base64`` or ``url``; the older ``source_type`` with ``data``), and
+    Anthropic's own ``image`` with a ``source``."""
     kind = item.get("type")
     url: object = None
     if kind == "image_url":
         inner = item.get("image_url")
         url = inner.get("url") if isinstance(inner, Mapping) else inner
     elif kind == "image":
+        source = item.get("source")
         if isinstance(item.get("base64"), str):
             return ImageBlock(str(item.get("mime_type") or ""), item["base64"])
-        url = item.get("url")
+        if item.get("source_type") == "base64" and isinstance(item.get("data"), str):
+            return ImageBlock(str(item.get("mime_type") or ""), item["data"])
+        if (
+            isinstance(source, Mapping)
+            and source.get("type") == "base64"
+            and isinstance(source.get("data"), str)
+        ):
+            return ImageBlock(str(source.get("media_type") or ""), source["data"])
+        url = source.get("url") if isinstance(source, Mapping) else item.get("url")
     if not isinstance(url, str):
         return None
     if url.startswith("data:") and ";base64," in url:
@@ -137,8 +150,11 @@ def _image(item: Mapping[str, Any]) -> ImageBlock | None:
     return ImageBlock("", url, "url")
 
 
+_CALL_ITEMS = ("tool_use", "tool_call")  # content items that repeat a call (Anthropic's, v1)
+
+
 def _block(item: str | Mapping[str, Any], key: list[Any], calls: AbstractSet[str] | None) -> Any:
-    """The neutral block of one content item; ``None`` for a tool_use that repeats a call.
+    """The neutral block of one content item; ``None`` for one that repeats a tool call.
 
     ``calls`` is None for a user-side message, where reasoning blocks are carried as opaque.
     """
@@ -157,7 +173,7 @@ def _block(item: str | Mapping[str, Any], key: list[Any], calls: AbstractSet[str
             return ThinkingBlock(item["reasoning"], None, k)
         if kind == "redacted_thinking" and isinstance(item.get("data"), str):
             return RedactedThinkingBlock(item["data"], k)
-        if kind == "tool_use" and item.get("id") in calls:
+        if kind in _CALL_ITEMS and item.get("id") in calls:
             return None
     image = _image(item)
     if image is not None:
@@ -180,7 +196,14 @@ def _convert(i: int, m: BaseMessage) -> Message:
         for n, c in enumerate(m.tool_calls):
             key = _frozen({KEY: ["tool_calls", n]})
             blocks.append(ToolCall(c.get("id") or "", c["name"], dict(c["args"]), key))
-        reason = "tool_use" if m.tool_calls else "stop"
+        for n, bad in enumerate(m.invalid_tool_calls):
+            # Arguments the model wrote that do not parse: a call all the same, which the
+            # agent answers with the error (providers send it as one), so it pairs with that
+            # answer; its written arguments ride in ``extra`` (counted, sent back as written).
+            written = {"arguments": bad.get("args") or ""}
+            key = _frozen({KEY: ["invalid_tool_calls", n], **written})
+            blocks.append(ToolCall(bad.get("id") or "", bad.get("name") or "", {}, key))
+        reason = "tool_use" if m.tool_calls or m.invalid_tool_calls else "stop"
         return AssistantMessage(tuple(blocks), reason, extra=extra)
     if isinstance(m, ToolMessage):
         result = tuple(_blocks(m.content))
@@ -262,6 +285,7 @@ def _changed_ai(m: AssistantMessage, source: AIMessage, was: AssistantMessage) -
     old = {tuple(k): b for b in was.content if (k := _key(_extra_of(b))) is not None}
     now = {tuple(k): b for b in m.content if (k := _key(_extra_of(b))) is not None}
     calls: list[Any] = []
+    invalid: list[Any] = []
     changed: dict[str, ToolCall] = {}  # call id in the source -> the call as the view has it
     for b in m.content:
         key = _key(_extra_of(b))
@@ -271,6 +295,15 @@ def _changed_ai(m: AssistantMessage, source: AIMessage, was: AssistantMessage) -
             calls.append(
                 {"name": b.name, "args": dict(b.arguments), "id": b.id, "type": "tool_call"}
             )
+            continue
+        if key[0] == "invalid_tool_calls":
+            bad = source.invalid_tool_calls[key[1]]
+            if old.get(tuple(key)) != b:
+                # Arguments a decision cut down are sent as the JSON they now are.
+                written = b.extra.get("arguments") if not b.arguments else None
+                args = written if isinstance(written, str) else json.dumps(dict(b.arguments))
+                bad = {**bad, "id": b.id, "args": args}
+            invalid.append(bad)
             continue
         call = source.tool_calls[key[1]]
         if old.get(tuple(key)) != b:
@@ -292,15 +325,17 @@ def _changed_ai(m: AssistantMessage, source: AIMessage, was: AssistantMessage) -
                 item = {**item, "text": block.text} if isinstance(item, dict) else block.text
             elif (
                 isinstance(item, dict)
-                and item.get("type") == "tool_use"
+                and item.get("type") in _CALL_ITEMS
                 and item.get("id") in changed
             ):
-                # A tool_use block repeating a call says what the call says now.
+                # A content item repeating a call says what the call says now.
                 call_now = changed[item["id"]]
-                item = {**item, "id": call_now.id, "input": dict(call_now.arguments)}
+                arguments = "input" if item["type"] == "tool_use" else "args"
+                item = {**item, "id": call_now.id, arguments: dict(call_now.arguments)}
             content.append(item)
         content += [{"type": "text", "text": b.text} for b in added]
-    return source.model_copy(update={"content": content, "tool_calls": calls})
+    update = {"content": content, "tool_calls": calls, "invalid_tool_calls": invalid}
+    return source.model_copy(update=update)
 
 
 def _extra_of(b: object) -> Mapping[str, Any]:
