@@ -257,8 +257,8 @@ def _read_once(history: object) -> list[Message]:
 
 
 def _same(a: Message, b: Message) -> bool:
-    # Of another type (not a message at all, even: refused once read as new), never the same.
-    return a is b or (type(a) is type(b) and (a == b or fingerprint(a) == fingerprint(b)))
+    # What is no message is never the same (it is refused once read as new).
+    return a is b or a == b or (isinstance(a, Message) and fingerprint(a) == fingerprint(b))
 
 
 class ContextManager:

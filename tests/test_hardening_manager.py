@@ -2102,3 +2102,20 @@ async def test_a_non_message_where_the_session_has_one_is_refused_by_its_index(
             await ctx.prepare(history)  # type: ignore[arg-type]
         assert refused.value.index == index
         assert await ctx.prepare(known[:before]) == view  # nothing changed
+
+
+async def test_a_message_of_a_subclass_with_the_same_content_is_the_same_message() -> None:
+    """Refusing what is no message at a known place must not read a message of a subclass
+    (a framework's own, the same content) as an edit: it resynced, and compacted again."""
+
+    class Tagged(UserMessage):
+        pass
+
+    history: list[Message] = [user("the task"), AssistantMessage.of("hi"), user("next")]
+    again = [history[0], history[1], Tagged(history[2].content)]
+    events: list[Event] = []
+    async with ContextManager(100_000) as ctx:
+        view = await ctx.prepare(history)
+        ctx.subscribe(events.append)
+        assert await ctx.prepare(again) == view
+    assert events == []
