@@ -11,7 +11,12 @@ import pytest
 from agentctx import Budget, ContextManager, MemoryRecallStore
 from agentctx.errors import ConfigError
 from agentctx.providers import anthropic as ant_provider
-from agentctx.providers._convert import MAX_BREAKPOINTS, Compactor, place_breakpoints
+from agentctx.providers._convert import (
+    MAX_BREAKPOINTS,
+    Compactor,
+    place_breakpoints,
+    within_marks,
+)
 from agentctx.testing.servers import FakeAnthropic, Reply
 from tests.test_wrappers import (
     MODEL,
@@ -300,3 +305,48 @@ async def test_a_mark_the_caller_has_now_is_kept_beside_a_renamed_id() -> None:
 def marks_in(message: dict[str, Any]) -> list[object]:
     content = message["content"]
     return [b for b in content if "cache_control" in b] if isinstance(content, list) else []
+
+
+def test_a_default_mark_before_an_hour_mark_goes() -> None:
+    """A result cut down while marked keeps its mark; a caller who then marks a newer one for
+    an hour had the old, shorter one before it, which the API refuses (it takes longer TTLs
+    first; found by a hostile run)."""
+    hour = {"type": "ephemeral", "ttl": "1h"}
+
+    def result(i: int, mark: dict[str, str] | None) -> dict[str, Any]:
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": f"t{i}", "content": "x"}
+        return {"role": "user", "content": [block | ({"cache_control": mark} if mark else {})]}
+
+    messages = [result(0, EPHEMERAL), result(1, None), result(2, hour), result(3, EPHEMERAL)]
+    sent, marked = within_marks(messages, 4)
+    assert (marks(sent), marked) == ([2, 3], 2)
+    assert sent[2] is messages[2] and sent[3] is messages[3]
+    assert within_marks(messages[1:], 4) == (messages[1:], 2)
+
+
+async def test_what_is_no_mark_takes_no_room() -> None:
+    """A tool parameter named ``cache_control`` and a ``cache_control: null`` were counted as
+    marks, and one of the caller's real marks was taken off (found by a hostile run)."""
+    tools = [
+        {
+            "name": "read",
+            "description": "Read a file.",
+            "input_schema": {"type": "object", "properties": {"cache_control": {"type": "string"}}},
+        }
+    ]
+    system = [{"type": "text", "text": SYSTEM, "cache_control": None}]
+    history: list[dict[str, Any]] = [{"role": "user", "content": "read three files"}]
+    for i in range(3):
+        call = {"type": "tool_use", "id": f"t{i}", "name": "read", "input": {}}
+        result = {"type": "tool_result", "tool_use_id": f"t{i}", "content": "x"}
+        result["cache_control"] = EPHEMERAL
+        history += [{"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}]
+    async with FakeAnthropic(default=Reply.text("ok")) as srv:
+        raw = anthropic.AsyncAnthropic(base_url=srv.url, api_key="test", max_retries=0)
+        async with raw, ContextManager(Budget(context_window=30_000)) as ctx:
+            client = ant_provider.wrap(raw, ctx)
+            await client.messages.create(
+                model=MODEL, max_tokens=500, system=system, tools=tools, messages=history
+            )
+    assert_all_ok(srv.requests)
+    assert marks(srv.requests[-1].json["messages"]) == [2, 4, 6]

@@ -141,7 +141,8 @@ class Compactor:
                 value = outgoing.get(key)
                 if isinstance(value, Iterable) and not isinstance(value, _READ_AGAIN):
                     outgoing[key] = list(value)
-            room = MAX_BREAKPOINTS - _count(outgoing.get("system")) - _count(outgoing.get("tools"))
+            room = MAX_BREAKPOINTS - _top_marks(outgoing.get("system"))
+            room -= _top_marks(outgoing.get("tools"))
             messages, marked = within_marks(to_anthropic(view), max(0, room))
             if self.cache_breakpoints and not count:
                 messages = self._place(view, messages, room - marked)
@@ -425,7 +426,7 @@ def _mark(message: Any) -> dict[str, Any] | None:
         block = content[i]
         if not isinstance(block, Mapping) or block.get("type") not in _CACHEABLE:
             continue
-        if _count(block):  # marked already, or a tool result's own blocks are
+        if _marks_of(block):  # marked already, or a tool result's own blocks are
             return None
         if block.get("type") == "text" and not block.get("text"):
             continue
@@ -438,22 +439,13 @@ def _mark(message: Any) -> dict[str, Any] | None:
 def _last_long_ttl(messages: list[Any]) -> int:
     """The index of the last message holding a breakpoint with a 1-hour TTL (-1: none)."""
     for i in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[i], Mapping) and _long_ttl(messages[i].get("content")):
+        if any(_long(mark) for _, _, _, mark in _message_marks(messages, i)):
             return i
     return -1
 
 
-def _long_ttl(value: object) -> bool:
-    """Whether ``value`` holds a breakpoint with a 1-hour TTL at any depth (a tool result's
-    blocks carry their own), as `_count` finds them."""
-    if isinstance(value, Mapping):
-        mark = value.get("cache_control")
-        if isinstance(mark, Mapping) and mark.get("ttl") == "1h":
-            return True
-        return any(_long_ttl(v) for k, v in value.items() if k != "cache_control")
-    if isinstance(value, list | tuple):
-        return any(_long_ttl(v) for v in value)
-    return False
+def _long(mark: Mapping[str, Any]) -> bool:
+    return mark.get("ttl") == "1h"
 
 
 def _blocks_between(messages: list[Any], start: int, end: int) -> int:
@@ -465,38 +457,68 @@ def _blocks_between(messages: list[Any], start: int, end: int) -> int:
 
 
 def within_marks(messages: list[Any], room: int) -> tuple[list[Any], int]:
-    """Anthropic ``messages`` with at most ``room`` ``cache_control`` marks, and how many they
-    hold: past it, the oldest go first, the first message's last (the task, a mark a caller
-    means to keep). A tool call or result a decision cut down keeps the mark it had then, and
-    the caller's later edits of it are not read (`ContextManager.prepare`): once the caller
-    moved its marks on, the old ones went out beside the new, past the API's four (400)."""
-    marks = [
-        (i, j, k)
-        for i, m in enumerate(messages)
-        if isinstance(m, Mapping) and isinstance(content := m.get("content"), list)
-        for j, block in enumerate(content)
-        if isinstance(block, Mapping)
-        for k in _marks_of(block)
-    ]
-    if len(marks) <= room:
+    """Anthropic ``messages`` with at most ``room`` ``cache_control`` marks, none with the
+    default TTL before one of an hour (the API takes longer TTLs first), and how many marks they
+    hold. Past ``room`` the oldest go first, the first message's last (the task, a mark a
+    caller means to keep). A tool call or result a decision cut down keeps the mark it had
+    then, and the caller's later edits of it are not read (`ContextManager.prepare`): once the
+    caller moved its marks on, the old ones went out beside the new, past the API's four or
+    before a 1-hour mark, and the request was refused."""
+    marks = [at for i in range(len(messages)) for at in _message_marks(messages, i)]
+    last_long = max((n for n, at in enumerate(marks) if _long(at[3])), default=0)
+    drop = [at for at in marks[:last_long] if not _long(at[3])]
+    kept = [at for n, at in enumerate(marks) if n >= last_long or _long(at[3])]
+    if len(kept) > room:
+        kept.sort(key=lambda at: at[0] == 0)  # stable: the oldest first, the task's last
+        drop += kept[: len(kept) - room]
+    if not drop:
         return messages, len(marks)
-    marks.sort(key=lambda at: at[0] == 0)  # stable: the oldest first, the task's last
     out = list(messages)
-    for i, j, k in marks[: len(marks) - room]:
+    for i, j, k, _ in drop:
         content = list(out[i]["content"])
         content[j] = _unmarked(content[j], k)
         out[i] = {**out[i], "content": content}
-    return out, room
+    return out, len(marks) - len(drop)
 
 
-def _marks_of(block: Mapping[str, Any]) -> list[int | None]:
+def _message_marks(
+    messages: list[Any], i: int
+) -> list[tuple[int, int, int | None, Mapping[str, Any]]]:
+    """The marks of message ``i``: (message, block, inner block or None, the mark)."""
+    m = messages[i]
+    content = m.get("content") if isinstance(m, Mapping) else None
+    if not isinstance(content, list):
+        return []
+    return [
+        (i, j, k, mark)
+        for j, block in enumerate(content)
+        if isinstance(block, Mapping)
+        for k, mark in _marks_of(block)
+    ]
+
+
+def _marks_of(block: Mapping[str, Any]) -> list[tuple[int | None, Mapping[str, Any]]]:
     """The marks of a content block: its own (``None``), then those of its inner blocks (a
-    tool result's content) by index."""
-    own: list[int | None] = [None] if "cache_control" in block else []
+    tool result's content) by index. A mark is a mapping (``None`` is none)."""
+    own = block.get("cache_control")
+    marks: list[tuple[int | None, Mapping[str, Any]]] = (
+        [(None, own)] if isinstance(own, Mapping) else []
+    )
     inner = block.get("content") if block.get("type") == "tool_result" else None
     if isinstance(inner, list):
-        own += [k for k, b in enumerate(inner) if isinstance(b, Mapping) and "cache_control" in b]
-    return own
+        marks += [
+            (k, mark)
+            for k, b in enumerate(inner)
+            if isinstance(b, Mapping) and isinstance(mark := b.get("cache_control"), Mapping)
+        ]
+    return marks
+
+
+def _top_marks(value: object) -> int:
+    """The marks of ``system`` or ``tools`` (a string has none; a list has its items')."""
+    if not isinstance(value, list | tuple):
+        return 0
+    return sum(isinstance(v, Mapping) and len(_marks_of(v)) for v in value)
 
 
 def _unmarked(block: Mapping[str, Any], k: int | None) -> dict[str, Any]:
@@ -506,15 +528,3 @@ def _unmarked(block: Mapping[str, Any], k: int | None) -> dict[str, Any]:
     inner = list(block["content"])
     inner[k] = {f: v for f, v in inner[k].items() if f != "cache_control"}
     return {**block, "content": inner}
-
-
-def _count(value: object) -> int:
-    """The ``cache_control`` breakpoints in ``value`` (blocks as the SDK takes them: mappings,
-    in lists or tuples)."""
-    if isinstance(value, Mapping):
-        return ("cache_control" in value) + sum(
-            _count(v) for k, v in value.items() if k != "cache_control"
-        )
-    if isinstance(value, list | tuple):
-        return sum(_count(v) for v in value)
-    return 0

@@ -141,11 +141,7 @@ def _anthropic_params(body: Mapping[str, Any]) -> str | None:
         max_tokens = body.get("max_tokens")
         if isinstance(max_tokens, int) and max_tokens <= budget:
             return "`max_tokens` must be greater than `thinking.budget_tokens`."
-    marks = [  # in the order the API reads them
-        mark
-        for part in (body.get("tools"), body.get("system"), body.get("messages"))
-        for mark in values_of(part, "cache_control")
-    ]
+    marks = cache_marks(body)
     if len(marks) > 4:
         return f"A maximum of 4 blocks with cache_control may be provided. Found {len(marks)}."
     ttls = [mark.get("ttl", "5m") for mark in marks if _is_obj(mark)]
@@ -159,17 +155,33 @@ def _anthropic_params(body: Mapping[str, Any]) -> str | None:
     return None
 
 
-def values_of(value: object, key: str) -> list[Any]:
-    """The values under ``key`` in ``value`` (JSON: dicts and lists), in document order."""
-    if isinstance(value, dict):
-        found = [value[key]] if key in value else []
-        for k, v in value.items():
-            if k != key:
-                found += values_of(v, key)
-        return found
-    if isinstance(value, list):
-        return [x for v in value for x in values_of(v, key)]
-    return []
+def cache_marks(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``cache_control`` breakpoints of a Messages request, in the order the API reads
+    them (tools, system, messages), where it reads them: on a tool, a system block, a content
+    block or a tool result's inner block (not a tool's schema or a tool call's input); a null
+    mark is none."""
+    tools, system = body.get("tools"), body.get("system")
+    marks = [t["cache_control"] for t in _listed(tools) if _is_obj(t.get("cache_control"))]
+    marks += [b["cache_control"] for b in _listed(system) if _is_obj(b.get("cache_control"))]
+    for message in _listed(body.get("messages")):
+        marks += message_marks(message)
+    return marks
+
+
+def message_marks(message: object) -> list[dict[str, Any]]:
+    """The ``cache_control`` breakpoints of one message (`cache_marks`)."""
+    marks = []
+    for block in _listed(message.get("content") if _is_obj(message) else None):
+        if _is_obj(block.get("cache_control")):
+            marks.append(block["cache_control"])
+        if block.get("type") == "tool_result":
+            inner = _listed(block.get("content"))
+            marks += [b["cache_control"] for b in inner if _is_obj(b.get("cache_control"))]
+    return marks
+
+
+def _listed(value: object) -> list[dict[str, Any]]:
+    return [v for v in value if _is_obj(v)] if isinstance(value, list) else []
 
 
 def _blocks(content: object) -> list[Any] | None:

@@ -40,10 +40,11 @@ from agentctx.testing._base import FakeServer, RecordedRequest, Rendered
 from agentctx.testing._reply import FakeToolCall, Reply, ReplyKind
 from agentctx.testing._validate import (
     Invalid,
+    cache_marks,
+    message_marks,
     validate_anthropic,
     validate_chat,
     validate_responses,
-    values_of,
 )
 from agentctx.testing._wire import Billing
 
@@ -134,9 +135,10 @@ class FakeAnthropic(FakeServer):
         return wire.anthropic_segments(body)
 
     def _cache_points(self, body: Any) -> list[int] | None:
-        head = {"system": body.get("system"), "tools": body.get("tools")}
-        marked = [head, *(body.get("messages") or [])]
-        return [i for i, part in enumerate(marked) if values_of(part, "cache_control")]
+        head = cache_marks({"system": body.get("system"), "tools": body.get("tools")})
+        messages = body.get("messages")
+        marked = [bool(head), *map(message_marks, messages if isinstance(messages, list) else [])]
+        return [i for i, part in enumerate(marked) if part]
 
     def _too_long(self, path: str, total: int, window: int) -> Invalid:
         return Invalid(f"prompt is too long: {total} tokens > {window} maximum")
