@@ -1539,3 +1539,35 @@ async def test_a_loop_of_built_in_client_tools_compacts_as_a_loop_of_function_ca
     # An answer after them is the turn's answer, as ever.
     answer = {"role": "assistant", "content": "Done."}
     assert not from_openai_responses([*items, answer])[-1].extra.get(TOOL_STEP)
+
+
+_SHOT = {"type": "computer_screenshot", "image_url": "data:image/png;base64,iVBORw0KGgo="}
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [
+            {"type": "item_reference", "id": "resp_item_1"},
+            {"type": "function_call", "call_id": "call_B", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_B", "output": "ok"},
+            {"type": "computer_call_output", "call_id": "call_A", "output": _SHOT},
+        ],
+        [
+            {"type": "item_reference", "id": "resp_item_1"},
+            {"type": "computer_call", "call_id": "call_A", "action": {"type": "screenshot"}},
+            {"type": "computer_call_output", "call_id": "call_A", "output": _SHOT},
+            {"type": "function_call_output", "call_id": "call_B", "output": "ok"},
+        ],
+    ],
+    ids=["another output between", "a built-in step between"],
+)
+def test_an_output_a_reference_may_stand_for_is_refused_past_other_items(
+    items: list[dict[str, Any]],
+) -> None:
+    """The refusal looked only at the run of items the output ended: another call's output or
+    a built-in step between the reference and it, and the output was left out, unsaid or as
+    an orphan (found by a hostile run)."""
+    with pytest.raises(UnsupportedMessageError, match="item_reference") as refused:
+        from_openai_responses([{"role": "user", "content": "go"}, *items])
+    assert refused.value.index == 4

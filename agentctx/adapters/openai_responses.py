@@ -392,6 +392,7 @@ def from_openai_responses(
     out: list[Message] = []
     run: list[AssistantContent] = []
     names = {} if names is None else names
+    given = _Given()
     for index, item in enumerate(items, start):
         if not isinstance(item, Mapping):
             raise UnsupportedMessageError(index, f"item of type {type(item).__name__}")
@@ -403,12 +404,11 @@ def from_openai_responses(
             out.append(_user_item(index, item))
         elif kind in _OUTPUTS and isinstance(item.get("call_id"), str):
             if item["call_id"] not in names:
-                _check_not_referenced(index, item, run)
+                given.check(index, item)
             _flush(out, run)
             out.append(_output(index, item, names))
         elif isinstance(kind, str) or role == "assistant":
-            if isinstance(kind, str) and kind.endswith("_call_output"):
-                _check_not_referenced(index, item, run)
+            given.note(index, item)
             blocks = _assistant_side(item)
             names.update((b.id, b.name) for b in blocks if isinstance(b, ToolCall))
             run.extend(blocks)
@@ -420,27 +420,36 @@ def from_openai_responses(
     return out
 
 
-def _check_not_referenced(
-    index: int, output: Mapping[str, Any], run: list[AssistantContent]
-) -> None:
-    """Refuse ``output`` when its call is not in the input but an ``item_reference`` before
-    it may stand for it (a call stored server-side, named by its id): which call it answers
-    is not known here, so it could be neither kept with its call nor left out honestly."""
-    call = (output["type"].removesuffix("_output"), output.get("call_id"))
-    referenced = False
-    for b in run:
-        if isinstance(b, OpaqueBlock):
-            if b.payload.get("type") == "item_reference":
-                referenced = True
-            elif (b.payload.get("type"), b.payload.get("call_id")) == call:
-                return
-    if referenced:
-        raise UnsupportedMessageError(
-            index,
-            f"a {output['type']} whose call is given by an item_reference: which call it "
-            "answers is stored server-side, so compaction cannot keep them together; send the "
-            "call item itself, or continue with previous_response_id (sent as it is)",
-        )
+class _Given:
+    """What an input gave before the item being read: whether an ``item_reference`` (a call
+    stored server-side, named by its id), and the built-in tools' calls."""
+
+    def __init__(self) -> None:
+        self.referenced = False
+        self.calls: set[tuple[object, object]] = set()
+
+    def note(self, index: int, item: Mapping[str, Any]) -> None:
+        kind = item.get("type")
+        if kind == "item_reference":
+            self.referenced = True
+        elif isinstance(kind, str) and kind.endswith("_call_output"):
+            if (kind.removesuffix("_output"), item.get("call_id")) not in self.calls:
+                self.check(index, item)
+        elif isinstance(kind, str) and kind.endswith("_call"):
+            self.calls.add((kind, item.get("call_id")))
+
+    def check(self, index: int, output: Mapping[str, Any]) -> None:
+        """Refuse ``output``, whose call is not in the input, when a reference before it may
+        stand for that call: which call it answers is not known here, so it could be neither
+        kept with its call nor left out honestly."""
+        if self.referenced:
+            raise UnsupportedMessageError(
+                index,
+                f"a {output['type']} whose call may be given by an item_reference: which call "
+                "it answers is stored server-side, so compaction cannot keep them together; "
+                "send the call item itself, or continue with previous_response_id (sent as it "
+                "is)",
+            )
 
 
 def is_assistant_side(item: object) -> bool:
