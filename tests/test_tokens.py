@@ -1101,3 +1101,50 @@ def test_an_image_inside_a_provider_item_is_counted_as_an_image(payload: dict[st
         assert image <= counter.count(message) < image + 60
         counter.refine([message])
         assert image <= counter.count(message) < image + 60
+
+
+def _pdf(pages: int) -> str:
+    """Base64 of a PDF's page objects, with dense bytes beside them (its streams)."""
+    objects = b"".join(b"<< /Type /Page /Parent 2 0 R >>\n" for _ in range(pages))
+    body = b"%PDF-1.7\n<< /Type /Pages /Count " + str(pages).encode() + b" >>\n" + objects
+    return base64.b64encode(body + random.Random(1).randbytes(200_000)).decode()
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {
+            "type": "document",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": "{d}"},
+        },
+        {"type": "input_file", "filename": "a.pdf", "file_data": "data:application/pdf;base64,{d}"},
+    ],
+    ids=["an Anthropic document", "a Responses input file"],
+)
+def test_a_pdf_inside_a_provider_item_is_counted_by_its_pages(payload: dict[str, Any]) -> None:
+    """Counted as its base64 text, one 750 KB PDF made a first request twice a 200k window
+    (found by a hostile run)."""
+    from agentctx.tokens.estimate import PDF_PAGE_TOKENS
+
+    filled = json.loads(json.dumps(payload).replace("{d}", _pdf(3)))
+    message = UserMessage((OpaqueBlock("anthropic", filled),))
+    for counter in (MessageCounter(), MessageCounter(lazy=False)):
+        assert 3 * PDF_PAGE_TOKENS <= counter.count(message) < 3 * PDF_PAGE_TOKENS + 60
+
+
+def test_an_item_nested_past_what_a_walk_reaches_is_counted_as_text() -> None:
+    """Looking for media in a payload nested 600 deep raised a bare `RecursionError` from
+    every prepare (found by a hostile run)."""
+    nested: Any = "base64"
+    for _ in range(600):
+        nested = {"x": nested}
+    message = UserMessage((OpaqueBlock("anthropic", {"type": "deep", "value": nested}),))
+    assert MessageCounter(lazy=False).count(message) > 600
+
+
+def test_an_upper_case_data_url_is_media_too() -> None:
+    data = png(320, 200) + base64.b64encode(random.Random(0).randbytes(30_000)).decode()
+    payload = {"type": "input_image", "image_url": "DATA:IMAGE/PNG;BASE64," + data}
+    message = UserMessage((OpaqueBlock("openai_responses", payload),))
+    image = image_tokens(ImageBlock("image/png", data))
+    assert image <= MessageCounter(lazy=False).count(message) < image + 60

@@ -45,6 +45,7 @@ from agentctx.tokens.estimate import (
     TokenCounter,
     default_estimator,
     image_tokens,
+    pdf_tokens,
 )
 
 __all__ = ["MessageCounter"]
@@ -110,44 +111,57 @@ def _compact_encoder() -> Callable[[Any], str]:
 _compact_json = _compact_encoder()
 
 
-_DATA_IMAGE = re.compile(r"data:(image/[\w.+-]+);base64,")
+_DATA_URL = re.compile(r"data:([\w.+-]+/[\w.+-]+);base64,", re.IGNORECASE)
+
+
+def _media_tokens(media_type: str, data: str) -> int | None:
+    """Tokens of base64 media a provider reads as media (an image, a PDF); ``None``: other
+    data, counted as the text it is."""
+    kind = media_type.lower()
+    if kind.startswith("image/"):
+        return image_tokens(ImageBlock(kind, data))
+    if kind == "application/pdf":
+        return pdf_tokens(data)
+    return None
 
 
 def _opaque(payload: Mapping[str, Any]) -> tuple[str, int]:
-    """An opaque payload as it is counted: its compact JSON with the images in it left out,
-    and their tokens (`image_tokens`). An image is a base64 ``data:`` URL or a ``source`` of
-    base64 image data (a Responses computer-use screenshot, a framework's image block the
-    adapter keeps whole): counted as text, one screenshot cost 160k tokens."""
+    """An opaque payload as it is counted: its compact JSON with the images and PDFs in it
+    left out, and their tokens (`image_tokens`, `pdf_tokens`). Such media is a base64
+    ``data:`` URL or a ``source`` of base64 data (a Responses computer-use screenshot or input
+    file, an Anthropic document, a framework's image block the adapter keeps whole): counted as
+    text, one screenshot cost 160k tokens, one PDF twice a 200k window."""
     text = _compact_json(dict(payload))
-    if "base64" not in text:  # most payloads: one search in C
+    if "base64" not in text and "BASE64" not in text:  # most payloads: a search in C
         return text, 0
-    images = 0
+    media = 0
 
-    def without_images(value: Any) -> Any:
-        nonlocal images
+    def without_media(value: Any) -> Any:
+        nonlocal media
         if isinstance(value, str):
-            found = _DATA_IMAGE.match(value)
-            if found is None:
+            found = _DATA_URL.match(value)
+            tokens = found and _media_tokens(found.group(1), value[found.end() :])
+            if tokens is None:
                 return value
-            images += image_tokens(ImageBlock(found.group(1), value[found.end() :]))
+            media += tokens
             return ""
         if isinstance(value, Mapping):
             kind, data = value.get("media_type"), value.get("data")
-            if (
-                value.get("type") == "base64"
-                and isinstance(kind, str)
-                and kind.startswith("image/")
-                and isinstance(data, str)
-            ):
-                images += image_tokens(ImageBlock(kind, data))
-                return {k: v for k, v in value.items() if k != "data"}
-            return {k: without_images(v) for k, v in value.items()}
+            if value.get("type") == "base64" and isinstance(kind, str) and isinstance(data, str):
+                tokens = _media_tokens(kind, data)
+                if tokens is not None:
+                    media += tokens
+                    return {k: v for k, v in value.items() if k != "data"}
+            return {k: without_media(v) for k, v in value.items()}
         if isinstance(value, list | tuple):
-            return [without_images(v) for v in value]
+            return [without_media(v) for v in value]
         return value
 
-    stripped = without_images(payload)
-    return (_compact_json(stripped), images) if images else (text, 0)
+    try:
+        stripped = without_media(payload)
+    except RecursionError:  # nested past what a walk reaches: counted as the text it is
+        return text, 0
+    return (_compact_json(stripped), media) if media else (text, 0)
 
 
 def _quick_len(text: str) -> int:
@@ -209,7 +223,8 @@ class MessageCounter:
 
     A message costs ``message_overhead`` tokens plus its blocks: text and thinking text, each
     tool call's name, id and compact JSON arguments, tool result ids and text, `image_tokens`
-    per image, compact JSON of opaque blocks, ``len(data) // 6`` for redacted thinking
+    per image, compact JSON of opaque blocks (the images and PDFs in them at `image_tokens`
+    and `pdf_tokens`), ``len(data) // 6`` for redacted thinking
     (encrypted base64; thinking signatures are not counted). The text goes to the wrapped
     counter's slots (per content class for an `Estimator`, one slot otherwise), framing and
     ids to a ``fixed`` slot, images to an ``image`` slot. The default counter is
