@@ -695,3 +695,26 @@ async def test_a_call_the_model_wrote_bad_arguments_for_stays_paired_with_its_er
     assert to_langchain(view, messages) == messages
     (call,) = [b for b in view[1].content if isinstance(b, ToolCall)]
     assert (call.id, call.name, call.extra["arguments"]) == ("call_1", "read", '{"path": "a.py"')
+
+
+def test_a_v1_invalid_tool_call_item_rides_with_its_call() -> None:
+    """v1 content also repeats a call whose arguments do not parse (``invalid_tool_call``):
+    it was an opaque copy, counted twice, its id not renamed with the call (a hostile run)."""
+
+    def bad(path: str) -> AIMessage:
+        c = {"name": "read", "args": '{"path": "' + path, "id": "c1", "error": "bad json"}
+        return AIMessage(content=[c | {"type": "invalid_tool_call"}], invalid_tool_calls=[c])
+
+    def error() -> ToolMessage:
+        return ToolMessage("bad json", tool_call_id="c1", status="error")
+
+    messages: list[BaseMessage] = [HumanMessage(TASK), bad("a"), error(), bad("b"), error()]
+    neutral = from_langchain(messages)
+    assert [type(b) for b in neutral[1].content] == [ToolCall]
+    repaired, _, _ = repair(neutral)
+    back = to_langchain(repaired, messages)
+    second = back[3]
+    assert isinstance(second, AIMessage) and isinstance(back[4], ToolMessage)
+    assert second.invalid_tool_calls[0]["id"] == second.content[0]["id"] == "c1-2"  # type: ignore[index]
+    assert back[4].tool_call_id == "c1-2"
+    assert second.content[0]["args"] == '{"path": "b'  # type: ignore[index]

@@ -150,7 +150,9 @@ def _image(item: Mapping[str, Any]) -> ImageBlock | None:
     return ImageBlock("", url, "url")
 
 
-_CALL_ITEMS = ("tool_use", "tool_call")  # content items that repeat a call (Anthropic's, v1)
+# Content items that repeat a call: Anthropic's, and v1's (a call, or one the model wrote
+# arguments for that do not parse), with the field that holds its arguments.
+_CALL_ITEMS = {"tool_use": "input", "tool_call": "args", "invalid_tool_call": "args"}
 
 
 def _block(item: str | Mapping[str, Any], key: list[Any], calls: AbstractSet[str] | None) -> Any:
@@ -191,7 +193,8 @@ def _blocks(content: Content, calls: AbstractSet[str] | None = None) -> list[Any
 def _convert(i: int, m: BaseMessage) -> Message:
     extra = _frozen({KEY: [i]})
     if isinstance(m, AIMessage):
-        calls = {call_id for c in m.tool_calls if (call_id := c.get("id"))}
+        made = [*m.tool_calls, *m.invalid_tool_calls]
+        calls = {call_id for c in made if (call_id := c.get("id"))}
         blocks: list[AssistantContent] = _blocks(m.content, calls)
         for n, c in enumerate(m.tool_calls):
             key = _frozen({KEY: ["tool_calls", n]})
@@ -286,7 +289,8 @@ def _changed_ai(m: AssistantMessage, source: AIMessage, was: AssistantMessage) -
     now = {tuple(k): b for b in m.content if (k := _key(_extra_of(b))) is not None}
     calls: list[Any] = []
     invalid: list[Any] = []
-    changed: dict[str, ToolCall] = {}  # call id in the source -> the call as the view has it
+    # Call id in the source -> the id and the arguments the view has for it.
+    changed: dict[str, tuple[str, object]] = {}
     for b in m.content:
         key = _key(_extra_of(b))
         if not isinstance(b, ToolCall):
@@ -302,12 +306,13 @@ def _changed_ai(m: AssistantMessage, source: AIMessage, was: AssistantMessage) -
                 # Arguments a decision cut down are sent as the JSON they now are.
                 written = b.extra.get("arguments") if not b.arguments else None
                 args = written if isinstance(written, str) else json.dumps(dict(b.arguments))
+                changed[bad.get("id") or ""] = (b.id, args)
                 bad = {**bad, "id": b.id, "args": args}
             invalid.append(bad)
             continue
         call = source.tool_calls[key[1]]
         if old.get(tuple(key)) != b:
-            changed[call.get("id") or ""] = b
+            changed[call.get("id") or ""] = (b.id, dict(b.arguments))
             call = {**call, "id": b.id, "args": dict(b.arguments)}
         calls.append(call)
     added = [b for b in m.content if isinstance(b, TextBlock) and _key(b.extra) is None]
@@ -329,9 +334,8 @@ def _changed_ai(m: AssistantMessage, source: AIMessage, was: AssistantMessage) -
                 and item.get("id") in changed
             ):
                 # A content item repeating a call says what the call says now.
-                call_now = changed[item["id"]]
-                arguments = "input" if item["type"] == "tool_use" else "args"
-                item = {**item, "id": call_now.id, arguments: dict(call_now.arguments)}
+                call_id, arguments = changed[item["id"]]
+                item = {**item, "id": call_id, _CALL_ITEMS[item["type"]]: arguments}
             content.append(item)
         content += [{"type": "text", "text": b.text} for b in added]
     update = {"content": content, "tool_calls": calls, "invalid_tool_calls": invalid}
