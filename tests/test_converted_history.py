@@ -292,3 +292,34 @@ def test_a_history_ending_in_assistant_items_is_not_converted_again_unchanged(
     output = {"type": "function_call_output", "call_id": "c1", "output": "ok"}
     assert converted.convert([*items, output]) == from_openai_responses([*items, output])
     assert seen == [2, 1]  # the run again (an item may have joined it), then the output
+
+
+_SHOT = {"type": "computer_screenshot", "image_url": "data:image/png;base64,iVBORw0KGgo="}
+_REFERENCED = [
+    {"role": "user", "content": "go"},
+    {"type": "item_reference", "id": "resp_item_1"},
+    {"type": "function_call", "call_id": "call_B", "name": "f", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "call_B", "output": "ok"},
+    {"type": "computer_call_output", "call_id": "call_A", "output": _SHOT},
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "next"}]},
+]
+
+
+@pytest.mark.parametrize("steps", [[6], [2, 4, 6], [1, 2, 3, 4, 5, 6]])
+def test_an_output_a_reference_may_stand_for_is_refused_when_converted_in_parts(
+    steps: list[int],
+) -> None:
+    """Converted a part at a time, as the wrapped client does, each part forgot the reference
+    before it: the output was left out as an orphan, unsaid (found by a hostile run). A
+    refused request leaves the history as the last one did, and the next one reads as the
+    whole would."""
+    history = ConvertedHistory("openai-responses")
+    for n in steps:
+        if n < 5:
+            history.convert(_REFERENCED[:n])
+            continue
+        with pytest.raises(UnsupportedMessageError, match="item_reference") as refused:
+            history.convert(_REFERENCED[:n])
+        assert refused.value.index == 4
+    fine = [*_REFERENCED[:4], _REFERENCED[5]]
+    assert history.convert(fine) == from_openai_responses(fine)

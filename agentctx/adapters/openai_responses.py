@@ -383,16 +383,17 @@ def from_openai_responses(
     unknown role, an item with neither type nor role, or content of the wrong type.
 
     A history converted in parts converts as it does whole when each part gets its ``start``
-    index in the whole and the tool names of the calls before it (``names``, call id to name:
-    updated with the part's own), and no part starts inside a run of assistant-side items
-    (`is_assistant_side`): the run is one assistant message.
+    index in the whole and what the parts before it gave (``names``, updated with the part's
+    own: the calls' tool names by id, the built-in tools' calls, whether an ``item_reference``
+    came; `known_calls` makes it from their messages), and no part starts inside a run of
+    assistant-side items (`is_assistant_side`): the run is one assistant message.
     """
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
     out: list[Message] = []
     run: list[AssistantContent] = []
     names = {} if names is None else names
-    given = _Given()
+    given = _Given(names)
     for index, item in enumerate(items, start):
         if not isinstance(item, Mapping):
             raise UnsupportedMessageError(index, f"item of type {type(item).__name__}")
@@ -420,29 +421,55 @@ def from_openai_responses(
     return out
 
 
-class _Given:
-    """What an input gave before the item being read: whether an ``item_reference`` (a call
-    stored server-side, named by its id), and the built-in tools' calls."""
+_REFERENCED = "\0item_reference"  # the key in ``names`` saying a reference came before
 
-    def __init__(self) -> None:
-        self.referenced = False
-        self.calls: set[tuple[object, object]] = set()
+
+def known_calls(messages: Sequence[Message]) -> dict[str, str]:
+    """The ``names`` `from_openai_responses` keeps between the parts of a history, for the
+    messages it made of the parts so far: the calls' tool names by id, the built-in tools'
+    calls by id (their item type as name), and whether an ``item_reference`` came."""
+    names: dict[str, str] = {}
+    for m in messages:
+        if isinstance(m, AssistantMessage):
+            for b in m.content:
+                if isinstance(b, ToolCall):
+                    names[b.id] = b.name
+                elif isinstance(b, OpaqueBlock) and b.provider == PROVIDER:
+                    _note_given(b.payload, names)
+    return names
+
+
+def _note_given(item: Mapping[str, Any], names: dict[str, str]) -> None:
+    kind, call_id = item.get("type"), item.get("call_id")
+    if kind == "item_reference":
+        names[_REFERENCED] = kind
+    elif isinstance(kind, str) and kind.endswith("_call") and isinstance(call_id, str):
+        names.setdefault(call_id, kind)
+
+
+class _Given:
+    """What the input gave before the item being read (its parts before, through ``names``):
+    the calls, and whether an ``item_reference`` (a call stored server-side, named by its id)
+    came."""
+
+    def __init__(self, names: dict[str, str]) -> None:
+        self.names = names
 
     def note(self, index: int, item: Mapping[str, Any]) -> None:
-        kind = item.get("type")
-        if kind == "item_reference":
-            self.referenced = True
-        elif isinstance(kind, str) and kind.endswith("_call_output"):
-            if (kind.removesuffix("_output"), item.get("call_id")) not in self.calls:
-                self.check(index, item)
-        elif isinstance(kind, str) and kind.endswith("_call"):
-            self.calls.add((kind, item.get("call_id")))
+        kind, call_id = item.get("type"), item.get("call_id")
+        if (
+            isinstance(kind, str)
+            and kind.endswith("_call_output")
+            and (not isinstance(call_id, str) or self.names.get(call_id) != kind[: -len("_output")])
+        ):
+            self.check(index, item)
+        _note_given(item, self.names)
 
     def check(self, index: int, output: Mapping[str, Any]) -> None:
         """Refuse ``output``, whose call is not in the input, when a reference before it may
         stand for that call: which call it answers is not known here, so it could be neither
         kept with its call nor left out honestly."""
-        if self.referenced:
+        if _REFERENCED in self.names:
             raise UnsupportedMessageError(
                 index,
                 f"a {output['type']} whose call may be given by an item_reference: which call "

@@ -13,7 +13,7 @@ from typing import Any
 
 from agentctx._snapshots import UNCOPIED, snapshot, unchanged_prefix
 from agentctx.adapters import from_anthropic, from_openai_chat, from_openai_responses
-from agentctx.adapters.openai_responses import is_assistant_side
+from agentctx.adapters.openai_responses import is_assistant_side, known_calls
 from agentctx.messages import AssistantMessage, Message
 
 __all__ = ["ConvertedHistory", "plain"]
@@ -67,7 +67,7 @@ class ConvertedHistory:
                 same -= 1
         kept = self._ends[same - 1] if same else 0
         if same < len(copies):
-            self._names = _tool_names(self._messages[:kept])
+            self._names = _tool_names(self._messages[:kept], self._provider)
         # Converted from the copies: a message holds what it was made from (a call's
         # arguments), which the caller may change in place later.
         fresh = [snapshot(item) for item in items[same:]]
@@ -75,7 +75,9 @@ class ConvertedHistory:
         try:
             messages, ends = self._read([plain(c, 1) for c in sources], same, kept)
         except BaseException:
-            self._names = _tool_names(self._messages)  # as the last request left them
+            self._names = _tool_names(
+                self._messages, self._provider
+            )  # as the last request left them
             raise
         del copies[same:], self._ends[same:], self._messages[kept:]
         copies += fresh
@@ -110,5 +112,7 @@ class ConvertedHistory:
         return messages, ends
 
 
-def _tool_names(messages: Sequence[Message]) -> dict[str, str]:
+def _tool_names(messages: Sequence[Message], provider: str) -> dict[str, str]:
+    if provider == "openai-responses":
+        return known_calls(messages)
     return {c.id: c.name for m in messages if isinstance(m, AssistantMessage) for c in m.tool_calls}
