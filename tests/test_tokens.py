@@ -1148,3 +1148,39 @@ def test_an_upper_case_data_url_is_media_too() -> None:
     message = UserMessage((OpaqueBlock("openai_responses", payload),))
     image = image_tokens(ImageBlock("image/png", data))
     assert image <= MessageCounter(lazy=False).count(message) < image + 60
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"type": "document", "source": {"type": "url", "url": "https://example.com/a.pdf"}},
+        {"type": "document", "source": {"type": "file", "file_id": "file_011"}},
+        {"type": "input_file", "file_url": "https://example.com/a.pdf"},
+        {"type": "input_file", "file_id": "file-abc"},
+        {"type": "file", "file": {"file_id": "file-abc"}},
+    ],
+)
+def test_a_document_by_reference_is_counted_as_a_document(payload: dict[str, Any]) -> None:
+    """A PDF by URL or file id is billed by its pages: it was counted as its 20 tokens of JSON
+    (found by a hostile run)."""
+    from agentctx.tokens.estimate import UNKNOWN_DOCUMENT_TOKENS
+
+    message = UserMessage((OpaqueBlock("anthropic", payload),))
+    counted = MessageCounter(lazy=False).count(message)
+    assert UNKNOWN_DOCUMENT_TOKENS <= counted < UNKNOWN_DOCUMENT_TOKENS + 60
+
+
+def test_audio_is_counted_by_its_length() -> None:
+    """Chat ``input_audio``: 6 s of 16 kHz WAV were counted as 161k tokens of base64 text."""
+    import struct
+
+    seconds, rate = 6, 16_000
+    header = b"RIFF" + struct.pack("<I", 36 + seconds * rate * 2) + b"WAVEfmt "
+    header += struct.pack("<IHHIIHH", 16, 1, 1, rate, rate * 2, 2, 16) + b"data"
+    pcm = random.Random(0).randbytes(seconds * rate * 2)
+    data = base64.b64encode(header + struct.pack("<I", len(pcm)) + pcm).decode()
+    part = {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
+    counted = MessageCounter(lazy=False).count(UserMessage((OpaqueBlock("openai_chat", part),)))
+    assert 60 <= counted < 120  # about 10 a second
+    other = {"type": "x", "value": {"data": "a" * 4000, "format": "json"}}  # no audio
+    assert MessageCounter(lazy=False).count(UserMessage((OpaqueBlock("x", other),))) > 400

@@ -40,9 +40,11 @@ if TYPE_CHECKING:
 from agentctx.tokens.calibrate import Calibration
 from agentctx.tokens.classify import CLASS_ORDER, ContentClass
 from agentctx.tokens.estimate import (
+    UNKNOWN_DOCUMENT_TOKENS,
     Estimator,
     FeatureCounter,
     TokenCounter,
+    audio_tokens,
     default_estimator,
     image_tokens,
     pdf_tokens,
@@ -125,6 +127,26 @@ def _media_tokens(media_type: str, data: str) -> int | None:
     return None
 
 
+_AUDIO_FORMATS = frozenset(("wav", "mp3", "flac", "opus", "pcm16", "aac", "ogg", "m4a", "webm"))
+_MEDIA_WORDS = ("base64", "BASE64", "file_id", "file_url", '"url"', '"file"', '"format"')
+
+
+def _referenced_media(value: Mapping[str, Any]) -> int | None:
+    """Tokens of a document or file given by reference (an Anthropic document's ``url`` or
+    ``file`` source, a Responses ``input_file`` or Chat ``file`` part without its data): its
+    size is not known here (`UNKNOWN_DOCUMENT_TOKENS`); ``None`` for anything else."""
+    kind = value.get("type")
+    if kind == "document":
+        source = value.get("source")
+        if isinstance(source, Mapping) and source.get("type") in ("url", "file"):
+            return UNKNOWN_DOCUMENT_TOKENS
+    if kind == "input_file" and "file_data" not in value:
+        return UNKNOWN_DOCUMENT_TOKENS if value.get("file_url") or value.get("file_id") else None
+    if kind == "file" and isinstance(file := value.get("file"), Mapping):
+        return UNKNOWN_DOCUMENT_TOKENS if "file_data" not in file and file.get("file_id") else None
+    return None
+
+
 def _opaque(payload: Mapping[str, Any]) -> tuple[str, int]:
     """An opaque payload as it is counted: its compact JSON with the images and PDFs in it
     left out, and their tokens (`image_tokens`, `pdf_tokens`). Such media is a base64
@@ -132,7 +154,7 @@ def _opaque(payload: Mapping[str, Any]) -> tuple[str, int]:
     file, an Anthropic document, a framework's image block the adapter keeps whole): counted as
     text, one screenshot cost 160k tokens, one PDF twice a 200k window."""
     text = _compact_json(dict(payload))
-    if "base64" not in text and "BASE64" not in text:  # most payloads: a search in C
+    if not any(word in text for word in _MEDIA_WORDS):  # most payloads: a few searches in C
         return text, 0
     media = 0
 
@@ -146,7 +168,14 @@ def _opaque(payload: Mapping[str, Any]) -> tuple[str, int]:
             media += tokens
             return ""
         if isinstance(value, Mapping):
+            tokens = _referenced_media(value)
+            if tokens is not None:
+                media += tokens
+                return {}
             kind, data = value.get("media_type"), value.get("data")
+            if isinstance(data, str) and (audio := value.get("format")) in _AUDIO_FORMATS:
+                media += audio_tokens(data, audio)  # Chat input_audio
+                return {k: v for k, v in value.items() if k != "data"}
             if value.get("type") == "base64" and isinstance(kind, str) and isinstance(data, str):
                 tokens = _media_tokens(kind, data)
                 if tokens is not None:

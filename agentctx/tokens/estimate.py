@@ -39,7 +39,9 @@ from agentctx.tokens.vocabulary import SLASH_WORDS
 
 __all__ = [
     "EXACT_BELOW",
+    "AUDIO_TOKENS_PER_SECOND",
     "PDF_PAGE_TOKENS",
+    "UNKNOWN_DOCUMENT_TOKENS",
     "UNKNOWN_IMAGE_TOKENS",
     "Estimator",
     "FeatureCounter",
@@ -796,3 +798,30 @@ def pdf_tokens(data: str) -> int:
         raw = b""
     pages = len(_PDF_PAGE.findall(raw)) or max(1, math.ceil(len(raw) / _PDF_BYTES_A_PAGE))
     return pages * PDF_PAGE_TOKENS
+
+
+UNKNOWN_DOCUMENT_TOKENS = 5 * PDF_PAGE_TOKENS
+"""Estimated tokens of a document given by reference (a URL, a file id): its size is not
+known here, so five pages' worth until usage reports calibrate the media slot."""
+
+
+# ---------------------------------------------------------------------------------------
+# Audio
+
+AUDIO_TOKENS_PER_SECOND = 10  # OpenAI bills audio input at about a token per 100 ms
+_AUDIO_BYTES_PER_SECOND = {"mp3": 16_000, "wav": 32_000}  # 128 kbit/s; 16 kHz 16-bit mono
+
+
+def audio_tokens(data: str, audio_format: str) -> int:
+    """Estimated tokens of base64 audio: `AUDIO_TOKENS_PER_SECOND` of its length, read from a
+    WAV header's byte rate, else the format's usual rate."""
+    size = len(data) * 3 // 4
+    rate = _AUDIO_BYTES_PER_SECOND.get(audio_format.lower(), 16_000)
+    if audio_format.lower() == "wav":
+        try:
+            head = base64.b64decode(data[:48])
+        except (binascii.Error, ValueError):
+            head = b""
+        if head[:4] == b"RIFF" and head[8:12] == b"WAVE" and len(head) >= 32:
+            rate = int.from_bytes(head[28:32], "little") or rate
+    return max(1, math.ceil(size / rate * AUDIO_TOKENS_PER_SECOND))
