@@ -718,3 +718,20 @@ def test_a_v1_invalid_tool_call_item_rides_with_its_call() -> None:
     assert second.invalid_tool_calls[0]["id"] == second.content[0]["id"] == "c1-2"  # type: ignore[index]
     assert back[4].tool_call_id == "c1-2"
     assert second.content[0]["args"] == '{"path": "b'  # type: ignore[index]
+
+
+def test_a_valid_and_an_invalid_call_sharing_an_id_keep_their_own_items() -> None:
+    """Renamed apart by the repair, each v1 content item says what its own call says (the
+    valid call's item took the invalid one's new id and written arguments; a hostile run)."""
+    good = {"name": "read", "args": {"path": "a"}, "id": "c1", "type": "tool_call"}
+    bad = {"name": "read", "args": '{"path": "', "id": "c1", "error": "bad"}
+    bad_item = bad | {"type": "invalid_tool_call"}
+    ai = AIMessage(content=[dict(good), bad_item], tool_calls=[good], invalid_tool_calls=[bad])
+    messages: list[BaseMessage] = [HumanMessage(TASK), ai, ToolMessage("x", tool_call_id="c1")]
+    repaired, _, _ = repair(from_langchain(messages))
+    back = to_langchain(repaired, messages)[1]
+    assert isinstance(back, AIMessage)
+    assert [(i["id"], i["args"]) for i in back.content] == [  # type: ignore[index]
+        (back.tool_calls[0]["id"], back.tool_calls[0]["args"]),
+        (back.invalid_tool_calls[0]["id"], back.invalid_tool_calls[0]["args"]),
+    ]

@@ -289,8 +289,8 @@ def _changed_ai(m: AssistantMessage, source: AIMessage, was: AssistantMessage) -
     now = {tuple(k): b for b in m.content if (k := _key(_extra_of(b))) is not None}
     calls: list[Any] = []
     invalid: list[Any] = []
-    # Call id in the source -> the id and the arguments the view has for it.
-    changed: dict[str, tuple[str, object]] = {}
+    # (valid or not, call id in the source) -> the id and the arguments the view has for it.
+    changed: dict[tuple[bool, str], tuple[str, object]] = {}
     for b in m.content:
         key = _key(_extra_of(b))
         if not isinstance(b, ToolCall):
@@ -306,13 +306,13 @@ def _changed_ai(m: AssistantMessage, source: AIMessage, was: AssistantMessage) -
                 # Arguments a decision cut down are sent as the JSON they now are.
                 written = b.extra.get("arguments") if not b.arguments else None
                 args = written if isinstance(written, str) else json.dumps(dict(b.arguments))
-                changed[bad.get("id") or ""] = (b.id, args)
+                changed[False, bad.get("id") or ""] = (b.id, args)
                 bad = {**bad, "id": b.id, "args": args}
             invalid.append(bad)
             continue
         call = source.tool_calls[key[1]]
         if old.get(tuple(key)) != b:
-            changed[call.get("id") or ""] = (b.id, dict(b.arguments))
+            changed[True, call.get("id") or ""] = (b.id, dict(b.arguments))
             call = {**call, "id": b.id, "args": dict(b.arguments)}
         calls.append(call)
     added = [b for b in m.content if isinstance(b, TextBlock) and _key(b.extra) is None]
@@ -331,10 +331,10 @@ def _changed_ai(m: AssistantMessage, source: AIMessage, was: AssistantMessage) -
             elif (
                 isinstance(item, dict)
                 and item.get("type") in _CALL_ITEMS
-                and item.get("id") in changed
+                and (which := (item["type"] != "invalid_tool_call", item.get("id"))) in changed
             ):
                 # A content item repeating a call says what the call says now.
-                call_id, arguments = changed[item["id"]]
+                call_id, arguments = changed[which]
                 item = {**item, "id": call_id, _CALL_ITEMS[item["type"]]: arguments}
             content.append(item)
         content += [{"type": "text", "text": b.text} for b in added]
