@@ -737,3 +737,47 @@ async def test_equal_items_of_a_changed_prompt_come_back_each_as_itself() -> Non
     task = to_pydantic_ai(view, history)[0].parts[0]
     assert isinstance(task, UserPromptPart) and isinstance(task.content, list)
     assert [repr(i) for i in task.content] == [repr(i) for i in ["Task:", *items]]
+
+
+def test_a_response_whose_reasoning_was_dropped_goes_back_without_item_ids() -> None:
+    """With its reasoning left out, a response's text and calls went back with the item ids
+    that name that reasoning, which the Responses API refuses (found by a hostile run)."""
+    from agentctx.ledger import DropThinking, Ledger, anchor, render
+
+    messages: list[ModelMessage] = [
+        ModelRequest([UserPromptPart("the task")]),
+        ModelResponse(
+            [
+                ThinkingPart("plan", id="rs_1", signature="enc", provider_name="openai"),
+                TextPart("reading", id="msg_1"),
+                ToolCallPart("read", {"path": "a"}, "call_1", id="fc_1"),
+            ]
+        ),
+        ModelRequest([ToolReturnPart("read", "text of a", "call_1")]),
+        ModelResponse([TextPart("done", id="msg_2")]),
+        ModelRequest([UserPromptPart("next")]),
+    ]
+    raw = from_pydantic_ai(messages)
+    ledger = Ledger()
+    ledger.add(DropThinking(anchor(raw, 1), "old"), raw)
+    view = render(raw, ledger).messages
+    back = to_pydantic_ai(view, messages)
+    response = back[1]
+    assert isinstance(response, ModelResponse)
+    assert [type(p) for p in response.parts] == [TextPart, ToolCallPart]
+    assert [getattr(p, "id", None) for p in response.parts] == [None, None]
+    assert back[3] is messages[3]  # a response that kept its reasoning is as it was
+
+
+def test_a_pdf_a_prompt_carries_is_counted_by_its_pages() -> None:
+    """A PDF as ``BinaryContent`` was counted as its base64 text: a 600 KB one made the run
+    fail over budget before any request (found by a hostile run)."""
+    from agentctx.tokens import MessageCounter
+    from agentctx.tokens.estimate import PDF_PAGE_TOKENS
+
+    pages = b"".join(b"<< /Type /Page >>\n" for _ in range(2))
+    pdf = b"%PDF-1.7\n" + pages + bytes(range(256)) * 800
+    prompt = UserPromptPart(["summarize", BinaryContent(pdf, media_type="application/pdf")])
+    (message,) = from_pydantic_ai([ModelRequest([prompt])])
+    counted = MessageCounter(lazy=False).count(message)
+    assert 2 * PDF_PAGE_TOKENS <= counted < 2 * PDF_PAGE_TOKENS + 200

@@ -54,6 +54,7 @@ from agentctx._snapshots import Converted
 from agentctx._usage import usage_inside
 from agentctx.errors import MissingExtraError, UnsupportedMessageError
 from agentctx.messages import (
+    THINKING_DROPPED,
     AssistantContent,
     AssistantMessage,
     ImageBlock,
@@ -537,9 +538,19 @@ def _response_back(m: AssistantMessage, h: _History, stamp: datetime) -> ModelRe
         elif isinstance(b, ToolCall):
             parts.append(ToolCallPart(b.name, dict(b.arguments), b.id))
         # Reasoning and opaque blocks need their provider's fields: not made up here.
+    if m.extra.get(THINKING_DROPPED):
+        # A stored item's id names the reasoning item it followed, which is not sent: the
+        # Responses API refuses it, as the Responses adapter knows (`THINKING_DROPPED`).
+        parts = [_without_item_id(p) for p in parts]
     if source is not None:
         return dataclasses.replace(source, parts=parts)
     return ModelResponse(parts, timestamp=stamp)
+
+
+def _without_item_id(part: ModelResponsePart) -> ModelResponsePart:
+    if getattr(part, "id", None) is None:
+        return part
+    return dataclasses.replace(part, id=None)  # type: ignore[arg-type]
 
 
 def _back(view: Sequence[Message], h: _History) -> list[ModelMessage]:

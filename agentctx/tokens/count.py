@@ -128,7 +128,16 @@ def _media_tokens(media_type: str, data: str) -> int | None:
 
 
 _AUDIO_FORMATS = frozenset(("wav", "mp3", "flac", "opus", "pcm16", "aac", "ogg", "m4a", "webm"))
-_MEDIA_WORDS = ("base64", "BASE64", "file_id", "file_url", '"url"', '"file"', '"format"')
+_MEDIA_WORDS = (
+    "base64",
+    "BASE64",
+    "media_type",
+    "file_id",
+    "file_url",
+    '"url"',
+    '"file"',
+    '"format"',
+)
 
 
 def _referenced_media(value: Mapping[str, Any]) -> int | None:
@@ -150,9 +159,10 @@ def _referenced_media(value: Mapping[str, Any]) -> int | None:
 def _opaque(payload: Mapping[str, Any]) -> tuple[str, int]:
     """An opaque payload as it is counted: its compact JSON with the images and PDFs in it
     left out, and their tokens (`image_tokens`, `pdf_tokens`). Such media is a base64
-    ``data:`` URL or a ``source`` of base64 data (a Responses computer-use screenshot or input
-    file, an Anthropic document, a framework's image block the adapter keeps whole): counted as
-    text, one screenshot cost 160k tokens, one PDF twice a 200k window."""
+    ``data:`` URL, or base64 ``data`` beside its ``media_type`` (a Responses computer-use
+    screenshot or input file, an Anthropic document, a framework's binary part the adapter
+    keeps whole): counted as text, one screenshot cost 160k tokens, one PDF twice a 200k
+    window."""
     text = _compact_json(dict(payload))
     if not any(word in text for word in _MEDIA_WORDS):  # most payloads: a few searches in C
         return text, 0
@@ -176,7 +186,7 @@ def _opaque(payload: Mapping[str, Any]) -> tuple[str, int]:
             if isinstance(data, str) and (audio := value.get("format")) in _AUDIO_FORMATS:
                 media += audio_tokens(data, audio)  # Chat input_audio
                 return {k: v for k, v in value.items() if k != "data"}
-            if value.get("type") == "base64" and isinstance(kind, str) and isinstance(data, str):
+            if isinstance(kind, str) and isinstance(data, str):  # a source, a binary part
                 tokens = _media_tokens(kind, data)
                 if tokens is not None:
                     media += tokens

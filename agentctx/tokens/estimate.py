@@ -720,6 +720,7 @@ _MAX_EDGE = 1568
 _MAX_PIXELS = 1_150_000
 _PIXELS_PER_TOKEN = 750
 UNKNOWN_IMAGE_TOKENS = 1600
+_STANDARD = str.maketrans("-_", "+/")  # URL-safe base64 (pydantic-ai's) to the standard one
 _HEADER_B64_CHARS = 65536  # JPEG size markers can sit after EXIF; PNG/GIF/WebP need 40 bytes
 
 
@@ -766,7 +767,7 @@ def image_tokens(block: ImageBlock) -> int:
     """
     if block.source != "base64":
         return UNKNOWN_IMAGE_TOKENS
-    head = block.data[:_HEADER_B64_CHARS]
+    head = block.data[:_HEADER_B64_CHARS].translate(_STANDARD)  # URL-safe too
     try:
         size = _image_size(base64.b64decode(head[: len(head) // 4 * 4]))
     except (binascii.Error, ValueError):
@@ -792,8 +793,8 @@ _PDF_BYTES_A_PAGE = 50_000  # when the page objects are compressed out of sight
 def pdf_tokens(data: str) -> int:
     """Estimated tokens of a base64 PDF: `PDF_PAGE_TOKENS` a page, its pages counted from its
     page objects (or, in compressed object streams, one per 50 KB)."""
-    try:
-        raw = base64.b64decode(data)
+    try:  # base64 or its URL-safe form (pydantic-ai's), padded or not
+        raw = base64.b64decode(data.translate(_STANDARD) + "=" * (-len(data) % 4))
     except (binascii.Error, ValueError):
         raw = b""
     pages = len(_PDF_PAGE.findall(raw)) or max(1, math.ceil(len(raw) / _PDF_BYTES_A_PAGE))
