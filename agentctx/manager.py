@@ -826,7 +826,8 @@ class ContextManager:
             # anchor, before it renders under them (the raw history is still empty).
             check_history(history)
             stale = state.ledger.drop_stale(history)
-            if (misfit := state.ledger.misfit(history)) is not None:
+            unreadable = (misfit := state.ledger.misfit(history)) is not None
+            if misfit is not None:
                 # A decision no strategy could have taken here (forged reasoning, blocks no
                 # result holds): the ledger was edited or corrupted, and is read as one
                 # that cannot be read.
@@ -846,7 +847,14 @@ class ContextManager:
             # turn may now sit inside the span. On the history they were made on (or one
             # that only grew) neither drops anything, and this worker renders exactly the
             # view the last one did.
-            if state.ledger.drop_protected(state.raw, shown_positions(state.raw)) or stale:
+            hiding = state.ledger.drop_protected(state.raw, shown_positions(state.raw))
+            if stale or hiding:
+                if not unreadable:
+                    # Decisions that do not fit the history they resume on (cut back, edited,
+                    # converted otherwise by another version): read as a rewind.
+                    dropped = [*stale, *hiding]
+                    at = min(d.at.index for d in dropped)
+                    self._hub.emit(HistoryResynced(at, len(dropped)))
                 state.rebuild()
                 # What the dropped decisions hid is in view again, on quick counts: counted
                 # in full, as the view was above, so the strategies decide on the view sent.

@@ -633,7 +633,13 @@ async def test_a_worker_resuming_a_cut_back_history_decides_on_its_view_in_full(
     cut = history[: len(history) // 3]
     tighter = Budget(context_window=6_000, reserve_output=1_000)
     async with ContextManager(tighter, recall=store, session_id="w") as second:
+        events: list[Event] = []
+        second.subscribe(events.append)
         view = await second.prepare(cut)
+        # Decisions that no longer fit are dropped as a rewind drops them, and said so (an
+        # upgrade that converts a provider's items otherwise dropped them unsaid).
+        (resynced,) = [e for e in events if isinstance(e, HistoryResynced)]
+        assert resynced.dropped_decisions > 0 and resynced.index < len(cut)
         fresh = MessageCounter()
         fresh.refine(view)
         assert second.prompt_tokens == fresh.estimate_prompt(view) <= tighter.limit
