@@ -293,13 +293,19 @@ async def test_a_mark_the_caller_has_now_is_kept_beside_a_renamed_id() -> None:
         if marked:
             result["cache_control"] = EPHEMERAL
         history += [{"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}]
+    assert marks(await _sent_once(history, tools=TOOLS)) == [2]
+
+
+async def _sent_once(history: list[dict[str, Any]], **create: Any) -> list[dict[str, Any]]:
+    """The messages one wrapped request with ``history`` sends (the server took it)."""
     async with FakeAnthropic(default=Reply.text("ok")) as srv:
         raw = anthropic.AsyncAnthropic(base_url=srv.url, api_key="test", max_retries=0)
         async with raw, ContextManager(Budget(context_window=30_000)) as ctx:
             client = ant_provider.wrap(raw, ctx)
-            await client.messages.create(model=MODEL, max_tokens=500, tools=TOOLS, messages=history)
+            await client.messages.create(model=MODEL, max_tokens=500, messages=history, **create)
     assert_all_ok(srv.requests)
-    assert marks(srv.requests[-1].json["messages"]) == [2]
+    sent: list[dict[str, Any]] = srv.requests[-1].json["messages"]
+    return sent
 
 
 def marks_in(message: dict[str, Any]) -> list[object]:
@@ -341,12 +347,4 @@ async def test_what_is_no_mark_takes_no_room() -> None:
         result = {"type": "tool_result", "tool_use_id": f"t{i}", "content": "x"}
         result["cache_control"] = EPHEMERAL
         history += [{"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}]
-    async with FakeAnthropic(default=Reply.text("ok")) as srv:
-        raw = anthropic.AsyncAnthropic(base_url=srv.url, api_key="test", max_retries=0)
-        async with raw, ContextManager(Budget(context_window=30_000)) as ctx:
-            client = ant_provider.wrap(raw, ctx)
-            await client.messages.create(
-                model=MODEL, max_tokens=500, system=system, tools=tools, messages=history
-            )
-    assert_all_ok(srv.requests)
-    assert marks(srv.requests[-1].json["messages"]) == [2, 4, 6]
+    assert marks(await _sent_once(history, system=system, tools=tools)) == [2, 4, 6]
