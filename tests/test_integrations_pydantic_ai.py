@@ -773,7 +773,7 @@ def test_a_pdf_a_prompt_carries_is_counted_by_its_pages() -> None:
     """A PDF as ``BinaryContent`` was counted as its base64 text: a 600 KB one made the run
     fail over budget before any request (found by a hostile run)."""
     from agentctx.tokens import MessageCounter
-    from agentctx.tokens.estimate import PDF_PAGE_TOKENS
+    from agentctx.tokens.media import PDF_PAGE_TOKENS
 
     pages = b"".join(b"<< /Type /Page >>\n" for _ in range(2))
     pdf = b"%PDF-1.7\n" + pages + bytes(range(256)) * 800

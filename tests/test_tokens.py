@@ -1124,7 +1124,7 @@ def _pdf(pages: int) -> str:
 def test_a_pdf_inside_a_provider_item_is_counted_by_its_pages(payload: dict[str, Any]) -> None:
     """Counted as its base64 text, one 750 KB PDF made a first request twice a 200k window
     (found by a hostile run)."""
-    from agentctx.tokens.estimate import PDF_PAGE_TOKENS
+    from agentctx.tokens.media import PDF_PAGE_TOKENS
 
     filled = json.loads(json.dumps(payload).replace("{d}", _pdf(3)))
     message = UserMessage((OpaqueBlock("anthropic", filled),))
@@ -1163,7 +1163,7 @@ def test_an_upper_case_data_url_is_media_too() -> None:
 def test_a_document_by_reference_is_counted_as_a_document(payload: dict[str, Any]) -> None:
     """A PDF by URL or file id is billed by its pages: it was counted as its 20 tokens of JSON
     (found by a hostile run)."""
-    from agentctx.tokens.estimate import UNKNOWN_DOCUMENT_TOKENS
+    from agentctx.tokens.media import UNKNOWN_DOCUMENT_TOKENS
 
     message = UserMessage((OpaqueBlock("anthropic", payload),))
     counted = MessageCounter(lazy=False).count(message)

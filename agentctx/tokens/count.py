@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import json.encoder
 import math
-import re
 import sys
 import threading
 import types
 import weakref
-from collections.abc import Mapping
 from numbers import Real
 from operator import mul
 from typing import TYPE_CHECKING, Any
@@ -35,20 +31,19 @@ from agentctx.messages import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from agentctx.tokens.calibrate import Calibration
 from agentctx.tokens.classify import CLASS_ORDER, ContentClass
 from agentctx.tokens.estimate import (
-    UNKNOWN_DOCUMENT_TOKENS,
     Estimator,
     FeatureCounter,
     TokenCounter,
-    audio_tokens,
     default_estimator,
     image_tokens,
-    pdf_tokens,
 )
+from agentctx.tokens.estimate import compact_json as _compact_json
+from agentctx.tokens.media import opaque_cost
 
 __all__ = ["MessageCounter"]
 
@@ -94,113 +89,6 @@ class _Estimates(dict[object, _Entry]):
 
 
 _SHARED_ESTIMATES = 16  # per message; a counter beyond them keeps its estimate in its memo
-
-
-def _compact_encoder() -> Callable[[Any], str]:
-    """Compact JSON (no spaces, UTF-8 kept, ``str`` of what JSON cannot hold).
-
-    The C encoder is made once: ``JSONEncoder.encode`` makes one per call (with a set of the
-    containers it is in, against cycles), most of the cost of a tool call's small arguments.
-    Arguments parsed from JSON hold no cycle; a mapping that does raises `RecursionError`.
-    """
-    make = getattr(json.encoder, "c_make_encoder", None)  # not in the module's stubs
-    if make is None:  # a Python without the C accelerator: the encoder's own path
-        return json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
-    encode = make(None, str, json.encoder.encode_basestring, None, ":", ",", False, False, True)
-    return lambda value: "".join(encode(value, 0))
-
-
-_compact_json = _compact_encoder()
-
-
-_DATA_URL = re.compile(r"data:([\w.+-]+/[\w.+-]+);base64,", re.IGNORECASE)
-
-
-def _media_tokens(media_type: str, data: str) -> int | None:
-    """Tokens of base64 media a provider reads as media (an image, a PDF); ``None``: other
-    data, counted as the text it is."""
-    kind = media_type.lower()
-    if kind.startswith("image/"):
-        return image_tokens(ImageBlock(kind, data))
-    if kind == "application/pdf":
-        return pdf_tokens(data)
-    return None
-
-
-_AUDIO_FORMATS = frozenset(("wav", "mp3", "flac", "opus", "pcm16", "aac", "ogg", "m4a", "webm"))
-_MEDIA_WORDS = (
-    "base64",
-    "BASE64",
-    "media_type",
-    "file_id",
-    "file_url",
-    '"url"',
-    '"file"',
-    '"format"',
-)
-
-
-def _referenced_media(value: Mapping[str, Any]) -> int | None:
-    """Tokens of a document or file given by reference (an Anthropic document's ``url`` or
-    ``file`` source, a Responses ``input_file`` or Chat ``file`` part without its data): its
-    size is not known here (`UNKNOWN_DOCUMENT_TOKENS`); ``None`` for anything else."""
-    kind = value.get("type")
-    if kind == "document":
-        source = value.get("source")
-        if isinstance(source, Mapping) and source.get("type") in ("url", "file"):
-            return UNKNOWN_DOCUMENT_TOKENS
-    if kind == "input_file" and "file_data" not in value:
-        return UNKNOWN_DOCUMENT_TOKENS if value.get("file_url") or value.get("file_id") else None
-    if kind == "file" and isinstance(file := value.get("file"), Mapping):
-        return UNKNOWN_DOCUMENT_TOKENS if "file_data" not in file and file.get("file_id") else None
-    return None
-
-
-def _opaque(payload: Mapping[str, Any]) -> tuple[str, int]:
-    """An opaque payload as it is counted: its compact JSON with the images and PDFs in it
-    left out, and their tokens (`image_tokens`, `pdf_tokens`). Such media is a base64
-    ``data:`` URL, or base64 ``data`` beside its ``media_type`` (a Responses computer-use
-    screenshot or input file, an Anthropic document, a framework's binary part the adapter
-    keeps whole): counted as text, one screenshot cost 160k tokens, one PDF twice a 200k
-    window."""
-    text = _compact_json(dict(payload))
-    if not any(word in text for word in _MEDIA_WORDS):  # most payloads: a few searches in C
-        return text, 0
-    media = 0
-
-    def without_media(value: Any) -> Any:
-        nonlocal media
-        if isinstance(value, str):
-            found = _DATA_URL.match(value)
-            tokens = found and _media_tokens(found.group(1), value[found.end() :])
-            if tokens is None:
-                return value
-            media += tokens
-            return ""
-        if isinstance(value, Mapping):
-            tokens = _referenced_media(value)
-            if tokens is not None:
-                media += tokens
-                return {}
-            kind, data = value.get("media_type"), value.get("data")
-            if isinstance(data, str) and (audio := value.get("format")) in _AUDIO_FORMATS:
-                media += audio_tokens(data, audio)  # Chat input_audio
-                return {k: v for k, v in value.items() if k != "data"}
-            if isinstance(kind, str) and isinstance(data, str):  # a source, a binary part
-                tokens = _media_tokens(kind, data)
-                if tokens is not None:
-                    media += tokens
-                    return {k: v for k, v in value.items() if k != "data"}
-            return {k: without_media(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [without_media(v) for v in value]
-        return value
-
-    try:
-        stripped = without_media(payload)
-    except RecursionError:  # nested past what a walk reaches: counted as the text it is
-        return text, 0
-    return (_compact_json(stripped), media) if media else (text, 0)
 
 
 def _quick_len(text: str) -> int:
@@ -708,7 +596,7 @@ class MessageCounter:
             elif isinstance(block, ImageBlock):
                 vec[self._fixed + 1] += image_tokens(block)
             elif isinstance(block, OpaqueBlock):
-                text, images = _opaque(block.payload)
+                text, images = opaque_cost(block.payload)
                 vec[json_slot] += _quick_len(text) / 3.5
                 vec[self._fixed + 1] += images
             elif isinstance(block, RedactedThinkingBlock):
@@ -764,7 +652,7 @@ class MessageCounter:
             elif isinstance(block, ImageBlock):
                 vec[self._fixed + 1] += image_tokens(block)
             elif isinstance(block, OpaqueBlock):
-                text, images = _opaque(block.payload)
+                text, images = opaque_cost(block.payload)
                 self._add_text(vec, text, ContentClass.JSON)
                 vec[self._fixed + 1] += images
             elif isinstance(block, RedactedThinkingBlock):

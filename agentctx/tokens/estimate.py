@@ -19,11 +19,13 @@ from __future__ import annotations
 import base64
 import binascii
 import importlib.util
+import json
+import json.encoder
 import math
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agentctx.errors import ConfigError
 
@@ -39,9 +41,6 @@ from agentctx.tokens.vocabulary import SLASH_WORDS
 
 __all__ = [
     "EXACT_BELOW",
-    "AUDIO_TOKENS_PER_SECOND",
-    "PDF_PAGE_TOKENS",
-    "UNKNOWN_DOCUMENT_TOKENS",
     "UNKNOWN_IMAGE_TOKENS",
     "Estimator",
     "FeatureCounter",
@@ -720,7 +719,8 @@ _MAX_EDGE = 1568
 _MAX_PIXELS = 1_150_000
 _PIXELS_PER_TOKEN = 750
 UNKNOWN_IMAGE_TOKENS = 1600
-_STANDARD = str.maketrans("-_", "+/")  # URL-safe base64 (pydantic-ai's) to the standard one
+URL_SAFE_TO_STANDARD = str.maketrans("-_", "+/")
+"""For `str.translate`: URL-safe base64 (pydantic-ai's) as standard base64."""
 _HEADER_B64_CHARS = 65536  # JPEG size markers can sit after EXIF; PNG/GIF/WebP need 40 bytes
 
 
@@ -767,7 +767,7 @@ def image_tokens(block: ImageBlock) -> int:
     """
     if block.source != "base64":
         return UNKNOWN_IMAGE_TOKENS
-    head = block.data[:_HEADER_B64_CHARS].translate(_STANDARD)  # URL-safe too
+    head = block.data[:_HEADER_B64_CHARS].translate(URL_SAFE_TO_STANDARD)  # URL-safe too
     try:
         size = _image_size(base64.b64decode(head[: len(head) // 4 * 4]))
     except (binascii.Error, ValueError):
@@ -780,49 +780,23 @@ def image_tokens(block: ImageBlock) -> int:
 
 
 # ---------------------------------------------------------------------------------------
-# Documents
-
-PDF_PAGE_TOKENS = 2500
-"""Estimated tokens of one page of a PDF: Anthropic reads each page as its text and an image
-of it (about 2,300-2,500 tokens a page of text or a table measured on Claude, 1,600 a scanned
-one)."""
-_PDF_PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
-_PDF_BYTES_A_PAGE = 50_000  # when the page objects are compressed out of sight
+# JSON
 
 
-def pdf_tokens(data: str) -> int:
-    """Estimated tokens of a base64 PDF: `PDF_PAGE_TOKENS` a page, its pages counted from its
-    page objects (or, in compressed object streams, one per 50 KB)."""
-    try:  # base64 or its URL-safe form (pydantic-ai's), padded or not
-        raw = base64.b64decode(data.translate(_STANDARD) + "=" * (-len(data) % 4))
-    except (binascii.Error, ValueError):
-        raw = b""
-    pages = len(_PDF_PAGE.findall(raw)) or max(1, math.ceil(len(raw) / _PDF_BYTES_A_PAGE))
-    return pages * PDF_PAGE_TOKENS
+def _compact_encoder() -> Callable[[Any], str]:
+    """Compact JSON (no spaces, UTF-8 kept, ``str`` of what JSON cannot hold).
+
+    The C encoder is made once: ``JSONEncoder.encode`` makes one per call (with a set of the
+    containers it is in, against cycles), most of the cost of a tool call's small arguments.
+    Arguments parsed from JSON hold no cycle; a mapping that does raises `RecursionError`.
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)  # not in the module's stubs
+    if make is None:  # a Python without the C accelerator: the encoder's own path
+        return json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
+    encode = make(None, str, json.encoder.encode_basestring, None, ":", ",", False, False, True)
+    return lambda value: "".join(encode(value, 0))
 
 
-UNKNOWN_DOCUMENT_TOKENS = 5 * PDF_PAGE_TOKENS
-"""Estimated tokens of a document given by reference (a URL, a file id): its size is not
-known here, so five pages' worth until usage reports calibrate the media slot."""
-
-
-# ---------------------------------------------------------------------------------------
-# Audio
-
-AUDIO_TOKENS_PER_SECOND = 10  # OpenAI bills audio input at about a token per 100 ms
-_AUDIO_BYTES_PER_SECOND = {"mp3": 16_000, "wav": 32_000}  # 128 kbit/s; 16 kHz 16-bit mono
-
-
-def audio_tokens(data: str, audio_format: str) -> int:
-    """Estimated tokens of base64 audio: `AUDIO_TOKENS_PER_SECOND` of its length, read from a
-    WAV header's byte rate, else the format's usual rate."""
-    size = len(data) * 3 // 4
-    rate = _AUDIO_BYTES_PER_SECOND.get(audio_format.lower(), 16_000)
-    if audio_format.lower() == "wav":
-        try:
-            head = base64.b64decode(data[:48])
-        except (binascii.Error, ValueError):
-            head = b""
-        if head[:4] == b"RIFF" and head[8:12] == b"WAVE" and len(head) >= 32:
-            rate = int.from_bytes(head[28:32], "little") or rate
-    return max(1, math.ceil(size / rate * AUDIO_TOKENS_PER_SECOND))
+compact_json = _compact_encoder()
+"""Compact JSON of a value (no spaces, UTF-8 kept, ``str`` of what JSON cannot hold): the text
+that tool call arguments and provider items are counted as."""

@@ -1,0 +1,160 @@
+"""What media inside provider items costs: images, PDFs and audio a provider reads as media,
+and documents given by reference, where an adapter keeps an item whole (`OpaqueBlock`).
+
+Counted as the text they are written in, base64 media would cost what no provider bills:
+one screenshot 160k tokens, one PDF twice a 200k window. `opaque_cost` is how
+`MessageCounter` counts an opaque block.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from agentctx.messages import ImageBlock
+from agentctx.tokens.estimate import URL_SAFE_TO_STANDARD, compact_json, image_tokens
+
+__all__ = [
+    "AUDIO_TOKENS_PER_SECOND",
+    "PDF_PAGE_TOKENS",
+    "UNKNOWN_DOCUMENT_TOKENS",
+    "audio_tokens",
+    "opaque_cost",
+    "pdf_tokens",
+]
+
+PDF_PAGE_TOKENS = 2500
+"""Estimated tokens of one page of a PDF: Anthropic reads each page as its text and an image
+of it (about 2,300-2,500 tokens a page of text or a table measured on Claude, 1,600 a scanned
+one)."""
+_PDF_PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
+_PDF_BYTES_A_PAGE = 50_000  # when the page objects are compressed out of sight
+
+
+def pdf_tokens(data: str) -> int:
+    """Estimated tokens of a base64 PDF: `PDF_PAGE_TOKENS` a page, its pages counted from its
+    page objects (or, in compressed object streams, one per 50 KB)."""
+    try:  # base64 or its URL-safe form (pydantic-ai's), padded or not
+        raw = base64.b64decode(data.translate(URL_SAFE_TO_STANDARD) + "=" * (-len(data) % 4))
+    except (binascii.Error, ValueError):
+        raw = b""
+    pages = len(_PDF_PAGE.findall(raw)) or max(1, math.ceil(len(raw) / _PDF_BYTES_A_PAGE))
+    return pages * PDF_PAGE_TOKENS
+
+
+UNKNOWN_DOCUMENT_TOKENS = 5 * PDF_PAGE_TOKENS
+"""Estimated tokens of a document given by reference (a URL, a file id): its size is not
+known here, so five pages' worth until usage reports calibrate the media slot."""
+
+
+AUDIO_TOKENS_PER_SECOND = 10  # OpenAI bills audio input at about a token per 100 ms
+_AUDIO_BYTES_PER_SECOND = {"mp3": 16_000, "wav": 32_000}  # 128 kbit/s; 16 kHz 16-bit mono
+
+
+def audio_tokens(data: str, audio_format: str) -> int:
+    """Estimated tokens of base64 audio: `AUDIO_TOKENS_PER_SECOND` of its length, read from a
+    WAV header's byte rate, else the format's usual rate."""
+    size = len(data) * 3 // 4
+    rate = _AUDIO_BYTES_PER_SECOND.get(audio_format.lower(), 16_000)
+    if audio_format.lower() == "wav":
+        try:
+            head = base64.b64decode(data[:48])
+        except (binascii.Error, ValueError):
+            head = b""
+        if head[:4] == b"RIFF" and head[8:12] == b"WAVE" and len(head) >= 32:
+            rate = int.from_bytes(head[28:32], "little") or rate
+    return max(1, math.ceil(size / rate * AUDIO_TOKENS_PER_SECOND))
+
+
+_DATA_URL = re.compile(r"data:([\w.+-]+/[\w.+-]+);base64,", re.IGNORECASE)
+
+
+def _media_tokens(media_type: str, data: str) -> int | None:
+    """Tokens of base64 media a provider reads as media (an image, a PDF); ``None``: other
+    data, counted as the text it is."""
+    kind = media_type.lower()
+    if kind.startswith("image/"):
+        return image_tokens(ImageBlock(kind, data))
+    if kind == "application/pdf":
+        return pdf_tokens(data)
+    return None
+
+
+_AUDIO_FORMATS = frozenset(("wav", "mp3", "flac", "opus", "pcm16", "aac", "ogg", "m4a", "webm"))
+_MEDIA_WORDS = (
+    "base64",
+    "BASE64",
+    "media_type",
+    "file_id",
+    "file_url",
+    '"url"',
+    '"file"',
+    '"format"',
+)
+
+
+def _referenced_media(value: Mapping[str, Any]) -> int | None:
+    """Tokens of a document or file given by reference (an Anthropic document's ``url`` or
+    ``file`` source, a Responses ``input_file`` or Chat ``file`` part without its data): its
+    size is not known here (`UNKNOWN_DOCUMENT_TOKENS`); ``None`` for anything else."""
+    kind = value.get("type")
+    if kind == "document":
+        source = value.get("source")
+        if isinstance(source, Mapping) and source.get("type") in ("url", "file"):
+            return UNKNOWN_DOCUMENT_TOKENS
+    if kind == "input_file" and "file_data" not in value:
+        return UNKNOWN_DOCUMENT_TOKENS if value.get("file_url") or value.get("file_id") else None
+    if kind == "file" and isinstance(file := value.get("file"), Mapping):
+        return UNKNOWN_DOCUMENT_TOKENS if "file_data" not in file and file.get("file_id") else None
+    return None
+
+
+def opaque_cost(payload: Mapping[str, Any]) -> tuple[str, int]:
+    """An opaque payload as it is counted: its compact JSON with the images and PDFs in it
+    left out, and their tokens (`image_tokens`, `pdf_tokens`). Such media is a base64
+    ``data:`` URL, or base64 ``data`` beside its ``media_type`` (a Responses computer-use
+    screenshot or input file, an Anthropic document, a framework's binary part the adapter
+    keeps whole): counted as text, one screenshot cost 160k tokens, one PDF twice a 200k
+    window."""
+    text = compact_json(dict(payload))
+    if not any(word in text for word in _MEDIA_WORDS):  # most payloads: a few searches in C
+        return text, 0
+    media = 0
+
+    def without_media(value: Any) -> Any:
+        nonlocal media
+        if isinstance(value, str):
+            found = _DATA_URL.match(value)
+            tokens = found and _media_tokens(found.group(1), value[found.end() :])
+            if tokens is None:
+                return value
+            media += tokens
+            return ""
+        if isinstance(value, Mapping):
+            tokens = _referenced_media(value)
+            if tokens is not None:
+                media += tokens
+                return {}
+            kind, data = value.get("media_type"), value.get("data")
+            if isinstance(data, str) and (audio := value.get("format")) in _AUDIO_FORMATS:
+                media += audio_tokens(data, audio)  # Chat input_audio
+                return {k: v for k, v in value.items() if k != "data"}
+            if isinstance(kind, str) and isinstance(data, str):  # a source, a binary part
+                tokens = _media_tokens(kind, data)
+                if tokens is not None:
+                    media += tokens
+                    return {k: v for k, v in value.items() if k != "data"}
+            return {k: without_media(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [without_media(v) for v in value]
+        return value
+
+    try:
+        stripped = without_media(payload)
+    except RecursionError:  # nested past what a walk reaches: counted as the text it is
+        return text, 0
+    return (compact_json(stripped), media) if media else (text, 0)
