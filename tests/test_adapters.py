@@ -1571,3 +1571,19 @@ def test_an_output_a_reference_may_stand_for_is_refused_past_other_items(
     with pytest.raises(UnsupportedMessageError, match="item_reference") as refused:
         from_openai_responses([{"role": "user", "content": "go"}, *items])
     assert refused.value.index == 4
+
+
+def test_a_built_in_calls_id_is_no_tool_name_and_answers_no_function_output() -> None:
+    """Built-in calls were kept beside the calls' tool names: an output answering no function
+    call but sharing a built-in call's id took its item type as tool name, and passed for
+    answered after a reference (a hostile run)."""
+    items = [
+        {"role": "user", "content": "go"},
+        {"type": "shell_call", "call_id": "call_1", "action": {"commands": ["ls"]}},
+        {"type": "shell_call_output", "call_id": "call_1", "output": []},
+        {"type": "function_call_output", "call_id": "call_1", "output": "x"},
+    ]
+    result = from_openai_responses(items)[-1]
+    assert isinstance(result, ToolResultMessage) and result.tool_name is None
+    with pytest.raises(UnsupportedMessageError, match="item_reference"):
+        from_openai_responses([items[0], {"type": "item_reference", "id": "r"}, *items[1:]])

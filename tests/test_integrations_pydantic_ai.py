@@ -781,3 +781,36 @@ def test_a_pdf_a_prompt_carries_is_counted_by_its_pages() -> None:
     (message,) = from_pydantic_ai([ModelRequest([prompt])])
     counted = MessageCounter(lazy=False).count(message)
     assert 2 * PDF_PAGE_TOKENS <= counted < 2 * PDF_PAGE_TOKENS + 200
+
+
+def test_a_computer_call_whose_reasoning_was_dropped_loses_its_stored_item_id_too() -> None:
+    """A computer call keeps the item it came as in ``provider_details``, which pydantic-ai's
+    Responses model sends as it is: its id still named the reasoning left out (a hostile
+    run)."""
+    from pydantic_ai.computer_use import ComputerCallPart
+
+    from agentctx.ledger import DropThinking, Ledger, anchor, render
+
+    item = {"type": "computer_call", "id": "cu_1", "call_id": "call_1", "status": "completed"}
+    call = ComputerCallPart(
+        "computer",
+        {"actions": [{"type": "screenshot"}]},
+        tool_call_id="call_1",
+        id="cu_1",
+        provider_name="openai",
+        provider_details={"computer_call": item},
+    )
+    messages: list[ModelMessage] = [
+        ModelRequest([UserPromptPart("open the page")]),
+        ModelResponse([ThinkingPart("plan", id="rs_1", signature="enc"), call]),
+        ModelRequest([ToolReturnPart("computer", "done", "call_1")]),
+        ModelResponse([TextPart("opened")]),
+        ModelRequest([UserPromptPart("next")]),
+    ]
+    raw = from_pydantic_ai(messages)
+    ledger = Ledger()
+    ledger.add(DropThinking(anchor(raw, 1), "old"), raw)
+    (back,) = to_pydantic_ai(render(raw, ledger).messages, messages)[1].parts  # type: ignore[union-attr]
+    assert back.id is None and back.provider_details == {  # type: ignore[union-attr]
+        "computer_call": {"type": "computer_call", "call_id": "call_1", "status": "completed"}
+    }

@@ -1184,3 +1184,72 @@ def test_audio_is_counted_by_its_length() -> None:
     assert 60 <= counted < 120  # about 10 a second
     other = {"type": "x", "value": {"data": "a" * 4000, "format": "json"}}  # no audio
     assert MessageCounter(lazy=False).count(UserMessage((OpaqueBlock("x", other),))) > 400
+
+
+def _wav(seconds: int, rate: int = 16_000) -> str:
+    import struct
+
+    header = b"RIFF" + struct.pack("<I", 36 + seconds * rate * 2) + b"WAVEfmt "
+    header += struct.pack("<IHHIIHH", 16, 1, 1, rate, rate * 2, 2, 16) + b"data"
+    pcm = random.Random(0).randbytes(seconds * rate * 2)
+    return base64.b64encode(header + struct.pack("<I", len(pcm)) + pcm).decode()
+
+
+@pytest.mark.parametrize(
+    ("payload", "low", "high"),
+    [  # the forms LangChain and pydantic-ai keep whole, as their providers' are counted
+        ({"type": "audio", "base64": "{wav}", "mime_type": "audio/wav"}, 60, 130),
+        ({"kind": "binary", "data": "{wav}", "media_type": "audio/wav"}, 60, 130),
+        ({"type": "file", "file_id": "file-abc"}, 12_500, 12_600),
+        ({"type": "file", "source_type": "url", "url": "https://e.com/a.pdf"}, 12_500, 12_600),
+        ({"kind": "document-url", "url": "https://e.com/a.pdf"}, 12_500, 12_600),
+        ({"type": "file", "base64": "{pdf}", "mime_type": "application/pdf"}, 7_500, 7_600),
+    ],
+)
+def test_media_in_a_frameworks_own_form_is_counted_as_media(
+    payload: dict[str, Any], low: int, high: int
+) -> None:
+    """The fixes for media inside provider items read the providers' forms only: the same
+    WAV as a framework's block was 160k tokens, a PDF 512k, a file by id 25 (a hostile run)."""
+    filled = json.loads(json.dumps(payload).replace("{wav}", _wav(6)).replace("{pdf}", _pdf(3)))
+    counted = MessageCounter(lazy=False).count(UserMessage((OpaqueBlock("x", filled),)))
+    assert low <= counted < high
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {
+            "data": "<svg>" + "<path d='M 0 0 L 10 10'/>" * 2000 + "</svg>",
+            "media_type": "image/svg+xml",
+        },
+        {"data": "a,b\n1,2\n" * 4000, "format": "mp3"},
+        {"data": "a,b\n1,2", "format": {"delimiter": ","}},  # an MCP tool's own arguments
+        {"listing": [{"type": "file", "name": "a.py", "url": "https://api.github.com/a.py"}]},
+    ],
+    ids=["svg markup", "text beside an audio format", "a format that is a mapping", "a listing"],
+)
+def test_data_that_only_looks_like_media_by_its_keys_is_counted_as_its_text(
+    payload: dict[str, Any],
+) -> None:
+    """A field named ``data`` beside ``media_type`` or ``format`` can hold anything: counted as
+    media it was undercounted (60 KB of SVG 1.6k tokens), and a ``format`` that is a mapping
+    raised a bare `TypeError` from every prepare (found by a hostile run)."""
+    message = UserMessage((OpaqueBlock("mcp", {"type": "mcp_tool_use", "input": payload}),))
+    renamed = UserMessage(
+        (OpaqueBlock("mcp", {"type": "mcp_tool_use", "args": list(payload.values())}),)
+    )
+    for lazy in (True, False):  # as the same text under other keys, quick and full
+        counter = MessageCounter(lazy=lazy)
+        assert counter.count(message) >= 0.95 * counter.count(renamed)
+
+
+def test_a_document_by_reference_keeps_its_context_in_the_count() -> None:
+    context = "the contract between the parties, summarized: " * 500
+    bare = {"type": "document", "source": {"type": "url", "url": "https://e.com/a.pdf"}}
+    counter = MessageCounter(lazy=False)
+    with_context = counter.count(
+        UserMessage((OpaqueBlock("anthropic", bare | {"context": context}),))
+    )
+    alone = counter.count(UserMessage((OpaqueBlock("anthropic", bare),)))
+    assert with_context - alone >= 0.9 * counter.count_text(context)

@@ -444,7 +444,12 @@ def _note_given(item: Mapping[str, Any], names: dict[str, str]) -> None:
     if kind == "item_reference":
         names[_REFERENCED] = kind
     elif isinstance(kind, str) and kind.endswith("_call") and isinstance(call_id, str):
-        names.setdefault(call_id, kind)
+        names[_built_in(kind, call_id)] = kind
+
+
+def _built_in(kind: str, call_id: str) -> str:
+    """The key in ``names`` of a built-in tool's call (apart from the calls' tool names)."""
+    return f"\0{kind}\0{call_id}"
 
 
 class _Given:
@@ -460,7 +465,10 @@ class _Given:
         if (
             isinstance(kind, str)
             and kind.endswith("_call_output")
-            and (not isinstance(call_id, str) or self.names.get(call_id) != kind[: -len("_output")])
+            and (
+                not isinstance(call_id, str)
+                or _built_in(kind.removesuffix("_output"), call_id) not in self.names
+            )
         ):
             self.check(index, item)
         _note_given(item, self.names)

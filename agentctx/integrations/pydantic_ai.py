@@ -46,6 +46,7 @@ import base64
 import binascii
 import dataclasses
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -102,7 +103,7 @@ except ImportError as exc:
     raise MissingExtraError("pydantic-ai", exc.name, needed_by=__name__) from exc
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Sequence
 
     from pydantic_ai.messages import UserContent as PydanticUserContent
     from pydantic_ai.models import ModelRequestContext
@@ -548,8 +549,20 @@ def _response_back(m: AssistantMessage, h: _History, stamp: datetime) -> ModelRe
 
 
 def _without_item_id(part: ModelResponsePart) -> ModelResponsePart:
-    if getattr(part, "id", None) is None:
+    """``part`` without its item id, in its stored item too (a computer call keeps the item
+    it came as in ``provider_details``, which the Responses model sends as it is)."""
+    item_id = getattr(part, "id", None)
+    if item_id is None:
         return part
+    details = getattr(part, "provider_details", None)
+    if isinstance(details, Mapping):
+        details = {
+            k: {f: v for f, v in item.items() if f != "id"}
+            if isinstance(item, Mapping) and item.get("id") == item_id
+            else item
+            for k, item in details.items()
+        }
+        return dataclasses.replace(part, id=None, provider_details=details)  # type: ignore[arg-type]
     return dataclasses.replace(part, id=None)  # type: ignore[arg-type]
 
 

@@ -71,46 +71,62 @@ def audio_tokens(data: str, audio_format: str) -> int:
 
 
 _DATA_URL = re.compile(r"data:([\w.+-]+/[\w.+-]+);base64,", re.IGNORECASE)
-
-
-def _media_tokens(media_type: str, data: str) -> int | None:
-    """Tokens of base64 media a provider reads as media (an image, a PDF); ``None``: other
-    data, counted as the text it is."""
-    kind = media_type.lower()
-    if kind.startswith("image/"):
-        return image_tokens(ImageBlock(kind, data))
-    if kind == "application/pdf":
-        return pdf_tokens(data)
-    return None
-
-
+_BASE64_HEAD = re.compile(r"[A-Za-z0-9+/_=\r\n-]{16,}")  # base64, URL-safe, with line breaks
 _AUDIO_FORMATS = frozenset(("wav", "mp3", "flac", "opus", "pcm16", "aac", "ogg", "m4a", "webm"))
+_AUDIO_SUBTYPES = {"mpeg": "mp3", "x-wav": "wav", "wave": "wav", "vnd.wave": "wav"}
 _MEDIA_WORDS = (
     "base64",
     "BASE64",
     "media_type",
+    "mime_type",
     "file_id",
     "file_url",
     '"url"',
     '"file"',
     '"format"',
 )
+# A document or file by reference: what names it, beside what the model reads of it.
+_REFERENCE_FIELDS = frozenset(("source", "file", "file_url", "file_id", "url", "id"))
 
 
-def _referenced_media(value: Mapping[str, Any]) -> int | None:
-    """Tokens of a document or file given by reference (an Anthropic document's ``url`` or
-    ``file`` source, a Responses ``input_file`` or Chat ``file`` part without its data): its
-    size is not known here (`UNKNOWN_DOCUMENT_TOKENS`); ``None`` for anything else."""
+def _base64(data: object) -> str | None:
+    """``data`` when it reads as base64 (its start does), else ``None``: a field named
+    ``data`` can hold anything, an SVG's markup or a CSV."""
+    return data if isinstance(data, str) and _BASE64_HEAD.fullmatch(data[:256]) else None
+
+
+def _media_tokens(media_type: str, data: str) -> int | None:
+    """Tokens of base64 media a provider reads as media (an image, a PDF, audio); ``None``:
+    other data, counted as the text it is."""
+    kind = media_type.lower()
+    if kind.startswith("image/"):
+        return image_tokens(ImageBlock(kind, data))
+    if kind == "application/pdf":
+        return pdf_tokens(data)
+    if kind.startswith("audio/"):
+        subtype = kind.removeprefix("audio/")
+        return audio_tokens(data, _AUDIO_SUBTYPES.get(subtype, subtype))
+    return None
+
+
+def _by_reference(value: Mapping[str, Any]) -> bool:
+    """Whether ``value`` is a document or file given by reference, not by its data: an
+    Anthropic document's ``url`` or ``file`` source, a Responses ``input_file`` or a Chat
+    ``file`` part by id or URL, LangChain's file block by id or URL, pydantic-ai's
+    ``DocumentUrl``."""
     kind = value.get("type")
     if kind == "document":
         source = value.get("source")
-        if isinstance(source, Mapping) and source.get("type") in ("url", "file"):
-            return UNKNOWN_DOCUMENT_TOKENS
-    if kind == "input_file" and "file_data" not in value:
-        return UNKNOWN_DOCUMENT_TOKENS if value.get("file_url") or value.get("file_id") else None
+        return isinstance(source, Mapping) and source.get("type") in ("url", "file")
     if kind == "file" and isinstance(file := value.get("file"), Mapping):
-        return UNKNOWN_DOCUMENT_TOKENS if "file_data" not in file and file.get("file_id") else None
-    return None
+        value = file  # Chat's part
+    elif kind == "file":  # LangChain's: by its own marks, not any JSON typed "file" (a listing)
+        if not (value.get("source_type") in ("url", "id") or "mime_type" in value):
+            return "file_id" in value
+    elif kind != "input_file" and value.get("kind") != "document-url":
+        return False
+    has_data = any(k in value for k in ("file_data", "data", "base64"))
+    return not has_data and any(value.get(k) for k in ("file_id", "file_url", "url", "id"))
 
 
 def opaque_cost(payload: Mapping[str, Any]) -> tuple[str, int]:
@@ -135,19 +151,20 @@ def opaque_cost(payload: Mapping[str, Any]) -> tuple[str, int]:
             media += tokens
             return ""
         if isinstance(value, Mapping):
-            tokens = _referenced_media(value)
+            if _by_reference(value):  # its size is not known here
+                media += UNKNOWN_DOCUMENT_TOKENS
+                return {k: without_media(v) for k, v in value.items() if k not in _REFERENCE_FIELDS}
+            data = _base64(value.get("data")) or _base64(value.get("base64"))
+            kind = value.get("media_type") or value.get("mime_type")
+            audio = value.get("format")
+            tokens = None
+            if data is not None and isinstance(kind, str):  # a source, a binary part
+                tokens = _media_tokens(kind, data)
+            elif data is not None and isinstance(audio, str) and audio in _AUDIO_FORMATS:
+                tokens = audio_tokens(data, audio)  # Chat's input_audio
             if tokens is not None:
                 media += tokens
-                return {}
-            kind, data = value.get("media_type"), value.get("data")
-            if isinstance(data, str) and (audio := value.get("format")) in _AUDIO_FORMATS:
-                media += audio_tokens(data, audio)  # Chat input_audio
-                return {k: v for k, v in value.items() if k != "data"}
-            if isinstance(kind, str) and isinstance(data, str):  # a source, a binary part
-                tokens = _media_tokens(kind, data)
-                if tokens is not None:
-                    media += tokens
-                    return {k: v for k, v in value.items() if k != "data"}
+                return {k: v for k, v in value.items() if k not in ("data", "base64")}
             return {k: without_media(v) for k, v in value.items()}
         if isinstance(value, list | tuple):
             return [without_media(v) for v in value]
