@@ -1253,3 +1253,51 @@ def test_a_document_by_reference_keeps_its_context_in_the_count() -> None:
     )
     alone = counter.count(UserMessage((OpaqueBlock("anthropic", bare),)))
     assert with_context - alone >= 0.9 * counter.count_text(context)
+
+
+@pytest.mark.parametrize(
+    ("payload", "low", "high"),
+    [
+        ({"type": "image", "source": {"type": "file", "file_id": "file_011"}}, 1_600, 1_700),
+        ({"type": "input_image", "file_id": "file-abc", "detail": "auto"}, 1_600, 1_700),
+        ({"type": "image", "file_id": "file-abc"}, 1_600, 1_700),  # LangChain v1
+        ({"kind": "uploaded-file", "file_id": "f", "media_type": "image/png"}, 1_600, 1_700),
+        (
+            {"kind": "uploaded-file", "file_id": "f", "media_type": "application/pdf"},
+            12_500,
+            12_600,
+        ),
+    ],
+)
+def test_an_image_or_file_by_id_is_counted_as_what_it_is(
+    payload: dict[str, Any], low: int, high: int
+) -> None:
+    """An Anthropic image by file id was a five-page document; a Responses or LangChain image
+    by id, or a pydantic-ai uploaded file, 25 tokens of JSON (found by a hostile run)."""
+    counted = MessageCounter(lazy=False).count(UserMessage((OpaqueBlock("x", payload),)))
+    assert low <= counted < high
+
+
+def test_a_data_url_a_tool_wrote_is_the_text_it_is() -> None:
+    """In an MCP tool's output a data URL is text the model reads: it was counted as the image
+    it names, 1.6k tokens for 50k (found by a hostile run)."""
+    data = png(640, 480) + base64.b64encode(random.Random(0).randbytes(60_000)).decode()
+    url = "data:image/png;base64," + data
+    counter = MessageCounter(lazy=False)
+    as_text = counter.count(UserMessage((TextBlock(url),)))
+    for item in (
+        {"type": "mcp_call", "name": "screenshot", "output": url},
+        {"type": "mcp_tool_result", "content": [{"type": "text", "text": url}]},
+    ):
+        assert counter.count(UserMessage((OpaqueBlock("x", item),))) >= 0.95 * as_text
+
+
+def test_a_text_file_as_binary_data_is_counted_as_its_text() -> None:
+    """A CSV as pydantic-ai ``BinaryContent`` is sent as its text: it was counted as its
+    base64, 2.6 times over (found by a hostile run)."""
+    text = "id,name,city\n" + "".join(f"{i},Customer {i},Springfield\n" for i in range(2000))
+    data = base64.urlsafe_b64encode(text.encode()).decode()
+    part = {"data": data, "media_type": "text/csv", "kind": "binary"}
+    counter = MessageCounter(lazy=False)
+    counted = counter.count(UserMessage((OpaqueBlock("pydantic_ai", part),)))
+    assert counted == pytest.approx(counter.count(UserMessage((TextBlock(text),))), rel=0.05)

@@ -16,7 +16,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentctx.messages import ImageBlock
-from agentctx.tokens.estimate import URL_SAFE_TO_STANDARD, compact_json, image_tokens
+from agentctx.tokens.estimate import (
+    UNKNOWN_IMAGE_TOKENS,
+    URL_SAFE_TO_STANDARD,
+    compact_json,
+    image_tokens,
+)
 
 __all__ = [
     "AUDIO_TOKENS_PER_SECOND",
@@ -86,7 +91,23 @@ _MEDIA_WORDS = (
     '"format"',
 )
 # A document or file by reference: what names it, beside what the model reads of it.
-_REFERENCE_FIELDS = frozenset(("source", "file", "file_url", "file_id", "url", "id"))
+_REFERENCE_FIELDS = frozenset(("source", "file", "file_url", "file_id", "url", "image_url", "id"))
+_MEDIA_URL_KEYS = frozenset(("image_url", "url", "file_data"))  # where a data: URL is media
+_TEXT_TYPES = ("text/", "application/json", "application/xml", "application/x-yaml")
+
+
+def _text_like(media_type: str) -> bool:
+    """Whether a file of this type is read as the text it holds (CSV, JSON, code)."""
+    kind = media_type.lower()
+    return kind.startswith(_TEXT_TYPES) or kind.endswith(("+json", "+xml"))
+
+
+def _decoded(data: str) -> str:
+    try:
+        raw = base64.b64decode(data.translate(URL_SAFE_TO_STANDARD) + "=" * (-len(data) % 4))
+    except (binascii.Error, ValueError):
+        return data
+    return raw.decode("utf-8", "replace")
 
 
 def _base64(data: object) -> str | None:
@@ -109,11 +130,27 @@ def _media_tokens(media_type: str, data: str) -> int | None:
     return None
 
 
-def _by_reference(value: Mapping[str, Any]) -> bool:
-    """Whether ``value`` is a document or file given by reference, not by its data: an
-    Anthropic document's ``url`` or ``file`` source, a Responses ``input_file`` or a Chat
-    ``file`` part by id or URL, LangChain's file block by id or URL, pydantic-ai's
-    ``DocumentUrl``."""
+def _by_reference(value: Mapping[str, Any]) -> int | None:
+    """Tokens of an image or a document given by reference, not by its data (its size is not
+    known here: `UNKNOWN_IMAGE_TOKENS`, `UNKNOWN_DOCUMENT_TOKENS`); ``None`` for anything
+    else."""
+    kind = value.get("type")
+    if value.get("kind") == "uploaded-file":  # pydantic-ai's file by a provider's id
+        media_type = value.get("media_type")
+        is_image = isinstance(media_type, str) and media_type.startswith("image/")
+        return UNKNOWN_IMAGE_TOKENS if is_image else UNKNOWN_DOCUMENT_TOKENS
+    if kind in ("image", "input_image"):
+        source, url = value.get("source"), value.get("image_url") or value.get("url")
+        by_source = isinstance(source, Mapping) and source.get("type") in ("url", "file")
+        by_url = isinstance(url, str) and not url.startswith(("data:", "DATA:"))
+        return UNKNOWN_IMAGE_TOKENS if by_source or by_url or value.get("file_id") else None
+    return UNKNOWN_DOCUMENT_TOKENS if _document_by_reference(value) else None
+
+
+def _document_by_reference(value: Mapping[str, Any]) -> bool:
+    """Whether ``value`` is a document or file given by reference: an Anthropic document's
+    ``url`` or ``file`` source, a Responses ``input_file`` or a Chat ``file`` part by id or
+    URL, LangChain's file block by id or URL, pydantic-ai's ``DocumentUrl``."""
     kind = value.get("type")
     if kind == "document":
         source = value.get("source")
@@ -130,33 +167,45 @@ def _by_reference(value: Mapping[str, Any]) -> bool:
 
 
 def opaque_cost(payload: Mapping[str, Any]) -> tuple[str, int]:
-    """An opaque payload as it is counted: its compact JSON with the images and PDFs in it
-    left out, and their tokens (`image_tokens`, `pdf_tokens`). Such media is a base64
-    ``data:`` URL, or base64 ``data`` beside its ``media_type`` (a Responses computer-use
-    screenshot or input file, an Anthropic document, a framework's binary part the adapter
-    keeps whole): counted as text, one screenshot cost 160k tokens, one PDF twice a 200k
-    window."""
+    """An opaque payload as it is counted: its compact JSON with the media in it left out,
+    and the media's tokens (`image_tokens`, `pdf_tokens`, `audio_tokens`, and the unknown
+    sizes of media by reference). Media is what a provider reads as media: a base64 ``data:``
+    URL where a URL names media (``image_url``, ``url``, ``file_data``), base64 ``data``
+    beside its media or MIME type, Chat's audio, an image or a file by id or URL (a
+    Responses computer-use screenshot or input file, an Anthropic document, a framework's
+    binary part the adapter keeps whole). A text file's data is counted as its text; what
+    a tool wrote (a data URL in its output) is the text it is."""
     text = compact_json(dict(payload))
     if not any(word in text for word in _MEDIA_WORDS):  # most payloads: a few searches in C
         return text, 0
     media = 0
+    read_as_text: list[bool] = []  # a text file's data was read as its text
 
-    def without_media(value: Any) -> Any:
+    def without_media(value: Any, key: object = None) -> Any:
         nonlocal media
         if isinstance(value, str):
-            found = _DATA_URL.match(value)
+            # Only where a provider reads a URL as the media it names: the same string in
+            # a tool's output is text to the model.
+            found = _DATA_URL.match(value) if key in _MEDIA_URL_KEYS else None
             tokens = found and _media_tokens(found.group(1), value[found.end() :])
             if tokens is None:
                 return value
             media += tokens
             return ""
         if isinstance(value, Mapping):
-            if _by_reference(value):  # its size is not known here
-                media += UNKNOWN_DOCUMENT_TOKENS
-                return {k: without_media(v) for k, v in value.items() if k not in _REFERENCE_FIELDS}
+            referenced = _by_reference(value)
+            if referenced is not None:  # its size is not known here
+                media += referenced
+                return {
+                    k: without_media(v, k) for k, v in value.items() if k not in _REFERENCE_FIELDS
+                }
             data = _base64(value.get("data")) or _base64(value.get("base64"))
             kind = value.get("media_type") or value.get("mime_type")
             audio = value.get("format")
+            rest = {k: v for k, v in value.items() if k not in ("data", "base64")}
+            if data is not None and isinstance(kind, str) and _text_like(kind):
+                read_as_text.append(True)
+                return {**rest, "text": _decoded(data)}  # read as the text it holds
             tokens = None
             if data is not None and isinstance(kind, str):  # a source, a binary part
                 tokens = _media_tokens(kind, data)
@@ -164,14 +213,14 @@ def opaque_cost(payload: Mapping[str, Any]) -> tuple[str, int]:
                 tokens = audio_tokens(data, audio)  # Chat's input_audio
             if tokens is not None:
                 media += tokens
-                return {k: v for k, v in value.items() if k not in ("data", "base64")}
-            return {k: without_media(v) for k, v in value.items()}
+                return rest
+            return {k: without_media(v, k) for k, v in value.items()}
         if isinstance(value, list | tuple):
-            return [without_media(v) for v in value]
+            return [without_media(v, key) for v in value]
         return value
 
     try:
         stripped = without_media(payload)
     except RecursionError:  # nested past what a walk reaches: counted as the text it is
         return text, 0
-    return (compact_json(stripped), media) if media else (text, 0)
+    return (compact_json(stripped), media) if media or read_as_text else (text, 0)
