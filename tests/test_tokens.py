@@ -1301,3 +1301,54 @@ def test_a_text_file_as_binary_data_is_counted_as_its_text() -> None:
     counter = MessageCounter(lazy=False)
     counted = counter.count(UserMessage((OpaqueBlock("pydantic_ai", part),)))
     assert counted == pytest.approx(counter.count(UserMessage((TextBlock(text),))), rel=0.05)
+
+
+@pytest.mark.parametrize(
+    ("payload", "low", "high"),
+    [
+        ({"type": "computer_screenshot", "file_id": "file-abc"}, 1_600, 1_700),
+        ({"type": "computer_screenshot", "image_url": "https://e.com/shot.png"}, 1_600, 1_700),
+        ({"type": "image", "source_type": "id", "id": "file-abc"}, 1_600, 1_700),  # LangChain v0
+        ({"type": "image_generation_call", "id": "ig_1", "result": "{png}"}, 1_400, 1_500),
+    ],
+)
+def test_more_images_are_counted_as_images(payload: dict[str, Any], low: int, high: int) -> None:
+    """A screenshot by id or URL and LangChain's older image by id were 25 tokens of JSON; an
+    image a Responses call generated, its base64 as text: a million tokens (a hostile run)."""
+    data = png(1024, 1024) + base64.b64encode(random.Random(0).randbytes(30_000)).decode()
+    filled = json.loads(json.dumps(payload).replace("{png}", data))
+    counted = MessageCounter(lazy=False).count(UserMessage((OpaqueBlock("x", filled),)))
+    assert low <= counted < high
+
+
+def test_what_the_model_wrote_and_text_sources_are_text_whatever_their_keys() -> None:
+    """Slack image blocks in a tool's input were images, a data URL an agent wrote under
+    ``url`` an image, a plain-text document source decoded as base64 (a hostile run)."""
+    slack = {
+        "blocks": [
+            {"type": "image", "image_url": f"https://e.com/{i}.png", "alt_text": "chart"}
+            for i in range(5)
+        ]
+        + [{"type": "button", "url": "https://e.com"}]
+    }
+    url = "data:image/png;base64," + png(64, 64) + "A" * 20_000
+    ids = "\n".join(f"{i:040x}" for i in range(2000))
+    for payload in (
+        {"type": "mcp_tool_use", "name": "post", "input": slack},
+        {"type": "mcp_tool_use", "name": "upload", "input": {"url": url}},
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": ids}},
+    ):
+        counter = MessageCounter(lazy=False)
+        counted = counter.count(UserMessage((OpaqueBlock("anthropic", payload),)))
+        as_text = counter.count_text(json.dumps(payload, separators=(",", ":")))
+        assert counted >= 0.9 * as_text
+
+
+def test_a_text_file_as_a_data_url_is_counted_as_its_text() -> None:
+    text = "id,name\n" + "".join(f"{i},Customer {i}\n" for i in range(3000))
+    url = "data:text/csv;base64," + base64.b64encode(text.encode()).decode()
+    counter = MessageCounter(lazy=False)
+    counted = counter.count(
+        UserMessage((OpaqueBlock("x", {"type": "input_file", "file_data": url}),))
+    )
+    assert counted == pytest.approx(counter.count(UserMessage((TextBlock(text),))), rel=0.05)

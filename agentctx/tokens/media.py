@@ -87,12 +87,16 @@ _MEDIA_WORDS = (
     "file_id",
     "file_url",
     '"url"',
+    '"image_url"',
     '"file"',
     '"format"',
+    '"source_type"',
+    "image_generation_call",
 )
 # A document or file by reference: what names it, beside what the model reads of it.
 _REFERENCE_FIELDS = frozenset(("source", "file", "file_url", "file_id", "url", "image_url", "id"))
 _MEDIA_URL_KEYS = frozenset(("image_url", "url", "file_data"))  # where a data: URL is media
+_TOOL_USE = re.compile(r"tool_use$|_call$")  # a tool call's item: its input is what was written
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/x-yaml")
 
 
@@ -139,11 +143,16 @@ def _by_reference(value: Mapping[str, Any]) -> int | None:
         media_type = value.get("media_type")
         is_image = isinstance(media_type, str) and media_type.startswith("image/")
         return UNKNOWN_IMAGE_TOKENS if is_image else UNKNOWN_DOCUMENT_TOKENS
-    if kind in ("image", "input_image"):
-        source, url = value.get("source"), value.get("image_url") or value.get("url")
+    if kind in ("input_image", "computer_screenshot"):  # OpenAI's, by URL or id
+        url = value.get("image_url")
+        by_url = isinstance(url, str) and not url.startswith(("data:", "DATA:"))
+        return UNKNOWN_IMAGE_TOKENS if by_url or value.get("file_id") else None
+    if kind == "image":  # Anthropic's by its source; LangChain's by URL or id
+        source, url = value.get("source"), value.get("url")
         by_source = isinstance(source, Mapping) and source.get("type") in ("url", "file")
         by_url = isinstance(url, str) and not url.startswith(("data:", "DATA:"))
-        return UNKNOWN_IMAGE_TOKENS if by_source or by_url or value.get("file_id") else None
+        by_id = value.get("file_id") or (value.get("source_type") == "id" and value.get("id"))
+        return UNKNOWN_IMAGE_TOKENS if by_source or by_url or by_id else None
     return UNKNOWN_DOCUMENT_TOKENS if _document_by_reference(value) else None
 
 
@@ -187,30 +196,45 @@ def opaque_cost(payload: Mapping[str, Any]) -> tuple[str, int]:
             # Only where a provider reads a URL as the media it names: the same string in
             # a tool's output is text to the model.
             found = _DATA_URL.match(value) if key in _MEDIA_URL_KEYS else None
-            tokens = found and _media_tokens(found.group(1), value[found.end() :])
+            if found is None:
+                return value
+            kind, data = found.group(1), value[found.end() :]
+            if _text_like(kind):
+                read_as_text.append(True)
+                return _decoded(data)
+            tokens = _media_tokens(kind, data)
             if tokens is None:
                 return value
             media += tokens
             return ""
         if isinstance(value, Mapping):
+            kind = value.get("type")
+            image = _base64(value.get("result")) if kind == "image_generation_call" else None
+            if image is not None:  # the image it made, base64 in ``result``
+                media += image_tokens(ImageBlock("image/png", image))  # its size is read
+                return {k: v for k, v in value.items() if k != "result"}
+            if kind == "text" or (isinstance(kind, str) and _TOOL_USE.search(kind)):
+                # What the model wrote (a tool's input) and a text source are text, read
+                # as written whatever keys they hold.
+                return value
             referenced = _by_reference(value)
             if referenced is not None:  # its size is not known here
                 media += referenced
                 return {
                     k: without_media(v, k) for k, v in value.items() if k not in _REFERENCE_FIELDS
                 }
-            data = _base64(value.get("data")) or _base64(value.get("base64"))
-            kind = value.get("media_type") or value.get("mime_type")
+            encoded = _base64(value.get("data")) or _base64(value.get("base64"))
+            media_type = value.get("media_type") or value.get("mime_type")
             audio = value.get("format")
             rest = {k: v for k, v in value.items() if k not in ("data", "base64")}
-            if data is not None and isinstance(kind, str) and _text_like(kind):
+            if encoded is not None and isinstance(media_type, str) and _text_like(media_type):
                 read_as_text.append(True)
-                return {**rest, "text": _decoded(data)}  # read as the text it holds
+                return {**rest, "text": _decoded(encoded)}  # read as the text it holds
             tokens = None
-            if data is not None and isinstance(kind, str):  # a source, a binary part
-                tokens = _media_tokens(kind, data)
-            elif data is not None and isinstance(audio, str) and audio in _AUDIO_FORMATS:
-                tokens = audio_tokens(data, audio)  # Chat's input_audio
+            if encoded is not None and isinstance(media_type, str):  # a source, a binary part
+                tokens = _media_tokens(media_type, encoded)
+            elif encoded is not None and isinstance(audio, str) and audio in _AUDIO_FORMATS:
+                tokens = audio_tokens(encoded, audio)  # Chat's input_audio
             if tokens is not None:
                 media += tokens
                 return rest
