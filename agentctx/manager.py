@@ -826,8 +826,9 @@ class ContextManager:
             # anchor, before it renders under them (the raw history is still empty).
             check_history(history)
             stale = state.ledger.drop_stale(history)
-            unreadable = (misfit := state.ledger.misfit(history)) is not None
-            if misfit is not None:
+            misfit = state.ledger.misfit(history)
+            unreadable = misfit is not None
+            if unreadable:
                 # A decision no strategy could have taken here (forged reasoning, blocks no
                 # result holds): the ledger was edited or corrupted, and is read as one
                 # that cannot be read.

@@ -393,7 +393,6 @@ def from_openai_responses(
     out: list[Message] = []
     run: list[AssistantContent] = []
     names = {} if names is None else names
-    given = _Given(names)
     for index, item in enumerate(items, start):
         if not isinstance(item, Mapping):
             raise UnsupportedMessageError(index, f"item of type {type(item).__name__}")
@@ -405,11 +404,15 @@ def from_openai_responses(
             out.append(_user_item(index, item))
         elif kind in _OUTPUTS and isinstance(item.get("call_id"), str):
             if item["call_id"] not in names:
-                given.check(index, item)
+                _refuse_if_referenced(index, item, names)
             _flush(out, run)
             out.append(_output(index, item, names))
         elif isinstance(kind, str) or role == "assistant":
-            given.note(index, item)
+            if isinstance(kind, str) and kind.endswith("_call_output"):
+                call = _built_in(kind.removesuffix("_output"), str(item.get("call_id")))
+                if call not in names:
+                    _refuse_if_referenced(index, item, names)
+            _note_given(item, names)
             blocks = _assistant_side(item)
             names.update((b.id, b.name) for b in blocks if isinstance(b, ToolCall))
             run.extend(blocks)
@@ -452,39 +455,17 @@ def _built_in(kind: str, call_id: str) -> str:
     return f"\0{kind}\0{call_id}"
 
 
-class _Given:
-    """What the input gave before the item being read (its parts before, through ``names``):
-    the calls, and whether an ``item_reference`` (a call stored server-side, named by its id)
-    came."""
-
-    def __init__(self, names: dict[str, str]) -> None:
-        self.names = names
-
-    def note(self, index: int, item: Mapping[str, Any]) -> None:
-        kind, call_id = item.get("type"), item.get("call_id")
-        if (
-            isinstance(kind, str)
-            and kind.endswith("_call_output")
-            and (
-                not isinstance(call_id, str)
-                or _built_in(kind.removesuffix("_output"), call_id) not in self.names
-            )
-        ):
-            self.check(index, item)
-        _note_given(item, self.names)
-
-    def check(self, index: int, output: Mapping[str, Any]) -> None:
-        """Refuse ``output``, whose call is not in the input, when a reference before it may
-        stand for that call: which call it answers is not known here, so it could be neither
-        kept with its call nor left out honestly."""
-        if _REFERENCED in self.names:
-            raise UnsupportedMessageError(
-                index,
-                f"a {output['type']} whose call may be given by an item_reference: which call "
-                "it answers is stored server-side, so compaction cannot keep them together; "
-                "send the call item itself, or continue with previous_response_id (sent as it "
-                "is)",
-            )
+def _refuse_if_referenced(index: int, output: Mapping[str, Any], names: dict[str, str]) -> None:
+    """Refuse ``output``, whose call is not in the input, when a reference before it may
+    stand for that call: which call it answers is not known here, so it could be neither kept
+    with its call nor left out honestly."""
+    if _REFERENCED in names:
+        raise UnsupportedMessageError(
+            index,
+            f"a {output['type']} whose call may be given by an item_reference: which call it "
+            "answers is stored server-side, so compaction cannot keep them together; send the "
+            "call item itself, or continue with previous_response_id (sent as it is)",
+        )
 
 
 def is_assistant_side(item: object) -> bool:

@@ -32,6 +32,16 @@ __all__ = [
     "pdf_tokens",
 ]
 
+
+def _decode(data: str) -> bytes:
+    """The bytes of base64 ``data``, standard or URL-safe (pydantic-ai's), padded or not;
+    empty when it is no base64."""
+    try:
+        return base64.b64decode(data.translate(URL_SAFE_TO_STANDARD) + "=" * (-len(data) % 4))
+    except (binascii.Error, ValueError):
+        return b""
+
+
 PDF_PAGE_TOKENS = 2500
 """Estimated tokens of one page of a PDF: Anthropic reads each page as its text and an image
 of it (about 2,300-2,500 tokens a page of text or a table measured on Claude, 1,600 a scanned
@@ -43,10 +53,7 @@ _PDF_BYTES_A_PAGE = 50_000  # when the page objects are compressed out of sight
 def pdf_tokens(data: str) -> int:
     """Estimated tokens of a base64 PDF: `PDF_PAGE_TOKENS` a page, its pages counted from its
     page objects (or, in compressed object streams, one per 50 KB)."""
-    try:  # base64 or its URL-safe form (pydantic-ai's), padded or not
-        raw = base64.b64decode(data.translate(URL_SAFE_TO_STANDARD) + "=" * (-len(data) % 4))
-    except (binascii.Error, ValueError):
-        raw = b""
+    raw = _decode(data)
     pages = len(_PDF_PAGE.findall(raw)) or max(1, math.ceil(len(raw) / _PDF_BYTES_A_PAGE))
     return pages * PDF_PAGE_TOKENS
 
@@ -66,10 +73,7 @@ def audio_tokens(data: str, audio_format: str) -> int:
     size = len(data) * 3 // 4
     rate = _AUDIO_BYTES_PER_SECOND.get(audio_format.lower(), 16_000)
     if audio_format.lower() == "wav":
-        try:
-            head = base64.b64decode(data[:48])
-        except (binascii.Error, ValueError):
-            head = b""
+        head = _decode(data[:48])
         if head[:4] == b"RIFF" and head[8:12] == b"WAVE" and len(head) >= 32:
             rate = int.from_bytes(head[28:32], "little") or rate
     return max(1, math.ceil(size / rate * AUDIO_TOKENS_PER_SECOND))
@@ -106,12 +110,10 @@ def _text_like(media_type: str) -> bool:
     return kind.startswith(_TEXT_TYPES) or kind.endswith(("+json", "+xml"))
 
 
-def _decoded(data: str) -> str:
-    try:
-        raw = base64.b64decode(data.translate(URL_SAFE_TO_STANDARD) + "=" * (-len(data) % 4))
-    except (binascii.Error, ValueError):
-        return data
-    return raw.decode("utf-8", "replace")
+def _text_of(data: str) -> str:
+    """The text a base64 text file holds (``data`` itself when it is no base64)."""
+    raw = _decode(data)
+    return raw.decode("utf-8", "replace") if raw or not data else data
 
 
 def _base64(data: object) -> str | None:
@@ -188,10 +190,10 @@ def opaque_cost(payload: Mapping[str, Any]) -> tuple[str, int]:
     if not any(word in text for word in _MEDIA_WORDS):  # most payloads: a few searches in C
         return text, 0
     media = 0
-    read_as_text: list[bool] = []  # a text file's data was read as its text
+    read_as_text = False  # a text file's data was read as its text
 
     def without_media(value: Any, key: object = None) -> Any:
-        nonlocal media
+        nonlocal media, read_as_text
         if isinstance(value, str):
             # Only where a provider reads a URL as the media it names: the same string in
             # a tool's output is text to the model.
@@ -200,8 +202,8 @@ def opaque_cost(payload: Mapping[str, Any]) -> tuple[str, int]:
                 return value
             kind, data = found.group(1), value[found.end() :]
             if _text_like(kind):
-                read_as_text.append(True)
-                return _decoded(data)
+                read_as_text = True
+                return _text_of(data)
             tokens = _media_tokens(kind, data)
             if tokens is None:
                 return value
@@ -228,8 +230,11 @@ def opaque_cost(payload: Mapping[str, Any]) -> tuple[str, int]:
             audio = value.get("format")
             rest = {k: v for k, v in value.items() if k not in ("data", "base64")}
             if encoded is not None and isinstance(media_type, str) and _text_like(media_type):
-                read_as_text.append(True)
-                return {**rest, "text": _decoded(encoded)}  # read as the text it holds
+                read_as_text = True
+                return {
+                    **rest,
+                    "text": _decode(encoded).decode("utf-8", "replace"),
+                }  # read as the text it holds
             tokens = None
             if encoded is not None and isinstance(media_type, str):  # a source, a binary part
                 tokens = _media_tokens(media_type, encoded)
