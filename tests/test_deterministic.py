@@ -31,9 +31,12 @@ from .helpers import assistant, call, cut_off_write, result, returns_within, too
 RECALL_ID = re.compile(r"ctx-[0-9a-f]{16}")
 
 
-@settings(max_examples=200, deadline=None)
+_long_lines = st.lists(st.text(alphabet="ab \udcff字", max_size=400), max_size=40).map("\n".join)
+
+
+@settings(max_examples=300, deadline=None)
 @given(
-    text=st.text(alphabet="ab \n\udcff字", max_size=3000),
+    text=st.text(alphabet="ab \n\udcff字", max_size=3000) | _long_lines,
     max_lines=st.integers(3, 50),
     max_chars=st.integers(200, 2000),
 )
@@ -41,13 +44,47 @@ def test_truncation_is_idempotent_and_bounded(text: str, max_lines: int, max_cha
     once = truncate_text(text, max_lines, max_chars, "recall_context id=ctx-1")
     assert truncate_text(once, max_lines, max_chars, "recall_context id=ctx-1") == once
     assert len(once) <= max(len(text), max_chars)
+    assert once.count("\n") < max(max_lines, text.count("\n") + 1)
     if once != text:
         assert "truncated" in once
 
 
+_MARKER = re.compile(r"\[\.\.\. (?:(\d+) lines \((\d+) chars\)|(\d+) chars(?: in (\d+) lines)?) ")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.text(alphabet="ab\n字", max_size=3000) | _long_lines,
+    max_lines=st.integers(3, 50),
+    max_chars=st.integers(200, 2000),
+)
+def test_truncation_shows_the_start_and_end_and_counts_what_it_hides(
+    text: str, max_lines: int, max_chars: int
+) -> None:
+    out = truncate_text(text, max_lines, max_chars, "note")
+    if out == text:
+        return
+    markers = list(_MARKER.finditer(out))
+    assert len(markers) == 1, out
+    marker = markers[0]
+    head = out[: marker.start()]
+    tail = out[out.index("...]", marker.end()) + 4 :]
+    lines, line_chars, chars, spans = marker.groups()
+    if lines is not None:  # whole lines: the line breaks around the marker are the text's
+        head, tail = head.removesuffix("\n"), tail.removeprefix("\n")
+        assert int(line_chars) == len(text) - len(head) - len(tail) - 1
+        assert int(lines) == text.count("\n") - head.count("\n") - tail.count("\n") - 1
+    else:
+        head, tail = head.removesuffix("\n"), tail.removeprefix("\n")
+        assert int(chars) == len(text) - len(head) - len(tail)
+        hidden = text[len(head) : len(text) - len(tail)]
+        assert int(spans or 1) == hidden.count("\n") + 1
+    assert text.startswith(head) and text.endswith(tail)
+
+
 def _truncate_by_split(text: str, max_lines: int, max_chars: int, note: str) -> str:
-    """The obvious line cut (split, keep head and tail, join), then `truncate_text`'s
-    character cut: what `truncate_text` must return without splitting the whole text."""
+    """The obvious line cut (split, keep head and tail, join): what `truncate_text` must
+    return without splitting the whole text, when it fits in ``max_chars``."""
     lines = text.split("\n")
     if len(lines) > max_lines >= 3:
         head, tail = max_lines // 2, (max_lines - 1) // 2
@@ -55,7 +92,7 @@ def _truncate_by_split(text: str, max_lines: int, max_chars: int, note: str) -> 
         chars = sum(map(len, cut)) + len(cut)
         marker = f"[... {len(cut)} lines ({chars} chars) truncated; {note} ...]"
         text = "\n".join([*lines[:head], marker, *lines[len(lines) - tail :]])
-    return truncate_text(text, max_lines, max_chars, note) if len(text) > max_chars else text
+    return text
 
 
 @settings(max_examples=300, deadline=None)
@@ -68,9 +105,9 @@ def test_truncation_keeps_the_lines_a_split_keeps(
     text: str, max_lines: int, max_chars: int
 ) -> None:
     note = "recall_context id=ctx-1"
-    assert truncate_text(text, max_lines, max_chars, note) == _truncate_by_split(
-        text, max_lines, max_chars, note
-    )
+    split = _truncate_by_split(text, max_lines, max_chars, note)
+    if len(split) <= max_chars:
+        assert truncate_text(text, max_lines, max_chars, note) == split
 
 
 def test_truncation_marker_tells_the_truth() -> None:
@@ -79,6 +116,27 @@ def test_truncation_marker_tells_the_truth() -> None:
     assert out.count("\n") == 9
     assert "[... 991 lines" in out
     assert out.startswith("line 0\n") and out.endswith("line 999")
+
+
+def test_one_marker_with_the_texts_numbers_when_kept_lines_are_still_too_long() -> None:
+    """Found from outside: a line cut and then a character cut of its output showed two
+    markers, the second counting the first's text and the head no longer the text's start
+    (short head lines, long tail lines), or one marker seven times under what it hid (long
+    lines everywhere)."""
+    note = "recall_context id=ctx-0123456789abcdef"
+    mixed = "\n".join(
+        [f"short {i}" for i in range(800)] + [f"long {i} " + "L" * 1000 for i in range(200)]
+    )
+    wide = "\n".join(f"{i:04d} " + "y" * 295 for i in range(1000))
+    for text in (mixed, wide):
+        out = truncate_text(text, 200, 20_000, note)
+        assert len(out) <= 20_000 and out.count("\n") < 200
+        (marker,) = re.findall(r"\n\[\.\.\. (\d+) chars in (\d+) lines truncated; ", out)
+        head, _, rest = out.partition("\n[... ")
+        tail = rest.partition(" ...]\n")[2]
+        assert text.startswith(head) and text.endswith(tail)
+        assert int(marker[0]) == len(text) - len(head) - len(tail)
+        assert int(marker[1]) == text.count("\n", len(head), len(text) - len(tail)) + 1
 
 
 def test_ten_megabyte_output_is_bounded() -> None:

@@ -54,35 +54,54 @@ _ID_KEYS = ("path", "file_path", "file", "filename", "command", "cmd", "pattern"
 def truncate_text(text: str, max_lines: int, max_chars: int, note: str = "") -> str:
     """Head and tail of ``text`` within ``max_lines`` lines and ``max_chars`` characters.
 
-    The marker line says how much was cut and is counted in both limits, so applying the
-    function to its own output returns it unchanged. ``note`` (e.g. a recall hint) is added
-    to the marker.
+    What is kept is the text's start and its end; the one marker line between them says how
+    many of the text's lines and characters it stands for, and counts in both limits, so
+    applying the function to its own output returns it unchanged. ``note`` (e.g. a recall
+    hint) is added to the marker. Whole lines are cut while that is enough; when the lines
+    kept are still too long, a cut inside them.
     """
     suffix = f"; {note}" if note else ""
+    n = len(text)
     lines = text.count("\n") + 1
-    if lines > max_lines >= 3:
-        # Found from both ends rather than split: outputs run to thousands of lines, of
-        # which only the head and the tail are kept.
+    by_lines = lines > max_lines >= 3
+    if not by_lines and n <= max_chars:
+        return text
+    # The head may end at (and the tail start after) these line breaks; found from both ends
+    # rather than split: outputs run to thousands of lines, of which few are kept.
+    head_end, tail_start = n, -1
+    if max_lines >= 3:
         keep = max_lines - 1
-        head, tail = (keep + 1) // 2, keep // 2  # both at least 1
-        head_end = -1
-        for _ in range(head):
+        head_end = tail_start = -1
+        for _ in range((keep + 1) // 2):
             head_end = text.find("\n", head_end + 1)
-        tail_start = len(text)
-        for _ in range(tail):
+            if head_end < 0:
+                head_end = n
+                break
+        tail_start = n
+        for _ in range(keep // 2):
             tail_start = text.rfind("\n", 0, tail_start)
-        # The cut lines and their newlines lie between the two.
-        cut_lines, cut_chars = lines - head - tail, tail_start - head_end
+            if tail_start < 0:
+                break
+    if by_lines:
+        # The cut lines and their line breaks lie between the two.
+        cut_lines, cut_chars = lines - max_lines + 1, tail_start - head_end
         marker = f"[... {cut_lines} lines ({cut_chars} chars) truncated{suffix} ...]"
-        text = text[: head_end + 1] + marker + text[tail_start:]
-    if len(text) > max_chars:
-        marker_room = 80 + len(suffix)
-        keep = max(0, max_chars - marker_room)
-        head, tail = (keep + 1) // 2, keep // 2
-        removed = len(text) - head - tail
-        marker = f"\n[... {removed} chars truncated{suffix} ...]\n"
-        text = text[:head] + marker + (text[len(text) - tail :] if tail else "")
-    return text
+        short = text[: head_end + 1] + marker + text[tail_start:]
+        if len(short) <= max_chars:
+            return short
+    # A cut inside lines, of the text itself: head and tail lines no more than above, and the
+    # marker's numbers those of the text (a cut of the line cut's output would count its
+    # marker and hide the first cut's size).
+    room = max(0, max_chars - 80 - len(suffix))  # the longest marker below is under 80
+    head_room, tail_room = head_end, n - tail_start - 1
+    head = min(head_room, (room + 1) // 2)
+    tail = min(tail_room, room - head)
+    head = min(head_room, room - tail)
+    cut = n - head - tail
+    breaks = text.count("\n", head, n - tail)
+    spans = f" in {breaks + 1} lines" if breaks else ""
+    marker = f"\n[... {cut} chars{spans} truncated{suffix} ...]\n"
+    return text[:head] + marker + (text[n - tail :] if tail else "")
 
 
 def describe_call(call: ToolCall, width: int = 200) -> str:
