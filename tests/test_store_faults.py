@@ -61,7 +61,7 @@ from agentctx.messages import (
     to_dict,
 )
 from agentctx.recall.redis import RedisRecallStore
-from agentctx.recall.store import expand_references, recall_id
+from agentctx.recall.store import expand_references, recall_id, references
 from agentctx.recall.writer import RecallWriter
 from agentctx.strategies import ToolOutputPipeline
 from agentctx.testing import assert_view_ok, synthetic_session
@@ -976,3 +976,54 @@ async def test_a_release_the_store_never_took_is_reported(server: RedisServer) -
     assert len(closed) == 1 and "Connection refused" in closed[0].detail
     assert not any(isinstance(e, StoreRecovered) for e in events)
     store.close()
+
+
+class _Forgetful(MemoryRecallStore):
+    """A store that lost some entries (evicted, a server restarted empty)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forgotten: set[str] = set()
+
+    def get(self, session_id: str, rid: str) -> str | None:
+        return None if rid in self.forgotten else super().get(session_id, rid)
+
+
+async def test_an_entry_lost_inside_another_is_reported_and_read_again() -> None:
+    """Found by a hostile run (BF 2): an entry a marker's entry refers to was lost, and the
+    recall of the marker said "not kept" in its place with no event, while a recall of the
+    lost id itself reported it; the answer was cached, so the entry found again later was
+    never shown."""
+    store = _Forgetful()
+    events: list[object] = []
+    async with ContextManager(
+        Budget(context_window=9_000, reserve_output=1_000), recall=store, session_id="s"
+    ) as ctx:
+        ctx.subscribe(events.append)
+        history: list[Message] = [UserMessage.of("task: do things")]
+        for k in range(40):
+            output = "\n".join(f"step {k} line {i} " + "z" * 50 for i in range(250))
+            history += [
+                AssistantMessage(
+                    content=(ToolCall(id=f"c{k}", name="run", arguments={"cmd": f"ls {k}"}),)
+                ),
+                ToolResultMessage.of(f"c{k}", output, tool_name="run"),
+            ]
+            view = await ctx.prepare(history)
+        ids = set(RID.findall(repr(view)))
+        for _ in range(250):  # the writer writes off the event loop
+            if all(store.get("s", rid) is not None for rid in ids):
+                break
+            await anyio.sleep(0.02)
+        outer, inner = next(
+            (rid, refs[0]) for rid in sorted(ids) if (refs := references(store.get("s", rid) or ""))
+        )
+        events.clear()
+        store.forgotten.add(inner)
+        answer = await ctx.handle_recall({"id": outer, "limit": 200_000})
+        assert f"[{inner}: not kept]" in answer
+        missing = [e for e in events if isinstance(e, StoreDegraded) and e.reason == "missing"]
+        assert [e.lost for e in missing] == [(inner,)]
+        store.forgotten.clear()
+        answer = await ctx.handle_recall({"id": outer, "limit": 200_000})
+        assert "not kept" not in answer

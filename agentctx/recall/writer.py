@@ -301,36 +301,44 @@ class RecallWriter:
             return hit
         expand = functools.partial(self._expand, rid)
         if self._blocking:
-            read: tuple[str | None, bool] = await self._call(expand, exclusive=False)
+            read: tuple[str | None, bool, list[str]] = await self._call(expand, exclusive=False)
         else:
             read = self._guarded(expand, None)
-        text, whole = read
-        # A reference the store could not read right now is said in its place: not kept, so
-        # the next call reads it again.
-        if whole and text is not None and _size(text) <= _EXPANSIONS_BYTES:
+        text, whole, absent = read
+        for ref in absent:
+            if ref in self._live:
+                self._report_missing(ref)
+        # A reference the store could not read right now, or did not hold, is said in its
+        # place: not kept, so the next call reads it again.
+        if whole and not absent and text is not None and _size(text) <= _EXPANSIONS_BYTES:
             self._expansions[rid] = text
             self._expansions_bytes += _size(text)
             while self._expansions_bytes > _EXPANSIONS_BYTES:
                 self._expansions_bytes -= _size(self._expansions.popitem(last=False)[1])
         return text
 
-    def _expand(self, rid: str) -> tuple[str | None, bool]:
-        """`expanded`'s text, and whether every reference in it was read."""
+    def _expand(self, rid: str) -> tuple[str | None, bool, list[str]]:
+        """`expanded`'s text, whether every reference in it was read, and the references
+        the store did not hold."""
         session = self.session_id
         content = self.get(session, rid)
         if content is None:
-            return None, True
+            return None, True, []
         failed = False
+        absent: list[str] = []
 
         def fetch(ref: str) -> str | None:
             nonlocal failed
             try:
-                return self.get(session, ref)
+                found = self.get(session, ref)
             except StoreError:
                 failed = True
                 raise
+            if found is None:
+                absent.append(ref)
+            return found
 
-        return expand_references(content, fetch), not failed
+        return expand_references(content, fetch), not failed, absent
 
     def lost(self, rid: str) -> bool:
         """Whether ``rid`` was dropped unwritten (the store was unavailable too long)."""
