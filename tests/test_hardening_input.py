@@ -166,7 +166,12 @@ async def test_every_argument_is_validated_and_bad_input_is_echoed_short(store: 
         assert "`limit` must be a whole number from 1" in await ask(ctx, {"id": rid, "limit": 0})
         assert "`limit` must be a whole number from 1" in await ask(ctx, {"id": rid, "limit": 1.5})
         assert (await ask(ctx, {"id": rid, "offset": 10.0, "limit": "5"})).endswith("\n01234")
-        assert "past the end (100 chars)" in await ask(ctx, {"id": rid, "offset": 10**30})
+        assert "the offset is past the end (100 chars)" in await ask(
+            ctx, {"id": rid, "offset": 10**30}
+        )
+        # Found by a hostile run (BF 4): the bound, not the offset sent, was echoed.
+        assert "1000000000000000000" not in await ask(ctx, {"id": rid, "offset": 1e20})
+        assert "offset 100 is past the end" in await ask(ctx, {"id": rid, "offset": 100})
         assert "got a list" in await ask(ctx, {"id": rid, "limit": [[[[1]]]]})
 
         # "not found" never echoes more than a short prefix of a huge id

@@ -644,3 +644,21 @@ async def test_a_reference_the_store_could_not_read_is_read_again_on_the_next_re
         assert "could not be read (timed out)" in first
         for _ in range(2):
             assert (await ctx.recall(outer)).endswith("before the inner original after")
+
+
+@pytest.mark.parametrize("header", ["plain header", "Straße header", "ﬁle header"])
+def test_a_long_matching_line_is_shown_around_its_match_whatever_casefolding_does(
+    header: str,
+) -> None:
+    """Found by a hostile run (BF 3): one "ß" or ligature anywhere in an entry (casefolding
+    changes its length) and a long matching line was shown from its start, without the
+    match."""
+    store = MemoryRecallStore()
+    line = "x" * 5000 + " Straße NEEDLE-FOUND-HERE " + "y" * 5000
+    rid = store.put("s", header + "\n" + line)
+    for pattern in ("needle-found", "STRASSE needle"):
+        out = recall_page(store, "s", rid, pattern=pattern)
+        assert "1 lines match" in out and "NEEDLE-FOUND-HERE" in out, out
+        start = int(re.search(r"this part starts at offset=(\d+)", out)[1])  # type: ignore[index]
+        shown = out.split("\n")[1].removeprefix("2: ...")[:40]
+        assert (header + "\n" + line)[start:].startswith(shown)

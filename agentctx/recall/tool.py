@@ -18,6 +18,7 @@ costs time linear in the size of the content.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -137,7 +138,9 @@ def recall_page(
     total = len(content)
     offset = max(0, offset)
     if offset >= total > 0:
-        return f"[recall_context {id}: offset {offset} is past the end ({total} chars)]"
+        # A bound, not the model's number, past _PAST_ANY_TEXT: not echoed as if it were.
+        said = f"offset {offset}" if offset < _PAST_ANY_TEXT else "the offset"
+        return f"[recall_context {id}: {said} is past the end ({total} chars)]"
     end = min(total, offset + limit)
     nxt = f"; next offset={end}" if end < total else "; end"
     return sendable_text(
@@ -313,8 +316,16 @@ def _matches(content: str, folded: str, needle: str) -> Iterator[_Match]:
 def _matches_by_line(content: str, needle: str) -> Iterator[_Match]:
     start = 0
     for number, line in enumerate(content.split("\n"), start=1):
-        if needle in line.casefold():
-            yield number, start, line, None
+        i = line.casefold().find(needle)
+        if i >= 0:
+            at = None
+            if len(line) > _LINE_CHARS:  # only a long line is shown around its match
+                # The first character whose folded form reaches past the folded match start.
+                after = bisect.bisect_right(
+                    range(len(line) + 1), i, key=lambda k, line=line: len(line[:k].casefold())
+                )
+                at = after - 1
+            yield number, start, line, at
         start += len(line) + 1
 
 
