@@ -318,15 +318,19 @@ def _matches_by_line(content: str, needle: str) -> Iterator[_Match]:
     for number, line in enumerate(content.split("\n"), start=1):
         i = line.casefold().find(needle)
         if i >= 0:
-            at = None
-            if len(line) > _LINE_CHARS:  # only a long line is shown around its match
-                # The first character whose folded form reaches past the folded match start.
-                after = bisect.bisect_right(
-                    range(len(line) + 1), i, key=lambda k, line=line: len(line[:k].casefold())
-                )
-                at = after - 1
-            yield number, start, line, at
+            # Only a long line is shown around its match.
+            yield number, start, line, _unfolded(line, i) if len(line) > _LINE_CHARS else None
         start += len(line) + 1
+
+
+def _unfolded(line: str, i: int) -> int:
+    """The position in ``line`` of the character whose casefold holds position ``i`` of
+    ``line.casefold()``."""
+
+    def folded_length(k: int) -> int:
+        return len(line[:k].casefold())
+
+    return bisect.bisect_right(range(len(line) + 1), i, key=folded_length) - 1
 
 
 def _excerpt(line: str, start: int, at: int | None) -> str:
