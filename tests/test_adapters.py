@@ -31,7 +31,7 @@ from agentctx.adapters import (
     to_openai_chat,
     to_openai_responses,
 )
-from agentctx.boundaries import EMPTY_TEXT, repair
+from agentctx.boundaries import EMPTY_TEXT, Repair, repair
 from agentctx.budget import Budget
 from agentctx.errors import UnsupportedMessageError
 from agentctx.manager import ContextManager
@@ -405,19 +405,27 @@ def test_anthropic_mixed_user_message_round_trips() -> None:
     assert [type(m).__name__ for m in history] == [
         "UserMessage",
         "AssistantMessage",
-        "UserMessage",
         "ToolResultMessage",
         "ToolResultMessage",
         "UserMessage",
         "ToolResultMessage",
         "UserMessage",
     ]
-    one, two = history[3], history[4]
+    one, two = history[2], history[3]
     assert isinstance(one, ToolResultMessage) and one.is_error and one.tool_name == "read"
     assert isinstance(two, ToolResultMessage) and two.content == () and not two.is_error
-    assert history[5].content[0].extra == {"cache_control": {"type": "ephemeral"}}  # type: ignore[union-attr]
-    assert to_anthropic(history) == params
+    assert history[4].content[1].extra == {"cache_control": {"type": "ephemeral"}}  # type: ignore[union-attr]
+    # The API refuses text before a call's results (found by a hostile run, BG 1: read as
+    # written, the results followed a user message and were left out as answering no call,
+    # and the model was told its tools never ran): they go back first.
+    mixed = params[2]["content"]
+    assert to_anthropic(history) == [
+        *params[:2],
+        {"role": "user", "content": [*mixed[1:3], mixed[0], mixed[3]]},
+        *params[3:],
+    ]
     assert from_anthropic(to_anthropic(history)) == history
+    assert repair(history)[2] == [Repair("orphan_result", 5, "t3", origin=5)]
 
 
 def test_anthropic_blocks_it_does_not_model_ride_opaque() -> None:

@@ -367,3 +367,39 @@ def test_token_counts_written_as_json_floats_are_read() -> None:
     assert usage_of(responses) == Usage(80, 5, 20, 0)
     anthropic_odd = {"input_tokens": float("inf"), "output_tokens": float("nan")}
     assert usage_of(anthropic_odd) == Usage(0, 0, 0, 0)
+
+
+async def test_text_before_a_calls_results_goes_after_them_and_the_results_are_sent() -> None:
+    """Found by a hostile run (BG 1): a user turn of text (a hook's note) then the results
+    of the calls before it was read as a user message and two results answering no call:
+    both were left out as orphans and stubbed "interrupted", the model told its tools never
+    ran. The API refuses text before the results; they go first, the text after."""
+    calls = {
+        "role": "assistant",
+        "content": [
+            {"type": "tool_use", "id": "t1", "name": "read", "input": {"path": "a.py"}},
+            {"type": "tool_use", "id": "t2", "name": "read", "input": {"path": "b.py"}},
+        ],
+    }
+    note = {"type": "text", "text": "Here are the results."}
+    one = {"type": "tool_result", "tool_use_id": "t1", "content": "A-CONTENT"}
+    two = {"type": "tool_result", "tool_use_id": "t2", "content": "B-CONTENT"}
+    events: list[Event] = []
+    with FakeAnthropic(default=Reply.text("ok")) as server:
+        async with ContextManager(Budget(context_window=100_000)) as ctx:
+            ctx.subscribe(events.append)
+            raw = anthropic.AsyncAnthropic(base_url=server.url, api_key="k", max_retries=0)
+            async with ant_provider.wrap(raw, ctx) as client:
+                for blocks in ([note, one, two], [one, note, two]):
+                    messages = [
+                        {"role": "user", "content": "TASK: read a.py and b.py"},
+                        calls,
+                        {"role": "user", "content": blocks},
+                    ]
+                    await client.messages.create(
+                        model="m", max_tokens=64, tools=TOOLS, messages=messages
+                    )
+    assert [r.status for r in server.requests] == [200, 200], server.requests[-1].error
+    for request in server.requests:
+        assert request.json["messages"][-1]["content"] == [one, two, note]
+    assert not [e for e in events if isinstance(e, TranscriptRepaired)]

@@ -25,7 +25,9 @@ takes. What it refuses is repaired: a ``tool_result`` whose content is a list of
 (empty or whitespace) text block, a block the API refuses, goes back as that text as a
 string, which it takes; one with ``is_error`` and no content but blank text (a tool that
 failed without output), which it refuses however written, goes back saying
-`agentctx.boundaries.FAILED_WITHOUT_OUTPUT`, as `repair` makes it in a view.
+`agentctx.boundaries.FAILED_WITHOUT_OUTPUT`, as `repair` makes it in a view; a user message
+with ``tool_result`` blocks after other blocks (text a hook put first), which it refuses,
+goes back with its results first, the other blocks after them in their order.
 
 Message-level details ride in ``extra["anthropic"]``, a dict that may hold:
 ``content`` ("string" / "list" / "absent": the content form, when not the default one),
@@ -278,6 +280,12 @@ def _user_pieces(
     if isinstance(content, str):
         return [(UserMessage((TextBlock(content),)), {})]
     raw = _blocks(index, content)
+    results = [b for b in raw if _is_result(b)]
+    if results and not all(_is_result(b) for b in raw[: len(results)]):
+        # The API takes a call's results only first in the message after it ("tool_use ids
+        # were found without tool_result blocks immediately after"): read as written, the
+        # results would follow a user message and be left out as answering no call.
+        raw = [*results, *(b for b in raw if not _is_result(b))]
     pieces: list[tuple[UserMessage | ToolResultMessage, JSON]] = []
     run: list[UserContent] = []
 
@@ -287,7 +295,7 @@ def _user_pieces(
             run.clear()
 
     for b in raw:
-        if b.get("type") == "tool_result" and isinstance(b.get("tool_use_id"), str):
+        if _is_result(b):
             flush()
             pieces.append(_tool_result(index, b, names))
         else:
@@ -299,6 +307,10 @@ def _user_pieces(
     if len(pieces) == 1 and isinstance(first, UserMessage) and _plain_text(first.content):
         info["content"] = "list"  # a lone plain text block the default would send as a string
     return pieces
+
+
+def _is_result(b: Mapping[str, Any]) -> bool:
+    return b.get("type") == "tool_result" and isinstance(b.get("tool_use_id"), str)
 
 
 def _tool_result(
