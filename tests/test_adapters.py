@@ -776,7 +776,7 @@ def test_responses_function_calls_link_by_call_id_and_reasoning_goes_back_whole(
     assert result.tool_name == "update_plan"
     # Reasoning rewritten by compaction: a fresh single summary, the same encrypted content.
     edited = ThinkingBlock("short", thinking.signature, thinking.extra)
-    (item,) = to_openai_responses([AssistantMessage((edited,))])
+    item, _ = to_openai_responses([AssistantMessage((edited, call))])
     assert item["summary"] == [{"type": "summary_text", "text": "short"}]
     assert item["encrypted_content"] == thinking.signature and item["id"] == items[1]["id"]
 
@@ -1018,9 +1018,12 @@ def _chat_assistant(draw: st.DrawFn, calls: list[ToolCall]) -> tuple[Any, ...]:
 
 def _responses_assistant(draw: st.DrawFn, calls: list[ToolCall]) -> tuple[Any, ...]:
     blocks = _some(draw, _summary, _redacted, _text, _refusal, _search) + calls
-    if not blocks:  # an empty run of items would vanish
-        blocks = [_text(draw)]
-    return tuple(draw(st.permutations(blocks)))
+    blocks = draw(st.permutations(blocks))
+    # An empty run of items would vanish, and reasoning needs an item the model made after
+    # it (the API refuses it without one; `to_openai_responses` leaves it out).
+    if not blocks or isinstance(blocks[-1], ThinkingBlock | RedactedThinkingBlock):
+        blocks.append(_text(draw))
+    return tuple(blocks)
 
 
 def _results(*makers: Callable[[st.DrawFn], Any]) -> Callable[[st.DrawFn], tuple[Any, ...]]:
@@ -1159,12 +1162,29 @@ def test_whatever_is_accepted_goes_back_exactly(
 
 def _repaired_by_the_adapters(params: list[dict[str, Any]]) -> bool:
     """Whether ``params`` holds a shape the API refuses and an adapter repairs: an empty
-    ``tool_calls`` array (Chat), a failed tool's result with no output (Anthropic)."""
-    for message in params:
+    ``tool_calls`` array (Chat), a failed tool's result with no output or results after
+    other blocks (Anthropic), reasoning with no item the model made after it (Responses)."""
+    for k, message in enumerate(params):
         if message.get("tool_calls") == []:
             return True
+        if message.get("type") == "reasoning":
+            after = params[k + 1] if k + 1 < len(params) else {}
+            kind = after.get("type", "message")
+            if kind in ("function_call_output", "custom_tool_call_output") or (
+                kind == "message" and after.get("role") != "assistant"
+            ):
+                return True
         content = message.get("content")
-        for block in content if isinstance(content, list) else ():
+        blocks = content if isinstance(content, list) else []
+        results = [
+            isinstance(b, dict)
+            and b.get("type") == "tool_result"
+            and isinstance(b.get("tool_use_id"), str)
+            for b in blocks
+        ]
+        if message.get("role") == "user" and results != sorted(results, reverse=True):
+            return True
+        for block in blocks:
             failed = isinstance(block, dict) and block.get("is_error") is True
             if (
                 failed

@@ -403,3 +403,38 @@ async def test_text_before_a_calls_results_goes_after_them_and_the_results_are_s
     for request in server.requests:
         assert request.json["messages"][-1]["content"] == [one, two, note]
     assert not [e for e in events if isinstance(e, TranscriptRepaired)]
+
+
+async def test_reasoning_whose_call_the_caller_took_back_is_not_sent() -> None:
+    """Found by a hostile run (BG 2): a caller rewound its last tool step (the call and
+    its output) and steered; the reasoning item before the call was sent with nothing the
+    model made after it, and the API refused every request from then on ("provided without
+    its required following item")."""
+    reply = Reply.tool_call("read", {"path": "a.py"}, thinking="I should read a.py")
+    with FakeOpenAI([reply], default=Reply.text("ok")) as server:
+        async with ContextManager(Budget(context_window=100_000)) as ctx:
+            raw = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+            async with oai_provider.wrap(raw, ctx) as client:
+                items: list[Any] = [{"role": "user", "content": "TASK: inspect the repo"}]
+                response = await client.responses.create(
+                    model="m", input=items, tools=RESP_TOOLS, store=False
+                )
+                items += [o.to_dict() for o in response.output]
+                assert [i["type"] for i in items[1:]] == ["reasoning", "function_call"]
+                steer = {"role": "user", "content": "Don't read files; list them instead."}
+                for rewound in ([*items[:-1], steer], items[:-1]):
+                    await client.responses.create(
+                        model="m", input=rewound, tools=RESP_TOOLS, store=False
+                    )
+                # Reasoning the model followed with its call is still sent.
+                items.append(
+                    {"type": "function_call_output", "call_id": items[-1]["call_id"], "output": "x"}
+                )
+                await client.responses.create(model="m", input=items, tools=RESP_TOOLS, store=False)
+    assert [r.status for r in server.requests] == [200] * 4, server.requests[-1].error
+    sent = [[i.get("type", "message") for i in r.json["input"]] for r in server.requests[1:]]
+    assert sent == [
+        ["message", "message"],
+        ["message"],
+        ["message", "reasoning", "function_call", "function_call_output"],
+    ]

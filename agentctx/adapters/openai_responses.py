@@ -34,7 +34,8 @@ as it drops other steps; its reasoning is sent back, so while its loop runs a st
 carries reasoning is kept whole. An output placed after function call outputs (a batch mixing
 both kinds) is a message of its own, which compaction may keep while dropping the call's:
 `to_openai_responses` leaves out such an output whose call is not in the input, which the
-API refuses. An output whose call an
+API refuses, and reasoning with no item the model made after it (a caller took back the call
+it led to), which it refuses too. An output whose call an
 ``item_reference`` stands for (a call stored server-side) is refused with
 `UnsupportedMessageError`: which call it answers is not known here. (A request that continues
 server-side state, ``previous_response_id``, holds outputs of calls made before it: the
@@ -545,22 +546,32 @@ def to_openai_responses(messages: Iterable[Message]) -> list[JSON]:
         else:
             raise UnsupportedMessageError(index, f"item of type {type(m).__name__}")
         out.append(d)
-    return _without_orphan_outputs(out)
+    return _sendable(out)
 
 
-def _without_orphan_outputs(items: list[JSON]) -> list[JSON]:
-    """``items`` without a built-in tool's output whose call is not among them: one placed
-    after function call outputs is a message of its own, which compaction may keep while it
-    drops the call's, and the API refuses an output without its call."""
+def _sendable(items: list[JSON]) -> list[JSON]:
+    """``items`` without what the API refuses there and compaction or the caller can leave:
+    a built-in tool's output whose call is not among them (one placed after function call
+    outputs is a message of its own, which compaction may keep while it drops the call's),
+    and reasoning with no item the model made after it (a caller that took back the call
+    the reasoning led to: "provided without its required following item")."""
     calls: set[tuple[str, str]] = set()
-    kept = []
+    kept: list[JSON] = []
+    waiting: list[JSON] = []  # reasoning items, kept once an item the model made follows
     for item in items:
-        kind, cid = item.get("type"), item.get("call_id")
+        kind, cid = item.get("type", "message"), item.get("call_id")
         if isinstance(kind, str) and isinstance(cid, str) and kind not in _OUTPUTS:
             if not kind.endswith("_call_output"):
                 calls.add((kind, cid))
             elif (kind.removesuffix("_output"), cid) not in calls:
                 continue
+        if kind == "reasoning":
+            waiting.append(item)
+            continue
+        if waiting:
+            if kind not in _OUTPUTS and (kind != "message" or item.get("role") == "assistant"):
+                kept += waiting
+            waiting.clear()
         kept.append(item)
     return kept
 
