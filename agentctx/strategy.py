@@ -64,6 +64,8 @@ class CompactionContext:
         give_way_above: for tiers run to land another strategy's rewrite at the target: the
             prompt size above which they may also cut what they otherwise keep (recent steps,
             their output floor); ``None``: the budget's trigger.
+        followed: whether strategies run after this one in this call (`Chain` sets it): a
+            strategy that leaves to them what it cannot do does it itself when none follow.
     """
 
     session_id: str
@@ -83,6 +85,7 @@ class CompactionContext:
     _cuts: Sequence[int]
     taken: list[Decision] = field(default_factory=list)
     give_way_above: int | None = None
+    followed: bool = False
     _latest_user: Callable[[], int | None] | None = None  # None: read from `raw`
 
     @property
@@ -258,16 +261,21 @@ class Chain:
         """Run each strategy in turn; quiet where every one of them is."""
         together: Quiet | None = None
         quiet = True
-        for strategy in self.strategies:
-            said = await strategy.compact(ctx)
-            if not quiet:
-                continue
-            if not isinstance(said, Quiet):
-                quiet = False
-            elif together is None:
-                together = said
-            elif said is not together:
-                together = _tighter(together, said)
+        followed, last = ctx.followed, len(self.strategies) - 1
+        try:
+            for k, strategy in enumerate(self.strategies):
+                ctx.followed = followed or k < last
+                said = await strategy.compact(ctx)
+                if not quiet:
+                    continue
+                if not isinstance(said, Quiet):
+                    quiet = False
+                elif together is None:
+                    together = said
+                elif said is not together:
+                    together = _tighter(together, said)
+        finally:
+            ctx.followed = followed
         return together if quiet else None
 
     def close(self, emit: Callable[[Event], None]) -> None:

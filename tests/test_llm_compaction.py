@@ -57,6 +57,7 @@ from agentctx import (
     MemoryRecallStore,
     Message,
     SummaryMessage,
+    ToolOutputPipeline,
     ToolResultMessage,
     Usage,
     UserMessage,
@@ -2082,3 +2083,31 @@ async def test_a_briefing_longer_than_a_stretch_compacted_before_arming_is_too_l
     assert rejected and {e.reason for e in rejected} == {"too_large"}
     assert not [e for e in events if isinstance(e, SummaryStale) and e.reason == "superseded"]
     assert llm.spend.requests == len(summarizer.requests) < 12
+
+
+@pytest.mark.parametrize("nesting", ["alone", "a chain of one", "a pipeline's fallback"])
+async def test_used_alone_it_meets_the_budget_with_no_briefing_ready(nesting: str) -> None:
+    """Found by a hostile run (BG 3): used alone, `LlmCompaction` left what it could not fit
+    "to the tiers after it", and there were none: a history arriving over the limit with no
+    briefing ready (a resumed session, turns added by cancelled calls) raised
+    `BudgetExceededError` on every call, though its own fallback meets the budget."""
+    summarizer = ScriptedSummarizer(default=briefing())
+    llm = LlmCompaction(summarizer)
+    strategy: Any = {
+        "alone": llm,
+        "a chain of one": Chain([llm]),
+        "a pipeline's fallback": ToolOutputPipeline(fallback=llm),
+    }[nesting]
+    history: list[Message] = [UserMessage.of("the task: read every file and report")]
+    for i in range(12):
+        history += [
+            assistant(call(f"t{i}", "read", path=f"f{i}.py")),
+            result(f"t{i}", "\n".join(f"line {k} of file {i}: value={k * i}" for k in range(120))),
+        ]
+    async with ContextManager(
+        Budget(context_window=12_000, reserve_output=1_000), strategy=strategy
+    ) as m:
+        view = await m.prepare(history)
+        assert m.prompt_tokens <= m.budget.limit
+        assert view[0] == history[0]
+    assert summarizer.requests == []

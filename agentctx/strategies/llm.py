@@ -43,7 +43,8 @@ turn M   view above the limit and the briefing is back and valid
   would compact all the way to the target, through the span): first on what follows the
   span, which rewrites only the recent end of the prefix cache, then, if that is not enough,
   inside the span, which the briefing replaces whole anyway. An earlier briefing is kept the
-  same way. What is still over the limit is left to the tiers after this strategy.
+  same way. What is still over the limit is left to the tiers after this strategy; used
+  alone (no strategy follows it in a `Chain`), the fallback takes it to the target.
 - While a briefing waits for the limit, the view goes on growing behind its span. Each time
   it has grown by ``update_ratio`` of the limit (default a tenth) since the waiting briefing
   was asked for, a follow-up request updates it: its text and what the view holds after its
@@ -630,14 +631,13 @@ class LlmCompaction:
         its span first, then, if that is not enough, inside the span: no decision crosses
         either end of it, so the briefing still splices when it arrives. Failing that,
         compact what follows an earlier briefing, so the tiers do not drop it. What remains
-        over the limit is left to the tiers after this strategy.
+        over the limit is left to the tiers after this strategy; used alone (none follow),
+        the fallback takes it to the target, as they would.
         """
-        if not self.config.protect_paid_work:
-            return
         version = ctx.ledger.version
         before = len(ctx.view)
         actions: list[str] = []
-        job = self._requests.inflight
+        job = self._requests.inflight if self.config.protect_paid_work else None
         where = _extent(ctx, job) if job is not None and job.stale is None else None
         if job is not None and where is not None:
             # Just under the trigger, not the limit: once this call rewrites the sent prefix,
@@ -659,11 +659,14 @@ class LlmCompaction:
         head = head_end(ctx.view, self.config.keep_first)
         view = ctx.view
         if (
-            ctx.prompt_tokens > ctx.budget.limit
+            self.config.protect_paid_work
+            and ctx.prompt_tokens > ctx.budget.limit
             and head < len(view)
             and (is_briefing(view[head]) or is_native_compaction(view[head]))
         ):
             actions += await run_tiers(self.fallback, ctx, start=head + 1)
+        if not ctx.followed and ctx.prompt_tokens > ctx.budget.limit:
+            actions += await run_tiers(self.fallback, ctx)
         if ctx.ledger.version != version:
             self._emit_compacted(ctx, "deterministic", tokens, before, actions, None)
 

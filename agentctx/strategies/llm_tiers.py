@@ -133,6 +133,7 @@ async def run_tiers(
         _cuts=ctx._cuts,
         taken=ctx.taken,
         give_way_above=give_way_above,
+        followed=ctx.followed,
     )
     await fallback.compact(sub)
     return collected
