@@ -3,6 +3,7 @@ the calls it is not called on are ones where it would indeed have taken nothing.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, cast
 
 import anyio.lowlevel
@@ -192,7 +193,8 @@ async def test_a_chain_is_quiet_while_every_strategy_in_it_is() -> None:
             await ctx.prepare(history)
     # Asked on the first call, then again only past ``small`` (the fifth and sixth turns).
     assert (wide.calls, narrow.calls) == (3, 3)
-    nobody = cast("CompactionContext", None)  # these strategies do not look at it
+    # These strategies do not look at it; the chain tells each whether others follow it.
+    nobody = cast("CompactionContext", SimpleNamespace(followed=False))
     assert await chain.compact(nobody) == Quiet(small, 100)
     assert await Chain([wide, Counting(Quiet(5, 7)), narrow]).compact(nobody) == Quiet(5, 7)
     assert await Chain([]).compact(nobody) is None
