@@ -1197,7 +1197,7 @@ class ContextManager:
         state.append(new)
         # Decisions before the cut were taken on a longer history; what it protects now (the
         # latest user message, the newest complete turn) may sit under one of them.
-        if unprotected := state.ledger.drop_protected(state.raw):
+        if unprotected := state.ledger.drop_protected(state.raw, shown_positions(state.raw)):
             dropped += len(unprotected)
             state.rebuild()
         self._rendered_version = state.ledger.version

@@ -2125,3 +2125,54 @@ async def test_a_message_of_a_subclass_with_the_same_content_is_the_same_message
         ctx.subscribe(events.append)
         assert await ctx.prepare(again) == view
     assert events == []
+
+
+@pytest.mark.parametrize("mode", ["projection", "owned"])
+async def test_a_rewind_of_the_last_step_keeps_what_was_dropped_in_the_turn_before(
+    mode: str,
+) -> None:
+    """Found by a hostile run (BH 1): cutting back the last step of the running turn (a
+    retry) undid the spans the tiers had dropped in the previous turn while it ran, which
+    had completed since: the prompt was rewritten from the turn's first step and grew past
+    the limit, though the rewind cut nothing near them. A turn's steps dropped while it ran
+    stay dropped once it completes, whatever is rewound after it."""
+
+    def step(i: int) -> list[Message]:
+        out = "\n".join(
+            f"step {i} line {k}: " + "lorem ipsum dolor sit amet " * 3 for k in range(120)
+        )
+        return [
+            assistant(call(f"c{i}", "read", path=f"f{i}.py"), text=f"doing step {i}"),
+            result(f"c{i}", out),
+        ]
+
+    events: list[Event] = []
+    async with ContextManager(
+        Budget(context_window=30_000, reserve_output=2_000),
+        recall=MemoryRecallStore(),
+        session_id="s",
+        on_over_budget="send",
+    ) as ctx:
+        ctx.subscribe(events.append)
+        history: list[Message] = [user("task: refactor"), assistant(text="ok"), user("the parser")]
+        view = await ctx.prepare(history)
+
+        async def send(more: list[Message]) -> list[Message]:
+            nonlocal history
+            history = [*(view if mode == "owned" else history), *more]
+            return list(await ctx.prepare(history))
+
+        for i in range(25):  # a long running turn: the tiers drop its early steps
+            view = await send(step(i))
+        view = await send([assistant(text="parser done"), user("now the cache")])
+        for i in range(25, 27):
+            view = await send(step(i))
+        spans = [d for d in ctx.ledger.decisions if isinstance(d, ReplaceSpan)]
+        assert spans and all(s.end <= 50 for s in spans)
+        seen = len(events)
+        rewound = list(await ctx.prepare(history[:-2]))  # the caller drops its last step
+        assert rewound == view[:-2]
+        assert [d for d in ctx.ledger.decisions if isinstance(d, ReplaceSpan)] == spans
+        resynced = [e for e in events[seen:] if isinstance(e, HistoryResynced)]
+        assert [e.dropped_decisions for e in resynced] == [0]
+        assert list(await ctx.prepare(history)) == view  # the retry: the same view again
