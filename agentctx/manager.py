@@ -1032,7 +1032,7 @@ class ContextManager:
         """Hand the decisions just taken to the recall writer: it keeps the entries they name
         (only those), pins them and saves the ledger, off the event loop (`RecallWriter`)."""
         if self._writer is not None:
-            self._writer.record(self._state.ledger, taken)
+            self._writer.record(self._state.ledger, taken, self._state.raw)
             self._writer.settle(self._tasks)
 
     async def recall(

@@ -1027,3 +1027,61 @@ async def test_an_entry_lost_inside_another_is_reported_and_read_again() -> None
         store.forgotten.clear()
         answer = await ctx.handle_recall({"id": outer, "limit": 200_000})
         assert "not kept" not in answer
+
+
+def _job(i: int, tag: str, lines: int = 3000) -> list[Message]:
+    out = "\n".join(f"{tag}{i}: output line {k} " + "x" * 20 for k in range(lines))
+    return [
+        AssistantMessage((ToolCall(f"c{i}", "bash", {"command": f"job {i}"}),)),
+        ToolResultMessage.of(f"c{i}", out, tool_name="bash"),
+    ]
+
+
+async def test_entries_an_owned_history_still_names_stay_kept_after_an_edit() -> None:
+    """Found by a hostile run (BH 2): an owned-mode caller edited its task; the resync
+    dropped every decision, the placeholders of the view it kept stayed in its history, and
+    the entries they name were no longer kept from eviction: other work on the same store
+    evicted them, and recall said "not found" for ids the view showed."""
+    store = MemoryRecallStore(max_bytes=1_500_000)
+    budget = Budget(context_window=40_000, reserve_output=1_000)
+    async with ContextManager(budget, recall=store, session_id="A", on_over_budget="send") as a:
+        history: list[Message] = [UserMessage.of("task: run the jobs")]
+        for i in range(3):
+            history = list(await a.prepare([*history, *_job(i, "A")]))
+        history[0] = UserMessage.of("task: run the jobs, all of them")
+        view = list(await a.prepare([*history, UserMessage.of("go on")]))
+        assert not a.ledger.decisions
+        shown = sorted(set(RID.findall("".join(canonical_json(m) for m in view))))
+        assert shown
+        for i in range(20):  # other work on the store: what no session keeps goes first
+            store.put("B", f"B{i}\n" + "y" * 100_000)
+        for rid in shown:
+            assert (await a.recall(rid, 0, 40)).startswith(f"[recall_context {rid}: chars 0-")
+
+
+async def test_an_id_a_tool_printed_is_not_an_entry_the_store_lost() -> None:
+    """Found by a hostile run (BH 3): a tool output that printed a recall id, once
+    truncated, made the session take the id for one of its entries: its recall reported a
+    store loss (`StoreDegraded` missing) and told the model the store no longer held it."""
+    fake = "ctx-0123456789abcdef"
+    events: list[Event] = []
+    async with ContextManager(
+        Budget(context_window=6_000, reserve_output=1_000),
+        recall=MemoryRecallStore(),
+        session_id="s",
+    ) as ctx:
+        ctx.subscribe(events.append)
+        output = f"see recall_context id={fake} for details\n" + "\n".join(
+            f"line {i}" for i in range(5000)
+        )
+        history: list[Message] = [
+            UserMessage.of("task: look at the logs"),
+            AssistantMessage((ToolCall("c1", "bash", {"command": "cat log"}),)),
+            ToolResultMessage.of("c1", output, tool_name="bash"),
+        ]
+        view = await ctx.prepare(history)
+        shown = text_of(view[2].content)
+        assert fake in shown and "truncated" in shown
+        answer = await ctx.handle_recall({"id": fake})
+    assert "was not found in this session" in answer
+    assert not [e for e in events if isinstance(e, StoreDegraded)]

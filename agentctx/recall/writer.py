@@ -50,6 +50,7 @@ from agentctx._log import log
 from agentctx.errors import StoreDataError, StoreError
 from agentctx.events import CompactionWarning, StoreDegraded, StoreRecovered
 from agentctx.ledger import Ledger, decision_json
+from agentctx.messages import canonical_json
 from agentctx.recall.store import (
     AppendingLedgerStore,
     LedgerStore,
@@ -66,11 +67,32 @@ if TYPE_CHECKING:
 
     from agentctx.events import Event
     from agentctx.ledger import Decision
+    from agentctx.messages import Message
     from agentctx.recall.store import RecallStore
 
 __all__ = ["RecallWriter"]
 
 _RID = re.compile(r"ctx-[0-9a-f]{16}")
+
+
+def _named(decision: Decision, js: str) -> list[str]:
+    """The recall ids ``decision`` keeps entries under: its own, when it has one (what it
+    kept of a tool's output may print anything, an id included); else every id its text
+    names (a span's markers, a strategy of one's own that writes ids in its text)."""
+    rid = getattr(decision, "recall_id", None)
+    return [rid] if rid is not None else _RID.findall(js)
+
+
+def _still_named(ids: set[str], raw: Sequence[Message]) -> set[str]:
+    """Those of ``ids`` that messages of ``raw`` name."""
+    named: set[str] = set()
+    for m in raw:
+        text = canonical_json(m)
+        if "ctx-" in text:
+            named.update(rid for rid in _RID.findall(text) if rid in ids)
+    return named
+
+
 _FIRST_BACKOFF = 0.2
 _MAX_BACKOFF = 5.0
 _EXPANSIONS_BYTES = 16 * 1024 * 1024  # recall texts kept expanded, for paging through them
@@ -356,9 +378,13 @@ class RecallWriter:
 
     # -- what the manager calls -----------------------------------------------------------
 
-    def record(self, ledger: Ledger, taken: Sequence[Decision]) -> None:
+    def record(
+        self, ledger: Ledger, taken: Sequence[Decision], raw: Sequence[Message] = ()
+    ) -> None:
         """Note the decisions ``taken`` since the last call (the whole ledger again when
-        anything else changed it: a resync, a resumed ledger's stale decisions)."""
+        anything else changed it: a resync, a resumed ledger's stale decisions). ``raw``: the
+        session's raw history; an entry a dropped decision named stays kept while it names it
+        (an owned-mode caller's history holds the placeholders of the view it kept)."""
         n = len(taken)
         if (
             ledger is self._ledger
@@ -369,12 +395,12 @@ class RecallWriter:
                 return
             for d in taken:
                 js = decision_json(d)
-                for rid in _RID.findall(js):
+                for rid in _named(d, js):
                     self._pin(rid)
                 if self._keeps_ledger:
                     self._parts.append(js)
         else:
-            self._rebuild(ledger)
+            self._rebuild(ledger, raw)
         self._ledger, self._version, self._count = ledger, ledger.version, len(ledger)
         self._ledger_dirty = self._keeps_ledger
         self._ledger_epoch += 1
@@ -477,11 +503,13 @@ class RecallWriter:
         if content is not None:
             self._ready_bytes -= _size(content)
 
-    def _rebuild(self, ledger: Ledger) -> None:
+    def _rebuild(self, ledger: Ledger, raw: Sequence[Message]) -> None:
         parts = [decision_json(d) for d in ledger.decisions]
         live: set[str] = set()
-        for js in parts:
-            live.update(_RID.findall(js))
+        for d, js in zip(ledger.decisions, parts, strict=True):
+            live.update(_named(d, js))
+        if gone := self._live - live:
+            live |= _still_named(gone, raw)
         for rid in live - self._live:
             self._pin(rid)
         for rid in self._live - live:
