@@ -535,8 +535,13 @@ class Judge:
         tools: Iterable[str],
         ttl: float = CACHE_TTL,
         incremental: bool = True,
+        overhead: int = 0,
     ) -> None:
+        """``overhead``: tokens each request carries besides its messages that only this
+        strategy needs (the recall tool's definition), counted in every request's size and
+        cost, before the messages in the prefix cache (as a tool definition is)."""
         self.canon = canon
+        self.overhead = overhead
         self.incremental = incremental
         self.budget = budget
         self.task = task
@@ -561,7 +566,7 @@ class Judge:
         canon, res = self.canon, self.result
         sent = list(request) if merged else merge(request)
         sizes = [canon.tokens_of(m) for m in sent]
-        total = sum(sizes)
+        total = self.overhead + sum(sizes)
         res.requests += 1
         res.input_tokens += total
         res.peak = max(res.peak, total)
@@ -597,7 +602,7 @@ class Judge:
             else:
                 res.breaks += 1
                 res.break_at.append(res.requests)
-        read = 0 if expired or not previous else sum(sizes[:same])
+        read = 0 if expired or not previous else self.overhead + sum(sizes[:same])
         write = total - read
         res.read += read
         res.written += write

@@ -6,8 +6,10 @@ For each session and budget (100k and 50k tokens) and each of agentctx's determi
 strategies, replays the session request by request through `ContextManager` and judges what
 was sent with the yardstick `benchmarks/peers.py` judges agentctx's peers with
 (`_yardstick`): tokens are exact o200k when the ``tokenizer`` extra is installed (agentctx
-counts with it too then, and hears the exact size of each request it sent through
-``observe``); the budget's hard limit is exactly B. Printed per cell: prefix-cache breaks next
+counts with its default `MessageCounter`, as peers.py runs it: its estimator, texts of up to
+256 characters exact with the extra, and hears the exact size of each request it sent
+through ``observe``; without the extra the yardstick itself is agentctx's estimator, and the
+header says so); the budget's hard limit is exactly B. Printed per cell: prefix-cache breaks next
 to the theoretical minimum, the cold rewrites, simulated input cost against no compaction
 (Anthropic prefix cache at Sonnet prices, the cache expiring only where the transcript shows
 an idle gap of more than 5 minutes), requests over budget, and how many of the file paths

@@ -16,7 +16,8 @@ as benchmarks/peers.py judges (`_yardstick.run_agentctx`, `_yardstick.Judge`: ex
 tokens, breaks against the strategy-independent minimum, cold rewrites after idle gaps, the
 prefix-cache cost at Anthropic prices, requests over B, invalid requests, task lost), with one
 difference: agentctx gets a `MemoryRecallStore`, so what it clears stays one
-``recall_context`` call away. Per point:
+``recall_context`` call away, and every request it sends carries the recall tool's definition
+(its tokens counted in each request's size and cost). Per point:
 
 * *cost x none*: the prefix-cache cost against sending the raw history (``none``);
 * *breaks (+cold)*: cache breaks while the cache was warm, and rewrites after it expired;
@@ -54,6 +55,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import json
 import math
 import sys
 import time
@@ -74,6 +76,7 @@ from agentctx.budget import Budget
 from agentctx.events import BudgetExceeded, ContextCompacted
 from agentctx.manager import ContextManager
 from agentctx.recall import MemoryRecallStore
+from agentctx.recall.tool import recall_tool
 from agentctx.replay import ReplayClock
 from agentctx.replay.jobs import DEFAULT_SUMMARIZER_DELAY, build_strategy
 from agentctx.replay.retention import RECALL_ID, recallable, visible_text
@@ -288,7 +291,16 @@ async def run_agentctx_point(
     """One agentctx strategy at one ratio on one cell, judged as peers.py judges, with a
     `MemoryRecallStore`: the result and the early paths visible or one recall away."""
     kind = AGENTCTX[name]
-    judge = y.Judge(canon, name, b, task=session.task, tools=session.tools)
+    # The recall tool goes out with every request, so that what was cleared is one call away.
+    definition = json.dumps(recall_tool("anthropic"), separators=(",", ":"))
+    judge = y.Judge(
+        canon,
+        name,
+        b,
+        task=session.task,
+        tools=session.tools,
+        overhead=canon.count_text(definition),
+    )
     retained = [0]
 
     async def after(ctx: ContextManager, view: list[Message]) -> None:

@@ -25,14 +25,17 @@ The strategies, each at its defaults, driven through its own hook as its framewo
   the same with ``min_clear_tokens=B/10``, ``SlidingWindowCompaction(max_tokens=B)``,
   ``TieredCompaction([ClearToolResults(max_tokens=1), SlidingWindowCompaction(max_messages=1)],
   target_tokens=B)`` and ``SummarizingCompaction(max_tokens=B)`` on an offline
-  ``FunctionModel`` that always returns the same ~300-token text;
-* LangChain v1: ``ContextEditingMiddleware([ClearToolUsesEdit(trigger=B)])`` through
+  ``FunctionModel`` that answers with agentctx's offline extractive summarizer (`offline_summary`);
+* LangChain v1, each ``AIMessage`` carrying ``usage_metadata`` as langchain-anthropic reports
+  it (the same numbers as pydantic-ai's) and a fake chat model typed as Anthropic's (its
+  middleware chooses its token counter, and reads reported usage, by the model's type):
+  ``ContextEditingMiddleware([ClearToolUsesEdit(trigger=B)])`` through
   ``wrap_model_call`` on the whole stored state (it edits a deep copy; the state stays raw),
   ``trim_messages`` on the stored state as a LangGraph ``pre_model_hook`` would
   (``strategy="last"``, ``start_on="human"``, ``end_on=("human", "tool")``,
   ``count_tokens_approximately``) and ``SummarizationMiddleware(trigger=("tokens", B))``
   through ``before_model``, its ``REMOVE_ALL_MESSAGES`` update applied to the state, with a
-  ``RunnableLambda`` summarizer returning the same fake text;
+  ``RunnableLambda`` summarizer answering with `offline_summary` too;
 * agentctx: ``DeterministicCompaction()`` (the default), ``ToolOutputPipeline`` then the tiers,
   and the ``llm`` strategy of ``agentctx replay`` (background briefings from the offline
   extractive summarizer, 8 s of session time each, then the tiers), with a `Budget` whose
@@ -41,6 +44,10 @@ The strategies, each at its defaults, driven through its own hook as its framewo
   theirs, through ``prepare`` (projection mode) and ``observe`` with the exact size of what
   it sent (`_yardstick.run_agentctx`). ``--target-ratio`` adds
   the deterministic strategy at other ``Budget.target_ratio`` values.
+
+A summary's own work (the offline summarizer's extraction) stands in for a model's reply: it
+is inside a peer's timed call, which waits for the reply inline, and outside agentctx's, which
+asks for it in the background; summaries are rare, so only a p99 can see it.
 
 Time is ``perf_counter`` around the strategy's own call only (``before_model_request``,
 ``wrap_model_call`` with its deep copy, ``trim_messages``, ``before_model``, ``prepare``);
@@ -55,6 +62,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.metadata
+import json
 import platform
 import sys
 import time
@@ -79,32 +87,17 @@ from agentctx.messages import (
     ToolResultMessage,
     UserMessage,
 )
+from agentctx.replay.offline_summarizer import extract_briefing
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "corpus"
 
-FAKE_SUMMARY = " ".join(
-    [
-        "Summary of the conversation so far.",
-        "The user asked the assistant to improve the project and to keep the existing behaviour",
-        "intact while doing so. The assistant first looked around the code base to understand how",
-        "the pieces fit together, read the modules that looked relevant, and ran the test suite to",
-        "see where things stood. Several tests failed at first; the assistant traced the failures",
-        "to a handful of functions, changed them one at a time and ran the tests again after each",
-        "change. Along the way it noted a few open questions about naming and error handling and",
-        "asked the user about them; the user answered some and left the rest to the assistant's",
-        "judgement. The assistant then refactored the shared code so that the different entry",
-        "points use one implementation instead of three, updated the documentation to match, and",
-        "checked that the command line still behaves as before. The most recent steps were about",
-        "tidying up: removing dead code, renaming a few helpers, and making the error messages",
-        "clearer. Remaining work: finish the last refactoring step, run the whole suite once more,",
-        "and summarise the changes for the user. Constraints the user stated: do not change the",
-        "public interface, keep the changes small and reviewable, and do not add dependencies.",
-        "Decisions taken: keep the old code around until the new code is proven, prefer small",
-        "focused commits, and write tests before changing behaviour where that is practical.",
-        "Nothing else of note happened; the conversation continues from here with the next step.",
-    ]
-)
-"""What every fake summarizer returns: about 300 o200k tokens, no file paths."""
+
+def offline_summary(text: str) -> str:
+    """What every peer's summarizer returns for the ``text`` it is asked to summarize: the
+    briefing of the offline extractive summarizer agentctx's ``llm`` row uses (the task,
+    decisions, files and commands, errors), so that no strategy's summary keeps more."""
+    return extract_briefing(text)
+
 
 PLACEHOLDER = "Previous conversation was too long to summarize."
 
@@ -317,7 +310,7 @@ def pai_strategies() -> dict[str, Callable[[int, Any], Any]]:
             [ClearToolResults(max_tokens=1), SlidingWindowCompaction(max_messages=1)],
             target_tokens=b,
         ),
-        "pai.SummarizingCompaction(fake LLM)": lambda b, model: SummarizingCompaction(
+        "pai.SummarizingCompaction(offline summarizer)": lambda b, model: SummarizingCompaction(
             model=model, max_tokens=b
         ),
     }
@@ -328,9 +321,10 @@ def _fake_model() -> Any:
     from pydantic_ai.models.function import FunctionModel
 
     def summarize(messages: Any, info: Any) -> Any:
-        return ModelResponse(parts=[TextPart(FAKE_SUMMARY)])
+        text = "\n".join(str(getattr(p, "content", "")) for m in messages for p in m.parts)
+        return ModelResponse(parts=[TextPart(offline_summary(text))])
 
-    return FunctionModel(summarize, model_name="fake-summarizer")
+    return FunctionModel(summarize, model_name="offline-summarizer")
 
 
 async def run_pai(
@@ -383,7 +377,11 @@ class LcAdapter:
         self._cache: dict[int, tuple[Any, y.Msg]] = {}
         self._n = 0
 
-    def to_lc(self, new: Sequence[Message]) -> list[Any]:
+    def to_lc(self, new: Sequence[Message], input_tokens: int) -> list[Any]:
+        """``new`` as LangChain messages; an ``AIMessage`` reports its usage as
+        langchain-anthropic gives it (``input_tokens``, the size of the request that produced
+        it as sent, and its own size as output; ``model_provider`` "anthropic"), which
+        LangChain's middleware reads, as pydantic-ai's strategies read theirs."""
         lm = self.lm
         out: list[Any] = []
         for m in new:
@@ -430,10 +428,22 @@ class LcAdapter:
                     {"name": c.name, "args": dict(c.arguments), "id": c.id, "type": "tool_call"}
                     for c in m.tool_calls
                 ]
+                output = self.canon.tokens_of(self.canon.neutral(m))
+                reported = {
+                    "usage_metadata": {
+                        "input_tokens": input_tokens,
+                        "output_tokens": output,
+                        "total_tokens": input_tokens + output,
+                    },
+                    "response_metadata": {
+                        "model_provider": "anthropic",
+                        "model_name": "claude-sonnet-4-6",
+                    },
+                }
                 if len(blocks) == 1 and blocks[0]["type"] == "text":
-                    out.append(lm.AIMessage(content=blocks[0]["text"], id=mid))
+                    out.append(lm.AIMessage(content=blocks[0]["text"], id=mid, **reported))
                 else:
-                    out.append(lm.AIMessage(content=blocks, tool_calls=calls, id=mid))
+                    out.append(lm.AIMessage(content=blocks, tool_calls=calls, id=mid, **reported))
             else:
                 raise TypeError(f"unexpected message {type(m).__name__}")
         return out
@@ -494,9 +504,22 @@ class LcAdapter:
 
 
 def _fake_chat_model() -> Any:
+    """A fake chat model LangChain takes for Anthropic's, as every cell models Anthropic (its
+    prices, pydantic-ai's model): its middleware picks its token counter and reads reported
+    usage by the model's type and provider."""
     from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
-    return FakeListChatModel(responses=["ok"])
+    class AnthropicFake(FakeListChatModel):
+        @property
+        def _llm_type(self) -> str:
+            return "anthropic-chat"
+
+        def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> Any:
+            params = super()._get_ls_params(stop=stop, **kwargs)
+            params["ls_provider"] = "anthropic"
+            return params
+
+    return AnthropicFake(responses=["ok"])
 
 
 async def run_lc_clear(session: Session, judge: y.Judge, b: int) -> None:
@@ -515,14 +538,15 @@ async def run_lc_clear(session: Session, judge: y.Judge, b: int) -> None:
         seen.append(request.messages)
         return AIMessage(content="ok")
 
+    sent_tokens = 0
     for k in range(len(session.calls)):
-        state.extend(adapter.to_lc(session.new(k)))
+        state.extend(adapter.to_lc(session.new(k), sent_tokens))
         request = ModelRequest(model=model, messages=state, state={"messages": state})
         seen.clear()
         started = time.perf_counter()
         middleware.wrap_model_call(request, handler)
         ms = (time.perf_counter() - started) * 1000
-        judge.add(fresh.canonical(seen[0]), session.times[k], ms=ms)
+        sent_tokens = judge.add(fresh.canonical(seen[0]), session.times[k], ms=ms)
 
 
 async def run_lc_trim(session: Session, judge: y.Judge, b: int) -> None:
@@ -531,8 +555,9 @@ async def run_lc_trim(session: Session, judge: y.Judge, b: int) -> None:
 
     adapter = LcAdapter(judge.canon)
     state: list[Any] = []
+    sent_tokens = 0
     for k in range(len(session.calls)):
-        state.extend(adapter.to_lc(session.new(k)))
+        state.extend(adapter.to_lc(session.new(k), sent_tokens))
         started = time.perf_counter()
         sent = trim_messages(
             state,
@@ -543,7 +568,23 @@ async def run_lc_trim(session: Session, judge: y.Judge, b: int) -> None:
             end_on=("human", "tool"),
         )
         ms = (time.perf_counter() - started) * 1000
-        judge.add(adapter.canonical(sent), session.times[k], ms=ms)
+        sent_tokens = judge.add(adapter.canonical(sent), session.times[k], ms=ms)
+
+
+def _lc_transcript(messages: Sequence[Any]) -> str:
+    """LangChain messages as the plain text a summarizer reads: each one's text, its tool
+    calls with their arguments, a tool's output."""
+    lines: list[str] = []
+    for m in messages:
+        content = m.content
+        for part in [content] if isinstance(content, str) else content:
+            if isinstance(part, str):
+                lines.append(f"[{m.type}] {part}")
+            elif part.get("type") == "text":
+                lines.append(f"[{m.type}] {part['text']}")
+        for call in getattr(m, "tool_calls", ()):
+            lines.append(f"[{m.type}] {call['name']}({json.dumps(call['args'])})")
+    return "\n".join(lines)
 
 
 async def run_lc_summarization(session: Session, judge: y.Judge, b: int) -> None:
@@ -556,12 +597,13 @@ async def run_lc_summarization(session: Session, judge: y.Judge, b: int) -> None
     middleware = SummarizationMiddleware(
         model=_fake_chat_model(),
         trigger=("tokens", b),
-        summarizer=RunnableLambda(lambda messages: FAKE_SUMMARY),
+        summarizer=RunnableLambda(lambda messages: offline_summary(_lc_transcript(messages))),
     )
     state: list[Any] = []
     splices = placeholders = 0
+    sent_tokens = 0
     for k in range(len(session.calls)):
-        state.extend(adapter.to_lc(session.new(k)))
+        state.extend(adapter.to_lc(session.new(k), sent_tokens))
         started = time.perf_counter()
         update = middleware.before_model({"messages": state}, None)  # type: ignore[arg-type]
         ms = (time.perf_counter() - started) * 1000
@@ -572,7 +614,7 @@ async def run_lc_summarization(session: Session, judge: y.Judge, b: int) -> None
             state = list(new[1:])
             splices += 1
             placeholders += any(PLACEHOLDER in str(m.content) for m in state[:2])
-        judge.add(adapter.canonical(state), session.times[k], ms=ms)
+        sent_tokens = judge.add(adapter.canonical(state), session.times[k], ms=ms)
     if splices:
         judge.result.notes.append(
             f"{placeholders}/{splices} splices were the 'too long to summarize' placeholder"
@@ -634,7 +676,7 @@ def strategies(target_ratios: Sequence[float]) -> tuple[dict[str, Runner], list[
 
         runners["lc.ClearToolUsesEdit"] = run_lc_clear
         runners["lc.trim_messages(last)"] = run_lc_trim
-        runners["lc.SummarizationMiddleware(fake LLM)"] = run_lc_summarization
+        runners["lc.SummarizationMiddleware(offline summarizer)"] = run_lc_summarization
     except ImportError as e:
         missing.append(f"lc.*: langchain / langgraph are not importable ({e}); run scripts/bench")
     runners["agentctx.deterministic (default)"] = _agentctx("deterministic")
@@ -654,7 +696,7 @@ def check_adapters(canon: y.Canon, session: Session, runners: dict[str, Runner])
         assert got == expected, f"pydantic-ai round trip differs on {session.name}"
     if any(n.startswith("lc.") for n in runners):
         lc = LcAdapter(canon)
-        got = y.merge(lc.canonical(lc.to_lc(session.messages)))
+        got = y.merge(lc.canonical(lc.to_lc(session.messages, 0)))
         assert got == expected, f"LangChain round trip differs on {session.name}"
 
 

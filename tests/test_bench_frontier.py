@@ -342,7 +342,7 @@ def test_with_langchain_peers_here() -> None:
         "none",
         "lc.ClearToolUsesEdit",
         "lc.trim_messages(last)",
-        "lc.SummarizationMiddleware(fake LLM)",
+        "lc.SummarizationMiddleware(offline summarizer)",
     ]
     _check_consistent(tables)
 
@@ -370,7 +370,7 @@ def test_with_pydantic_ai_harness_peers() -> None:
         "pai.ClearToolResults(min_clear=B/10)",
         "pai.SlidingWindowCompaction",
         "pai.Tiered(Clear->Sliding)",
-        "pai.SummarizingCompaction(fake LLM)",
+        "pai.SummarizingCompaction(offline summarizer)",
     ]
     # The cheapest peer holding the budget is named in the defaults' line.
     assert re.search(r"vs \d\.\d{3} \(pai\.", rows[-1]), rows[-1]

@@ -273,7 +273,7 @@ def test_peers_quick_cell_with_the_peers_this_venv_has(peers: ModuleType) -> Non
         "none",
         "lc.ClearToolUsesEdit",
         "lc.trim_messages(last)",
-        "lc.SummarizationMiddleware(fake LLM)",
+        "lc.SummarizationMiddleware(offline summarizer)",
         "agentctx.deterministic (default)",
         "agentctx.pipeline+tiers",
         "agentctx.llm (offline summarizer)",
@@ -294,7 +294,7 @@ def test_peers_quick_run_with_pydantic_ai_harness(peers: ModuleType) -> None:
         "pai.ClearToolResults(min_clear=B/10)",
         "pai.SlidingWindowCompaction",
         "pai.Tiered(Clear->Sliding)",
-        "pai.SummarizingCompaction(fake LLM)",
+        "pai.SummarizingCompaction(offline summarizer)",
     ]
     if importlib.util.find_spec("pydantic_ai_harness") is not None:
         text = _run(peers, "--quick")
