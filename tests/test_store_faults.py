@@ -1085,3 +1085,83 @@ async def test_an_id_a_tool_printed_is_not_an_entry_the_store_lost() -> None:
         answer = await ctx.handle_recall({"id": fake})
     assert "was not found in this session" in answer
     assert not [e for e in events if isinstance(e, StoreDegraded)]
+
+
+class _ClearWithErrors:
+    """A strategy of one's own that names two entries in its placeholder: the error lines
+    and, as its recall id, the whole output."""
+
+    async def compact(self, ctx: Any) -> None:
+        for j, m in enumerate(ctx.view):
+            text = text_of(m.content) if isinstance(m, ToolResultMessage) else ""
+            if len(text) > 1000 and ctx.undecided(j) is not None:
+                whole = ctx.recall.put(ctx.session_id, text)
+                errors = ctx.recall.put(
+                    ctx.session_id, "\n".join(x for x in text.splitlines() if "ERROR" in x)
+                )
+                note = (
+                    f"[cleared; errors: recall_context id={errors}; all: recall_context id={whole}]"
+                )
+                ctx.take(
+                    ReplaceResult(
+                        anchor(ctx.raw, ctx.origins[j]), (TextBlock(note),), "clear", whole
+                    )
+                )
+
+
+async def test_every_entry_a_placeholder_names_is_kept_not_only_its_recall_id() -> None:
+    """Found by a hostile run (BJ 1), a regression of this stop's fix for ids a tool
+    printed: a decision's entries were taken to be its recall id alone, so a second entry
+    a strategy of one's own named in its placeholder was never written."""
+    output = "\n".join(f"ERROR boom {k}" if k % 50 == 0 else f"fine {k}" for k in range(300))
+    async with ContextManager(
+        Budget(context_window=100_000),
+        strategy=_ClearWithErrors(),
+        recall=MemoryRecallStore(),
+        session_id="s",
+    ) as ctx:
+        history: list[Message] = [
+            UserMessage.of("task"),
+            AssistantMessage((ToolCall("c1", "bash", {}),)),
+            ToolResultMessage.of("c1", output, tool_name="bash"),
+        ]
+        view = await ctx.prepare(history)
+        errors, whole = RID.findall(text_of(view[-1].content))
+        lines = "\n".join(f"ERROR boom {k}" for k in range(0, 300, 50))
+        assert (await ctx.recall(errors)).endswith(lines)
+        assert (await ctx.recall(whole)).endswith("fine 299")
+
+
+async def test_an_id_a_spans_trail_names_is_not_an_entry_the_store_lost() -> None:
+    """Found by a hostile run (BJ 2): the model recalled an id that never existed; once a
+    span dropped that step, its marker's trail named the call, and the id was taken for an
+    entry the store had lost (`StoreDegraded` missing, "no longer holds it")."""
+    bogus = "ctx-0123456789abcdef"
+    events: list[Event] = []
+    async with ContextManager(
+        Budget(context_window=12_000, reserve_output=1_000),
+        recall=MemoryRecallStore(),
+        session_id="s",
+    ) as ctx:
+        ctx.subscribe(events.append)
+        first = await ctx.recall(bogus)
+        history: list[Message] = [
+            UserMessage.of("task"),
+            AssistantMessage((ToolCall("r0", "recall_context", {"id": bogus}),)),
+            ToolResultMessage.of("r0", first, tool_name="recall_context"),
+        ]
+        for i in range(1, 30):
+            history += [
+                AssistantMessage(
+                    (TextBlock(f"s{i}"), ToolCall(f"c{i}", "read", {"path": f"f{i}"}))
+                ),
+                ToolResultMessage.of(
+                    f"c{i}", "\n".join(f"l{k} " + "y" * 60 for k in range(30)), tool_name="read"
+                ),
+            ]
+            await ctx.prepare(history)
+        spans = [d for d in ctx.ledger.decisions if isinstance(d, ReplaceSpan)]
+        assert any(bogus in str(d) for d in spans)
+        assert "was not found in this session" in first
+        assert "was not found in this session" in await ctx.recall(bogus)
+    assert not [e for e in events if isinstance(e, StoreDegraded)]

@@ -49,8 +49,8 @@ import anyio.to_thread
 from agentctx._log import log
 from agentctx.errors import StoreDataError, StoreError
 from agentctx.events import CompactionWarning, StoreDegraded, StoreRecovered
-from agentctx.ledger import Ledger, decision_json
-from agentctx.messages import canonical_json
+from agentctx.ledger import Ledger, ReplaceSpan, decision_json
+from agentctx.messages import SummaryMessage, canonical_json, text_of
 from agentctx.recall.store import (
     AppendingLedgerStore,
     LedgerStore,
@@ -75,12 +75,30 @@ __all__ = ["RecallWriter"]
 _RID = re.compile(r"ctx-[0-9a-f]{16}")
 
 
-def _named(decision: Decision, js: str) -> list[str]:
-    """The recall ids ``decision`` keeps entries under: its own, when it has one (what it
-    kept of a tool's output may print anything, an id included); else every id its text
-    names (a span's markers, a strategy of one's own that writes ids in its text)."""
+# How agentctx's own placeholders name the entries they stand for: a marker's or a condensed
+# line's note, a briefing's last line. Text a tool printed or a model wrote may name any id.
+_ID_NOTE = r"recall_context id=ctx-[0-9a-f]{16}"
+_OWN_NOTE = re.compile(rf"^\[[^\]\n]*\] \(({_ID_NOTE}(?:, {_ID_NOTE})*)\)")
+_BRIEFING_ENTRY = re.compile(r'in full: recall_context\(id="(ctx-[0-9a-f]{16})"\)\]$')
+
+
+def _vouched(decision: Decision) -> list[str]:
+    """The ids ``decision`` was taken with entries under (so an id it names that the store
+    does not hold was lost): its own recall id; a span's, the ids its placeholders' own
+    notes name. Not the ids in what it kept of a tool's output or a model's text."""
     rid = getattr(decision, "recall_id", None)
-    return [rid] if rid is not None else _RID.findall(js)
+    if rid is not None:
+        return [rid]
+    if not isinstance(decision, ReplaceSpan):
+        return []
+    ids: list[str] = []
+    for m in decision.replacement:
+        text = m.text if isinstance(m, SummaryMessage) else text_of(getattr(m, "content", ()))
+        if note := _OWN_NOTE.match(text):
+            ids += _RID.findall(note.group(1))
+        if entry := _BRIEFING_ENTRY.search(text):
+            ids.append(entry.group(1))
+    return ids
 
 
 def _still_named(ids: set[str], raw: Sequence[Message]) -> set[str]:
@@ -157,6 +175,7 @@ class RecallWriter:
         "_lock",
         "_lost",
         "_missing",
+        "_vouched",
         "_name",
         "_new",
         "_parts",
@@ -208,6 +227,9 @@ class RecallWriter:
         self._pins_removed: set[str] = set()
         self._lost: set[str] = set()  # dropped unwritten (overflow, close)
         self._missing: set[str] = set()  # written, then not in the store when recalled
+        # Ids a decision was taken with entries under, or this writer was given an entry for:
+        # one the store does not hold was lost (other ids the ledger names may be any text).
+        self._vouched: set[str] = set()
         self._parts: list[str] = []  # each decision's JSON, when the store keeps ledgers
         self._ledger: Ledger | None = None
         self._version = -1
@@ -290,7 +312,7 @@ class RecallWriter:
                 f"[recall_context] the recall store is unavailable right now ({exc}); "
                 "try again later."
             )
-        if content is None and rid in self._live:
+        if content is None and rid in self._live and rid in self._vouched:
             self._report_missing(rid)
             return (
                 f'[recall_context] id "{rid}" is not recallable: it was cleared from this '
@@ -328,7 +350,7 @@ class RecallWriter:
             read = self._guarded(expand, None)
         text, whole, absent = read
         for ref in absent:
-            if ref in self._live:
+            if ref in self._live and ref in self._vouched:
                 self._report_missing(ref)
         # A reference the store could not read right now, or did not hold, is said in its
         # place: not kept, so the next call reads it again.
@@ -395,8 +417,9 @@ class RecallWriter:
                 return
             for d in taken:
                 js = decision_json(d)
-                for rid in _named(d, js):
+                for rid in _RID.findall(js):
                     self._pin(rid)
+                self._vouched.update(_vouched(d))
                 if self._keeps_ledger:
                     self._parts.append(js)
         else:
@@ -507,7 +530,8 @@ class RecallWriter:
         parts = [decision_json(d) for d in ledger.decisions]
         live: set[str] = set()
         for d, js in zip(ledger.decisions, parts, strict=True):
-            live.update(_named(d, js))
+            live.update(_RID.findall(js))
+            self._vouched.update(_vouched(d))
         if gone := self._live - live:
             live |= _still_named(gone, raw)
         for rid in live - self._live:
@@ -531,6 +555,7 @@ class RecallWriter:
             if session != self.session_id or rid not in self._live:
                 continue  # a proposal nobody took: nothing references it
             self._lost.discard(rid)
+            self._vouched.add(rid)
             if key not in self._ready:
                 self._ready[key] = content
                 self._ready_bytes += _size(content)
