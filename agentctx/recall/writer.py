@@ -405,7 +405,7 @@ class RecallWriter:
     ) -> None:
         """Note the decisions ``taken`` since the last call (the whole ledger again when
         anything else changed it: a resync, a resumed ledger's stale decisions). ``raw``: the
-        session's raw history; an entry a dropped decision named stays kept while it names it
+        session's raw history: an entry a dropped decision named stays kept while raw names it
         (an owned-mode caller's history holds the placeholders of the view it kept)."""
         n = len(taken)
         if (
