@@ -26,7 +26,8 @@ is the ``call_id`` (the item's own ``id`` rides in ``extra["id"]``), ``custom_to
 `RedactedThinkingBlock`, and anything else (compaction, web search, unknown items) rides as
 ``OpaqueBlock("openai_responses", item)``. Items that would not render back exactly are
 kept opaque, so ``to_openai_responses(from_openai_responses(p)) == p`` holds for every input
-whose outputs follow their calls.
+whose outputs follow their calls and whose reasoning items are each followed by an item the
+model made.
 Built-in tools' items (``computer_call``, ``shell_call``, ... and their outputs) are opaque
 too: a call and its output with nothing between them (and the items before them in the run)
 are one message, a step of its turn (`agentctx.messages.TOOL_STEP`) that compaction may drop

@@ -55,7 +55,8 @@ def truncate_text(text: str, max_lines: int, max_chars: int, note: str = "") -> 
     """Head and tail of ``text`` within ``max_lines`` lines and ``max_chars`` characters.
 
     What is kept is the text's start and its end; the one marker line between them says how
-    many of the text's lines and characters it stands for, and counts in both limits, so
+    many of the text's lines and characters it stands for (whole lines with a line break
+    each; a cut inside lines, the characters left out), and counts in both limits, so
     applying the function to its own output returns it unchanged (when ``max_chars`` has
     room for the marker: 80 characters and the note). ``note`` (e.g. a recall
     hint) is added to the marker. Whole lines are cut while that is enough; when the lines
