@@ -184,7 +184,7 @@ def _failed(span: trace.Span, error: BaseException) -> None:
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, AttributeValue]:
     """An event's JSON fields as span attributes: nested objects joined by dots, ``null``
-    left out, lists of scalars as they are (anything else as its string)."""
+    left out, lists of strings as they are (anything else as its string)."""
     out: dict[str, AttributeValue] = {}
     for key, value in data.items():
         name = f"{prefix}{key}"
