@@ -276,8 +276,18 @@ class LoopThread:
         self._pid = os.getpid()
         started: Future[BlockingPortal] = Future()
         thread = threading.Thread(target=_serve, args=(started,), name="agentctx", daemon=True)
-        thread.start()
-        self._portal = portal = started.result()
+        try:
+            thread.start()
+            self._portal = portal = started.result()
+        except BaseException:
+            if thread.ident is not None:
+                # An interrupt (Ctrl-C) while the thread started: it may serve already, and
+                # nothing else would ever stop it.
+                with suppress(Exception):
+                    serving = started.result(_STOPPING_SECONDS)
+                    serving.call(serving.stop, True)
+                thread.join(_STOPPING_SECONDS)
+            raise
         session = portal.wrap_async_context_manager(manager)
         try:
             session.__enter__()

@@ -376,3 +376,31 @@ print("closed")
             [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
         )
         assert done.stdout.split() == ["prepare:", "KeyboardInterrupt", "closed"], done.stderr
+
+
+def test_an_interrupt_while_the_loop_thread_starts_leaves_no_thread_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by a hostile run (BN 1): a Ctrl-C while `BlockingContextManager()` waited for
+    its loop thread to start left that thread serving for the rest of the process, with
+    nothing referring to it."""
+    import agentctx.blocking as blocking
+
+    class Interrupted(blocking.Future):  # type: ignore[type-arg]
+        waits = 0
+
+        def result(self, timeout: float | None = None) -> Any:
+            type(self).waits += 1
+            if type(self).waits == 1:
+                raise KeyboardInterrupt
+            return super().result(timeout)
+
+    def loop_threads() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "agentctx"}
+
+    before = loop_threads()
+    monkeypatch.setattr(blocking, "Future", Interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        BlockingContextManager(ContextManager(Budget(context_window=12_000, reserve_output=1_000)))
+    assert Interrupted.waits == 2
+    assert loop_threads() - before == set()
