@@ -1165,3 +1165,27 @@ async def test_an_id_a_spans_trail_names_is_not_an_entry_the_store_lost() -> Non
         assert "was not found in this session" in first
         assert "was not found in this session" in await ctx.recall(bogus)
     assert not [e for e in events if isinstance(e, StoreDegraded)]
+
+
+def test_a_sqlite_store_works_in_a_child_forked_while_a_thread_was_inside_it() -> None:
+    """Found by a hostile run (BN 2): a fork while the parent's writer thread held the
+    store's lock left the child's copy of that lock held for good (and the child on the
+    parent's SQLite connection, which SQLite forbids): every call there failed or hung."""
+    script = """
+import os, signal, sys, tempfile
+from agentctx import SQLiteRecallStore
+store = SQLiteRecallStore(os.path.join(tempfile.mkdtemp(), "a.db"))
+rid = store.put("s", "the parent's entry")
+store._lock.acquire()  # as a writer thread of the parent holds it, when the process forks
+pid = os.fork()
+if pid == 0:
+    signal.alarm(10)
+    ok = store.get("s", rid) == "the parent's entry"
+    ok = ok and store.get("s", store.put("s", "the child's")) == "the child's"
+    os._exit(0 if ok else 1)
+_, status = os.waitpid(pid, 0)
+store._lock.release()
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()

@@ -21,9 +21,11 @@ into an unlinked file nobody will ever read.
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import threading
+import weakref
 from typing import TYPE_CHECKING
 
 from agentctx._check import number
@@ -50,6 +52,22 @@ def _session(session_id: str) -> str | bytes:
     return session_id
 
 
+def _reopened(ref: weakref.ref[SQLiteRecallStore]) -> None:
+    """In a child process after ``fork``: the store's own lock and connection, as SQLite
+    forbids using the parent's (and a thread of the parent may have held the lock then,
+    held for good in the child's copy). A file that does not open leaves a closed
+    connection: each call raises `StoreError`."""
+    store = ref()
+    if store is None:
+        return
+    store._lock = threading.Lock()
+    try:
+        store._db = store._connect()
+    except sqlite3.Error:
+        store._db = sqlite3.connect(":memory:", check_same_thread=False)
+        store._db.close()
+
+
 def _decode(value: bytes | str) -> str:
     if isinstance(value, str):
         return value
@@ -63,7 +81,8 @@ class SQLiteRecallStore:
     """A durable store in one SQLite file (WAL), safe for many sessions in one process.
 
     Also a `LedgerStore`: a new `ContextManager` with the same ``session_id`` resumes the
-    session's decisions and renders the same view.
+    session's decisions and renders the same view. A child process made with ``fork`` may
+    go on using the store (it opens its own connection at the fork).
 
     Args:
         path: the database file (created if missing).
@@ -76,11 +95,7 @@ class SQLiteRecallStore:
         number(self, "timeout")
         self._lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(
-                self.path, timeout=timeout, check_same_thread=False, isolation_level=None
-            )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db = self._connect()
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS recall (session TEXT NOT NULL, id TEXT NOT NULL, "
                 "content TEXT NOT NULL, PRIMARY KEY (session, id)) WITHOUT ROWID"
@@ -96,6 +111,15 @@ class SQLiteRecallStore:
             self._file, self._identity = self._opened_file()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open recall store {self.path}: {exc}") from exc
+        os.register_at_fork(after_in_child=functools.partial(_reopened, weakref.ref(self)))
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(
+            self.path, timeout=self.timeout, check_same_thread=False, isolation_level=None
+        )
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        return db
 
     def put(self, session_id: str, content: str) -> str:
         """Store ``content`` for ``session_id`` and return its recall id."""
