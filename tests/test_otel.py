@@ -3,6 +3,7 @@ in-memory exporter on a provider passed explicitly (the global one is never touc
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -27,6 +28,8 @@ from agentctx import (
     LlmCompaction,
     LlmCompactionConfig,
     Message,
+    ToolCall,
+    ToolResultMessage,
     Usage,
     UserMessage,
 )
@@ -358,3 +361,66 @@ def test_import_agentctx_imports_no_opentelemetry() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def _exported_values(exporter: InMemorySpanExporter) -> list[object]:
+    values: list[object] = []
+    for span in exporter.get_finished_spans():
+        values += [span.name, span.status.description or ""]
+        for attributes in [span.attributes, *(e.attributes for e in span.events)]:
+            for value in (attributes or {}).values():
+                values += value if isinstance(value, tuple) else [value]
+    return values
+
+
+def _exportable(value: object) -> bool:
+    if isinstance(value, str):
+        return len(value) <= 4096 and value.encode("utf-8", "strict") is not None
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**63
+    return not isinstance(value, float) or math.isfinite(value)
+
+
+async def test_text_a_model_or_a_transcript_wrote_is_exported_bounded_and_valid(
+    exporter: InMemorySpanExporter, tracer: OtelTracer
+) -> None:
+    """Found by a hostile run (BO 1): a 200 KB tool name with a lone surrogate went out
+    whole in every action of a span's event, 2.4 M characters, which an OTLP exporter
+    refuses with the whole batch; a session id too."""
+    name = "read\ud800" + "a" * 200_000
+    history: list[Message] = [UserMessage.of("task")]
+    for i in range(12):
+        history += [
+            AssistantMessage((ToolCall(f"c{i}", name, {"path": "x.py"}),)),
+            ToolResultMessage.of(f"c{i}", "line\n" * 3000, tool_name=name),
+        ]
+    async with ContextManager(
+        Budget(context_window=200_000, reserve_output=1_000),
+        tracer=tracer,
+        session_id="s\udc00" + "x" * 100_000,
+    ) as ctx:
+        await ctx.prepare(history)
+    values = _exported_values(exporter)
+    assert any(isinstance(v, str) and v.startswith("truncated read") for v in values)
+    assert all(_exportable(v) for v in values)
+
+
+async def test_what_a_summarizer_server_says_is_exported_bounded_and_valid(
+    exporter: InMemorySpanExporter, tracer: OtelTracer
+) -> None:
+    """Found by a hostile run (BO 2): an error message and a response's model name of a
+    megabyte with a lone surrogate went out whole, and a status of 10**30, past what OTLP
+    encodes."""
+    huge = "m\ud800" + "y" * 1_000_000
+    summarizer = ScriptedSummarizer(
+        [Outcome.fail(status=10**30, message=huge)],
+        default=Outcome.reply(BRIEFING, model=huge),
+        model="my-own-model",
+    )
+    await session_with_summaries(tracer, summarizer)
+    chats = spans(exporter, "chat my-own-model")
+    assert len(chats) >= 2
+    assert any((s.attributes or {}).get("http.response.status_code") == str(10**30) for s in chats)
+    assert all(_exportable(v) for v in _exported_values(exporter))

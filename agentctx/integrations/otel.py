@@ -39,16 +39,22 @@ and imports no OpenTelemetry.
   (the exception's class), and ``http.response.status_code`` when there was one. The
   request runs in the background: its span is a child of the span that was current when
   ``prepare`` started it, and links to that call's ``agentctx.prepare`` span.
+
+Every attribute is one OpenTelemetry exports: text (a tool's name in an action, a server's
+model name, an error's message) at most 4,096 characters and valid UTF-8, an integer past
+64 bits as text, a NaN or infinite number left out, a list at most 128 items.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentctx import __version__
 from agentctx.errors import MissingExtraError, SummarizerError
+from agentctx.messages import sendable_text
 
 try:
     from opentelemetry import trace
@@ -97,12 +103,15 @@ class OtelTracer:
         if call.messages_after is not None:
             attributes["agentctx.messages.after"] = call.messages_after
         span = self._tracer.start_span(
-            PREPARE_SPAN, kind=SpanKind.INTERNAL, attributes=attributes, start_time=call.start_ns
+            PREPARE_SPAN,
+            kind=SpanKind.INTERNAL,
+            attributes=_bounded(attributes),
+            start_time=call.start_ns,
         )
         for at, event in call.events:
             data = event.to_json()
             name = str(data.pop("type"))
-            span.add_event(name, attributes=_flatten(data), timestamp=at)
+            span.add_event(name, attributes=_bounded(_flatten(data)), timestamp=at)
         if call.error is not None:
             _failed(span, call.error)
         span.end(end_time=call.end_ns)
@@ -128,9 +137,9 @@ class OtelTracer:
             attributes["gen_ai.conversation.id"] = call.session_id
             if isinstance(call.handle, SpanContext):
                 links.append(Link(call.handle))
-        name = f"chat {attempt.model}" if attempt.model else "chat"
+        name = _text(f"chat {attempt.model}" if attempt.model else "chat")
         span = self._tracer.start_span(
-            name, kind=SpanKind.CLIENT, attributes=attributes, links=links
+            name, kind=SpanKind.CLIENT, attributes=_bounded(attributes), links=links
         )
         # Current while the request runs, so an instrumented HTTP client nests under it.
         with trace.use_span(
@@ -145,19 +154,18 @@ class OtelTracer:
             if result is None:
                 return
             usage = result.usage
-            span.set_attributes(
-                {
-                    "gen_ai.response.finish_reasons": (result.stop_reason,),
-                    "gen_ai.usage.input_tokens": usage.prompt_tokens,
-                    "gen_ai.usage.output_tokens": usage.output_tokens,
-                    "gen_ai.usage.cache_read.input_tokens": usage.cache_read_tokens,
-                    "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens,
-                }
-            )
+            attributes = {
+                "gen_ai.response.finish_reasons": (result.stop_reason,),
+                "gen_ai.usage.input_tokens": usage.prompt_tokens,
+                "gen_ai.usage.output_tokens": usage.output_tokens,
+                "gen_ai.usage.cache_read.input_tokens": usage.cache_read_tokens,
+                "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens,
+            }
             if (model := attempt.response_model) is not None:
-                span.set_attribute("gen_ai.response.model", model)
+                attributes["gen_ai.response.model"] = model
             if (cost := attempt.cost_usd) is not None:
-                span.set_attribute("agentctx.cost_usd", cost)
+                attributes["agentctx.cost_usd"] = cost
+            span.set_attributes(_bounded(attributes))
 
 
 def _provider(attempt: SummarizerAttempt) -> str | None:
@@ -176,16 +184,51 @@ def _failed(span: trace.Span, error: BaseException) -> None:
         if kind.__module__ == "builtins"
         else f"{kind.__module__}.{kind.__qualname__}"
     )
-    span.set_attribute("error.type", name)
+    attributes: dict[str, object] = {"error.type": name}
     if isinstance(error, SummarizerError) and error.status is not None:
-        span.set_attribute("http.response.status_code", error.status)
-    span.set_status(Status(StatusCode.ERROR, f"{kind.__name__}: {error}"))
+        attributes["http.response.status_code"] = error.status
+    span.set_attributes(_bounded(attributes))
+    span.set_status(Status(StatusCode.ERROR, _text(f"{kind.__name__}: {error}")))
 
 
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, AttributeValue]:
+# What one attribute may hold: the text of model- and server-written fields (a tool's name,
+# a response's model, an error's message) is bounded, and made valid UTF-8, which an OTLP
+# exporter needs (a lone surrogate fails the whole batch).
+_MOST_CHARS = 4096
+_MOST_ITEMS = 128
+_INT64 = range(-(2**63), 2**63)
+
+
+def _text(value: str) -> str:
+    value = sendable_text(value)
+    return value if len(value) <= _MOST_CHARS else value[: _MOST_CHARS - 1] + "…"
+
+
+def _bounded(attributes: Mapping[str, object]) -> dict[str, AttributeValue]:
+    """``attributes`` as OpenTelemetry exports them: text bounded and valid, integers within
+    64 bits (else as text), no NaN or infinity, at most `_MOST_ITEMS` items a list."""
+    out: dict[str, AttributeValue] = {}
+    for key, value in attributes.items():
+        if isinstance(value, str):
+            out[key] = _text(value)
+        elif isinstance(value, bool):
+            out[key] = value
+        elif isinstance(value, int):
+            out[key] = value if value in _INT64 else _text(str(value))
+        elif isinstance(value, float):
+            if math.isfinite(value):
+                out[key] = value
+        elif isinstance(value, tuple) and all(isinstance(v, str) for v in value):
+            out[key] = tuple(_text(v) for v in value[:_MOST_ITEMS])
+        elif value is not None:
+            out[key] = _text(str(value))
+    return out
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """An event's JSON fields as span attributes: nested objects joined by dots, ``null``
     left out, lists of strings as they are (anything else as its string)."""
-    out: dict[str, AttributeValue] = {}
+    out: dict[str, Any] = {}
     for key, value in data.items():
         name = f"{prefix}{key}"
         if value is None:
