@@ -28,6 +28,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from agentctx._check import number
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -66,6 +68,11 @@ class Price:
     cache_write: float
     cache_write_1h: float | None = None
     long_context: LongContext | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("input", "output", "cache_read", "cache_write"):
+            number(self, name)
+        number(self, "cache_write_1h", optional=True)
 
     def for_prompt(self, prompt_tokens: int) -> Price:
         """The prices a request with ``prompt_tokens`` prompt tokens pays."""

@@ -3,11 +3,13 @@ model-id matching and user tables; and the `Usage` 1-hour split those prices rea
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
 
 from agentctx.adapters.anthropic import assemble_anthropic_stream, message_from_anthropic_response
+from agentctx.errors import ConfigError
 from agentctx.messages import AssistantMessage, Usage, fingerprint, from_dict, to_dict
 from agentctx.pricing import DEFAULT_PRICES, LongContext, Price, price_for
 from agentctx.providers.anthropic_summarizer import DEFAULT_MODEL
@@ -355,3 +357,13 @@ def test_the_default_summarizer_model_is_priced_and_not_deprecated() -> None:
     assert price_for(DEFAULT_MODEL) is not None
     data = pytest.importorskip("anthropic._data")  # the SDK's own deprecation list
     assert DEFAULT_MODEL not in data.DEPRECATED_MODELS
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -1.0, "3"])
+def test_a_price_that_is_no_price_is_refused_when_made(bad: object) -> None:
+    """Found by a hostile run (BO 3): a NaN or infinite price was taken, and every cost the
+    spend, the events and the spans reported was NaN (infinity times no cache tokens)."""
+    with pytest.raises(ConfigError, match="finite number"):
+        Price(bad, 1.0, 1.0, 1.0)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="cache_write_1h"):
+        Price(1.0, 1.0, 1.0, 1.0, cache_write_1h=bad)  # type: ignore[arg-type]
