@@ -333,7 +333,13 @@ def test_unknown_compare_strategy_is_an_error(capsys: pytest.CaptureFixture[str]
     with pytest.raises(SystemExit) as done:
         main(["replay", "--compare", "deterministic,magic"])
     assert done.value.code == 2
-    assert "unknown strategy magic" in capsys.readouterr().err
+    assert "unknown strategy 'magic'" in capsys.readouterr().err
+    # Found by a hostile run (BO 4): a name was printed as it came, terminal escapes too
+    # (a clipboard write, a screen clear).
+    with pytest.raises(SystemExit):
+        main(["replay", "--compare", "bogus\x1b]52;c;SGk=\x07\x1b[2J"])
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "'bogus\\x1b]52;c;SGk=\\x07" in err
 
 
 def test_png_chart_of_several_replays_is_refused(

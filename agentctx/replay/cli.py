@@ -180,7 +180,7 @@ def _strategy_list(text: str) -> list[str]:
     unknown = [n for n in names if n not in STRATEGIES]
     if unknown or not names:
         raise argparse.ArgumentTypeError(
-            f"unknown strategy {', '.join(unknown) or repr(text)}; choose from "
+            f"unknown strategy {', '.join(map(repr, unknown)) or repr(text)}; choose from "
             f"{', '.join(STRATEGIES)}, separated by commas"
         )
     return names
