@@ -512,3 +512,29 @@ def test_a_line_break_in_an_output_path_cannot_forge_a_line(
         lines = (captured.out + captured.err).splitlines()
         assert not [line for line in lines if line.startswith("tokens sent: 1 with compaction")]
         assert any("r\\x0atokens sent: 1 with compaction (forged).html" in line for line in lines)
+
+
+def test_tasks_whose_ids_hold_slashes_keep_their_whole_names_in_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a hostile run (BO 5): a task of an evaluation output was named after the
+    last "/" of ``<file>#<instance id>``, so ids holding one were cut, and two tasks could
+    share a heading and a table row."""
+    source = Path(__file__).parent / "corpus" / "openhands" / "v0-multi_swe_bench-output.jsonl"
+    records = [json.loads(line) for line in source.read_text().splitlines()[:2]]
+    path = tmp_path / "eval.jsonl"
+    ids = ["org/repo-1<b>", "org/other/x"]
+    path.write_text(
+        "".join(
+            json.dumps({**r, "instance_id": i}) + "\n" for r, i in zip(records, ids, strict=True)
+        )
+    )
+    report = tmp_path / "report.html"
+    assert (
+        main(["replay", str(path), "--compare", "deterministic,none", "--report", str(report)]) == 0
+    )
+    out = capsys.readouterr().out
+    html = report.read_text()
+    assert "<h2>eval.jsonl#org/repo-1&lt;b&gt;</h2>" in html
+    assert "<h2>eval.jsonl#org/other/x</h2>" in html
+    assert "eval.jsonl#org/other/x" in out

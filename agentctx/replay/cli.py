@@ -32,6 +32,7 @@ import math
 import os
 import sys
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
 
 import anyio
@@ -42,7 +43,12 @@ from agentctx.errors import AgentCtxError, ConfigError
 from agentctx.importers import load_transcript, openhands
 from agentctx.replay._safe_text import printable
 from agentctx.replay.cached_summarizer import SummaryCache, default_cache_path
-from agentctx.replay.compare import Comparison, print_comparison, print_comparison_rich
+from agentctx.replay.compare import (
+    Comparison,
+    print_comparison,
+    print_comparison_rich,
+    transcript_name,
+)
 from agentctx.replay.data import DEMO_TRANSCRIPT
 from agentctx.replay.engine import SONNET_MODEL
 from agentctx.replay.jobs import (
@@ -373,10 +379,12 @@ def _named_tasks(tasks: Sequence[Transcript]) -> list[Transcript]:
     the ids are missing or repeat (two runs of a task in one file stay two)."""
     ids = [t.extra.get("instance_id") for t in tasks]
     named = all(isinstance(i, str) and i for i in ids) and len(set(ids)) == len(ids)
-    return [
-        dataclasses.replace(t, path=f"{t.path}#{ids[k] if named else k + 1}")
-        for k, t in enumerate(tasks)
-    ]
+    out = []
+    for k, t in enumerate(tasks):
+        label = f"#{ids[k] if named else k + 1}"
+        name = MappingProxyType({**t.extra, "name": Path(t.path).name + label})
+        out.append(dataclasses.replace(t, path=t.path + label, extra=name))
+    return out
 
 
 def _settings_json(args: argparse.Namespace, settings: ReplaySettings) -> dict[str, Any]:
@@ -469,7 +477,7 @@ def _replay(args: argparse.Namespace, console: Console | None) -> int:
 
     bar = _progress_console(args, console)
     name = (
-        Path(transcripts[0].path).name
+        transcript_name(transcripts[0])
         if len(transcripts) == 1
         else f"{len(transcripts)} transcripts"
     )
@@ -552,7 +560,7 @@ def _write_files(
     from agentctx.replay.report import sections_of, write_report
 
     first = outcomes[0]
-    title = f"agentctx replay: {Path(first.transcript.path).name}"
+    title = f"agentctx replay: {transcript_name(first.transcript)}"
     if len({o.transcript.path for o in outcomes}) > 1:
         title = f"agentctx replay: {len({o.transcript.path for o in outcomes})} transcripts"
     written = []

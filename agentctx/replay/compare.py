@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
+    from agentctx.importers import Transcript
     from agentctx.replay.engine import ReplayReport
     from agentctx.replay.jobs import Outcome
 
@@ -40,6 +41,7 @@ __all__ = [
     "Comparison",
     "FileRows",
     "StrategyRow",
+    "transcript_name",
     "print_comparison",
     "print_comparison_rich",
 ]
@@ -183,19 +185,22 @@ class StrategyRow:
         }
 
 
+def transcript_name(transcript: Transcript) -> str:
+    """A transcript's name for headings: its file's name, and for a task of an evaluation
+    output its id too (``<file>#<id>``, whatever characters the id holds)."""
+    name = transcript.extra.get("name")
+    return name if isinstance(name, str) else Path(transcript.path).name
+
+
 @dataclass(frozen=True, slots=True)
 class FileRows:
     """One transcript's rows, one per strategy, in the order asked for."""
 
     path: str
+    name: str  # for headings: `transcript_name`
     format: str
     messages: int
     rows: tuple[StrategyRow, ...]
-
-    @property
-    def name(self) -> str:
-        """The file name, for headings."""
-        return Path(self.path).name
 
     def as_json(self) -> dict[str, Any]:
         """The transcript and its rows as a JSON-ready dict."""
@@ -227,6 +232,7 @@ class Comparison:
         rows = tuple(
             FileRows(
                 path=path,
+                name=transcript_name(group[0].transcript),
                 format=group[0].transcript.format,
                 messages=len(group[0].transcript.messages),
                 rows=tuple(StrategyRow.of(o.strategy, o.report) for o in group),

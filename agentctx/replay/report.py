@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentctx import __version__
-from agentctx.replay.compare import COMPARE_COLUMNS, StrategyRow, cells
+from agentctx.replay.compare import COMPARE_COLUMNS, StrategyRow, cells, transcript_name
 from agentctx.replay.report_charts import (
     cost_panel,
     history_panel,
@@ -61,7 +61,7 @@ def sections_of(outcomes: Sequence[Outcome]) -> list[Section]:
         requests = len(group[0].report.rows)
         out.append(
             Section(
-                name=Path(path).name,
+                name=transcript_name(t),
                 detail=f"{t.format}, {len(t.messages)} messages, {requests} requests ({path})",
                 runs=tuple((o.strategy, o.report) for o in group),
             )
