@@ -1189,3 +1189,69 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()
+
+
+class _Flaky(SQLiteRecallStore):
+    """A store whose writes fail while ``down``."""
+
+    down = False
+
+    def put_many(self, session_id: str, contents: Any) -> list[str]:
+        if self.down:
+            raise StoreError("the disk is busy")
+        return super().put_many(session_id, contents)
+
+
+class _NamesItAgain:
+    """Clears a result and puts its entry; once the history was cut back, names that entry
+    again in another placeholder without putting it (as a briefing asked for before the cut
+    names what it summarized)."""
+
+    def __init__(self) -> None:
+        self.rid: str | None = None
+
+    async def compact(self, ctx: Any) -> None:
+        for j, m in enumerate(ctx.view):
+            if isinstance(m, ToolResultMessage) and ctx.undecided(j) is not None:
+                rid = None
+                if self.rid is None:
+                    self.rid = rid = ctx.recall.put(ctx.session_id, text_of(m.content))
+                note = f"[cleared; recall_context id={self.rid}]"
+                ctx.take(
+                    ReplaceResult(anchor(ctx.raw, ctx.origins[j]), (TextBlock(note),), "x", rid)
+                )
+                return
+
+
+async def test_an_entry_named_again_after_a_rewind_is_written_though_not_put_again(
+    tmp_path: Path,
+) -> None:
+    """Found by a fuzzer (BP 1): an entry not written yet (the store slow or down) whose
+    decision a rewind dropped was thrown away; named again by a later decision (a briefing
+    asked for before the rewind) it was kept live with nothing to write, and its recall said
+    the store had lost it."""
+    store = _Flaky(tmp_path / "r.db")
+    strategy = _NamesItAgain()
+    task = UserMessage.of("task")
+
+    def step(k: int, text: str) -> list[Message]:
+        return [
+            AssistantMessage((ToolCall(f"c{k}", "bash", {}),)),
+            ToolResultMessage.of(f"c{k}", text, tool_name="bash"),
+        ]
+
+    async with ContextManager(
+        Budget(context_window=100_000), strategy=strategy, recall=store, session_id="s"
+    ) as ctx:
+        store.down = True
+        await ctx.prepare([task, *step(1, "the first output")])
+        await ctx.prepare([task])  # rewound before it was written
+        await ctx.prepare([task, *step(2, "the second output")])
+        store.down = False
+        assert strategy.rid is not None
+        for _ in range(200):
+            if store.get("s", strategy.rid) is not None:
+                break
+            await ctx.prepare([task, *step(2, "the second output")])
+            await anyio.sleep(0.05)
+        assert (await ctx.recall(strategy.rid)).endswith("the first output")

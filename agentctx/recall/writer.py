@@ -183,6 +183,8 @@ class RecallWriter:
         "_pins_removed",
         "_ready",
         "_ready_bytes",
+        "_unkept",
+        "_unkept_bytes",
         "_release",
         "_retry_at",
         "_version",
@@ -226,6 +228,8 @@ class RecallWriter:
         self._pins_added: set[str] = set()  # changes to `_live` the store was not told yet
         self._pins_removed: set[str] = set()
         self._lost: set[str] = set()  # dropped unwritten (overflow, close)
+        self._unkept: OrderedDict[_Key, str] = OrderedDict()  # unwritten, named no more
+        self._unkept_bytes = 0
         self._missing: set[str] = set()  # written, then not in the store when recalled
         # Ids a decision was taken with entries under, or this writer was given an entry for:
         # one the store does not hold was lost (other ids the ledger names may be any text).
@@ -515,6 +519,12 @@ class RecallWriter:
                 self._pins_removed.discard(rid)
             else:
                 self._pins_added.add(rid)
+            key = (self.session_id, rid)
+            content = self._unkept.pop(key, None)
+            if content is not None:  # named again (a briefing, a marker passing it on)
+                self._unkept_bytes -= _size(content)
+                self._ready[key] = content
+                self._ready_bytes += _size(content)
 
     def _unpin(self, rid: str) -> None:
         self._live.discard(rid)
@@ -522,9 +532,16 @@ class RecallWriter:
             self._pins_added.discard(rid)
         else:
             self._pins_removed.add(rid)
-        content = self._ready.pop((self.session_id, rid), None)
+        key = (self.session_id, rid)
+        content = self._ready.pop(key, None)
         if content is not None:
+            # Not written, and no longer named; kept a while, as what named it (a rewound
+            # decision) may be named again without the entry being put again.
             self._ready_bytes -= _size(content)
+            self._unkept[key] = content
+            self._unkept_bytes += _size(content)
+            while self._unkept_bytes > self.max_pending_bytes:
+                self._unkept_bytes -= _size(self._unkept.popitem(last=False)[1])
 
     def _rebuild(self, ledger: Ledger, raw: Sequence[Message]) -> None:
         parts = [decision_json(d) for d in ledger.decisions]
