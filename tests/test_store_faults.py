@@ -1255,3 +1255,42 @@ async def test_an_entry_named_again_after_a_rewind_is_written_though_not_put_aga
             await ctx.prepare([task, *step(2, "the second output")])
             await anyio.sleep(0.05)
         assert (await ctx.recall(strategy.rid)).endswith("the first output")
+
+
+def test_a_forked_child_reopens_the_file_the_store_opened_and_nothing_else() -> None:
+    """Found by a hostile run (BQ 1), a regression of the fix above: the child reopened the
+    path as given (after a chdir, a new empty file), a store in memory as an empty one, and
+    a closed store opened again."""
+    script = """
+import os, sys, tempfile
+from agentctx import SQLiteRecallStore
+from agentctx.errors import StoreError
+
+def in_child(read):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os._exit(0 if read() else 1)
+        except StoreError:
+            os._exit(2)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+base = tempfile.mkdtemp()
+os.mkdir(os.path.join(base, "a")); os.mkdir(os.path.join(base, "b"))
+os.chdir(os.path.join(base, "a"))
+relative = SQLiteRecallStore("rel.db")
+rid = relative.put("s", "kept")
+os.chdir(os.path.join(base, "b"))
+memory = SQLiteRecallStore(":memory:")
+mid = memory.put("s", "in memory")
+closed = SQLiteRecallStore(os.path.join(base, "c.db"))
+closed.close()
+codes = [
+    in_child(lambda: relative.get("s", rid) == "kept"),
+    in_child(lambda: memory.get("s", mid) == "in memory"),
+    in_child(lambda: closed.get("s", "x") is None),
+]
+sys.exit(0 if codes == [0, 0, 2] and os.listdir(".") == [] else 1)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()

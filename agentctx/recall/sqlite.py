@@ -21,10 +21,10 @@ into an unlinked file nobody will ever read.
 
 from __future__ import annotations
 
-import functools
 import os
 import sqlite3
 import threading
+import urllib.parse
 import weakref
 from typing import TYPE_CHECKING
 
@@ -52,20 +52,29 @@ def _session(session_id: str) -> str | bytes:
     return session_id
 
 
-def _reopened(ref: weakref.ref[SQLiteRecallStore]) -> None:
-    """In a child process after ``fork``: the store's own lock and connection, as SQLite
+def _reopen_in_child() -> None:
+    """After ``fork``, in the child: each open store's own lock and connection, as SQLite
     forbids using the parent's (and a thread of the parent may have held the lock then,
-    held for good in the child's copy). A file that does not open leaves a closed
-    connection: each call raises `StoreError`."""
-    store = ref()
-    if store is None:
-        return
-    store._lock = threading.Lock()
-    try:
-        store._db = store._connect()
-    except sqlite3.Error:
-        store._db = sqlite3.connect(":memory:", check_same_thread=False)
-        store._db.close()
+    held for good in the child's copy). The file the store opened, never a new one: one
+    removed since, or a store closed or in memory, keeps the connection it had (each call on
+    a closed one raises `StoreError`; a database in memory lives only in its connection)."""
+    for store in list(_OPEN):
+        store._lock = threading.Lock()
+        if store._closed or not store._file:
+            continue
+        # Never closed here (closing the last connection checkpoints the parent's file).
+        _INHERITED.append(store._db)
+        try:
+            uri = "file:" + urllib.parse.quote(store._file) + "?mode=rw"
+            store._db = store._connect(uri, uri=True)
+        except sqlite3.Error:
+            store._db = sqlite3.connect(":memory:", check_same_thread=False)
+            store._db.close()
+
+
+_OPEN: weakref.WeakSet[SQLiteRecallStore] = weakref.WeakSet()
+_INHERITED: list[sqlite3.Connection] = []
+os.register_at_fork(after_in_child=_reopen_in_child)
 
 
 def _decode(value: bytes | str) -> str:
@@ -111,11 +120,16 @@ class SQLiteRecallStore:
             self._file, self._identity = self._opened_file()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open recall store {self.path}: {exc}") from exc
-        os.register_at_fork(after_in_child=functools.partial(_reopened, weakref.ref(self)))
+        self._closed = False
+        _OPEN.add(self)
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, target: str | None = None, *, uri: bool = False) -> sqlite3.Connection:
         db = sqlite3.connect(
-            self.path, timeout=self.timeout, check_same_thread=False, isolation_level=None
+            self.path if target is None else target,
+            timeout=self.timeout,
+            check_same_thread=False,
+            isolation_level=None,
+            uri=uri,
         )
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
@@ -195,6 +209,7 @@ class SQLiteRecallStore:
     def close(self) -> None:
         """Close the database file."""
         with self._lock:
+            self._closed = True
             self._db.close()
 
     def _opened_file(self) -> tuple[str, tuple[int, int] | None]:
