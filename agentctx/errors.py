@@ -103,7 +103,8 @@ class SummarizerError(AgentCtxError):
     Attributes:
         retryable: whether the same request may succeed later (429, 529/overloaded, 5xx,
             connection errors, timeouts). Only retryable errors are retried.
-        status: the HTTP status, when there was one.
+        status: the HTTP status, when there was one (an int from 100 to 999; anything else a
+            summarizer passes is ``None``).
         retry_after: seconds the provider asked to wait (``Retry-After``), when it did; the
             caller clamps it.
         usage: what the provider billed, when a reply came and could not be used (a 200 of
@@ -121,7 +122,10 @@ class SummarizerError(AgentCtxError):
         usage: object = None,
     ) -> None:
         self.retryable = retryable
-        self.status = status
+        # A status is what a provider's server sent, read by a summarizer of one's own: a
+        # value no server sends (10**5000 cannot even be formatted) says nothing.
+        valid = type(status) is int and 100 <= status <= 999
+        self.status = status if valid else None
         self.retry_after = retry_after
         self.usage = usage
         super().__init__(message)

@@ -28,7 +28,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agentctx._check import number
+from agentctx._check import number, preview
+from agentctx.errors import ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_PRICES", "LongContext", "Price", "price_for"]
 
 
+_MOST_USD = 1e9  # per million tokens: far past any price, and a cost stays a finite float
+
+
 @dataclass(frozen=True, slots=True)
 class LongContext:
     """A price tier for long prompts: a request whose prompt has more than ``threshold``
@@ -45,6 +49,11 @@ class LongContext:
 
     threshold: int
     price: Price
+
+    def __post_init__(self) -> None:
+        number(self, "threshold")
+        if not isinstance(self.price, Price):
+            raise ConfigError(f"LongContext.price is a Price; got {preview(self.price)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +80,12 @@ class Price:
 
     def __post_init__(self) -> None:
         for name in ("input", "output", "cache_read", "cache_write"):
-            number(self, name)
-        number(self, "cache_write_1h", optional=True)
+            number(self, name, maximum=_MOST_USD)
+        number(self, "cache_write_1h", maximum=_MOST_USD, optional=True)
+        if self.long_context is not None and not isinstance(self.long_context, LongContext):
+            raise ConfigError(
+                f"Price.long_context is a LongContext or None; got {preview(self.long_context)}"
+            )
 
     def for_prompt(self, prompt_tokens: int) -> Price:
         """The prices a request with ``prompt_tokens`` prompt tokens pays."""

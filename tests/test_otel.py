@@ -412,7 +412,7 @@ async def test_what_a_summarizer_server_says_is_exported_bounded_and_valid(
 ) -> None:
     """Found by a hostile run (BO 2): an error message and a response's model name of a
     megabyte with a lone surrogate went out whole, and a status of 10**30, past what OTLP
-    encodes."""
+    encodes (a status no server sends is now none at all)."""
     huge = "m\ud800" + "y" * 1_000_000
     summarizer = ScriptedSummarizer(
         [Outcome.fail(status=10**30, message=huge)],
@@ -422,5 +422,36 @@ async def test_what_a_summarizer_server_says_is_exported_bounded_and_valid(
     await session_with_summaries(tracer, summarizer)
     chats = spans(exporter, "chat my-own-model")
     assert len(chats) >= 2
-    assert any((s.attributes or {}).get("http.response.status_code") == str(10**30) for s in chats)
+    failed = [s for s in chats if s.status.status_code is StatusCode.ERROR]
+    assert failed and all("http.response.status_code" not in (s.attributes or {}) for s in failed)
+    assert all(_exportable(v) for v in _exported_values(exporter))
+
+
+async def test_a_custom_events_name_keys_and_numbers_are_exported_bounded_and_valid(
+    exporter: InMemorySpanExporter, tracer: OtelTracer
+) -> None:
+    """Found by a hostile run (BQ 2, 3): a custom event's name and keys went out whole with
+    their lone surrogates, and an integer of 5,000 digits raised from the tracer."""
+
+    class Raw:
+        def to_json(self) -> dict[object, object]:
+            return {
+                "type": "custom\udc00" + "T" * 10_000,
+                "key\ud800" + "K" * 10_000: "v",
+                "n": {"x" * 9_000: 10**5000},
+                "items": [10**5000],
+            }
+
+    class Emitting:
+        async def compact(self, ctx: CompactionContext) -> None:
+            ctx.emit(Raw())  # type: ignore[arg-type]
+
+    async with ContextManager(
+        Budget(context_window=200_000), strategy=Emitting(), tracer=tracer
+    ) as ctx:
+        await ctx.prepare([UserMessage.of("task")])
+    (span,) = spans(exporter, PREPARE_SPAN)
+    (event,) = span.events
+    keys = list(event.attributes or {})
+    assert [event.name, *keys] and all(_exportable(v) for v in [event.name, *keys])
     assert all(_exportable(v) for v in _exported_values(exporter))

@@ -367,3 +367,18 @@ def test_a_price_that_is_no_price_is_refused_when_made(bad: object) -> None:
         Price(bad, 1.0, 1.0, 1.0)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="cache_write_1h"):
         Price(1.0, 1.0, 1.0, 1.0, cache_write_1h=bad)  # type: ignore[arg-type]
+
+
+def test_a_price_tier_that_is_no_tier_or_a_price_past_any_is_refused_when_made() -> None:
+    """Found by a hostile run (BQ 4): a `long_context` that was no `LongContext`, a tier
+    with no price or a NaN threshold, and prices of 10**400 or 1e308 were taken, and costing
+    raised or came out infinite."""
+    with pytest.raises(ConfigError, match="long_context"):
+        Price(1.0, 1.0, 1.0, 1.0, None, "x")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="LongContext.price"):
+        LongContext(5, None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="threshold"):
+        LongContext(math.nan, Price(1.0, 1.0, 1.0, 1.0))  # type: ignore[arg-type]
+    for huge in (10**400, 1e308):
+        with pytest.raises(ConfigError, match="<= 1e"):
+            Price(huge, 1.0, 1.0, 1.0)

@@ -438,3 +438,15 @@ def test_a_blocking_client_is_refused_when_the_summarizer_is_made(
             make(client)
     finally:
         client.close()
+
+
+@pytest.mark.parametrize(
+    "status",
+    [10**5000, -1, 42, True, "429", 429.0],
+    ids=["5000 digits", "negative", "42", "True", "a string", "a float"],
+)
+def test_a_status_no_server_sends_is_none(status: object) -> None:
+    """Found by a hostile run (BQ 3): a summarizer of one's own gave a status of 10**5000;
+    the request's own failure text could not format it and raised instead of reporting."""
+    assert SummarizerError("x", retryable=False, status=status).status is None  # type: ignore[arg-type]
+    assert SummarizerError("x", retryable=True, status=529).status == 529

@@ -110,8 +110,8 @@ class OtelTracer:
         )
         for at, event in call.events:
             data = event.to_json()
-            name = str(data.pop("type"))
-            span.add_event(name, attributes=_bounded(_flatten(data)), timestamp=at)
+            name = _as_text(data.pop("type"))
+            span.add_event(_text(name), attributes=_bounded(_flatten(data)), timestamp=at)
         if call.error is not None:
             _failed(span, call.error)
         span.end(end_time=call.end_ns)
@@ -208,21 +208,34 @@ def _bounded(attributes: Mapping[str, object]) -> dict[str, AttributeValue]:
     """``attributes`` as OpenTelemetry exports them: text bounded and valid, integers within
     64 bits (else as text), no NaN or infinity, at most `_MOST_ITEMS` items a list."""
     out: dict[str, AttributeValue] = {}
-    for key, value in attributes.items():
+    for name, value in attributes.items():
+        key = _text(_as_text(name))  # a custom event's keys are anyone's text too
         if isinstance(value, str):
             out[key] = _text(value)
         elif isinstance(value, bool):
             out[key] = value
         elif isinstance(value, int):
-            out[key] = value if value in _INT64 else _text(str(value))
+            out[key] = value if value in _INT64 else _text(_integer(value))
         elif isinstance(value, float):
             if math.isfinite(value):
                 out[key] = value
         elif isinstance(value, tuple) and all(isinstance(v, str) for v in value):
             out[key] = tuple(_text(v) for v in value[:_MOST_ITEMS])
         elif value is not None:
-            out[key] = _text(str(value))
+            out[key] = _text(_as_text(value))
     return out
+
+
+def _as_text(value: object) -> str:
+    try:
+        return str(value)
+    except ValueError:  # it holds an integer too long to format
+        return f"<{type(value).__name__}>"
+
+
+def _integer(value: int) -> str:
+    """An integer past 64 bits as text (one past about 4,300 digits is not formatted)."""
+    return str(value) if value.bit_length() < 14_000 else f"<{value.bit_length()}-bit integer>"
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -230,7 +243,7 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     left out, lists of strings as they are (anything else as its string)."""
     out: dict[str, Any] = {}
     for key, value in data.items():
-        name = f"{prefix}{key}"
+        name = prefix + _as_text(key)
         if value is None:
             continue
         if isinstance(value, Mapping):
@@ -240,5 +253,5 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         elif isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
             out[name] = tuple(value)
         else:
-            out[name] = str(value)
+            out[name] = _as_text(value)
     return out
