@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
 
@@ -55,7 +56,7 @@ from agentctx.messages import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
 
     from agentctx.messages import Message
 
@@ -492,9 +493,22 @@ def check_briefing(
 
 def is_native_compaction(message: Message) -> bool:
     """Whether ``message`` carries a provider's own compaction (an Anthropic ``compaction``
-    block, an OpenAI ``compaction`` item): a briefing someone paid for, which only that
-    provider can read and which the deterministic tiers must never condense or drop."""
+    block, an OpenAI ``compaction`` item, as the adapters or the pydantic-ai and LangChain
+    integrations carry it): a briefing someone paid for, which only that provider can read
+    and which the deterministic tiers must never condense or drop."""
     return isinstance(message, AssistantMessage) and any(
-        isinstance(b, OpaqueBlock) and b.payload.get("type") == "compaction"
-        for b in message.content
+        isinstance(b, OpaqueBlock) and _is_compaction(b) for b in message.content
     )
+
+
+def _is_compaction(block: OpaqueBlock) -> bool:
+    payload = block.payload
+    if payload.get("type") == "compaction":
+        return True
+    # The integrations keep a framework's own part or content item whole, under their key.
+    wrapped = {"pydantic_ai": ("part", "part_kind"), "langchain": ("item", "type")}
+    where = wrapped.get(block.provider)
+    if where is None:
+        return False
+    inner = payload.get(where[0])
+    return isinstance(inner, Mapping) and inner.get(where[1]) == "compaction"

@@ -735,3 +735,17 @@ def test_a_valid_and_an_invalid_call_sharing_an_id_keep_their_own_items() -> Non
         (back.tool_calls[0]["id"], back.tool_calls[0]["args"]),
         (back.invalid_tool_calls[0]["id"], back.invalid_tool_calls[0]["args"]),
     ]
+
+
+def test_a_providers_compaction_block_is_taken_for_one() -> None:
+    """Found by a hostile run (BR 2): an Anthropic ``compaction`` block in an `AIMessage`
+    was not taken for a provider's own compaction through this integration, so the tiers
+    could drop it (they did, from the sixth request of a live agent on)."""
+    from agentctx.summarizer import is_native_compaction
+
+    block = {"type": "compaction", "content": "Earlier: the user prefers tabs."}
+    history = from_langchain(
+        [HumanMessage("task"), AIMessage(content=[block, {"type": "text", "text": "ok"}])]
+    )
+    assert is_native_compaction(history[1])
+    assert not is_native_compaction(from_langchain([AIMessage("compaction")])[0])

@@ -814,3 +814,40 @@ def test_a_computer_call_whose_reasoning_was_dropped_loses_its_stored_item_id_to
     assert back.id is None and back.provider_details == {  # type: ignore[union-attr]
         "computer_call": {"type": "computer_call", "call_id": "call_1", "status": "completed"}
     }
+
+
+async def test_a_providers_compaction_part_is_never_dropped_by_the_tiers() -> None:
+    """Found by a hostile run (BR 2): a `CompactionPart` (a provider's own compaction, a
+    briefing someone paid for) was not taken for one through this integration, and the
+    tiers dropped it behind their marker from the sixth request on."""
+
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return "\n".join(f"{path} line {k}: value = compute(x) * 2 # pad" for k in range(200))
+
+    seen: list[list[ModelMessage]] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        n = len(seen)
+        parts: list[Any] = (
+            [CompactionPart("enc: earlier work", provider_name="openai")] if n == 1 else []
+        )
+        parts.append(TextPart(f"reading f{n}"))
+        if n <= 10:
+            parts.append(ToolCallPart("read_file", {"path": f"f{n}"}, f"c{n}"))
+        return ModelResponse(parts, usage=RequestUsage(input_tokens=10, output_tokens=5))
+
+    events: list[Event] = []
+    agent = Agent(FunctionModel(model), tools=[read_file])
+    async with ContextManager(Budget(context_window=9_000, reserve_output=500)) as ctx:
+        ctx.subscribe(events.append)
+        await agent.run("Research f1..f10.", capabilities=[AgentCtxCapability(ctx, observe=False)])
+    assert any(isinstance(e, ContextCompacted) for e in events)
+    for sent in seen[1:]:
+        assert any(
+            isinstance(p, CompactionPart)
+            for m in sent
+            if isinstance(m, ModelResponse)
+            for p in m.parts
+        )
