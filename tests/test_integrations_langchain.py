@@ -749,3 +749,36 @@ def test_a_providers_compaction_block_is_taken_for_one() -> None:
     )
     assert is_native_compaction(history[1])
     assert not is_native_compaction(from_langchain([AIMessage("compaction")])[0])
+
+
+async def test_a_batch_repeating_a_call_id_gets_each_calls_own_id_in_its_content() -> None:
+    """Found by a hostile run (BR 1): in a parallel batch that repeats one id, the second
+    call is renamed (``c1-2``), and the rename was applied to every content item with the
+    source id: both ``tool_use`` items said ``c1-2``, which Anthropic refuses ("tool_use ids
+    must be unique"), the first call's answer left without its call."""
+    ai = AIMessage(
+        content=[
+            {"type": "tool_use", "id": "c1", "name": "read", "input": {"path": "a"}},
+            {"type": "tool_use", "id": "c1", "name": "read", "input": {"path": "b"}},
+        ],
+        tool_calls=[
+            {"name": "read", "args": {"path": "a"}, "id": "c1", "type": "tool_call"},
+            {"name": "read", "args": {"path": "b"}, "id": "c1", "type": "tool_call"},
+        ],
+    )
+    messages = [
+        HumanMessage("Read a and b."),
+        ai,
+        ToolMessage("A", tool_call_id="c1"),
+        ToolMessage("B", tool_call_id="c1"),
+        AIMessage("done"),
+    ]
+    async with ContextManager(100_000) as ctx:
+        view = await ctx.prepare(from_langchain(messages))
+    back = to_langchain(view, messages)
+    sent = back[1]
+    assert isinstance(sent, AIMessage) and isinstance(sent.content, list)
+    assert [item["id"] for item in sent.content] == ["c1", "c1-2"]  # type: ignore[index]
+    assert [call["id"] for call in sent.tool_calls] == ["c1", "c1-2"]
+    assert [item["input"] for item in sent.content] == [{"path": "a"}, {"path": "b"}]  # type: ignore[index]
+    assert [m.tool_call_id for m in back if isinstance(m, ToolMessage)] == ["c1", "c1-2"]

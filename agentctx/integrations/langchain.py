@@ -289,8 +289,10 @@ def _changed_ai(m: AssistantMessage, source: AIMessage, was: AssistantMessage) -
     now = {tuple(k): b for b in m.content if (k := _key(_extra_of(b))) is not None}
     calls: list[Any] = []
     invalid: list[Any] = []
-    # (valid or not, call id in the source) -> the id and the arguments the view has for it.
-    changed: dict[tuple[bool, str], tuple[str, object]] = {}
+    # (valid or not, call id in the source) -> for each call with that id, in the source's
+    # order, the id and the arguments the view has for it, or None where it is unchanged
+    # (a batch may repeat an id: its content items follow the calls one by one).
+    changed: dict[tuple[bool, str], list[tuple[int, tuple[str, object] | None]]] = {}
     for b in m.content:
         key = _key(_extra_of(b))
         if not isinstance(b, ToolCall):
@@ -302,19 +304,31 @@ def _changed_ai(m: AssistantMessage, source: AIMessage, was: AssistantMessage) -
             continue
         if key[0] == "invalid_tool_calls":
             bad = source.invalid_tool_calls[key[1]]
+            now_said: tuple[str, object] | None = None
             if old.get(tuple(key)) != b:
                 # Arguments a decision cut down are sent as the JSON they now are.
                 written = b.extra.get("arguments") if not b.arguments else None
                 args = written if isinstance(written, str) else json.dumps(dict(b.arguments))
-                changed[False, bad.get("id") or ""] = (b.id, args)
+                now_said = (b.id, args)
                 bad = {**bad, "id": b.id, "args": args}
+            source_id = source.invalid_tool_calls[key[1]].get("id") or ""
+            changed.setdefault((False, source_id), []).append((key[1], now_said))
             invalid.append(bad)
             continue
         call = source.tool_calls[key[1]]
+        now_said = None
         if old.get(tuple(key)) != b:
-            changed[True, call.get("id") or ""] = (b.id, dict(b.arguments))
+            now_said = (b.id, dict(b.arguments))
             call = {**call, "id": b.id, "args": dict(b.arguments)}
+        changed.setdefault((True, source.tool_calls[key[1]].get("id") or ""), []).append(
+            (key[1], now_said)
+        )
         calls.append(call)
+    said = {
+        which: [s for _, s in sorted(entries, key=lambda e: e[0])]
+        for which, entries in changed.items()
+    }
+    met: dict[tuple[bool, str], int] = {}
     added = [b for b in m.content if isinstance(b, TextBlock) and _key(b.extra) is None]
     content: Content
     if isinstance(source.content, str):
@@ -331,11 +345,13 @@ def _changed_ai(m: AssistantMessage, source: AIMessage, was: AssistantMessage) -
             elif (
                 isinstance(item, dict)
                 and item.get("type") in _CALL_ITEMS
-                and (which := (item["type"] != "invalid_tool_call", item.get("id"))) in changed
+                and (which := (item["type"] != "invalid_tool_call", item.get("id"))) in said
             ):
                 # A content item repeating a call says what the call says now.
-                call_id, arguments = changed[which]
-                item = {**item, "id": call_id, _CALL_ITEMS[item["type"]]: arguments}
+                nth = met[which] = met.get(which, -1) + 1
+                current = said[which][nth] if nth < len(said[which]) else None
+                if current is not None:
+                    item = {**item, "id": current[0], _CALL_ITEMS[item["type"]]: current[1]}
             content.append(item)
         content += [{"type": "text", "text": b.text} for b in added]
     update = {"content": content, "tool_calls": calls, "invalid_tool_calls": invalid}
