@@ -302,28 +302,19 @@ def _changed_ai(m: AssistantMessage, source: AIMessage, was: AssistantMessage) -
                 {"name": b.name, "args": dict(b.arguments), "id": b.id, "type": "tool_call"}
             )
             continue
-        if key[0] == "invalid_tool_calls":
-            bad = source.invalid_tool_calls[key[1]]
-            now_said: tuple[str, object] | None = None
-            if old.get(tuple(key)) != b:
+        valid = key[0] != "invalid_tool_calls"
+        original = (source.tool_calls if valid else source.invalid_tool_calls)[key[1]]
+        sent, now_said = original, None
+        if old.get(tuple(key)) != b:
+            args: object = dict(b.arguments)
+            if not valid:
                 # Arguments a decision cut down are sent as the JSON they now are.
                 written = b.extra.get("arguments") if not b.arguments else None
-                args = written if isinstance(written, str) else json.dumps(dict(b.arguments))
-                now_said = (b.id, args)
-                bad = {**bad, "id": b.id, "args": args}
-            source_id = source.invalid_tool_calls[key[1]].get("id") or ""
-            changed.setdefault((False, source_id), []).append((key[1], now_said))
-            invalid.append(bad)
-            continue
-        call = source.tool_calls[key[1]]
-        now_said = None
-        if old.get(tuple(key)) != b:
-            now_said = (b.id, dict(b.arguments))
-            call = {**call, "id": b.id, "args": dict(b.arguments)}
-        changed.setdefault((True, source.tool_calls[key[1]].get("id") or ""), []).append(
-            (key[1], now_said)
-        )
-        calls.append(call)
+                args = written if isinstance(written, str) else json.dumps(args)
+            now_said = (b.id, args)
+            sent = {**original, "id": b.id, "args": args}
+        changed.setdefault((valid, original.get("id") or ""), []).append((key[1], now_said))
+        (calls if valid else invalid).append(sent)
     said = {
         which: [s for _, s in sorted(entries, key=lambda e: e[0])]
         for which, entries in changed.items()

@@ -73,13 +73,12 @@ def truncate_text(text: str, max_lines: int, max_chars: int, note: str = "") -> 
     head_end, tail_start = n, -1
     if max_lines >= 3:
         keep = max_lines - 1
-        head_end = tail_start = -1
+        head_end, tail_start = -1, n
         for _ in range((keep + 1) // 2):
             head_end = text.find("\n", head_end + 1)
             if head_end < 0:
                 head_end = n
                 break
-        tail_start = n
         for _ in range(keep // 2):
             tail_start = text.rfind("\n", 0, tail_start)
             if tail_start < 0:
