@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from agentctx._check import number, preview
+from agentctx._check import number, preview, whole
 from agentctx.boundaries import has_thinking, latest_user_index, loop_start_after, task_index
 from agentctx.errors import ConfigError
 from agentctx.ledger import DropThinking, ReplaceSpan, check_anchors
@@ -242,7 +242,7 @@ class Quiet:
     idle_seconds: float | None = None
 
     def __post_init__(self) -> None:
-        number(self, "tokens")
+        whole(self, "tokens")
         number(self, "idle_seconds", optional=True)
 
 

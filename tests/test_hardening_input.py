@@ -968,6 +968,22 @@ def test_a_fingerprint_of_what_json_cannot_hold_is_a_typed_error() -> None:
         lambda: agentctx.ContextManager(200_000, ledger="[]"),
         lambda: agentctx.ContextManager(200_000, clock=5),
         lambda: agentctx.Chain(None),
+        # Hostile run BT (finding 1): settings read only once a summary was asked for (or
+        # paid for) were taken, and failed then: every briefing thrown away after it was
+        # billed, or a bare TypeError out of prepare().
+        lambda: agentctx.LlmCompactionConfig(price="free"),
+        lambda: agentctx.LlmCompactionConfig(required_sections="Goal"),
+        lambda: agentctx.LlmCompactionConfig(required_sections=("Goal", "")),
+        lambda: agentctx.LlmCompactionConfig(system_prompt=None),
+        lambda: agentctx.LlmCompactionConfig(instruction=" "),
+        lambda: agentctx.LlmCompactionConfig(update_instruction=b"go"),
+        lambda: agentctx.LlmCompactionConfig(retry="10"),
+        lambda: agentctx.LlmCompactionConfig(cold_cache_seconds="10"),
+        lambda: agentctx.LlmCompactionConfig(cold_cache_seconds=float("nan")),
+        lambda: agentctx.LlmCompactionConfig(protect_paid_work="no"),
+        lambda: agentctx.MessageCounter(counter=[]),  # a list has a count() of its own
+        lambda: agentctx.Quiet(tokens=1.5),
+        lambda: agentctx.Quiet(tokens=10**30),
     ],
 )
 def test_a_setting_of_the_wrong_type_or_size_is_a_config_error(make: Any) -> None:

@@ -231,6 +231,8 @@ class LlmCompactionConfig:
         whole(self, "transcript_block_chars", minimum=1)
         whole(self, "transcript_total_chars", minimum=1)
         whole(self, "max_summary_tokens")
+        number(self, "cold_cache_seconds", optional=True)
+        self._check_kinds()
         window = self.summarizer_context_window
         if window is not None and (
             not isinstance(window, int)
@@ -248,6 +250,33 @@ class LlmCompactionConfig:
                 floor=MIN_SUMMARY_TOKENS,
             )
             object.__setattr__(self, "max_summary_tokens", MIN_SUMMARY_TOKENS)
+
+    def _check_kinds(self) -> None:
+        """The settings read only when a summary is asked for or answered: wrong there, they
+        would fail after a request was paid for."""
+        from agentctx.pricing import Price
+
+        def fail(name: str, what: str) -> ConfigError:
+            return ConfigError(f"LlmCompactionConfig.{name} must be {what}; got {got(self, name)}")
+
+        if not isinstance(self.retry, RetryPolicy):
+            raise fail("retry", "a RetryPolicy")
+        if self.price is not None and not isinstance(self.price, Price):
+            raise fail("price", "an agentctx.pricing.Price or None")
+        if not isinstance(self.system_prompt, str):
+            raise fail("system_prompt", "a str")
+        for name in ("instruction", "update_instruction"):
+            text = getattr(self, name)
+            if not isinstance(text, str) or not text.strip():
+                raise fail(name, "a str that asks for the briefing (not blank)")
+        sections = self.required_sections
+        if not isinstance(sections, tuple | list) or not all(
+            isinstance(h, str) and h.strip() for h in sections
+        ):
+            raise fail("required_sections", "a tuple of headings (non-blank strs), () for none")
+        if type(self.protect_paid_work) is not bool:
+            raise fail("protect_paid_work", "True or False")
+        object.__setattr__(self, "required_sections", tuple(sections))
 
 
 def is_briefing(message: Message) -> bool:

@@ -7,6 +7,7 @@ import sys
 import threading
 import types
 import weakref
+from collections import abc
 from numbers import Real
 from operator import mul
 from typing import TYPE_CHECKING, Any
@@ -189,10 +190,11 @@ class MessageCounter:
                     f"MessageCounter.{name} must be a whole number from {least} to "
                     f"sys.maxsize; got {preview(value)}"
                 )
-        if isinstance(counter, str | bytes) or (
+        if isinstance(counter, abc.Sequence) or (
             counter is not None and not isinstance(counter, TokenCounter)
         ):
-            # A tokenizer's name is not a counter (a str has a ``count`` method of its own).
+            # A tokenizer's name is not a counter, nor is a list: a str, bytes, list or tuple
+            # has a ``count`` method of its own.
             raise ConfigError(
                 f"MessageCounter counter is a TokenCounter (an object with count(text) -> int, "
                 f"e.g. ExactCounter('cl100k_base')) or None; got {preview(counter)}"
