@@ -164,6 +164,7 @@ class BlockingContextManager:
         self.manager = manager
         self._loop = LoopThread(manager)
         self._closed = False
+        self._entered = False
 
     def _refuse_in_event_loop(self, what: str) -> None:
         if _in_event_loop():
@@ -243,6 +244,12 @@ class BlockingContextManager:
         self._loop.close()
 
     def __enter__(self) -> Self:
+        # Leaving an inner ``with`` would close the session under the outer one.
+        if self._closed:
+            raise ConfigError("this BlockingContextManager is closed: make a new one")
+        if self._entered:
+            raise ConfigError("this BlockingContextManager is entered already: enter it once")
+        self._entered = True
         return self
 
     def __exit__(

@@ -393,6 +393,7 @@ class ContextManager:
         self._writer = None if recall is None else self._new_writer(recall, self._state.ledger)
         self._tasks: TaskGroup | None = None
         self._task_group: TaskGroup | None = None  # while entered (`async with`)
+        self._thread: int | None = None  # the thread whose event loop entered it
         self._repairs_seen = -1
         self._sent = 0
         # Quick counts of messages in the view no full count has checked since the view was
@@ -501,11 +502,12 @@ class ContextManager:
             await anyio.to_thread.run_sync(load_exact_encoder)
         await warm_logger()  # structlog, if logging is configured: not mid-session
         group = self._task_group = anyio.create_task_group()
+        self._thread = threading.get_ident()
         outer = await group.__aenter__()
         try:
             await outer.start(self._own_background_work)
         except BaseException:
-            self._task_group = None
+            self._task_group = self._thread = None
             await group.__aexit__(None, None, None)
             raise
         return self
@@ -769,6 +771,8 @@ class ContextManager:
         inside the session's own strategy (its `compact`, or a task it started) would wait
         for itself: `ConfigError`.
         """
+        if self._thread is not None and threading.get_ident() != self._thread:
+            raise self._other_thread("prepare()")
         if self._preparing:
             if _COMPACTING.get(None) is self:
                 raise ConfigError(
@@ -791,6 +795,15 @@ class ContextManager:
                 turns, self._turns = self._turns, []
                 for turn in turns:
                     turn.set()
+
+    def _other_thread(self, call: str) -> ConfigError:
+        # Its background work, its turns and its state belong to the event loop that entered
+        # it: another thread's call would race them (and that loop's summaries fail there).
+        return ConfigError(
+            f"{call} was called from a thread other than the one whose event loop entered this "
+            "ContextManager (async with): call it on that loop, or use BlockingContextManager "
+            "from threads"
+        )
 
     async def _wait_for_turn(self) -> None:
         """Wait until no other `prepare` call runs. A strategy that awaits inside `compact`
@@ -1053,6 +1066,8 @@ class ContextManager:
         return await self._page(recall_arguments(arguments))
 
     async def _page(self, parsed: tuple[str, int, int, str | None] | str) -> str:
+        if self._thread is not None and threading.get_ident() != self._thread:
+            raise self._other_thread("recall()")
         if isinstance(parsed, str):
             return parsed
         if self._writer is None:
@@ -1241,6 +1256,8 @@ class ContextManager:
         is no request's of this view (a proxy's session total): it is left out, and said
         once (`CompactionWarning` ``implausible_usage``).
         """
+        if self._thread is not None and threading.get_ident() != self._thread:
+            raise self._other_thread("observe()")
         usage = usage_of(response)
         if usage is None:
             raise ConfigError(f"observe() takes {ACCEPTED}; got {type(response).__name__}")

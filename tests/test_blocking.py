@@ -202,6 +202,18 @@ def test_recall_and_events_from_blocking_code() -> None:
     assert [type(e).__name__ for e in seen] == ["HistoryResynced"]
 
 
+def test_entering_twice_or_after_close_is_a_config_error() -> None:
+    """Found by a hostile run (BT, finding 4): a second ``with`` was taken, and leaving it
+    closed the session under the first, as the async manager refuses to."""
+    ctx = BlockingContextManager(ContextManager(200_000))
+    with ctx:
+        with pytest.raises(agentctx.ConfigError, match="entered already"), ctx:
+            pass
+        assert ctx.prepare([UserMessage.of("still open")])
+    with pytest.raises(agentctx.ConfigError, match="closed"), ctx:
+        pass
+
+
 def test_a_caller_on_an_event_loop_is_refused() -> None:
     async def inside_a_loop(ctx: BlockingContextManager) -> None:
         with pytest.raises(ConfigError, match="event loop"):

@@ -1182,6 +1182,39 @@ async def test_a_manager_is_entered_once_and_never_after_it_closed() -> None:
     assert not any(name.startswith("ContextManager.") for name in tasks)
 
 
+async def test_a_manager_entered_on_one_loop_refuses_calls_from_another_thread() -> None:
+    """Found by a hostile run (BT 2): ``prepare`` from another thread (its own event loop)
+    was taken, racing the session's state with the loop that entered it; a background
+    summary started from there failed as cancelled, after it was paid for."""
+    history = [user("task")]
+    ctx = ContextManager(Budget(context_window=50_000), recall=MemoryRecallStore())
+    async with ctx:
+        view = await ctx.prepare(history)
+
+        def elsewhere() -> list[str]:
+            refused = []
+            for call in (
+                lambda: ctx.prepare(history),
+                lambda: ctx.recall("ctx-0"),
+                lambda: ctx.handle_recall({"id": "ctx-0"}),
+            ):
+                try:
+                    asyncio.run(call())
+                except ConfigError as e:
+                    refused.append(str(e))
+            try:
+                ctx.observe(Usage(input_tokens=10))
+            except ConfigError as e:
+                refused.append(str(e))
+            return refused
+
+        refused = await anyio.to_thread.run_sync(elsewhere)
+        assert len(refused) == 4
+        assert all("thread other than the one whose event loop entered" in r for r in refused)
+        assert await ctx.prepare(history) == view  # its own loop goes on
+        ctx.observe(Usage(input_tokens=10))
+
+
 async def test_a_history_given_as_a_generator_is_read_once() -> None:
     # docs/invariants.md: "a history given as a generator or another one-pass iterable: read
     # once into a list". `prepare` itself took only sequences (a TypeError from len()).

@@ -36,6 +36,7 @@ import redis
 from agentctx import (
     Budget,
     CompactionWarning,
+    ConfigError,
     ContextManager,
     Event,
     Ledger,
@@ -1185,6 +1186,36 @@ if pid == 0:
     os._exit(0 if ok else 1)
 _, status = os.waitpid(pid, 0)
 store._lock.release()
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
+
+
+@pytest.mark.parametrize("path", [None, 5, "", b"a.db"])
+def test_a_sqlite_path_that_names_no_file_is_a_config_error(path: object) -> None:
+    """Found by a hostile run (BT 3): ``None`` and ``5`` escaped as a bare `TypeError`, and
+    ``""`` was taken: SQLite opens it as a private temporary database, every entry and
+    ledger gone at close, where a durable store was asked for."""
+    with pytest.raises(ConfigError, match="must name the database file"):
+        SQLiteRecallStore(path)  # type: ignore[arg-type]
+
+
+def test_a_sqlite_file_whose_name_is_not_utf8_opens_and_reopens_in_a_forked_child() -> None:
+    """Found by a hostile run (BT 3): a path that is not UTF-8 (a byte name read with
+    ``os.fsdecode``) failed to open with "Could not decode to UTF-8 column 'file'"."""
+    script = """
+import os, signal, sys, tempfile
+from agentctx import SQLiteRecallStore
+store = SQLiteRecallStore(os.path.join(tempfile.mkdtemp(), os.fsdecode(b"\\xff\\xfe.db")))
+rid = store.put("s", "the parent's entry")
+pid = os.fork()
+if pid == 0:
+    signal.alarm(10)
+    ok = store.get("s", rid) == "the parent's entry"
+    ok = ok and store.get("s", store.put("s", "the child's")) == "the child's"
+    os._exit(0 if ok else 1)
+_, status = os.waitpid(pid, 0)
 sys.exit(os.waitstatus_to_exitcode(status))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)

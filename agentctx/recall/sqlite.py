@@ -28,8 +28,8 @@ import urllib.parse
 import weakref
 from typing import TYPE_CHECKING
 
-from agentctx._check import number
-from agentctx.errors import StoreDataError, StoreError
+from agentctx._check import number, preview
+from agentctx.errors import ConfigError, StoreDataError, StoreError
 from agentctx.recall.store import recall_id
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def _reopen_in_child() -> None:
         # Never closed here (closing the last connection checkpoints the parent's file).
         _INHERITED.append(store._db)
         try:
-            uri = "file:" + urllib.parse.quote(store._file) + "?mode=rw"
+            uri = "file:" + urllib.parse.quote(os.fsencode(store._file)) + "?mode=rw"
             store._db = store._connect(uri, uri=True)
         except sqlite3.Error:
             store._db = sqlite3.connect(":memory:", check_same_thread=False)
@@ -99,7 +99,14 @@ class SQLiteRecallStore:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 1.0) -> None:
-        self.path = os.fspath(path)
+        name = os.fspath(path) if isinstance(path, str | os.PathLike) else None
+        if not isinstance(name, str) or not name:
+            # SQLite opens "" as a private temporary database, gone at close.
+            raise ConfigError(
+                "SQLiteRecallStore path must name the database file (a str or os.PathLike of "
+                f"str); got {preview(path)}"
+            )
+        self.path = name
         self.timeout = timeout
         number(self, "timeout")
         self._lock = threading.Lock()
@@ -216,8 +223,13 @@ class SQLiteRecallStore:
         """The file SQLite opened, as it names it (absolute, and the one a ``file:`` URI
         names, which this build reads), so neither a later chdir nor a URI hides it; and its
         identity. No file for a database in memory."""
-        row = self._db.execute("PRAGMA database_list").fetchone()
-        file = row[2] if row else ""
+        # As bytes: a file name need not be UTF-8 (the path it was opened by may not be).
+        self._db.text_factory = bytes
+        try:
+            row = self._db.execute("PRAGMA database_list").fetchone()
+        finally:
+            self._db.text_factory = str
+        file = os.fsdecode(row[2]) if row else ""
         try:
             st = os.stat(file) if file else None
         except OSError:
