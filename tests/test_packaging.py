@@ -1,5 +1,6 @@
-"""The release artefacts: an sdist with the package, tests, README and licence (nothing
-untracked), a wheel built from it, and `agentctx replay` run from a clean virtualenv."""
+"""The release artefacts: an sdist with the package and what its test suite reads (tests,
+benchmarks, docs, examples, scripts; nothing untracked), a wheel built from it, and
+`agentctx replay` run from a clean virtualenv."""
 
 from __future__ import annotations
 
@@ -34,7 +35,9 @@ def _only(folder: Path, pattern: str) -> Path:
     return path
 
 
-def test_sdist_holds_the_package_tests_readme_and_licence_only(dist: Path) -> None:
+def test_sdist_holds_the_package_and_what_its_tests_read(dist: Path) -> None:
+    """Found by a hostile run (BT 5): the sdist held the tests but not the benchmarks, docs
+    and examples they read, so its own suite could not run from it."""
     sdist = _only(dist, "py_agentctx-*.tar.gz")
     assert sdist.name == f"py_agentctx-{agentctx.__version__}.tar.gz"
     with tarfile.open(sdist) as tar:
@@ -43,9 +46,13 @@ def test_sdist_holds_the_package_tests_readme_and_licence_only(dist: Path) -> No
     top = {n.split("/")[0] for n in names}
     # hatchling always adds .gitignore (it is tracked), pyproject.toml and PKG-INFO.
     assert top == {
-        "agentctx", "tests", "README.md", "LICENSE", "pyproject.toml", "PKG-INFO", ".gitignore"
+        "agentctx", "tests", "benchmarks", "docs", "examples", "scripts", "mkdocs.yml",
+        "README.md", "LICENSE", "pyproject.toml", "PKG-INFO", ".gitignore"
     }  # fmt: skip
     for needed in (
+        "benchmarks/peers.py",
+        "docs/index.md",
+        "scripts/test",
         "agentctx/py.typed",
         "agentctx/replay/data/README.md",
         "tests/corpus/pi/SOURCES.md",

@@ -1192,11 +1192,13 @@ sys.exit(os.waitstatus_to_exitcode(status))
     assert done.returncode == 0, done.stderr.decode()
 
 
-@pytest.mark.parametrize("path", [None, 5, "", b"a.db"])
-def test_a_sqlite_path_that_names_no_file_is_a_config_error(path: object) -> None:
+@pytest.mark.parametrize("path", [None, 5, "", "bytes"])
+def test_a_sqlite_path_that_names_no_file_is_a_config_error(tmp_path: Path, path: object) -> None:
     """Found by a hostile run (BT 3): ``None`` and ``5`` escaped as a bare `TypeError`, and
     ``""`` was taken: SQLite opens it as a private temporary database, every entry and
     ledger gone at close, where a durable store was asked for."""
+    if path == "bytes":
+        path = os.fsencode(tmp_path / "a.db")
     with pytest.raises(ConfigError, match="must name the database file"):
         SQLiteRecallStore(path)  # type: ignore[arg-type]
 
