@@ -130,8 +130,6 @@ def test_unreferenced_entries_expire_referenced_ones_do_not(redis_url: str) -> N
     assert 0 < raw.ttl(key(kept)) <= 60
     store.pin("s", {kept})  # resumed
     assert raw.ttl(key(kept)) == -1
-    store.save_ledger("s", "{}")
-    assert 0 < raw.ttl("ttl:s:ledger") <= 60
     raw.close()
     store.close()
     with pytest.raises(ConfigError):
@@ -228,19 +226,62 @@ def test_a_ledger_of_any_length_is_saved_whole_in_one_go(store: RedisRecallStore
     assert len(json.loads(store.load_ledger("big") or "")) == 9_000
 
 
-def test_a_failed_save_leaves_the_saved_ledger(redis_url: str) -> None:
-    """Redis does not roll a failed script back: what it had written stays. A save that fails
-    at its last step keeps the ledger saved before it (here a whole one, as `save_ledger`
-    writes it), never a store with none."""
+@pytest.mark.parametrize("save", ["whole", "a decision at a time"])
+def test_a_live_sessions_ledger_keeps_no_expiry_until_the_session_ends(
+    redis_url: str, save: str
+) -> None:
+    """Found by a hostile run (BT store 1): the ledger's expiry was refreshed only when a
+    decision was saved, so a session going longer than ``ttl_seconds`` without one lost it
+    while the entries it names stayed pinned, and the next worker silently started over."""
+    store = RedisRecallStore(redis_url, prefix=f"live{time.monotonic_ns()}", ttl_seconds=60)
     raw = redis.Redis.from_url(redis_url)
-    store = RedisRecallStore(redis_url, prefix=f"fail{time.monotonic_ns()}")
-    store.save_ledger("s", '[{"saved": true}]')
-    store._ttl = "soon"  # type: ignore[assignment]  # EXPIRE, the script's last step, refuses it
-    with pytest.raises(StoreError):
-        store.extend_ledger("s", ['{"new": 1}'], 0)
-    assert json.loads(store.load_ledger("s") or "") in ([{"saved": True}], [{"new": 1}])
+    ledger, parts = f"{store.prefix}:s:ledger", f"{store.prefix}:s:ledger:parts"
+
+    def saved() -> None:
+        if save == "whole":
+            store.save_ledger("s", '[{"a": 1}]')
+        else:
+            assert store.extend_ledger("s", ['{"a": 1}'], 0)
+
+    saved()
+    key = ledger if save == "whole" else parts
+    assert raw.ttl(key) == -1  # live: no expiry, however long until the next decision
+    store.release("s")  # the session ended here
+    assert 0 < raw.ttl(key) <= 60
+    saved()  # a worker resumes it
+    assert raw.ttl(key) == -1
     raw.close()
     store.close()
+
+
+async def test_a_session_quiet_for_longer_than_the_ttl_resumes_as_it_was(redis_url: str) -> None:
+    """The same, end to end: a worker whose calls take no decision for longer than
+    ``ttl_seconds`` hands over a session the next worker resumes byte for byte."""
+    prefix = f"quiet{time.monotonic_ns()}"
+    history = aged_session()
+
+    def worker(store: RedisRecallStore) -> ContextManager:
+        return ContextManager(
+            Budget(context_window=40_000, reserve_output=4_000),
+            recall=store,
+            session_id="run-q",
+            on_over_budget="send",
+        )
+
+    first = RedisRecallStore(redis_url, prefix=prefix, ttl_seconds=1)
+    async with worker(first) as ctx:
+        for n in range(20, len(history) + 1, 20):  # decisions at several points on the way
+            view = await ctx.prepare(history[:n])
+        view = await ctx.prepare(history)
+        assert ctx.ledger.decisions
+        version = ctx.ledger.version
+        await anyio.sleep(2.2)  # past the ttl, no decision
+        assert await ctx.prepare(history) == view and ctx.ledger.version == version
+        second = RedisRecallStore(redis_url, prefix=prefix, ttl_seconds=1)
+        async with worker(second) as resumed:  # a hand-over while the first still runs
+            assert await resumed.prepare(history) == view
+    first.close()
+    second.close()
 
 
 @pytest.mark.parametrize("ttl", [604_800.0, 0.5, 59.2])
@@ -251,6 +292,7 @@ def test_an_expiry_in_fractional_seconds_is_whole_seconds(redis_url: str, ttl: f
     raw = redis.Redis.from_url(redis_url)
     rid = store.put("s", "text")
     assert store.extend_ledger("s", ['{"a": 1}'], 0)
+    store.release("s")  # the ledger expires once the session ended
     whole = math.ceil(ttl)
     assert 0 < raw.ttl(f"{store.prefix}:s:r:{rid}") <= whole
     assert 0 < raw.ttl(f"{store.prefix}:s:ledger:parts") <= whole

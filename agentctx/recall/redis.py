@@ -12,7 +12,8 @@ Keys are ``{prefix}:{session}:r:{id}`` (content) and ``{prefix}:{session}:ledger
 ``...:ledger:parts``, a list of its decisions, as `extend_ledger` saves them); a session
 can only name its own. With ``ttl_seconds`` entries expire unless the session's ledger still
 references them (`update_pins` removes their expiry; entries no longer referenced, and all of
-a session's entries once it ends, get it back), and the ledger is refreshed on every save.
+a session's entries once it ends, get it back); its ledger keeps no expiry while a worker
+saves it, and gets it when the session ends here (`release`).
 Redis errors become `StoreError`.
 
 The manager never calls it on the event loop: its writer runs each call in a worker thread
@@ -65,19 +66,20 @@ def _decode(value: Any) -> str | None:
         raise StoreDataError(f"recall store holds a value that is not UTF-8 text: {e}") from e
 
 
-# KEYS: the parts list, the whole ledger's key. ARGV: start, ttl (0: none), then the parts.
-# One script, so no other client's write falls between the check and the write. A script
-# that fails is not rolled back: the whole ledger is deleted only once its parts are written,
-# and they are pushed a thousand at a time (Lua's unpack takes about 8,000 values at most).
+# KEYS: the parts list, the whole ledger's key. ARGV: start, then the parts. One script, so
+# no other client's write falls between the check and the write. A script that fails is not
+# rolled back: the whole ledger is deleted only once its parts are written, and they are
+# pushed a thousand at a time (Lua's unpack takes about 8,000 values at most). The list keeps
+# no expiry while saved (one a `release` gave it is taken off).
 _EXTEND = """
 local start = tonumber(ARGV[1])
 if redis.call('LLEN', KEYS[1]) < start then return 0 end
 if start > 0 then redis.call('LTRIM', KEYS[1], 0, start - 1) else redis.call('DEL', KEYS[1]) end
-for i = 3, #ARGV, 1000 do
+for i = 2, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
 redis.call('DEL', KEYS[2])
-if tonumber(ARGV[2]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
+redis.call('PERSIST', KEYS[1])
 return 1
 """
 
@@ -123,6 +125,7 @@ class RedisRecallStore:
         except (ValueError, redis.RedisError) as exc:
             raise StoreError(f"cannot use Redis at {url}: {exc}") from exc
         self._pinned: dict[str, set[str]] = {}
+        self._live: set[str] = set()  # sessions whose ledger this store saved, until release
 
     def put(self, session_id: str, content: str) -> str:
         """Store ``content`` for ``session_id`` and return its recall id."""
@@ -170,12 +173,14 @@ class RedisRecallStore:
         pins -= removed
 
     def release(self, session_id: str) -> None:
-        """``session_id`` ended here: its entries expire after ``ttl_seconds`` unless a
-        worker that resumes it references them again."""
+        """``session_id`` ended here: its entries and its ledger expire after
+        ``ttl_seconds`` unless a worker that resumes it references (saves) them again."""
         pins = self._pinned.get(session_id, set())
-        if self._ttl is not None and pins:
-            self._expire(session_id, persist=(), expire=pins)
+        ttl = self._ttl
+        if ttl is not None and (pins or session_id in self._live):
+            self._expire(session_id, persist=(), expire=pins, ledger=session_id in self._live)
         self._pinned.pop(session_id, None)
+        self._live.discard(session_id)
 
     def load_ledger(self, session_id: str) -> str | None:
         """The saved ledger JSON of ``session_id``, or ``None``."""
@@ -204,34 +209,46 @@ class RedisRecallStore:
         return parts, whole
 
     def save_ledger(self, session_id: str, ledger_json: str) -> None:
-        """Save the ledger JSON of ``session_id`` (refreshing its expiry)."""
+        """Save the ledger JSON of ``session_id``, with no expiry until `release`: a live
+        session that goes long without a decision keeps it, as it keeps the entries it
+        references."""
         data = _encode(ledger_json)
 
         def write(r: redis.Redis) -> None:
             pipe = r.pipeline(transaction=True)
             pipe.delete(self._parts_key(session_id))
-            pipe.set(self._ledger_key(session_id), data, ex=self._ttl)
+            pipe.set(self._ledger_key(session_id), data)
             pipe.execute()
 
         self._call(write)
+        self._live.add(session_id)
 
     def extend_ledger(self, session_id: str, parts: Sequence[str], start: int) -> bool:
         """Save the ledger of ``session_id`` as its first ``start`` decisions as saved, then
-        ``parts`` (one decision's JSON each), atomically, refreshing its expiry: a save
-        costs what the ledger added, not the whole ledger (`AppendingLedgerStore`).
+        ``parts`` (one decision's JSON each), atomically, with no expiry until `release`: a
+        save costs what the ledger added, not the whole ledger (`AppendingLedgerStore`).
         ``False``, with nothing written, when fewer than ``start`` are there (the server
         restarted empty, the key expired or was evicted)."""
-        ttl = 0 if self._ttl is None else self._ttl
         words: list[bytes | int] = [self._parts_key(session_id), self._ledger_key(session_id)]
-        words += [start, ttl, *(_encode(part) for part in parts)]
-        return bool(self._call(lambda r: r.eval(_EXTEND, 2, *words)))
+        words += [start, *(_encode(part) for part in parts)]
+        saved = bool(self._call(lambda r: r.eval(_EXTEND, 2, *words)))
+        if saved:
+            self._live.add(session_id)
+        return saved
 
     def close(self) -> None:
         """Close the connection pool if this store made it."""
         if self._owned:
             self._redis.close()
 
-    def _expire(self, session_id: str, *, persist: Iterable[str], expire: Iterable[str]) -> None:
+    def _expire(
+        self,
+        session_id: str,
+        *,
+        persist: Iterable[str],
+        expire: Iterable[str],
+        ledger: bool = False,
+    ) -> None:
         ttl = self._ttl
         assert ttl is not None
 
@@ -241,6 +258,9 @@ class RedisRecallStore:
                 pipe.persist(self._key(session_id, rid))
             for rid in expire:
                 pipe.expire(self._key(session_id, rid), ttl)
+            if ledger:
+                pipe.expire(self._ledger_key(session_id), ttl)
+                pipe.expire(self._parts_key(session_id), ttl)
             pipe.execute()
 
         self._call(apply)
