@@ -742,12 +742,38 @@ async def test_an_overflowing_buffer_drops_the_oldest_and_says_so(tmp_path: Path
         view: list[Message] = []
         for group in synthetic_session(3, 60, mean_output_lines=30):
             view = await ctx.prepare([*view, *group])
+            await anyio.sleep(0.001)  # the model call: the writer tries, and finds it down
         overflow = [e for e in events if isinstance(e, StoreDegraded) and e.reason == "overflow"]
         assert overflow
         lost = overflow[0].lost[0]
         assert "not recallable: the recall store was unavailable" in await ctx.recall(lost)
     closed = [e for e in events if isinstance(e, StoreDegraded) and e.reason == "closed"]
     assert len(closed) == 1 and closed[0].ledger_unsaved and closed[0].lost
+
+
+async def test_one_call_clearing_more_than_the_bound_is_all_written_to_a_working_store(
+    tmp_path: Path,
+) -> None:
+    """Found by a hostile run (BT store 2): the bound on unwritten entries, meant for an
+    outage, applied to a healthy store too: a call clearing more than it dropped the oldest
+    entries before any write was tried, and their recalls said the store was unavailable."""
+    store = SQLiteRecallStore(tmp_path / "agent.db")
+    events: list[Event] = []
+    async with ContextManager(BUDGET, recall=store, session_id="s", on_over_budget="send") as ctx:
+        ctx.subscribe(events.append)
+        assert ctx._writer is not None
+        ctx._writer.max_pending_bytes = 20_000
+        history: list[Message] = [
+            m for g in synthetic_session(3, 60, mean_output_lines=30) for m in g
+        ]
+        view = await ctx.prepare(history)  # one call: everything it clears at once
+        assert ctx._writer._ready_bytes > 20_000  # more than the bound, pending
+        assert await ctx._writer.flush()
+        ids = {rid for m in view for rid in RID.findall(canonical_json(m))}
+        assert len(ids) > 5
+        for rid in ids:
+            assert "not recallable" not in await ctx.recall(rid)
+    assert not [e for e in events if isinstance(e, StoreDegraded)]
 
 
 async def test_a_value_that_is_not_text_is_a_store_error_and_a_ledger_that_is_unreadable(

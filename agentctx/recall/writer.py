@@ -436,7 +436,10 @@ class RecallWriter:
         """End of a `prepare`: keep what the ledger names, drop the rest, and write (in
         ``tasks`` when the store does I/O; inline otherwise)."""
         self._admit()
-        self._bound()
+        if self._degraded_since is not None:
+            # Bounded while the store is down; a healthy one is written to first, however
+            # much one call cleared (a bound applied then drops what it would have taken).
+            self._bound()
         if not self._has_work():
             return
         if not self._blocking:
@@ -619,6 +622,7 @@ class RecallWriter:
             self._emit(self._degraded_event("unavailable"))
         else:
             log.debug("recall store still unavailable", error=str(exc))
+        self._bound()
 
     def _succeeded(self) -> None:
         self._backoff = _FIRST_BACKOFF
