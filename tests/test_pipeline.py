@@ -1153,3 +1153,56 @@ async def test_a_system_or_developer_message_is_no_user_turn_for_the_passes(case
         # What every view keeps is still there, whole.
         for i in shown_positions(ctx.raw):
             assert ctx.raw[i] in view
+
+
+async def _wide_batch_calls(n: int, strategy: Any) -> int:
+    """Python function calls (counted, not timed) of one deciding prepare() over an old,
+    finished turn holding one batch of ``n`` parallel calls and their results."""
+    import cProfile
+    import pstats
+
+    calls = [ToolCall(f"p{i}", "f", {"i": i}) for i in range(n)]
+    batch = [
+        AssistantMessage.of("fan out", tool_calls=calls),
+        *(ToolResultMessage.of(f"p{i}", f"out {i} " * 20) for i in range(n)),
+    ]
+    history = [
+        UserMessage.of("Task"),
+        *batch,
+        AssistantMessage.of("done"),
+        UserMessage.of("next"),
+        AssistantMessage.of("ok"),
+        UserMessage.of("go"),
+    ]
+    profile = cProfile.Profile()
+    async with ContextManager(
+        Budget(context_window=30 * n, reserve_output=n),  # the batch is over the limit
+        strategy=strategy,
+        recall=MemoryRecallStore(),
+        on_over_budget="send",
+    ) as ctx:
+        profile.enable()
+        view = await ctx.prepare(history)
+        profile.disable()
+        assert ctx.ledger.decisions
+        assert_view_ok(view, ctx.raw)
+    return int(pstats.Stats(profile).total_calls)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("kind", ["pipeline", "tiers"])
+async def test_a_wide_parallel_batch_costs_a_decision_linear_work(kind: str) -> None:
+    """Found by a hostile run (BT scale 1): each expired result of a batch looked its call up
+    among all the batch's calls, and counted how many shared its id, so one decision over
+    a batch of 8k calls held the event loop 6 s (50k: past 2 minutes)."""
+
+    def strategy() -> Any:
+        if kind == "pipeline":
+            return Chain([ToolOutputPipeline(), DeterministicCompaction()])
+        return DeterministicCompaction()
+
+    small, large = (
+        await _wide_batch_calls(500, strategy()),
+        await _wide_batch_calls(2_000, strategy()),
+    )
+    print(f"{kind}: {small} function calls at 500 calls in a batch, {large} at 2,000")
+    assert large < 6 * small  # 4x the batch; quadratic work is 16x

@@ -520,10 +520,7 @@ class DeterministicCompaction:
             ):
                 # Arguments in the running loop are cut only when giving way, and never in a
                 # message whose signed reasoning must go back as it was.
-                calls = m.tool_calls
-                for call in calls:
-                    if not alone(call, calls):
-                        continue
+                for call in alone(m.tool_calls):
                     new_args, cut = self._shrink_arguments(ctx, call)
                     if cut:
                         whole = dict(_cuttable_arguments(call))

@@ -28,7 +28,7 @@ from agentctx.messages import (
 )
 from agentctx.recall.store import escape_literal, recall_id
 from agentctx.strategies.trail import describe_call, put_entry
-from agentctx.strategies.undecided import raw_call, undecided
+from agentctx.strategies.undecided import raw_calls, undecided
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -482,6 +482,7 @@ class Run:
         # many a call proposes and does not take (stale, not paying yet) cost a memo lookup.
         self.contents: dict[str, str] = {}
         self.claimed: set[int] = set()
+        self._raw_calls: dict[int, tuple[Message, Message, dict[int, ToolCall]]] = {}
         # L2, due but not proposed: everything it would propose rewrites the sent prefix,
         # which only a cold cache, a paying batch or the budget takes (see `propose_all`).
         self.deferred: EmergencyPass | None = None
@@ -620,7 +621,11 @@ class Run:
         if not isinstance(original, AssistantMessage) or not isinstance(message, AssistantMessage):
             return ()
         # Named as in the raw message: the decision anchors there, and rendering renames it.
-        call = raw_call(original, message, shown)
+        # Mapped once per message: a batch of n calls has up to n results asking.
+        known = self._raw_calls.get(j)
+        if known is None or known[0] is not message or known[1] is not original:
+            known = self._raw_calls[j] = (message, original, raw_calls(original, message))
+        call = known[2].get(id(shown))
         if call is None:
             return ()
         long_args = {

@@ -15,6 +15,7 @@ if isinstance(original, ToolResultMessage):
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from agentctx.boundaries import repaired_message
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from agentctx.ledger import Ledger
     from agentctx.messages import Message
 
-__all__ = ["alone", "decided", "raw_call", "undecided"]
+__all__ = ["alone", "decided", "raw_calls", "undecided"]
 
 
 def decided(ledger: Ledger, index: int) -> bool:
@@ -53,27 +54,27 @@ def undecided(
     return original if shown is original or _repaired(shown, original) else None
 
 
-def alone(call: ToolCall, calls: Sequence[ToolCall]) -> bool:
-    """Whether ``call`` is the only one of ``calls`` (its message's) with its id: decisions
-    name calls by id, so only such a call can change alone."""
-    return sum(c.id == call.id for c in calls) == 1
+def alone(calls: Sequence[ToolCall]) -> list[ToolCall]:
+    """The calls of ``calls`` (one message's) that are the only ones with their ids:
+    decisions name calls by id, so only such a call can change alone. O(calls)."""
+    counts = Counter(c.id for c in calls)
+    return [c for c in calls if counts[c.id] == 1]
 
 
-def raw_call(
-    original: AssistantMessage, shown: AssistantMessage, call: ToolCall
-) -> ToolCall | None:
-    """The call of ``original`` that ``call``, a call of ``shown`` (``original`` as the view
-    sends it), stands for.
+def raw_calls(original: AssistantMessage, shown: AssistantMessage) -> dict[int, ToolCall]:
+    """For each call of ``shown`` (``original`` as the view sends it), by its ``id()``, the
+    call of ``original`` it stands for, in O(calls) for all of them.
 
-    ``None`` when its raw id names another call of ``original`` too: decisions name calls by
-    id, so none could change that call alone.
+    A call whose raw id names another call of ``original`` too is left out: decisions name
+    calls by id, so none could change that call alone.
     """
-    k = next((k for k, c in enumerate(shown.tool_calls) if c is call), None)
     calls = original.tool_calls
-    if k is None or k >= len(calls):
-        return None
-    mine = calls[k]
-    return mine if alone(mine, calls) else None
+    counts = Counter(c.id for c in calls)
+    return {
+        id(call): mine
+        for call, mine in zip(shown.tool_calls, calls, strict=False)
+        if counts[mine.id] == 1
+    }
 
 
 def _repaired(shown: Message, original: Message) -> bool:
