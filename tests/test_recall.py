@@ -662,3 +662,24 @@ def test_a_long_matching_line_is_shown_around_its_match_whatever_casefolding_doe
         start = int(re.search(r"this part starts at offset=(\d+)", out)[1])  # type: ignore[index]
         shown = out.split("\n")[1].removeprefix("2: ...")[:40]
         assert (header + "\n" + line)[start:].startswith(shown)
+
+
+async def test_a_search_keeps_nothing_of_an_entry_once_its_session_closed() -> None:
+    """Found by a hostile run (BT scale 3): the casefold kept for a search again was held at
+    module level, so a 10 MB entry searched once stayed in memory, twice, for the rest of
+    the process."""
+    import gc
+    import sys
+
+    store: MemoryRecallStore | None = MemoryRecallStore()
+    assert store is not None
+    rid = store.put("s", "".join(f"line {i} of a large entry\n" for i in range(100_000)))
+    entry = store.get("s", rid)
+    ctx: ContextManager | None = ContextManager(100_000, recall=store, session_id="s")
+    assert ctx is not None
+    async with ctx:
+        assert "1 lines match" in await ctx.recall(rid, pattern="line 99999 ")
+        assert "line 5 of" in await ctx.recall(rid, pattern="LINE 5 OF")  # narrowed
+    ctx = store = None  # the session and its store are gone
+    gc.collect()
+    assert sys.getrefcount(entry) == 2  # ``entry`` and the call's argument: nothing else

@@ -27,6 +27,8 @@ from agentctx.errors import ConfigError
 from agentctx.messages import sendable_text
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from agentctx.recall.store import RecallStore
 
 __all__ = [
@@ -134,7 +136,10 @@ def recall_page(
         problem = _pattern_problem(pattern)
         if problem is not None:
             return problem
-        return sendable_text(_grep(id, content, pattern, limit, max(1, max_matches)))
+        # A store may keep the last fold (the recall writer's, per session): searching one
+        # entry again (a model narrowing its pattern) does not fold up to 16 M characters again.
+        fold = getattr(store, "casefold", None) or str.casefold
+        return sendable_text(_grep(id, content, pattern, limit, max(1, max_matches), fold))
     total = len(content)
     offset = max(0, offset)
     if offset >= total > 0:
@@ -241,23 +246,11 @@ def _pattern_problem(pattern: str) -> str | None:
     return None
 
 
-# The last text searched and its casefold: searching one entry again (a model narrowing its
-# pattern, a retention check's facts) does not fold a text of up to 16 M characters again.
-_last_folded = ("", "")
-
-
-def _casefold(text: str) -> str:
-    global _last_folded
-    last, folded = _last_folded
-    if last is not text:
-        folded = text.casefold()
-        _last_folded = (text, folded)
-    return folded
-
-
-def _grep(rid: str, content: str, pattern: str, limit: int, max_matches: int) -> str:
+def _grep(
+    rid: str, content: str, pattern: str, limit: int, max_matches: int, fold: Callable[[str], str]
+) -> str:
     needle = pattern.casefold()
-    folded = _casefold(content)
+    folded = fold(content)
     # casefold keeps the length of almost every text; when it does not (ß, ligatures), the
     # match positions of the folded text are not positions in ``content``: go line by line.
     if len(folded) == len(content):

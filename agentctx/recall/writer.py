@@ -165,6 +165,7 @@ class RecallWriter:
         "_evictions_seen",
         "_expansions",
         "_expansions_bytes",
+        "_folded",
         "_keeps_ledger",
         "_last_error",
         "_ledger",
@@ -252,6 +253,7 @@ class RecallWriter:
         self._lock: anyio.Lock | None = None
         self._expansions: OrderedDict[str, str] = OrderedDict()
         self._expansions_bytes = 0
+        self._folded = ("", "")  # the last entry searched, and its casefold
         self._draining = False
         self._warned_inline = False
         self._warned_evicted = False
@@ -323,13 +325,26 @@ class RecallWriter:
                 "conversation, and the recall store no longer holds it."
             )
         read = functools.partial(
-            recall_page, _Fetched(content), self.session_id, rid, offset, limit, pattern
+            recall_page,
+            _Fetched(content, self._casefold),
+            self.session_id,
+            rid,
+            offset,
+            limit,
+            pattern,
         )
         if pattern is not None and content is not None and len(content) > _GREP_ON_LOOP:
             # A search is linear in the entry, in Python where casefolding changes its
             # length: on a few MB, a noticeable stall of the loop.
             return await anyio.to_thread.run_sync(read)
         return read()
+
+    def _casefold(self, text: str) -> str:
+        last, folded = self._folded
+        if last is not text:  # an entry read again is the same object (`expanded` keeps it)
+            folded = text.casefold()
+            self._folded = (text, folded)
+        return folded
 
     def _report_missing(self, rid: str) -> None:
         """Say once that the store lost an entry the ledger names (a server restarted
@@ -503,6 +518,7 @@ class RecallWriter:
         else:
             self._flush_inline()
         self._report_unwritten()
+        self._folded = ("", "")  # up to twice an entry of 16 M characters
 
     # -- bookkeeping ----------------------------------------------------------------------
 
@@ -856,10 +872,12 @@ _GREP_ON_LOOP = 1 << 20  # characters of an entry searched on the loop; a longer
 
 
 class _Fetched:
-    """One entry already read, in the shape `recall_page` reads from."""
+    """One entry already read, in the shape `recall_page` reads from, with the writer's
+    casefold (the last one kept, for the session's life only)."""
 
-    def __init__(self, content: str | None) -> None:
+    def __init__(self, content: str | None, casefold: Callable[[str], str]) -> None:
         self._content = content
+        self.casefold = casefold
 
     def put(self, session_id: str, content: str) -> str:
         raise NotImplementedError
