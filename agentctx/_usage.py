@@ -103,16 +103,28 @@ def _from_fields(usage: object) -> Usage | None:
     )
 
 
-def billed_usage(value: object) -> Usage | None:
-    """What a reply that could not be used reports it was billed (`SummarizerError.usage`):
-    `usage_of` of it, with the counts of a `Usage` it holds read the same way (one that is
-    no token count is 0); ``None`` when it reports no tokens or cannot be read."""
+def billed_usage(value: object) -> tuple[Usage, bool] | None:
+    """What a reply that could not be used reports it was billed (`SummarizerError.usage`),
+    and whether that is known: ``None`` when nothing says a reply came (``value`` is
+    ``None``); else `usage_of` of it, with the counts of a `Usage` it holds read the same way
+    (one that is no token count is 0), and ``False`` when a count was no token count or the
+    usage could not be read at all: the reply was billed, for an amount no one told."""
+    if value is None:
+        return None
     try:
         usage = usage_of(value)
     except Exception:  # a summarizer's object of any shape: its fields may raise
-        return None
+        usage = None
     if usage is None:
-        return None
+        return Usage(), False
+    fields = (
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cache_read_tokens,
+        usage.cache_write_tokens,
+        usage.cache_write_1h_tokens,
+    )
+    known = all(_is_count(v) for v in fields)
     written = _tokens(usage.cache_write_tokens)
     counts = Usage(
         _tokens(usage.input_tokens),
@@ -121,7 +133,14 @@ def billed_usage(value: object) -> Usage | None:
         written,
         min(_tokens(usage.cache_write_1h_tokens), written),
     )
-    return counts if counts.prompt_tokens or counts.output_tokens else None
+    return counts, known
+
+
+def _is_count(value: object) -> bool:
+    """Whether ``value`` is a token count as it stands (0 too), read as `_tokens` reads it."""
+    if type(value) is float and not value.is_integer():
+        return False
+    return value == 0 or _tokens(value) > 0
 
 
 def usage_of(response: object) -> Usage | None:

@@ -1719,32 +1719,51 @@ async def test_a_billed_reply_that_cannot_be_read_is_reported_with_its_cost(
 
 
 @pytest.mark.parametrize(
-    ("usage", "read"),
+    ("usage", "read", "priced"),
     [
-        ({"input_tokens": 900, "output_tokens": 50}, Usage(900, 50)),
-        (Usage(-900, 50), Usage(0, 50)),  # a count that is no token count is 0
-        (Usage(900, 10**15), Usage(900, 0)),  # past any request
-        (Usage(0, 0), None),  # nothing reported: not billed as far as anyone can tell
-        ("900 tokens", None),
+        ({"input_tokens": 900, "output_tokens": 50}, Usage(900, 50), True),
+        (Usage(-900, 50), Usage(0, 50), False),  # a count that is no token count is 0
+        (Usage(900, 10**15), Usage(900, 0), False),  # past any request
+        (Usage(0, 0), Usage(0, 0), False),  # billed, for an amount no one told
+        ("900 tokens", Usage(0, 0), False),
         # (AM, finding 2) The reply itself, whose usage was taken as it was.
-        (SummaryResult(text="x", stop_reason="stop", usage=Usage(-900, 50)), Usage(0, 50)),
+        (SummaryResult(text="x", stop_reason="stop", usage=Usage(-900, 50)), Usage(0, 50), False),
     ],
     ids=["mapping", "negative", "huge", "zero", "text", "reply"],
 )
 async def test_what_a_summarizer_says_an_unusable_reply_was_billed_is_read_as_usage(
-    usage: object, read: Usage | None
+    usage: object, read: Usage, priced: bool
 ) -> None:
     """Found by a hostile run (AJ, finding 3): `SummarizerError.usage` from a summarizer of
     one's own was counted as given: a negative count made the spend negative, 10^15 tokens
     cost a billion dollars, and a mapping raised inside the request's error handling, which
-    lost the bill. It is read as `usage_of` reads any usage."""
+    lost the bill. It is read as `usage_of` reads any usage.
+
+    And (BT summaries 1): a usage whose counts were all no token counts, or that could not be
+    read, left the billed reply out of the spend and its event; one with some such counts
+    was priced on the rest as if known. Each is a billed reply of unknown cost."""
     summarizer = Scripted(default=Outcome.fail(status=None, retryable=True, usage=usage))
     caller, llm = await run_faulty_session(summarizer, 0.05)
     rejected = caller.of(SummaryRejected)
     assert rejected and all(r.reason == "failed" for r in rejected)
     assert {r.summary.usage if r.summary else None for r in rejected} == {read}
-    assert llm.spend.requests == (len(rejected) if read else 0)
+    assert all(r.summary and (r.summary.cost_usd is not None) == priced for r in rejected)
+    assert llm.spend.requests == len(rejected)
+    assert (llm.spend.cost_usd is not None) == priced
     assert (llm.spend.cost_usd or 0.0) >= 0.0
+
+
+async def test_a_reply_refused_for_its_usage_is_billed_at_an_unknown_cost() -> None:
+    """Found by a hostile run (BT summaries 1): a reply the strategy refuses because its
+    usage holds no token counts (negative, past any request) was billed all the same, and
+    went missing from the spend and from its `SummaryRejected`."""
+    summarizer = Scripted(default=Outcome.reply(briefing(), usage=Usage(-100, -5)))
+    caller, llm = await run_faulty_session(summarizer, 0.05)
+    rejected = caller.of(SummaryRejected)
+    assert rejected and all(r.reason == "failed" and "usage" in r.detail for r in rejected)
+    assert all(r.summary is not None and r.summary.cost_usd is None for r in rejected)
+    assert llm.spend.requests == len(rejected) == len(summarizer.requests)
+    assert llm.spend.cost_usd is None
 
 
 async def test_a_billed_reply_a_summarizer_got_wrong_is_reported_with_its_cost() -> None:
@@ -1763,6 +1782,83 @@ async def test_a_billed_reply_a_summarizer_got_wrong_is_reported_with_its_cost()
     assert rejected and all(r.reason == "failed" for r in rejected)
     assert all(r.summary is not None and r.summary.usage == Usage(900, 50) for r in rejected)
     assert llm.spend.requests == len(rejected) == len(summarizer.requests)
+
+
+@pytest.mark.parametrize("backend", ["anthropic", "openai-chat", "openai-responses"])
+async def test_a_reply_that_is_not_utf8_is_billed_with_the_usage_it_reports(backend: str) -> None:
+    """Found by a hostile run (BT summaries 2): a 200 holding one invalid UTF-8 sequence (a
+    local server that split a multibyte character) was read as an unreadable response with
+    no usage: 21 billed replies, 0 requests and $0 in the spend."""
+    from agentctx.providers.openai_summarizer import (
+        OpenAIChatSummarizer,
+        OpenAIResponsesSummarizer,
+    )
+    from agentctx.testing.servers import FakeOpenAI
+
+    text = "## Goal\nthe caf\u00e9 XX"
+    bodies: dict[str, dict[str, Any]] = {
+        "anthropic": {
+            "id": "m",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-haiku-4-5",
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 900, "output_tokens": 60},
+        },
+        "openai-chat": {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "gpt-4.1-mini",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 900, "completion_tokens": 60, "total_tokens": 960},
+        },
+        "openai-responses": {
+            "id": "r",
+            "object": "response",
+            "created_at": 1,
+            "model": "gpt-4.1-mini",
+            "status": "completed",
+            "output": [
+                {
+                    "type": "message",
+                    "id": "msg",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": text, "annotations": []}],
+                }
+            ],
+            "usage": {"input_tokens": 900, "output_tokens": 60, "total_tokens": 960},
+        },
+    }
+    raw = json.dumps(bodies[backend], ensure_ascii=False).encode()
+    raw = raw.replace("\u00e9 XX".encode(), b"\xc3 XX")  # a 2-byte sequence cut short
+    reply = Reply.malformed(raw)
+    request = SummaryRequest(system="You summarize.", prompt="Hello.", max_tokens=300)
+    summarizer: Any
+    if backend == "anthropic":
+        async with FakeAnthropic([reply]) as server:
+            summarizer = AnthropicSummarizer("claude-haiku-4-5", api_key="k", base_url=server.url)
+            with pytest.raises(SummarizerError) as caught:
+                await summarizer.summarize(request)
+            await summarizer.aclose()
+    else:
+        async with FakeOpenAI([reply]) as server:
+            make = OpenAIChatSummarizer if backend == "openai-chat" else OpenAIResponsesSummarizer
+            summarizer = make("gpt-4.1-mini", api_key="k", base_url=server.url + "/v1")
+            with pytest.raises(SummarizerError) as caught:
+                await summarizer.summarize(request)
+            await summarizer.aclose()
+    assert "unreadable response" in str(caught.value) and caught.value.retryable
+    assert caught.value.usage == Usage(900, 60)
 
 
 async def test_usage_counts_written_as_json_floats_are_read() -> None:

@@ -3,8 +3,10 @@ errors mapped to `SummarizerError` (both SDKs share one exception hierarchy)."""
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
+from agentctx._usage import usage_of
 from agentctx.errors import ConfigError, SummarizerError
 from agentctx.providers._retry_after import retry_after_seconds
 from agentctx.summarizer import SummaryResult, check_result, is_retryable_status
@@ -123,5 +125,24 @@ def summarizer_error(sdk: ModuleType, exc: BaseException) -> SummarizerError:
             retry_after=retry_after_seconds(exc.response.headers),
         )
     if isinstance(exc, sdk.APIResponseValidationError | ValueError | RecursionError):
-        return SummarizerError(f"{name}: unreadable response: {exc}", retryable=True)
+        return SummarizerError(
+            f"{name}: unreadable response: {exc}", retryable=True, usage=_usage_in_body(exc)
+        )
     return SummarizerError(f"{name}: {type(exc).__name__}: {exc}", retryable=False)
+
+
+_MOST_BODY_BYTES = 1 << 24
+
+
+def _usage_in_body(exc: BaseException) -> Usage | None:
+    """What a 200 body that is not UTF-8 (a server that split a multibyte character) reports
+    it was billed: the request was, and its usage is in the body the SDK could not decode,
+    read again with the bad bytes replaced."""
+    body = exc.object if isinstance(exc, UnicodeDecodeError) else None
+    if not isinstance(body, bytes) or len(body) > _MOST_BODY_BYTES:
+        return None
+    try:
+        data = json.loads(body.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return None
+    return usage_of(data) if isinstance(data, dict) else None

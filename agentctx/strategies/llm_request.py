@@ -336,12 +336,14 @@ class Requester:
             limit = min(cfg.timeout, remaining)
             retry_after: float | None = None
             billed: SummaryStats | None = None  # what this attempt's reply cost, if billed
+            replied = False
             try:
                 with (
                     telemetry.attempt(self.summarizer, cfg.price, request, attempt) as traced,
                     anyio.fail_after(limit),  # inside the span: it sees the TimeoutError
                 ):
                     reply = await self.summarizer.summarize(replace(request, attempt=attempt))
+                    replied = True
                     try:
                         result = check_result(reply)  # malformed: a failed attempt, not retried
                     except SummarizerError as e:
@@ -358,9 +360,12 @@ class Requester:
                 reason, retryable, retry_after = "failed", e.retryable, e.retry_after
                 status = f" (HTTP {e.status})" if e.status is not None else ""
                 detail = f"attempt {attempt}: {e}{status}"
-                usage = billed_usage(e.usage)
-                if usage is not None:  # a reply came, unusable, and was billed
-                    billed = SummaryStats(0, usage, *self._charge(usage, None))
+                read = billed_usage(e.usage)
+                if read is None and replied:  # a reply with no usage: billed all the same
+                    read = Usage(), False
+                if read is not None:  # a reply came, unusable, and was billed
+                    usage, known = read
+                    billed = SummaryStats(0, usage, *self._charge(usage, None, known=known))
                 if too_large(e) and getattr(self.summarizer, "sends_conversation", False):
                     # Less transcript would be the same request: it fails, and the next
                     # one's span (a view grown or compacted since) is its own.
@@ -398,12 +403,15 @@ class Requester:
         cost, model = self._charge(result.usage, result.model)
         return Ready(job, result.text.strip(), result.usage, cost, model, result.messages)
 
-    def _charge(self, usage: Usage, model: str | None) -> tuple[float | None, str | None]:
-        """Add one billed reply to the spend; its cost and the model it is priced as."""
+    def _charge(
+        self, usage: Usage, model: str | None, *, known: bool = True
+    ) -> tuple[float | None, str | None]:
+        """Add one billed reply to the spend; its cost (``None`` unless ``known``: counts
+        read as 0 would price it too low) and the model it is priced as."""
         model = model or getattr(self.summarizer, "model", None)
         model = model if isinstance(model, str) else None
         price = self.config.price if self.config.price is not None else price_for(model)
-        cost = price.reply_cost(usage) if price is not None else None
+        cost = price.reply_cost(usage) if price is not None and known else None
         self._usage = self._usage + usage
         self._billed += 1
         self._cost = None if self._cost is None or cost is None else self._cost + cost
