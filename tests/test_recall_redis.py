@@ -250,7 +250,14 @@ def test_a_live_sessions_ledger_keeps_no_expiry_until_the_session_ends(
     assert 0 < raw.ttl(key) <= 60
     saved()  # a worker resumes it
     assert raw.ttl(key) == -1
+    store.release("s")
+    resumed = RedisRecallStore(redis_url, prefix=store.prefix, ttl_seconds=60)
+    assert resumed.load_ledger("s") == '[{"a": 1}]'  # resumed, no decision yet: live too
+    assert raw.ttl(key) == -1
+    resumed.release("s")
+    assert 0 < raw.ttl(key) <= 60
     raw.close()
+    resumed.close()
     store.close()
 
 

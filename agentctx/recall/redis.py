@@ -13,7 +13,7 @@ Keys are ``{prefix}:{session}:r:{id}`` (content) and ``{prefix}:{session}:ledger
 can only name its own. With ``ttl_seconds`` entries expire unless the session's ledger still
 references them (`update_pins` removes their expiry; entries no longer referenced, and all of
 a session's entries once it ends, get it back); its ledger keeps no expiry while a worker
-saves it, and gets it when the session ends here (`release`).
+holds the session (saved or resumed it), and gets it when the session ends here (`release`).
 Redis errors become `StoreError`.
 
 The manager never calls it on the event loop: its writer runs each call in a worker thread
@@ -183,7 +183,8 @@ class RedisRecallStore:
         self._live.discard(session_id)
 
     def load_ledger(self, session_id: str) -> str | None:
-        """The saved ledger JSON of ``session_id``, or ``None``."""
+        """The saved ledger JSON of ``session_id``, or ``None``. With ``ttl_seconds``, a ledger
+        found keeps no expiry from now until `release`: the session is live here."""
 
         def read(r: redis.Redis) -> tuple[list[bytes], bytes | None]:
             try:
@@ -195,9 +196,19 @@ class RedisRecallStore:
                 return self._read_ledger(r, session_id, transaction=False)
 
         parts, whole = self._call(read)
+        if (parts or whole is not None) and self._ttl is not None:
+            # Resumed: live here until `release`, as if this worker had saved it.
+            self._call(lambda r: self._persist_ledger(r, session_id))
+            self._live.add(session_id)
         if parts:
             return "[" + ", ".join(_decode(p) or "" for p in parts) + "]"
         return _decode(whole)
+
+    def _persist_ledger(self, r: redis.Redis, session_id: str) -> None:
+        pipe = r.pipeline(transaction=False)
+        pipe.persist(self._ledger_key(session_id))
+        pipe.persist(self._parts_key(session_id))
+        pipe.execute()
 
     def _read_ledger(
         self, r: redis.Redis, session_id: str, *, transaction: bool
