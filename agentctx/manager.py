@@ -769,7 +769,8 @@ class ContextManager:
         Calls of one session take turns: one made while another is running (its strategy
         awaiting inside `compact`) waits for it, then renders its own history. One made from
         inside the session's own strategy (its `compact`, or a task it started) would wait
-        for itself: `ConfigError`.
+        for itself: `ConfigError`. So is a call from a thread other than the one whose event
+        loop entered the manager (``async with``): use `BlockingContextManager` from threads.
         """
         if self._thread is not None and threading.get_ident() != self._thread:
             raise self._other_thread("prepare()")
