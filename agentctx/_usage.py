@@ -133,6 +133,8 @@ def billed_usage(value: object) -> tuple[Usage, bool] | None:
         written,
         min(_tokens(usage.cache_write_1h_tokens), written),
     )
+    # Each count may be one, and their sum past any request (as `check_result` refuses it).
+    known = known and counts.prompt_tokens + counts.output_tokens <= MOST_TOKENS
     return counts, known
 
 

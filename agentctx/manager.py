@@ -602,6 +602,7 @@ class ContextManager:
         await self._wait_for_background()
         await self._report_on_close()
         self._closed = True
+        self._thread = None  # closed: no loop's any more (a call says that, not "thread")
         if done is None or done.is_set():
             self._hub.close()
         # else that work, once it ends, reports what it left and closes the hub

@@ -1214,6 +1214,15 @@ async def test_a_manager_entered_on_one_loop_refuses_calls_from_another_thread()
         assert await ctx.prepare(history) == view  # its own loop goes on
         ctx.observe(Usage(input_tokens=10))
 
+    def closed_elsewhere() -> str:
+        try:
+            asyncio.run(ctx.prepare(history))
+        except ConfigError as e:
+            return str(e)
+        return ""
+
+    assert "closed" in await anyio.to_thread.run_sync(closed_elsewhere)
+
 
 async def test_a_history_given_as_a_generator_is_read_once() -> None:
     # docs/invariants.md: "a history given as a generator or another one-pass iterable: read

@@ -1724,12 +1724,13 @@ async def test_a_billed_reply_that_cannot_be_read_is_reported_with_its_cost(
         ({"input_tokens": 900, "output_tokens": 50}, Usage(900, 50), True),
         (Usage(-900, 50), Usage(0, 50), False),  # a count that is no token count is 0
         (Usage(900, 10**15), Usage(900, 0), False),  # past any request
+        (Usage(6 * 10**8, 6 * 10**8), Usage(6 * 10**8, 6 * 10**8), False),  # together (BU 2)
         (Usage(0, 0), Usage(0, 0), False),  # billed, for an amount no one told
         ("900 tokens", Usage(0, 0), False),
         # (AM, finding 2) The reply itself, whose usage was taken as it was.
         (SummaryResult(text="x", stop_reason="stop", usage=Usage(-900, 50)), Usage(0, 50), False),
     ],
-    ids=["mapping", "negative", "huge", "zero", "text", "reply"],
+    ids=["mapping", "negative", "huge", "sum", "zero", "text", "reply"],
 )
 async def test_what_a_summarizer_says_an_unusable_reply_was_billed_is_read_as_usage(
     usage: object, read: Usage, priced: bool

@@ -776,6 +776,29 @@ async def test_one_call_clearing_more_than_the_bound_is_all_written_to_a_working
     assert not [e for e in events if isinstance(e, StoreDegraded)]
 
 
+async def test_what_a_loop_that_never_yields_leaves_unwritten_stays_bounded(
+    tmp_path: Path,
+) -> None:
+    """Found by a hostile run (BU 3), of the fix above: with the bound applied only while the
+    store was down, a working store the loop never gave a turn to write (a replay awaiting
+    nothing else), or one slower than the calls, had the writer hold without limit."""
+    store = SQLiteRecallStore(tmp_path / "agent.db")
+    events: list[Event] = []
+    history: list[Message] = [UserMessage.of("task")]
+    async with ContextManager(BUDGET, recall=store, session_id="s", on_over_budget="send") as ctx:
+        ctx.subscribe(events.append)
+        assert ctx._writer is not None
+        ctx._writer.max_pending_bytes = 200_000
+        for group in synthetic_session(5, 80, mean_output_lines=60):
+            history = [*history, *group]
+            before = ctx._writer._ready_bytes
+            await ctx.prepare(history)  # and nothing else awaited: the writer never runs
+            fresh = max(0, ctx._writer._ready_bytes - before)
+            assert ctx._writer._ready_bytes <= 200_000 + fresh
+    overflow = [e for e in events if isinstance(e, StoreDegraded) and e.reason == "overflow"]
+    assert overflow and all(e.lost for e in overflow)
+
+
 async def test_a_value_that_is_not_text_is_a_store_error_and_a_ledger_that_is_unreadable(
     tmp_path: Path,
 ) -> None:
@@ -1218,7 +1241,7 @@ sys.exit(os.waitstatus_to_exitcode(status))
     assert done.returncode == 0, done.stderr.decode()
 
 
-@pytest.mark.parametrize("path", [None, 5, "", "bytes"])
+@pytest.mark.parametrize("path", [None, 5, "", "bytes", "a\0.db", "a\ud800.db"])
 def test_a_sqlite_path_that_names_no_file_is_a_config_error(tmp_path: Path, path: object) -> None:
     """Found by a hostile run (BT 3): ``None`` and ``5`` escaped as a bare `TypeError`, and
     ``""`` was taken: SQLite opens it as a private temporary database, every entry and

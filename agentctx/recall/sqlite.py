@@ -86,6 +86,14 @@ def _decode(value: bytes | str) -> str:
         raise StoreDataError(f"recall store holds a value that is not UTF-8 text: {e}") from e
 
 
+def _file_name(name: str) -> bool:
+    """Whether the OS takes ``name`` as a file name: no NUL, and (a lone surrogate) bytes."""
+    try:
+        return b"\0" not in os.fsencode(name)
+    except UnicodeEncodeError:
+        return False
+
+
 class SQLiteRecallStore:
     """A durable store in one SQLite file (WAL), safe for many sessions in one process.
 
@@ -100,11 +108,11 @@ class SQLiteRecallStore:
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 1.0) -> None:
         name = os.fspath(path) if isinstance(path, str | os.PathLike) else None
-        if not isinstance(name, str) or not name:
+        if not isinstance(name, str) or not name or not _file_name(name):
             # SQLite opens "" as a private temporary database, gone at close.
             raise ConfigError(
                 "SQLiteRecallStore path must name the database file (a str or os.PathLike of "
-                f"str); got {preview(path)}"
+                f"str the OS takes as a file name); got {preview(path)}"
             )
         self.path = name
         self.timeout = timeout

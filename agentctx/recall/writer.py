@@ -61,7 +61,7 @@ from agentctx.recall.store import (
 from agentctx.recall.tool import recall_page
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Sequence, Set
 
     from anyio.abc import TaskGroup
 
@@ -304,7 +304,7 @@ class RecallWriter:
         if self.lost(rid):
             return (
                 f'[recall_context] id "{rid}" is not recallable: the recall store was '
-                "unavailable when it was cleared."
+                "unavailable (or too slow) when it was cleared."
             )
         try:
             content = await self.expanded(rid) if _RID.fullmatch(rid) else None
@@ -450,11 +450,11 @@ class RecallWriter:
     def settle(self, tasks: TaskGroup | None) -> None:
         """End of a `prepare`: keep what the ledger names, drop the rest, and write (in
         ``tasks`` when the store does I/O; inline otherwise)."""
-        self._admit()
-        if self._degraded_since is not None:
-            # Bounded while the store is down; a healthy one is written to first, however
-            # much one call cleared (a bound applied then drops what it would have taken).
-            self._bound()
+        fresh = self._admit()
+        # What this call cleared gets one try at a store that works, however much it is (a
+        # bound applied first would drop what the store takes); what earlier calls left
+        # unwritten (the store down, slow, or never given the loop) is bounded.
+        self._bound(keep=fresh if self._degraded_since is None else frozenset())
         if not self._has_work():
             return
         if not self._blocking:
@@ -584,8 +584,11 @@ class RecallWriter:
             self._ledger_saved = kept
         self._parts = parts if self._keeps_ledger else []
 
-    def _admit(self) -> None:
+    def _admit(self) -> set[_Key]:
+        """Take what the decisions just taken name into what is to be written; returns
+        the keys it added."""
         new, self._new = self._new, {}
+        added: set[_Key] = set()
         for key, content in new.items():
             session, rid = key
             if session != self.session_id or rid not in self._live:
@@ -595,16 +598,26 @@ class RecallWriter:
             if key not in self._ready:
                 self._ready[key] = content
                 self._ready_bytes += _size(content)
+                added.add(key)
+        return added
 
-    def _bound(self) -> None:
+    def _bound(self, keep: Set[_Key] = frozenset()) -> None:
+        """Drop the oldest unwritten entries (not those in ``keep``) past
+        ``max_pending_bytes``, and say so."""
+        if self._ready_bytes <= self.max_pending_bytes:
+            return
         dropped: list[str] = []
-        while self._ready_bytes > self.max_pending_bytes and len(self._ready) > 1:
-            (_, rid), content = self._ready.popitem(last=False)
+        for key in list(self._ready):
+            if self._ready_bytes <= self.max_pending_bytes or len(self._ready) <= 1:
+                break
+            if key in keep:
+                continue
+            content = self._ready.pop(key)
             self._ready_bytes -= _size(content)
-            self._lost.add(rid)
-            dropped.append(rid)
+            self._lost.add(key[1])
+            dropped.append(key[1])
         if dropped:
-            log.error("recall store unavailable; unwritten entries dropped", lost=len(dropped))
+            log.error("recall store behind; unwritten entries dropped", lost=len(dropped))
             self._emit(self._degraded_event("overflow", tuple(dropped)))
 
     def _has_work(self) -> bool:
