@@ -169,6 +169,15 @@ def _extends_raw(history: Sequence[Message], state: ViewState) -> bool:
     return _same(history[n - 1], raw[n - 1]) and all(_same(history[i], raw[i]) for i in shown)
 
 
+def _before_last_reply(raw: Sequence[Message]) -> int:
+    """Index of the newest assistant message of ``raw`` (how many messages its prompt
+    held); 0 when there is none."""
+    for i in range(len(raw) - 1, -1, -1):
+        if isinstance(raw[i], AssistantMessage):
+            return i
+    return 0
+
+
 def _extends_view(history: Sequence[Message], state: ViewState) -> bool:
     """Whether ``history`` is the view last returned with messages appended (owned mode)."""
     view = state.view
@@ -856,6 +865,13 @@ class ContextManager:
         as_view = self._sync(history)
         self._kept_view = False
         tokens = self._count_new_near_budget(budget)
+        if self._last_call is None and not self._sent:
+            # A first call given a history with replies (a worker resuming a session, or one
+            # taking a conversation over): its newest reply's prompt, every message before
+            # it, was sent, by whoever sent it (the last worker's own ``sent`` when it was
+            # given this history). Read as unsent, what that worker held back to keep the
+            # cache warm would be taken at once, rewriting the cached prefix.
+            self._sent = _before_last_reply(state.raw)
         if self._adopted:
             self._adopted = False
             # They must also leave in view what every view shows: a history cut back after a

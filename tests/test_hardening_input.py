@@ -412,18 +412,22 @@ async def test_a_malformed_summarizer_result_is_a_failed_request_with_a_reason(
     """A ``None`` text gave ``SummaryRejected(reason="")``; negative usage a negative spend.
     What a refused result reports it was billed is counted as any usage is read (a count
     that is no token count is 0), in the rejection's ``summary`` (found by a hostile run, AM
-    finding 3: a billed reply's usage was dropped with the result)."""
+    finding 3: a billed reply's usage was dropped with the result). A reply that came is
+    billed whatever it holds: one with no usage it can be read from, at a cost no one told
+    (BT summaries 1: such replies went missing from the spend)."""
     rejected, llm = await summarize_with(result)
     assert rejected, "the malformed result was not rejected"
     first = rejected[0]
     assert first.reason == "failed" and first.attempts == 1  # not retried
     assert detail in first.detail
     assert all(e.reason and e.detail for e in rejected)
+    assert all(e.summary is not None for e in rejected)
     spend = llm.spend
-    assert spend.requests == sum(e.summary is not None for e in rejected)
+    assert spend.requests == len(rejected)
     assert (spend.cost_usd or 0.0) >= 0.0 and min(vars_of(spend.usage)) >= 0
     billed = [e.summary.usage for e in rejected if e.summary is not None]
-    assert billed == ([Usage(input_tokens=1)] * len(billed) if detail == "usage a dict" else [])
+    expected = Usage(input_tokens=1) if detail == "usage a dict" else Usage()
+    assert billed == [expected] * len(rejected)
 
 
 def vars_of(usage: Usage) -> list[int]:

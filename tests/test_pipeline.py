@@ -1206,3 +1206,58 @@ async def test_a_wide_parallel_batch_costs_a_decision_linear_work(kind: str) -> 
     )
     print(f"{kind}: {small} function calls at 500 calls in a batch, {large} at 2,000")
     assert large < 6 * small  # 4x the batch; quadratic work is 16x
+
+
+@pytest.mark.parametrize(("turns", "window"), [(8, 20_000), (30, 10_000)])
+async def test_a_worker_taking_a_session_over_sends_the_view_the_last_one_sent(
+    tmp_path: Any, turns: int, window: int
+) -> None:
+    """Found by a fuzzer (BV 1): a worker resuming a session read every message as not sent
+    yet, so on its first call the pipeline took what the last worker had held back to keep
+    the cache warm (old thinking, expired results), rewriting the prefix the hand-over was
+    to keep cached."""
+    from agentctx.recall import SQLiteRecallStore
+
+    now = [1_700_000_000.0]
+
+    def turn(i: int) -> list[Message]:
+        call = ToolCall(f"call_{i}", "read", {"path": f"f{i}.py"})
+        stamp = {"timestamp": int(now[0] * 1000)}
+        return [
+            UserMessage.of(f"question {i}", **stamp),
+            AssistantMessage(
+                (ThinkingBlock(f"thinking about {i} " * 20, f"sig{i}"), call),
+                "tool_use",
+                extra=stamp,
+            ),
+            ToolResultMessage(
+                call.id, (TextBlock(f"contents of f{i}.py\n" * 30),), "read", extra=stamp
+            ),
+            AssistantMessage((TextBlock(f"answer {i}"),), "stop", extra=stamp),
+        ]
+
+    store = SQLiteRecallStore(tmp_path / "s.db")
+
+    def worker() -> ContextManager:
+        return ContextManager(
+            Budget(context_window=window, reserve_output=1_000),
+            strategy=Chain([ToolOutputPipeline(), DeterministicCompaction()]),
+            recall=store,
+            session_id="run-42",
+            clock=lambda: now[0],
+        )
+
+    history: list[Message] = []
+    async with worker() as first:
+        for i in range(turns):  # a call a minute: the cache stays warm, old thinking ages out
+            now[0] += 60
+            history += turn(i)
+            sent = await first.prepare(history)
+        took = len(first.ledger)
+    async with worker() as second:  # the same store, session, history and instant
+        events: list[Event] = []
+        second.subscribe(events.append)
+        resumed = await second.prepare(history)
+    assert [canonical_json(m) for m in resumed] == [canonical_json(m) for m in sent]
+    assert not [e for e in events if isinstance(e, ContextCompacted)]
+    print(f"{turns} turns: the first worker took {took} decisions")
