@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import contextvars
+import json
 import math
 import reprlib
 import sys
@@ -58,8 +59,9 @@ from agentctx.messages import (
     bad_usage_field,
     check_history,
     fingerprint,
+    sent_at,
 )
-from agentctx.recall.store import LedgerStore, RecallStore
+from agentctx.recall.store import LedgerStore, RecallStore, SessionStateStore
 from agentctx.recall.tool import recall_arguments, recall_page
 from agentctx.recall.writer import RecallWriter
 from agentctx.strategies.deterministic import DeterministicCompaction
@@ -306,6 +308,7 @@ class ContextManager:
         "__dict__",
         "__weakref__",
         "_adopted",
+        "_taking_over",
         "_background_done",
         "_breaks_in_row",
         "_clock",
@@ -396,6 +399,7 @@ class ContextManager:
         # first call, whichever comes first: a store that does not answer must not stall it.
         self._to_load = recall if ledger is None and isinstance(recall, LedgerStore) else None
         self._adopted = ledger is not None  # checked against the first history (`_prepare`)
+        self._taking_over = self._adopted  # a session another worker ran (`_prepare`)
         self._state = ViewState(self._counter, ledger)
         self._hub = EventHub()
         # Strategies put into the writer; it writes to the store off the event loop.
@@ -443,15 +447,56 @@ class ContextManager:
 
     def _new_writer(self, store: RecallStore, ledger: Ledger) -> RecallWriter:
         return RecallWriter(
-            store, self.session_id, emit=self._hub.emit, ledger=ledger, saved=self._resumed
+            store,
+            self.session_id,
+            emit=self._hub.emit,
+            ledger=ledger,
+            saved=self._resumed,
+            state=self._session_state,
         )
+
+    def _session_state(self) -> str:
+        """What a worker resuming the session needs besides its decisions to count and time
+        as this one does (`SessionStateStore`): the calibration, when the model was last
+        called."""
+        return json.dumps(
+            {
+                "version": 1,
+                "last_call": self._last_call,
+                "calibration": self._counter.calibration_state(),
+            },
+            separators=(",", ":"),
+        )
+
+    def _take_over(self, saved: str) -> CompactionWarning | None:
+        """Start from the state the last worker saved (`_session_state`); the warning to
+        emit when it cannot be read."""
+        try:
+            state = json.loads(saved)
+        except (ValueError, RecursionError) as e:
+            state = e
+        if not isinstance(state, dict) or state.get("version") != 1:
+            log.warning("saved session state not read", state=preview(saved))
+            return CompactionWarning(
+                "state_unreadable",
+                "the session's saved state (calibration, last call) cannot be read; this "
+                "worker counts uncalibrated until its first usage report",
+            )
+        calibration = state.get("calibration")
+        if calibration is not None:
+            self._counter.restore_calibration(calibration)
+        last: Any = state.get("last_call")
+        if type(last) in (int, float) and math.isfinite(last):
+            self._last_call = float(last)
+        self._taking_over = True
+        return None
 
     async def _resume(self) -> None:
         """Read the session's saved ledger (`_load_ledger`) in a worker thread, within the
         recall writer's deadline, and start from it."""
         store = self._to_load
         assert store is not None and self._writer is not None
-        loaded: tuple[Ledger | None, tuple[str, Exception] | None] = (None, None)
+        loaded: tuple[Ledger | None, tuple[str, Exception] | None, str | None] = (None, None, None)
         with anyio.move_on_after(self._writer.deadline) as waited:
             loaded = await anyio.to_thread.run_sync(
                 self._load_ledger, store, abandon_on_cancel=True
@@ -459,37 +504,43 @@ class ContextManager:
         # Only now: a call cancelled from outside while the store was read (it raised above)
         # leaves the ledger to be read by the next one, not lost.
         self._to_load = None
-        ledger, problem = loaded
+        ledger, problem, state = loaded
         if waited.cancelled_caught:
             deadline = f"{self._writer.deadline:g} s"
             problem = ("ledger_unavailable", StoreError(f"no answer within {deadline}"))
         if problem is not None:
             self._startup_events.append(self._start_over(*problem))
+        elif state is not None and (warning := self._take_over(state)) is not None:
+            self._startup_events.append(warning)
         if ledger is not None:  # nothing has happened yet: the session starts from it
-            self._resumed = self._adopted = True
+            self._resumed = self._adopted = self._taking_over = True
             self._state = ViewState(self._counter, ledger)
             self._writer = self._new_writer(store, ledger)
 
     def _load_ledger(
         self, store: LedgerStore
-    ) -> tuple[Ledger | None, tuple[str, Exception] | None]:
-        """The session's saved ledger, or ``None`` to start over, and why it starts over. A
-        store that is down, or a ledger that cannot be read, does not stop the session: its
-        decisions start over (the history is the caller's, so nothing the model needs is
-        lost; the next save replaces the old ledger), and a warning says so on the first
-        `prepare`. (No side effect here: a thread abandoned on a cancel may still finish.)"""
+    ) -> tuple[Ledger | None, tuple[str, Exception] | None, str | None]:
+        """The session's saved ledger, or ``None`` to start over, why it starts over, and
+        its saved state (`SessionStateStore`), if any. A store that is down, or a ledger
+        that cannot be read, does not stop the session: its decisions start over (the
+        history is the caller's, so nothing the model needs is lost; the next save replaces
+        the old ledger), and a warning says so on the first `prepare`. (No side effect here:
+        a thread abandoned on a cancel may still finish.)"""
         try:
             saved = store.load_ledger(self.session_id)
+            state = (
+                store.load_state(self.session_id) if isinstance(store, SessionStateStore) else None
+            )
         except Exception as e:  # a store's own error type too, as the recall writer maps them
             # There, but not readable (a store of another author may only chain the cause).
             garbled = isinstance(e, StoreDataError) or isinstance(e.__cause__, UnicodeDecodeError)
-            return None, ("ledger_unreadable" if garbled else "ledger_unavailable", e)
+            return None, ("ledger_unreadable" if garbled else "ledger_unavailable", e), None
         if saved is None:
-            return None, None
+            return None, None, state
         try:
-            return Ledger.from_json(saved), None
+            return Ledger.from_json(saved), None, state
         except StoreError as e:
-            return None, ("ledger_unreadable", e)
+            return None, ("ledger_unreadable", e), None
 
     def _start_over(self, code: str, error: Exception) -> CompactionWarning:
         """Log that the session's decisions start over; the warning that says so."""
@@ -661,7 +712,10 @@ class ContextManager:
 
         Inside ``async with`` only the manager's own work is cancelled, never the caller's.
         A strategy's ``close`` that raises has its error raised here once the session is
-        closed all the same (`CompactionWarning` ``strategy_close`` says it too)."""
+        closed all the same (`CompactionWarning` ``strategy_close`` says it too). From a
+        thread other than the one whose event loop entered it: `ConfigError`."""
+        if self._thread is not None and threading.get_ident() != self._thread:
+            raise self._other_thread("aclose()")
         await self._shutdown()
         self._raise_close_error()
 
@@ -865,13 +919,18 @@ class ContextManager:
         as_view = self._sync(history)
         self._kept_view = False
         tokens = self._count_new_near_budget(budget)
-        if self._last_call is None and not self._sent:
-            # A first call given a history with replies (a worker resuming a session, or one
-            # taking a conversation over): its newest reply's prompt, every message before
-            # it, was sent, by whoever sent it (the last worker's own ``sent`` when it was
-            # given this history). Read as unsent, what that worker held back to keep the
-            # cache warm would be taken at once, rewriting the cached prefix.
+        if self._taking_over:
+            self._taking_over = False
+            # A worker's first call on a session another one ran: the prompt of the newest
+            # reply, every message before it, was sent (the last worker's own ``sent`` when
+            # it was given this history). Read as unsent, what that worker held back to keep
+            # the cache warm would be taken at once, rewriting the cached prefix.
             self._sent = _before_last_reply(state.raw)
+            newest = state.raw[self._sent] if self._sent < len(state.raw) else None
+            if self._last_call is None and isinstance(newest, AssistantMessage):
+                # Unsaved (a ledger handed over by hand): the newest reply's own time says
+                # how long the prompt cache has been idle, where the messages carry one.
+                self._last_call = sent_at(newest)
         if self._adopted:
             self._adopted = False
             # They must also leave in view what every view shows: a history cut back after a

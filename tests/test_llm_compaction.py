@@ -1533,7 +1533,6 @@ def faults(timeout: float) -> dict[str, Fault]:
             200,
             "timeout",
         ),
-        "malformed-json": Fault(Reply.malformed(), connection, 200, "failed"),
         "connection-reset": Fault(Reply.reset(), connection, None, "failed"),
     }
 
@@ -1648,6 +1647,33 @@ async def test_a_persistent_fault_is_rejected_and_the_tiers_hold_the_budget(
     assert [r.attempt for r in summarizer.requests[:2]] == [1, 2]
     assert caller.spliced_rounds == 0 and caller.compactions("deterministic")
     assert llm.spend.requests == 0 and llm.spend.cost_usd == 0.0, "nothing was billed"
+
+
+@pytest.mark.parametrize("once", [True, False], ids=["transient", "persistent"])
+async def test_a_200_that_cannot_be_read_is_retried_and_billed_at_an_unknown_cost(
+    once: bool, make_summarizer: SummarizerFactory
+) -> None:
+    """Found by a hostile run (BX docs 2): a 200 whose JSON could not be read (cut short)
+    was retried as a connection fault and left out of the spend ($0.0 after three billed
+    replies): the server had answered, and billed, for an amount its body does not tell."""
+    unreadable = Outcome.fail(status=None, retryable=True, usage=Usage())
+    faulty = wire(make_summarizer, Reply.malformed(), unreadable)
+    if once:
+        summarizer = make_summarizer([faulty], default=briefing("RECOVERED"))
+    else:
+        summarizer = make_summarizer(default=faulty)
+    caller, llm = await run_faulty_session(summarizer, make_summarizer.timeout)
+    assert [r.attempt for r in summarizer.requests[:2]] == [1, 2]
+    rejected = caller.of(SummaryRejected)
+    assert rejected and {r.reason for r in rejected} == {"failed"}
+    assert all(r.summary is not None and r.summary.cost_usd is None for r in rejected)
+    assert llm.spend.cost_usd is None
+    if once:
+        assert len(rejected) == 1 and has_briefing(caller.views[-1], "RECOVERED")
+        assert llm.spend.requests == summarizer.completed + 1
+    else:
+        assert caller.spliced_rounds == 0 and caller.compactions("deterministic")
+        assert llm.spend.requests == len(rejected) == len(summarizer.requests)
 
 
 @pytest.mark.parametrize("name", list(BAD_REPLIES))

@@ -350,3 +350,23 @@ def test_a_ledger_is_read_from_a_server_over_its_memory_limit(redis_url: str) ->
         raw.config_set("maxmemory", 0)
         raw.close()
         store.close()
+
+
+def test_redis_keeps_the_session_state_as_it_keeps_the_ledger(redis_url: str) -> None:
+    """`SessionStateStore` (the calibration and last call a resumed worker takes over): no
+    expiry while a worker holds the session, the expiry once it ends."""
+    store = RedisRecallStore(redis_url, prefix=f"state{time.monotonic_ns()}", ttl_seconds=60)
+    raw = redis.Redis.from_url(redis_url)
+    key = f"{store.prefix}:s:state"
+    store.save_state("s", '{"version": 1}')
+    assert raw.ttl(key) == -1 and store.load_state("s") == '{"version": 1}'
+    store.release("s")
+    assert 0 < raw.ttl(key) <= 60
+    other = RedisRecallStore(redis_url, prefix=store.prefix, ttl_seconds=60)
+    assert other.load_state("s") == '{"version": 1}'  # resumed: live again
+    assert raw.ttl(key) == -1
+    other.release("s")
+    assert 0 < raw.ttl(key) <= 60
+    raw.close()
+    other.close()
+    store.close()

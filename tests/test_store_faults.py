@@ -746,7 +746,9 @@ async def test_an_overflowing_buffer_drops_the_oldest_and_says_so(tmp_path: Path
         overflow = [e for e in events if isinstance(e, StoreDegraded) and e.reason == "overflow"]
         assert overflow
         lost = overflow[0].lost[0]
-        assert "not recallable: the recall store was unavailable" in await ctx.recall(lost)
+        assert "not recallable: it was dropped before the recall store took it" in await ctx.recall(
+            lost
+        )
     closed = [e for e in events if isinstance(e, StoreDegraded) and e.reason == "closed"]
     assert len(closed) == 1 and closed[0].ledger_unsaved and closed[0].lost
 

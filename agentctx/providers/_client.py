@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from agentctx._usage import usage_of
 from agentctx.errors import ConfigError, SummarizerError
+from agentctx.messages import Usage
 from agentctx.providers._retry_after import retry_after_seconds
 from agentctx.summarizer import SummaryResult, check_result, is_retryable_status
 
@@ -15,7 +16,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from types import ModuleType, TracebackType
 
-    from agentctx.messages import Usage
 
 __all__ = ["ClientOwner", "read_reply", "retryless", "summarizer_error"]
 
@@ -125,9 +125,9 @@ def summarizer_error(sdk: ModuleType, exc: BaseException) -> SummarizerError:
             retry_after=retry_after_seconds(exc.response.headers),
         )
     if isinstance(exc, sdk.APIResponseValidationError | ValueError | RecursionError):
-        return SummarizerError(
-            f"{name}: unreadable response: {exc}", retryable=True, usage=_usage_in_body(exc)
-        )
+        # A 200 came, and was billed: for what its body states, or an amount no one told.
+        usage = _usage_in_body(exc) or Usage()
+        return SummarizerError(f"{name}: unreadable response: {exc}", retryable=True, usage=usage)
     return SummarizerError(f"{name}: {type(exc).__name__}: {exc}", retryable=False)
 
 

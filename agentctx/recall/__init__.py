@@ -13,7 +13,8 @@ async with ContextManager(budget, recall=store, session_id="run-42") as ctx:
 Stores: `MemoryRecallStore` (bounded by bytes, the default), `SQLiteRecallStore` (one file,
 survives a restart), `agentctx.recall.redis.RedisRecallStore` (many workers; the ``redis``
 extra). Your own store implements `RecallStore` (and `LedgerStore` to resume sessions,
-`AppendingLedgerStore` to save a ledger a decision at a time).
+`AppendingLedgerStore` to save a ledger a decision at a time, `SessionStateStore` to resume
+its calibration and timing too).
 """
 
 from typing import TYPE_CHECKING
@@ -24,6 +25,7 @@ from agentctx.recall.store import (
     LedgerStore,
     MemoryRecallStore,
     RecallStore,
+    SessionStateStore,
     recall_id,
 )
 from agentctx.recall.tool import RECALL_TOOL_NAME, recall_arguments, recall_page, recall_tool
@@ -44,6 +46,7 @@ __all__ = [
     "MemoryRecallStore",
     "RecallStore",
     "SQLiteRecallStore",
+    "SessionStateStore",
     "recall_arguments",
     "recall_id",
     "recall_page",

@@ -208,7 +208,25 @@ class RedisRecallStore:
         pipe = r.pipeline(transaction=False)
         pipe.persist(self._ledger_key(session_id))
         pipe.persist(self._parts_key(session_id))
+        pipe.persist(self._state_key(session_id))
         pipe.execute()
+
+    def load_state(self, session_id: str) -> str | None:
+        """The saved state JSON of ``session_id`` (`SessionStateStore`), or ``None``; kept
+        as its ledger is (no expiry while a worker holds the session)."""
+        key = self._state_key(session_id)
+        saved = _decode(self._call(lambda r: r.get(key)))
+        if saved is not None and self._ttl is not None:
+            self._call(lambda r: r.persist(key))
+            self._live.add(session_id)
+        return saved
+
+    def save_state(self, session_id: str, state_json: str) -> None:
+        """Save the state JSON of ``session_id`` (`SessionStateStore`), with no expiry until
+        `release`."""
+        data = _encode(state_json)
+        self._call(lambda r: r.set(self._state_key(session_id), data))
+        self._live.add(session_id)
 
     def _read_ledger(
         self, r: redis.Redis, session_id: str, *, transaction: bool
@@ -272,6 +290,7 @@ class RedisRecallStore:
             if ledger:
                 pipe.expire(self._ledger_key(session_id), ttl)
                 pipe.expire(self._parts_key(session_id), ttl)
+                pipe.expire(self._state_key(session_id), ttl)
             pipe.execute()
 
         self._call(apply)
@@ -284,6 +303,9 @@ class RedisRecallStore:
 
     def _parts_key(self, session_id: str) -> bytes:
         return _encode(f"{self.prefix}:{session_id}:ledger:parts")
+
+    def _state_key(self, session_id: str) -> bytes:
+        return _encode(f"{self.prefix}:{session_id}:state")
 
     def _call(self, action: Callable[[redis.Redis], Any]) -> Any:
         try:

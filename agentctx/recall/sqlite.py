@@ -132,6 +132,9 @@ class SQLiteRecallStore:
                 "CREATE TABLE IF NOT EXISTS ledger_part (session TEXT NOT NULL, n INTEGER NOT "
                 "NULL, json TEXT NOT NULL, PRIMARY KEY (session, n)) WITHOUT ROWID"
             )
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS state (session TEXT PRIMARY KEY, json TEXT NOT NULL)"
+            )
             self._file, self._identity = self._opened_file()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open recall store {self.path}: {exc}") from exc
@@ -191,6 +194,21 @@ class SQLiteRecallStore:
         if parts:
             return "[" + ", ".join(_decode(part) for (part,) in parts) + "]"
         return None if row is None else _decode(row[0])
+
+    def load_state(self, session_id: str) -> str | None:
+        """The saved state JSON of ``session_id`` (`SessionStateStore`), or ``None``."""
+        row = self._run("SELECT json FROM state WHERE session = ?", (_session(session_id),))
+        return None if row is None else _decode(row[0])
+
+    def save_state(self, session_id: str, state_json: str) -> None:
+        """Save the state JSON of ``session_id`` (`SessionStateStore`)."""
+        self._transaction(
+            (
+                "INSERT INTO state (session, json) VALUES (?, ?) "
+                "ON CONFLICT(session) DO UPDATE SET json = excluded.json",
+                [(_session(session_id), _encode(state_json))],
+            )
+        )
 
     def save_ledger(self, session_id: str, ledger_json: str) -> None:
         """Save the ledger JSON of ``session_id``."""

@@ -46,6 +46,7 @@ __all__ = [
     "MemoryRecallStore",
     "PinningStore",
     "RecallStore",
+    "SessionStateStore",
     "escape_literal",
     "expand_references",
     "recall_id",
@@ -195,6 +196,21 @@ class AppendingLedgerStore(LedgerStore, Protocol):
         the whole JSON list back. ``False``, with nothing written, when the store holds fewer
         than ``start`` of them (lost since: a server restarted empty, an expiry): the writer
         then saves them all."""
+        ...
+
+
+@runtime_checkable
+class SessionStateStore(Protocol):
+    """A `LedgerStore` that also keeps what a worker learned of a session besides its
+    decisions (optional): its token calibration and when it last called the model, as a
+    JSON text, so a worker resuming the session counts and times as the last one did."""
+
+    def load_state(self, session_id: str) -> str | None:
+        """The saved state JSON of ``session_id``, or ``None``."""
+        ...
+
+    def save_state(self, session_id: str, state_json: str) -> None:
+        """Save the state JSON of ``session_id``."""
         ...
 
 

@@ -54,6 +54,7 @@ from agentctx.messages import SummaryMessage, canonical_json, text_of
 from agentctx.recall.store import (
     AppendingLedgerStore,
     LedgerStore,
+    SessionStateStore,
     escape_literal,
     expand_references,
     recall_id,
@@ -172,6 +173,10 @@ class RecallWriter:
         "_ledger_dirty",
         "_ledger_epoch",
         "_ledger_saved",
+        "_state_dirty",
+        "_state_epoch",
+        "_state_of",
+        "_state_saved",
         "_live",
         "_lock",
         "_lost",
@@ -207,6 +212,7 @@ class RecallWriter:
         emit: Callable[[Event], None],
         ledger: Ledger,
         saved: bool = False,
+        state: Callable[[], str] | None = None,
         deadline: float = 2.0,
         close_seconds: float = 3.0,
         max_pending_bytes: int = 64 * 1024 * 1024,
@@ -244,6 +250,11 @@ class RecallWriter:
         # Of `_parts`, how many the store holds as they are (an `AppendingLedgerStore` has
         # only what was added since to save); none until this writer saved them.
         self._ledger_saved = 0
+        # The session's state (`SessionStateStore`): saved with each new ledger and at close.
+        self._state_of = state if isinstance(store, SessionStateStore) else None
+        self._state_dirty = False
+        self._state_epoch = 0
+        self._state_saved: str | None = None
         self._release = False
         self._degraded_since: float | None = None
         self._last_error = ""
@@ -261,6 +272,7 @@ class RecallWriter:
         self._closed = False
         self.record(ledger, ())
         self._ledger_dirty = self._keeps_ledger and not saved and len(ledger) > 0
+        self._state_dirty = False  # nothing learned yet
 
     # -- the store interface strategies see -----------------------------------------------
 
@@ -303,8 +315,8 @@ class RecallWriter:
         store that is down, or an entry dropped unwritten, gets the model an explanation."""
         if self.lost(rid):
             return (
-                f'[recall_context] id "{rid}" is not recallable: the recall store was '
-                "unavailable (or too slow) when it was cleared."
+                f'[recall_context] id "{rid}" is not recallable: it was dropped before the '
+                "recall store took it (the store was down or behind)."
             )
         try:
             content = await self.expanded(rid) if _RID.fullmatch(rid) else None
@@ -446,6 +458,12 @@ class RecallWriter:
         self._ledger, self._version, self._count = ledger, ledger.version, len(ledger)
         self._ledger_dirty = self._keeps_ledger
         self._ledger_epoch += 1
+        self._state_changed()
+
+    def _state_changed(self) -> None:
+        if self._state_of is not None:
+            self._state_dirty = True
+            self._state_epoch += 1
 
     def settle(self, tasks: TaskGroup | None) -> None:
         """End of a `prepare`: keep what the ledger names, drop the rest, and write (in
@@ -508,6 +526,7 @@ class RecallWriter:
             return
         self._closed = True
         self._admit()
+        self._state_changed()  # the calibration and last call as the session ends
         self._release = callable(getattr(self.store, "release", None))
         if self._blocking:
             with anyio.move_on_after(self.close_seconds):
@@ -626,6 +645,7 @@ class RecallWriter:
             or self._pins_added
             or self._pins_removed
             or self._ledger_unsaved
+            or self._state_dirty
             or self._release
         )
 
@@ -715,10 +735,24 @@ class RecallWriter:
             else:
                 save = functools.partial(_save_ledger, store, session, parts, n)
             return _Job(save, functools.partial(self._saved, epoch, parts, n), _nothing)
+        if self._state_dirty and self._state_of is not None:
+            assert isinstance(store, SessionStateStore)
+            text, epoch = self._state_of(), self._state_epoch
+            if text != self._state_saved:
+                save_state = functools.partial(store.save_state, session, text)
+                return _Job(
+                    save_state, functools.partial(self._state_written, epoch, text), _nothing
+                )
+            self._state_dirty = False
         release = getattr(store, "release", None)
         if self._release and callable(release):
             return _Job(functools.partial(release, session), self._released, _nothing)
         return None
+
+    def _state_written(self, epoch: int, text: str) -> None:
+        self._state_saved = text
+        if self._state_epoch == epoch:
+            self._state_dirty = False
 
     def _released(self) -> None:
         self._release = False

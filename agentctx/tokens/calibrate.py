@@ -12,11 +12,32 @@ another counter the same way.
 
 from __future__ import annotations
 
+import math
 from collections import deque
+from typing import Any
 
 from agentctx.errors import ConfigError
+from agentctx.messages import MOST_TOKENS
 
 __all__ = ["Calibration"]
+
+
+def _number(value: object) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
+
+
+def _report(value: object, slots: int) -> bool:
+    """Whether ``value`` is one saved report: ``[vector, prompt_tokens]``."""
+    if not isinstance(value, list) or len(value) != 2:
+        return False
+    x, y = value
+    return (
+        isinstance(x, list)
+        and len(x) == slots
+        and all(_number(v) and 0 <= v <= MOST_TOKENS for v in x)
+        and type(y) is int
+        and 0 < y <= MOST_TOKENS
+    )
 
 
 def _solve(a: list[list[float]], b: list[float]) -> list[float]:
@@ -89,6 +110,46 @@ class Calibration:
 
     def __len__(self) -> int:
         return len(self._observations)
+
+    def state(self) -> dict[str, Any]:
+        """What `restore` takes back: the reports the fit uses and the fit (JSON-ready)."""
+        return {
+            "observations": [[list(x), y] for x, y in self._observations],
+            "unfitted": self._unfitted,
+            "multipliers": list(self.multipliers),
+            "overhead": self.overhead,
+        }
+
+    def restore(self, state: object) -> bool:
+        """Take back a `state` a calibration of the same shape saved (a worker resuming a
+        session where another left it); ``False``, with nothing changed, for anything that
+        is not one."""
+        k = len(self.multipliers)
+        if not isinstance(state, dict):
+            return False
+        observations: Any = state.get("observations")
+        multipliers: Any = state.get("multipliers")
+        overhead: Any = state.get("overhead")
+        unfitted: Any = state.get("unfitted")
+        if not (
+            isinstance(observations, list)
+            and len(observations) <= (self._observations.maxlen or 0)
+            and all(_report(o, k) for o in observations)
+            and isinstance(multipliers, list)
+            and len(multipliers) == k
+            and all(_number(m) and _LEAST <= m <= _MOST for m in multipliers)
+            and _number(overhead)
+            and 0 <= overhead <= MOST_TOKENS
+            and type(unfitted) is int
+            and 0 <= unfitted <= _REFIT_EVERY
+        ):
+            return False
+        self._observations.clear()
+        self._observations.extend((tuple(map(float, x)), y) for x, y in observations)
+        self._unfitted = unfitted
+        self.multipliers = [float(m) for m in multipliers]
+        self.overhead = float(overhead)
+        return True
 
     def add(self, vector: tuple[float, ...], prompt_tokens: int) -> None:
         """Record that a request whose uncalibrated per-slot vector is ``vector`` cost

@@ -293,6 +293,27 @@ class MessageCounter:
         """How many observations the current fit uses."""
         return len(self._calibration)
 
+    def calibration_state(self) -> dict[str, Any] | None:
+        """The calibration as JSON-ready data (`restore_calibration` takes it back), with
+        the slots it is for; ``None`` before the first observation."""
+        if not len(self._calibration):
+            return None
+        return {"slots": list(self._slots), **self._calibration.state()}
+
+    def restore_calibration(self, state: object) -> bool:
+        """Take back what `calibration_state` gave, of a counter with the same slots (a
+        worker resuming a session another one calibrated); only into a counter that has
+        observed nothing yet. ``False``, with nothing changed, otherwise."""
+        if len(self._calibration) or not isinstance(state, dict):
+            return False
+        if state.get("slots") != list(self._slots) or not self._calibration.restore(state):
+            return False
+        self._mult = self._calibration.multipliers
+        self._overhead = max(0, round(self._calibration.overhead))
+        self._generation += 1
+        self._epoch += 1
+        return True
+
     # -- counting --------------------------------------------------------------------------
 
     def count(self, message: Message) -> int:

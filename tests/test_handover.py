@@ -1,0 +1,191 @@
+"""A worker taking a session over from another one: same store, session and history, the
+same view sent, counted and timed as the last worker did (docs/stores.md, "Resuming a session
+in another worker"). Found by hostile runs (BV 1, BW 1-3): the resumed worker read every
+message as unsent, counted uncalibrated and took the prompt cache for warm whatever the gap,
+so it rewrote the cached prefix, or sent a prompt over the context window with no event."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentctx import Budget, Chain, ContextManager, DeterministicCompaction, Event, Usage
+from agentctx.events import CompactionWarning, ContextCompacted
+from agentctx.ledger import Ledger
+from agentctx.messages import AssistantMessage, Message, canonical_json
+from agentctx.recall import SQLiteRecallStore
+from agentctx.strategies import ToolOutputPipeline
+from agentctx.tokens import MessageCounter
+
+from .helpers import call, result, user
+
+T0 = 1_700_000_000.0
+STRATEGIES: dict[str, Callable[[], Any]] = {
+    "deterministic": DeterministicCompaction,
+    "pipeline": lambda: Chain([ToolOutputPipeline(), DeterministicCompaction()]),
+}
+
+
+def step(k: int, at: float) -> list[Message]:
+    """A model call's reply (one tool call, stamped) and its code-like result."""
+    stamp = {"timestamp": int(at * 1000)}
+    body = "\n".join(f"    def handler_{k}_{i}(self, value): return value * {i}" for i in range(90))
+    reply = AssistantMessage((call(f"c{k}", "read", path=f"src/m{k}.py"),), "tool_use", extra=stamp)
+    return [reply, result(f"c{k}", body)]
+
+
+def texts(view: list[Message]) -> list[str]:
+    return [canonical_json(m) for m in view]
+
+
+class Provider:
+    """Reported usage from a tokenizer of its own: the session's estimate times ``ratio``,
+    plus a system prompt of 1,500 tokens (never the session's own count fed back)."""
+
+    def __init__(self, ratio: float) -> None:
+        self.counter = MessageCounter(lazy=False)
+        self.ratio = ratio
+
+    def usage(self, view: list[Message]) -> Usage:
+        return Usage(input_tokens=round(self.counter.count_many(view) * self.ratio) + 1_500)
+
+
+async def run_first_worker(
+    store: Any, kind: str, steps: int, now: list[float], ratio: float = 0.7, gap: float = 30.0
+) -> tuple[list[Message], list[Message]]:
+    """Worker A: ``steps`` model calls ``gap`` seconds apart, each reported; it stops right
+    after sending the last view (its reply not back yet). Returns the history and that view."""
+    provider = Provider(ratio)
+    history: list[Message] = [user("refactor the handlers")]
+    sent: list[Message] = []
+    async with worker(store, kind, now) as a:
+        for k in range(steps):
+            now[0] += gap
+            sent = await a.prepare(history)
+            if k == steps - 1:
+                break
+            a.observe(provider.usage(sent))
+            history += step(k, now[0])
+    return history, sent
+
+
+def worker(store: Any, kind: str, now: list[float], **settings: Any) -> ContextManager:
+    return ContextManager(
+        Budget(context_window=24_000, reserve_output=2_000),
+        strategy=STRATEGIES[kind](),
+        recall=store,
+        session_id="run-42",
+        clock=lambda: now[0],
+        on_over_budget="send",
+        **settings,
+    )
+
+
+@pytest.mark.parametrize("kind", list(STRATEGIES))
+async def test_a_resumed_worker_counts_as_the_calibrated_one_did(tmp_path: Path, kind: str) -> None:
+    now = [T0]
+    path = tmp_path / "agent.db"
+    history, sent = await run_first_worker(SQLiteRecallStore(path), kind, 16, now)
+    async with worker(SQLiteRecallStore(path), kind, now) as b:
+        events: list[Event] = []
+        b.subscribe(events.append)
+        resumed = await b.prepare(history)
+    assert texts(resumed) == texts(sent)
+    assert not [e for e in events if isinstance(e, ContextCompacted)]
+    # Without the saved state (a store of one's own with only a ledger), the same worker
+    # counts uncalibrated, sees the prompt past the limit, and rewrites it: what the state
+    # is for.
+    with sqlite3.connect(path) as db:
+        db.execute("DELETE FROM state")
+    async with worker(SQLiteRecallStore(path), kind, now) as c:
+        assert texts(await c.prepare(history)) != texts(sent)
+
+
+@pytest.mark.parametrize("kind", list(STRATEGIES))
+async def test_a_resumed_worker_knows_how_long_the_prompt_cache_was_idle(
+    tmp_path: Path, kind: str
+) -> None:
+    """After a gap past the cache's lifetime, the last worker would have compacted for free
+    (the whole prompt is written again anyway); so does the worker that takes over."""
+    now = [T0]
+    path = tmp_path / "agent.db"
+    history, _ = await run_first_worker(SQLiteRecallStore(path), kind, 10, now, ratio=1.0)
+    now[0] += 7_200  # two hours: the prompt cache expired
+    async with worker(SQLiteRecallStore(path), kind, now) as b:
+        events: list[Event] = []
+        b.subscribe(events.append)
+        await b.prepare(history)
+    assert [e for e in events if isinstance(e, ContextCompacted)], "a cold cache, not used"
+
+
+async def test_a_ledger_handed_over_by_hand_reads_the_idle_gap_from_the_newest_reply() -> None:
+    """Resumed with ``ledger=`` (no store to save the last call in), the newest reply's own
+    time stamp says how long the cache has been idle."""
+    now = [T0]
+    history, _ = await run_first_worker(None, "deterministic", 10, now, ratio=1.0)
+    now[0] += 7_200
+    events: list[Event] = []
+    async with worker(None, "deterministic", now, ledger=Ledger()) as b:
+        b.subscribe(events.append)
+        await b.prepare(history)
+    assert [e for e in events if isinstance(e, ContextCompacted)], "a cold cache, not used"
+
+
+async def test_a_saved_state_that_cannot_be_read_is_said_and_the_session_goes_on(
+    tmp_path: Path,
+) -> None:
+    now = [T0]
+    path = tmp_path / "agent.db"
+    history, sent = await run_first_worker(SQLiteRecallStore(path), "deterministic", 8, now)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE state SET json = ?", ('{"version": 1, "calibration": [1, 2',))
+    async with worker(SQLiteRecallStore(path), "deterministic", now) as b:
+        events: list[Event] = []
+        b.subscribe(events.append)
+        assert await b.prepare(history)
+    warnings = [e.code for e in events if isinstance(e, CompactionWarning)]
+    assert warnings == ["state_unreadable"]
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"observations": [[[1.0, 2.0], 100]], "unfitted": 0, "multipliers": [1.0], "overhead": 0},
+        {"slots": "x"},
+        {"slots": None, "observations": None},
+        "calibration",
+    ],
+)
+def test_a_calibration_that_is_not_one_is_not_taken(state: object) -> None:
+    counter = MessageCounter()
+    assert not counter.restore_calibration(state)
+    assert counter.multipliers == MessageCounter().multipliers and counter.overhead == 0
+
+
+def test_a_calibration_is_taken_back_as_it_was() -> None:
+    first = MessageCounter()
+    messages = step(1, T0)
+    for k in range(1, 6):
+        first.observe(messages * k, 900 * k + 1_500)
+    state = json.loads(json.dumps(first.calibration_state()))
+    second = MessageCounter()
+    assert second.restore_calibration(state)
+    assert second.multipliers == first.multipliers and second.overhead == first.overhead
+    assert [second.count_full(m) for m in messages] == [first.count_full(m) for m in messages]
+    assert not second.restore_calibration(state)  # only into a counter that observed nothing
+    messages[1] = result("c1", "other")
+    assert second.observe(messages, 2_000)  # and it goes on from there
+
+
+def test_sqlite_state_round_trips(tmp_path: Path) -> None:
+    store = SQLiteRecallStore(tmp_path / "a.db")
+    assert store.load_state("s") is None
+    store.save_state("s", '{"a": "\ud83d"}')
+    store.save_state("s", '{"b": 1}')
+    assert store.load_state("s") == '{"b": 1}' and store.load_state("t") is None
+    store.close()
