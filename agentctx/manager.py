@@ -171,6 +171,34 @@ def _extends_raw(history: Sequence[Message], state: ViewState) -> bool:
     return _same(history[n - 1], raw[n - 1]) and all(_same(history[i], raw[i]) for i in shown)
 
 
+_STATE_EVERY = 60.0  # seconds of session time between saves of its state, at least
+_LATEST_TIME = 253_402_300_800  # epoch seconds of the year 10000: no call is later
+_MOST_STATE_CHARS = 1 << 20  # a saved state is about a kilobyte: past this it is not one
+
+
+def _read_state(store: LedgerStore, session_id: str) -> dict[str, Any] | str | None:
+    """The session's saved state (`SessionStateStore`) parsed, in the caller's thread (a
+    worker's, never the loop's); why it cannot be taken; or ``None`` when none is saved.
+    Never raises: a state that is down or unreadable leaves the ledger to be read."""
+    if not isinstance(store, SessionStateStore):
+        return None
+    try:
+        saved = store.load_state(session_id)
+    except Exception as e:  # a store's own error type too
+        return f"the store did not give it: {type(e).__name__}: {preview(str(e))}"
+    if saved is None:
+        return None
+    if not isinstance(saved, str) or len(saved) > _MOST_STATE_CHARS:
+        return f"not a state: {preview(saved)}"
+    try:
+        state = json.loads(saved)
+    except (ValueError, RecursionError) as e:
+        return f"not JSON: {type(e).__name__}"
+    if not isinstance(state, dict) or state.get("version") != 1:
+        return f"not a state of this version: {preview(saved)}"
+    return state
+
+
 def _before_last_reply(raw: Sequence[Message]) -> int:
     """Index of the newest assistant message of ``raw`` (how many messages its prompt
     held); 0 when there is none."""
@@ -309,6 +337,7 @@ class ContextManager:
         "__weakref__",
         "_adopted",
         "_taking_over",
+        "_state_noted",
         "_background_done",
         "_breaks_in_row",
         "_clock",
@@ -400,6 +429,7 @@ class ContextManager:
         self._to_load = recall if ledger is None and isinstance(recall, LedgerStore) else None
         self._adopted = ledger is not None  # checked against the first history (`_prepare`)
         self._taking_over = self._adopted  # a session another worker ran (`_prepare`)
+        self._state_noted = -math.inf  # when the state was last marked to be saved
         self._state = ViewState(self._counter, ledger)
         self._hub = EventHub()
         # Strategies put into the writer; it writes to the store off the event loop.
@@ -468,35 +498,40 @@ class ContextManager:
             separators=(",", ":"),
         )
 
-    def _take_over(self, saved: str) -> CompactionWarning | None:
-        """Start from the state the last worker saved (`_session_state`); the warning to
-        emit when it cannot be read."""
-        try:
-            state = json.loads(saved)
-        except (ValueError, RecursionError) as e:
-            state = e
-        if not isinstance(state, dict) or state.get("version") != 1:
-            log.warning("saved session state not read", state=preview(saved))
-            return CompactionWarning(
-                "state_unreadable",
-                "the session's saved state (calibration, last call) cannot be read; this "
-                "worker counts uncalibrated until its first usage report",
-            )
-        calibration = state.get("calibration")
-        if calibration is not None:
-            self._counter.restore_calibration(calibration)
-        last: Any = state.get("last_call")
-        if type(last) in (int, float) and math.isfinite(last):
-            self._last_call = float(last)
+    def _take_over(self, state: dict[str, Any] | str) -> CompactionWarning | None:
+        """Start from the state the last worker saved (`_session_state`, parsed by
+        `_read_state`, or why it cannot be); the warning to emit when it is not taken."""
         self._taking_over = True
-        return None
+        if isinstance(state, str):
+            return self._state_not_taken(state)
+        last: Any = state.get("last_call")
+        if type(last) in (int, float) and 0 <= last < _LATEST_TIME:
+            self._last_call = float(last)
+        calibration = state.get("calibration")
+        counter = self._counter
+        # A counter of one's own that is calibrated already keeps its calibration.
+        if calibration is None or counter.observations or counter.restore_calibration(calibration):
+            return None
+        return self._state_not_taken("its calibration does not fit this worker's counter")
+
+    def _state_not_taken(self, why: str) -> CompactionWarning:
+        log.warning("saved session state not taken", why=why)
+        return CompactionWarning(
+            "state_unreadable",
+            f"the session's saved state (calibration, last call) was not taken ({why}); this "
+            "worker counts uncalibrated until its first usage report",
+        )
 
     async def _resume(self) -> None:
         """Read the session's saved ledger (`_load_ledger`) in a worker thread, within the
         recall writer's deadline, and start from it."""
         store = self._to_load
         assert store is not None and self._writer is not None
-        loaded: tuple[Ledger | None, tuple[str, Exception] | None, str | None] = (None, None, None)
+        loaded: tuple[Ledger | None, tuple[str, Exception] | None, dict[str, Any] | str | None] = (
+            None,
+            None,
+            None,
+        )
         with anyio.move_on_after(self._writer.deadline) as waited:
             loaded = await anyio.to_thread.run_sync(
                 self._load_ledger, store, abandon_on_cancel=True
@@ -519,18 +554,16 @@ class ContextManager:
 
     def _load_ledger(
         self, store: LedgerStore
-    ) -> tuple[Ledger | None, tuple[str, Exception] | None, str | None]:
+    ) -> tuple[Ledger | None, tuple[str, Exception] | None, dict[str, Any] | str | None]:
         """The session's saved ledger, or ``None`` to start over, why it starts over, and
         its saved state (`SessionStateStore`), if any. A store that is down, or a ledger
         that cannot be read, does not stop the session: its decisions start over (the
         history is the caller's, so nothing the model needs is lost; the next save replaces
         the old ledger), and a warning says so on the first `prepare`. (No side effect here:
         a thread abandoned on a cancel may still finish.)"""
+        state = _read_state(store, self.session_id)
         try:
             saved = store.load_ledger(self.session_id)
-            state = (
-                store.load_state(self.session_id) if isinstance(store, SessionStateStore) else None
-            )
         except Exception as e:  # a store's own error type too, as the recall writer maps them
             # There, but not readable (a store of another author may only chain the cause).
             garbled = isinstance(e, StoreDataError) or isinstance(e.__cause__, UnicodeDecodeError)
@@ -927,10 +960,12 @@ class ContextManager:
             # the cache warm would be taken at once, rewriting the cached prefix.
             self._sent = _before_last_reply(state.raw)
             newest = state.raw[self._sent] if self._sent < len(state.raw) else None
-            if self._last_call is None and isinstance(newest, AssistantMessage):
-                # Unsaved (a ledger handed over by hand): the newest reply's own time says
-                # how long the prompt cache has been idle, where the messages carry one.
-                self._last_call = sent_at(newest)
+            replied = sent_at(newest) if isinstance(newest, AssistantMessage) else None
+            if replied is not None and (self._last_call is None or replied > self._last_call):
+                # Unsaved (a ledger handed over by hand), or saved before the last calls (a
+                # worker killed between saves): the newest reply's own time says how long
+                # the prompt cache has been idle, where the messages carry one.
+                self._last_call = replied
         if self._adopted:
             self._adopted = False
             # They must also leave in view what every view shows: a history cut back after a
@@ -1010,11 +1045,11 @@ class ContextManager:
         self._current_view()
         if not ran:  # else noted as the strategy loop ended
             self._remember_input(history, as_view, marks)
+        self._last_call = now  # before the state a decision saves is made of it
         self._persist(taken)
         if state.repairs_version != self._repairs_seen:
             self._report_repairs()
         self._watch_thrash(taken, idle)
-        self._last_call = now
         self._sent = len(state.raw)
         view = list(state.view)
         if not view and state.raw:
@@ -1121,9 +1156,16 @@ class ContextManager:
     def _persist(self, taken: Sequence[Decision]) -> None:
         """Hand the decisions just taken to the recall writer: it keeps the entries they name
         (only those), pins them and saves the ledger, off the event loop (`RecallWriter`)."""
-        if self._writer is not None:
-            self._writer.record(self._state.ledger, taken, self._state.raw)
-            self._writer.settle(self._tasks)
+        writer = self._writer
+        if writer is not None:
+            writer.record(self._state.ledger, taken, self._state.raw)
+            now = self._last_call
+            if now is not None and not now - _STATE_EVERY < self._state_noted <= now:
+                # The state is saved with each decision and at close; and at least this often
+                # besides, so a worker killed after a long quiet stretch leaves its last call.
+                writer.note_state()
+                self._state_noted = now
+            writer.settle(self._tasks)
 
     async def recall(
         self, id: str, offset: int = 0, limit: int = 8000, pattern: str | None = None

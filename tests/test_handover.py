@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from agentctx import Budget, Chain, ContextManager, DeterministicCompaction, Event, Usage
@@ -189,3 +190,111 @@ def test_sqlite_state_round_trips(tmp_path: Path) -> None:
     store.save_state("s", '{"b": 1}')
     assert store.load_state("s") == '{"b": 1}' and store.load_state("t") is None
     store.close()
+
+
+# -- found by a hostile run (BY) on the state itself --------------------------------------
+
+
+@pytest.mark.parametrize(
+    "saved",
+    [
+        '{"version": 1, "last_call": 1' + "0" * 400 + "}",
+        '{"version": 1, "calibration": {"overhead": 1' + "0" * 400 + "}}",
+        '{"version": 1, "calibration": "x"}',
+        "[" * 100_000 + "]" * 100_000,
+        '{"version": 1, "pad": "' + "x" * (2 << 20) + '"}',
+    ],
+    ids=["huge-last-call", "huge-overhead", "calibration-text", "deep", "huge"],
+)
+async def test_a_state_that_is_not_one_is_said_and_the_ledger_still_taken(
+    tmp_path: Path, saved: str
+) -> None:
+    """(BY 1, 2, 5) A huge integer raised `OverflowError` out of ``async with``; a state the
+    store could not give dropped the good ledger with it (``ledger_unreadable``, the cache
+    broken); a 79 MB state was parsed on the event loop."""
+    now = [T0]
+    path = tmp_path / "agent.db"
+    history, sent = await run_first_worker(SQLiteRecallStore(path), "deterministic", 16, now)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE state SET json = ?", (saved,))
+    async with worker(SQLiteRecallStore(path), "deterministic", now) as b:
+        events: list[Event] = []
+        b.subscribe(events.append)
+        resumed = await b.prepare(history)
+        assert len(b.ledger) > 0  # the decisions were taken over all the same
+    codes = [e.code for e in events if isinstance(e, CompactionWarning)]
+    assert codes in (["state_unreadable"], []), codes
+    assert "ledger_unreadable" not in codes and "ledger_unavailable" not in codes
+    assert resumed  # the session goes on (uncalibrated, it may compact again)
+
+
+async def test_a_state_the_store_cannot_give_leaves_the_ledger(tmp_path: Path) -> None:
+    now = [T0]
+    path = tmp_path / "agent.db"
+    history, sent = await run_first_worker(SQLiteRecallStore(path), "deterministic", 8, now)
+
+    class StateDown(SQLiteRecallStore):
+        def load_state(self, session_id: str) -> str | None:
+            raise sqlite3.OperationalError("disk I/O error")
+
+    async with worker(StateDown(path), "deterministic", now) as b:
+        events: list[Event] = []
+        b.subscribe(events.append)
+        resumed = await b.prepare(history)
+    assert texts(resumed) == texts(sent)  # far from the limit: the same view, uncalibrated
+    assert [e.code for e in events if isinstance(e, CompactionWarning)] == ["state_unreadable"]
+
+
+async def test_a_calibration_of_another_tokenizer_is_not_taken_and_said(tmp_path: Path) -> None:
+    """(BY 4) An exact o200k calibration was taken by a cl100k counter (the same slots), and
+    one of the estimator dropped by an exact counter, both without a word."""
+    from agentctx.tokens.exact import ExactCounter
+
+    now = [T0]
+    path = tmp_path / "agent.db"
+    history, _ = await run_first_worker(SQLiteRecallStore(path), "deterministic", 8, now)
+    counter = MessageCounter(ExactCounter("cl100k_base"))
+    async with worker(SQLiteRecallStore(path), "deterministic", now, counter=counter) as b:
+        events: list[Event] = []
+        b.subscribe(events.append)
+        await b.prepare(history)
+    assert counter.observations == 0
+    warnings = [e for e in events if isinstance(e, CompactionWarning)]
+    assert [w.code for w in warnings] == ["state_unreadable"]
+    assert "does not fit this worker's counter" in warnings[0].message
+
+
+async def test_a_worker_killed_after_a_quiet_stretch_leaves_its_last_call(tmp_path: Path) -> None:
+    """(BY 3) The state was saved only with a decision or at close: a worker killed after a
+    stretch of calls with no decision left the time of its last decision (and of the call
+    before it), and the next worker took the cache for cold and rewrote the prefix."""
+    now = [T0]
+    path = tmp_path / "agent.db"
+    copy = tmp_path / "killed.db"
+    provider = Provider(1.0)
+    history: list[Message] = [user("refactor the handlers")]
+    sent: list[Message] = []
+    async with worker(SQLiteRecallStore(path), "deterministic", now) as a:
+        decided_at = 0
+        for k in range(23):  # past the limit once, then calls 45 s apart, none deciding
+            now[0] += 45
+            before = len(a.ledger)
+            sent = await a.prepare(history)
+            if len(a.ledger) != before:
+                decided_at = k
+            await anyio.sleep(0.01)  # the model call: the writer saves what it has
+            if k == 22:
+                break  # it sent this view, and dies before the reply
+            a.observe(provider.usage(sent))
+            history += step(k, now[0])
+        assert decided_at > 0 and (23 - decided_at) * 45 > 300  # a quiet stretch past the TTL
+        await anyio.sleep(0.1)  # its writes done: then the process is killed, unclosed
+        with sqlite3.connect(path) as src, sqlite3.connect(copy) as dst:
+            src.backup(dst)
+    now[0] += 10
+    async with worker(SQLiteRecallStore(copy), "deterministic", now) as b:
+        events: list[Event] = []
+        b.subscribe(events.append)
+        resumed = await b.prepare(history)
+    assert texts(resumed) == texts(sent)
+    assert not [e for e in events if isinstance(e, ContextCompacted)]

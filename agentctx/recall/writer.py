@@ -458,9 +458,11 @@ class RecallWriter:
         self._ledger, self._version, self._count = ledger, ledger.version, len(ledger)
         self._ledger_dirty = self._keeps_ledger
         self._ledger_epoch += 1
-        self._state_changed()
+        self.note_state()
 
-    def _state_changed(self) -> None:
+    def note_state(self) -> None:
+        """The session's state (calibration, last call) changed: save it with the next
+        writes, when the store keeps it."""
         if self._state_of is not None:
             self._state_dirty = True
             self._state_epoch += 1
@@ -526,7 +528,7 @@ class RecallWriter:
             return
         self._closed = True
         self._admit()
-        self._state_changed()  # the calibration and last call as the session ends
+        self.note_state()  # the calibration and last call as the session ends
         self._release = callable(getattr(self.store, "release", None))
         if self._blocking:
             with anyio.move_on_after(self.close_seconds):

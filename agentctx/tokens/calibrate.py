@@ -23,7 +23,10 @@ __all__ = ["Calibration"]
 
 
 def _number(value: object) -> bool:
-    return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
+    """A finite int or float (an int too large for a float is not, for this)."""
+    if type(value) is int:
+        return -MOST_TOKENS <= value <= MOST_TOKENS
+    return type(value) is float and math.isfinite(value)
 
 
 def _report(value: object, slots: int) -> bool:

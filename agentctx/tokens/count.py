@@ -298,7 +298,18 @@ class MessageCounter:
         the slots it is for; ``None`` before the first observation."""
         if not len(self._calibration):
             return None
-        return {"slots": list(self._slots), **self._calibration.state()}
+        return {
+            "counter": self._identity(),
+            "slots": list(self._slots),
+            **self._calibration.state(),
+        }
+
+    def _identity(self) -> str:
+        """What tells the text counter's calibration apart from another's (an exact counter
+        of another encoding has the same slots)."""
+        counter = self._counter
+        kind = type(counter)
+        return f"{kind.__module__}.{kind.__qualname__}:{getattr(counter, 'encoding', '')}"
 
     def restore_calibration(self, state: object) -> bool:
         """Take back what `calibration_state` gave, of a counter with the same slots (a
@@ -306,7 +317,11 @@ class MessageCounter:
         observed nothing yet. ``False``, with nothing changed, otherwise."""
         if len(self._calibration) or not isinstance(state, dict):
             return False
-        if state.get("slots") != list(self._slots) or not self._calibration.restore(state):
+        if (
+            state.get("counter") != self._identity()
+            or state.get("slots") != list(self._slots)
+            or not self._calibration.restore(state)
+        ):
             return False
         self._mult = self._calibration.multipliers
         self._overhead = max(0, round(self._calibration.overhead))
