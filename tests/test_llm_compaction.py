@@ -1673,7 +1673,9 @@ async def test_a_200_that_cannot_be_read_is_retried_and_billed_at_an_unknown_cos
         assert llm.spend.requests == summarizer.completed + 1
     else:
         assert caller.spliced_rounds == 0 and caller.compactions("deterministic")
-        assert llm.spend.requests == len(rejected) == len(summarizer.requests)
+        assert llm.spend.requests == len(rejected)
+        # (the last request may still be out when the session closes: no reply, no bill)
+        assert len(summarizer.requests) - len(rejected) in (0, 1)
 
 
 @pytest.mark.parametrize("name", list(BAD_REPLIES))
@@ -1886,6 +1888,28 @@ async def test_a_reply_that_is_not_utf8_is_billed_with_the_usage_it_reports(back
             await summarizer.aclose()
     assert "unreadable response" in str(caught.value) and caught.value.retryable
     assert caught.value.usage == Usage(900, 60)
+
+
+async def test_a_request_that_could_not_be_sent_is_not_billed() -> None:
+    """Found by a hostile run (BZ 1), a regression of billing every 200 that could not be
+    read: a header the client cannot encode (an API key with a typographic apostrophe)
+    raises before anything is sent, and was counted as a billed reply, attempt after
+    attempt, the session's cost unknown from then on."""
+    from agentctx.providers.openai_summarizer import OpenAIChatSummarizer
+    from agentctx.testing.servers import FakeOpenAI
+
+    async with FakeOpenAI([]) as server:
+        summarizer = OpenAIChatSummarizer(
+            "gpt-4.1-mini", api_key="sk-it\u2019s", base_url=server.url + "/v1"
+        )
+        with pytest.raises(SummarizerError) as caught:
+            await summarizer.summarize(
+                SummaryRequest(system="You summarize.", prompt="Hello.", max_tokens=300)
+            )
+        await summarizer.aclose()
+        assert not server.requests
+    assert "could not be sent" in str(caught.value)
+    assert not caught.value.retryable and caught.value.usage is None
 
 
 async def test_usage_counts_written_as_json_floats_are_read() -> None:

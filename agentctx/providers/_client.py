@@ -109,7 +109,10 @@ def summarizer_error(sdk: ModuleType, exc: BaseException) -> SummarizerError:
     Rate limits (429, with ``Retry-After``), overload (Anthropic's 529, OpenAI's 503), 408/409
     and every 5xx, connection errors and timeouts are retryable; other HTTP errors (400, 401,
     403, 404, 413, ...) are not. A 200 response the SDK could not read (invalid JSON, an int
-    past 4300 digits, JSON nested too deep) is retryable, a server fault like a 5xx.
+    past 4300 digits, JSON nested too deep, a byte that is not UTF-8) is retryable, a server
+    fault like a 5xx, and billed (the usage its body states, else an unknown amount). A
+    request the client could not encode (a header with a character past ASCII) was never
+    sent: not billed, not retried.
     """
     name = sdk.__name__
     if isinstance(exc, sdk.APITimeoutError):
@@ -124,6 +127,10 @@ def summarizer_error(sdk: ModuleType, exc: BaseException) -> SummarizerError:
             status=status,
             retry_after=retry_after_seconds(exc.response.headers),
         )
+    if isinstance(exc, UnicodeEncodeError):
+        # Raised making the request (a header the client cannot encode): nothing was sent,
+        # and every attempt would fail the same way.
+        return SummarizerError(f"{name}: the request could not be sent: {exc}", retryable=False)
     if isinstance(exc, sdk.APIResponseValidationError | ValueError | RecursionError):
         # A 200 came, and was billed: for what its body states, or an amount no one told.
         usage = _usage_in_body(exc) or Usage()
