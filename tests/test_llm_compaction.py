@@ -1813,6 +1813,20 @@ async def test_a_billed_reply_a_summarizer_got_wrong_is_reported_with_its_cost()
     assert llm.spend.requests == len(rejected) == len(summarizer.requests)
 
 
+def anthropic_body(text: str, usage: dict[str, float]) -> dict[str, Any]:
+    """A Messages API reply holding ``text``, as the server writes it."""
+    return {
+        "id": "m",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-haiku-4-5",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": usage,
+    }
+
+
 @pytest.mark.parametrize("backend", ["anthropic", "openai-chat", "openai-responses"])
 async def test_a_reply_that_is_not_utf8_is_billed_with_the_usage_it_reports(backend: str) -> None:
     """Found by a hostile run (BT summaries 2): a 200 holding one invalid UTF-8 sequence (a
@@ -1826,16 +1840,7 @@ async def test_a_reply_that_is_not_utf8_is_billed_with_the_usage_it_reports(back
 
     text = "## Goal\nthe caf\u00e9 XX"
     bodies: dict[str, dict[str, Any]] = {
-        "anthropic": {
-            "id": "m",
-            "type": "message",
-            "role": "assistant",
-            "model": "claude-haiku-4-5",
-            "content": [{"type": "text", "text": text}],
-            "stop_reason": "end_turn",
-            "stop_sequence": None,
-            "usage": {"input_tokens": 900, "output_tokens": 60},
-        },
+        "anthropic": anthropic_body(text, {"input_tokens": 900, "output_tokens": 60}),
         "openai-chat": {
             "id": "c",
             "object": "chat.completion",
@@ -1917,16 +1922,7 @@ async def test_usage_counts_written_as_json_floats_are_read() -> None:
     they came, and a count written ``1200.0`` (which `usage_of` reads, and so do the OpenAI
     summarizers) failed its check: the billed briefing was thrown away and sent again."""
     text = briefing("FLOATS")
-    body = {
-        "id": "m",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-haiku-4-5",
-        "content": [{"type": "text", "text": text}],
-        "stop_reason": "end_turn",
-        "stop_sequence": None,
-        "usage": {"input_tokens": 1200.0, "output_tokens": 40.0},
-    }
+    body = anthropic_body(text, {"input_tokens": 1200.0, "output_tokens": 40.0})
     async with FakeAnthropic([Reply.malformed(json.dumps(body).encode())]) as server:
         summarizer = AnthropicSummarizer("claude-haiku-4-5", api_key="k", base_url=server.url)
         try:

@@ -1219,16 +1219,17 @@ async def test_an_id_a_spans_trail_names_is_not_an_entry_the_store_lost() -> Non
     assert not [e for e in events if isinstance(e, StoreDegraded)]
 
 
-def test_a_sqlite_store_works_in_a_child_forked_while_a_thread_was_inside_it() -> None:
-    """Found by a hostile run (BN 2): a fork while the parent's writer thread held the
-    store's lock left the child's copy of that lock held for good (and the child on the
-    parent's SQLite connection, which SQLite forbids): every call there failed or hung."""
-    script = """
+def _works_in_a_forked_child(name: str, *, locked: bool = False) -> None:
+    """A store at ``name`` (Python source of the file name) used by a child forked from a
+    process that used it first (``locked``: while a writer thread of the parent held its
+    lock) reads the parent's entry and writes its own."""
+    lock, unlock = ("store._lock.acquire()", "store._lock.release()") if locked else ("", "")
+    script = f"""
 import os, signal, sys, tempfile
 from agentctx import SQLiteRecallStore
-store = SQLiteRecallStore(os.path.join(tempfile.mkdtemp(), "a.db"))
+store = SQLiteRecallStore(os.path.join(tempfile.mkdtemp(), {name}))
 rid = store.put("s", "the parent's entry")
-store._lock.acquire()  # as a writer thread of the parent holds it, when the process forks
+{lock}
 pid = os.fork()
 if pid == 0:
     signal.alarm(10)
@@ -1236,11 +1237,18 @@ if pid == 0:
     ok = ok and store.get("s", store.put("s", "the child's")) == "the child's"
     os._exit(0 if ok else 1)
 _, status = os.waitpid(pid, 0)
-store._lock.release()
+{unlock}
 sys.exit(os.waitstatus_to_exitcode(status))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()
+
+
+def test_a_sqlite_store_works_in_a_child_forked_while_a_thread_was_inside_it() -> None:
+    """Found by a hostile run (BN 2): a fork while the parent's writer thread held the
+    store's lock left the child's copy of that lock held for good (and the child on the
+    parent's SQLite connection, which SQLite forbids): every call there failed or hung."""
+    _works_in_a_forked_child('"a.db"', locked=True)
 
 
 @pytest.mark.parametrize("path", [None, 5, "", "bytes", "a\0.db", "a\ud800.db"])
@@ -1257,22 +1265,7 @@ def test_a_sqlite_path_that_names_no_file_is_a_config_error(tmp_path: Path, path
 def test_a_sqlite_file_whose_name_is_not_utf8_opens_and_reopens_in_a_forked_child() -> None:
     """Found by a hostile run (BT 3): a path that is not UTF-8 (a byte name read with
     ``os.fsdecode``) failed to open with "Could not decode to UTF-8 column 'file'"."""
-    script = """
-import os, signal, sys, tempfile
-from agentctx import SQLiteRecallStore
-store = SQLiteRecallStore(os.path.join(tempfile.mkdtemp(), os.fsdecode(b"\\xff\\xfe.db")))
-rid = store.put("s", "the parent's entry")
-pid = os.fork()
-if pid == 0:
-    signal.alarm(10)
-    ok = store.get("s", rid) == "the parent's entry"
-    ok = ok and store.get("s", store.put("s", "the child's")) == "the child's"
-    os._exit(0 if ok else 1)
-_, status = os.waitpid(pid, 0)
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
-    assert done.returncode == 0, done.stderr.decode()
+    _works_in_a_forked_child('os.fsdecode(b"\\xff\\xfe.db")')
 
 
 class _Flaky(SQLiteRecallStore):
