@@ -186,8 +186,11 @@ def _read_state(store: LedgerStore, session_id: str) -> dict[str, Any] | str | N
         saved = store.load_state(session_id)
     except Exception as e:  # a store's own error type too
         return f"the store did not give it: {type(e).__name__}: {preview(str(e))}"
-    if saved is None:
-        return None
+    return None if saved is None else _parse_state(saved)
+
+
+def _parse_state(saved: object) -> dict[str, Any] | str:
+    """A saved state parsed, or why it is not one (never raises)."""
     if not isinstance(saved, str) or len(saved) > _MOST_STATE_CHARS:
         return f"not a state: {preview(saved)}"
     try:
@@ -321,6 +324,10 @@ class ContextManager:
             way the first `prepare` drops the decisions that do not fit its history: an
             anchor that no longer matches, a span over what that history protects (its
             latest user message, its newest complete turn).
+        state: with ``ledger``, what the session's last worker's `session_state` returned:
+            this one then counts with its calibration and knows when it last called the
+            model (a `SessionStateStore` does this by itself). One that cannot be taken is
+            said on the first `prepare` (`CompactionWarning` ``state_unreadable``).
         on_over_budget: ``"raise"`` (default) raises `BudgetExceededError` carrying the best
             view; ``"send"`` returns that view anyway. Both emit `BudgetExceeded`.
         clock: wall-clock seconds (``time.time``; replays and tests pass their own). Message
@@ -383,6 +390,7 @@ class ContextManager:
         recall: RecallStore | None = None,
         session_id: str | None = None,
         ledger: Ledger | None = None,
+        state: str | None = None,
         on_over_budget: str = "raise",
         clock: Callable[[], float] = time.time,
         tracer: telemetry.Tracer | None = None,
@@ -402,6 +410,11 @@ class ContextManager:
             )
         if not callable(clock):
             raise ConfigError(f"clock is a function returning epoch seconds, got {preview(clock)}")
+        if state is not None and (not isinstance(state, str) or ledger is None):
+            raise ConfigError(
+                "state is what session_state() returned (a str), passed with the ledger it "
+                f"goes with; got {preview(state)}" + ("" if ledger is not None else " alone")
+            )
         self._counter = counter or MessageCounter()
         if recall is not None and not isinstance(recall, RecallStore):
             raise ConfigError(
@@ -474,6 +487,8 @@ class ContextManager:
         # How many of the last input's messages stand one for one for the last raw ones
         # (what the call appended): the rest stands for the raw history before them whole.
         self._fresh = 0
+        if state is not None and (warning := self._take_over(_parse_state(state))) is not None:
+            self._startup_events.append(warning)
 
     def _new_writer(self, store: RecallStore, ledger: Ledger) -> RecallWriter:
         return RecallWriter(
@@ -482,13 +497,15 @@ class ContextManager:
             emit=self._hub.emit,
             ledger=ledger,
             saved=self._resumed,
-            state=self._session_state,
+            state=self.session_state,
         )
 
-    def _session_state(self) -> str:
+    def session_state(self) -> str:
         """What a worker resuming the session needs besides its decisions to count and time
-        as this one does (`SessionStateStore`): the calibration, when the model was last
-        called."""
+        as this one does: the calibration, when the model was last called (JSON). A
+        `SessionStateStore` keeps it by itself; resuming by hand, save it with
+        ``ctx.ledger.to_json()`` and pass both back:
+        ``ContextManager(..., ledger=Ledger.from_json(saved), state=saved_state)``."""
         return json.dumps(
             {
                 "version": 1,
@@ -499,7 +516,7 @@ class ContextManager:
         )
 
     def _take_over(self, state: dict[str, Any] | str) -> CompactionWarning | None:
-        """Start from the state the last worker saved (`_session_state`, parsed by
+        """Start from the state the last worker saved (`session_state`, parsed by
         `_read_state`, or why it cannot be); the warning to emit when it is not taken."""
         self._taking_over = True
         if isinstance(state, str):

@@ -15,7 +15,15 @@ from typing import Any
 import anyio
 import pytest
 
-from agentctx import Budget, Chain, ContextManager, DeterministicCompaction, Event, Usage
+from agentctx import (
+    Budget,
+    Chain,
+    ConfigError,
+    ContextManager,
+    DeterministicCompaction,
+    Event,
+    Usage,
+)
 from agentctx.events import CompactionWarning, ContextCompacted
 from agentctx.ledger import Ledger
 from agentctx.messages import AssistantMessage, Message, canonical_json
@@ -298,3 +306,34 @@ async def test_a_worker_killed_after_a_quiet_stretch_leaves_its_last_call(tmp_pa
         resumed = await b.prepare(history)
     assert texts(resumed) == texts(sent)
     assert not [e for e in events if isinstance(e, ContextCompacted)]
+
+
+async def test_a_session_resumed_by_hand_takes_the_state_too() -> None:
+    """(BW 1, by hand) ``ledger=`` alone carried no calibration: the same hand-over counted
+    uncalibrated (16 steps at 0.7: the prompt read as over the limit, compacted again)."""
+    now = [T0]
+    provider = Provider(0.7)
+    history: list[Message] = [user("refactor the handlers")]
+    async with worker(None, "deterministic", now) as a:
+        for k in range(16):
+            now[0] += 30
+            sent = await a.prepare(history)
+            if k == 15:
+                break
+            a.observe(provider.usage(sent))
+            history += step(k, now[0])
+        saved, state = a.ledger.to_json(), a.session_state()
+    resumed_with = {"ledger": Ledger.from_json(saved), "state": state}
+    async with worker(None, "deterministic", now, **resumed_with) as b:
+        assert texts(await b.prepare(history)) == texts(sent)
+    async with worker(None, "deterministic", now, ledger=Ledger.from_json(saved)) as c:
+        assert texts(await c.prepare(history)) != texts(sent)  # what the state is for
+    with pytest.raises(ConfigError, match="passed with the ledger"):
+        worker(None, "deterministic", now, state=state)
+    with pytest.raises(ConfigError, match="session_state"):
+        worker(None, "deterministic", now, ledger=Ledger(), state={"version": 1})
+    events: list[Event] = []
+    async with worker(None, "deterministic", now, ledger=Ledger(), state="{") as d:
+        d.subscribe(events.append)
+        await d.prepare(history)
+    assert [e.code for e in events if isinstance(e, CompactionWarning)] == ["state_unreadable"]
