@@ -191,13 +191,19 @@ def _read_state(store: LedgerStore, session_id: str) -> dict[str, Any] | str | N
 
 def _parse_state(saved: object) -> dict[str, Any] | str:
     """A saved state parsed, or why it is not one (never raises)."""
-    if not isinstance(saved, str) or len(saved) > _MOST_STATE_CHARS:
-        return f"not a state: {preview(saved)}"
+    if type(saved) is not str:  # a subclass's own methods may do anything
+        return f"not a state: a {type(saved).__name__}"
+    if len(saved) > _MOST_STATE_CHARS:
+        return f"not a state: {len(saved)} characters"
     try:
         state = json.loads(saved)
     except (ValueError, RecursionError) as e:
         return f"not JSON: {type(e).__name__}"
-    if not isinstance(state, dict) or state.get("version") != 1:
+    if (
+        not isinstance(state, dict)
+        or type(state.get("version")) is not int
+        or state["version"] != 1
+    ):
         return f"not a state of this version: {preview(saved)}"
     return state
 
@@ -540,30 +546,33 @@ class ContextManager:
         )
 
     async def _resume(self) -> None:
-        """Read the session's saved ledger (`_load_ledger`) in a worker thread, within the
-        recall writer's deadline, and start from it."""
+        """Read the session's saved ledger (`_load_ledger`), then its saved state
+        (`_read_state`), each in a worker thread within the recall writer's deadline, and
+        start from them. A state that is slow or down costs the state, never the ledger."""
         store = self._to_load
         assert store is not None and self._writer is not None
-        loaded: tuple[Ledger | None, tuple[str, Exception] | None, dict[str, Any] | str | None] = (
-            None,
-            None,
-            None,
-        )
-        with anyio.move_on_after(self._writer.deadline) as waited:
+        deadline = self._writer.deadline
+        loaded: tuple[Ledger | None, tuple[str, Exception] | None] = (None, None)
+        with anyio.move_on_after(deadline) as waited:
             loaded = await anyio.to_thread.run_sync(
                 self._load_ledger, store, abandon_on_cancel=True
             )
         # Only now: a call cancelled from outside while the store was read (it raised above)
         # leaves the ledger to be read by the next one, not lost.
         self._to_load = None
-        ledger, problem, state = loaded
+        ledger, problem = loaded
         if waited.cancelled_caught:
-            deadline = f"{self._writer.deadline:g} s"
-            problem = ("ledger_unavailable", StoreError(f"no answer within {deadline}"))
+            problem = ("ledger_unavailable", StoreError(f"no answer within {deadline:g} s"))
         if problem is not None:
             self._startup_events.append(self._start_over(*problem))
-        elif state is not None and (warning := self._take_over(state)) is not None:
-            self._startup_events.append(warning)
+        else:
+            state: dict[str, Any] | str | None = f"no answer within {deadline:g} s"
+            with anyio.move_on_after(deadline):
+                state = await anyio.to_thread.run_sync(
+                    _read_state, store, self.session_id, abandon_on_cancel=True
+                )
+            if state is not None and (warning := self._take_over(state)) is not None:
+                self._startup_events.append(warning)
         if ledger is not None:  # nothing has happened yet: the session starts from it
             self._resumed = self._adopted = self._taking_over = True
             self._state = ViewState(self._counter, ledger)
@@ -571,26 +580,24 @@ class ContextManager:
 
     def _load_ledger(
         self, store: LedgerStore
-    ) -> tuple[Ledger | None, tuple[str, Exception] | None, dict[str, Any] | str | None]:
-        """The session's saved ledger, or ``None`` to start over, why it starts over, and
-        its saved state (`SessionStateStore`), if any. A store that is down, or a ledger
-        that cannot be read, does not stop the session: its decisions start over (the
-        history is the caller's, so nothing the model needs is lost; the next save replaces
-        the old ledger), and a warning says so on the first `prepare`. (No side effect here:
-        a thread abandoned on a cancel may still finish.)"""
-        state = _read_state(store, self.session_id)
+    ) -> tuple[Ledger | None, tuple[str, Exception] | None]:
+        """The session's saved ledger, or ``None`` to start over, and why it starts over. A
+        store that is down, or a ledger that cannot be read, does not stop the session: its
+        decisions start over (the history is the caller's, so nothing the model needs is
+        lost; the next save replaces the old ledger), and a warning says so on the first
+        `prepare`. (No side effect here: a thread abandoned on a cancel may still finish.)"""
         try:
             saved = store.load_ledger(self.session_id)
         except Exception as e:  # a store's own error type too, as the recall writer maps them
             # There, but not readable (a store of another author may only chain the cause).
             garbled = isinstance(e, StoreDataError) or isinstance(e.__cause__, UnicodeDecodeError)
-            return None, ("ledger_unreadable" if garbled else "ledger_unavailable", e), None
+            return None, ("ledger_unreadable" if garbled else "ledger_unavailable", e)
         if saved is None:
-            return None, None, state
+            return None, None
         try:
-            return Ledger.from_json(saved), None, state
+            return Ledger.from_json(saved), None
         except StoreError as e:
-            return None, ("ledger_unreadable", e), None
+            return None, ("ledger_unreadable", e)
 
     def _start_over(self, code: str, error: Exception) -> CompactionWarning:
         """Log that the session's decisions start over; the warning that says so."""
@@ -978,6 +985,8 @@ class ContextManager:
             self._sent = _before_last_reply(state.raw)
             newest = state.raw[self._sent] if self._sent < len(state.raw) else None
             replied = sent_at(newest) if isinstance(newest, AssistantMessage) else None
+            if replied is not None and replied > self._clock():
+                replied = None  # stamped ahead of this clock (skew): no time to go by
             if replied is not None and (self._last_call is None or replied > self._last_call):
                 # Unsaved (a ledger handed over by hand), or saved before the last calls (a
                 # worker killed between saves): the newest reply's own time says how long

@@ -337,3 +337,92 @@ async def test_a_session_resumed_by_hand_takes_the_state_too() -> None:
         d.subscribe(events.append)
         await d.prepare(history)
     assert [e.code for e in events if isinstance(e, CompactionWarning)] == ["state_unreadable"]
+
+
+# -- found by a hostile run (CA) on the fixes above -----------------------------------------
+
+
+async def test_a_state_slow_to_come_costs_the_state_not_the_ledger(tmp_path: Path) -> None:
+    """(CA 3) The state was read with the ledger, under one deadline: a state that did not
+    come made the worker drop the good ledger too, and rewrite the cached prefix."""
+    now = [T0]
+    path = tmp_path / "agent.db"
+    store = SQLiteRecallStore(path)
+    history, sent = await run_first_worker(store, "deterministic", 20, now, ratio=1.0)
+
+    class SlowState(SQLiteRecallStore):
+        def load_state(self, session_id: str) -> str | None:
+            import time
+
+            time.sleep(3)  # past the writer's deadline (2 s)
+            return super().load_state(session_id)
+
+    async with worker(SlowState(path), "deterministic", now) as b:
+        events: list[Event] = []
+        b.subscribe(events.append)
+        resumed = await b.prepare(history)
+        assert len(b.ledger) > 0
+    assert texts(resumed) == texts(sent)
+    assert [e.code for e in events if isinstance(e, CompactionWarning)] == ["state_unreadable"]
+
+
+def test_a_counter_whose_encoding_is_an_object_keeps_its_calibration_across_workers() -> None:
+    """(CA 1) The counter's identity held its ``encoding`` as text: an object's repr (its
+    address) differs in every worker, so the calibration was never taken; a vocabulary
+    there made every state too large to read."""
+
+    class Vocabulary:
+        def __init__(self) -> None:
+            self.words = {f"w{i}": i for i in range(100_000)}
+
+    class Mine:
+        def __init__(self) -> None:
+            self.encoding = Vocabulary()
+
+        def count(self, text: str) -> int:
+            return max(1, len(text) // 4) if text else 0
+
+    first = MessageCounter(Mine())
+    messages = step(1, T0)
+    for k in range(1, 4):
+        first.observe(messages * k, 900 * k + 1_500)
+    state = first.calibration_state()
+    assert state is not None and len(json.dumps(state)) < 10_000
+    second = MessageCounter(Mine())
+    assert second.restore_calibration(json.loads(json.dumps(state)))
+
+
+async def test_a_reply_stamped_ahead_of_the_clock_is_no_last_call(tmp_path: Path) -> None:
+    """(CA 2) A reply stamped later than the worker's clock (skew) beat the saved last call:
+    the idle time came out negative, a cold cache read as warm."""
+    now = [T0]
+    path = tmp_path / "agent.db"
+    history, _ = await run_first_worker(SQLiteRecallStore(path), "deterministic", 10, now, 1.0)
+    ahead = {"timestamp": int((now[0] + 900) * 1000)}
+    newest = history[-2]
+    assert isinstance(newest, AssistantMessage)
+    history[-2] = AssistantMessage(newest.content, "tool_use", extra=ahead)
+    now[0] += 600  # past the cache's lifetime, and before the reply's stamp
+    events: list[Event] = []
+    async with worker(SQLiteRecallStore(path), "deterministic", now) as b:
+        b.subscribe(events.append)
+        await b.prepare(history)
+    assert [e for e in events if isinstance(e, ContextCompacted)], "a cold cache, not used"
+
+
+@pytest.mark.parametrize("kind", ["str-subclass", "version-true"])
+async def test_a_state_of_the_wrong_kind_is_not_taken(kind: str) -> None:
+    """(CA 4) A str subclass whose ``len`` raises escaped as that error out of ``async with``;
+    ``{"version": true}`` was read as version 1."""
+
+    class Odd(str):
+        def __len__(self) -> int:
+            raise RuntimeError("len")
+
+    state: str = Odd('{"version": 1}') if kind == "str-subclass" else '{"version": true}'
+    now = [T0]
+    events: list[Event] = []
+    async with worker(None, "deterministic", now, ledger=Ledger(), state=state) as b:
+        b.subscribe(events.append)
+        await b.prepare([user("task")])
+    assert [e.code for e in events if isinstance(e, CompactionWarning)] == ["state_unreadable"]

@@ -309,7 +309,9 @@ class MessageCounter:
         of another encoding has the same slots)."""
         counter = self._counter
         kind = type(counter)
-        return f"{kind.__module__}.{kind.__qualname__}:{getattr(counter, 'encoding', '')}"
+        encoding = getattr(counter, "encoding", "")  # a name; an object's repr changes
+        named = encoding if type(encoding) is str and len(encoding) <= 100 else ""
+        return f"{kind.__module__}.{kind.__qualname__}:{named}"
 
     def restore_calibration(self, state: object) -> bool:
         """Take back what `calibration_state` gave, of a counter with the same slots (a
