@@ -185,7 +185,11 @@ def _read_state(store: LedgerStore, session_id: str) -> dict[str, Any] | str | N
     try:
         saved = store.load_state(session_id)
     except Exception as e:  # a store's own error type too
-        return f"the store did not give it: {type(e).__name__}: {preview(str(e))}"
+        try:
+            detail = f": {preview(str(e))}"
+        except Exception:  # an error whose text cannot be made
+            detail = ""
+        return f"the store did not give it: {type(e).__name__}{detail}"
     return None if saved is None else _parse_state(saved)
 
 

@@ -236,14 +236,22 @@ async def test_a_state_that_is_not_one_is_said_and_the_ledger_still_taken(
     assert resumed  # the session goes on (uncalibrated, it may compact again)
 
 
-async def test_a_state_the_store_cannot_give_leaves_the_ledger(tmp_path: Path) -> None:
+class _Mute(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+@pytest.mark.parametrize("error", [sqlite3.OperationalError("disk I/O error"), _Mute()])
+async def test_a_state_the_store_cannot_give_leaves_the_ledger(
+    tmp_path: Path, error: Exception
+) -> None:
     now = [T0]
     path = tmp_path / "agent.db"
     history, sent = await run_first_worker(SQLiteRecallStore(path), "deterministic", 8, now)
 
     class StateDown(SQLiteRecallStore):
         def load_state(self, session_id: str) -> str | None:
-            raise sqlite3.OperationalError("disk I/O error")
+            raise error
 
     async with worker(StateDown(path), "deterministic", now) as b:
         events: list[Event] = []
