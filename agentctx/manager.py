@@ -212,13 +212,13 @@ def _parse_state(saved: object) -> dict[str, Any] | str:
     return state
 
 
-def _before_last_reply(raw: Sequence[Message]) -> int:
+def _newest_reply(raw: Sequence[Message]) -> int | None:
     """Index of the newest assistant message of ``raw`` (how many messages its prompt
-    held); 0 when there is none."""
+    held); ``None`` when there is none."""
     for i in range(len(raw) - 1, -1, -1):
         if isinstance(raw[i], AssistantMessage):
             return i
-    return 0
+    return None
 
 
 def _extends_view(history: Sequence[Message], state: ViewState) -> bool:
@@ -775,8 +775,7 @@ class ContextManager:
         A strategy's ``close`` that raises has its error raised here once the session is
         closed all the same (`CompactionWarning` ``strategy_close`` says it too). From a
         thread other than the one whose event loop entered it: `ConfigError`."""
-        if self._thread is not None and threading.get_ident() != self._thread:
-            raise self._other_thread("aclose()")
+        self._on_its_thread("aclose()")
         await self._shutdown()
         self._raise_close_error()
 
@@ -898,7 +897,7 @@ class ContextManager:
         loop entered the manager (``async with``): use `BlockingContextManager` from threads.
         """
         if self._thread is not None and threading.get_ident() != self._thread:
-            raise self._other_thread("prepare()")
+            self._on_its_thread("prepare()")  # checked inline first: the hot path
         if self._preparing:
             if _COMPACTING.get(None) is self:
                 raise ConfigError(
@@ -922,14 +921,16 @@ class ContextManager:
                 for turn in turns:
                     turn.set()
 
-    def _other_thread(self, call: str) -> ConfigError:
-        # Its background work, its turns and its state belong to the event loop that entered
-        # it: another thread's call would race them (and that loop's summaries fail there).
-        return ConfigError(
-            f"{call} was called from a thread other than the one whose event loop entered this "
-            "ContextManager (async with): call it on that loop, or use BlockingContextManager "
-            "from threads"
-        )
+    def _on_its_thread(self, call: str) -> None:
+        """Raise `ConfigError` when called from a thread other than the one whose event loop
+        entered the manager: its background work, its turns and its state belong to that
+        loop, and another thread's call would race them."""
+        if self._thread is not None and threading.get_ident() != self._thread:
+            raise ConfigError(
+                f"{call} was called from a thread other than the one whose event loop entered "
+                "this ContextManager (async with): call it on that loop, or use "
+                "BlockingContextManager from threads"
+            )
 
     async def _wait_for_turn(self) -> None:
         """Wait until no other `prepare` call runs. A strategy that awaits inside `compact`
@@ -986,9 +987,9 @@ class ContextManager:
             # reply, every message before it, was sent (the last worker's own ``sent`` when
             # it was given this history). Read as unsent, what that worker held back to keep
             # the cache warm would be taken at once, rewriting the cached prefix.
-            self._sent = _before_last_reply(state.raw)
-            newest = state.raw[self._sent] if self._sent < len(state.raw) else None
-            replied = sent_at(newest) if isinstance(newest, AssistantMessage) else None
+            reply = _newest_reply(state.raw)
+            self._sent = 0 if reply is None else reply
+            replied = None if reply is None else sent_at(state.raw[reply])
             if replied is not None and replied > self._clock():
                 replied = None  # stamped ahead of this clock (skew): no time to go by
             if replied is not None and (self._last_call is None or replied > self._last_call):
@@ -1215,8 +1216,7 @@ class ContextManager:
         return await self._page(recall_arguments(arguments))
 
     async def _page(self, parsed: tuple[str, int, int, str | None] | str) -> str:
-        if self._thread is not None and threading.get_ident() != self._thread:
-            raise self._other_thread("recall()")
+        self._on_its_thread("recall()")
         if isinstance(parsed, str):
             return parsed
         if self._writer is None:
@@ -1405,8 +1405,7 @@ class ContextManager:
         is no request's of this view (a proxy's session total): it is left out, and said
         once (`CompactionWarning` ``implausible_usage``).
         """
-        if self._thread is not None and threading.get_ident() != self._thread:
-            raise self._other_thread("observe()")
+        self._on_its_thread("observe()")
         usage = usage_of(response)
         if usage is None:
             raise ConfigError(f"observe() takes {ACCEPTED}; got {type(response).__name__}")

@@ -208,7 +208,6 @@ class RedisRecallStore:
         pipe = r.pipeline(transaction=False)
         pipe.persist(self._ledger_key(session_id))
         pipe.persist(self._parts_key(session_id))
-        pipe.persist(self._state_key(session_id))
         pipe.execute()
 
     def load_state(self, session_id: str) -> str | None:
