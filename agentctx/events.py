@@ -173,9 +173,11 @@ class SummaryStale(_Event):
     """A finished briefing was discarded unspliced because it no longer fits the history.
 
     ``reason`` is ``history_changed`` (the history it summarized was rewound or edited),
-    ``superseded`` (other compaction already replaced that part of the view) or ``unused``
-    (the session ended before the briefing was needed). ``summary`` carries what the request
-    cost (``messagesSummarized`` 0).
+    ``superseded`` (other compaction already replaced that part of the view), ``updated``
+    (its update took its place), ``unused`` (the session ended before the briefing was
+    needed) or ``handed_over`` (the session ended before it was needed, and its saved state
+    hands it to the session's next worker, whose splice then costs nothing). ``summary``
+    carries what the request cost (``messagesSummarized`` 0).
     """
 
     reason: str

@@ -65,7 +65,14 @@ from agentctx.recall.store import LedgerStore, RecallStore, SessionStateStore
 from agentctx.recall.tool import recall_arguments, recall_page
 from agentctx.recall.writer import RecallWriter
 from agentctx.strategies.deterministic import DeterministicCompaction
-from agentctx.strategy import CompactionContext, Quiet, check_strategy, end_session
+from agentctx.strategy import (
+    CompactionContext,
+    Quiet,
+    check_strategy,
+    end_session,
+    state_to_hand_over,
+    take_over,
+)
 from agentctx.tokens import MessageCounter
 from agentctx.tokens.estimate import exact_encoder_needed, load_exact_encoder
 from agentctx.view import ViewState
@@ -174,6 +181,7 @@ def _extends_raw(history: Sequence[Message], state: ViewState) -> bool:
 _STATE_EVERY = 60.0  # seconds of session time between saves of its state, at least
 _LATEST_TIME = 253_402_300_800  # epoch seconds of the year 10000: no call is later
 _MOST_STATE_CHARS = 1 << 20  # a saved state is about a kilobyte: past this it is not one
+_OPEN = object()  # `ContextManager._handover` until the close takes it
 
 
 def _read_state(store: LedgerStore, session_id: str) -> dict[str, Any] | str | None:
@@ -364,6 +372,7 @@ class ContextManager:
         "_counter",
         "_hub",
         "_last_call",
+        "_handover",
         "_on_over_budget",
         "_preparing",
         "_quiet",
@@ -474,6 +483,8 @@ class ContextManager:
         self._settling = threading.Lock()
         self._report_arrived: anyio.Event | None = None
         self._last_call: float | None = None
+        # What the strategy hands the next worker, as it was at close (`session_state`).
+        self._handover: object = _OPEN
         self._reported: set[tuple[str, int, str | None]] = set()
         self._rendered_version = self._state.ledger.version
         self._closing = False
@@ -512,18 +523,35 @@ class ContextManager:
 
     def session_state(self) -> str:
         """What a worker resuming the session needs besides its decisions to count and time
-        as this one does: the calibration, when the model was last called (JSON). A
-        `SessionStateStore` keeps it by itself; resuming by hand, save it with
-        ``ctx.ledger.to_json()`` and pass both back:
+        as this one does: the calibration, when the model was last called, and what its
+        strategy hands over (a briefing that waits to be spliced: the next worker splices it
+        instead of paying for another) (JSON). A `SessionStateStore` keeps it by itself;
+        resuming by hand, save it with ``ctx.ledger.to_json()`` before the manager closes
+        and pass both back:
         ``ContextManager(..., ledger=Ledger.from_json(saved), state=saved_state)``."""
-        return json.dumps(
-            {
-                "version": 1,
-                "last_call": self._last_call,
-                "calibration": self._counter.calibration_state(),
-            },
-            separators=(",", ":"),
-        )
+        state: dict[str, Any] = {
+            "version": 1,
+            "last_call": self._last_call,
+            "calibration": self._counter.calibration_state(),
+        }
+        handover = self._strategy_handover() if self._handover is _OPEN else self._handover
+        if handover is not None:
+            state["strategy"] = handover
+        return json.dumps(state, separators=(",", ":"))
+
+    def _strategy_handover(self) -> object:
+        """What the strategy hands the next worker (`state_to_hand_over`) as JSON-able data
+        that fits a saved state, or ``None``; never raises (the recall writer asks, off any
+        call of the caller's)."""
+        try:
+            handover = state_to_hand_over(self.strategy)
+            if handover is None:
+                return None
+            size = len(json.dumps(handover, separators=(",", ":"), allow_nan=False))
+        except Exception as e:  # a strategy's own hook, or what it gave: no JSON
+            log.warning("the strategy's hand-over is not saved", error=repr(e))
+            return None
+        return handover if size <= _MOST_STATE_CHARS // 2 else None
 
     def _take_over(self, state: dict[str, Any] | str) -> CompactionWarning | None:
         """Start from the state the last worker saved (`session_state`, parsed by
@@ -534,6 +562,12 @@ class ContextManager:
         last: Any = state.get("last_call")
         if type(last) in (int, float) and 0 <= last < _LATEST_TIME:
             self._last_call = float(last)
+        handed = state.get("strategy")
+        if handed is not None:
+            try:
+                take_over(self.strategy, handed)
+            except Exception as e:  # a strategy's own hook: its error must not cost the rest
+                log.warning("the strategy did not take what was handed over", error=repr(e))
         calibration = state.get("calibration")
         counter = self._counter
         # A counter of one's own that is calibrated already keeps its calibration.
@@ -754,6 +788,11 @@ class ContextManager:
         with anyio.move_on_after(_CLOSE_SECONDS, shield=True):
             self._hub.collect_async()
             try:
+                # Before its close reports what it leaves, what a store saves for the next
+                # worker is handed over (and said to be).
+                writer = self._writer
+                handing = writer is not None and writer.keeps_state
+                self._handover = self._strategy_handover() if handing else None
                 end_session(self.strategy, self._hub.emit)
             except Exception as error:
                 # The session closes all the same (store writes, event streams, background

@@ -292,6 +292,19 @@ class Chain:
                 errors[0].add_note(f"another strategy's close() raised too: {other!r}")
             raise errors[0]
 
+    def hand_over(self) -> object:
+        """What each strategy hands the session's next worker (`hand_over`), in order; ``None``
+        when none hands anything."""
+        states = [state_to_hand_over(strategy) for strategy in self.strategies]
+        return states if any(state is not None for state in states) else None
+
+    def take_over(self, state: object) -> None:
+        """Give each strategy what its counterpart in the last worker's chain handed over."""
+        if isinstance(state, list) and len(state) == len(self.strategies):
+            for strategy, own in zip(self.strategies, state, strict=True):
+                if own is not None:
+                    take_over(strategy, own)
+
 
 def _tighter(a: Quiet, b: Quiet) -> Quiet:
     """What holds where both ``a`` and ``b`` do."""
@@ -314,6 +327,22 @@ def check_strategy(strategy: object) -> CompactionStrategy:
             f"a strategy needs an `async def compact(self, ctx)` method; got {strategy!r:.80}"
         )
     return strategy  # type: ignore[return-value]
+
+
+def state_to_hand_over(strategy: CompactionStrategy) -> object:
+    """``strategy.hand_over()`` if it has one: the optional hook a strategy with paid work
+    outstanding (a briefing not yet spliced) uses to hand it to the session's next worker as
+    the session ends (JSON-able data, kept in `ContextManager.session_state`; ``None``:
+    nothing). That worker's strategy gets it in its ``take_over(state)``."""
+    hook = getattr(strategy, "hand_over", None)
+    return hook() if callable(hook) else None
+
+
+def take_over(strategy: CompactionStrategy, state: object) -> None:
+    """``strategy.take_over(state)`` if it has one (see `state_to_hand_over`)."""
+    hook = getattr(strategy, "take_over", None)
+    if callable(hook):
+        hook(state)
 
 
 def end_session(strategy: CompactionStrategy, emit: Callable[[Event], None]) -> None:

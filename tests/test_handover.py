@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from agentctx import (
@@ -24,11 +27,29 @@ from agentctx import (
     Event,
     Usage,
 )
-from agentctx.events import CompactionWarning, ContextCompacted
+from agentctx.events import (
+    CompactionWarning,
+    ContextCompacted,
+    SummaryStale,
+    SummaryStats,
+)
 from agentctx.ledger import Ledger
-from agentctx.messages import AssistantMessage, Message, canonical_json
+from agentctx.messages import (
+    AssistantMessage,
+    Message,
+    OpaqueBlock,
+    SummaryMessage,
+    canonical_json,
+    fingerprint,
+)
 from agentctx.recall import SQLiteRecallStore
 from agentctx.strategies import ToolOutputPipeline
+from agentctx.strategies.llm import LlmCompaction, LlmCompactionConfig
+from agentctx.strategies.llm_handover import MOST_HANDOVER_CHARS, handed_in, handover_state
+from agentctx.strategies.llm_request import Job, Ready
+from agentctx.summarizer import Summarizer, SummaryRequest, SummaryResult
+from agentctx.testing import assert_view_ok
+from agentctx.testing.scripted import ScriptedSummarizer
 from agentctx.tokens import MessageCounter
 
 from .helpers import call, result, user
@@ -434,3 +455,242 @@ async def test_a_state_of_the_wrong_kind_is_not_taken(kind: str) -> None:
         b.subscribe(events.append)
         await b.prepare([user("task")])
     assert [e.code for e in events if isinstance(e, CompactionWarning)] == ["state_unreadable"]
+
+
+# -- a briefing that waits to be spliced, handed to the next worker --------------------------
+
+BRIEFING = (
+    "## Goal\nRefactor the handlers.\n## Constraints\nKeep the API.\n## Decisions\nOne module."
+    "\n## Files touched\nsrc/m0.py\n## Open items\nTests."
+)
+
+
+class Recording:
+    """A summarizer that keeps what it answered."""
+
+    def __init__(self) -> None:
+        self.scripted = ScriptedSummarizer(default=BRIEFING)
+        self.results: list[SummaryResult] = []
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        result = await self.scripted.summarize(request)
+        self.results.append(result)
+        return result
+
+
+def llm_chain(summarizer: Summarizer) -> tuple[Chain, LlmCompaction]:
+    llm = LlmCompaction(summarizer, LlmCompactionConfig(trigger_ratio=0.3))
+    return Chain([llm, DeterministicCompaction()]), llm
+
+
+def llm_worker(store: Any, summarizer: Summarizer, **settings: Any) -> ContextManager:
+    chain, _ = llm_chain(summarizer)
+    return ContextManager(
+        Budget(context_window=24_000, reserve_output=2_000),
+        strategy=chain,
+        recall=store,
+        session_id="run-42",
+        on_over_budget="send",
+        **settings,
+    )
+
+
+def billed(events: list[Event]) -> int:
+    """Input tokens of every summarizer reply the events report."""
+    total = 0
+    for e in events:
+        stats = getattr(e, "summary", None)
+        if isinstance(stats, SummaryStats):
+            total += stats.usage.input_tokens
+    return total
+
+
+async def test_per_request_workers_splice_the_briefings_they_hand_each_other(
+    tmp_path: Path,
+) -> None:
+    """A worker per model call (a web backend): each one closed with the briefing it had
+    paid for waiting, unspliced, and the next asked for another. Over 90 calls: 30 billed,
+    none spliced. Handed over in the saved state, they are spliced as one worker would, each
+    billed once across the workers' events."""
+    summarizer = Recording()
+    store = SQLiteRecallStore(tmp_path / "s.db")
+    history: list[Message] = [user("refactor the handlers")]
+    events: list[Event] = []
+    for k in range(90):
+        async with llm_worker(store, summarizer) as w:
+            w.subscribe(events.append)
+            view = await w.prepare(history)
+            assert_view_ok(view, history)
+            for _ in range(5):
+                await anyio.lowlevel.checkpoint()
+        history += step(k, T0 + 30 * k)
+    spliced = [e for e in events if isinstance(e, ContextCompacted) and e.method == "summarized"]
+    handed = [e for e in events if isinstance(e, SummaryStale) and e.reason == "handed_over"]
+    assert len(spliced) >= 3 and handed
+    assert len(summarizer.results) <= len(spliced) + len(handed) + 2
+    # Each billed once: by the worker that paid, as it handed the briefing on; the splice by
+    # another worker costs that one nothing.
+    assert billed(events) == sum(r.usage.input_tokens for r in summarizer.results)
+    assert all(e.summary is not None and e.summary.cost_usd == 0.0 for e in spliced)
+
+
+async def test_a_briefing_handed_over_by_hand_is_spliced_by_the_next_worker() -> None:
+    """By hand: ``session_state()`` taken while the briefing waits carries it; the next
+    worker splices it though its own summarizer gives nothing, and pays nothing for it."""
+    paid = ScriptedSummarizer(default=BRIEFING)
+    history: list[Message] = [user("refactor the handlers")]
+    chain, llm = llm_chain(paid)
+    events: list[Event] = []
+    async with ContextManager(
+        Budget(context_window=24_000, reserve_output=2_000), strategy=chain, session_id="s"
+    ) as a:
+        a.subscribe(events.append)
+        k = 0
+        while llm.phase != "ready":
+            await a.prepare(history)
+            history += step(k, T0 + k)
+            k += 1
+            for _ in range(5):
+                await anyio.lowlevel.checkpoint()
+        saved, state = a.ledger.to_json(), a.session_state()
+    assert [e.reason for e in events if isinstance(e, SummaryStale)] == ["handed_over"]
+    assert "briefing" in json.loads(state)["strategy"][0]
+    never = ScriptedSummarizer()  # every request fails (an update of the briefing may be asked)
+    chain_b, llm_b = llm_chain(never)
+    resumed: list[Event] = []
+    async with ContextManager(
+        Budget(context_window=24_000, reserve_output=2_000),
+        strategy=chain_b,
+        session_id="s",
+        ledger=Ledger.from_json(saved),
+        state=state,
+    ) as b:
+        b.subscribe(resumed.append)
+        while not any(isinstance(e, ContextCompacted) for e in resumed):
+            view = await b.prepare(history)
+            assert_view_ok(view, history)
+            history += step(k, T0 + k)
+            k += 1
+        llm_b.cancel()
+    spliced = [e for e in resumed if isinstance(e, ContextCompacted)]
+    assert [e.method for e in spliced] == ["summarized"]
+    assert any(isinstance(m, SummaryMessage) and "Refactor the handlers." in m.text for m in view)
+    assert llm_b.spend.requests == 0
+    assert spliced[0].summary is not None and spliced[0].summary.usage == Usage()
+
+
+async def test_a_handed_over_briefing_whose_history_changed_is_said_stale(tmp_path: Path) -> None:
+    summarizer = ScriptedSummarizer(default=BRIEFING)
+    store = SQLiteRecallStore(tmp_path / "s.db")
+    history: list[Message] = [user("refactor the handlers")]
+    async with llm_worker(store, summarizer) as a:
+        chain = a.strategy
+        assert isinstance(chain, Chain) and isinstance(chain.strategies[0], LlmCompaction)
+        k = 0
+        while chain.strategies[0].phase != "ready":
+            await a.prepare(history)
+            history += step(k, T0 + k)
+            k += 1
+            for _ in range(5):
+                await anyio.lowlevel.checkpoint()
+    handed = json.loads(store.load_state("run-42") or "")["strategy"][0]["briefing"]
+    start = handed["at"][0]
+    edited = [*history[:start], user("a different start"), *history[start + 1 :]]
+    events: list[Event] = []
+    async with llm_worker(store, ScriptedSummarizer()) as b:
+        b.subscribe(events.append)
+        await b.prepare(edited)
+    stale = [e for e in events if isinstance(e, SummaryStale)]
+    assert [e.reason for e in stale] == ["history_changed"]
+    assert stale[0].summary is not None and stale[0].summary.usage == Usage()
+
+
+@pytest.mark.parametrize(
+    "handed",
+    [
+        [{"briefing": {"at": [0, 2], "text": 5}}, None],
+        [{"briefing": "x"}, None],
+        [{"briefing": {"at": [0, 10**30], "text": "t", "messages": [{"role": "nobody"}]}}, None],
+    ],
+)
+async def test_a_handed_over_briefing_that_cannot_be_read_is_said(handed: object) -> None:
+    state = json.dumps({"version": 1, "last_call": None, "calibration": None, "strategy": handed})
+    summarizer = ScriptedSummarizer(default=BRIEFING)
+    chain, llm = llm_chain(summarizer)
+    events: list[Event] = []
+    history: list[Message] = [user("refactor the handlers"), *step(0, T0)]
+    async with ContextManager(
+        Budget(context_window=24_000, reserve_output=2_000),
+        strategy=chain,
+        ledger=Ledger(),
+        state=state,
+    ) as m:
+        m.subscribe(events.append)
+        assert_view_ok(await m.prepare(history), history)
+    assert [e.code for e in events if isinstance(e, CompactionWarning)] == ["state_unreadable"]
+    assert llm.phase == "idle"
+
+
+class _Handing:
+    """A strategy whose hand-over hooks misbehave."""
+
+    def __init__(self, give: object = None, take_fails: bool = False) -> None:
+        self.give, self.take_fails = give, take_fails
+
+    async def compact(self, ctx: Any) -> None:
+        return None
+
+    def hand_over(self) -> object:
+        if isinstance(self.give, Exception):
+            raise self.give
+        return self.give
+
+    def take_over(self, state: object) -> None:
+        if self.take_fails:
+            raise RuntimeError("cannot take it")
+
+
+@pytest.mark.parametrize(
+    "give", [RuntimeError("no"), {"x": float("nan")}, {"x": object()}, "x" * (1 << 20)]
+)
+async def test_a_hand_over_that_is_no_state_leaves_the_rest_of_it(give: object) -> None:
+    async with ContextManager(Budget(context_window=24_000), strategy=_Handing(give)) as m:
+        await m.prepare([user("task")])
+        state = json.loads(m.session_state())
+    assert "strategy" not in state and state["version"] == 1
+
+
+async def test_a_take_over_that_fails_leaves_the_rest_of_the_state() -> None:
+    now = [T0]
+    state = json.dumps({"version": 1, "last_call": T0 - 10, "calibration": None, "strategy": 1})
+    async with ContextManager(
+        Budget(context_window=24_000),
+        strategy=_Handing(take_fails=True),
+        ledger=Ledger(),
+        state=state,
+        clock=lambda: now[0],
+    ) as m:
+        await m.prepare([user("task")])
+        assert json.loads(m.session_state())["last_call"] == T0
+
+
+def test_a_provider_native_briefing_is_handed_over_as_it_is() -> None:
+    native = (
+        AssistantMessage(
+            (OpaqueBlock("anthropic", {"type": "compaction", "content": "opaque ü"}),),
+            "end_turn",
+        ),
+    )
+    raw = [user("task"), *step(0, T0), *step(1, T0 + 1)]
+    job = Job(0, 3, 0, (), None, 3, 100, 1_000, 0, ends=(fingerprint(raw[0]), fingerprint(raw[2])))
+    ready = Ready(job, "", Usage(input_tokens=5), 0.1, "m", native)
+    state = json.loads(json.dumps(handover_state(ready)))
+    ctx: Any = SimpleNamespace(
+        raw=raw, view=raw, origins=range(len(raw)), rewinds=0, budget=Budget(context_window=24_000)
+    )
+    back = handed_in(state, ctx)
+    assert isinstance(back, Ready)
+    assert back.messages == native and back.usage == Usage() and back.cost == 0.0
+    assert handover_state(replace(ready, text="x" * (MOST_HANDOVER_CHARS + 1))) is None
+    ctx.raw = raw[:2]
+    assert handed_in(state, ctx) == SummaryStats(0, Usage(), 0.0, "m")

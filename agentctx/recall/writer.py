@@ -460,6 +460,11 @@ class RecallWriter:
         self._ledger_epoch += 1
         self.note_state()
 
+    @property
+    def keeps_state(self) -> bool:
+        """Whether the store saves the session's state (`SessionStateStore`)."""
+        return self._state_of is not None
+
     def note_state(self) -> None:
         """The session's state (calibration, last call) changed: save it with the next
         writes, when the store keeps it."""

@@ -87,9 +87,15 @@ from typing import TYPE_CHECKING, Literal
 
 from agentctx._log import log
 from agentctx.errors import ConfigError
-from agentctx.events import CompactionWarning, ContextCompacted, SummaryRejected, SummaryStale
+from agentctx.events import (
+    CompactionWarning,
+    ContextCompacted,
+    SummaryRejected,
+    SummaryStale,
+    SummaryStats,
+)
 from agentctx.ledger import ReplaceSpan, anchor, protected_positions
-from agentctx.messages import SummaryMessage
+from agentctx.messages import SummaryMessage, fingerprint
 from agentctx.strategies.deterministic import DeterministicCompaction
 from agentctx.strategies.llm_config import (
     DEFAULT_RETAIN_TAIL_TOKENS,
@@ -100,6 +106,7 @@ from agentctx.strategies.llm_config import (
     is_briefing,
 )
 from agentctx.strategies.llm_cut import Cut, choose_cut, extent, head_end, intact
+from agentctx.strategies.llm_handover import handed_in, handover_state
 from agentctx.strategies.llm_request import Job, Requester, SummarizerSpend
 from agentctx.strategies.llm_tiers import capped, run_tiers
 from agentctx.strategies.trail import put_entry, span_text
@@ -109,7 +116,7 @@ from agentctx.summarizer import is_native_compaction
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from agentctx.events import Event, SummaryStats
+    from agentctx.events import Event
     from agentctx.messages import Message
     from agentctx.strategies.llm_request import Ready
     from agentctx.strategy import CompactionContext, CompactionStrategy
@@ -177,6 +184,9 @@ class LlmCompaction:
         self._requests_started = 0
         self._fallbacks = 0
         self._warned: set[str] = set()
+        self._handed_in: object = None  # what the last worker handed over, until the first call
+        self._handed_over: Ready | None = None
+        self._received: Ready | None = None  # the briefing taken over, as it was handed in
 
     # -- inspection ---------------------------------------------------------------------
 
@@ -208,17 +218,41 @@ class LlmCompaction:
 
     def close(self, emit: Callable[[Event], None]) -> None:
         """The session ended (the manager calls this on close): a briefing that was billed
-        and still waits to be spliced is reported as `SummaryStale` ``unused``, so every
-        paid request shows up in an event. The fallback is told too, if it has a ``close``."""
+        and still waits to be spliced is reported as `SummaryStale` ``handed_over`` when
+        `hand_over` gave it out for the next worker, else ``unused``, so every paid request
+        shows up in an event. The fallback is told too, if it has a ``close``."""
         ready, self._requests.ready = self._requests.ready, None
-        if ready is not None:
-            emit(SummaryStale("unused", ready.stats(0)))
+        if ready is not None and not (ready is self._received is self._handed_over):
+            # (One this worker was handed and hands on was paid for, and said, by another.)
+            reason = "handed_over" if ready is self._handed_over else "unused"
+            emit(SummaryStale(reason, ready.stats(0)))
         end_session(self.fallback, emit)
+
+    def hand_over(self) -> object:
+        """What the session's next worker starts from (JSON-able, for
+        `ContextManager.session_state`): the briefing that waits to be spliced, if any, so
+        that worker splices it instead of paying for another. One handed over and still
+        waiting when the session ends is reported as `SummaryStale` ``handed_over``."""
+        ready = self._requests.ready
+        if ready is None:
+            return None
+        state = handover_state(ready)
+        if state is not None:
+            self._handed_over = ready
+        return state
+
+    def take_over(self, state: object) -> None:
+        """Start from what the session's last worker handed over (`hand_over`): its briefing
+        waits here, checked against the history on the first call, and is spliced when the
+        view needs it. Its usage is counted with that worker's, not this one's `spend`."""
+        self._handed_in = state
 
     # -- the hot path -------------------------------------------------------------------
 
     async def compact(self, ctx: CompactionContext) -> Quiet | None:
         """Splice a ready briefing when over the limit; start a request past the trigger."""
+        if self._handed_in is not None:
+            self._take_handed_in(ctx)
         # prepare() may call a strategy several times with the same context (to a fixed
         # point); the rewind check belongs to the first call only.
         if ctx is not self._ctx and ctx.rewinds != self._rewinds:
@@ -262,6 +296,24 @@ class LlmCompaction:
             # (which arms one) or the budget (the tiers) does anything.
             return Quiet(min(self._trigger(ctx), limit))
         return None
+
+    def _take_handed_in(self, ctx: CompactionContext) -> None:
+        state, self._handed_in = self._handed_in, None
+        requests = self._requests
+        if requests.ready is not None or requests.inflight is not None:
+            return  # (taken over after this instance's own work began: its own goes on)
+        ready = handed_in(state, ctx)
+        if isinstance(ready, SummaryStats):
+            ctx.emit(SummaryStale("history_changed", ready))
+        elif ready is None:
+            self._warn(
+                ctx.emit,
+                "state_unreadable",
+                "the briefing the session's last worker handed over could not be read; "
+                "this worker asks for its own",
+            )
+        else:
+            requests.ready = self._received = ready
 
     async def _over_limit(self, ctx: CompactionContext, tokens: int) -> None:
         if await self._splice_ready(ctx, tokens):
@@ -397,6 +449,7 @@ class LlmCompaction:
             first=va,
             conversation=tuple(view[: cut.end]),
             base=ready,
+            ends=(job.ends[0], fingerprint(raw[raw_cut - 1])),
         )
         assert ctx.tasks is not None
         if not self._requests.start(update, ctx.tasks, ctx.emit):
@@ -412,8 +465,9 @@ class LlmCompaction:
         # The newest earlier briefing in the span is updated, not summarized as a summary.
         mine = [k for k, m in enumerate(span) if is_briefing(m)]
         previous = briefing_text(span[mine[-1]]) if mine else None
+        start = origins[cut.start]
         job = Job(
-            start=origins[cut.start],
+            start=start,
             cut=raw_cut,
             rewinds=ctx.rewinds,
             messages=tuple(m for k, m in enumerate(span) if not mine or k != mine[-1]),
@@ -423,6 +477,7 @@ class LlmCompaction:
             limit=ctx.budget.limit,
             first=cut.start,
             conversation=tuple(view[: cut.end]),
+            ends=(fingerprint(raw[start]), fingerprint(raw[raw_cut - 1])),
         )
         assert ctx.tasks is not None
         if not self._requests.start(job, ctx.tasks, ctx.emit):
