@@ -1477,6 +1477,56 @@ async def test_a_built_in_tools_output_is_never_sent_without_its_call() -> None:
     assert refused is not None and "No tool call found for computer call output" in refused.message
 
 
+async def test_a_built_in_tools_call_is_never_sent_without_its_output() -> None:
+    """Found by a hostile run (CB 1): the other way round. With signed reasoning in each
+    step (kept whole while its loop runs), compaction dropped the message holding a computer
+    output, placed after a function output, and kept its call: the API refuses a computer
+    call without its output. Through the real SDK, to a server that refuses it as the API
+    does (it checked outputs against calls only)."""
+    import openai
+
+    from agentctx.providers.openai import wrap
+    from agentctx.testing._validate import sign
+    from agentctx.testing.servers import FakeOpenAI, Reply
+
+    def step(t: int) -> list[dict[str, Any]]:
+        encrypted = f"fake:r{t}." + sign(f"r{t}")
+        shot = {"type": "computer_screenshot", "image_url": "data:image/png;base64," + "A" * 3000}
+        return [
+            {"type": "reasoning", "id": f"rs_{t}", "summary": [], "encrypted_content": encrypted},
+            {"type": "function_call", "call_id": f"f{t}", "name": "read", "arguments": "{}"},
+            {
+                "type": "computer_call",
+                "id": f"cu_{t}",
+                "call_id": f"c{t}",
+                "action": {"type": "screenshot"},
+                "pending_safety_checks": [],
+                "status": "completed",
+            },
+            {"type": "function_call_output", "call_id": f"f{t}", "output": "x" * 12_000},
+            {"type": "computer_call_output", "call_id": f"c{t}", "output": shot},
+        ]
+
+    history = [{"role": "user", "content": "task"}, *step(0), *step(1), *step(2)]
+    unanswered = [{"role": "user", "content": "task"}, *step(0)[:3], step(0)[3]]
+    refused = validate_responses({"model": "m", "input": unanswered}, unanswered)
+    assert refused is not None and "No tool output found for computer call c0" in refused.message
+    async with FakeOpenAI([Reply.text("ok")]) as server:
+        async with (
+            ContextManager(Budget(context_window=8_000, reserve_output=1_000)) as ctx,
+            openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0) as raw,
+        ):
+            client = wrap(raw, ctx)
+            await client.responses.create(model="m", input=history, store=False)  # type: ignore[arg-type]
+        (request,) = server.requests
+    assert request.status == 200
+    sent = request.json["input"]
+    assert len(sent) < len(history)  # compaction dropped what it could
+    calls = {i["call_id"] for i in sent if i.get("type") == "computer_call"}
+    outputs = {i["call_id"] for i in sent if i.get("type") == "computer_call_output"}
+    assert calls == outputs
+
+
 @pytest.mark.parametrize(
     "output",
     [

@@ -33,11 +33,12 @@ too: a call and its output with nothing between them (and the items before them 
 are one message, a step of its turn (`agentctx.messages.TOOL_STEP`) that compaction may drop
 as it drops other steps; its reasoning is sent back, so while its loop runs a step that
 carries reasoning is kept whole. An output placed after function call outputs (a batch mixing
-both kinds) is a message of its own, which compaction may keep while dropping the call's:
-`to_openai_responses` leaves out such an output whose call is not in the input, which the
-API refuses, and reasoning with no item the model made after it (a caller took back the call
-it led to), which it refuses too. An output whose call an
-``item_reference`` stands for (a call stored server-side) is refused with
+both kinds) is a message of its own, which compaction may keep or drop apart from the call's:
+`to_openai_responses` leaves out such an output whose call is not in the input, and the call
+of a built-in tool the client runs (``computer_call``, ``local_shell_call``, ``shell_call``,
+``apply_patch_call``) whose output is not, which the API refuses, and reasoning with no item
+the model made after it (a caller took back the call it led to), which it refuses too. An
+output whose call an ``item_reference`` stands for (a call stored server-side) is refused with
 `UnsupportedMessageError`: which call it answers is not known here. (A request that continues
 server-side state, ``previous_response_id``, holds outputs of calls made before it: the
 wrapped clients send it as it is, unconverted.)
@@ -110,6 +111,11 @@ _EMPTY_EXTRA = freeze({})
 _INSTRUCTIONS = ("system", "developer")
 _CUSTOM_CALL = "custom_tool_call"
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")  # items that answer a call
+# Built-in tools the client runs: the API refuses an input holding one's call without its
+# output ("No tool output found for computer call ...").
+_ANSWERED_BUILT_INS = frozenset(
+    {"computer_call", "local_shell_call", "shell_call", "apply_patch_call"}
+)
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "refusal"}
 # What a response says about itself; the settings it echoes from the request are left out.
 _RESPONSE_KEYS = (
@@ -552,10 +558,16 @@ def to_openai_responses(messages: Iterable[Message]) -> list[JSON]:
 
 def _sendable(items: list[JSON]) -> list[JSON]:
     """``items`` without what the API refuses there and compaction or the caller can leave:
-    a built-in tool's output whose call is not among them (one placed after function call
-    outputs is a message of its own, which compaction may keep while it drops the call's),
-    and reasoning with no item the model made after it (a caller that took back the call
-    the reasoning led to: "provided without its required following item")."""
+    a built-in tool's output whose call is not among them, or the call of a built-in tool the
+    client runs whose output is not (one placed after function call outputs is a message of
+    its own, which compaction may drop or keep apart from the call's), and reasoning with no
+    item the model made after it (a caller that took back the call the reasoning led to, or
+    compaction the call: "provided without its required following item")."""
+    outputs = {
+        (kind.removesuffix("_output"), item.get("call_id"))
+        for item in items
+        if isinstance(kind := item.get("type"), str) and kind.endswith("_call_output")
+    }
     calls: set[tuple[str, str]] = set()
     kept: list[JSON] = []
     waiting: list[JSON] = []  # reasoning items, kept once an item the model made follows
@@ -563,6 +575,8 @@ def _sendable(items: list[JSON]) -> list[JSON]:
         kind, cid = item.get("type", "message"), item.get("call_id")
         if isinstance(kind, str) and isinstance(cid, str) and kind not in _OUTPUTS:
             if not kind.endswith("_call_output"):
+                if kind in _ANSWERED_BUILT_INS and (kind, cid) not in outputs:
+                    continue
                 calls.add((kind, cid))
             elif (kind.removesuffix("_output"), cid) not in calls:
                 continue

@@ -694,7 +694,22 @@ def validate_responses(
     for cid, times in calls.items():
         if cid not in answered or times > 1:
             return Invalid(f"No tool output found for function call {cid}.", "input")
+    outputs = {
+        (kind.removesuffix("_output"), item.get("call_id"))
+        for item in history
+        if isinstance(kind := item.get("type"), str) and kind.endswith("_call_output")
+    }
+    for kind, cid in sorted(built_in):
+        if kind in _ANSWERED_BUILT_INS and (kind, cid) not in outputs:
+            what = kind.removesuffix("_call").replace("_", " ")
+            return Invalid(f"No tool output found for {what} call {cid}.", "input")
     return None
+
+
+# Built-in tools the client runs, whose call the API refuses without its output.
+_ANSWERED_BUILT_INS = frozenset(
+    {"computer_call", "local_shell_call", "shell_call", "apply_patch_call"}
+)
 
 
 # Input items whose ``id`` the API requires (the SDK's params mark it ``Required``).
