@@ -1665,3 +1665,44 @@ def test_a_built_in_calls_id_is_no_tool_name_and_answers_no_function_output() ->
     assert isinstance(result, ToolResultMessage) and result.tool_name is None
     with pytest.raises(UnsupportedMessageError, match="item_reference"):
         from_openai_responses([items[0], {"type": "item_reference", "id": "r"}, *items[1:]])
+
+
+@pytest.mark.parametrize(
+    ("convert", "call", "answer"),
+    [
+        (
+            from_anthropic,
+            {"type": "tool_use", "id": "toolu_n", "name": "f", "input": "not-an-object"},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_n"}]},
+        ),
+        (
+            from_anthropic,
+            {"type": "tool_use", "id": 7, "name": "f", "input": {}},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "7"}]},
+        ),
+        (
+            from_openai_chat,
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}},
+            {"role": "tool", "tool_call_id": "c1", "content": "out"},
+        ),
+        (
+            from_openai_chat,
+            {"id": "c1", "type": "custom", "custom": {"name": "f", "input": None}},
+            {"role": "tool", "tool_call_id": "c1", "content": "out"},
+        ),
+    ],
+)
+def test_a_call_the_api_refuses_is_refused_not_its_result_dropped(
+    convert: Callable[[list[dict[str, Any]]], Any], call: dict[str, Any], answer: dict[str, Any]
+) -> None:
+    """Found by a hostile run (CB 2): a call whose input was not an object (or whose
+    arguments were not a string) rode as an opaque block, so its result answered no call: it
+    was dropped as an `orphan_result` (the tool's real output, under a false label), and the
+    request kept the call, which the API refuses either way. It is refused, at its index."""
+    if convert is from_anthropic:
+        reply: dict[str, Any] = {"role": "assistant", "content": [call]}
+    else:
+        reply = {"role": "assistant", "content": None, "tool_calls": [call]}
+    with pytest.raises(UnsupportedMessageError, match="tool") as refused:
+        convert([{"role": "user", "content": "go"}, reply, answer])
+    assert refused.value.index == 1

@@ -15,9 +15,11 @@ The system prompt stays in the request's own ``system`` parameter: it is fixed o
 never part of the history agentctx compacts.
 
 Mapping: ``text`` / ``image`` / ``thinking`` / ``redacted_thinking`` / ``tool_use`` become
-their neutral blocks; every ``tool_result`` becomes a `ToolResultMessage` (a user message
-holding a parallel batch becomes several, and goes back as one); any other block (document,
-server tools and their results, compaction, ...) rides as ``OpaqueBlock("anthropic", block)``.
+their neutral blocks (a ``tool_use`` whose id or name is not a string or input not an object,
+which the API refuses, is refused with `UnsupportedMessageError`); every ``tool_result``
+becomes a `ToolResultMessage` (a user message holding a parallel batch becomes several, and
+goes back as one); any other block (document, server tools and their results, compaction,
+...) rides as ``OpaqueBlock("anthropic", block)``.
 Block fields agentctx does not model (``cache_control``, ``citations``, ``caller``, ...) ride
 flat in the block's ``extra``. A block that would not render back byte for byte is kept
 opaque instead, so ``to_anthropic(from_anthropic(p)) == p`` holds for every request the API
@@ -181,8 +183,14 @@ def _user_block(b: Mapping[str, Any]) -> UserContent:
     )
 
 
-def _assistant_block(b: Mapping[str, Any]) -> AssistantContent:
+def _assistant_block(b: Mapping[str, Any], index: int | None) -> AssistantContent:
     block = _parse_block(b)
+    if isinstance(block, OpaqueBlock) and b.get("type") == "tool_use":
+        # Opaque, its result would answer no call (and be dropped as an orphan): the API
+        # refuses the block anyway ("tool_use.input: Input should be a valid dictionary").
+        raise UnsupportedMessageError(
+            index, "tool_use block whose id or name is not a string, or input not an object"
+        )
     return block if not isinstance(block, ImageBlock) else OpaqueBlock(PROVIDER, b)
 
 
@@ -243,7 +251,7 @@ def from_anthropic(
                 blocks: tuple[AssistantContent, ...] = (TextBlock(content),)
                 info["content"] = "string"
             else:
-                blocks = tuple(_assistant_block(b) for b in _blocks(index, content))
+                blocks = tuple(_assistant_block(b, index) for b in _blocks(index, content))
             for b in blocks:
                 if isinstance(b, ToolCall):
                     names[b.id] = b.name
@@ -440,7 +448,7 @@ def message_from_anthropic_response(resp: Mapping[str, Any]) -> AssistantMessage
     content = resp.get("content")
     if not isinstance(content, list):
         raise UnsupportedMessageError(None, "Anthropic response without a content list")
-    blocks = tuple(_assistant_block(b) for b in _blocks(0, content))
+    blocks = tuple(_assistant_block(b, None) for b in _blocks(0, content))
     reason = resp.get("stop_reason")
     usage = resp.get("usage")
     model = resp.get("model")

@@ -21,7 +21,9 @@ with its role, and goes back as what it was.
 Mapping: ``text`` / ``image_url`` parts become `TextBlock` / `ImageBlock` (data URLs as
 base64 images), other parts ``OpaqueBlock("openai_chat", part)``; function ``tool_calls``
 become `ToolCall`, and so do ``custom`` ones (``{"input": text}`` as their arguments, so they
-pair with their tool messages), other calls ``OpaqueBlock("openai_chat.tool_call", call)``;
+pair with their tool messages; one whose id, name, arguments or input is not a string, which
+the API refuses, is refused with `UnsupportedMessageError`), calls of other types
+``OpaqueBlock("openai_chat.tool_call", call)``;
 an assistant message's ``audio`` (an earlier spoken answer, by id) is
 ``OpaqueBlock("openai_chat.audio", {"audio": ...})``;
 ``tool`` messages become `ToolResultMessage` (``tool_name`` from the ``name`` field, else from the
@@ -403,7 +405,15 @@ def _assistant(index: int, msg: Mapping[str, Any], *, response: bool) -> Assista
         for tc in calls:
             if not isinstance(tc, Mapping):
                 raise UnsupportedMessageError(index, f"tool call of type {type(tc).__name__}")
-            blocks.append(_call(tc))
+            call = _call(tc)
+            if isinstance(call, OpaqueBlock) and tc.get("type") in ("function", _CUSTOM):
+                # Opaque, its tool message would answer no call (and be dropped as an
+                # orphan): the API refuses the call anyway ("expected a string").
+                raise UnsupportedMessageError(
+                    index,
+                    f"{tc['type']} tool call whose id, name, arguments or input is not a string",
+                )
+            blocks.append(call)
     elif "tool_calls" in msg:
         info["tool_calls"] = calls
     fields = rest(msg, *known)
