@@ -550,6 +550,19 @@ def openai_refusals(client: Any) -> Iterator[tuple[str, Callable[[], Any]]]:
         "with_raw_response.chat.completions.create",
         lambda: client.with_raw_response.chat.completions.create(**chat),
     )
+    # Found by a hostile run (CB 3): other resources of the SDK send a history too, and went
+    # out uncompacted.
+    yield "decisions.create", lambda: client.decisions.create(**items, questions=[])
+    yield (
+        "decisions.with_raw_response.create",
+        lambda: client.decisions.with_raw_response.create(**items, questions=[]),
+    )
+    yield "conversations.create", lambda: client.conversations.create(items=items["input"])
+    yield (
+        "conversations.items.create",
+        lambda: client.conversations.items.create("conv_1", items=items["input"]),
+    )
+    yield "beta.threads.create", lambda: client.beta.threads.create(messages=[])
 
 
 def test_openai_refuses_what_it_cannot_compact_sync_and_async() -> None:
@@ -565,6 +578,8 @@ def test_openai_refuses_what_it_cannot_compact_sync_and_async() -> None:
             assert client.chat.completions.list == raw.chat.completions.list
             assert client.responses.retrieve == raw.responses.retrieve
             assert client.beta.assistants is raw.beta.assistants
+            assert client.conversations.retrieve == raw.conversations.retrieve
+            assert client.conversations.items.list == raw.conversations.items.list
             if isinstance(client, oai_provider.WrappedOpenAI):
                 client.close()
 

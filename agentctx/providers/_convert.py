@@ -345,7 +345,8 @@ class Resource:
 
 class Guarded:
     """An SDK resource passed through except its methods in ``refused``, which would send a
-    history uncompacted (``batches.create``, ...) and raise the `refuse` error instead."""
+    history uncompacted (``batches.create``, ...) and raise the `refuse` error instead; a
+    dotted name refuses a method of a resource under it (``items.create``)."""
 
     def __init__(self, inner: Any, what: str, covered: str, refused: frozenset[str]) -> None:
         self._inner = inner
@@ -357,9 +358,11 @@ class Guarded:
         if name in self._refused:
             return Refused(f"{self._what}.{name}", self._covered)
         inner = getattr(self._inner, name)
+        what = f"{self._what}.{name}"
         if name in _RESPONSE_VIEWS:  # `.with_raw_response.create` sends as `.create` does
-            return Guarded(inner, f"{self._what}.{name}", self._covered, self._refused)
-        return inner
+            return Guarded(inner, what, self._covered, self._refused)
+        under = frozenset(r.partition(".")[2] for r in self._refused if r.startswith(name + "."))
+        return Guarded(inner, what, self._covered, under) if under else inner
 
 
 def refuse(what: str, covered: str) -> NoReturn:

@@ -57,6 +57,7 @@ from agentctx.errors import MissingExtraError
 from agentctx.providers._blocking import BlockingClient, LoopThread
 from agentctx.providers._convert import (
     Compactor,
+    Guarded,
     Refused,
     Resource,
     StreamManager,
@@ -100,6 +101,23 @@ COVERED = (
     "chat.completions.create / parse / stream, responses.create / parse / stream / "
     "input_tokens.count"
 )
+
+
+class _HistoryResources:
+    """The client's other resources whose calls send a history, with those calls refused:
+    ``decisions.create`` (a Responses input), ``conversations.create`` and
+    ``conversations.items.create`` (items), and ``beta.threads`` (Assistants messages)."""
+
+    client: Any
+
+    @property
+    def decisions(self) -> Any:
+        return Guarded(self.client.decisions, "decisions", COVERED, frozenset({"create"}))
+
+    @property
+    def conversations(self) -> Any:
+        refused = frozenset({"create", "items.create"})
+        return Guarded(self.client.conversations, "conversations", COVERED, refused)
 
 
 def _with_usage(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -280,7 +298,8 @@ class _Responses(_Resource):
 
 
 class _Beta:
-    """``client.beta`` with its history-carrying ``chat`` and ``responses`` refused."""
+    """``client.beta`` with its history-carrying ``chat``, ``responses`` and ``threads``
+    refused."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
@@ -292,6 +311,10 @@ class _Beta:
     @property
     def responses(self) -> Any:
         return Refused("beta.responses", COVERED)
+
+    @property
+    def threads(self) -> Any:
+        return Refused("beta.threads", COVERED)
 
     @property
     def with_raw_response(self) -> Any:
@@ -314,7 +337,7 @@ class _Compactors:
         self.responses = Compactor(manager, "openai-responses")
 
 
-class WrappedAsyncOpenAI(Generic[A]):
+class WrappedAsyncOpenAI(_HistoryResources, Generic[A]):
     """An ``AsyncOpenAI`` whose ``chat.completions`` and ``responses`` compact; calls that
     would send a history uncompacted are refused; everything else is the client's."""
 
@@ -515,7 +538,7 @@ class _SyncResponses(_SyncResource):
         refuse("responses.connect", COVERED)
 
 
-class WrappedOpenAI(BlockingClient, Generic[S]):
+class WrappedOpenAI(_HistoryResources, BlockingClient, Generic[S]):
     """An ``OpenAI`` whose ``chat.completions`` and ``responses`` compact; calls that would
     send a history uncompacted are refused; everything else is the client's. Use it in a
     ``with`` block or call `close`: it owns the manager's loop."""
