@@ -683,3 +683,52 @@ async def test_a_search_keeps_nothing_of_an_entry_once_its_session_closed() -> N
     ctx = store = None  # the session and its store are gone
     gc.collect()
     assert sys.getrefcount(entry) == 2  # ``entry`` and the call's argument: nothing else
+
+
+# -- found by a hostile run (CD) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["BLOB", "TEXT"])
+def test_a_sqlite_value_that_is_not_utf8_is_a_data_error_however_stored(
+    tmp_path: Path, kind: str
+) -> None:
+    """(CD 3) Stored as TEXT, such a value made SQLite's own decoding fail: a plain
+    `StoreError` ("try again later", which never helps) quoting the row, where a BLOB gave
+    `StoreDataError`. Ledger and state read the same way."""
+    from agentctx.errors import StoreDataError
+
+    store = SQLiteRecallStore(tmp_path / "r.db")
+    (rid,) = store.put_many("s", ["fine"])
+    store.save_ledger("s", "[]")
+    store.save_state("s", "{}")
+    other = sqlite3.connect(tmp_path / "r.db", isolation_level=None)
+    value = "x'ff41'" if kind == "BLOB" else "CAST(x'ff41' AS TEXT)"
+    other.execute(f"UPDATE recall SET content = {value}")
+    other.execute(f"UPDATE ledger SET json = {value}")
+    other.execute(f"UPDATE state SET json = {value}")
+    other.close()
+    for read in (lambda: store.get("s", rid), lambda: store.load_ledger("s")):
+        with pytest.raises(StoreDataError, match="not UTF-8"):
+            read()
+    with pytest.raises(StoreDataError, match="not UTF-8"):
+        store.load_state("s")
+    store.close()
+
+
+def test_each_recall_tool_definition_is_a_copy_of_its_own() -> None:
+    """(CD 4) Every definition shared one schema dict: one caller making its copy strict
+    changed every later definition, for every provider."""
+    mine = recall_tool("openai-chat")
+    mine["function"]["parameters"]["additionalProperties"] = False
+    mine["function"]["parameters"]["required"].append("offset")
+    for provider in ("anthropic", "openai-chat", "openai-responses"):
+        text = json.dumps(recall_tool(provider))  # type: ignore[arg-type]
+        assert "additionalProperties" not in text and '["id", "offset"]' not in text
+
+
+def test_an_empty_entry_answers_an_offset_past_its_end_as_past_the_end() -> None:
+    """(CD 5) An empty entry answered offset 5 with "chars 5-0 of 0"."""
+    store = MemoryRecallStore()
+    (rid,) = store.put_many("s", [""])
+    assert recall_page(store, "s", rid, 0) == f"[recall_context {rid}: chars 0-0 of 0; end]\n"
+    assert "past the end (0 chars)" in recall_page(store, "s", rid, 5)

@@ -78,6 +78,8 @@ os.register_at_fork(after_in_child=_reopen_in_child)
 
 
 def _decode(value: bytes | str) -> str:
+    # Values are read as BLOBs: a TEXT value that is not UTF-8 made SQLite's own decoding
+    # fail as an OperationalError, a store "down" that trying again would never bring up.
     if isinstance(value, str):
         return value
     try:
@@ -170,7 +172,8 @@ class SQLiteRecallStore:
     def get(self, session_id: str, rid: str) -> str | None:
         """The content stored under ``rid`` for ``session_id``, or ``None``."""
         row = self._run(
-            "SELECT content FROM recall WHERE session = ? AND id = ?", (_session(session_id), rid)
+            "SELECT CAST(content AS BLOB) FROM recall WHERE session = ? AND id = ?",
+            (_session(session_id), rid),
         )
         return None if row is None else _decode(row[0])
 
@@ -180,13 +183,14 @@ class SQLiteRecallStore:
         with self._lock:
             try:
                 parts = self._db.execute(
-                    "SELECT json FROM ledger_part WHERE session = ? ORDER BY n", (session,)
+                    "SELECT CAST(json AS BLOB) FROM ledger_part WHERE session = ? ORDER BY n",
+                    (session,),
                 ).fetchall()
                 row = (
                     None
                     if parts
                     else self._db.execute(
-                        "SELECT json FROM ledger WHERE session = ?", (session,)
+                        "SELECT CAST(json AS BLOB) FROM ledger WHERE session = ?", (session,)
                     ).fetchone()
                 )
             except (sqlite3.Error, UnicodeError) as exc:
@@ -197,7 +201,9 @@ class SQLiteRecallStore:
 
     def load_state(self, session_id: str) -> str | None:
         """The saved state JSON of ``session_id`` (`SessionStateStore`), or ``None``."""
-        row = self._run("SELECT json FROM state WHERE session = ?", (_session(session_id),))
+        row = self._run(
+            "SELECT CAST(json AS BLOB) FROM state WHERE session = ?", (_session(session_id),)
+        )
         return None if row is None else _decode(row[0])
 
     def save_state(self, session_id: str, state_json: str) -> None:

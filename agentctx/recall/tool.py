@@ -19,6 +19,7 @@ costs time linear in the size of the content.
 from __future__ import annotations
 
 import bisect
+import copy
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -91,18 +92,20 @@ _SCHEMA: dict[str, Any] = {
 def recall_tool(
     provider: Literal["anthropic", "openai-chat", "openai-responses"],
 ) -> dict[str, Any]:
-    """The tool definition in ``provider``'s request format."""
+    """The tool definition in ``provider``'s request format (a new one each call: yours to
+    adapt)."""
+    schema = copy.deepcopy(_SCHEMA)
     if provider == "anthropic":
-        return {"name": RECALL_TOOL_NAME, "description": _DESCRIPTION, "input_schema": _SCHEMA}
+        return {"name": RECALL_TOOL_NAME, "description": _DESCRIPTION, "input_schema": schema}
     if provider == "openai-chat":
-        function = {"name": RECALL_TOOL_NAME, "description": _DESCRIPTION, "parameters": _SCHEMA}
+        function = {"name": RECALL_TOOL_NAME, "description": _DESCRIPTION, "parameters": schema}
         return {"type": "function", "function": function}
     if provider == "openai-responses":
         return {
             "type": "function",
             "name": RECALL_TOOL_NAME,
             "description": _DESCRIPTION,
-            "parameters": _SCHEMA,
+            "parameters": schema,
         }
     raise ConfigError(f"unknown provider {provider!r}")
 
@@ -142,7 +145,7 @@ def recall_page(
         return sendable_text(_grep(id, content, pattern, limit, max(1, max_matches), fold))
     total = len(content)
     offset = max(0, offset)
-    if offset >= total > 0:
+    if offset >= total and offset > 0:
         # A bound, not the model's number, past _PAST_ANY_TEXT: not echoed as if it were.
         said = f"offset {offset}" if offset < _PAST_ANY_TEXT else "the offset"
         return f"[recall_context {id}: {said} is past the end ({total} chars)]"
