@@ -732,3 +732,26 @@ def test_an_empty_entry_answers_an_offset_past_its_end_as_past_the_end() -> None
     (rid,) = store.put_many("s", [""])
     assert recall_page(store, "s", rid, 0) == f"[recall_context {rid}: chars 0-0 of 0; end]\n"
     assert "past the end (0 chars)" in recall_page(store, "s", rid, 5)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_forget_deletes_one_sessions_data_and_no_others(tmp_path: Path, kind: str) -> None:
+    store: Any = MemoryRecallStore() if kind == "memory" else SQLiteRecallStore(tmp_path / "f.db")
+    (gone,) = store.put_many("s", ["gone"])
+    (kept,) = store.put_many("t", ["kept"])
+    if kind == "memory":
+        store.pin("s", [gone])
+    else:
+        for s in ("s", "t"):
+            store.save_ledger(s, "[]")
+            store.save_state(s, "{}")
+    store.forget("s")
+    assert store.get("s", gone) is None and store.get("t", kept) == "kept"
+    if kind == "sqlite":
+        assert store.load_ledger("s") is None and store.load_state("s") is None
+        assert store.load_ledger("t") == "[]" and store.load_state("t") == "{}"
+        store.close()
+    else:
+        alone = MemoryRecallStore()
+        alone.put_many("t", ["kept"])
+        assert len(store) == 1 and store.bytes_held == alone.bytes_held

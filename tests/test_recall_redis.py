@@ -370,3 +370,42 @@ def test_redis_keeps_the_session_state_as_it_keeps_the_ledger(redis_url: str) ->
     raw.close()
     other.close()
     store.close()
+
+
+# -- found by a hostile run (CD 2) ---------------------------------------------------------
+
+
+def test_no_two_sessions_share_a_key_whatever_their_prefixes(redis_url: str) -> None:
+    """Prefix ``tenant`` with session ``acme:42`` and prefix ``tenant:acme`` with session
+    ``42`` made the same keys: one read the other's entries, ledger and state."""
+    base = f"t{time.monotonic_ns()}"
+    a = RedisRecallStore(redis_url, prefix=f"{base}:tenant")
+    b = RedisRecallStore(redis_url, prefix=f"{base}:tenant:acme")
+    (rid,) = a.put_many("acme:42", ["A's private text"])
+    a.save_ledger("acme:42", "[]")
+    a.save_state("acme:42", '{"version": 1}')
+    assert b.get("42", rid) is None
+    assert b.load_ledger("42") is None and b.load_state("42") is None
+    assert a.get("acme:42", rid) == "A's private text"
+    a.close()
+    b.close()
+
+
+@pytest.mark.parametrize("session", ["a", "*", "a[b]", "a\\b", "100%", "a:r"])
+def test_forget_deletes_one_sessions_keys_and_no_others(redis_url: str, session: str) -> None:
+    """The docs said to delete a dead session with ``{prefix}:{session}:*``: for session
+    ``a`` that matched the keys of sessions ``a:b``, ``a:r``, ...; for ``*``, every one's."""
+    store = RedisRecallStore(redis_url, prefix=f"t{time.monotonic_ns()}")
+    others = ["a:b", "a:r", "a:ledger", "ab", "b", "a*", "%2A"]
+    kept = {s: store.put_many(s, [f"text of {s}"])[0] for s in others if s != session}
+    for s in [session, *kept]:
+        store.save_ledger(s, json.dumps([s]))
+        store.save_state(s, json.dumps({"s": s}))
+    (rid,) = store.put_many(session, ["gone"])
+    store.forget(session)
+    assert store.get(session, rid) is None
+    assert store.load_ledger(session) is None and store.load_state(session) is None
+    for s, other in kept.items():
+        assert store.get(s, other) == f"text of {s}"
+        assert store.load_ledger(s) == json.dumps([s]) and store.load_state(s) is not None
+    store.close()

@@ -9,12 +9,14 @@ async with ContextManager(budget, recall=store, session_id="run-42") as ctx: ...
 
 Any worker with the same ``session_id`` reads the same entries and resumes the same ledger.
 Keys are ``{prefix}:{session}:r:{id}`` (content) and ``{prefix}:{session}:ledger`` (or
-``...:ledger:parts``, a list of its decisions, as `extend_ledger` saves them); a session
-can only name its own. With ``ttl_seconds`` entries expire unless the session's ledger still
-references them (`update_pins` removes their expiry; entries no longer referenced, and all of
-a session's entries once it ends, get it back); its ledger keeps no expiry while a worker
-holds the session (saved or resumed it), and gets it when the session ends here (`release`).
-Redis errors become `StoreError`.
+``...:ledger:parts``, a list of its decisions, as `extend_ledger` saves them), with ``%``,
+``:``, ``*``, ``?``, ``[``, ``]`` and ``\\`` of the session id percent-encoded (``%3A``, ...),
+so no two sessions share a key whatever their prefixes; a session can only name its own;
+`forget` deletes a session's keys. With ``ttl_seconds`` entries expire unless the session's
+ledger still references them (`update_pins` removes their expiry; entries no longer
+referenced, and all of a session's entries once it ends, get it back); its ledger keeps no
+expiry while a worker holds the session (saved or resumed it), and gets it when the session
+ends here (`release`). Redis errors become `StoreError`.
 
 The manager never calls it on the event loop: its writer runs each call in a worker thread
 under a deadline (a thread, not ``redis.asyncio``, so one store can serve managers on several
@@ -48,6 +50,11 @@ if TYPE_CHECKING:
 __all__ = ["RedisRecallStore"]
 
 _RID = re.compile(r"ctx-[0-9a-f]{16}")
+# What a session id may not hold as it is in a key: ``:`` would let it pass for a session of
+# another prefix ("a" + "b:c" and "a:b" + "c"), ``*?[]\`` would make a key pattern of it
+# match other sessions' keys; these and ``%`` are written percent-encoded.
+_KEY_ESCAPES = str.maketrans({c: f"%{ord(c):02X}" for c in "%:*?[]\\"})
+_GLOB_ESCAPES = str.maketrans({c: "\\" + c for c in "*?[]\\"})
 _FINEST = 1e-3  # below a millisecond, a timeout or an expiry is a mistake
 _LONGEST = 100 * 365 * 86_400  # an expiry Redis keeps (past 2**63 ms it refuses it): a century
 _LONGEST_WAIT = 86_400.0  # a socket timeout the platform takes: a day
@@ -264,6 +271,27 @@ class RedisRecallStore:
             self._live.add(session_id)
         return saved
 
+    def forget(self, session_id: str) -> None:
+        """Delete everything this store keeps of ``session_id`` (its entries, ledger and
+        state), to end it for good or as its data must go. Not while a worker runs the
+        session: what it writes next is kept again."""
+        fixed = [self._ledger_key(session_id), self._parts_key(session_id)]
+        fixed.append(self._state_key(session_id))
+        head = f"{self._session(session_id)}:r:"
+        pattern = _encode(head.translate(_GLOB_ESCAPES) + "*")
+        skip = len(_encode(head))
+
+        def apply(r: redis.Redis) -> None:
+            found = r.scan_iter(match=pattern, count=1000)
+            keys = [k for k in found if _RID.fullmatch(k[skip:].decode("ascii", "replace"))]
+            keys += fixed
+            for i in range(0, len(keys), 1000):
+                r.delete(*keys[i : i + 1000])
+
+        self._call(apply)
+        self._pinned.pop(session_id, None)
+        self._live.discard(session_id)
+
     def close(self) -> None:
         """Close the connection pool if this store made it."""
         if self._owned:
@@ -294,17 +322,20 @@ class RedisRecallStore:
 
         self._call(apply)
 
+    def _session(self, session_id: str) -> str:
+        return f"{self.prefix}:{session_id.translate(_KEY_ESCAPES)}"
+
     def _key(self, session_id: str, rid: str) -> bytes:
-        return _encode(f"{self.prefix}:{session_id}:r:{rid}")
+        return _encode(f"{self._session(session_id)}:r:{rid}")
 
     def _ledger_key(self, session_id: str) -> bytes:
-        return _encode(f"{self.prefix}:{session_id}:ledger")
+        return _encode(f"{self._session(session_id)}:ledger")
 
     def _parts_key(self, session_id: str) -> bytes:
-        return _encode(f"{self.prefix}:{session_id}:ledger:parts")
+        return _encode(f"{self._session(session_id)}:ledger:parts")
 
     def _state_key(self, session_id: str) -> bytes:
-        return _encode(f"{self.prefix}:{session_id}:state")
+        return _encode(f"{self._session(session_id)}:state")
 
     def _call(self, action: Callable[[redis.Redis], Any]) -> Any:
         try:

@@ -245,6 +245,14 @@ class SQLiteRecallStore:
             ),
         )
 
+    def forget(self, session_id: str) -> None:
+        """Delete everything this store keeps of ``session_id`` (its entries, ledger and
+        state), to end it for good or as its data must go. Not while a worker runs the
+        session: what it writes next is kept again."""
+        rows = [(_session(session_id),)]
+        tables = ("recall", "ledger", "ledger_part", "state")
+        self._transaction(*((f"DELETE FROM {t} WHERE session = ?", rows) for t in tables))
+
     def close(self) -> None:
         """Close the database file."""
         with self._lock:

@@ -260,6 +260,14 @@ class MemoryRecallStore:
         """The memory the stored strings take."""
         return self._bytes
 
+    def forget(self, session_id: str) -> None:
+        """Delete everything this store keeps of ``session_id``."""
+        with self._lock:
+            for entries in (self._free, self._held):
+                for key in [k for k in entries if k[0] == session_id]:
+                    self._bytes -= _size(entries.pop(key))
+            self._pins.pop(session_id, None)
+
     def __getstate__(self) -> dict[str, object]:
         with self._lock:  # a copy of the store as it is between two calls of its sessions
             state = {name: value for name, value in vars(self).items() if name != "_lock"}
