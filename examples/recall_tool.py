@@ -6,8 +6,9 @@
 When a tool output is truncated, the original is kept in the recall store and the placeholder
 in the view names it: ``[... 401 lines (16040 chars) truncated; recall_context id=ctx-... ...]``.
 The loop adds ``recall_tool("anthropic")`` to its tools and answers a ``recall_context`` call
-with ``await ctx.recall(id, offset, limit, pattern)``: a page of the original text (or, with
-``pattern``, its matching lines). Recalled text is never truncated again.
+with ``await ctx.handle_recall(call.arguments)``: a page of the original text (or, with
+``pattern``, its matching lines), at most 8000 characters whatever the model asked for.
+Recalled text is never truncated again.
 """
 
 from __future__ import annotations

@@ -54,6 +54,7 @@ from agentctx.integrations.langchain import (
     to_langchain,
 )
 from agentctx.messages import from_dict, to_dict
+from agentctx.recall import MemoryRecallStore
 from agentctx.strategies.deterministic import COMPACTION_MARKER
 from agentctx.testing import check_view
 from agentctx.testing._validate import validate_chat
@@ -267,6 +268,30 @@ async def test_sync_invoke_says_to_use_ainvoke() -> None:
         agent = create_agent(model, [read_file], middleware=[AgentCtxMiddleware(ctx)])
         with pytest.raises(NotImplementedError, match="ainvoke"):
             agent.invoke({"messages": [HumanMessage(TASK)]})
+
+
+@pytest.mark.parametrize("arguments", [{"limit": 10**9, "note": 1}, {"offset": "x"}])
+async def test_the_middleware_gives_the_agent_a_bounded_recall_tool(
+    arguments: dict[str, Any],
+) -> None:
+    """Found by a hostile run (CD 1): no integration had the ``recall_context`` tool; the
+    natural one to bind, ``ctx.recall`` through ``StructuredTool``, returned a whole
+    244k-character entry to ``limit: 10**9`` and a bare TypeError to an extra key. With a
+    recall store the middleware registers the tool, answered as ``handle_recall`` answers."""
+    store = MemoryRecallStore()
+    async with ContextManager(100_000, recall=store) as ctx:
+        rid = store.put(ctx.session_id, "x" * 50_000)
+        call = {"name": "recall_context", "args": {"id": rid, **arguments}, "id": "c1"}
+        turns = iter([AIMessage(content="", tool_calls=[call]), AIMessage(content="done")])
+        model = ToolFakeModel(messages=turns, seen=[])
+        middleware = AgentCtxMiddleware(ctx, observe=False)
+        assert [t.name for t in middleware.tools] == ["recall_context"]
+        agent = create_agent(model, [read_file], middleware=[middleware])
+        state = await agent.ainvoke({"messages": [HumanMessage(TASK)]})
+    (answer,) = [m.content for m in state["messages"] if isinstance(m, ToolMessage)]
+    assert isinstance(answer, str) and answer.startswith("[recall_context") and len(answer) < 8_200
+    async with ContextManager(100_000) as bare:
+        assert AgentCtxMiddleware(bare).tools == []  # no store: no tool to answer with
 
 
 # ---------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import openai
+import pytest
 from agents import (
     Agent,
     ModelResponse,
@@ -41,7 +42,8 @@ from agentctx import (
     Message,
 )
 from agentctx.adapters.openai_responses import from_openai_responses
-from agentctx.integrations.openai_agents import AgentCtxInputFilter
+from agentctx.integrations.openai_agents import AgentCtxInputFilter, recall_tool
+from agentctx.recall import MemoryRecallStore
 from agentctx.strategies.deterministic import COMPACTION_MARKER
 from agentctx.testing import FakeOpenAI, Reply, check_view
 from agentctx.testing._validate import validate_responses
@@ -233,6 +235,60 @@ async def test_unchanged_input_passes_through_equal() -> None:
         out = await compaction(data)
     assert out.input == items and out.instructions == SYSTEM
     assert len(ctx.raw) == len(from_openai_responses(items[1:]))
+
+
+class RecallingModel(Model):
+    """Calls ``recall_context`` once with ``arguments`` (a JSON text), then answers."""
+
+    def __init__(self, arguments: str) -> None:
+        self.arguments = arguments
+        self.calls = 0
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        self.calls += 1
+        usage = Usage(requests=1, input_tokens=10, output_tokens=5, total_tokens=15)
+        if self.calls == 1:
+            call = ResponseFunctionToolCall(
+                type="function_call",
+                id="fc_1",
+                call_id="call_1",
+                name="recall_context",
+                arguments=self.arguments,
+                status="completed",
+            )
+            return ModelResponse(output=[call], usage=usage, response_id=None)
+        text = ResponseOutputText(type="output_text", text="done", annotations=[])
+        message = ResponseOutputMessage(
+            id="msg_1", type="message", role="assistant", status="completed", content=[text]
+        )
+        return ModelResponse(output=[message], usage=usage, response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize("arguments", ['{"limit": 1000000000, "note": 1}', '{"offset": "x"}', "{"])
+async def test_recall_tool_gives_the_agent_bounded_answers(arguments: str) -> None:
+    """Found by a hostile run (CD 1): no integration had the ``recall_context`` tool, and the
+    natural one to bind, ``ctx.recall``, returns a whole 244k-character entry to a model's
+    ``limit: 10**9``. `recall_tool` answers as ``handle_recall`` does, whatever the model
+    wrote (text that is no JSON too)."""
+    store = MemoryRecallStore()
+    async with ContextManager(100_000, recall=store) as ctx:
+        rid = store.put(ctx.session_id, "x" * 50_000)
+        written = (
+            arguments if arguments == "{" else json.dumps({"id": rid, **json.loads(arguments)})
+        )
+        agent = Agent(name="r", model=RecallingModel(written), tools=[recall_tool(ctx)])
+        compaction = AgentCtxInputFilter(ctx)
+        config = RunConfig(call_model_input_filter=compaction, tracing_disabled=True)
+        result = await Runner.run(agent, TASK, run_config=config, max_turns=3)
+    (answer,) = [
+        i["output"]  # type: ignore[typeddict-item]
+        for i in result.to_input_list()
+        if i.get("type") == "function_call_output"
+    ]
+    assert isinstance(answer, str) and answer.startswith("[recall_context") and len(answer) < 8_200
 
 
 async def test_a_session_continues_across_runs() -> None:

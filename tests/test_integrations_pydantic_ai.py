@@ -68,6 +68,7 @@ from agentctx.integrations.pydantic_ai import (
     to_pydantic_ai,
 )
 from agentctx.messages import OpaqueBlock, from_dict, to_dict
+from agentctx.recall import MemoryRecallStore
 from agentctx.testing import FakeAnthropic, Reply, check_view
 
 T = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -281,6 +282,44 @@ async def test_anthropic_model_against_the_fake_api() -> None:
     assert all(b[0]["content"][0]["text"] == TASK for b in bodies)
     # Requests between compactions extend the previous one, so the cache keeps hitting.
     assert sum(r.usage is not None and r.usage.cache_read > 0 for r in server.requests) >= 5
+
+
+@pytest.mark.parametrize("arguments", [{"limit": 10**9, "note": 1}, {"offset": "x"}])
+async def test_the_capability_gives_the_agent_a_bounded_recall_tool(
+    arguments: dict[str, Any],
+) -> None:
+    """Found by a hostile run (CD 1): no integration had the ``recall_context`` tool, and the
+    natural one to bind, ``ctx.recall``, returns a whole 244k-character entry to a model's
+    ``limit: 10**9`` (and a bare TypeError to an extra key). With a recall store the
+    capability gives the agent the tool, answered as ``handle_recall`` answers."""
+    store = MemoryRecallStore()
+    tools: list[list[str]] = []
+    budget = Budget(context_window=12_000, reserve_output=1_000)
+    async with ContextManager(budget, recall=store) as ctx:
+        rid = store.put(ctx.session_id, "x" * 50_000)
+
+        def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            tools.append([t.name for t in info.function_tools])
+            if len(messages) == 1:
+                call = ToolCallPart("recall_context", {"id": rid, **arguments}, "c1")
+                return ModelResponse([call])
+            return ModelResponse([TextPart("done")])
+
+        result = await Agent(FunctionModel(model)).run(
+            "go", capabilities=[AgentCtxCapability(ctx, observe=False)]
+        )
+    (answer,) = [
+        p.content
+        for m in result.all_messages()
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, ToolReturnPart)
+    ]
+    assert isinstance(answer, str) and answer.startswith("[recall_context") and len(answer) < 8_200
+    assert tools == [["recall_context"], ["recall_context"]]
+    async with ContextManager(budget) as bare:
+        none = await Agent(FunctionModel(model)).run("go", capabilities=[AgentCtxCapability(bare)])
+    assert none.output and tools[-1] == []  # no store: no tool to answer with
 
 
 # ---------------------------------------------------------------------------------------

@@ -65,6 +65,7 @@ from agentctx.messages import (
     fingerprint,
     text_of,
 )
+from agentctx.recall.tool import recall_tool as agentctx_recall_tool
 from agentctx.strategies.deterministic import DeterministicCompaction
 
 try:
@@ -79,6 +80,7 @@ try:
         SystemMessage,
         ToolMessage,
     )
+    from langchain_core.tools import BaseTool, StructuredTool
 except ImportError as exc:
     raise MissingExtraError("langchain", exc.name, needed_by=__name__) from exc
 
@@ -97,6 +99,7 @@ __all__ = [
     "ContextSize",
     "context_manager",
     "from_langchain",
+    "recall_tool",
     "to_langchain",
 ]
 
@@ -522,20 +525,43 @@ class _Converter:
         return [m for m in self._converted.update(messages, convert) if m is not None]
 
 
+def recall_tool(manager: ContextManager) -> StructuredTool:
+    """The ``recall_context`` tool, answered by ``manager.handle_recall`` (bounded pages,
+    and an explanation for arguments it cannot use). `AgentCtxMiddleware` registers it by
+    itself when the manager has a recall store."""
+    spec = agentctx_recall_tool("openai-responses")
+
+    async def recall_context(**arguments: Any) -> str:
+        return await manager.handle_recall(arguments)
+
+    return StructuredTool.from_function(
+        coroutine=recall_context,
+        name=spec["name"],
+        description=spec["description"],
+        args_schema=spec["parameters"],
+    )
+
+
 class AgentCtxMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Sends the model ``manager``'s compacted view of the agent's messages on every call.
 
     ``create_agent(model, tools, middleware=[AgentCtxMiddleware(ctx)])``; one manager per
     conversation (thread), entered (``async with``) around its ``ainvoke`` / ``astream``
     calls. ``observe=False`` keeps the responses' ``usage_metadata`` out of the manager's token
-    accounting (fake models report none, or made-up numbers).
+    accounting (fake models report none, or made-up numbers). ``recall``: whether the agent
+    gets the ``recall_context`` tool (`recall_tool`) to read back what compaction cleared; by
+    default when the manager has a recall store.
     """
 
-    def __init__(self, manager: ContextManager, *, observe: bool = True) -> None:
+    def __init__(
+        self, manager: ContextManager, *, observe: bool = True, recall: bool | None = None
+    ) -> None:
         super().__init__()
         self.manager = manager
         self.observe = observe
         self._converter = _Converter()
+        wanted = manager.recall_store is not None if recall is None else recall
+        self.tools: Sequence[BaseTool] = [recall_tool(manager)] if wanted else []
 
     async def awrap_model_call(
         self,

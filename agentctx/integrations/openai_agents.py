@@ -21,7 +21,9 @@ converts it with agentctx's Responses adapter (`from_openai_responses`), calls
 items are sent untouched, and so are the instructions, which the SDK keeps apart. The run's
 own items (``result.to_input_list()``, the session) are never rewritten. ``hooks`` (a
 ``RunHooks``) gives each response's usage to ``ctx.observe``; pass it to ``Runner.run``, or
-call `AgentCtxInputFilter.observe_response` from your own hooks' ``on_llm_end``.
+call `AgentCtxInputFilter.observe_response` from your own hooks' ``on_llm_end``. With a
+recall store, add `recall_tool` (``recall_tool(ctx)``) to the agent's tools, so the model can
+read back what compaction cleared.
 
 The conversion is the Responses adapter's, lossless both ways: items that did not change go
 out equal to what came in. Enter the manager around ``Runner.run`` / ``Runner.run_streamed``
@@ -32,6 +34,7 @@ holds the history.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any, cast
 
 from agentctx._usage import usage_of
@@ -41,11 +44,12 @@ from agentctx.adapters.openai_responses import (
     to_openai_responses,
 )
 from agentctx.errors import MissingExtraError
+from agentctx.recall.tool import recall_tool as agentctx_recall_tool
 
 try:
     # Imported first, so that a missing framework is named as itself.
     import agents  # noqa: F401
-    from agents import RunHooks
+    from agents import FunctionTool, RunHooks
     from agents.run_config import CallModelData, ModelInputData
 except ImportError as exc:
     raise MissingExtraError("openai-agents", exc.name, needed_by=__name__) from exc
@@ -53,10 +57,33 @@ except ImportError as exc:
 if TYPE_CHECKING:
     from agents import Agent, ModelResponse, RunContextWrapper
     from agents.items import TResponseInputItem
+    from agents.tool_context import ToolContext
 
     from agentctx.manager import ContextManager
 
-__all__ = ["AgentCtxInputFilter", "AgentCtxRunHooks"]
+__all__ = ["AgentCtxInputFilter", "AgentCtxRunHooks", "recall_tool"]
+
+
+def recall_tool(manager: ContextManager) -> FunctionTool:
+    """The ``recall_context`` tool, answered by ``manager.handle_recall`` (bounded pages,
+    and an explanation for arguments it cannot use): add it to the agent's ``tools`` when the
+    manager has a recall store, so the model can read back what compaction cleared."""
+    spec = agentctx_recall_tool("openai-responses")
+
+    async def invoke(context: ToolContext[Any], arguments: str) -> str:
+        try:
+            parsed: object = json.loads(arguments)
+        except ValueError:  # the model's text, not JSON: it gets an explanation
+            parsed = arguments
+        return await manager.handle_recall(parsed)
+
+    return FunctionTool(
+        name=spec["name"],
+        description=spec["description"],
+        params_json_schema=spec["parameters"],
+        on_invoke_tool=invoke,
+        strict_json_schema=False,  # its arguments are optional but ``id``
+    )
 
 
 def _observe(manager: ContextManager, response: ModelResponse) -> None:

@@ -74,6 +74,7 @@ from agentctx.messages import (
     fingerprint,
     text_of,
 )
+from agentctx.recall.tool import recall_tool as agentctx_recall_tool
 
 try:
     # Imported first, so that a missing framework is named as itself.
@@ -99,6 +100,8 @@ try:
         ToolReturnPart,
         UserPromptPart,
     )
+    from pydantic_ai.tools import Tool
+    from pydantic_ai.toolsets import FunctionToolset
 except ImportError as exc:
     raise MissingExtraError("pydantic-ai", exc.name, needed_by=__name__) from exc
 
@@ -112,7 +115,14 @@ if TYPE_CHECKING:
 
     from agentctx.manager import ContextManager
 
-__all__ = ["KEY", "PROVIDER", "AgentCtxCapability", "from_pydantic_ai", "to_pydantic_ai"]
+__all__ = [
+    "KEY",
+    "PROVIDER",
+    "AgentCtxCapability",
+    "from_pydantic_ai",
+    "recall_tool",
+    "to_pydantic_ai",
+]
 
 KEY = "pydantic_ai"
 """The ``extra`` key naming where a neutral message or block came from: ``[message, part]``
@@ -619,6 +629,18 @@ class _Converter:
         return [m for part in parts for m in part]
 
 
+def recall_tool(manager: ContextManager) -> Tool[Any]:
+    """The ``recall_context`` tool, answered by ``manager.handle_recall`` (bounded pages,
+    and an explanation for arguments it cannot use). `AgentCtxCapability` adds it by itself
+    when the manager has a recall store."""
+    spec = agentctx_recall_tool("openai-responses")
+
+    async def recall_context(**arguments: Any) -> str:
+        return await manager.handle_recall(arguments)
+
+    return Tool.from_schema(recall_context, spec["name"], spec["description"], spec["parameters"])
+
+
 @dataclasses.dataclass
 class AgentCtxCapability(AbstractCapability[Any]):
     """A pydantic-ai capability that sends ``manager``'s compacted view of each request.
@@ -627,17 +649,24 @@ class AgentCtxCapability(AbstractCapability[Any]):
     ``agent.run(..., capabilities=[AgentCtxCapability(ctx)])``; one manager per
     conversation, entered (``async with``) around its runs. ``observe=False`` leaves the
     responses' usage out of the manager's token accounting (test models report made-up
-    numbers).
+    numbers). ``recall``: whether the agent gets the ``recall_context`` tool (`recall_tool`)
+    to read back what compaction cleared; by default when the manager has a recall store.
     """
 
     manager: ContextManager
     observe: bool = True
+    recall: bool | None = None
     _converter: _Converter = dataclasses.field(default_factory=_Converter, init=False, repr=False)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
         """Not in agent specs: it holds a live manager."""
         return None
+
+    def get_toolset(self) -> FunctionToolset[Any] | None:
+        """The ``recall_context`` tool, when the agent gets it (``recall``)."""
+        wanted = self.manager.recall_store is not None if self.recall is None else self.recall
+        return FunctionToolset([recall_tool(self.manager)]) if wanted else None
 
     async def prepare_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
