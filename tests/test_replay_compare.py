@@ -195,6 +195,24 @@ def test_missing_key_and_bad_spec_are_one_line_and_exit_2(
     assert done.value.code == 2 and "not a summarizer" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("url", ["http://[::1", "http://[zz]/v1", "http://h:x/v1", "http://:80/v1"])
+def test_a_summarizer_url_that_is_none_is_one_line_and_exit_2(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a hostile run (CC 1): a malformed URL gave 80 lines of the SDK's traceback
+    (``httpx2.InvalidURL``) and exit 1, after the transcripts were loaded. The summarizer made
+    by hand with such a URL raised the SDK's error too: a `ConfigError` now."""
+    with pytest.raises(SystemExit) as done:
+        main(["replay", "--summarizer", f"openai-compatible:m@{url}"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "not a summarizer" in err and "Traceback" not in err
+    from agentctx.providers.openai_summarizer import OpenAIChatSummarizer
+
+    if url != "http://:80/v1":  # (a URL the SDK takes, and fails to connect to)
+        with pytest.raises(ConfigError, match="cannot make the openai client"):
+            OpenAIChatSummarizer("m", base_url=url, api_key="k")
+
+
 # ---------------------------------------------------------------------------------------
 # The cache and the latency mapping
 

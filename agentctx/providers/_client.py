@@ -35,7 +35,11 @@ def retryless(
     if timeout is not None:
         options["timeout"] = timeout
     if client is None:
-        return make(api_key=api_key, base_url=base_url, **options)  # type: ignore[call-arg]
+        try:
+            return make(api_key=api_key, base_url=base_url, **options)  # type: ignore[call-arg]
+        except Exception as e:  # the SDK's own error for a value it cannot use (a URL, ...)
+            sdk = make.__module__.split(".")[0]
+            raise ConfigError(f"cannot make the {sdk} client: {type(e).__name__}: {e}") from e
     # A client from agentctx's wrap() sends through the session's compactor; a summarizer's
     # own requests must not, so it gets the SDK client underneath.
     inner = getattr(client, "client", None)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlsplit
 
 from agentctx.errors import ConfigError
 
@@ -72,6 +73,13 @@ class SummarizerSpec:
                     "openai-compatible:qwen2.5-7b@http://127.0.0.1:8000/v1)"
                 )
             rest, base_url = rest[:at], rest[at + 1 :]
+            try:
+                url = urlsplit(base_url)
+                url.port  # noqa: B018 - read for the ValueError of a port that is no number
+            except ValueError as e:
+                raise ConfigError(f"not a summarizer: {text!r} (its URL: {e})") from e
+            if not url.hostname:
+                raise ConfigError(f"not a summarizer: {text!r} (its URL names no host)")
         if not rest.strip():
             raise ConfigError(f"not a summarizer: {text!r} (no model name; expected {forms})")
         return cls(provider, rest.strip(), base_url)
