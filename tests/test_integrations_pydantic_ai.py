@@ -284,14 +284,26 @@ async def test_anthropic_model_against_the_fake_api() -> None:
     assert sum(r.usage is not None and r.usage.cache_read > 0 for r in server.requests) >= 5
 
 
-@pytest.mark.parametrize("arguments", [{"limit": 10**9, "note": 1}, {"offset": "x"}])
+@pytest.mark.parametrize(
+    ("arguments", "answered"),
+    [
+        ('{"id": "%s", "limit": 1000000000}', True),
+        ('{"id": "%s", "limit": 1000000000, "note": 1}', False),
+        ('{"id": "%s", "offset": "x"}', False),
+        ("[1, 2]", False),
+        ("null", False),
+        ('"%s"', False),
+    ],
+)
 async def test_the_capability_gives_the_agent_a_bounded_recall_tool(
-    arguments: dict[str, Any],
+    arguments: str, answered: bool
 ) -> None:
     """Found by a hostile run (CD 1): no integration had the ``recall_context`` tool, and the
     natural one to bind, ``ctx.recall``, returns a whole 244k-character entry to a model's
     ``limit: 10**9`` (and a bare TypeError to an extra key). With a recall store the
-    capability gives the agent the tool, answered as ``handle_recall`` answers."""
+    capability gives the agent the tool, answered by ``handle_recall``: a bounded page; and
+    (CE 1) arguments of the wrong shape, which crashed the run (JSON that is no object), get
+    pydantic-ai's retry prompt, as any tool's do."""
     store = MemoryRecallStore()
     tools: list[list[str]] = []
     budget = Budget(context_window=12_000, reserve_output=1_000)
@@ -301,21 +313,26 @@ async def test_the_capability_gives_the_agent_a_bounded_recall_tool(
         def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
             tools.append([t.name for t in info.function_tools])
             if len(messages) == 1:
-                call = ToolCallPart("recall_context", {"id": rid, **arguments}, "c1")
-                return ModelResponse([call])
+                written = arguments.replace("%s", rid)
+                return ModelResponse([ToolCallPart("recall_context", written, "c1")])
             return ModelResponse([TextPart("done")])
 
         result = await Agent(FunctionModel(model)).run(
             "go", capabilities=[AgentCtxCapability(ctx, observe=False)]
         )
-    (answer,) = [
-        p.content
+    assert result.output == "done"
+    (reply,) = [
+        p
         for m in result.all_messages()
         if isinstance(m, ModelRequest)
         for p in m.parts
         if isinstance(p, ToolReturnPart)
     ]
-    assert isinstance(answer, str) and answer.startswith("[recall_context") and len(answer) < 8_200
+    if answered:
+        assert reply.outcome != "retried" and isinstance(reply.content, str)
+        assert reply.content.startswith("[recall_context") and len(reply.content) < 8_200
+    else:
+        assert reply.outcome == "retried"  # pydantic-ai's retry prompt: what it refused
     assert tools == [["recall_context"], ["recall_context"]]
     async with ContextManager(budget) as bare:
         none = await Agent(FunctionModel(model)).run("go", capabilities=[AgentCtxCapability(bare)])

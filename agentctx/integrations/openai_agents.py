@@ -73,7 +73,7 @@ def recall_tool(manager: ContextManager) -> FunctionTool:
     async def invoke(context: ToolContext[Any], arguments: str) -> str:
         try:
             parsed: object = json.loads(arguments)
-        except ValueError:  # the model's text, not JSON: it gets an explanation
+        except (ValueError, RecursionError):  # the model's text, not JSON: it is told so
             parsed = arguments
         return await manager.handle_recall(parsed)
 

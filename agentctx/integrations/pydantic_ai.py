@@ -74,6 +74,7 @@ from agentctx.messages import (
     fingerprint,
     text_of,
 )
+from agentctx.recall.tool import MAX_LIMIT, RECALL_TOOL_NAME
 from agentctx.recall.tool import recall_tool as agentctx_recall_tool
 
 try:
@@ -630,15 +631,26 @@ class _Converter:
 
 
 def recall_tool(manager: ContextManager) -> Tool[Any]:
-    """The ``recall_context`` tool, answered by ``manager.handle_recall`` (bounded pages,
-    and an explanation for arguments it cannot use). `AgentCtxCapability` adds it by itself
-    when the manager has a recall store."""
-    spec = agentctx_recall_tool("openai-responses")
+    """The ``recall_context`` tool, answered by ``manager.handle_recall`` (bounded pages).
+    Arguments of the wrong shape or type get pydantic-ai's own retry prompt, as any tool's
+    do. `AgentCtxCapability` adds it by itself when the manager has a recall store."""
 
-    async def recall_context(**arguments: Any) -> str:
+    async def recall_context(
+        id: str, offset: int = 0, limit: int = MAX_LIMIT, pattern: str | None = None
+    ) -> str:
+        """Read back content that compaction cleared, by the id its placeholder names.
+
+        Args:
+            id: The ctx-... id from the placeholder.
+            offset: First character to return.
+            limit: Characters to return (at most 8000).
+            pattern: Literal text (case-insensitive) to find lines by, instead of a page.
+        """
+        arguments = {"id": id, "offset": offset, "limit": limit, "pattern": pattern}
         return await manager.handle_recall(arguments)
 
-    return Tool.from_schema(recall_context, spec["name"], spec["description"], spec["parameters"])
+    description = agentctx_recall_tool("openai-responses")["description"]
+    return Tool(recall_context, name=RECALL_TOOL_NAME, description=description)
 
 
 @dataclasses.dataclass
@@ -650,7 +662,9 @@ class AgentCtxCapability(AbstractCapability[Any]):
     conversation, entered (``async with``) around its runs. ``observe=False`` leaves the
     responses' usage out of the manager's token accounting (test models report made-up
     numbers). ``recall``: whether the agent gets the ``recall_context`` tool (`recall_tool`)
-    to read back what compaction cleared; by default when the manager has a recall store.
+    to read back what compaction cleared; by default when the manager has a recall store
+    (``False`` for an agent with a ``recall_context`` tool of its own: pydantic-ai refuses
+    two tools of one name).
     """
 
     manager: ContextManager

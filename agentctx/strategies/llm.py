@@ -95,7 +95,7 @@ from agentctx.events import (
     SummaryStats,
 )
 from agentctx.ledger import ReplaceSpan, anchor, protected_positions
-from agentctx.messages import SummaryMessage, fingerprint
+from agentctx.messages import SummaryMessage
 from agentctx.strategies.deterministic import DeterministicCompaction
 from agentctx.strategies.llm_config import (
     DEFAULT_RETAIN_TAIL_TOKENS,
@@ -233,10 +233,11 @@ class LlmCompaction:
         `ContextManager.session_state`): the briefing that waits to be spliced, if any, so
         that worker splices it instead of paying for another. One handed over and still
         waiting when the session ends is reported as `SummaryStale` ``handed_over``."""
-        ready = self._requests.ready
-        if ready is None:
-            return None
-        state = handover_state(ready)
+        ready, ctx = self._requests.ready, self._ctx
+        if ready is None or ctx is None:
+            # One handed in and not looked at yet (this worker never ran): handed on as is.
+            return self._handed_in
+        state = handover_state(ready, ctx.raw)
         if state is not None:
             self._handed_over = ready
         return state
@@ -303,8 +304,8 @@ class LlmCompaction:
         if requests.ready is not None or requests.inflight is not None:
             return  # (taken over after this instance's own work began: its own goes on)
         ready = handed_in(state, ctx)
-        if isinstance(ready, SummaryStats):
-            ctx.emit(SummaryStale("history_changed", ready))
+        if isinstance(ready, tuple):
+            ctx.emit(SummaryStale(*ready))
         elif ready is None:
             self._warn(
                 ctx.emit,
@@ -449,7 +450,6 @@ class LlmCompaction:
             first=va,
             conversation=tuple(view[: cut.end]),
             base=ready,
-            ends=(job.ends[0], fingerprint(raw[raw_cut - 1])),
         )
         assert ctx.tasks is not None
         if not self._requests.start(update, ctx.tasks, ctx.emit):
@@ -465,9 +465,8 @@ class LlmCompaction:
         # The newest earlier briefing in the span is updated, not summarized as a summary.
         mine = [k for k, m in enumerate(span) if is_briefing(m)]
         previous = briefing_text(span[mine[-1]]) if mine else None
-        start = origins[cut.start]
         job = Job(
-            start=start,
+            start=origins[cut.start],
             cut=raw_cut,
             rewinds=ctx.rewinds,
             messages=tuple(m for k, m in enumerate(span) if not mine or k != mine[-1]),
@@ -477,7 +476,6 @@ class LlmCompaction:
             limit=ctx.budget.limit,
             first=cut.start,
             conversation=tuple(view[: cut.end]),
-            ends=(fingerprint(raw[start]), fingerprint(raw[raw_cut - 1])),
         )
         assert ctx.tasks is not None
         if not self._requests.start(job, ctx.tasks, ctx.emit):

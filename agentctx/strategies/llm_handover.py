@@ -3,62 +3,73 @@
 A worker that ends (its manager closes) with a billed briefing not yet spliced puts it in the
 session's saved state (`ContextManager.session_state`); the next worker of the session splices
 it when its view needs it, as the last one would have, instead of paying for another. The
-briefing is named by the raw messages its span starts and ends with (position and
-fingerprint, as a ledger decision is): on a history where they are not the same, it is not
-taken (`SummaryStale` ``history_changed``).
+briefing names the raw messages it summarized by a digest of their fingerprints: on a history
+where they are not the same (cut back, edited anywhere in the span), where its span now holds
+a message every view shows (a history cut back to before the turn after it), or where other
+compaction already replaced its whole span, it is not taken, and `SummaryStale` says why.
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
 from agentctx.errors import UnsupportedMessageError
 from agentctx.events import SummaryStats
+from agentctx.ledger import protected_positions
 from agentctx.messages import Usage, fingerprint, from_dict, to_dict
 from agentctx.strategies.llm_request import Job, Ready
+from agentctx.summarizer import is_native_compaction
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from agentctx.messages import Message
     from agentctx.strategy import CompactionContext
 
 __all__ = ["MOST_HANDOVER_CHARS", "handed_in", "handover_state"]
 
 MOST_HANDOVER_CHARS = 1 << 18
-"""The largest briefing (its text and provider-native messages, in characters of JSON) handed
-over; a larger one would crowd the session's saved state (`ContextManager.session_state`)."""
+"""The largest briefing handed over, in characters of its JSON (ASCII, as the session's saved
+state is written); a larger one would crowd that state (`ContextManager.session_state`)."""
 
 
-def handover_state(ready: Ready) -> dict[str, Any] | None:
-    """``ready`` as JSON-able data for the next worker, or ``None`` when it is too large to
-    hand over."""
+def _digest(raw: Sequence[Message], start: int, cut: int) -> str:
+    fingerprints = "\n".join(fingerprint(raw[i]) for i in range(start, cut))
+    return hashlib.sha256(fingerprints.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def handover_state(ready: Ready, raw: Sequence[Message]) -> dict[str, Any] | None:
+    """``ready``, a briefing of ``raw[start:cut]``, as JSON-able data for the next worker;
+    ``None`` when ``raw`` no longer holds its span or it is too large to hand over."""
     job = ready.job
-    native = [to_dict(m) for m in ready.messages]
-    if len(ready.text) + len(json.dumps(native)) > MOST_HANDOVER_CHARS:
+    if not 0 <= job.start < job.cut <= len(raw):
         return None
-    return {
+    state = {
         "briefing": {
-            "start": job.ends[0],
-            "end": job.ends[1],
             "at": [job.start, job.cut],
+            "span": _digest(raw, job.start, job.cut),
             "text": ready.text,
-            "messages": native,
+            "messages": [to_dict(m) for m in ready.messages],
             "model": ready.model,
             "messages_summarized": job.span_messages,
             "armed_tokens": job.armed_tokens,
         }
     }
+    return state if len(json.dumps(state)) <= MOST_HANDOVER_CHARS else None
 
 
-def handed_in(state: object, ctx: CompactionContext) -> Ready | SummaryStats | None:
+def handed_in(state: object, ctx: CompactionContext) -> Ready | tuple[str, SummaryStats] | None:
     """The briefing a last worker handed over in ``state`` (what `handover_state` made), made
-    ready for ``ctx``'s history; the statistics of one that history no longer holds the span
-    of (for `SummaryStale`); ``None`` when ``state`` holds none that can be read. Its usage
-    and cost are zero: the last worker paid for it, and said so as it closed."""
+    ready for ``ctx``'s history; why that history cannot take it and its statistics (for
+    `SummaryStale`); ``None`` when ``state`` holds none that can be read. Its usage and cost
+    are zero: the last worker paid for it, and said so as it closed."""
     d = state.get("briefing") if isinstance(state, dict) else None
     if not isinstance(d, dict):
         return None
-    at, text, model = d.get("at"), d.get("text"), d.get("model")
+    at, text, model, span = d.get("at"), d.get("text"), d.get("model"), d.get("span")
     messages, summarized = d.get("messages"), d.get("messages_summarized")
     armed = d.get("armed_tokens")
     if not (
@@ -66,30 +77,30 @@ def handed_in(state: object, ctx: CompactionContext) -> Ready | SummaryStats | N
         and len(at) == 2
         and all(type(i) is int for i in at)
         and type(text) is str
+        and type(span) is str
         and isinstance(messages, list)
         and (model is None or type(model) is str)
         and type(summarized) is int
         and type(armed) is int
-        and type(d.get("start")) is str
-        and type(d.get("end")) is str
     ):
         return None
     try:
         native = tuple(from_dict(m) for m in messages)
     except (UnsupportedMessageError, RecursionError):
         return None
-    if not text.strip() and not native:
+    # A briefing is its text, or the provider's own compaction: nothing else is spliced.
+    if not all(map(is_native_compaction, native)) or not (text.strip() or native):
         return None
+    stats = SummaryStats(0, Usage(), 0.0, model)
     start, cut = at
-    raw, view, origins = ctx.raw, ctx.view, ctx.origins
-    if not (
-        0 <= start < cut <= len(raw)
-        and fingerprint(raw[start]) == d["start"]
-        and fingerprint(raw[cut - 1]) == d["end"]
-    ):
-        return SummaryStats(0, Usage(), 0.0, model)
-    first = bisect.bisect_left(origins, start)
-    vc = bisect.bisect_left(origins, cut)
+    raw = ctx.raw
+    if not (0 <= start < cut <= len(raw)) or _digest(raw, start, cut) != span:
+        return "history_changed", stats
+    if any(start <= i < cut for i in protected_positions(raw)):
+        return "history_changed", stats  # cut back: a message every view shows is in it
+    if any(s.at.index <= start and cut <= s.end for s in ctx.ledger.spans):
+        return "superseded", stats  # its span replaced whole already (an update spliced)
+    view, origins = ctx.view, ctx.origins
     job = Job(
         start=start,
         cut=cut,
@@ -99,8 +110,7 @@ def handed_in(state: object, ctx: CompactionContext) -> Ready | SummaryStats | N
         span_messages=max(0, summarized),
         armed_tokens=max(0, armed),
         limit=ctx.budget.limit,
-        first=first,
-        conversation=tuple(view[:vc]),
-        ends=(d["start"], d["end"]),
+        first=bisect.bisect_left(origins, start),
+        conversation=tuple(view[: bisect.bisect_left(origins, cut)]),
     )
     return Ready(job, text, Usage(), 0.0, model, native)

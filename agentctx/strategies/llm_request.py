@@ -91,8 +91,6 @@ class Job:
         base: the ready, not yet spliced briefing this job brings up to date (``previous``
             is its text). If it still waits when this one is accepted, this one takes its
             place and it is reported as `SummaryStale` ``updated``.
-        ends: the fingerprints of the raw messages at ``start`` and ``cut - 1`` when armed
-            (how the next worker of the session checks a briefing handed over to it).
     """
 
     start: int
@@ -110,7 +108,6 @@ class Job:
     started: bool = False
     conversation: tuple[Message, ...] = ()
     base: Ready | None = None
-    ends: tuple[str, str] = ("", "")
 
 
 @dataclass(frozen=True, slots=True)
