@@ -389,6 +389,26 @@ def test_a_file_holding_two_formats_is_a_format_error(tmp_path: Path, pi_first: 
     assert info.value.line > len(first)  # at a record of the second
 
 
+@pytest.mark.parametrize(("name", "first"), [("claude-code", "spotter-short.jsonl"), ("pi", "")])
+def test_openhands_events_after_a_session_are_a_format_error(
+    tmp_path: Path, name: str, first: str
+) -> None:
+    """Found by a hostile run (CC 2): OpenHands events after a Claude Code or pi session were
+    skipped as records of no type it reads; the file loaded as the first session, exit 0, the
+    OpenHands conversation gone without a word."""
+    head = (
+        corpus_file(name, first).read_text().splitlines()
+        if first
+        else corpus_file("pi", "large-session.jsonl").read_text().splitlines()[:3]
+    )
+    events = corpus_file("openhands", "v1-sdk-goal-events.jsonl").read_text().splitlines()
+    path = tmp_path / "two.jsonl"
+    path.write_text("\n".join([*head, *events]) + "\n")
+    with pytest.raises(TranscriptFormatError, match="not an OpenHands event") as info:
+        load_transcript(path)
+    assert info.value.line == len(head) + 1
+
+
 def test_claude_code_meta_text_is_kept_and_marked() -> None:
     messages = load_transcript(corpus_file("claude-code", "ccviewer-5c0375b4.jsonl")).messages
     assert isinstance(messages[0], UserMessage) and "meta" not in messages[0].extra

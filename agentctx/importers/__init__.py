@@ -38,6 +38,7 @@ from agentctx.importers._common import (
     Source,
     Transcript,
     each_line,
+    is_openhands_event,
 )
 from agentctx.importers.provider_lists import provider_form, read_provider_list
 from agentctx.messages import from_dict
@@ -153,11 +154,7 @@ def _object_format(record: dict[str, Any]) -> str | None:
         if isinstance(first, list) or _is_openhands_event(first) or "instance_id" in record:
             return "openhands"
         return None
-    if isinstance(record.get("kind"), str) and "source" in record:  # a V1 SDK event
-        return "openhands"
-    if _is_openhands_event(record) and ("source" in record or "cause" in record):
-        return "openhands"  # a V0 event on a line of its own
-    return None
+    return "openhands" if is_openhands_event(record) else None
 
 
 def _is_openhands_event(item: object) -> bool:

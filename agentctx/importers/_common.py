@@ -19,7 +19,7 @@ from agentctx._check import preview
 from agentctx.errors import ConfigError, TranscriptFormatError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping
 
     from agentctx.messages import JSONMap, Message
 
@@ -303,16 +303,27 @@ def as_int(value: object) -> int:
     return max(0, int(value))
 
 
+def is_openhands_event(data: Mapping[str, Any]) -> bool:
+    """Whether a JSON object on a line of its own is an OpenHands event: a V1 SDK event
+    (``kind`` and ``source``) or a V0 one (``action`` or ``observation``, with ``source`` or
+    ``cause``)."""
+    if isinstance(data.get("kind"), str) and "source" in data:
+        return True
+    return ("action" in data or "observation" in data) and ("source" in data or "cause" in data)
+
+
 def refuse_other_format(src: Source, lines: list[Line], own: str) -> None:
-    """Raise `TranscriptFormatError` at the first record of the other JSONL format: pi
-    entries in a Claude Code file, or the reverse (one loader would skip them as records of
-    types it does not read)."""
+    """Raise `TranscriptFormatError` at the first record of another JSONL format: pi entries
+    in a Claude Code file, or the reverse, or OpenHands events in either (one loader would
+    skip them as records of types it does not read, a conversation read as nothing)."""
     other = CLAUDE_CODE_TYPES - PI_TYPES if own == "pi" else PI_TYPES - CLAUDE_CODE_TYPES
     for line in lines:
         data = line.data
         kind = data.get("type")  # one that is no string is the reader's to report
         if (isinstance(kind, str) and kind in other) or (own == "pi" and "parentUuid" in data):
-            theirs = "Claude Code record" if own == "pi" else "pi entry"
-            raise src.error(
-                line.number, f"a {own} record, not a {theirs} (two formats in one file)"
-            )
+            theirs = "a Claude Code record" if own == "pi" else "a pi entry"
+        elif kind is None and is_openhands_event(data):
+            theirs = "an OpenHands event"
+        else:
+            continue
+        raise src.error(line.number, f"a {own} record, not {theirs} (two formats in one file)")
