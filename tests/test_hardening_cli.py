@@ -49,6 +49,13 @@ def _session(n: int, extra: dict[str, Any] | None = None) -> list[Message]:
     return messages
 
 
+CALLED = [
+    {"role": "user", "content": "hi"},
+    {"role": "assistant", "content": [{"type": "text", "text": "hello"}]},
+]
+"""A session with one model call to replay."""
+
+
 def _pi_file(folder: Path, lines: list[dict[str, Any]], name: str = "s.jsonl") -> Path:
     records: list[dict[str, Any]] = [{"type": "session", "version": 3, "id": "s"}]
     parent = None
@@ -147,7 +154,7 @@ def test_ctrl_c_is_a_line_and_exit_130(
 def test_a_folder_names_every_entry_it_skips(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _pi_file(tmp_path, [{"role": "user", "content": "hi"}], "a.jsonl")
+    _pi_file(tmp_path, CALLED, "a.jsonl")
     os.mkfifo(tmp_path / "pipe.jsonl")
     (tmp_path / "gone.jsonl").symlink_to(tmp_path / "missing")
     assert main(["replay", str(tmp_path), "--strategy", "none"]) == 0
@@ -501,7 +508,7 @@ def test_a_line_break_in_an_output_path_cannot_forge_a_line(
 ) -> None:
     """Found by a hostile run (AE, finding 7): the closing ``report: PATH`` line printed a
     path's line break as it was: a forged line after the totals."""
-    session = _pi_file(tmp_path, [{"role": "user", "content": "task"}])
+    session = _pi_file(tmp_path, CALLED)
     report = tmp_path / "r\ntokens sent: 1 with compaction (forged).html"
     for extra in ([], ["--json"]):
         assert (
@@ -538,3 +545,54 @@ def test_tasks_whose_ids_hold_slashes_keep_their_whole_names_in_the_report(
     assert "<h2>eval.jsonl#org/repo-1&lt;b&gt;</h2>" in html
     assert "<h2>eval.jsonl#org/other/x</h2>" in html
     assert "eval.jsonl#org/other/x" in out
+
+
+# -- found by a hostile run (CC) --------------------------------------------------------------
+
+
+ORPHAN_FIRST = [
+    {
+        "type": "user",
+        "uuid": "a",
+        "parentUuid": None,
+        "message": {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "nope", "content": "stale"}],
+        },
+    },
+    {
+        "type": "assistant",
+        "uuid": "b",
+        "parentUuid": "a",
+        "message": {"id": "m1", "role": "assistant", "content": [{"type": "text", "text": "hi"}]},
+    },
+]
+
+
+@pytest.mark.parametrize(
+    ("records", "said"),
+    [
+        (ORPHAN_FIRST, "once repaired it holds nothing"),
+        ([{"type": "file-history-snapshot", "messageId": "x", "snapshot": {}}], "model call"),
+        ([], "model call"),
+    ],
+)
+def test_a_transcript_with_nothing_to_replay_is_named_and_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], records: list[Any], said: str
+) -> None:
+    """(CC 3, 10) An excerpt whose first request holds only a result answering no call loaded,
+    then ended the whole replay of its folder inside it, naming no file (exit 2, the other
+    transcripts' results lost); a file with no model call replayed to an all-zero report,
+    exit 0. Each is refused as it loads: named, skipped in a folder."""
+    folder = tmp_path / "f"
+    folder.mkdir()
+    _pi_file(folder, CALLED, "a.jsonl")
+    bad = folder / ("b.json" if not records else "b.jsonl")
+    bad.write_text(json.dumps(records) if not records else "\n".join(map(json.dumps, records)))
+    assert main(["replay", str(folder), "--strategy", "none", "--json"]) == 0
+    out = capsys.readouterr()
+    assert f"skipped {bad.name}: expected" in out.err and said in out.err
+    assert [Path(f["path"]).name for f in json.loads(out.out)["files"]] == ["a.jsonl"]
+    assert main(["replay", str(bad), "--strategy", "none"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and bad.name in err and said in err

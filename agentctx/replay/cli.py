@@ -39,7 +39,7 @@ import anyio
 
 from agentctx import __version__
 from agentctx.budget import DEFAULT_RESERVE_OUTPUT, Budget
-from agentctx.errors import AgentCtxError, ConfigError
+from agentctx.errors import AgentCtxError, ConfigError, TranscriptFormatError
 from agentctx.importers import load_transcript, openhands
 from agentctx.replay._safe_text import printable
 from agentctx.replay.cached_summarizer import SummaryCache, default_cache_path
@@ -50,7 +50,7 @@ from agentctx.replay.compare import (
     transcript_name,
 )
 from agentctx.replay.data import DEMO_TRANSCRIPT
-from agentctx.replay.engine import SONNET_MODEL
+from agentctx.replay.engine import SONNET_MODEL, replay_problem
 from agentctx.replay.jobs import (
     DEFAULT_SUMMARIZER_DELAY,
     STRATEGIES,
@@ -362,9 +362,15 @@ def _load(paths: Sequence[tuple[Path, bool]]) -> list[Transcript]:
             transcript = load_transcript(path)
             if transcript.format == "openhands" and "instance" in transcript.extra:
                 tasks = openhands.load_instances(path)
-                out += _named_tasks(tasks) if len(tasks) > 1 else tasks
+                loaded = _named_tasks(tasks) if len(tasks) > 1 else tasks
             else:
-                out.append(transcript)
+                loaded = [transcript]
+            for each in loaded:
+                # Refused here, named: inside the replay it would end every other one.
+                problem = replay_problem(each.messages)
+                if problem is not None:
+                    raise TranscriptFormatError(transcript_name(each), 0, problem)
+            out += loaded
         except (AgentCtxError, OSError, ValueError) as exc:
             if not in_folder:
                 raise

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from agentctx.boundaries import repair
 from agentctx.events import (
     BudgetExceeded,
     CompactionWarning,
@@ -59,7 +60,33 @@ if TYPE_CHECKING:
     from agentctx.budget import Budget
     from agentctx.strategy import CompactionStrategy
 
-__all__ = ["SONNET_MODEL", "SONNET_PRICE", "ReplayClock", "ReplayReport", "RequestRow", "replay"]
+__all__ = [
+    "SONNET_MODEL",
+    "SONNET_PRICE",
+    "ReplayClock",
+    "ReplayReport",
+    "RequestRow",
+    "replay",
+    "replay_problem",
+]
+
+
+def replay_problem(messages: Sequence[Message]) -> str | None:
+    """Why ``messages`` have nothing `replay` can send (what a transcript file should have
+    held), or ``None``: no model call after the first message, or a first request that holds
+    nothing once repaired (only tool results answering no call: an excerpt)."""
+    first = next(
+        (i for i, m in enumerate(messages) if isinstance(m, AssistantMessage) and i > 0), None
+    )
+    if first is None:
+        return "a model call to replay (an assistant message after the first message); it has none"
+    if not repair(messages[:first])[0]:
+        return (
+            "something to send at its first model call; once repaired it holds nothing (only "
+            "tool results answering no call)"
+        )
+    return None
+
 
 SONNET_PRICE = Price(3.0, 15.0, 0.3, 3.75, 6.0)
 """What `replay` prices requests at unless told otherwise: Claude Sonnet 4.6 list prices."""
