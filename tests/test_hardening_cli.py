@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from agentctx.budget import Budget
-from agentctx.errors import ConfigError
+from agentctx.errors import ConfigError, TranscriptFormatError
 from agentctx.importers import load_transcript
 from agentctx.messages import (
     AssistantMessage,
@@ -596,3 +596,21 @@ def test_a_transcript_with_nothing_to_replay_is_named_and_skipped(
     assert main(["replay", str(bad), "--strategy", "none"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and bad.name in err and said in err
+
+
+@pytest.mark.parametrize("shape", ["list", "history"])
+def test_a_json_transcript_is_held_to_the_record_cap_as_jsonl_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: str
+) -> None:
+    """(CC 4) The cap on records held for JSONL only: a 90 MB list of 3M tiny messages took
+    1.7 GB and 16 s to load and 2.8 GB to replay."""
+    from agentctx.importers import swe_agent
+
+    monkeypatch.setattr(swe_agent, "MAX_RECORDS", 10)
+    records = [{"role": "user" if k % 2 == 0 else "assistant", "content": "x"} for k in range(11)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(records if shape == "list" else {"history": records}))
+    with pytest.raises(TranscriptFormatError, match="at most 10 records"):
+        load_transcript(path)
+    path.write_text(json.dumps(records[:10]))
+    assert len(load_transcript(path).messages) == 10

@@ -38,7 +38,13 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
-from agentctx.importers._common import MAX_TRANSCRIPT_BYTES, Source, Transcript, freeze
+from agentctx.importers._common import (
+    MAX_RECORDS,
+    MAX_TRANSCRIPT_BYTES,
+    Source,
+    Transcript,
+    freeze,
+)
 from agentctx.messages import (
     AssistantContent,
     AssistantMessage,
@@ -371,8 +377,16 @@ class JsonDocument:
 
     @classmethod
     def parse(cls, src: Source, text: str, expected: str) -> JsonDocument:
-        """Parse the text of ``src``; bad or too deeply nested JSON raises with its line."""
-        return cls(src, text, src.loads(text, 0, expected))
+        """Parse the text of ``src``; bad or too deeply nested JSON, or a list of records (the
+        value, or a list in it) longer than `MAX_RECORDS`, raises with its line."""
+        value = src.loads(text, 0, expected)
+        lists = [value] if isinstance(value, list) else []
+        if isinstance(value, dict):
+            lists = [v for v in value.values() if isinstance(v, list)]
+        if any(len(records) > MAX_RECORDS for records in lists):
+            # As a JSONL file's lines are: the replay of each takes time and memory.
+            raise src.error(0, f"a transcript of at most {MAX_RECORDS} records")
+        return cls(src, text, value)
 
     @staticmethod
     def decode(src: Source, expected: str) -> str:
