@@ -983,3 +983,28 @@ def test_packaged_demo_transcript_loads() -> None:
     assert stats["assistant"] == 12 and stats["calls"] == stats["results"] == 33
     assert stats["over_10k"] == 7
     assert _unanswered(transcript.messages) == []
+
+
+def test_one_message_of_another_shape_does_not_read_a_neutral_list_as_a_providers(
+    tmp_path: Path,
+) -> None:
+    """Found by a hostile run (CC 5): in a list in agentctx's form, one message whose content
+    was a plain string read the whole list as Anthropic's: every other message's timestamp,
+    usage and model went into opaque fields, unused, and the replay changed without a word."""
+    items: list[dict[str, Any]] = [
+        {"role": "user", "content": [{"type": "text", "text": "task"}], "extra": {"timestamp": 1}},
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "a1"}],
+            "usage": {"input_tokens": 5000, "output_tokens": 7},
+            "extra": {"timestamp": 2},
+        },
+        {"role": "user", "content": "plain string"},
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(items))
+    with pytest.raises(TranscriptFormatError, match="message 2 in agentctx's form"):
+        load_transcript(path)
+    # The same shape with nothing only agentctx's form holds is a provider's list, as before.
+    path.write_text(json.dumps([{k: v for k, v in m.items() if k != "extra"} for m in items]))
+    assert load_transcript(path).format == "anthropic"

@@ -178,8 +178,10 @@ def _load_neutral(src: Source) -> Transcript:
         else:
             problem = f"with {problem}"
         # Not agentctx's own form: a request's messages as a provider takes them, if what
-        # only a provider's form holds says so (else the error is the neutral form's).
-        form = provider_form(value)
+        # only a provider's form holds says so, and no message holds what only agentctx's
+        # form does (else the error is the neutral form's: one message of the wrong shape
+        # read the whole list as another form, its timestamps and usage dropped).
+        form = None if any(map(_neutral_only, value)) else provider_form(value)
         if form is not None:
             return read_provider_list(doc, value, form)
         raise doc.error((i,), f"message {i} in agentctx's form {problem}")
@@ -197,6 +199,14 @@ _OPTIONAL_TEXT = {
     "message": ("stop_reason", "model", "tool_name", "tool_call_id", "text"),
     "block": ("signature", "source", "media_type", "data", "text", "thinking", "id", "name"),
 }
+
+
+def _neutral_only(item: object) -> bool:
+    """Whether ``item`` holds what only a message in agentctx's form does (`to_dict`): an
+    ``extra`` or a ``tool_name``, or the ``summary`` role."""
+    return isinstance(item, dict) and (
+        "extra" in item or "tool_name" in item or item.get("role") == "summary"
+    )
 
 
 def _neutral_problem(item: object) -> str | None:
