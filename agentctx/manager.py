@@ -1120,6 +1120,7 @@ class ContextManager:
         if state.repairs_version != self._repairs_seen:
             self._report_repairs()
         self._watch_thrash(taken, idle)
+        fresh = bisect.bisect_left(state.origins, self._sent)  # what this call added starts here
         self._sent = len(state.raw)
         view = list(state.view)
         if not view and state.raw:
@@ -1130,7 +1131,10 @@ class ContextManager:
             )
         if ran:  # else nothing since the count above changed the view or its estimates
             tokens = self._counter.overhead + self._view_tokens()
-        if tokens > budget.limit and self._counter.refine(view):
+        # Only what this call added can still be on a quick count: the rest was counted in
+        # full by an earlier call, or as the strategies decided (the whole view, on each call
+        # over the limit, made a session that stays over it quadratic).
+        if tokens > budget.limit and self._counter.refine(view[fresh:]):
             tokens = self.prompt_tokens
         if tokens > budget.limit:
             fraction = budget.usage_fraction(tokens)

@@ -2222,3 +2222,34 @@ async def test_a_rewind_of_the_last_step_keeps_what_was_dropped_in_the_turn_befo
         resynced = [e for e in events[seen:] if isinstance(e, HistoryResynced)]
         assert [e.dropped_decisions for e in resynced] == [0]
         assert list(await ctx.prepare(history)) == view  # the retry: the same view again
+
+
+class _NoCompaction:
+    async def compact(self, ctx: CompactionContext) -> None:
+        return None
+
+
+async def test_a_session_that_stays_over_the_budget_is_not_counted_again_whole_each_call() -> None:
+    """Found by a hostile run (CC 6): each call over the limit refined the whole view, though
+    only what the call added could still be on a quick count: a session that stays over it
+    (``agentctx replay --strategy none`` on 64k messages: 34 s) was quadratic."""
+    counted: list[int] = []
+
+    class Counting(MessageCounter):
+        def refine(self, messages: Any) -> int:
+            messages = list(messages)
+            counted.append(len(messages))
+            return super().refine(messages)
+
+    history: list[Message] = [user("task")]
+    async with ContextManager(
+        Budget(context_window=3_000, reserve_output=1_000),
+        strategy=_NoCompaction(),
+        counter=Counting(),
+        on_over_budget="send",
+    ) as ctx:
+        for k in range(400):
+            history += [AssistantMessage.of(f"step {k} " + "word " * 20), user(f"go on {k}")]
+            await ctx.prepare(history)
+    assert ctx.prompt_tokens > 3_000  # over the limit all along
+    assert sum(counted) < 20 * len(history)  # it was about len(history) ** 2 / 2
