@@ -1008,3 +1008,25 @@ def test_one_message_of_another_shape_does_not_read_a_neutral_list_as_a_provider
     # The same shape with nothing only agentctx's form holds is a provider's list, as before.
     path.write_text(json.dumps([{k: v for k, v in m.items() if k != "extra"} for m in items]))
     assert load_transcript(path).format == "anthropic"
+
+
+ONE = [{"type": "text", "text": "first answer"}]
+TWO = [{"type": "text", "text": "another answer"}]
+
+
+def test_two_claude_code_records_with_one_uuid_and_different_messages_are_an_error(
+    tmp_path: Path,
+) -> None:
+    """Found by a hostile run (CC 7): the second, a whole model call with another answer, was
+    taken for a record written twice and dropped; only a count in the header hinted at it."""
+    records = [
+        _cc("user", "a", None, message={"role": "user", "content": "task"}),
+        _cc("assistant", "b", "a", message={"id": "m1", "role": "assistant", "content": ONE}),
+        _cc("user", "c", "b", message={"role": "user", "content": "second question"}),
+        _cc("assistant", "b", "c", message={"id": "m2", "role": "assistant", "content": TWO}),
+    ]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(map(json.dumps, records)))
+    with pytest.raises(TranscriptFormatError, match="a uuid of its own") as info:
+        load_transcript(path)
+    assert info.value.line == 4
