@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -614,3 +615,33 @@ def test_a_json_transcript_is_held_to_the_record_cap_as_jsonl_is(
         load_transcript(path)
     path.write_text(json.dumps(records[:10]))
     assert len(load_transcript(path).messages) == 10
+
+
+def test_a_closed_stdout_is_one_line_and_a_reader_gone_is_no_input_error() -> None:
+    """(CC 8) Started with stdout closed, the command printed an AttributeError traceback
+    (exit 1); a reader that went away (``| true``) was reported as bad input (exit 2)."""
+    command = [sys.executable, "-m", "agentctx", "replay", "--strategy", "none", "--json"]
+    # (a shell closes it: ``>&-``)
+    closed = subprocess.run(
+        ["sh", "-c", 'exec "$0" "$@" >&-', *command[:-1]],
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    assert closed.returncode == 2 and closed.stderr.count("\n") == 1
+    assert "standard output" in closed.stderr and "Traceback" not in closed.stderr
+    reader, writer = os.pipe()
+    os.close(reader)
+    gone = subprocess.run(command, stdout=writer, stderr=subprocess.PIPE, text=True, check=False)
+    os.close(writer)
+    assert gone.returncode == 1 and gone.stderr == ""
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes on this system")
+def test_a_pipe_as_the_report_is_refused_before_the_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """(CC 9) A FIFO as ``--report`` hung the command after the replay, waiting for a reader."""
+    os.mkfifo(tmp_path / "r.html")
+    assert main(["replay", "--strategy", "none", "--report", str(tmp_path / "r.html")]) == 2
+    assert "not a regular file" in capsys.readouterr().err

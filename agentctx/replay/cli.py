@@ -26,6 +26,7 @@ and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -542,6 +543,10 @@ def _check_outputs(args: argparse.Namespace, inputs: Sequence[Path]) -> None:
             )
         if path.is_dir():
             raise ConfigError(f"{flag} {value}: a folder, not a file")
+        if path.exists() and not path.is_file():
+            # A pipe would hold the command at its open until a reader came, after the
+            # replay; a device is no report.
+            raise ConfigError(f"{flag} {value}: not a regular file")
         if not path.parent.is_dir():
             raise ConfigError(f"{flag} {value}: there is no folder {path.parent}")
         if not os.access(path if path.exists() else path.parent, os.W_OK):
@@ -624,7 +629,7 @@ def _print_one(outcome: Outcome, settings: ReplaySettings, console: Console | No
 
 def _terminal_console() -> Console | None:
     """A rich console on stdout if stdout is a terminal and rich is installed, else None."""
-    if not sys.stdout.isatty():
+    if sys.stdout is None or not sys.stdout.isatty():
         return None
     try:
         from rich.console import Console
@@ -641,6 +646,9 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None) -
     text with no escape codes. ``demo`` writes plain text to ``console.file`` or stdout.
     """
     args = _parser().parse_args(argv)
+    if sys.stdout is None and console is None:  # started with it closed (``>&-``)
+        print("agentctx: no standard output to write to (it is closed)", file=sys.stderr)
+        return 2
     try:
         if args.command == "demo":
             from agentctx.replay.demo import run_demo
@@ -649,6 +657,12 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None) -
             out = sys.stdout if console is None else cast("TextIO", console.file)
             return anyio.run(lambda: run_demo(budget, out))
         return _replay(args, console if console is not None else _terminal_console())
+    except BrokenPipeError:
+        # The reader went away (``| head``): nothing is wrong with the input. What is still
+        # buffered for it goes nowhere, not into an error at exit.
+        with contextlib.suppress(OSError, AttributeError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except (AgentCtxError, OSError, ValueError, RecursionError, MemoryError) as exc:
         # One line whatever the error holds (a path or a parser message with a newline in
         # it, or no message at all, like MemoryError's): never a traceback.
