@@ -800,3 +800,45 @@ def test_a_handed_over_span_that_now_holds_the_latest_user_message_is_stale() ->
         ledger=Ledger(),
     )
     assert handed_in(state, ctx) == ("history_changed", SummaryStats(0, Usage(), 0.0, "m"))
+
+
+def test_a_handed_over_span_of_a_turn_that_completed_since_is_spliced() -> None:
+    """(CF 1, CG 4) A briefing of a running tool loop's first steps, handed over after the
+    turn completed (an answer, a follow-up): the whole newest complete turn was read as what
+    every view shows, and the briefing as stale; one worker alone splices it."""
+    raw = [user("task"), *step(0, T0), *step(1, T0 + 1)]
+    raw += [AssistantMessage.of("done"), user("and the tests?")]
+    job = Job(1, 3, 0, (), None, 2, 100, 1_000, 1)
+    state = handover_state(Ready(job, BRIEFING, Usage(), 0.0, "m"), raw)
+    ctx: Any = SimpleNamespace(
+        raw=raw,
+        view=raw,
+        origins=range(len(raw)),
+        rewinds=0,
+        budget=Budget(context_window=24_000),
+        ledger=Ledger(),
+    )
+    assert isinstance(handed_in(state, ctx), Ready)
+
+
+def test_an_openai_compaction_briefing_is_handed_over_with_the_user_messages_it_keeps() -> None:
+    """(CF 2) OpenAI's compaction returns the span's user messages, then its compaction item:
+    only the latter was taken for a briefing, and the state was read as unreadable."""
+    item = {"type": "compaction", "id": "cmp_1", "encrypted_content": "opaque"}
+    native = (
+        user("task"),
+        AssistantMessage((OpaqueBlock("openai_responses", item),), "stop"),
+    )
+    raw = [user("task"), *step(0, T0), *step(1, T0 + 1)]
+    job = Job(1, 3, 0, (), None, 2, 100, 1_000, 1)
+    state = handover_state(Ready(job, "", Usage(), 0.0, "m", native), raw)
+    ctx: Any = SimpleNamespace(
+        raw=raw,
+        view=raw,
+        origins=range(len(raw)),
+        rewinds=0,
+        budget=Budget(context_window=24_000),
+        ledger=Ledger(),
+    )
+    back = handed_in(state, ctx)
+    assert isinstance(back, Ready) and back.messages == native

@@ -87,13 +87,7 @@ from typing import TYPE_CHECKING, Literal
 
 from agentctx._log import log
 from agentctx.errors import ConfigError
-from agentctx.events import (
-    CompactionWarning,
-    ContextCompacted,
-    SummaryRejected,
-    SummaryStale,
-    SummaryStats,
-)
+from agentctx.events import CompactionWarning, ContextCompacted, SummaryRejected, SummaryStale
 from agentctx.ledger import ReplaceSpan, anchor, protected_positions
 from agentctx.messages import SummaryMessage
 from agentctx.strategies.deterministic import DeterministicCompaction
@@ -116,7 +110,7 @@ from agentctx.summarizer import is_native_compaction
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from agentctx.events import Event
+    from agentctx.events import Event, SummaryStats
     from agentctx.messages import Message
     from agentctx.strategies.llm_request import Ready
     from agentctx.strategy import CompactionContext, CompactionStrategy

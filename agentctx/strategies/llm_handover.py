@@ -18,8 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 from agentctx.errors import UnsupportedMessageError
 from agentctx.events import SummaryStats
-from agentctx.ledger import protected_positions
-from agentctx.messages import Usage, fingerprint, from_dict, to_dict
+from agentctx.ledger import shown_positions
+from agentctx.messages import (
+    AssistantMessage,
+    Usage,
+    UserMessage,
+    fingerprint,
+    from_dict,
+    to_dict,
+)
 from agentctx.strategies.llm_request import Job, Ready
 from agentctx.summarizer import is_native_compaction
 
@@ -88,15 +95,25 @@ def handed_in(state: object, ctx: CompactionContext) -> Ready | tuple[str, Summa
         native = tuple(from_dict(m) for m in messages)
     except (UnsupportedMessageError, RecursionError):
         return None
-    # A briefing is its text, or the provider's own compaction: nothing else is spliced.
-    if not all(map(is_native_compaction, native)) or not (text.strip() or native):
+    # A briefing is its text, or the provider's own compaction (with the user messages
+    # OpenAI's keeps): never a call, a result or another message of the model's.
+    if native and not (
+        any(map(is_native_compaction, native))
+        and all(
+            isinstance(m, UserMessage)
+            or (isinstance(m, AssistantMessage) and is_native_compaction(m) and not m.tool_calls)
+            for m in native
+        )
+    ):
+        return None
+    if not (text.strip() or native):
         return None
     stats = SummaryStats(0, Usage(), 0.0, model)
     start, cut = at
     raw = ctx.raw
     if not (0 <= start < cut <= len(raw)) or _digest(raw, start, cut) != span:
         return "history_changed", stats
-    if any(start <= i < cut for i in protected_positions(raw)):
+    if any(start <= i < cut for i in shown_positions(raw)):
         return "history_changed", stats  # cut back: a message every view shows is in it
     if any(s.at.index <= start and cut <= s.end for s in ctx.ledger.spans):
         return "superseded", stats  # its span replaced whole already (an update spliced)
