@@ -285,25 +285,25 @@ async def test_anthropic_model_against_the_fake_api() -> None:
 
 
 @pytest.mark.parametrize(
-    ("arguments", "answered"),
+    ("arguments", "answer"),
     [
-        ('{"id": "%s", "limit": 1000000000}', True),
-        ('{"id": "%s", "limit": 1000000000, "note": 1}', False),
-        ('{"id": "%s", "offset": "x"}', False),
-        ("[1, 2]", False),
-        ("null", False),
-        ('"%s"', False),
+        ('{"id": "%s", "limit": 1000000000}', "chars 0-8000 of 50000"),
+        ('{"id": "%s", "limit": 100, "note": 1}', "chars 0-100 of 50000"),
+        ('{"id": "%s", "offset": "x"}', "`offset` must be a whole number"),
+        ("[1, 2]", "must be an object"),
+        ("null", "must be an object"),
+        ('"%s"', "must be an object"),
     ],
 )
 async def test_the_capability_gives_the_agent_a_bounded_recall_tool(
-    arguments: str, answered: bool
+    arguments: str, answer: str
 ) -> None:
     """Found by a hostile run (CD 1): no integration had the ``recall_context`` tool, and the
     natural one to bind, ``ctx.recall``, returns a whole 244k-character entry to a model's
     ``limit: 10**9`` (and a bare TypeError to an extra key). With a recall store the
-    capability gives the agent the tool, answered by ``handle_recall``: a bounded page; and
-    (CE 1) arguments of the wrong shape, which crashed the run (JSON that is no object), get
-    pydantic-ai's retry prompt, as any tool's do."""
+    capability gives the agent the tool, answered by ``handle_recall``, whatever the model
+    wrote, as often as it writes it: JSON that is no object ended the run (CE 1), and typed
+    arguments refused the same mistake made twice with pydantic-ai's retry limit (CF 6)."""
     store = MemoryRecallStore()
     tools: list[list[str]] = []
     budget = Budget(context_window=12_000, reserve_output=1_000)
@@ -312,31 +312,35 @@ async def test_the_capability_gives_the_agent_a_bounded_recall_tool(
 
         def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
             tools.append([t.name for t in info.function_tools])
-            if len(messages) == 1:
+            if len(messages) < 6:  # the same call three times
                 written = arguments.replace("%s", rid)
-                return ModelResponse([ToolCallPart("recall_context", written, "c1")])
+                return ModelResponse([ToolCallPart("recall_context", written, f"c{len(tools)}")])
             return ModelResponse([TextPart("done")])
 
         result = await Agent(FunctionModel(model)).run(
             "go", capabilities=[AgentCtxCapability(ctx, observe=False)]
         )
     assert result.output == "done"
-    (reply,) = [
+    replies = [
         p
         for m in result.all_messages()
         if isinstance(m, ModelRequest)
         for p in m.parts
         if isinstance(p, ToolReturnPart)
     ]
-    if answered:
-        assert reply.outcome != "retried" and isinstance(reply.content, str)
-        assert reply.content.startswith("[recall_context") and len(reply.content) < 8_200
-    else:
-        assert reply.outcome == "retried"  # pydantic-ai's retry prompt: what it refused
-    assert tools == [["recall_context"], ["recall_context"]]
+    assert len(replies) == 3
+    for reply in replies:
+        assert isinstance(reply.content, str) and reply.content.startswith("[recall_context")
+        assert answer in reply.content and len(reply.content) < 8_200
+    assert tools[0] == ["recall_context"]
+
+    def plain(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        tools.append([t.name for t in info.function_tools])
+        return ModelResponse([TextPart("ok")])
+
     async with ContextManager(budget) as bare:
-        none = await Agent(FunctionModel(model)).run("go", capabilities=[AgentCtxCapability(bare)])
-    assert none.output and tools[-1] == []  # no store: no tool to answer with
+        none = await Agent(FunctionModel(plain)).run("go", capabilities=[AgentCtxCapability(bare)])
+    assert none.output == "ok" and tools[-1] == []  # no store: no tool to answer with
 
 
 # ---------------------------------------------------------------------------------------

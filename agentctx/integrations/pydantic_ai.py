@@ -74,7 +74,6 @@ from agentctx.messages import (
     fingerprint,
     text_of,
 )
-from agentctx.recall.tool import MAX_LIMIT, RECALL_TOOL_NAME
 from agentctx.recall.tool import recall_tool as agentctx_recall_tool
 
 try:
@@ -103,6 +102,7 @@ try:
     )
     from pydantic_ai.tools import Tool
     from pydantic_ai.toolsets import FunctionToolset
+    from pydantic_core import SchemaValidator, core_schema
 except ImportError as exc:
     raise MissingExtraError("pydantic-ai", exc.name, needed_by=__name__) from exc
 
@@ -630,27 +630,31 @@ class _Converter:
         return [m for part in parts for m in part]
 
 
+_WHOLE = "__arguments__"  # the model's arguments when they are no JSON object
+
+
+def _as_keywords(arguments: object) -> object:
+    return arguments if isinstance(arguments, dict) else {_WHOLE: arguments}
+
+
 def recall_tool(manager: ContextManager) -> Tool[Any]:
-    """The ``recall_context`` tool, answered by ``manager.handle_recall`` (bounded pages).
-    Arguments of the wrong shape or type get pydantic-ai's own retry prompt, as any tool's
-    do. `AgentCtxCapability` adds it by itself when the manager has a recall store."""
+    """The ``recall_context`` tool, answered by ``manager.handle_recall``: bounded pages,
+    and an explanation for any arguments it cannot use (JSON that is no object too: they
+    reach it as they came, as the schema's checks are its own). `AgentCtxCapability` adds it
+    by itself when the manager has a recall store."""
+    spec = agentctx_recall_tool("openai-responses")
 
-    async def recall_context(
-        id: str, offset: int = 0, limit: int = MAX_LIMIT, pattern: str | None = None
-    ) -> str:
-        """Read back content that compaction cleared, by the id its placeholder names.
+    async def recall_context(**arguments: Any) -> str:
+        given: object = arguments[_WHOLE] if arguments.keys() == {_WHOLE} else arguments
+        return await manager.handle_recall(given)
 
-        Args:
-            id: The ctx-... id from the placeholder.
-            offset: First character to return.
-            limit: Characters to return (at most 8000).
-            pattern: Literal text (case-insensitive) to find lines by, instead of a page.
-        """
-        arguments = {"id": id, "offset": offset, "limit": limit, "pattern": pattern}
-        return await manager.handle_recall(arguments)
-
-    description = agentctx_recall_tool("openai-responses")["description"]
-    return Tool(recall_context, name=RECALL_TOOL_NAME, description=description)
+    tool = Tool.from_schema(recall_context, spec["name"], spec["description"], spec["parameters"])
+    # pydantic-ai calls the function with the arguments as keywords: a list or a null would
+    # fail that call and end the run; wrapped, it gets its explanation like any other.
+    tool.function_schema.validator = SchemaValidator(
+        core_schema.no_info_plain_validator_function(_as_keywords)
+    )
+    return tool
 
 
 @dataclasses.dataclass
