@@ -1030,3 +1030,37 @@ def test_two_claude_code_records_with_one_uuid_and_different_messages_are_an_err
     with pytest.raises(TranscriptFormatError, match="a uuid of its own") as info:
         load_transcript(path)
     assert info.value.line == 4
+
+
+def test_a_chat_list_whose_tool_messages_carry_a_tool_name_is_a_chat_list(tmp_path: Path) -> None:
+    """(CF 5) ``tool_name`` was read as a mark of agentctx's own form: a Chat list written by
+    a client of a compatible server (Ollama-style ``tool_name`` on tool messages) was refused."""
+    items = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "list the files"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "tool_name": "ls", "content": "a.py"},
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(items))
+    assert load_transcript(path).format == "openai-chat"
+
+
+def test_a_claude_code_record_written_again_with_other_usage_is_one_record(tmp_path: Path) -> None:
+    """(CF) A copy whose message differs only in its usage was refused whole."""
+    message = {"id": "m1", "role": "assistant", "content": ONE, "usage": {"input_tokens": 1}}
+    again = {**message, "usage": {"input_tokens": 2}}
+    records = [
+        _cc("user", "a", None, message={"role": "user", "content": "task"}),
+        _cc("assistant", "b", "a", message=message),
+        _cc("assistant", "b", "a", message=again),
+    ]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(map(json.dumps, records)))
+    assert load_transcript(path).extra["records_repeated"] == 1

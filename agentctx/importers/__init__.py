@@ -203,10 +203,9 @@ _OPTIONAL_TEXT = {
 
 def _neutral_only(item: object) -> bool:
     """Whether ``item`` holds what only a message in agentctx's form does (`to_dict`): an
-    ``extra`` or a ``tool_name``, or the ``summary`` role."""
-    return isinstance(item, dict) and (
-        "extra" in item or "tool_name" in item or item.get("role") == "summary"
-    )
+    ``extra``, or the ``summary`` role. (A ``tool_name`` is no such mark: Chat clients of
+    compatible servers write one.)"""
+    return isinstance(item, dict) and ("extra" in item or item.get("role") == "summary")
 
 
 def _neutral_problem(item: object) -> str | None:

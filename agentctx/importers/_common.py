@@ -195,13 +195,12 @@ class Source:
         """Every non-blank line as a JSON object; raises on bad JSON, an empty file or one of
         more than `MAX_RECORDS` records."""
         lines: list[Line] = []
+        held = 0  # records: the lines, and the lists of records a line holds (a history)
         for number, raw in enumerate(each_line(self.read_bytes()), start=1):
             if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
             if not raw.strip():
                 continue
-            if len(lines) == MAX_RECORDS:
-                raise self.error(number, f"a transcript of at most {MAX_RECORDS} records")
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError:
@@ -210,6 +209,9 @@ class Source:
             if not isinstance(value, dict):
                 raise self.error(number, f"a JSON object, not {type(value).__name__}")
             lines.append(Line(number, value))
+            held += 1 + records_in(value)
+            if held > MAX_RECORDS:
+                raise self.error(number, f"a transcript of at most {MAX_RECORDS} records")
         if not lines:
             raise self.error(0, "at least one record (the file is empty)")
         return lines
@@ -301,6 +303,16 @@ def as_int(value: object) -> int:
     if isinstance(value, float) and not math.isfinite(value):
         return 0
     return max(0, int(value))
+
+
+def records_in(value: object) -> int:
+    """The records a JSON value holds as lists: the value's own elements if it is a list, or
+    its lists' if it is an object, and the elements of lists in them (a history of pairs)."""
+    if isinstance(value, dict):
+        lists = [v for v in value.values() if isinstance(v, list)]
+    else:
+        lists = [value] if isinstance(value, list) else []
+    return sum(len(items) + sum(len(x) for x in items if isinstance(x, list)) for items in lists)
 
 
 def is_openhands_event(data: Mapping[str, Any]) -> bool:

@@ -11,13 +11,13 @@ Claude Code writes one ``assistant`` record per content block; records sharing a
 that were streamed in between them follow that response, in call order. Records that never
 reach the model (progress, file-history snapshots, titles, queue operations, most system
 records) are skipped. A ``compact_boundary`` becomes a `RecordedCompaction`, and the summary
-record after it a `SummaryMessage`. A record written twice (one ``uuid``, the same
-``message``) is read once; ``Transcript.extra["records_repeated"]`` counts the copies left
-out; two records with one ``uuid`` and different messages are a format error. Turns a rewind
-(Esc Esc, ``/rewind``) abandoned stay in the file: the conversation is the chain of ``parentUuid``
-that ends at the last message, and a branch off it that starts with a typed prompt is left
-out (``Transcript.extra["entries_off_branch"]`` counts its records; the results of parallel
-calls, which name their call's record, are no such branch).
+record after it a `SummaryMessage`. A record written twice (one ``uuid``, a message with the
+same id, role and content) is read once; ``Transcript.extra["records_repeated"]`` counts the
+copies left out; two records with one ``uuid`` and different messages are a format error.
+Turns a rewind (Esc Esc, ``/rewind``) abandoned stay in the file: the conversation is the
+chain of ``parentUuid`` that ends at the last message, and a branch off it that starts with a
+typed prompt is left out (``Transcript.extra["entries_off_branch"]`` counts its records; the
+results of parallel calls, which name their call's record, are no such branch).
 
 A subagent's records (``isSidechain``) are a different conversation. ``thread="auto"`` reads
 the main conversation, or the subagent's when the file holds nothing else (a subagent file);
@@ -101,19 +101,27 @@ def load(
         uuid = line.data.get("uuid")
         if isinstance(uuid, str):
             if uuid in seen:  # a record written twice: its blocks would be read twice
-                if line.data.get("message") != seen[uuid]:
+                if _said(line.data.get("message")) != seen[uuid]:
                     # Two records, one name: which one the conversation goes through is not
                     # known, and reading either drops the other's model call in silence.
                     raise src.error(line.number, f"a record with a uuid of its own ({uuid!r})")
                 repeated += 1
                 continue
-            seen[uuid] = line.data.get("message")
+            seen[uuid] = _said(line.data.get("message"))
         reader.record(line)
     reader.flush()
     counts = {"records_repeated": repeated, "entries_off_branch": off_branch}
     extra = freeze({key: n for key, n in counts.items() if n})
     messages, compactions = tuple(reader.messages), tuple(reader.compactions)
     return Transcript(src.path, "claude-code", messages, compactions, extra=extra)
+
+
+def _said(message: object) -> object:
+    """What a record's message says (its id, role and content): a copy written again may
+    differ in the rest (usage)."""
+    if not isinstance(message, dict):
+        return message
+    return (message.get("id"), message.get("role"), message.get("content"))
 
 
 def _type(line: Line) -> str | None:

@@ -44,6 +44,7 @@ from agentctx.importers._common import (
     Source,
     Transcript,
     freeze,
+    records_in,
 )
 from agentctx.messages import (
     AssistantContent,
@@ -380,10 +381,7 @@ class JsonDocument:
         """Parse the text of ``src``; bad or too deeply nested JSON, or a list of records (the
         value, or a list in it) longer than `MAX_RECORDS`, raises with its line."""
         value = src.loads(text, 0, expected)
-        lists = [value] if isinstance(value, list) else []
-        if isinstance(value, dict):
-            lists = [v for v in value.values() if isinstance(v, list)]
-        if any(len(records) > MAX_RECORDS for records in lists):
+        if records_in(value) > MAX_RECORDS:
             # As a JSONL file's lines are: the replay of each takes time and memory.
             raise src.error(0, f"a transcript of at most {MAX_RECORDS} records")
         return cls(src, text, value)
