@@ -49,6 +49,7 @@ from agentctx.strategy import Chain
 from agentctx.summarizer import REQUIRED_SECTIONS
 from agentctx.testing import ScriptedSummarizer, assert_view_ok, synthetic_session
 
+from .helpers import assistant, call, result, user
 from .test_pipeline import NOW
 
 RID = re.compile(r"ctx-[0-9a-f]{16}")
@@ -755,3 +756,67 @@ def test_forget_deletes_one_sessions_data_and_no_others(tmp_path: Path, kind: st
         alone = MemoryRecallStore()
         alone.put_many("t", ["kept"])
         assert len(store) == 1 and store.bytes_held == alone.bytes_held
+
+
+# -- found by a hostile run (CG): a worker per request, at scale --------------------------------
+
+
+async def test_a_rewind_serializes_only_the_messages_that_name_a_recall_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """(CG 1) A dropped decision's entry stays kept while the history names it: every raw
+    message was serialized, on the loop, to look (2.2 s at 50k messages)."""
+    import agentctx.recall.writer as writer_module
+
+    serialized: list[Message] = []
+    real = writer_module.canonical_json
+
+    def counting(m: Message) -> str:
+        serialized.append(m)
+        return real(m)
+
+    monkeypatch.setattr(writer_module, "canonical_json", counting)
+    history: list[Message] = [user("task")]
+    for k in range(150):
+        history += [assistant(call(f"c{k}", "ls", path=f"d{k}")), result(f"c{k}", f"f{k}.py")]
+    cut = len(history)
+    log = "\n".join(f"line {i}: " + "x" * 60 for i in range(2_000))
+    history += [assistant(call("big", "test")), result("big", log), user("and now?")]
+    async with ContextManager(
+        Budget(context_window=12_000, reserve_output=1_000), recall=MemoryRecallStore()
+    ) as ctx:
+        view = await ctx.prepare(history)
+        assert any("ctx-" in canonical_json(m) for m in view)  # the log, cut, recallable
+        serialized.clear()
+        rewound = [*history[:cut], user("something else")]
+        assert_view_ok(await ctx.prepare(rewound), rewound)
+    assert len(serialized) < 5  # it was every message of the history: 302
+
+
+async def test_a_resumed_worker_appends_to_the_ledger_it_resumed(tmp_path: Path) -> None:
+    """(CG 2) A resumed worker's first save rewrote the whole ledger (megabytes, for a worker
+    per request) to add the few decisions it took."""
+    saves: list[tuple[int, int]] = []
+
+    class Counting(SQLiteRecallStore):
+        def extend_ledger(self, session_id: str, parts: Sequence[str], start: int) -> bool:
+            saves.append((start, len(parts)))
+            return super().extend_ledger(session_id, parts, start)
+
+    store = Counting(tmp_path / "s.db")
+    history: list[Message] = [user("task")]
+    for k in range(60):
+        history += [assistant(call(f"c{k}", "cat", path=f"f{k}")), result(f"c{k}", "y" * 3_000)]
+    budget = Budget(context_window=16_000, reserve_output=1_000)
+    async with ContextManager(budget, recall=store, session_id="s") as a:
+        await a.prepare(history)
+        held = len(a.ledger)
+    assert held >= 1 and saves
+    saves.clear()
+    for k in range(60, 75):
+        history += [assistant(call(f"c{k}", "cat", path=f"f{k}")), result(f"c{k}", "y" * 3_000)]
+    async with ContextManager(budget, recall=store, session_id="s") as b:
+        await b.prepare(history)
+        added = len(b.ledger) - held
+    assert added > 0
+    assert saves == [(held, added)]

@@ -40,6 +40,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +51,15 @@ from agentctx._log import log
 from agentctx.errors import StoreDataError, StoreError
 from agentctx.events import CompactionWarning, StoreDegraded, StoreRecovered
 from agentctx.ledger import Ledger, ReplaceSpan, decision_json
-from agentctx.messages import SummaryMessage, canonical_json, text_of
+from agentctx.messages import (
+    OpaqueBlock,
+    SummaryMessage,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    canonical_json,
+    text_of,
+)
 from agentctx.recall.store import (
     AppendingLedgerStore,
     LedgerStore,
@@ -106,10 +115,51 @@ def _still_named(ids: set[str], raw: Sequence[Message]) -> set[str]:
     """Those of ``ids`` that messages of ``raw`` name."""
     named: set[str] = set()
     for m in raw:
-        text = canonical_json(m)
-        if "ctx-" in text:
+        # Serialized only where a string names one: all of them took seconds on the loop
+        # for a long session's rewind. (Nested past what the walk takes: serialized.)
+        try:
+            maybe = _names_one(m)
+        except RecursionError:
+            maybe = True
+        if maybe:
+            text = canonical_json(m)
             named.update(rid for rid in _RID.findall(text) if rid in ids)
     return named
+
+
+def _names_one(m: Message) -> bool:
+    """Whether a string of ``m`` (text, arguments, payload, extra) holds ``ctx-``."""
+    if isinstance(m, SummaryMessage):
+        return "ctx-" in m.text or _holds_id(m.extra)
+    if m.extra and _holds_id(m.extra):
+        return True
+    for b in m.content:
+        if isinstance(b, TextBlock):
+            if "ctx-" in b.text:
+                return True
+        elif isinstance(b, ThinkingBlock):
+            if "ctx-" in b.thinking:
+                return True
+        elif isinstance(b, ToolCall):
+            if _holds_id(b.arguments):
+                return True
+        elif isinstance(b, OpaqueBlock):
+            if _holds_id(b.payload):
+                return True
+            continue
+        if getattr(b, "extra", None) and _holds_id(b.extra):
+            return True
+    return False
+
+
+def _holds_id(value: object) -> bool:
+    if isinstance(value, str):
+        return "ctx-" in value
+    if isinstance(value, Mapping):
+        return any(map(_holds_id, value.values())) or any(map(_holds_id, value.keys()))
+    if isinstance(value, list | tuple):
+        return any(map(_holds_id, value))
+    return False
 
 
 _FIRST_BACKOFF = 0.2
@@ -272,6 +322,10 @@ class RecallWriter:
         self._closed = False
         self.record(ledger, ())
         self._ledger_dirty = self._keeps_ledger and not saved and len(ledger) > 0
+        if saved:
+            # The store holds these decisions: the first save appends what follows them (a
+            # worker per request rewrote the whole ledger, megabytes, to add a few).
+            self._ledger_saved = len(self._parts)
         self._state_dirty = False  # nothing learned yet
 
     # -- the store interface strategies see -----------------------------------------------
