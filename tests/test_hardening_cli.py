@@ -34,6 +34,8 @@ from agentctx.strategies import CondensePass, DeterministicCompaction, ToolOutpu
 from agentctx.strategy import Chain
 from agentctx.tokens.count import MessageCounter
 
+from .corpus import corpus_file
+
 HUGE = 10**400
 
 
@@ -599,18 +601,26 @@ def test_a_transcript_with_nothing_to_replay_is_named_and_skipped(
     assert err.count("\n") == 1 and bad.name in err and said in err
 
 
-@pytest.mark.parametrize("shape", ["list", "history"])
+@pytest.mark.parametrize("shape", ["list", "history", "nested", "jsonl"])
 def test_a_json_transcript_is_held_to_the_record_cap_as_jsonl_is(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: str
 ) -> None:
     """(CC 4) The cap on records held for JSONL only: a 90 MB list of 3M tiny messages took
-    1.7 GB and 16 s to load and 2.8 GB to replay."""
-    from agentctx.importers import swe_agent
+    1.7 GB and 16 s to load and 2.8 GB to replay. (CF 4) A history nested one list deeper
+    (OpenHands' pairs, or one list in a list), or in a line of JSONL, got past it."""
+    from agentctx.importers import _common, swe_agent
 
     monkeypatch.setattr(swe_agent, "MAX_RECORDS", 10)
+    monkeypatch.setattr(_common, "MAX_RECORDS", 10)
     records = [{"role": "user" if k % 2 == 0 else "assistant", "content": "x"} for k in range(11)]
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps(records if shape == "list" else {"history": records}))
+    path = tmp_path / ("t.jsonl" if shape == "jsonl" else "t.json")
+    document = {
+        "list": records,
+        "history": {"history": records},
+        "nested": {"instance_id": "i", "history": [records]},
+        "jsonl": {"instance_id": "i", "history": records},
+    }[shape]
+    path.write_text(json.dumps(document))
     with pytest.raises(TranscriptFormatError, match="at most 10 records"):
         load_transcript(path)
     path.write_text(json.dumps(records[:10]))
@@ -644,4 +654,56 @@ def test_a_pipe_as_the_report_is_refused_before_the_replay(
     """(CC 9) A FIFO as ``--report`` hung the command after the replay, waiting for a reader."""
     os.mkfifo(tmp_path / "r.html")
     assert main(["replay", "--strategy", "none", "--report", str(tmp_path / "r.html")]) == 2
-    assert "not a regular file" in capsys.readouterr().err
+    assert "a pipe that no one reads" in capsys.readouterr().err
+
+
+def test_a_device_and_a_read_pipe_are_outputs_a_pipe_no_one_reads_is_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """(CF 7) Refusing every output that is no regular file refused ``--report /dev/null``
+    and process substitution; only a pipe no one reads (which hung the command) is refused."""
+    assert main(["replay", "--strategy", "none", "--report", os.devnull]) == 0
+    if hasattr(os, "mkfifo"):
+        fifo = tmp_path / "r.html"
+        os.mkfifo(fifo)
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            assert main(["replay", "--strategy", "none", "--chart", str(fifo)]) == 0
+        finally:
+            os.close(reader)
+    capsys.readouterr()
+
+
+def test_a_closed_stderr_never_puts_a_line_into_the_json_on_stdout(tmp_path: Path) -> None:
+    """(CF) With stderr closed, a "skipped" line went to stdout, into the JSON document."""
+    folder = tmp_path / "f"
+    folder.mkdir()
+    _pi_file(folder, CALLED, "a.jsonl")
+    (folder / "b.jsonl").write_text("not json\n")
+    done = subprocess.run(
+        ["sh", "-c", 'exec "$0" "$@" 2>&-', sys.executable, "-m", "agentctx", "replay"]
+        + [str(folder), "--strategy", "none", "--json"],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0
+    assert [Path(f["path"]).name for f in json.loads(done.stdout)["files"]] == ["a.jsonl"]
+
+
+def test_a_task_with_nothing_to_replay_is_skipped_alone_in_an_evaluation_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """(CF 3) A failed task (no history) in an OpenHands evaluation output refused the whole
+    file: its good tasks were gone too, with a line naming only the failed one."""
+    line = corpus_file("openhands", "v0-multi_swe_bench-output.jsonl").read_text().splitlines()[0]
+    good = json.loads(line)
+    failed = {**good, "instance_id": "failed-task", "history": []}
+    other = {**good, "instance_id": "other-task"}
+    path = tmp_path / "eval.jsonl"
+    path.write_text("\n".join(json.dumps(t) for t in (good, failed, other)) + "\n")
+    assert main(["replay", str(path), "--strategy", "none", "--json"]) == 0
+    out = capsys.readouterr()
+    assert "skipped eval.jsonl#failed-task" in out.err
+    names = [f["path"].rpartition("#")[2] for f in json.loads(out.out)["files"]]
+    assert names == [good["instance_id"], "other-task"]

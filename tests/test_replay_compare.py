@@ -479,3 +479,10 @@ def test_x_tick_labels_never_touch(width: float) -> None:
         spacing = width / max(n - 1, 1)
         for a, b in zip(ticks, ticks[1:], strict=False):
             assert (b - a) * spacing >= label + LABEL_GAP - 1e-6, (n, ticks)
+
+
+def test_a_summarizer_url_is_read_whatever_its_scheme_case_and_shown_without_its_password() -> None:
+    """(CF) ``HTTP://`` was no URL to the spec, and a password in it reached ``--json``."""
+    spec = SummarizerSpec.parse("openai-compatible:m@HTTP://me:secret@h:8000/v1")
+    assert spec.base_url == "HTTP://me:secret@h:8000/v1"
+    assert str(spec) == "openai-compatible:m@http://me:***@h:8000/v1"  # (urlunsplit)

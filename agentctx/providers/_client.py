@@ -37,8 +37,10 @@ def retryless(
     if client is None:
         try:
             return make(api_key=api_key, base_url=base_url, **options)  # type: ignore[call-arg]
-        except Exception as e:  # the SDK's own error for a value it cannot use (a URL, ...)
+        except Exception as e:  # its HTTP layer's error for a value it cannot use (a URL, ...)
             sdk = make.__module__.split(".")[0]
+            if type(e).__module__.split(".")[0] == sdk:
+                raise  # the SDK's own (a missing key), as it words it
             raise ConfigError(f"cannot make the {sdk} client: {type(e).__name__}: {e}") from e
     # A client from agentctx's wrap() sends through the session's compactor; a summarizer's
     # own requests must not, so it gets the SDK client underneath.

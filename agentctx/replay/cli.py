@@ -367,11 +367,19 @@ def _load(paths: Sequence[tuple[Path, bool]]) -> list[Transcript]:
             else:
                 loaded = [transcript]
             for each in loaded:
-                # Refused here, named: inside the replay it would end every other one.
+                # Refused here, named: inside the replay it would end every other one. A
+                # task of an evaluation output (a failed one has no history) is skipped alone.
                 problem = replay_problem(each.messages)
-                if problem is not None:
-                    raise TranscriptFormatError(transcript_name(each), 0, problem)
-            out += loaded
+                if problem is None:
+                    out.append(each)
+                    continue
+                refused = TranscriptFormatError(transcript_name(each), 0, problem)
+                if len(loaded) == 1:
+                    raise refused
+                print(
+                    printable(f"agentctx: skipped {' '.join(str(refused).split())}"),
+                    file=sys.stderr,
+                )
         except (AgentCtxError, OSError, ValueError) as exc:
             if not in_folder:
                 raise
@@ -543,10 +551,9 @@ def _check_outputs(args: argparse.Namespace, inputs: Sequence[Path]) -> None:
             )
         if path.is_dir():
             raise ConfigError(f"{flag} {value}: a folder, not a file")
-        if path.exists() and not path.is_file():
-            # A pipe would hold the command at its open until a reader came, after the
-            # replay; a device is no report.
-            raise ConfigError(f"{flag} {value}: not a regular file")
+        if path.is_fifo() and not _has_reader(path):
+            # Its open would hold the command until a reader came, after the replay.
+            raise ConfigError(f"{flag} {value}: a pipe that no one reads")
         if not path.parent.is_dir():
             raise ConfigError(f"{flag} {value}: there is no folder {path.parent}")
         if not os.access(path if path.exists() else path.parent, os.W_OK):
@@ -555,6 +562,15 @@ def _check_outputs(args: argparse.Namespace, inputs: Sequence[Path]) -> None:
             raise ConfigError(f"{flag} {value}: a transcript replayed, not overwritten")
         if path.exists() and _same_file(path, cache):
             raise ConfigError(f"{flag} {value}: the summary cache, not overwritten")
+
+
+def _has_reader(fifo: Path) -> bool:
+    """Whether a process has ``fifo`` open for reading (a process substitution's has)."""
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:  # ENXIO: no reader
+        return False
+    return True
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -646,6 +662,8 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None) -
     text with no escape codes. ``demo`` writes plain text to ``console.file`` or stdout.
     """
     args = _parser().parse_args(argv)
+    if sys.stderr is None:  # started with it closed (``2>&-``): print() would use stdout
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - the process's
     if sys.stdout is None and console is None:  # started with it closed (``>&-``)
         print("agentctx: no standard output to write to (it is closed)", file=sys.stderr)
         return 2

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from agentctx.errors import ConfigError
 
@@ -66,7 +66,8 @@ class SummarizerSpec:
         base_url: str | None = None
         if provider == "openai-compatible":
             # The URL starts at the last '@' before a scheme: a model name may hold an '@'.
-            at = max(rest.rfind("@http://"), rest.rfind("@https://"))
+            lower = rest.lower()
+            at = max(lower.rfind("@http://"), lower.rfind("@https://"))
             if at < 0:
                 raise ConfigError(
                     f"not a summarizer: {text!r} (openai-compatible needs MODEL@URL, e.g. "
@@ -85,7 +86,15 @@ class SummarizerSpec:
         return cls(provider, rest.strip(), base_url)
 
     def __str__(self) -> str:
-        at = f"@{self.base_url}" if self.base_url is not None else ""
+        """The spec as given, a password in its URL shown as ``***`` (it reaches reports)."""
+        url = self.base_url
+        if url is not None:
+            parts = urlsplit(url)
+            if parts.password is not None:
+                user = parts.username or ""
+                host = parts.netloc.rpartition("@")[2]
+                url = urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+        at = f"@{url}" if url is not None else ""
         return f"{self.provider}:{self.model}{at}"
 
     @property
