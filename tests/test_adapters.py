@@ -1435,6 +1435,18 @@ def test_a_streamed_custom_tool_call_is_assembled_with_its_name_and_input() -> N
     assert validate_chat(body) is None
 
 
+def computer_call(n: int) -> dict[str, Any]:
+    """A Responses ``computer_call`` item (a screenshot), call id ``c{n}``."""
+    return {
+        "type": "computer_call",
+        "id": f"cu_{n}",
+        "call_id": f"c{n}",
+        "action": {"type": "screenshot"},
+        "pending_safety_checks": [],
+        "status": "completed",
+    }
+
+
 async def test_a_built_in_tools_output_is_never_sent_without_its_call() -> None:
     """Found by a hostile run (AC, finding 2): in a step calling a function and the computer
     tool at once, the computer output follows the function output, so it opens the next
@@ -1446,14 +1458,7 @@ async def test_a_built_in_tools_output_is_never_sent_without_its_call() -> None:
     def step(n: int) -> list[dict[str, Any]]:
         return [
             {"type": "function_call", "call_id": f"f{n}", "name": "read_log", "arguments": "{}"},
-            {
-                "type": "computer_call",
-                "id": f"cu_{n}",
-                "call_id": f"c{n}",
-                "action": {"type": "screenshot"},
-                "pending_safety_checks": [],
-                "status": "completed",
-            },
+            computer_call(n),
             {"type": "function_call_output", "call_id": f"f{n}", "output": log},
             {"type": "computer_call_output", "call_id": f"c{n}", "output": screenshot},
             {"role": "assistant", "content": f"checked step {n}"},
@@ -1495,14 +1500,7 @@ async def test_a_built_in_tools_call_is_never_sent_without_its_output() -> None:
         return [
             {"type": "reasoning", "id": f"rs_{t}", "summary": [], "encrypted_content": encrypted},
             {"type": "function_call", "call_id": f"f{t}", "name": "read", "arguments": "{}"},
-            {
-                "type": "computer_call",
-                "id": f"cu_{t}",
-                "call_id": f"c{t}",
-                "action": {"type": "screenshot"},
-                "pending_safety_checks": [],
-                "status": "completed",
-            },
+            computer_call(t),
             {"type": "function_call_output", "call_id": f"f{t}", "output": "x" * 12_000},
             {"type": "computer_call_output", "call_id": f"c{t}", "output": shot},
         ]

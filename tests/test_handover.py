@@ -506,6 +506,33 @@ def billed(events: list[Event]) -> int:
     return total
 
 
+async def ready_worker(store: Any, history: list[Message]) -> tuple[ContextManager, int]:
+    """Worker A on ``store``, run until its briefing waits (``history`` grows); closed."""
+    async with llm_worker(store, ScriptedSummarizer(default=BRIEFING)) as a:
+        chain = a.strategy
+        assert isinstance(chain, Chain) and isinstance(chain.strategies[0], LlmCompaction)
+        k = 0
+        while chain.strategies[0].phase != "ready":
+            await a.prepare(history)
+            history += step(k, T0 + k)
+            k += 1
+            for _ in range(5):
+                await anyio.lowlevel.checkpoint()
+    return a, k
+
+
+def fake_context(raw: list[Message]) -> Any:
+    """What `handed_in` reads of a `CompactionContext`: a view of the raw history as it is."""
+    return SimpleNamespace(
+        raw=raw,
+        view=raw,
+        origins=range(len(raw)),
+        rewinds=0,
+        budget=Budget(context_window=24_000),
+        ledger=Ledger(),
+    )
+
+
 async def test_per_request_workers_splice_the_briefings_they_hand_each_other(
     tmp_path: Path,
 ) -> None:
@@ -581,19 +608,9 @@ async def test_a_briefing_handed_over_by_hand_is_spliced_by_the_next_worker() ->
 
 
 async def test_a_handed_over_briefing_whose_history_changed_is_said_stale(tmp_path: Path) -> None:
-    summarizer = ScriptedSummarizer(default=BRIEFING)
     store = SQLiteRecallStore(tmp_path / "s.db")
     history: list[Message] = [user("refactor the handlers")]
-    async with llm_worker(store, summarizer) as a:
-        chain = a.strategy
-        assert isinstance(chain, Chain) and isinstance(chain.strategies[0], LlmCompaction)
-        k = 0
-        while chain.strategies[0].phase != "ready":
-            await a.prepare(history)
-            history += step(k, T0 + k)
-            k += 1
-            for _ in range(5):
-                await anyio.lowlevel.checkpoint()
+    await ready_worker(store, history)
     handed = json.loads(store.load_state("run-42") or "")["strategy"][0]["briefing"]
     start = handed["at"][0]
     edited = [*history[:start], user("a different start"), *history[start + 1 :]]
@@ -686,14 +703,7 @@ def test_a_provider_native_briefing_is_handed_over_as_it_is() -> None:
     job = Job(1, 3, 0, (), None, 2, 100, 1_000, 1)
     ready = Ready(job, "", Usage(input_tokens=5), 0.1, "m", native)
     state = json.loads(json.dumps(handover_state(ready, raw)))
-    ctx: Any = SimpleNamespace(
-        raw=raw,
-        view=raw,
-        origins=range(len(raw)),
-        rewinds=0,
-        budget=Budget(context_window=24_000),
-        ledger=Ledger(),
-    )
+    ctx = fake_context(raw)
     back = handed_in(state, ctx)
     assert isinstance(back, Ready)
     assert back.messages == native and back.usage == Usage() and back.cost == 0.0
@@ -713,21 +723,6 @@ def test_a_provider_native_briefing_is_handed_over_as_it_is() -> None:
 
 
 # -- found by a hostile run (CE) on the hand-over of briefings --------------------------------
-
-
-async def ready_worker(store: Any, history: list[Message]) -> tuple[ContextManager, int]:
-    """Worker A on ``store``, run until its briefing waits (``history`` grows); closed."""
-    async with llm_worker(store, ScriptedSummarizer(default=BRIEFING)) as a:
-        chain = a.strategy
-        assert isinstance(chain, Chain) and isinstance(chain.strategies[0], LlmCompaction)
-        k = 0
-        while chain.strategies[0].phase != "ready":
-            await a.prepare(history)
-            history += step(k, T0 + k)
-            k += 1
-            for _ in range(5):
-                await anyio.lowlevel.checkpoint()
-    return a, k
 
 
 async def test_a_worker_that_never_ran_hands_the_briefing_on(tmp_path: Path) -> None:
@@ -791,14 +786,7 @@ def test_a_handed_over_span_that_now_holds_the_latest_user_message_is_stale() ->
     raw = [user("task"), *step(0, T0), user("now the parser"), *step(1, T0 + 1)]
     job = Job(1, 5, 0, (), None, 4, 100, 1_000, 1)
     state = handover_state(Ready(job, BRIEFING, Usage(), 0.0, "m"), raw)
-    ctx: Any = SimpleNamespace(
-        raw=raw,
-        view=raw,
-        origins=range(len(raw)),
-        rewinds=0,
-        budget=Budget(context_window=24_000),
-        ledger=Ledger(),
-    )
+    ctx = fake_context(raw)
     assert handed_in(state, ctx) == ("history_changed", SummaryStats(0, Usage(), 0.0, "m"))
 
 
@@ -810,14 +798,7 @@ def test_a_handed_over_span_of_a_turn_that_completed_since_is_spliced() -> None:
     raw += [AssistantMessage.of("done"), user("and the tests?")]
     job = Job(1, 3, 0, (), None, 2, 100, 1_000, 1)
     state = handover_state(Ready(job, BRIEFING, Usage(), 0.0, "m"), raw)
-    ctx: Any = SimpleNamespace(
-        raw=raw,
-        view=raw,
-        origins=range(len(raw)),
-        rewinds=0,
-        budget=Budget(context_window=24_000),
-        ledger=Ledger(),
-    )
+    ctx = fake_context(raw)
     assert isinstance(handed_in(state, ctx), Ready)
 
 
@@ -832,13 +813,6 @@ def test_an_openai_compaction_briefing_is_handed_over_with_the_user_messages_it_
     raw = [user("task"), *step(0, T0), *step(1, T0 + 1)]
     job = Job(1, 3, 0, (), None, 2, 100, 1_000, 1)
     state = handover_state(Ready(job, "", Usage(), 0.0, "m", native), raw)
-    ctx: Any = SimpleNamespace(
-        raw=raw,
-        view=raw,
-        origins=range(len(raw)),
-        rewinds=0,
-        budget=Budget(context_window=24_000),
-        ledger=Ledger(),
-    )
+    ctx = fake_context(raw)
     back = handed_in(state, ctx)
     assert isinstance(back, Ready) and back.messages == native
