@@ -18,13 +18,17 @@ from typing import TYPE_CHECKING, Any
 
 from agentctx.errors import UnsupportedMessageError
 from agentctx.events import SummaryStats
-from agentctx.ledger import shown_positions
+from agentctx.ledger import protected_positions, shown_positions
 from agentctx.messages import (
     AssistantMessage,
+    OpaqueBlock,
+    SummaryMessage,
+    TextBlock,
     Usage,
     UserMessage,
     fingerprint,
     from_dict,
+    is_instruction,
     to_dict,
 )
 from agentctx.strategies.llm_request import Job, Ready
@@ -58,6 +62,9 @@ def handover_state(ready: Ready, raw: Sequence[Message]) -> dict[str, Any] | Non
         "briefing": {
             "at": [job.start, job.cut],
             "span": _digest(raw, job.start, job.cut),
+            # The history as this worker last had it: one that only grew since reads the
+            # span as this worker would; one cut back more strictly, as after a rewind.
+            "seen": [len(raw), fingerprint(raw[-1])],
             "text": ready.text,
             "messages": [to_dict(m) for m in ready.messages],
             "model": ready.model,
@@ -66,6 +73,35 @@ def handover_state(ready: Ready, raw: Sequence[Message]) -> dict[str, Any] | Non
         }
     }
     return state if len(json.dumps(state)) <= MOST_HANDOVER_CHARS else None
+
+
+def _a_briefing(native: Sequence[Message], span: Sequence[Message]) -> bool:
+    """Whether ``native`` is what a provider's compaction returns for ``span``: its
+    compaction (an assistant message of text and the provider's compaction block), with the
+    span's own user messages where the provider keeps them (OpenAI's), or a summary message
+    (a summarizer of one's own): never a call, a result, an instruction or a user message
+    the span does not hold."""
+    if not native:
+        return True
+    if all(isinstance(m, UserMessage) for m in native):
+        return False  # the span's own user messages alone summarize nothing
+    users = {fingerprint(m) for m in span if isinstance(m, UserMessage)}
+    for m in native:
+        if isinstance(m, SummaryMessage):
+            continue
+        if isinstance(m, UserMessage):
+            if is_instruction(m) or fingerprint(m) not in users:
+                return False
+        elif not (
+            isinstance(m, AssistantMessage)
+            and all(isinstance(b, TextBlock) or _compaction(b) for b in m.content)
+        ):
+            return False
+    return True
+
+
+def _compaction(block: object) -> bool:
+    return isinstance(block, OpaqueBlock) and is_native_compaction(AssistantMessage((block,)))
 
 
 def handed_in(state: object, ctx: CompactionContext) -> Ready | tuple[str, SummaryStats] | None:
@@ -95,17 +131,6 @@ def handed_in(state: object, ctx: CompactionContext) -> Ready | tuple[str, Summa
         native = tuple(from_dict(m) for m in messages)
     except (UnsupportedMessageError, RecursionError):
         return None
-    # A briefing is its text, or the provider's own compaction (with the user messages
-    # OpenAI's keeps): never a call, a result or another message of the model's.
-    if native and not (
-        any(map(is_native_compaction, native))
-        and all(
-            isinstance(m, UserMessage)
-            or (isinstance(m, AssistantMessage) and is_native_compaction(m) and not m.tool_calls)
-            for m in native
-        )
-    ):
-        return None
     if not (text.strip() or native):
         return None
     stats = SummaryStats(0, Usage(), 0.0, model)
@@ -113,8 +138,22 @@ def handed_in(state: object, ctx: CompactionContext) -> Ready | tuple[str, Summa
     raw = ctx.raw
     if not (0 <= start < cut <= len(raw)) or _digest(raw, start, cut) != span:
         return "history_changed", stats
-    if any(start <= i < cut for i in shown_positions(raw)):
-        return "history_changed", stats  # cut back: a message every view shows is in it
+    if not _a_briefing(native, raw[start:cut]):
+        return None
+    seen = d.get("seen")
+    grown = (
+        isinstance(seen, list)
+        and len(seen) == 2
+        and type(seen[0]) is int
+        and 0 < seen[0] <= len(raw)
+        and fingerprint(raw[seen[0] - 1]) == seen[1]
+    )
+    # Grown only, the span holds nothing every view shows (as the last worker would have
+    # found); cut back between the workers, nothing the tiers keep either (as a worker
+    # finds after a rewind: a turn that is the newest complete one again keeps its steps).
+    kept = shown_positions(raw) if grown else protected_positions(raw)
+    if any(start <= i < cut for i in kept):
+        return "history_changed", stats
     if any(s.at.index <= start and cut <= s.end for s in ctx.ledger.spans):
         return "superseded", stats  # its span replaced whole already (an update spliced)
     view, origins = ctx.view, ctx.origins
