@@ -8,6 +8,8 @@ import math
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -664,13 +666,17 @@ def test_a_device_and_a_read_pipe_are_outputs_a_pipe_no_one_reads_is_not(
     and process substitution; only a pipe no one reads (which hung the command) is refused."""
     assert main(["replay", "--strategy", "none", "--report", os.devnull]) == 0
     if hasattr(os, "mkfifo"):
+        # (CH 1) A reader waiting on the pipe got an empty file, then the command hung:
+        # the check opened it for writing and closed it at once.
         fifo = tmp_path / "r.html"
         os.mkfifo(fifo)
-        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-        try:
-            assert main(["replay", "--strategy", "none", "--chart", str(fifo)]) == 0
-        finally:
-            os.close(reader)
+        got: list[bytes] = []
+        reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+        reader.start()
+        time.sleep(0.2)  # the reader waits in its open
+        assert main(["replay", "--strategy", "none", "--report", str(fifo)]) == 0
+        reader.join(timeout=30)
+        assert not reader.is_alive() and got and got[0].startswith(b"<!DOCTYPE html>")
     capsys.readouterr()
 
 
@@ -707,3 +713,29 @@ def test_a_task_with_nothing_to_replay_is_skipped_alone_in_an_evaluation_output(
     assert "skipped eval.jsonl#failed-task" in out.err
     names = [f["path"].rpartition("#")[2] for f in json.loads(out.out)["files"]]
     assert names == [good["instance_id"], "other-task"]
+
+
+@pytest.mark.parametrize("shape", ["pairs", "two tasks", "one task", "traj"])
+def test_a_transcript_at_the_record_cap_loads_whatever_its_shape(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: str
+) -> None:
+    """(CH 6) The cap counted more than the records: a pair on top of its two events, a JSONL
+    line on top of its history, a trajectory beside the history it mirrors."""
+    from agentctx.importers import _common, swe_agent
+
+    monkeypatch.setattr(swe_agent, "MAX_RECORDS", 10)
+    monkeypatch.setattr(_common, "MAX_RECORDS", 10)
+    events = [{"role": "user" if k % 2 == 0 else "assistant", "content": "x"} for k in range(10)]
+    lines = {
+        "pairs": [{"instance_id": "i", "history": [events[k : k + 2] for k in range(0, 8, 2)]}],
+        "two tasks": [{"instance_id": f"t{n}", "history": events[:5]} for n in (1, 2)],
+        "one task": [{"instance_id": "i", "history": events}],
+        "traj": [{"history": events, "trajectory": events}],
+    }[shape]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(map(json.dumps, lines)) + "\n")
+    assert _common.records_in(lines[0]) <= 10
+    try:
+        load_transcript(path)
+    except TranscriptFormatError as e:
+        assert "records" not in str(e), e  # refused, if at all, for what it holds, not its size

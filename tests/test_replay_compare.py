@@ -486,3 +486,19 @@ def test_a_summarizer_url_is_read_whatever_its_scheme_case_and_shown_without_its
     spec = SummarizerSpec.parse("openai-compatible:m@HTTP://me:secret@h:8000/v1")
     assert spec.base_url == "HTTP://me:secret@h:8000/v1"
     assert str(spec) == "openai-compatible:m@http://me:***@h:8000/v1"  # (urlunsplit)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "openai-compatible:m@http://bob:hunter2@[::1/v1",
+        "openai-compatible: @http://bob:hunter2@host/v1",
+        "openai-compatible:m@http://bob:hun@ter2@host:123456/v1",
+    ],
+)
+def test_a_summarizer_spec_that_is_none_never_shows_its_password(spec: str) -> None:
+    """(CH 5) The error line quoted the spec whole, password and all."""
+    with pytest.raises(ConfigError, match="not a summarizer") as refused:
+        SummarizerSpec.parse(spec)
+    assert "hunter2" not in str(refused.value) and "hun@ter2" not in str(refused.value)
+    assert "ter2" not in str(refused.value)

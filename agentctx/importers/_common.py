@@ -209,7 +209,7 @@ class Source:
             if not isinstance(value, dict):
                 raise self.error(number, f"a JSON object, not {type(value).__name__}")
             lines.append(Line(number, value))
-            held += 1 + records_in(value)
+            held += max(1, records_in(value))
             if held > MAX_RECORDS:
                 raise self.error(number, f"a transcript of at most {MAX_RECORDS} records")
         if not lines:
@@ -306,13 +306,14 @@ def as_int(value: object) -> int:
 
 
 def records_in(value: object) -> int:
-    """The records a JSON value holds as lists: the value's own elements if it is a list, or
-    its lists' if it is an object, and the elements of lists in them (a history of pairs)."""
+    """The records a JSON value holds: a list's elements (those of a list in it instead of
+    it: a history of pairs), or, for an object, those of its longest such list (a
+    trajectory beside the history it mirrors is not more records)."""
     if isinstance(value, dict):
-        lists = [v for v in value.values() if isinstance(v, list)]
-    else:
-        lists = [value] if isinstance(value, list) else []
-    return sum(len(items) + sum(len(x) for x in items if isinstance(x, list)) for items in lists)
+        return max((records_in(v) for v in value.values() if isinstance(v, list)), default=0)
+    if not isinstance(value, list):
+        return 0
+    return sum(len(x) if isinstance(x, list) else 1 for x in value)
 
 
 def is_openhands_event(data: Mapping[str, Any]) -> bool:

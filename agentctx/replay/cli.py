@@ -467,7 +467,17 @@ def _progress_console(args: argparse.Namespace, console: Console | None) -> Cons
 
 def _replay(args: argparse.Namespace, console: Console | None) -> int:
     paths = _paths(args.transcript)
-    _check_outputs(args, [p for p, _ in paths])
+    held = _check_outputs(args, [p for p, _ in paths])
+    try:
+        return _replay_checked(args, console, paths)
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+def _replay_checked(
+    args: argparse.Namespace, console: Console | None, paths: Sequence[tuple[Path, bool]]
+) -> int:
     transcripts = _load(paths)
     strategies: list[str] = args.compare or [args.strategy]
     spec: SummarizerSpec | None = args.summarizer
@@ -532,45 +542,62 @@ def _replay(args: argparse.Namespace, console: Console | None) -> int:
     return 0
 
 
-def _check_outputs(args: argparse.Namespace, inputs: Sequence[Path]) -> None:
+def _check_outputs(args: argparse.Namespace, inputs: Sequence[Path]) -> list[int]:
     """Refuse an output path that cannot be written before the replay runs (minutes on a
     long session), not after it, and one that is a transcript replayed (often the only copy
-    of a session) or the summary cache (paid summaries)."""
+    of a session) or the summary cache (paid summaries). Returns the descriptors of the
+    named pipes it opened to find their readers: close them once the outputs are written."""
     cache = Path(args.summary_cache) if args.summary_cache else default_cache_path()
     if args.summary_cache and any(_same_file(cache, given) for given in inputs):
         raise ConfigError(f"--summary-cache {args.summary_cache}: a transcript replayed")
-    for flag, value in (("--report", args.report), ("--chart", args.chart)):
-        if value is None:
-            continue
-        path = Path(value)
-        if not value.strip():
-            raise ConfigError(f"{flag}: the path is empty")
-        if flag == "--chart" and path.suffix.lower() not in (".html", ".htm", ".png"):
-            raise ConfigError(
-                f"{value}: a chart is .html or .png, not {path.suffix or 'no extension'!r}"
-            )
-        if path.is_dir():
-            raise ConfigError(f"{flag} {value}: a folder, not a file")
-        if path.is_fifo() and not _has_reader(path):
+    held: list[int] = []
+    try:
+        for flag, value in (("--report", args.report), ("--chart", args.chart)):
+            if value is not None:
+                _check_output(flag, value, inputs, cache, held)
+    except BaseException:
+        for fd in held:
+            os.close(fd)
+        raise
+    return held
+
+
+def _check_output(
+    flag: str, value: str, inputs: Sequence[Path], cache: Path, held: list[int]
+) -> None:
+    path = Path(value)
+    if not value.strip():
+        raise ConfigError(f"{flag}: the path is empty")
+    if flag == "--chart" and path.suffix.lower() not in (".html", ".htm", ".png"):
+        raise ConfigError(
+            f"{value}: a chart is .html or .png, not {path.suffix or 'no extension'!r}"
+        )
+    if path.is_dir():
+        raise ConfigError(f"{flag} {value}: a folder, not a file")
+    if path.is_fifo():
+        fd = _reader_held(path)
+        if fd is None:
             # Its open would hold the command until a reader came, after the replay.
             raise ConfigError(f"{flag} {value}: a pipe that no one reads")
-        if not path.parent.is_dir():
-            raise ConfigError(f"{flag} {value}: there is no folder {path.parent}")
-        if not os.access(path if path.exists() else path.parent, os.W_OK):
-            raise ConfigError(f"{flag} {value}: not writable")
-        if path.exists() and any(_same_file(path, given) for given in inputs):
-            raise ConfigError(f"{flag} {value}: a transcript replayed, not overwritten")
-        if path.exists() and _same_file(path, cache):
-            raise ConfigError(f"{flag} {value}: the summary cache, not overwritten")
+        held.append(fd)
+    if not path.parent.is_dir():
+        raise ConfigError(f"{flag} {value}: there is no folder {path.parent}")
+    if not os.access(path if path.exists() else path.parent, os.W_OK):
+        raise ConfigError(f"{flag} {value}: not writable")
+    if path.exists() and any(_same_file(path, given) for given in inputs):
+        raise ConfigError(f"{flag} {value}: a transcript replayed, not overwritten")
+    if path.exists() and _same_file(path, cache):
+        raise ConfigError(f"{flag} {value}: the summary cache, not overwritten")
 
 
-def _has_reader(fifo: Path) -> bool:
-    """Whether a process has ``fifo`` open for reading (a process substitution's has)."""
+def _reader_held(fifo: Path) -> int | None:
+    """A descriptor writing to ``fifo`` when a process has it open for reading (a process
+    substitution's has), else ``None``. Kept open until the output is written: closed at
+    once, it would end the reader's file before a byte came."""
     try:
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
     except OSError:  # ENXIO: no reader
-        return False
-    return True
+        return None
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -21,6 +21,7 @@ that names the extra when the summarizer is built.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -47,6 +48,14 @@ _KEYS: dict[Provider, str] = {
 }
 
 
+_PASSWORD = re.compile(r"(://[^/@:\[]*:)[^/]*@")
+
+
+def _shown(text: str) -> str:
+    """``text`` with a URL's password as ``***``: error lines and reports are shared."""
+    return _PASSWORD.sub(r"\1***@", text)
+
+
 @dataclass(frozen=True, slots=True)
 class SummarizerSpec:
     """A parsed ``--summarizer`` value: provider, model and, for a compatible server, URL."""
@@ -62,7 +71,7 @@ class SummarizerSpec:
         provider, sep, rest = text.partition(":")
         forms = "anthropic:MODEL, openai:MODEL or openai-compatible:MODEL@URL"
         if not sep or provider not in PROVIDERS:
-            raise ConfigError(f"not a summarizer: {text!r} (expected {forms})")
+            raise ConfigError(f"not a summarizer: {_shown(text)!r} (expected {forms})")
         base_url: str | None = None
         if provider == "openai-compatible":
             # The URL starts at the last '@' before a scheme: a model name may hold an '@'.
@@ -70,7 +79,7 @@ class SummarizerSpec:
             at = max(lower.rfind("@http://"), lower.rfind("@https://"))
             if at < 0:
                 raise ConfigError(
-                    f"not a summarizer: {text!r} (openai-compatible needs MODEL@URL, e.g. "
+                    f"not a summarizer: {_shown(text)!r} (openai-compatible needs MODEL@URL, e.g. "
                     "openai-compatible:qwen2.5-7b@http://127.0.0.1:8000/v1)"
                 )
             rest, base_url = rest[:at], rest[at + 1 :]
@@ -78,15 +87,17 @@ class SummarizerSpec:
                 url = urlsplit(base_url)
                 url.port  # noqa: B018 - read for the ValueError of a port that is no number
             except ValueError as e:
-                raise ConfigError(f"not a summarizer: {text!r} (its URL: {e})") from e
+                raise ConfigError(f"not a summarizer: {_shown(text)!r} (its URL: {e})") from e
             if not url.hostname:
-                raise ConfigError(f"not a summarizer: {text!r} (its URL names no host)")
+                raise ConfigError(f"not a summarizer: {_shown(text)!r} (its URL names no host)")
         if not rest.strip():
-            raise ConfigError(f"not a summarizer: {text!r} (no model name; expected {forms})")
+            raise ConfigError(
+                f"not a summarizer: {_shown(text)!r} (no model name; expected {forms})"
+            )
         return cls(provider, rest.strip(), base_url)
 
     def __str__(self) -> str:
-        """The spec as given, a password in its URL shown as ``***`` (it reaches reports)."""
+        """The spec, a password in its URL shown as ``***`` (it reaches reports)."""
         url = self.base_url
         if url is not None:
             parts = urlsplit(url)
