@@ -820,3 +820,27 @@ async def test_a_resumed_worker_appends_to_the_ledger_it_resumed(tmp_path: Path)
         added = len(b.ledger) - held
     assert added > 0
     assert saves == [(held, added)]
+
+
+def test_a_recall_id_anywhere_in_a_message_keeps_its_entry_named() -> None:
+    """(CH 7) The faster look for recall ids read text only: an id in an image's URL, a
+    signature, a call's id or name, a result's tool name or a model name was no longer
+    found, and its entry could be let go after a rewind."""
+    from agentctx.messages import RedactedThinkingBlock, ThinkingBlock
+    from agentctx.recall.writer import _still_named
+
+    rid = "ctx-0123456789abcdef"
+    messages: list[Message] = [
+        user("plain"),
+        UserMessage((ImageBlock("", f"https://x/{rid}.png", "url"),)),
+        AssistantMessage((ThinkingBlock("t", signature=rid),)),
+        AssistantMessage((RedactedThinkingBlock(rid),)),
+        AssistantMessage((ToolCall(rid, "f", {}),)),
+        AssistantMessage((ToolCall("c", f"read_{rid}", {}),)),
+        ToolResultMessage("c", (TextBlock("x"),), tool_name=rid),
+        AssistantMessage((TextBlock("x"),), model=rid),
+        AssistantMessage((ToolCall("c", "f", {"deep": [{"id": rid}]}),)),
+    ]
+    for m in messages[1:]:
+        assert _still_named({rid}, [messages[0], m]) == {rid}, m
+    assert _still_named({rid}, [messages[0]]) == set()

@@ -630,7 +630,7 @@ class _Converter:
         return [m for part in parts for m in part]
 
 
-_WHOLE = "__arguments__"  # the model's arguments when they are no JSON object
+_WHOLE = "\x00agentctx arguments"  # the model's arguments that are no JSON object (no key of its)
 
 
 def _as_keywords(arguments: object) -> object:
@@ -639,9 +639,10 @@ def _as_keywords(arguments: object) -> object:
 
 def recall_tool(manager: ContextManager) -> Tool[Any]:
     """The ``recall_context`` tool, answered by ``manager.handle_recall``: bounded pages,
-    and an explanation for any arguments it cannot use (JSON that is no object too: they
-    reach it as they came, as the schema's checks are its own). `AgentCtxCapability` adds it
-    by itself when the manager has a recall store."""
+    and an explanation for any JSON arguments it cannot use (JSON that is no object too: they
+    reach it as they came, as the schema's checks are its own). Text that is no JSON gets
+    pydantic-ai's own retry prompt, under its retry limit, as any tool's does.
+    `AgentCtxCapability` adds it by itself when the manager has a recall store."""
     spec = agentctx_recall_tool("openai-responses")
 
     async def recall_context(**arguments: Any) -> str:

@@ -34,6 +34,7 @@ off; a `CompactionWarning` ``no_task_group`` says so once.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import sys
@@ -52,11 +53,16 @@ from agentctx.errors import StoreDataError, StoreError
 from agentctx.events import CompactionWarning, StoreDegraded, StoreRecovered
 from agentctx.ledger import Ledger, ReplaceSpan, decision_json
 from agentctx.messages import (
+    AssistantMessage,
+    ImageBlock,
     OpaqueBlock,
+    RedactedThinkingBlock,
     SummaryMessage,
     TextBlock,
     ThinkingBlock,
     ToolCall,
+    ToolResultMessage,
+    UserMessage,
     canonical_json,
     text_of,
 )
@@ -128,28 +134,36 @@ def _still_named(ids: set[str], raw: Sequence[Message]) -> set[str]:
 
 
 def _names_one(m: Message) -> bool:
-    """Whether a string of ``m`` (text, arguments, payload, extra) holds ``ctx-``."""
-    if isinstance(m, SummaryMessage):
-        return "ctx-" in m.text or _holds_id(m.extra)
-    if m.extra and _holds_id(m.extra):
+    """Whether a string of ``m`` (any field of it or of its blocks) holds ``ctx-``."""
+    if _holds_id([getattr(m, name) for name in _FIELDS[type(m)]]):
         return True
+    if isinstance(m, SummaryMessage):
+        return False
     for b in m.content:
-        if isinstance(b, TextBlock):
-            if "ctx-" in b.text:
+        if isinstance(b, TextBlock):  # (most blocks: checked without the general walk)
+            if "ctx-" in b.text or (b.extra and _holds_id(b.extra)):
                 return True
-        elif isinstance(b, ThinkingBlock):
-            if "ctx-" in b.thinking:
-                return True
-        elif isinstance(b, ToolCall):
-            if _holds_id(b.arguments):
-                return True
-        elif isinstance(b, OpaqueBlock):
-            if _holds_id(b.payload):
-                return True
-            continue
-        if getattr(b, "extra", None) and _holds_id(b.extra):
+        elif _holds_id([getattr(b, name) for name in _FIELDS[type(b)]]):
             return True
     return False
+
+
+# Each message and block type's fields but its content (walked block by block).
+_FIELDS = {
+    t: tuple(f.name for f in dataclasses.fields(t) if f.name != "content" and f.name[0] != "_")
+    for t in (
+        UserMessage,
+        AssistantMessage,
+        ToolResultMessage,
+        SummaryMessage,
+        TextBlock,
+        ThinkingBlock,
+        RedactedThinkingBlock,
+        ImageBlock,
+        ToolCall,
+        OpaqueBlock,
+    )
+}
 
 
 def _holds_id(value: object) -> bool:
