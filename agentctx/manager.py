@@ -540,18 +540,9 @@ class ContextManager:
         return json.dumps(state, separators=(",", ":"))
 
     def _strategy_handover(self) -> object:
-        """What the strategy hands the next worker (`state_to_hand_over`) as JSON-able data
-        that fits a saved state, or ``None``; never raises (the recall writer asks, off any
-        call of the caller's)."""
-        try:
-            handover = state_to_hand_over(self.strategy)
-            if handover is None:
-                return None
-            size = len(json.dumps(handover, separators=(",", ":"), allow_nan=False))
-        except Exception as e:  # a strategy's own hook, or what it gave: no JSON
-            log.warning("the strategy's hand-over is not saved", error=repr(e))
-            return None
-        return handover if size <= _MOST_STATE_CHARS // 2 else None
+        """What the strategy hands the next worker (`state_to_hand_over`: JSON-able, checked,
+        never raising: the recall writer asks, off any call of the caller's)."""
+        return state_to_hand_over(self.strategy)
 
     def _take_over(self, state: dict[str, Any] | str) -> CompactionWarning | None:
         """Start from the state the last worker saved (`session_state`, parsed by
@@ -564,10 +555,7 @@ class ContextManager:
             self._last_call = float(last)
         handed = state.get("strategy")
         if handed is not None:
-            try:
-                take_over(self.strategy, handed)
-            except Exception as e:  # a strategy's own hook: its error must not cost the rest
-                log.warning("the strategy did not take what was handed over", error=repr(e))
+            take_over(self.strategy, handed)  # (never raises: its error costs it alone)
         calibration = state.get("calibration")
         counter = self._counter
         # A counter of one's own that is calibrated already keeps its calibration.

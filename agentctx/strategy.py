@@ -19,12 +19,14 @@ network I/O (start background work in ``ctx.tasks`` instead).
 from __future__ import annotations
 
 import inspect
+import json
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from agentctx._check import number, preview, whole
+from agentctx._log import log
 from agentctx.boundaries import has_thinking, latest_user_index, loop_start_after, task_index
 from agentctx.errors import ConfigError
 from agentctx.ledger import DropThinking, ReplaceSpan, check_anchors
@@ -293,17 +295,21 @@ class Chain:
             raise errors[0]
 
     def hand_over(self) -> object:
-        """What each strategy hands the session's next worker (`hand_over`), in order; ``None``
-        when none hands anything."""
+        """What each strategy hands the session's next worker (`hand_over`), in order, each
+        checked on its own (one left out leaves the others); ``None`` when none hands
+        anything."""
         states = [state_to_hand_over(strategy) for strategy in self.strategies]
         return states if any(state is not None for state in states) else None
 
     def take_over(self, state: object) -> None:
-        """Give each strategy what its counterpart in the last worker's chain handed over."""
-        if isinstance(state, list) and len(state) == len(self.strategies):
-            for strategy, own in zip(self.strategies, state, strict=True):
-                if own is not None:
-                    take_over(strategy, own)
+        """Give each strategy what its counterpart in the last worker's chain handed over
+        (one that raises leaves the others theirs); a chain of another length takes none."""
+        if not isinstance(state, list) or len(state) != len(self.strategies):
+            log.warning("a hand-over of another chain is not taken", handed=preview(state))
+            return
+        for strategy, own in zip(self.strategies, state, strict=True):
+            if own is not None:
+                take_over(strategy, own)
 
 
 def _tighter(a: Quiet, b: Quiet) -> Quiet:
@@ -329,20 +335,44 @@ def check_strategy(strategy: object) -> CompactionStrategy:
     return strategy  # type: ignore[return-value]
 
 
+_MOST_HANDOVER_CHARS = 1 << 19  # of JSON: a saved state is read whole by the next worker
+
+
 def state_to_hand_over(strategy: CompactionStrategy) -> object:
     """``strategy.hand_over()`` if it has one: the optional hook a strategy with paid work
-    outstanding (a briefing not yet spliced) uses to hand it to the session's next worker as
-    the session ends (JSON-able data, kept in `ContextManager.session_state`; ``None``:
-    nothing). That worker's strategy gets it in its ``take_over(state)``."""
+    outstanding (a briefing not yet spliced) uses to hand it to the session's next worker
+    (JSON-able data, kept in `ContextManager.session_state`; ``None``: nothing). That
+    worker's strategy gets it in its ``take_over(state)``. What it gives that is no JSON,
+    over half a megabyte of it, or a hook that raises, is left out, and logged: never
+    raises."""
     hook = getattr(strategy, "hand_over", None)
-    return hook() if callable(hook) else None
+    if not callable(hook):
+        return None
+    name = type(strategy).__name__
+    try:
+        state = hook()
+        if state is None:
+            return None
+        size = len(json.dumps(state, separators=(",", ":"), allow_nan=False))
+    except Exception as e:  # a strategy's own hook, or what it gave: no JSON
+        log.warning("a strategy's hand-over is left out", strategy=name, error=repr(e))
+        return None
+    if size > _MOST_HANDOVER_CHARS:
+        log.warning("a strategy's hand-over is left out: too large", strategy=name, chars=size)
+        return None
+    return state
 
 
 def take_over(strategy: CompactionStrategy, state: object) -> None:
-    """``strategy.take_over(state)`` if it has one (see `state_to_hand_over`)."""
+    """``strategy.take_over(state)`` if it has one (see `state_to_hand_over`); one that
+    raises is logged, never raised."""
     hook = getattr(strategy, "take_over", None)
     if callable(hook):
-        hook(state)
+        try:
+            hook(state)
+        except Exception as e:  # a strategy's own hook: the rest of the state is taken
+            name = type(strategy).__name__
+            log.warning("a strategy did not take its hand-over", strategy=name, error=repr(e))
 
 
 def end_session(strategy: CompactionStrategy, emit: Callable[[Event], None]) -> None:

@@ -863,3 +863,37 @@ def test_only_a_briefing_is_handed_over_as_one(native: tuple[Message, ...], take
     job = Job(1, 5, 0, (), None, 4, 100, 1_000, 1)
     state = handover_state(Ready(job, "", Usage(), 0.0, "m", native), raw)
     assert isinstance(handed_in(state, fake_context(raw)), Ready) is taken
+
+
+@pytest.mark.parametrize("give", [RuntimeError("no"), {"x": {1, 2}}, "x" * 600_000])
+async def test_in_a_chain_one_hand_over_left_out_leaves_the_others(give: object) -> None:
+    """(CI 2) One strategy's hand-over that raised, was no JSON or too large left the whole
+    chain's out, the waiting briefing too, though `LlmCompaction` said ``handed_over``; and
+    one ``take_over`` that raised left the strategies after it nothing."""
+    paid = ScriptedSummarizer(default=BRIEFING)
+    llm = LlmCompaction(paid, LlmCompactionConfig(trigger_ratio=0.3))
+    chain = Chain([llm, _Handing(give), DeterministicCompaction()])
+    history: list[Message] = [user("refactor the handlers")]
+    events: list[Event] = []
+    async with ContextManager(
+        Budget(context_window=24_000, reserve_output=2_000), strategy=chain, session_id="s"
+    ) as a:
+        a.subscribe(events.append)
+        k = 0
+        while llm.phase != "ready":
+            await a.prepare(history)
+            history += step(k, T0 + k)
+            k += 1
+            for _ in range(5):
+                await anyio.lowlevel.checkpoint()
+        state = json.loads(a.session_state())
+    assert "briefing" in state["strategy"][0] and state["strategy"][1:] == [None, None]
+    taken: list[object] = []
+
+    class Taking(_Handing):
+        def take_over(self, state: object) -> None:
+            taken.append(state)
+
+    chain_b = Chain([_Handing(take_fails=True), Taking()])
+    chain_b.take_over([{"a": 1}, {"b": 2}])
+    assert taken == [{"b": 2}]

@@ -40,8 +40,9 @@ MAX_TRANSCRIPT_BYTES = 256 * 1024 * 1024
 `TranscriptFormatError` before it is read. Every loader takes ``max_bytes=`` to change it."""
 
 MAX_RECORDS = 1_000_000
-"""The most records (non-blank lines) a JSONL transcript may hold: a file of tiny records
-(``{}`` lines) takes some 70 times its size in memory, where real sessions take about 10."""
+"""The most records a transcript may hold (a JSONL file's lines, or the events of the
+histories in them; a JSON file's, `records_in`): a file of tiny records (``{}`` lines) takes
+some 70 times its size in memory, where real sessions take about 10."""
 
 TOO_DEEP = "JSON nested less deeply (this is too deep for Python's JSON parser)"
 
