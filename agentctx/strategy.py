@@ -298,7 +298,17 @@ class Chain:
         """What each strategy hands the session's next worker (`hand_over`), in order, each
         checked on its own (one left out leaves the others); ``None`` when none hands
         anything."""
-        states = [state_to_hand_over(strategy) for strategy in self.strategies]
+        return self.hand_over_within(_MOST_HANDOVER_CHARS)
+
+    def hand_over_within(self, room: int) -> object:
+        """`hand_over`, the strategies' together in ``room`` characters of JSON: the first in
+        the chain first (one that does not fit what is left is left out, logged)."""
+        states = []
+        room -= 2 + 5 * len(self.strategies)  # the list around them: brackets, commas, nulls
+        for strategy in self.strategies:
+            state, size = _handed(strategy, room)
+            states.append(state)
+            room -= size
         return states if any(state is not None for state in states) else None
 
     def take_over(self, state: object) -> None:
@@ -345,22 +355,29 @@ def state_to_hand_over(strategy: CompactionStrategy) -> object:
     worker's strategy gets it in its ``take_over(state)``. What it gives that is no JSON,
     over half a megabyte of it, or a hook that raises, is left out, and logged: never
     raises."""
+    return _handed(strategy, _MOST_HANDOVER_CHARS)[0]
+
+
+def _handed(strategy: CompactionStrategy, room: int) -> tuple[object, int]:
+    """What ``strategy`` hands over if it fits ``room`` characters of JSON, and their count
+    (``(None, 0)``: nothing, or left out and logged)."""
     hook = getattr(strategy, "hand_over", None)
     if not callable(hook):
-        return None
+        return None, 0
     name = type(strategy).__name__
     try:
-        state = hook()
+        # A Chain's own hand-over is held to the room as a whole, its strategies in order.
+        state = strategy.hand_over_within(room) if isinstance(strategy, Chain) else hook()
         if state is None:
-            return None
+            return None, 0
         size = len(json.dumps(state, separators=(",", ":"), allow_nan=False))
     except Exception as e:  # a strategy's own hook, or what it gave: no JSON
         log.warning("a strategy's hand-over is left out", strategy=name, error=repr(e))
-        return None
-    if size > _MOST_HANDOVER_CHARS:
+        return None, 0
+    if size > room:
         log.warning("a strategy's hand-over is left out: too large", strategy=name, chars=size)
-        return None
-    return state
+        return None, 0
+    return state, size
 
 
 def take_over(strategy: CompactionStrategy, state: object) -> None:

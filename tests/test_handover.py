@@ -40,6 +40,7 @@ from agentctx.messages import (
     Message,
     OpaqueBlock,
     SummaryMessage,
+    TextBlock,
     UserMessage,
     canonical_json,
     to_dict,
@@ -49,6 +50,7 @@ from agentctx.strategies import ToolOutputPipeline
 from agentctx.strategies.llm import LlmCompaction, LlmCompactionConfig
 from agentctx.strategies.llm_handover import MOST_HANDOVER_CHARS, handed_in, handover_state
 from agentctx.strategies.llm_request import Job, Ready
+from agentctx.strategy import state_to_hand_over
 from agentctx.summarizer import Summarizer, SummaryRequest, SummaryResult
 from agentctx.testing import assert_view_ok
 from agentctx.testing.scripted import ScriptedSummarizer
@@ -897,3 +899,59 @@ async def test_in_a_chain_one_hand_over_left_out_leaves_the_others(give: object)
     chain_b = Chain([_Handing(take_fails=True), Taking()])
     chain_b.take_over([{"a": 1}, {"b": 2}])
     assert taken == [{"b": 2}]
+
+
+# -- found by a hostile run (CJ) on the fixes above ---------------------------------------------
+
+
+def test_a_history_cut_back_and_grown_again_to_the_same_length_is_read_as_cut_back() -> None:
+    """(CJ 2) Only the last message's place and fingerprint marked the history the last
+    worker saw: cut back and grown again to the same length, ending the same, it read as
+    grown, and the briefing was spliced over steps one worker alone kept."""
+    raw = [user("task"), *step(0, T0), *step(1, T0 + 1), AssistantMessage.of("done")]
+    raw += [user("next"), *step(2, T0 + 2)]
+    job = Job(1, 5, 0, (), None, 4, 100, 1_000, 1)
+    state = handover_state(Ready(job, BRIEFING, Usage(), 0.0, "m"), raw)
+    regrown = [*raw[:7], *step(9, T0 + 9)[:1], raw[-1]]
+    assert len(regrown) == len(raw) and regrown[-1] is raw[-1]
+    assert handed_in(state, fake_context(regrown)) == (
+        "history_changed",
+        SummaryStats(0, Usage(), 0.0, "m"),
+    )
+
+
+def test_a_span_user_message_the_view_showed_repaired_still_matches_its_copy() -> None:
+    """(CJ 3) OpenAI's compaction copies the span's user messages as the view showed them
+    (a blank text block repaired away): compared by fingerprint with the raw ones, a genuine
+    briefing was refused."""
+    raw = [user("task"), *step(0, T0), UserMessage((TextBlock("now the parser"), TextBlock("\n")))]
+    raw += [*step(1, T0 + 1), user("and the tests")]
+    native = (user("now the parser"), COMPACTION)
+    job = Job(1, 5, 0, (), None, 4, 100, 1_000, 1)
+    state = handover_state(Ready(job, "", Usage(), 0.0, "m", native), raw)
+    assert isinstance(handed_in(state, fake_context(raw)), Ready)
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        AssistantMessage((TextBlock("x", {"item": {"type": "function_call"}}),)),
+        AssistantMessage((TextBlock("x"),), extra={"openai_chat": {"tool_calls": [{"id": "c"}]}}),
+    ],
+)
+def test_text_an_adapter_would_render_as_a_call_is_no_briefing(forged: Message) -> None:
+    """(CJ 4) A text-only assistant message carrying what an adapter renders as a call or an
+    instruction (its blocks' or its own extra) was taken for a briefing."""
+    raw = [user("task"), *step(0, T0), *step(1, T0 + 1), user("and the tests")]
+    job = Job(1, 5, 0, (), None, 4, 100, 1_000, 1)
+    state = handover_state(Ready(job, "", Usage(), 0.0, "m", (forged,)), raw)
+    assert handed_in(state, fake_context(raw)) is None
+
+
+def test_a_chain_keeps_the_first_hand_overs_within_the_room_of_the_whole() -> None:
+    """(CJ 5) Each strategy's hand-over fit on its own, but not together: the whole chain's
+    was left out, the briefing with it, though it was said to be handed over."""
+    first = _Handing({"briefing": "b" * 1_000})
+    chain = Chain([first, _Handing("x" * 524_000), DeterministicCompaction()])
+    handed = state_to_hand_over(chain)
+    assert handed == [{"briefing": "b" * 1_000}, None, None]

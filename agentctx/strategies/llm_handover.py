@@ -29,6 +29,7 @@ from agentctx.messages import (
     fingerprint,
     from_dict,
     is_instruction,
+    text_of,
     to_dict,
 )
 from agentctx.strategies.llm_request import Job, Ready
@@ -62,9 +63,10 @@ def handover_state(ready: Ready, raw: Sequence[Message]) -> dict[str, Any] | Non
         "briefing": {
             "at": [job.start, job.cut],
             "span": _digest(raw, job.start, job.cut),
-            # The history as this worker last had it: one that only grew since reads the
-            # span as this worker would; one cut back more strictly, as after a rewind.
-            "seen": [len(raw), fingerprint(raw[-1])],
+            # The history after the span as this worker last had it: one that only grew
+            # since reads the span as this worker would; one cut back (and grown again),
+            # more strictly, as after a rewind.
+            "seen": [len(raw), _digest(raw, job.cut, len(raw))],
             "text": ready.text,
             "messages": [to_dict(m) for m in ready.messages],
             "model": ready.model,
@@ -85,19 +87,27 @@ def _a_briefing(native: Sequence[Message], span: Sequence[Message]) -> bool:
         return True
     if all(isinstance(m, UserMessage) for m in native):
         return False  # the span's own user messages alone summarize nothing
-    users = {fingerprint(m) for m in span if isinstance(m, UserMessage)}
+    # (As the view showed them, which a repair may have changed: a blank block left out.)
+    users = {_said(m) for m in span if isinstance(m, UserMessage) and not is_instruction(m)}
     for m in native:
         if isinstance(m, SummaryMessage):
             continue
         if isinstance(m, UserMessage):
-            if is_instruction(m) or fingerprint(m) not in users:
+            if is_instruction(m) or _said(m) not in users:
                 return False
-        elif not (
-            isinstance(m, AssistantMessage)
-            and all(isinstance(b, TextBlock) or _compaction(b) for b in m.content)
-        ):
+        elif not isinstance(m, AssistantMessage) or not m.content:
+            return False
+        elif any(_compaction(b) for b in m.content):
+            if not all(isinstance(b, TextBlock) or _compaction(b) for b in m.content):
+                return False
+        elif m.extra or not all(isinstance(b, TextBlock) and not b.extra for b in m.content):
+            # Text alone, with nothing an adapter renders as a call or an instruction.
             return False
     return True
+
+
+def _said(m: UserMessage) -> str:
+    return " ".join(text_of(m.content).split())
 
 
 def _compaction(block: object) -> bool:
@@ -145,8 +155,8 @@ def handed_in(state: object, ctx: CompactionContext) -> Ready | tuple[str, Summa
         isinstance(seen, list)
         and len(seen) == 2
         and type(seen[0]) is int
-        and 0 < seen[0] <= len(raw)
-        and fingerprint(raw[seen[0] - 1]) == seen[1]
+        and cut <= seen[0] <= len(raw)
+        and _digest(raw, cut, seen[0]) == seen[1]
     )
     # Grown only, the span holds nothing every view shows (as the last worker would have
     # found); cut back between the workers, nothing the tiers keep either (as a worker
