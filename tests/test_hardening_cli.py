@@ -739,3 +739,38 @@ def test_a_transcript_at_the_record_cap_loads_whatever_its_shape(
         load_transcript(path)
     except TranscriptFormatError as e:
         assert "records" not in str(e), e  # refused, if at all, for what it holds, not its size
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes on this system")
+def test_a_pipe_whose_reader_went_away_during_the_replay_is_an_error_not_a_hang(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(CJ 1) A reader there at the check and gone by the write left the report's open
+    waiting for another, forever."""
+    fifo = tmp_path / "r.html"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    real = cli._load
+
+    def load_then_leave(paths: Any) -> Any:
+        os.close(reader)  # the reader leaves while the replay runs
+        return real(paths)
+
+    monkeypatch.setattr(cli, "_load", load_then_leave)
+    assert main(["replay", "--strategy", "none", "--report", str(fifo)]) == 2
+    assert "reader went away" in capsys.readouterr().err
+
+
+def test_the_standard_output_is_no_report_while_json_is_written_there(tmp_path: Path) -> None:
+    """(CJ 7) ``--report /dev/stdout --json``: the HTML and the JSON shared the output."""
+    out = tmp_path / "out.txt"
+    with out.open("w") as stdout:
+        done = subprocess.run(
+            [sys.executable, "-m", "agentctx", "replay", "--strategy", "none", "--json"]
+            + ["--report", "/dev/stdout"],
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+    assert done.returncode == 2 and "the standard output" in done.stderr

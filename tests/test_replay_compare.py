@@ -502,3 +502,20 @@ def test_a_summarizer_spec_that_is_none_never_shows_its_password(spec: str) -> N
         SummarizerSpec.parse(spec)
     assert "hunter2" not in str(refused.value) and "hun@ter2" not in str(refused.value)
     assert "ter2" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "openai-compatible:m@http://bob:qz/xw@example.com/v1",
+        "openai-compatible:m@http://bob:qz?xw@h:1/v1",
+        "openai-compatible:m@http://bo[b:qzxw@host/v1",
+    ],
+)
+def test_no_password_form_reaches_the_error_line(spec: str) -> None:
+    """(CJ 6) A password holding "/", "?" or a user name holding "[" got past the mask, and
+    the URL parser's own message quoted the password's start."""
+    with pytest.raises(ConfigError, match="not a summarizer") as refused:
+        SummarizerSpec.parse(spec)
+    shown = str(refused.value)
+    assert "qz" not in shown and "xw" not in shown, shown

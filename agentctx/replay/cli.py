@@ -554,7 +554,7 @@ def _check_outputs(args: argparse.Namespace, inputs: Sequence[Path]) -> list[int
     try:
         for flag, value in (("--report", args.report), ("--chart", args.chart)):
             if value is not None:
-                _check_output(flag, value, inputs, cache, held)
+                _check_output(flag, value, inputs, cache, held, bool(args.json))
     except BaseException:
         for fd in held:
             os.close(fd)
@@ -563,7 +563,7 @@ def _check_outputs(args: argparse.Namespace, inputs: Sequence[Path]) -> list[int
 
 
 def _check_output(
-    flag: str, value: str, inputs: Sequence[Path], cache: Path, held: list[int]
+    flag: str, value: str, inputs: Sequence[Path], cache: Path, held: list[int], json_out: bool
 ) -> None:
     path = Path(value)
     if not value.strip():
@@ -574,6 +574,8 @@ def _check_output(
         )
     if path.is_dir():
         raise ConfigError(f"{flag} {value}: a folder, not a file")
+    if json_out and _same_file_as_stdout(path):
+        raise ConfigError(f"{flag} {value}: the standard output, which --json writes")
     if path.is_fifo():
         fd = _reader_held(path)
         if fd is None:
@@ -588,6 +590,14 @@ def _check_output(
         raise ConfigError(f"{flag} {value}: a transcript replayed, not overwritten")
     if path.exists() and _same_file(path, cache):
         raise ConfigError(f"{flag} {value}: the summary cache, not overwritten")
+
+
+def _same_file_as_stdout(path: Path) -> bool:
+    try:
+        here, out = path.stat(), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no such file yet, or no stdout to be
+        return False
+    return (here.st_dev, here.st_ino) == (out.st_dev, out.st_ino)
 
 
 def _reader_held(fifo: Path) -> int | None:
@@ -622,6 +632,12 @@ def _write_files(
         (label, p) for label, p in (("report", args.report), ("chart", args.chart)) if p is not None
     ]
     for label, path in pages:
+        if Path(path).is_fifo():
+            # Read at the check, and left since: the open would wait for a reader forever.
+            probe = _reader_held(Path(path))
+            if probe is None:
+                raise ConfigError(f"--{label} {path}: the pipe's reader went away")
+            os.close(probe)  # (the one held since the check keeps the reader's file open)
         try:
             if label == "chart" and Path(path).suffix.lower() not in (".html", ".htm"):
                 from agentctx.replay.chart import ChartError, write_chart

@@ -48,12 +48,12 @@ _KEYS: dict[Provider, str] = {
 }
 
 
-_PASSWORD = re.compile(r"(://[^/@:\[]*:)[^/]*@")
+_USERINFO = re.compile(r"://.*@")  # to the last "@": a password may hold "/", "@", "?"
 
 
 def _shown(text: str) -> str:
-    """``text`` with a URL's password as ``***``: error lines and reports are shared."""
-    return _PASSWORD.sub(r"\1***@", text)
+    """``text`` with a URL's user and password as ``***``: error lines are shared."""
+    return _USERINFO.sub("://***@", text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +86,10 @@ class SummarizerSpec:
             try:
                 url = urlsplit(base_url)
                 url.port  # noqa: B018 - read for the ValueError of a port that is no number
-            except ValueError as e:
-                raise ConfigError(f"not a summarizer: {_shown(text)!r} (its URL: {e})") from e
+            except ValueError as e:  # (its text may quote the password: not shown)
+                raise ConfigError(
+                    f"not a summarizer: {_shown(text)!r} (its URL cannot be read)"
+                ) from e
             if not url.hostname:
                 raise ConfigError(f"not a summarizer: {_shown(text)!r} (its URL names no host)")
         if not rest.strip():
