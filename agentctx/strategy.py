@@ -367,7 +367,8 @@ def _handed(strategy: CompactionStrategy, room: int) -> tuple[object, int]:
     name = type(strategy).__name__
     try:
         # A Chain's own hand-over is held to the room as a whole, its strategies in order.
-        state = strategy.hand_over_within(room) if isinstance(strategy, Chain) else hook()
+        whole = isinstance(strategy, Chain) and type(strategy).hand_over is Chain.hand_over
+        state = strategy.hand_over_within(room) if whole else hook()  # type: ignore[attr-defined]
         if state is None:
             return None, 0
         size = len(json.dumps(state, separators=(",", ":"), allow_nan=False))

@@ -955,3 +955,81 @@ def test_a_chain_keeps_the_first_hand_overs_within_the_room_of_the_whole() -> No
     chain = Chain([first, _Handing("x" * 524_000), DeterministicCompaction()])
     handed = state_to_hand_over(chain)
     assert handed == [{"briefing": "b" * 1_000}, None, None]
+
+
+# -- found by a hostile run (CK) ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("native", "taken"),
+    [
+        # (1) the span's user text, with what the span's message does not hold
+        (
+            (
+                UserMessage((TextBlock("now the parser"), OpaqueBlock("anthropic", {"type": "x"}))),
+                COMPACTION,
+            ),
+            False,
+        ),
+        (
+            (UserMessage.of("now the parser", openai_responses={"role": "developer"}), COMPACTION),
+            False,
+        ),
+        ((UserMessage.of("now  the   parser"), COMPACTION), False),
+        # (2) a compaction message carrying a Responses item in its text
+        (
+            (
+                AssistantMessage(
+                    (TextBlock("x", {"item": {"type": "function_call"}}), COMPACTION.content[0])
+                ),
+            ),
+            False,
+        ),
+        # (3) genuine: the span's instruction copied; its blank message as the view said it;
+        # a text briefing whose block carries cache_control, or whose message a timestamp
+        ((UserMessage.of("be brief", role="developer"), COMPACTION), True),
+        ((UserMessage((TextBlock("(empty)"),)), COMPACTION), True),
+        ((AssistantMessage((TextBlock("b", {"cache_control": {"type": "ephemeral"}}),)),), True),
+        ((AssistantMessage((TextBlock("b"),), extra={"timestamp": 1}),), True),
+    ],
+)
+def test_a_briefing_is_the_spans_own_messages_as_shown_and_nothing_else(
+    native: tuple[Message, ...], taken: bool
+) -> None:
+    """(CK 1-3) Compared by text alone, a copy with a result, a role or an image the span's
+    message did not hold was taken; a compaction message's text could carry a call; and an
+    instruction of the span, an empty message as the view said it, or a text briefing with a
+    cache mark were refused, and the next worker paid again."""
+    raw = [
+        user("task"),
+        *step(0, T0),
+        user("now the parser"),
+        UserMessage.of("be brief", role="developer"),
+    ]
+    raw += [UserMessage((TextBlock(" "),)), *step(1, T0 + 1), user("and the tests")]
+    job = Job(1, 7, 0, (), None, 6, 100, 1_000, 1)
+    state = handover_state(Ready(job, "", Usage(), 0.0, "m", native), raw)
+    assert isinstance(handed_in(state, fake_context(raw)), Ready) is taken
+
+
+def test_a_history_edited_before_the_span_is_stale_for_the_next_worker_too() -> None:
+    """(CK 6) The head before the span was in neither digest: one worker read the briefing
+    as stale, the next spliced it."""
+    raw = [user("task"), *step(0, T0), *step(1, T0 + 1), user("and the tests")]
+    job = Job(1, 5, 0, (), None, 4, 100, 1_000, 1)
+    state = handover_state(Ready(job, BRIEFING, Usage(), 0.0, "m"), raw)
+    edited = [user("another task"), *raw[1:]]
+    assert handed_in(state, fake_context(edited)) == (
+        "history_changed",
+        SummaryStats(0, Usage(), 0.0, "m"),
+    )
+
+
+def test_a_chain_that_hands_over_its_own_way_is_asked() -> None:
+    """(CK 9) A Chain subclass's own hand_over was passed by."""
+
+    class Mine(Chain):
+        def hand_over(self) -> object:
+            return {"mine": 1}
+
+    assert state_to_hand_over(Mine([DeterministicCompaction()])) == {"mine": 1}

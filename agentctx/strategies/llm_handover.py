@@ -16,6 +16,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
+from agentctx.boundaries import repaired_message
 from agentctx.errors import UnsupportedMessageError
 from agentctx.events import SummaryStats
 from agentctx.ledger import protected_positions, shown_positions
@@ -28,8 +29,6 @@ from agentctx.messages import (
     UserMessage,
     fingerprint,
     from_dict,
-    is_instruction,
-    text_of,
     to_dict,
 )
 from agentctx.strategies.llm_request import Job, Ready
@@ -63,6 +62,7 @@ def handover_state(ready: Ready, raw: Sequence[Message]) -> dict[str, Any] | Non
         "briefing": {
             "at": [job.start, job.cut],
             "span": _digest(raw, job.start, job.cut),
+            "head": _digest(raw, 0, job.start),
             # The history after the span as this worker last had it: one that only grew
             # since reads the span as this worker would; one cut back (and grown again),
             # more strictly, as after a rewind.
@@ -79,35 +79,41 @@ def handover_state(ready: Ready, raw: Sequence[Message]) -> dict[str, Any] | Non
 
 def _a_briefing(native: Sequence[Message], span: Sequence[Message]) -> bool:
     """Whether ``native`` is what a provider's compaction returns for ``span``: its
-    compaction (an assistant message of text and the provider's compaction block), with the
-    span's own user messages where the provider keeps them (OpenAI's), or a summary message
-    (a summarizer of one's own): never a call, a result, an instruction or a user message
-    the span does not hold."""
+    compaction (an assistant message of the provider's compaction block, and text), with the
+    span's own user messages where the provider keeps them (OpenAI's: as the view showed
+    them), or a summary message or text (a summarizer of one's own): never a call, a result,
+    or a user message the span does not hold."""
     if not native:
         return True
     if all(isinstance(m, UserMessage) for m in native):
         return False  # the span's own user messages alone summarize nothing
-    # (As the view showed them, which a repair may have changed: a blank block left out.)
-    users = {_said(m) for m in span if isinstance(m, UserMessage) and not is_instruction(m)}
+    users: set[str] = set()
+    for m in span:
+        if isinstance(m, UserMessage):
+            shown = repaired_message(m)  # (a blank block left out, an empty one said)
+            users.update(fingerprint(x) for x in (m, shown) if x is not None)
     for m in native:
         if isinstance(m, SummaryMessage):
             continue
         if isinstance(m, UserMessage):
-            if is_instruction(m) or _said(m) not in users:
+            if fingerprint(m) not in users:
                 return False
         elif not isinstance(m, AssistantMessage) or not m.content:
             return False
+        elif any(isinstance(b, TextBlock) and "item" in b.extra for b in m.content):
+            return False  # (a Responses item an adapter would send: a call, an instruction)
         elif any(_compaction(b) for b in m.content):
             if not all(isinstance(b, TextBlock) or _compaction(b) for b in m.content):
                 return False
-        elif m.extra or not all(isinstance(b, TextBlock) and not b.extra for b in m.content):
-            # Text alone, with nothing an adapter renders as a call or an instruction.
-            return False
+        elif any(key in m.extra for key in _RENDERED) or not all(
+            isinstance(b, TextBlock) for b in m.content
+        ):
+            return False  # text alone, with nothing an adapter sends as a call or a role
     return True
 
 
-def _said(m: UserMessage) -> str:
-    return " ".join(text_of(m.content).split())
+# What an adapter renders from a message's ``extra`` (fields, calls, roles).
+_RENDERED = ("openai_chat", "openai_responses", "anthropic")
 
 
 def _compaction(block: object) -> bool:
@@ -148,6 +154,8 @@ def handed_in(state: object, ctx: CompactionContext) -> Ready | tuple[str, Summa
     raw = ctx.raw
     if not (0 <= start < cut <= len(raw)) or _digest(raw, start, cut) != span:
         return "history_changed", stats
+    if d.get("head") != _digest(raw, 0, start):
+        return "history_changed", stats  # what it was a briefing after was edited
     if not _a_briefing(native, raw[start:cut]):
         return None
     seen = d.get("seen")
