@@ -774,3 +774,24 @@ def test_the_standard_output_is_no_report_while_json_is_written_there(tmp_path: 
             check=False,
         )
     assert done.returncode == 2 and "the standard output" in done.stderr
+    # (CK 5) Without --json the table goes there: the HTML over it, or it over the HTML.
+    with out.open("w") as stdout:
+        plain = subprocess.run(
+            [sys.executable, "-m", "agentctx", "replay", "--strategy", "none"]
+            + ["--report", str(out)],
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+    assert plain.returncode == 2 and "which the table writes" in plain.stderr
+    # (CK 11) Both to /dev/null: nothing to mix.
+    nowhere = subprocess.run(
+        [sys.executable, "-m", "agentctx", "replay", "--strategy", "none", "--json"]
+        + ["--report", os.devnull],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    assert nowhere.returncode == 0, nowhere.stderr

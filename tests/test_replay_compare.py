@@ -485,7 +485,12 @@ def test_a_summarizer_url_is_read_whatever_its_scheme_case_and_shown_without_its
     """(CF) ``HTTP://`` was no URL to the spec, and a password in it reached ``--json``."""
     spec = SummarizerSpec.parse("openai-compatible:m@HTTP://me:secret@h:8000/v1")
     assert spec.base_url == "HTTP://me:secret@h:8000/v1"
-    assert str(spec) == "openai-compatible:m@http://me:***@h:8000/v1"  # (urlunsplit)
+    assert str(spec) == "openai-compatible:m@HTTP://***@h:8000/v1"
+    # (CK 4) What the URL parser reads as a host and port can be a user and a password.
+    spec = SummarizerSpec.parse("openai-compatible:m@http://bob:80/s3cret@example.invalid/v1")
+    assert "s3cret" not in str(spec)
+    spec = SummarizerSpec.parse("openai-compatible:m@http://h:8000/v1?api_key=sk-1")
+    assert "sk-1" not in str(spec)
 
 
 @pytest.mark.parametrize(

@@ -574,8 +574,9 @@ def _check_output(
         )
     if path.is_dir():
         raise ConfigError(f"{flag} {value}: a folder, not a file")
-    if json_out and _same_file_as_stdout(path):
-        raise ConfigError(f"{flag} {value}: the standard output, which --json writes")
+    if _same_file_as_stdout(path) and not _same_file(path, Path(os.devnull)):
+        what = "--json" if json_out else "the table"
+        raise ConfigError(f"{flag} {value}: the standard output, which {what} writes")
     if path.is_fifo():
         fd = _reader_held(path)
         if fd is None:

@@ -24,7 +24,7 @@ import os
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from agentctx.errors import ConfigError
 
@@ -48,12 +48,16 @@ _KEYS: dict[Provider, str] = {
 }
 
 
-_USERINFO = re.compile(r"://.*@")  # to the last "@": a password may hold "/", "@", "?"
+# To the last "@": a password may hold "/", "@", "?", even a line break. (An "@" that is no
+# password's hides what precedes it too: a line that says less, never one that says a key.)
+_USERINFO = re.compile(r"://.*@", re.DOTALL)
+_QUERY = re.compile(r"\?.*", re.DOTALL)  # an API key rides there too
 
 
 def _shown(text: str) -> str:
-    """``text`` with a URL's user and password as ``***``: error lines are shared."""
-    return _USERINFO.sub("://***@", text)
+    """``text`` with a URL's user, password and query as ``***``: error lines and reports
+    are shared."""
+    return _QUERY.sub("?***", _USERINFO.sub("://***@", text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,16 +103,9 @@ class SummarizerSpec:
         return cls(provider, rest.strip(), base_url)
 
     def __str__(self) -> str:
-        """The spec, a password in its URL shown as ``***`` (it reaches reports)."""
-        url = self.base_url
-        if url is not None:
-            parts = urlsplit(url)
-            if parts.password is not None:
-                user = parts.username or ""
-                host = parts.netloc.rpartition("@")[2]
-                url = urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-        at = f"@{url}" if url is not None else ""
-        return f"{self.provider}:{self.model}{at}"
+        """The spec, a URL's user, password and query shown as ``***`` (it reaches reports)."""
+        at = f"@{self.base_url}" if self.base_url is not None else ""
+        return _shown(f"{self.provider}:{self.model}{at}")
 
     @property
     def key_variable(self) -> str:
