@@ -3,10 +3,13 @@
 A worker that ends (its manager closes) with a billed briefing not yet spliced puts it in the
 session's saved state (`ContextManager.session_state`); the next worker of the session splices
 it when its view needs it, as the last one would have, instead of paying for another. The
-briefing names the raw messages it summarized by a digest of their fingerprints: on a history
-where they are not the same (cut back, edited anywhere in the span), where its span now holds
-a message every view shows (a history cut back to before the turn after it), or where other
-compaction already replaced its whole span, it is not taken, and `SummaryStale` says why.
+briefing names the raw messages it summarized, and those before it, by digests of their
+fingerprints, and the history after it as the last worker had it: on a history where they
+are not the same (cut back, edited in or before the span), where its span holds a message
+every view shows (or, the history cut back since, one the tiers keep, as after a rewind), or
+where other compaction already replaced its whole span, it is not taken, and `SummaryStale`
+says why. Only a briefing is taken for one: the provider's compaction with the span's own
+user messages, a summary message, or text.
 """
 
 from __future__ import annotations
