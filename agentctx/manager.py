@@ -534,15 +534,11 @@ class ContextManager:
             "last_call": self._last_call,
             "calibration": self._counter.calibration_state(),
         }
-        handover = self._strategy_handover() if self._handover is _OPEN else self._handover
+        # (Checked, never raising: the recall writer asks, off any call of the caller's.)
+        handover = state_to_hand_over(self.strategy) if self._handover is _OPEN else self._handover
         if handover is not None:
             state["strategy"] = handover
         return json.dumps(state, separators=(",", ":"))
-
-    def _strategy_handover(self) -> object:
-        """What the strategy hands the next worker (`state_to_hand_over`: JSON-able, checked,
-        never raising: the recall writer asks, off any call of the caller's)."""
-        return state_to_hand_over(self.strategy)
 
     def _take_over(self, state: dict[str, Any] | str) -> CompactionWarning | None:
         """Start from the state the last worker saved (`session_state`, parsed by
@@ -780,7 +776,7 @@ class ContextManager:
                 # worker is handed over (and said to be).
                 writer = self._writer
                 handing = writer is not None and writer.keeps_state
-                self._handover = self._strategy_handover() if handing else None
+                self._handover = state_to_hand_over(self.strategy) if handing else None
                 end_session(self.strategy, self._hub.emit)
             except Exception as error:
                 # The session closes all the same (store writes, event streams, background
