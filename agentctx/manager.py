@@ -1104,8 +1104,7 @@ class ContextManager:
         if state.repairs_version != self._repairs_seen:
             self._report_repairs()
         self._watch_thrash(taken, idle)
-        fresh = bisect.bisect_left(state.origins, self._sent)  # what this call added starts here
-        self._sent = len(state.raw)
+        sent, self._sent = self._sent, len(state.raw)
         view = list(state.view)
         if not view and state.raw:
             raise UnsupportedMessageError(
@@ -1118,7 +1117,9 @@ class ContextManager:
         # Only what this call added can still be on a quick count: the rest was counted in
         # full by an earlier call, or as the strategies decided (the whole view, on each call
         # over the limit, made a session that stays over it quadratic).
-        if tokens > budget.limit and self._counter.refine(view[fresh:]):
+        if tokens > budget.limit and self._counter.refine(
+            view[bisect.bisect_left(state.origins, sent) :]
+        ):
             tokens = self.prompt_tokens
         if tokens > budget.limit:
             fraction = budget.usage_fraction(tokens)

@@ -312,7 +312,8 @@ class RecallWriter:
         self._ledger_dirty = False
         self._ledger_epoch = 0
         # Of `_parts`, how many the store holds as they are (an `AppendingLedgerStore` has
-        # only what was added since to save); none until this writer saved them.
+        # only what was added since to save); none until this writer saved them, or all of
+        # a ledger it resumed (set below).
         self._ledger_saved = 0
         # The session's state (`SessionStateStore`): saved with each new ledger and at close.
         self._state_of = state if isinstance(store, SessionStateStore) else None

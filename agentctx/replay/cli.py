@@ -376,17 +376,18 @@ def _load(paths: Sequence[tuple[Path, bool]]) -> list[Transcript]:
                 refused = TranscriptFormatError(transcript_name(each), 0, problem)
                 if len(loaded) == 1:
                     raise refused
-                print(
-                    printable(f"agentctx: skipped {' '.join(str(refused).split())}"),
-                    file=sys.stderr,
-                )
+                _say_skipped(refused)
         except (AgentCtxError, OSError, ValueError) as exc:
             if not in_folder:
                 raise
-            print(printable(f"agentctx: skipped {' '.join(str(exc).split())}"), file=sys.stderr)
+            _say_skipped(exc)
     if not out:
         raise ConfigError("no transcript to replay")
     return out
+
+
+def _say_skipped(error: Exception) -> None:
+    print(printable(f"agentctx: skipped {' '.join(str(error).split())}"), file=sys.stderr)
 
 
 def _named_tasks(tasks: Sequence[Transcript]) -> list[Transcript]:
