@@ -1525,6 +1525,38 @@ async def test_a_built_in_tools_call_is_never_sent_without_its_output() -> None:
     assert calls == outputs
 
 
+async def test_a_local_shell_output_typed_by_the_sdk_keeps_its_call() -> None:
+    """The SDK types ``local_shell_call_output`` with an ``id`` and no ``call_id`` (the API
+    documents ``id`` as the call's). The call was paired by ``call_id`` alone, read as
+    unanswered and left out of every request, its output sent answering nothing, with no
+    event (found by a hostile run)."""
+    from agentctx.providers.middleware import as_middleware
+
+    call = {
+        "type": "local_shell_call",
+        "id": "lsh_1",
+        "call_id": "call_1",
+        "action": {"type": "exec", "command": ["ls"], "env": {}},
+        "status": "completed",
+    }
+    output = {"type": "local_shell_call_output", "id": "call_1", "output": "a.py\nb.py"}
+    history = [{"role": "user", "content": "list the files"}, call, output]
+    assert to_openai_responses(from_openai_responses(history)) == history
+    sent: dict[str, Any] = {}
+
+    async def call_next(request: dict[str, Any]) -> dict[str, Any]:
+        sent.update(request)
+        return {"usage": {"input_tokens": 10, "output_tokens": 1}}
+
+    async with ContextManager(Budget(context_window=100_000, reserve_output=1_000)) as ctx:
+        await as_middleware(ctx, "openai-responses")({"model": "m", "input": history}, call_next)
+    assert sent["input"] == history
+    assert validate_responses({"model": "m", "input": history}, history) is None
+    # The validator pairs them the same way: either alone is refused, as the API does.
+    for alone in ([history[0], call], [history[0], output]):
+        assert validate_responses({"model": "m", "input": alone}, alone) is not None
+
+
 @pytest.mark.parametrize(
     "output",
     [

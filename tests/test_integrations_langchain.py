@@ -328,6 +328,9 @@ def test_fractions_read_the_models_profile() -> None:
         ({"trigger": ("fraction", 0.8)}, "max_input_tokens"),
         ({"trigger": ("tokens", 0)}, "tokens"),
         ({"trigger": ("tokens", 100), "keep": ("messages", -1)}, "whole n"),
+        # Tuples of the wrong length raised IndexError (found by a hostile run).
+        ({"trigger": ("tokens", 100), "keep": ("messages",)}, "tuple"),
+        ({"trigger": ("tokens", 100), "keep": ()}, "tuple"),
         (
             {
                 "trigger": ("tokens", 100),

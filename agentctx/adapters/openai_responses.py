@@ -417,7 +417,7 @@ def from_openai_responses(
             out.append(_output(index, item, names))
         elif isinstance(kind, str) or role == "assistant":
             if isinstance(kind, str) and kind.endswith("_call_output"):
-                call = _built_in(kind.removesuffix("_output"), str(item.get("call_id")))
+                call = _built_in(kind.removesuffix("_output"), str(answered_call(item)))
                 if call not in names:
                     _refuse_if_referenced(index, item, names)
             _note_given(item, names)
@@ -456,6 +456,16 @@ def _note_given(item: Mapping[str, Any], names: dict[str, str]) -> None:
         names[_REFERENCED] = kind
     elif isinstance(kind, str) and kind.endswith("_call") and isinstance(call_id, str):
         names[_built_in(kind, call_id)] = kind
+
+
+def answered_call(output: Mapping[str, Any]) -> object:
+    """The ``call_id`` of the call a built-in tool's output item answers: its own
+    ``call_id``, or, for a ``local_shell_call_output`` (typed with no ``call_id``), its
+    ``id``, which the API documents as the call's."""
+    call_id = output.get("call_id")
+    if call_id is None and output.get("type") == "local_shell_call_output":
+        return output.get("id")
+    return call_id
 
 
 def _built_in(kind: str, call_id: str) -> str:
@@ -564,7 +574,7 @@ def _sendable(items: list[JSON]) -> list[JSON]:
     item the model made after it (a caller that took back the call the reasoning led to, or
     compaction the call: "provided without its required following item")."""
     outputs = {
-        (kind.removesuffix("_output"), item.get("call_id"))
+        (kind.removesuffix("_output"), answered_call(item))
         for item in items
         if isinstance(kind := item.get("type"), str) and kind.endswith("_call_output")
     }
@@ -572,9 +582,11 @@ def _sendable(items: list[JSON]) -> list[JSON]:
     kept: list[JSON] = []
     waiting: list[JSON] = []  # reasoning items, kept once an item the model made follows
     for item in items:
-        kind, cid = item.get("type", "message"), item.get("call_id")
+        kind = item.get("type", "message")
+        output = isinstance(kind, str) and kind.endswith("_call_output")
+        cid = answered_call(item) if output else item.get("call_id")
         if isinstance(kind, str) and isinstance(cid, str) and kind not in _OUTPUTS:
-            if not kind.endswith("_call_output"):
+            if not output:
                 if kind in _ANSWERED_BUILT_INS and (kind, cid) not in outputs:
                     continue
                 calls.add((kind, cid))

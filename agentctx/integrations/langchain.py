@@ -468,7 +468,7 @@ def context_manager(
     if model is not None and trigger[0] == "fraction":
         window = _max_input_tokens(model, "trigger")
     target_ratio = 0.5
-    if keep is not None and keep[0] == "messages":
+    if isinstance(keep, tuple) and len(keep) == 2 and keep[0] == "messages":
         n = keep[1]
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ConfigError(f'keep=("messages", n) needs a whole n >= 0; got {keep!r}')

@@ -667,7 +667,7 @@ def validate_responses(
                     "input",
                 )
             answered.add(cid)
-        elif isinstance(kind, str) and isinstance(cid := item.get("call_id"), str):
+        elif isinstance(kind, str) and isinstance(cid := _call_id_of(item), str):
             # A built-in tool's call and its output (computer_call, computer_call_output, ...)
             # pair by call_id as function calls do.
             if not kind.endswith("_call_output"):
@@ -695,7 +695,7 @@ def validate_responses(
         if cid not in answered or times > 1:
             return Invalid(f"No tool output found for function call {cid}.", "input")
     outputs = {
-        (kind.removesuffix("_output"), item.get("call_id"))
+        (kind.removesuffix("_output"), _call_id_of(item))
         for item in history
         if isinstance(kind := item.get("type"), str) and kind.endswith("_call_output")
     }
@@ -704,6 +704,15 @@ def validate_responses(
             what = kind.removesuffix("_call").replace("_", " ")
             return Invalid(f"No tool output found for {what} call {cid}.", "input")
     return None
+
+
+def _call_id_of(item: Any) -> object:
+    """An item's ``call_id``; a ``local_shell_call_output``'s is its ``id`` (its SDK type has
+    no ``call_id``: the API documents ``id`` as the id of the call it answers)."""
+    cid = item.get("call_id")
+    if cid is None and item.get("type") == "local_shell_call_output":
+        return item.get("id")
+    return cid
 
 
 # Built-in tools the client runs, whose call the API refuses without its output.
