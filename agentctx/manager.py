@@ -1089,6 +1089,10 @@ class ContextManager:
                     self._unrefined = 0
             finally:
                 _COMPACTING.reset(compacting)
+                # A strategy that raised, or was cancelled while it awaited, after taking a
+                # decision leaves it in the ledger (saved with the next): the view renders it
+                # now, as a resumed worker would, not on some later render.
+                self._current_view()
                 self._remember_input(history, as_view, marks)  # cancelled too: it was synced
             if self._closed_under_call:
                 raise ConfigError("this ContextManager closed while this call ran")

@@ -289,10 +289,71 @@ async def test_arguments_that_are_no_json_object_are_cut_to_meet_the_budget() ->
         assert_view_ok(view, ctx.raw)
     sent = to_openai_chat(view)[1]["tool_calls"][0]["function"]["arguments"]
     arguments = json.loads(sent)
-    assert list(arguments) == ["arguments"] and "chars truncated ...]" in arguments["arguments"]
+    assert list(arguments) == ["arguments"]
+    assert re.search(r"chars truncated; recall_context id=ctx-\w+ \.\.\.\]", arguments["arguments"])
     assert arguments["arguments"].startswith(raw[:500])
     assert len(sent) < len(raw) // 20
     assert MessageCounter(lazy=False).estimate_prompt(view) < budget.limit
+
+
+async def test_cut_arguments_name_their_recall_id_in_the_view() -> None:
+    """Found by a hostile run: tier 1 stored a long argument's original under a recall id that
+    nothing in the view named (tool results' markers did), so the model could not read it
+    back."""
+    import json
+
+    body = "\n".join(f"line {i}: x = compute({i})  # some code here" for i in range(3000))
+    history = [
+        user("task: write the big file"),
+        assistant(call("c1", "write", path="big.py", content=body)),
+        result("c1", "Wrote 3000 lines", "write"),
+        assistant(text="done"),
+        user("now something else"),
+    ]
+    async with ContextManager(
+        Budget(context_window=20_000, reserve_output=2_000), recall=MemoryRecallStore()
+    ) as ctx:
+        view = await ctx.prepare(history)
+        assert_view_ok(view, ctx.raw)
+        (decision,) = ctx.ledger.decisions
+        shown = view[1].content[0].arguments["content"]
+        assert decision.recall_id and f"recall_context id={decision.recall_id}" in shown
+        page = await ctx.recall(decision.recall_id, 0, 10**7)
+        assert json.loads(page.partition("\n")[2]) == {"path": "big.py", "content": body}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        [f"todo item {i}" for i in range(3000)],
+        {f"key_{i}": i for i in range(3000)},
+    ],
+)
+async def test_a_long_list_or_object_argument_is_cut_to_meet_the_budget(value: object) -> None:
+    """Found by a hostile run: tier 1 cut string arguments only, so the newest step's list of
+    3000 items (17k tokens) stayed whole, and a 6000-token budget was declared unmeetable,
+    the error blaming "a custom strategy". A list or object is cut as its JSON text."""
+    import json
+
+    from agentctx.tokens import MessageCounter
+
+    history = [
+        user("task: plan the work"),
+        assistant(call("c1", "write_todos", path="todo.md", items=value)),
+        result("c1", "ok", "write_todos"),
+    ]
+    budget = Budget(context_window=8_000, reserve_output=2_000)
+    async with ContextManager(budget, recall=MemoryRecallStore()) as ctx:
+        view = await ctx.prepare(history)
+        assert_view_ok(view, ctx.raw)
+        (decision,) = ctx.ledger.decisions
+        arguments = view[1].content[0].arguments
+        assert arguments["path"] == "todo.md"  # short ones stay as they were
+        items = arguments["items"]
+        assert isinstance(items, str)
+        assert items.startswith(json.dumps(value, separators=(",", ":"))[:100])
+        assert f"recall_context id={decision.recall_id}" in items
+        assert MessageCounter(lazy=False).estimate_prompt(view) < budget.limit
 
 
 @given(st.text(alphabet="ab./-_1 é/x", max_size=60))

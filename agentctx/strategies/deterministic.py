@@ -66,6 +66,7 @@ from agentctx.strategies.trail import (
 )
 from agentctx.strategies.undecided import alone, undecided
 from agentctx.strategy import Quiet
+from agentctx.tokens.estimate import compact_json
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence, Set
@@ -228,7 +229,8 @@ class DeterministicCompaction:
     Attributes:
         max_lines: tool output longer than this is cut to head and tail (tier 1).
         max_chars: ... and so is output longer than this many characters.
-        max_argument_chars: string arguments of completed calls longer than this are cut.
+        max_argument_chars: arguments of completed calls longer than this are cut (a list or
+            object as its JSON text).
         keep_recent_steps: the newest assistant steps never condensed or dropped.
         exempt_tools: tools whose output is never truncated (e.g. the recall tool itself).
         cold_cache_seconds: when the last call is older than this the provider cache is cold,
@@ -521,14 +523,17 @@ class DeterministicCompaction:
                 # Arguments in the running loop are cut only when giving way, and never in a
                 # message whose signed reasoning must go back as it was.
                 for call in alone(m.tool_calls):
-                    new_args, cut = self._shrink_arguments(ctx, call)
-                    if cut:
-                        whole = dict(_cuttable_arguments(call))
-                        rid = self._recall_id(ctx, json.dumps(whole, ensure_ascii=False))
-                        pending.append(
-                            ReplaceArguments(anchor(raw, i), call.id, new_args, "truncate", rid)
-                        )
-                        actions.append(f"truncated arguments of {describe_call(call)}")
+                    arguments = _cuttable_arguments(call)
+                    if not any(map(self._too_long_argument, arguments.values())):
+                        continue
+                    whole = json.dumps(dict(arguments), ensure_ascii=False)
+                    note = self._recall_note(ctx, whole)
+                    rid = note.removeprefix("recall_context id=") or None
+                    new_args = self._shrink_arguments(arguments, note)
+                    pending.append(
+                        ReplaceArguments(anchor(raw, i), call.id, new_args, "truncate", rid)
+                    )
+                    actions.append(f"truncated arguments of {describe_call(call)}")
         for decision in pending:
             ctx.take(decision)
 
@@ -556,22 +561,24 @@ class DeterministicCompaction:
         return len(text) > self.max_chars or text.count("\n") >= self.max_lines
 
     def _too_long_argument(self, value: object) -> bool:
-        """Whether tier 1 cuts ``value``, an argument of a completed call."""
-        return isinstance(value, str) and len(value) > self.max_argument_chars
+        """Whether tier 1 cuts ``value``, an argument of a completed call: a string, or a list
+        or object whose JSON is, longer than ``max_argument_chars``."""
+        if isinstance(value, str):
+            return len(value) > self.max_argument_chars
+        return isinstance(value, list | dict) and len(compact_json(value)) > self.max_argument_chars
 
-    def _shrink_arguments(
-        self, ctx: CompactionContext, call: ToolCall
-    ) -> tuple[dict[str, Any], bool]:
+    def _shrink_arguments(self, arguments: Mapping[str, Any], note: str) -> dict[str, Any]:
+        """``arguments`` with each that is too long cut to its head and tail (a list or an
+        object as its JSON text), the marker naming ``note`` (the recall id of them all)."""
         limit = self.max_argument_chars
         out: dict[str, Any] = {}
-        cut = False
-        for key, value in _cuttable_arguments(call).items():
+        for key, value in arguments.items():
             if self._too_long_argument(value):
-                out[key] = truncate_text(value, max(3, limit // 80), limit)
-                cut = True
+                text = value if isinstance(value, str) else compact_json(value)
+                out[key] = truncate_text(text, max(3, limit // 80), limit, note)
             else:
                 out[key] = value
-        return out, cut
+        return out
 
     def _recall_note(self, ctx: CompactionContext, text: str) -> str:
         rid = self._recall_id(ctx, text)
