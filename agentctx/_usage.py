@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 from agentctx.messages import MOST_TOKENS, Usage
 
-__all__ = ["ACCEPTED", "billed_usage", "usage_inside", "usage_of"]
+__all__ = ["ACCEPTED", "UNSTATED", "billed_usage", "read_usage", "usage_inside", "usage_of"]
 
 ACCEPTED = (
     "a Usage, an AssistantMessage, an SDK response (anthropic Message, openai ChatCompletion "
@@ -103,6 +103,66 @@ def _from_fields(usage: object) -> Usage | None:
     )
 
 
+_STATED = (
+    "prompt_tokens",
+    "completion_tokens",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+)
+_STATED_INSIDE = {
+    "prompt_tokens_details": ("cached_tokens", "cache_write_tokens"),
+    "input_tokens_details": ("cached_tokens", "cache_write_tokens"),
+    "cache_creation": ("ephemeral_1h_input_tokens",),
+}
+
+
+def _states_counts_only(usage: object) -> bool:
+    """Whether every token count a provider's usage (object or dict, or a reply carrying one)
+    states is one (`_is_count`): `usage_of` reads one that is not as 0, silently."""
+    inner = _get(usage, "usage")
+    if inner is not None and inner is not usage and not _states_counts_only(inner):
+        return False
+    for key in _STATED:
+        value = _get(usage, key)
+        if value is not None and not _is_count(value):
+            return False
+    for key, names in _STATED_INSIDE.items():
+        details = _get(usage, key)
+        if details is not None and not all(
+            (value := _get(details, name)) is None or _is_count(value) for name in names
+        ):
+            return False
+    return True
+
+
+class _Unstated:
+    """The usage of a reply that came but states none that can be read (`UNSTATED`)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNSTATED"
+
+
+UNSTATED = _Unstated()
+"""What a reply's usage is taken as when it cannot be read at all: `billed_usage` reads it as
+billed, for an amount no one told (``cost_usd=None``), as it does a reply stating no usage."""
+
+
+def read_usage(usage: object) -> tuple[Usage, bool]:
+    """A reply's usage (a provider's usage object or dict) as `usage_of` reads it (``Usage()``
+    when it states none), and whether its price can be known: ``False`` when it states no
+    usage, or a count that is no token count (read as 0, it would price the reply too low)."""
+    try:
+        counts = usage_of(usage)
+        known = counts is not None and _states_counts_only(usage)
+    except Exception:  # an object of any shape: its fields may raise
+        counts, known = None, False
+    return counts or Usage(), known
+
+
 def billed_usage(value: object) -> tuple[Usage, bool] | None:
     """What a reply that could not be used reports it was billed (`SummarizerError.usage`),
     and whether that is known: ``None`` when nothing says a reply came (``value`` is
@@ -113,6 +173,7 @@ def billed_usage(value: object) -> tuple[Usage, bool] | None:
         return None
     try:
         usage = usage_of(value)
+        stated = isinstance(value, Usage) or _states_counts_only(value)
     except Exception:  # a summarizer's object of any shape: its fields may raise
         usage = None
     if usage is None:
@@ -124,7 +185,7 @@ def billed_usage(value: object) -> tuple[Usage, bool] | None:
         usage.cache_write_tokens,
         usage.cache_write_1h_tokens,
     )
-    known = all(_is_count(v) for v in fields)
+    known = stated and all(_is_count(v) for v in fields)
     written = _tokens(usage.cache_write_tokens)
     counts = Usage(
         _tokens(usage.input_tokens),

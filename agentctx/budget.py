@@ -177,8 +177,9 @@ class BudgetExceededError(AgentCtxError):
         else:
             why = (
                 f"the task, the latest user message and the newest turn take {protected}; "
-                "the strategy left the rest over (a custom strategy, or one that only clears "
-                "tool output?)"
+                "the rest is what the strategy does not cut (a custom strategy, or one that "
+                "only clears tool output) or cannot (signed reasoning of the running tool loop "
+                "and the results it needs, images)"
             )
         super().__init__(
             f"history needs {tokens} tokens after compaction, budget is {budget}; {why}"

@@ -150,6 +150,18 @@ def _starts_with(history: Sequence[Message], prefix: list[Message]) -> bool:
         del prefix[n:]
 
 
+def _interrupted(error: BaseException, taken: Sequence[Decision]) -> CompactionWarning:
+    """What a call cut short after its strategy took ``taken`` says of them: they stay (the
+    strategy may have reported some, or spent a paid briefing on them), and the next view
+    shows them, so the view changes where no event of that call explains it."""
+    reasons = ", ".join(sorted({d.reason for d in taken}))
+    return CompactionWarning(
+        "interrupted",
+        f"prepare() ended with {type(error).__name__} after the strategy took {len(taken)} "
+        f"decision(s) ({reasons}); they stay in the ledger, and the next view shows them",
+    )
+
+
 def _extends_raw(history: Sequence[Message], state: ViewState) -> bool:
     """Whether ``history`` is the raw history with messages appended, judged by what the view
     depends on: every message it shows as it is or repaired, and the last one. Cost
@@ -1087,6 +1099,10 @@ class ContextManager:
                     # to 20k characters, costs up to twice that).
                     self._counter.refine(self._current_view()[0])
                     self._unrefined = 0
+            except BaseException as e:
+                if ctx.taken:
+                    self._hub.emit(_interrupted(e, ctx.taken))
+                raise
             finally:
                 _COMPACTING.reset(compacting)
                 # A strategy that raised, or was cancelled while it awaited, after taking a

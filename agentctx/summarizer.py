@@ -173,6 +173,10 @@ class SummaryResult:
             block), instead of a `SummaryMessage` made from ``text``. They are spliced byte
             for byte and ``required_sections`` do not apply (the content is opaque); they
             may not hold tool calls or tool results. Empty (the default) for a text briefing.
+        usage_known: ``False`` when the reply's usage stated a count that is no token count
+            (negative, a fraction, a string, past any request; ``usage`` has it as 0) or none
+            at all: the reply is then reported and counted at ``cost_usd=None``, never priced
+            on the rest (`agentctx._usage.read_usage` reads an SDK's usage so).
     """
 
     text: str
@@ -180,6 +184,7 @@ class SummaryResult:
     usage: Usage = field(default_factory=Usage)
     model: str | None = None
     messages: tuple[Message, ...] = ()
+    usage_known: bool = True
 
 
 _STOPS = frozenset({"stop", "length", "refusal", "error"})
@@ -216,6 +221,8 @@ def check_result(result: object) -> SummaryResult:
         raise _bad(f"usage.{name}={count}; token counts are whole numbers >= 0")
     if usage.prompt_tokens + usage.output_tokens > MOST_TOKENS:
         raise _bad(f"usage of {preview(usage.prompt_tokens)} prompt tokens, past any request")
+    if not isinstance(result.usage_known, bool):
+        raise _bad(f"usage_known {preview(result.usage_known)}, not a bool")
     if not isinstance(result.messages, tuple):
         raise _bad(f"messages {preview(result.messages)}, not a tuple")
     for m in result.messages:
@@ -226,6 +233,13 @@ def check_result(result: object) -> SummaryResult:
             raise _bad(
                 f"a message to splice that is {preview(m)}; only user, assistant "
                 "(without tool calls) and summary messages may replace a span"
+            )
+        if _opaque_unsendable(m):
+            # Decoded from JSON, a provider's item can hold one too; signed, it cannot be
+            # repaired, and spliced as it is, every later view could not be sent.
+            raise _bad(
+                "a provider's compaction item holding a lone surrogate, which no request "
+                "can carry (UTF-8 cannot encode it); it is signed, so it is not repaired"
             )
     messages = tuple(map(_sendable, result.messages))
     if any(a is not b for a, b in zip(messages, result.messages, strict=True)):
@@ -250,6 +264,16 @@ def _sendable(m: Message) -> Message:
     message: Any = m  # either kind: its content holds what it held, repaired
     repaired: Message = replace(message, content=content)
     return repaired
+
+
+def _opaque_unsendable(m: Message) -> bool:
+    """Whether an opaque block of ``m`` (a provider's item) holds a lone surrogate."""
+    for block in getattr(m, "content", ()):
+        if isinstance(block, OpaqueBlock):
+            text = json.dumps(block.payload, ensure_ascii=False)
+            if sendable_text(text) is not text:
+                return True
+    return False
 
 
 def _holds_something(m: Message) -> bool:

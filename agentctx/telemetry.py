@@ -122,7 +122,7 @@ class SummarizerAttempt:
         """What the reply cost, as `LlmCompaction.spend` counts it; ``None`` when unknown."""
         from agentctx.pricing import price_for
 
-        if self.result is None:
+        if self.result is None or not self.result.usage_known:
             return None
         price = self.price if self.price is not None else price_for(self.response_model)
         return price.reply_cost(self.result.usage) if price is not None else None

@@ -469,6 +469,28 @@ def test_a_native_briefing_is_made_sendable_and_an_empty_one_is_refused() -> Non
     assert refused is not None and refused[0] == "empty"
 
 
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"type": "compaction", "content": "What was done so far \ud800", "signature": "sig"},
+        {"type": "compaction", "id": "cmp_1", "encrypted_content": "enc\udfff"},
+    ],
+    ids=["anthropic", "openai"],
+)
+def test_a_native_item_holding_a_lone_surrogate_is_refused(payload: dict[str, str]) -> None:
+    """Found by a hostile run: a provider's compaction item decoded from JSON with a lone
+    surrogate was spliced as it was, and every later request failed to encode. Signed, it
+    cannot be repaired: the reply is a failed attempt."""
+    from agentctx.messages import OpaqueBlock
+
+    item = (AssistantMessage((OpaqueBlock("p", payload),), "stop"),)
+    with pytest.raises(SummarizerError, match="lone surrogate"):
+        check_result(SummaryResult(text="", stop_reason="stop", messages=item))
+    clean = {k: v.encode("utf-8", "replace").decode() for k, v in payload.items()}
+    item = (AssistantMessage((OpaqueBlock("p", clean),), "stop"),)
+    assert check_result(SummaryResult(text="", stop_reason="stop", messages=item)).messages == item
+
+
 async def test_a_briefing_with_a_lone_surrogate_is_spliced_as_text_a_request_can_carry() -> None:
     """Found by hostile testing: a reply decoded from JSON can hold a lone surrogate; the
     briefing was spliced as it was and no later view could be encoded as UTF-8 (every model

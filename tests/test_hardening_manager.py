@@ -2295,12 +2295,17 @@ async def test_a_call_that_ends_after_a_decision_sends_it_from_the_next_view_on(
     ]
     budget = Budget(context_window=100_000)
     path = tmp_path / "session.db"
+    events: list[Event] = []
     async with ContextManager(
         budget, strategy=_TakesThenFails(how), recall=SQLiteRecallStore(path), session_id="S"
     ) as ctx:
+        ctx.subscribe(events.append)
         with pytest.raises(RuntimeError if how == "raise" else TimeoutError):
             with anyio.fail_after(0.2):
                 await ctx.prepare(history)
+        # No ContextCompacted reports the decision: a warning says the next view shows it.
+        (warning,) = [e for e in events if isinstance(e, CompactionWarning)]
+        assert warning.code == "interrupted" and "1 decision(s) (cleared)" in warning.message
         history += [assistant(text="a2"), user("u3")]
         view = await ctx.prepare(history)
         assert view == render(ctx.raw, ctx.ledger).messages

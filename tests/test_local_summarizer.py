@@ -32,6 +32,9 @@ from agentctx import (
     ContextManager,
     DeterministicCompaction,
     Message,
+    TextBlock,
+    ToolCall,
+    ToolResultMessage,
     UserMessage,
 )
 from agentctx.errors import ConfigError, SummarizerError
@@ -363,3 +366,39 @@ async def test_a_request_refused_as_too_large_is_halved_and_warned_about_once() 
     assert "summarizer_context_window" in warnings[0].message
     assert not [e for e in events if isinstance(e, SummaryRejected)]
     assert any(isinstance(e, ContextCompacted) and e.method == "summarized" for e in events)
+
+
+async def test_a_request_refused_as_too_large_is_not_sent_again_unchanged() -> None:
+    """Found by a hostile run: the transcript keeps its newest message whole, so once that
+    alone was over the halved cap, each refusal "halved" the cap to the same value and the
+    request just refused was sent again at once, three times a summary, on every summary."""
+
+    def refuse(body: dict[str, object]) -> Reply:
+        return Reply.error(413, "Request exceeds the maximum allowed number of bytes")
+
+    async with FakeOpenAI(default=refuse) as server:
+        sdk = OpenAIChatSummarizer("local", base_url=server.url + "/v1")
+        recording = Recording(sdk)
+        llm = LlmCompaction(recording, LlmCompactionConfig(required_sections=(), timeout=10.0))
+        async with ContextManager(
+            Budget(context_window=13_000, reserve_output=1_000),
+            strategy=Chain([llm, DeterministicCompaction()]),
+        ) as ctx:
+            history: list[Message] = []
+            for k in range(120):
+                big = "\n".join(f"line {i} of output {k}" for i in range(120))
+                turn = [
+                    AssistantMessage(
+                        (ToolCall(f"c{k}", "read", {"path": f"f{k}.py"}),), "tool_use"
+                    ),
+                    ToolResultMessage(f"c{k}", (TextBlock(big),), "read", False),
+                ]
+                history = [*(await ctx.prepare([*(history or [UserMessage.of("task")]), *turn]))]
+                await wait_for(lambda: llm.phase != "in_flight", "an answer")
+        await sdk.aclose()
+    requests = recording.requests
+    assert requests and all(r.status == 413 for r in server.requests)
+    for earlier, later in zip(requests, requests[1:], strict=False):
+        if later.attempt > 1:  # sent again within one summary: only ever smaller
+            assert len(later.transcript) < len(earlier.transcript)
+    assert len(requests) <= 12  # the cap halves with each refusal, then no request is sent

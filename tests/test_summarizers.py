@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from agentctx import Budget, Chain, ContextManager, DeterministicCompaction, Usage
+from agentctx._usage import billed_usage
 from agentctx.errors import ConfigError, SummarizerError
 from agentctx.events import ContextCompacted, Event, SummaryRejected
 from agentctx.messages import Message
@@ -24,7 +25,13 @@ from agentctx.providers.anthropic_summarizer import AnthropicSummarizer
 from agentctx.providers.openai_compaction import OpenAICompactionSummarizer
 from agentctx.providers.openai_summarizer import OpenAIChatSummarizer, OpenAIResponsesSummarizer
 from agentctx.strategies.llm import SUMMARY_MARKER, LlmCompaction, LlmCompactionConfig
-from agentctx.summarizer import REQUIRED_SECTIONS, Summarizer, SummaryRequest, missing_sections
+from agentctx.summarizer import (
+    REQUIRED_SECTIONS,
+    Summarizer,
+    SummaryRequest,
+    SummaryResult,
+    missing_sections,
+)
 from agentctx.testing import drive, synthetic_session
 from agentctx.testing.servers import FakeAnthropic, FakeOpenAI, FakeServer, Reply
 
@@ -294,6 +301,44 @@ async def test_a_body_of_another_shape_is_retryable(kind: str, body: bytes) -> N
             await s.summarizer.summarize(REQUEST)
     error = info.value
     assert error.retryable and "unreadable" in str(error)
+    # A 200 came: billed, at the usage it states or an unknown amount. A body whose usage
+    # could not be read at all (null, a list) was counted nowhere (found by a hostile run).
+    assert billed_usage(error.usage) is not None
+
+
+@pytest.mark.parametrize(
+    ("kind", "count"),
+    # The fake OpenAI server adds the counts up (total_tokens): a string only for Anthropic.
+    [(kind, count) for kind in KINDS for count in (-50, 50.5, 10**30)] + [("anthropic", "50")],
+)
+async def test_a_usage_count_that_is_no_token_count_leaves_the_reply_unpriced(
+    kind: str, count: Any
+) -> None:
+    """Found by a hostile run: the SDK's usage was read with such a count as 0 and the reply
+    priced on the rest (``cost_usd=0.0001`` for output_tokens -50), where the docs say it is
+    counted at ``cost_usd=None``."""
+    async with setup(kind, Reply.text(briefing(), input_tokens=100, output_tokens=count)) as s:
+        result = await s.summarizer.summarize(REQUEST)
+    assert result.text == briefing()
+    assert result.usage.output_tokens == (50 if count == 50.5 else 0)
+    assert not result.usage_known
+    async with setup(kind, Reply.text(briefing(), input_tokens=100, output_tokens=7)) as s:
+        assert (await s.summarizer.summarize(REQUEST)).usage_known
+
+
+async def test_an_unpriced_reply_is_spent_at_an_unknown_cost() -> None:
+    class Unpriced:
+        model = "claude-haiku-4-5"
+
+        async def summarize(self, request: SummaryRequest) -> SummaryResult:
+            return SummaryResult(
+                text=briefing(), stop_reason="stop", usage=Usage(100, 0), usage_known=False
+            )
+
+    events, _, _ = await run_session(summarizer=Unpriced())
+    assert summarized(events)
+    costs = [e.summary.cost_usd for e in events if getattr(e, "summary", None) is not None]
+    assert costs and all(cost is None for cost in costs)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -333,7 +378,9 @@ async def test_owned_client_is_made_without_sdk_retries() -> None:
 LIMIT = 12_000
 
 
-async def run_session(*replies: Reply) -> tuple[list[Event], list[list[Message]], FakeAnthropic]:
+async def run_session(
+    *replies: Reply, summarizer: Summarizer | None = None
+) -> tuple[list[Event], list[list[Message]], FakeAnthropic]:
     events: list[Event] = []
     views: list[list[Message]] = []
     budget = Budget(context_window=LIMIT + 1_000, reserve_output=1_000)
@@ -341,7 +388,8 @@ async def run_session(*replies: Reply) -> tuple[list[Event], list[list[Message]]
         FakeAnthropic(list(replies), default=Reply.text(briefing())) as server,
         anthropic.AsyncAnthropic(base_url=server.url, api_key="test", timeout=5) as client,
     ):
-        llm = LlmCompaction(AnthropicSummarizer(client=client), LlmCompactionConfig(timeout=5))
+        summarizer = summarizer or AnthropicSummarizer(client=client)
+        llm = LlmCompaction(summarizer, LlmCompactionConfig(timeout=5))
         chain = Chain([llm, DeterministicCompaction()])
         async with ContextManager(budget, strategy=chain) as manager:
             manager.subscribe(events.append)
@@ -401,6 +449,23 @@ def test_request_options_are_checked_when_the_summarizer_is_made() -> None:
         OpenAIChatSummarizer("m", api_key="k", request_options={"reasoning": {}})
     extra = {"extra_body": {"new_field": 1}}  # what the SDK does not know yet goes here
     assert AnthropicSummarizer(api_key="k", request_options=extra).request_options == extra
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda o: AnthropicSummarizer(api_key="k", request_options=o),
+        lambda o: OpenAIChatSummarizer("m", api_key="k", request_options=o),
+        lambda o: OpenAIResponsesSummarizer("m", api_key="k", request_options=o),
+        lambda o: AnthropicCompactionSummarizer("m", api_key="k", request_options=o),
+    ],
+    ids=["anthropic", "openai chat", "openai responses", "anthropic native"],
+)
+def test_a_stream_request_option_is_refused_when_the_summarizer_is_made(make: Any) -> None:
+    """Found by a hostile run: ``{"stream": True}`` was taken; every billed reply then came
+    back as a stream, failed as unreadable, was retried, and was counted nowhere."""
+    with pytest.raises(ConfigError, match="stream"):
+        make({"stream": True})
 
 
 @pytest.mark.parametrize(

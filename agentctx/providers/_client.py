@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from agentctx._usage import usage_of
+from agentctx._usage import UNSTATED, usage_of
 from agentctx.errors import ConfigError, SummarizerError
 from agentctx.messages import Usage
 from agentctx.providers._retry_after import retry_after_seconds
@@ -87,7 +87,7 @@ UNREADABLE = (ValueError, RecursionError)
 
 
 def read_reply(
-    sdk: ModuleType, read: Callable[[], SummaryResult], billed: Callable[[], Usage]
+    sdk: ModuleType, read: Callable[[], SummaryResult], billed: Callable[[], object]
 ) -> SummaryResult:
     """``read()``, the result made from a reply the SDK parsed, checked (`check_result`); a
     reply of another shape (a field missing or of another type: a proxy's or a look-alike
@@ -98,9 +98,11 @@ def read_reply(
         return check_result(read())
     except (TypeError, AttributeError, KeyError, IndexError, SummarizerError, *UNREADABLE) as exc:
         try:
-            usage: Usage | None = billed()
+            usage: object = billed()
         except Exception:  # a reply of any shape: its usage is as likely to be broken
             usage = None
+        if usage is None:  # a 200 all the same: billed, for an amount no one told
+            usage = UNSTATED
         raise SummarizerError(
             f"{sdk.__name__}: unreadable response ({type(exc).__name__}: {exc})",
             retryable=True,

@@ -20,6 +20,8 @@ def check_request_options(
     the summarizer sets itself (``reserved``) — said when the summarizer is made, not as a
     failed background request on every compaction."""
     options = dict(options)
+    if "stream" in options:  # the SDK would hand back a stream, read as an unreadable reply
+        raise ConfigError("request_options cannot set stream: a summary is read whole")
     taken = sorted(reserved & options.keys())
     if taken:
         raise ConfigError(f"request_options cannot set {', '.join(taken)}: the summarizer does")

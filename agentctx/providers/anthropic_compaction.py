@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agentctx._usage import usage_of
+from agentctx._usage import UNSTATED, read_usage
 from agentctx.adapters.anthropic import PROVIDER, to_anthropic
 from agentctx.errors import MissingExtraError, SummarizerError
 from agentctx.messages import AssistantMessage, OpaqueBlock, ToolCall, Usage
@@ -152,7 +152,7 @@ class AnthropicCompactionSummarizer(ClientOwner):
             )
         except (anthropic.APIError, *UNREADABLE) as exc:
             raise summarizer_error(anthropic, exc) from exc
-        return read_reply(anthropic, lambda: _to_result(message), lambda: _usage(message.usage))
+        return read_reply(anthropic, lambda: _to_result(message), lambda: _billed(message.usage))
 
 
 def _tool_stubs(conversation: Iterable[Message]) -> list[dict[str, Any]]:
@@ -189,13 +189,22 @@ def _closed_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return messages
 
 
-def _usage(u: BetaUsage) -> Usage:
-    # Every sampling iteration is billed; a compaction's own may be reported only there.
+def _usage(u: BetaUsage) -> tuple[Usage, bool]:
+    """The usage of every sampling iteration (each is billed; a compaction's own may be
+    reported only there), and whether each stated only token counts (`read_usage`)."""
     parts: list[Any] = list(u.iterations or ()) or [u]
-    total = Usage()
+    total, known = Usage(), True
     for p in parts:
-        total += usage_of(p) or Usage()
-    return total
+        usage, stated = read_usage(p)
+        total += usage
+        known = known and stated
+    return total, known
+
+
+def _billed(u: BetaUsage) -> object:
+    """What a reply that could not be used was billed (`SummarizerError.usage`)."""
+    usage, known = _usage(u)
+    return usage if known else UNSTATED
 
 
 def _to_result(message: BetaMessage) -> SummaryResult:
@@ -211,10 +220,12 @@ def _to_result(message: BetaMessage) -> SummaryResult:
         # untouched, signature included.
         content = tuple(OpaqueBlock(PROVIDER, b.to_dict(mode="json")) for b in blocks)
         spliced = (AssistantMessage(content),)
+    usage, known = _usage(message.usage)
     return SummaryResult(
         text="\n\n".join(b.content or "" for b in blocks),
         stop_reason=stop,
-        usage=_usage(message.usage),
+        usage=usage,
         model=message.model,
         messages=spliced,
+        usage_known=known,
     )

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agentctx._usage import usage_of
+from agentctx._usage import read_usage
 from agentctx.errors import MissingExtraError
-from agentctx.messages import Usage
 from agentctx.providers._client import (
     UNREADABLE,
     ClientOwner,
@@ -102,19 +101,16 @@ class AnthropicSummarizer(ClientOwner):
             )
         except (anthropic.APIError, *UNREADABLE) as exc:
             raise summarizer_error(anthropic, exc) from exc
-        return read_reply(anthropic, lambda: _to_result(message), lambda: _usage(message))
-
-
-def _usage(message: SDKMessage) -> Usage:
-    return usage_of(message.usage) or Usage()  # as the other summarizers read it
+        return read_reply(anthropic, lambda: _to_result(message), lambda: message.usage)
 
 
 def _to_result(message: SDKMessage) -> SummaryResult:
     text = "".join(block.text for block in message.content if block.type == "text")
-    usage = _usage(message)
+    usage, known = read_usage(message.usage)  # as the other summarizers read it
     return SummaryResult(
         text=text,
         stop_reason=normalize_stop_reason(message.stop_reason),
         usage=usage,
         model=message.model,
+        usage_known=known,
     )

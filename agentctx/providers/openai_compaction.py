@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agentctx._usage import usage_of
+from agentctx._usage import read_usage
 from agentctx.adapters.openai_responses import PROVIDER, to_openai_responses
 from agentctx.errors import MissingExtraError, SummarizerError
-from agentctx.messages import AssistantMessage, OpaqueBlock, Usage, UserMessage
+from agentctx.messages import AssistantMessage, OpaqueBlock, UserMessage
 from agentctx.providers._client import (
     UNREADABLE,
     ClientOwner,
@@ -121,18 +121,14 @@ class OpenAICompactionSummarizer(ClientOwner):
             raise summarizer_error(openai, exc) from exc
         span = request.conversation[len(request.conversation) - request.messages :]
         return read_reply(
-            openai, lambda: _to_result(compacted, span, self.model), lambda: _usage(compacted)
+            openai, lambda: _to_result(compacted, span, self.model), lambda: compacted.usage
         )
-
-
-def _usage(compacted: CompactedResponse) -> Usage:
-    return usage_of(compacted.usage) or Usage()
 
 
 def _to_result(
     compacted: CompactedResponse, span: tuple[Message, ...], model: str
 ) -> SummaryResult:
-    usage = _usage(compacted)
+    usage, known = read_usage(compacted.usage)
     # The items as the server sent them: the encrypted content goes back byte for byte.
     items = [i.to_dict(mode="json") for i in compacted.output if i.type == "compaction"]
     spliced: tuple[Message, ...] = ()
@@ -141,4 +137,6 @@ def _to_result(
         # span are kept as they were (the head's stay where they are, before the span).
         users = tuple(m for m in span if isinstance(m, UserMessage))
         spliced = (*users, AssistantMessage(tuple(OpaqueBlock(PROVIDER, i) for i in items)))
-    return SummaryResult(text="", stop_reason="stop", usage=usage, model=model, messages=spliced)
+    return SummaryResult(
+        text="", stop_reason="stop", usage=usage, model=model, messages=spliced, usage_known=known
+    )

@@ -27,9 +27,8 @@ import os
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-from agentctx._usage import usage_of
+from agentctx._usage import read_usage
 from agentctx.errors import MissingExtraError
-from agentctx.messages import Usage
 from agentctx.providers._client import (
     UNREADABLE,
     ClientOwner,
@@ -171,7 +170,7 @@ class OpenAIChatSummarizer(_OpenAISummarizer):
             )
         except (openai.APIError, *UNREADABLE) as exc:
             raise summarizer_error(openai, exc) from exc
-        return read_reply(openai, lambda: _chat_result(completion), lambda: _usage(completion))
+        return read_reply(openai, lambda: _chat_result(completion), lambda: completion.usage)
 
 
 class OpenAIResponsesSummarizer(_OpenAISummarizer):
@@ -199,19 +198,18 @@ class OpenAIResponsesSummarizer(_OpenAISummarizer):
             )
         except (openai.APIError, *UNREADABLE) as exc:
             raise summarizer_error(openai, exc) from exc
-        return read_reply(openai, lambda: _responses_result(response), lambda: _usage(response))
-
-
-def _usage(reply: ChatCompletion | Response) -> Usage:
-    return usage_of(reply.usage) or Usage()
+        return read_reply(openai, lambda: _responses_result(response), lambda: response.usage)
 
 
 def _chat_result(completion: ChatCompletion) -> SummaryResult:
-    usage = _usage(completion)
+    usage, known = read_usage(completion.usage)
     if not isinstance(completion.choices, list):
         raise TypeError(f"choices is {type(completion.choices).__name__}, not a list")
     if not completion.choices:
-        return SummaryResult(text="", stop_reason="error", usage=usage, model=completion.model)
+        model = completion.model
+        return SummaryResult(
+            text="", stop_reason="error", usage=usage, model=model, usage_known=known
+        )
     choice = completion.choices[0]
     message = choice.message
     stop: StopReason = normalize_stop_reason(choice.finish_reason)
@@ -222,11 +220,12 @@ def _chat_result(completion: ChatCompletion) -> SummaryResult:
         stop_reason=stop,
         usage=usage,
         model=completion.model,
+        usage_known=known,
     )
 
 
 def _responses_result(response: Response) -> SummaryResult:
-    usage = _usage(response)
+    usage, known = read_usage(response.usage)
     texts: list[str] = []
     refused: list[str] = []
     for item in response.output:
@@ -251,4 +250,5 @@ def _responses_result(response: Response) -> SummaryResult:
         stop_reason=stop,
         usage=usage,
         model=response.model,
+        usage_known=known,
     )

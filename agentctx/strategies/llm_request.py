@@ -261,8 +261,11 @@ class Requester:
         )
 
     def _shrink(self, request: SummaryRequest, emit: Callable[[Event], None], detail: str) -> None:
-        """A server refused ``request`` as too large: later ones carry half its transcript."""
-        self._max_chars = len(request.transcript) // 2
+        """A server refused ``request`` as too large: later ones carry half its transcript, or
+        half the cap it was sent under (the newest message is kept whole, so a transcript
+        may be longer than its cap), each refusal halving it again."""
+        sent = len(request.transcript)
+        self._max_chars = min(sent, self._max_chars or sent) // 2
         window = self.config.summarizer_context_window
         message = (
             f"the summarizer refused a request as too large ({detail}); requests now carry at "
@@ -373,7 +376,11 @@ class Requester:
                 if too_large(e):
                     self._shrink(request, emit, str(e))
                     smaller = self._request(job)
-                    if attempt < cfg.retry.max_attempts and not isinstance(smaller, str):
+                    if (
+                        attempt < cfg.retry.max_attempts
+                        and not isinstance(smaller, str)
+                        and len(smaller.transcript) < len(request.transcript)
+                    ):
                         if billed is not None:
                             emit(SummaryRejected(reason, detail, attempt, billed))
                         request = smaller
@@ -400,7 +407,7 @@ class Requester:
             await self._sleep(delay)
 
     def _bill(self, job: Job, result: SummaryResult) -> Ready:
-        cost, model = self._charge(result.usage, result.model)
+        cost, model = self._charge(result.usage, result.model, known=result.usage_known)
         return Ready(job, result.text.strip(), result.usage, cost, model, result.messages)
 
     def _charge(
