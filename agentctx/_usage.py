@@ -16,10 +16,19 @@ and writes counted apart). The adapters, summarizers and integrations read usage
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from agentctx.messages import MOST_TOKENS, Usage
 
-__all__ = ["ACCEPTED", "UNSTATED", "billed_usage", "read_usage", "usage_inside", "usage_of"]
+__all__ = [
+    "ACCEPTED",
+    "UNSTATED",
+    "Unpriced",
+    "billed_usage",
+    "read_usage",
+    "usage_inside",
+    "usage_of",
+]
 
 ACCEPTED = (
     "a Usage, an AssistantMessage, an SDK response (anthropic Message, openai ChatCompletion "
@@ -137,18 +146,17 @@ def _states_counts_only(usage: object) -> bool:
     return True
 
 
-class _Unstated:
-    """The usage of a reply that came but states none that can be read (`UNSTATED`)."""
+@dataclass(frozen=True, slots=True)
+class Unpriced:
+    """The usage of a reply whose price is not known: its counts as read (`read_usage`), a
+    count that was no token count as 0. `billed_usage` reads it as billed, at
+    ``cost_usd=None``."""
 
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "UNSTATED"
+    usage: Usage = field(default_factory=Usage)
 
 
-UNSTATED = _Unstated()
-"""What a reply's usage is taken as when it cannot be read at all: `billed_usage` reads it as
-billed, for an amount no one told (``cost_usd=None``), as it does a reply stating no usage."""
+UNSTATED = Unpriced()
+"""The usage of a reply that came but states none that can be read."""
 
 
 def read_usage(usage: object) -> tuple[Usage, bool]:
@@ -171,6 +179,9 @@ def billed_usage(value: object) -> tuple[Usage, bool] | None:
     usage could not be read at all: the reply was billed, for an amount no one told."""
     if value is None:
         return None
+    if isinstance(value, Unpriced):
+        read = billed_usage(value.usage)
+        return (read[0] if read is not None else Usage()), False
     try:
         usage = usage_of(value)
         stated = isinstance(value, Usage) or _states_counts_only(value)
@@ -201,7 +212,7 @@ def billed_usage(value: object) -> tuple[Usage, bool] | None:
 
 def _is_count(value: object) -> bool:
     """Whether ``value`` is a token count as it stands (0 too), read as `_tokens` reads it."""
-    if type(value) is float and not value.is_integer():
+    if type(value) is float and not value.is_integer() or isinstance(value, bool):
         return False
     return value == 0 or _tokens(value) > 0
 

@@ -52,6 +52,7 @@ from agentctx.messages import (
     Usage,
     UserMessage,
     bad_usage_field,
+    json_problem,
     sendable_text,
 )
 
@@ -234,13 +235,10 @@ def check_result(result: object) -> SummaryResult:
                 f"a message to splice that is {preview(m)}; only user, assistant "
                 "(without tool calls) and summary messages may replace a span"
             )
-        if _opaque_unsendable(m):
-            # Decoded from JSON, a provider's item can hold one too; signed, it cannot be
-            # repaired, and spliced as it is, every later view could not be sent.
-            raise _bad(
-                "a provider's compaction item holding a lone surrogate, which no request "
-                "can carry (UTF-8 cannot encode it); it is signed, so it is not repaired"
-            )
+        if problem := _opaque_problem(m):
+            # Decoded from JSON, a provider's item can hold a lone surrogate; signed, it
+            # cannot be repaired, and spliced as it is, every later view could not be sent.
+            raise _bad(f"a message to splice holding {problem}")
     messages = tuple(map(_sendable, result.messages))
     if any(a is not b for a, b in zip(messages, result.messages, strict=True)):
         result = replace(result, messages=messages)
@@ -266,14 +264,20 @@ def _sendable(m: Message) -> Message:
     return repaired
 
 
-def _opaque_unsendable(m: Message) -> bool:
-    """Whether an opaque block of ``m`` (a provider's item) holds a lone surrogate."""
+def _opaque_problem(m: Message) -> str | None:
+    """What no request could carry in an opaque block of ``m`` (a provider's item): what
+    JSON cannot hold, or a lone surrogate (which UTF-8 cannot encode)."""
     for block in getattr(m, "content", ()):
         if isinstance(block, OpaqueBlock):
+            if found := json_problem(block.payload, "a provider's item"):
+                return found
             text = json.dumps(block.payload, ensure_ascii=False)
             if sendable_text(text) is not text:
-                return True
-    return False
+                return (
+                    "a provider's item holding a lone surrogate, which no request can carry "
+                    "(UTF-8 cannot encode it); it is signed, so it is not repaired"
+                )
+    return None
 
 
 def _holds_something(m: Message) -> bool:

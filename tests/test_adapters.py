@@ -1555,6 +1555,11 @@ async def test_a_local_shell_output_typed_by_the_sdk_keeps_its_call() -> None:
     # The validator pairs them the same way: either alone is refused, as the API does.
     for alone in ([history[0], call], [history[0], output]):
         assert validate_responses({"model": "m", "input": alone}, alone) is not None
+    # An output before its call answers nothing (found by a hostile run): both are left out,
+    # where the call was kept, its output counted as answering it, and the input refused.
+    backwards = [history[0], output, call]
+    sent_back = to_openai_responses(from_openai_responses(backwards))
+    assert sent_back == [history[0]]
 
 
 @pytest.mark.parametrize(

@@ -322,6 +322,26 @@ async def test_cut_arguments_name_their_recall_id_in_the_view() -> None:
         assert json.loads(page.partition("\n")[2]) == {"path": "big.py", "content": body}
 
 
+async def test_an_argument_its_cut_would_not_shorten_stays_as_it_is() -> None:
+    """Found by a hostile run: with a small ``max_argument_chars`` the marker (a recall id in
+    it) was longer than the argument it stood for, and every call's arguments grew."""
+    history: list[Message] = [user("task")]
+    for n in range(40):
+        tags = ["alpha", "beta", "gamma", "delta"]
+        history += [assistant(call(f"c{n}", "edit", tags=tags)), result(f"c{n}", "x" * 2000)]
+    history += [assistant(text="done"), user("next")]
+    strategy = DeterministicCompaction(max_argument_chars=30)
+    async with ContextManager(
+        Budget(context_window=20_000, reserve_output=1_000),
+        strategy=strategy,
+        recall=MemoryRecallStore(),
+    ) as ctx:
+        view = await ctx.prepare(history)
+        assert_view_ok(view, ctx.raw)
+        assert view[1].content[0].arguments == {"tags": ["alpha", "beta", "gamma", "delta"]}
+        assert not any(d.reason == "truncate" and d.at.index % 2 for d in ctx.ledger.decisions)
+
+
 @pytest.mark.parametrize(
     "value",
     [

@@ -193,6 +193,43 @@ def test_a_summary_cache_line_nested_too_deep_is_skipped(tmp_path: Path) -> None
     assert len(SummaryCache(path)) == 0
 
 
+async def test_a_cached_reply_keeps_what_it_was_priced_on_and_its_native_messages(
+    tmp_path: Path,
+) -> None:
+    """Found by a hostile run: the cache file kept text, stop reason, model and usage only,
+    so an unpriced reply came back priced (``usage_known`` True) and a provider-native one
+    without the messages it splices. A native summarizer's requests are keyed by their
+    conversation too: the same prompt over another conversation is another request."""
+    from agentctx.messages import AssistantMessage, OpaqueBlock
+    from agentctx.messages import UserMessage as User
+    from agentctx.replay.cached_summarizer import CachedSummarizer
+    from agentctx.summarizer import SummaryRequest, SummaryResult
+
+    native = (
+        AssistantMessage((OpaqueBlock("anthropic", {"type": "compaction", "content": "x"}),)),
+    )
+
+    class Native:
+        model = "claude-haiku-4-5"
+        sends_conversation = True
+        calls = 0
+
+        async def summarize(self, request: SummaryRequest) -> SummaryResult:
+            self.calls += 1
+            return SummaryResult(text="x", stop_reason="stop", messages=native, usage_known=False)
+
+    path = tmp_path / "cache.jsonl"
+    first = SummaryRequest(system="s", prompt="p", max_tokens=300, conversation=(User.of("a"),))
+    live = await CachedSummarizer(Native(), SummaryCache(path)).summarize(first)
+    summarizer = Native()
+    read = await CachedSummarizer(summarizer, SummaryCache(path)).summarize(first)
+    assert summarizer.calls == 0  # from the file
+    assert read == live and read.messages == native and read.usage_known is False
+    other = SummaryRequest(system="s", prompt="p", max_tokens=300, conversation=(User.of("b"),))
+    await CachedSummarizer(summarizer, SummaryCache(path)).summarize(other)
+    assert summarizer.calls == 1
+
+
 # -- the importers ----------------------------------------------------------------------------
 
 

@@ -491,6 +491,29 @@ def test_a_native_item_holding_a_lone_surrogate_is_refused(payload: dict[str, st
     assert check_result(SummaryResult(text="", stop_reason="stop", messages=item)).messages == item
 
 
+def _deep(n: int) -> dict[str, object]:
+    inner: dict[str, object] = {}
+    for _ in range(n):
+        inner = {"a": inner}
+    return inner
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{"content": b"bytes"}, {"content": {1, 2}}, _deep(5000)],
+    ids=["bytes", "set", "deep"],
+)
+def test_a_native_item_no_json_can_hold_is_a_summarizer_error(payload: dict[str, object]) -> None:
+    """Found by a hostile run of the check above: what JSON cannot hold made its encoder
+    raise TypeError or RecursionError out of `check_result`, and the billed reply was
+    counted nowhere."""
+    from agentctx.messages import OpaqueBlock
+
+    item = (AssistantMessage((OpaqueBlock("p", payload),), "stop"),)
+    with pytest.raises(SummarizerError, match="a message to splice holding a provider's item"):
+        check_result(SummaryResult(text="", stop_reason="stop", messages=item))
+
+
 async def test_a_briefing_with_a_lone_surrogate_is_spliced_as_text_a_request_can_carry() -> None:
     """Found by hostile testing: a reply decoded from JSON can hold a lone surrogate; the
     briefing was spliced as it was and no later view could be encoded as UTF-8 (every model

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import openai
 import pytest
 
@@ -402,3 +403,39 @@ async def test_a_request_refused_as_too_large_is_not_sent_again_unchanged() -> N
         if later.attempt > 1:  # sent again within one summary: only ever smaller
             assert len(later.transcript) < len(earlier.transcript)
     assert len(requests) <= 12  # the cap halves with each refusal, then no request is sent
+
+
+async def test_a_too_large_refusal_marked_retryable_is_not_sent_again_unchanged() -> None:
+    """Found by a hostile run of the fix above: a summarizer of one's own may call a 413
+    retryable; a request that would be no smaller then went the usual retry way and was
+    sent again as it was, cap or no cap."""
+
+    class TooLarge:
+        model = "m"
+
+        def __init__(self) -> None:
+            self.sizes: list[int] = []
+
+        async def summarize(self, request: SummaryRequest) -> SummaryResult:
+            self.sizes.append(len(request.transcript))
+            raise SummarizerError("HTTP 413: request too large", retryable=True, status=413)
+
+    async def no_wait(seconds: float) -> None:
+        await anyio.lowlevel.checkpoint()
+
+    summarizer = TooLarge()
+    llm = LlmCompaction(summarizer, LlmCompactionConfig(timeout=5), sleep=no_wait)
+    async with ContextManager(
+        Budget(context_window=60_000, reserve_output=1_000),
+        strategy=Chain([llm, DeterministicCompaction()]),
+    ) as ctx:
+        history: list[Message] = [UserMessage.of("task")]
+        for i in range(12):
+            answer = AssistantMessage.of(f"answer {i} " + "word " * 6000)
+            history = [*(await ctx.prepare([*history, UserMessage.of(f"q{i}"), answer]))]
+            await anyio.sleep(0.05)
+            if len(summarizer.sizes) >= 4:
+                break
+        await anyio.sleep(0.1)
+    sizes = summarizer.sizes
+    assert len(sizes) >= 3 and all(b < a for a, b in zip(sizes, sizes[1:], strict=False)), sizes

@@ -309,7 +309,8 @@ async def test_a_body_of_another_shape_is_retryable(kind: str, body: bytes) -> N
 @pytest.mark.parametrize(
     ("kind", "count"),
     # The fake OpenAI server adds the counts up (total_tokens): a string only for Anthropic.
-    [(kind, count) for kind in KINDS for count in (-50, 50.5, 10**30)] + [("anthropic", "50")],
+    [(kind, count) for kind in KINDS for count in (-50, 50.5, 10**30)]
+    + [("anthropic", "50"), ("anthropic", False)],
 )
 async def test_a_usage_count_that_is_no_token_count_leaves_the_reply_unpriced(
     kind: str, count: Any
@@ -339,6 +340,39 @@ async def test_an_unpriced_reply_is_spent_at_an_unknown_cost() -> None:
     assert summarized(events)
     costs = [e.summary.cost_usd for e in events if getattr(e, "summary", None) is not None]
     assert costs and all(cost is None for cost in costs)
+
+
+async def test_an_unpriced_reply_refused_by_the_strategy_stays_unpriced() -> None:
+    """Found by a hostile run: a reply saying ``usage_known=False`` that `check_result` then
+    refused was priced on its counts all the same."""
+
+    class RefusedUnpriced:
+        model = "claude-haiku-4-5"
+
+        async def summarize(self, request: SummaryRequest) -> SummaryResult:
+            bad: Any = "finished"  # no StopReason: refused
+            return SummaryResult(
+                text=briefing(), stop_reason=bad, usage=Usage(100, 50), usage_known=False
+            )
+
+    summarizer = RefusedUnpriced()
+    llm = LlmCompaction(summarizer, LlmCompactionConfig(timeout=5))
+    events: list[Event] = []
+    async with ContextManager(
+        Budget(context_window=LIMIT + 1_000, reserve_output=1_000),
+        strategy=Chain([llm, DeterministicCompaction()]),
+    ) as manager:
+        manager.subscribe(events.append)
+        history: list[Message] = []
+        for group in synthetic_session(seed=3, calls=60, mean_output_lines=10):
+            history = (await drive(manager, [[*history, *group]]))[-1]
+            await anyio.sleep(0.02)
+            if llm.spend.requests:
+                break
+    rejected = [e for e in events if isinstance(e, SummaryRejected)]
+    assert rejected and all(e.summary is not None and e.summary.cost_usd is None for e in rejected)
+    assert llm.spend.requests >= 1 and llm.spend.cost_usd is None
+    assert llm.spend.usage.output_tokens == 50 * llm.spend.requests
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -463,9 +497,12 @@ def test_request_options_are_checked_when_the_summarizer_is_made() -> None:
 )
 def test_a_stream_request_option_is_refused_when_the_summarizer_is_made(make: Any) -> None:
     """Found by a hostile run: ``{"stream": True}`` was taken; every billed reply then came
-    back as a stream, failed as unreadable, was retried, and was counted nowhere."""
+    back as a stream, failed as unreadable, was retried, and was counted nowhere. The same
+    in ``extra_body``, where the error for unknown options sends them."""
     with pytest.raises(ConfigError, match="stream"):
         make({"stream": True})
+    with pytest.raises(ConfigError, match="stream"):
+        make({"extra_body": {"stream": True}})
 
 
 @pytest.mark.parametrize(

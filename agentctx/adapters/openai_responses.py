@@ -573,11 +573,16 @@ def _sendable(items: list[JSON]) -> list[JSON]:
     its own, which compaction may drop or keep apart from the call's), and reasoning with no
     item the model made after it (a caller that took back the call the reasoning led to, or
     compaction the call: "provided without its required following item")."""
-    outputs = {
-        (kind.removesuffix("_output"), answered_call(item))
-        for item in items
-        if isinstance(kind := item.get("type"), str) and kind.endswith("_call_output")
-    }
+    made: set[tuple[str, object]] = set()
+    outputs: set[tuple[str, object]] = set()  # built-in calls answered after them
+    for item in items:
+        if not isinstance(kind := item.get("type"), str):
+            continue
+        if kind.endswith("_call_output"):
+            if (call := (kind.removesuffix("_output"), answered_call(item))) in made:
+                outputs.add(call)
+        elif kind in _ANSWERED_BUILT_INS:
+            made.add((kind, item.get("call_id")))
     calls: set[tuple[str, str]] = set()
     kept: list[JSON] = []
     waiting: list[JSON] = []  # reasoning items, kept once an item the model made follows

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentctx.errors import ConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable
 
 __all__ = ["check_request_options"]
 
@@ -20,7 +21,9 @@ def check_request_options(
     the summarizer sets itself (``reserved``) — said when the summarizer is made, not as a
     failed background request on every compaction."""
     options = dict(options)
-    if "stream" in options:  # the SDK would hand back a stream, read as an unreadable reply
+    extra = options.get("extra_body")
+    if "stream" in options or (isinstance(extra, Mapping) and "stream" in extra):
+        # The reply would be a stream, which the summarizer reads as an unreadable one.
         raise ConfigError("request_options cannot set stream: a summary is read whole")
     taken = sorted(reserved & options.keys())
     if taken:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agentctx._usage import UNSTATED, read_usage
+from agentctx._usage import Unpriced, read_usage
 from agentctx.adapters.anthropic import PROVIDER, to_anthropic
 from agentctx.errors import MissingExtraError, SummarizerError
 from agentctx.messages import AssistantMessage, OpaqueBlock, ToolCall, Usage
@@ -204,7 +204,7 @@ def _usage(u: BetaUsage) -> tuple[Usage, bool]:
 def _billed(u: BetaUsage) -> object:
     """What a reply that could not be used was billed (`SummarizerError.usage`)."""
     usage, known = _usage(u)
-    return usage if known else UNSTATED
+    return usage if known else Unpriced(usage)
 
 
 def _to_result(message: BetaMessage) -> SummaryResult:

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentctx.errors import ConfigError, SummarizerError
-from agentctx.messages import Usage
+from agentctx.messages import Usage, fingerprint, from_dict, to_dict
 from agentctx.summarizer import SummaryResult, check_result
 
 if TYPE_CHECKING:
@@ -74,9 +74,15 @@ def default_cache_path() -> Path:
     return Path(base) / "agentctx" / "summaries.jsonl"
 
 
-def request_key(model: str | None, request: SummaryRequest, max_tokens: int) -> str:
-    """The cache key of ``request`` sent to ``model`` with an output cap of ``max_tokens``."""
-    fields = [model or "", request.system, request.prompt, max_tokens]
+def request_key(
+    model: str | None, request: SummaryRequest, max_tokens: int, *, conversation: bool = False
+) -> str:
+    """The cache key of ``request`` sent to ``model`` with an output cap of ``max_tokens``;
+    with ``conversation``, of its `SummaryRequest.conversation` too (what a provider-native
+    summarizer sends instead of the prompt)."""
+    fields: list[object] = [model or "", request.system, request.prompt, max_tokens]
+    if conversation:
+        fields.append([fingerprint(m) for m in request.conversation])
     data = json.dumps(fields, ensure_ascii=False).encode("utf-8", "surrogatepass")
     return hashlib.sha256(data).hexdigest()
 
@@ -100,6 +106,9 @@ def _to_json(key: str, model: str | None, reply: CachedReply) -> str:
             "stop_reason": r.stop_reason,
             "model": r.model,
             "usage": {name: getattr(r.usage, name) for name in _USAGE},
+            # Left out when as by default, so lines written before read the same.
+            **({} if r.usage_known else {"usage_known": False}),
+            **({"messages": [to_dict(m) for m in r.messages]} if r.messages else {}),
         },
     }
     return json.dumps(line, ensure_ascii=False)
@@ -118,11 +127,14 @@ def _from_json(line: str) -> tuple[str, CachedReply] | None:
                 stop_reason=raw["stop_reason"],
                 usage=usage,
                 model=raw.get("model"),
+                messages=tuple(map(from_dict, raw.get("messages", ()))),
+                usage_known=raw.get("usage_known", True),
             )
         )
         latency = float(data["latency"])
         key = data["key"]
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError, SummarizerError):
+        # (An `UnsupportedMessageError`, a message that cannot be read, is a TypeError.)
         return None
     if not isinstance(key, str) or not latency >= 0 or latency == float("inf"):
         return None
@@ -199,7 +211,9 @@ class CachedSummarizer:
     def key(self, request: SummaryRequest) -> str:
         """The cache key of ``request`` for this summarizer's model and output cap."""
         cap = getattr(self.summarizer, "max_tokens", None)
-        return request_key(self.model, request, cap if isinstance(cap, int) else request.max_tokens)
+        cap = cap if isinstance(cap, int) else request.max_tokens
+        native = getattr(self.summarizer, "sends_conversation", False) is True
+        return request_key(self.model, request, cap, conversation=native)
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
         """The cached reply to ``request``, or the real summarizer's (stored before it is

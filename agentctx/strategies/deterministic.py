@@ -522,10 +522,11 @@ class DeterministicCompaction:
             ):
                 # Arguments in the running loop are cut only when giving way, and never in a
                 # message whose signed reasoning must go back as it was.
+                stand_in = f"recall_context id={ID_STAND_IN}" if ctx.recall is not None else ""
                 for call in alone(m.tool_calls):
                     arguments = _cuttable_arguments(call)
-                    if not any(map(self._too_long_argument, arguments.values())):
-                        continue
+                    if self._shrink_arguments(arguments, stand_in) == arguments:
+                        continue  # none is longer than its cut would be
                     whole = json.dumps(dict(arguments), ensure_ascii=False)
                     note = self._recall_note(ctx, whole)
                     rid = note.removeprefix("recall_context id=") or None
@@ -569,15 +570,17 @@ class DeterministicCompaction:
 
     def _shrink_arguments(self, arguments: Mapping[str, Any], note: str) -> dict[str, Any]:
         """``arguments`` with each that is too long cut to its head and tail (a list or an
-        object as its JSON text), the marker naming ``note`` (the recall id of them all)."""
+        object as its JSON text), the marker naming ``note`` (the recall id of them all); one
+        its cut would not make shorter (a small ``max_argument_chars``) stays as it is."""
         limit = self.max_argument_chars
         out: dict[str, Any] = {}
         for key, value in arguments.items():
+            out[key] = value
             if self._too_long_argument(value):
                 text = value if isinstance(value, str) else compact_json(value)
-                out[key] = truncate_text(text, max(3, limit // 80), limit, note)
-            else:
-                out[key] = value
+                cut = truncate_text(text, max(3, limit // 80), limit, note)
+                if len(cut) < len(text):
+                    out[key] = cut
         return out
 
     def _recall_note(self, ctx: CompactionContext, text: str) -> str:

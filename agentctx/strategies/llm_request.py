@@ -31,7 +31,7 @@ import anyio
 
 from agentctx import telemetry
 from agentctx._log import log
-from agentctx._usage import billed_usage
+from agentctx._usage import Unpriced, billed_usage
 from agentctx.errors import SummarizerError
 from agentctx.events import CompactionWarning, SummaryRejected, SummaryStale, SummaryStats
 from agentctx.messages import Usage
@@ -352,6 +352,9 @@ class Requester:
                     except SummarizerError as e:
                         if e.usage is None:  # a reply came all the same, and was billed
                             e.usage = getattr(reply, "usage", None)
+                            unpriced = getattr(reply, "usage_known", True) is False
+                            if unpriced and isinstance(e.usage, Usage):
+                                e.usage = Unpriced(e.usage)  # as it would have been priced
                         raise
                     traced.result = result
                 return result, attempt, "", "", None
@@ -377,14 +380,15 @@ class Requester:
                     self._shrink(request, emit, str(e))
                     smaller = self._request(job)
                     if (
-                        attempt < cfg.retry.max_attempts
-                        and not isinstance(smaller, str)
-                        and len(smaller.transcript) < len(request.transcript)
-                    ):
-                        if billed is not None:
-                            emit(SummaryRejected(reason, detail, attempt, billed))
-                        request = smaller
-                        continue
+                        attempt >= cfg.retry.max_attempts
+                        or isinstance(smaller, str)
+                        or len(smaller.transcript) >= len(request.transcript)
+                    ):  # it would be refused again (a summarizer may call that retryable)
+                        return None, attempt, reason, detail, billed
+                    if billed is not None:
+                        emit(SummaryRejected(reason, detail, attempt, billed))
+                    request = smaller
+                    continue
             except BaseException as e:
                 if _ends_background_work(e, job):
                     raise
