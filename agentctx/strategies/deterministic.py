@@ -525,12 +525,12 @@ class DeterministicCompaction:
                 stand_in = f"recall_context id={ID_STAND_IN}" if ctx.recall is not None else ""
                 for call in alone(m.tool_calls):
                     arguments = _cuttable_arguments(call)
-                    if self._shrink_arguments(arguments, stand_in) == arguments:
+                    if not self._shrink_arguments(arguments, stand_in)[1]:
                         continue  # none is longer than its cut would be
                     whole = json.dumps(dict(arguments), ensure_ascii=False)
                     note = self._recall_note(ctx, whole)
                     rid = note.removeprefix("recall_context id=") or None
-                    new_args = self._shrink_arguments(arguments, note)
+                    new_args, _ = self._shrink_arguments(arguments, note)
                     pending.append(
                         ReplaceArguments(anchor(raw, i), call.id, new_args, "truncate", rid)
                     )
@@ -568,20 +568,24 @@ class DeterministicCompaction:
             return len(value) > self.max_argument_chars
         return isinstance(value, list | dict) and len(compact_json(value)) > self.max_argument_chars
 
-    def _shrink_arguments(self, arguments: Mapping[str, Any], note: str) -> dict[str, Any]:
+    def _shrink_arguments(
+        self, arguments: Mapping[str, Any], note: str
+    ) -> tuple[dict[str, Any], bool]:
         """``arguments`` with each that is too long cut to its head and tail (a list or an
-        object as its JSON text), the marker naming ``note`` (the recall id of them all); one
-        its cut would not make shorter (a small ``max_argument_chars``) stays as it is."""
+        object as its JSON text), the marker naming ``note`` (the recall id of them all), and
+        whether one was; one its cut would not make shorter (a small ``max_argument_chars``)
+        stays as it is."""
         limit = self.max_argument_chars
         out: dict[str, Any] = {}
+        shortened = False
         for key, value in arguments.items():
             out[key] = value
             if self._too_long_argument(value):
                 text = value if isinstance(value, str) else compact_json(value)
                 cut = truncate_text(text, max(3, limit // 80), limit, note)
                 if len(cut) < len(text):
-                    out[key] = cut
-        return out
+                    out[key], shortened = cut, True
+        return out, shortened
 
     def _recall_note(self, ctx: CompactionContext, text: str) -> str:
         rid = self._recall_id(ctx, text)
