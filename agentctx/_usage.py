@@ -26,6 +26,7 @@ __all__ = [
     "Unpriced",
     "billed_usage",
     "read_usage",
+    "states_counts_only",
     "usage_inside",
     "usage_of",
 ]
@@ -127,11 +128,11 @@ _STATED_INSIDE = {
 }
 
 
-def _states_counts_only(usage: object) -> bool:
+def states_counts_only(usage: object) -> bool:
     """Whether every token count a provider's usage (object or dict, or a reply carrying one)
     states is one (`_is_count`): `usage_of` reads one that is not as 0, silently."""
     inner = _get(usage, "usage")
-    if inner is not None and inner is not usage and not _states_counts_only(inner):
+    if inner is not None and inner is not usage and not states_counts_only(inner):
         return False
     for key in _STATED:
         value = _get(usage, key)
@@ -165,7 +166,7 @@ def read_usage(usage: object) -> tuple[Usage, bool]:
     usage, or a count that is no token count (read as 0, it would price the reply too low)."""
     try:
         counts = usage_of(usage)
-        known = counts is not None and _states_counts_only(usage)
+        known = counts is not None and states_counts_only(usage)
     except Exception:  # an object of any shape: its fields may raise
         counts, known = None, False
     return counts or Usage(), known
@@ -184,7 +185,7 @@ def billed_usage(value: object) -> tuple[Usage, bool] | None:
         return (read[0] if read is not None else Usage()), False
     try:
         usage = usage_of(value)
-        stated = isinstance(value, Usage) or _states_counts_only(value)
+        stated = isinstance(value, Usage) or states_counts_only(value)
     except Exception:  # a summarizer's object of any shape: its fields may raise
         usage = None
     if usage is None:

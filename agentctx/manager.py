@@ -38,7 +38,7 @@ import anyio
 from agentctx import telemetry
 from agentctx._check import preview
 from agentctx._log import log, warm_logger
-from agentctx._usage import ACCEPTED, usage_of
+from agentctx._usage import ACCEPTED, states_counts_only, usage_of
 from agentctx.budget import Budget, BudgetExceededError
 from agentctx.errors import ConfigError, StoreDataError, StoreError, UnsupportedMessageError
 from agentctx.events import (
@@ -88,10 +88,11 @@ if TYPE_CHECKING:
 
 __all__ = ["ContextManager"]
 
-# How much more than its quick count (characters / 3, JSON / 3.5) a new message can cost: no
-# token is shorter than one character (one UTF-8 byte beyond ASCII), so at most 3.5x in all.
-# A measured "densest" ratio is not a bound: 400 lines of "ok N" came to 1.77x.
-_DENSEST_OVER_QUICK = 2.5
+# How much a message can cost beyond its quick count (characters / 3, JSON / 3.5), in quick
+# counts: no token is shorter than one character (one UTF-8 byte beyond ASCII), so at most
+# 3.5x in all, 2.5x beyond. A measured "densest" ratio is not a bound: 400 lines of "ok N"
+# came to 1.77x.
+_BEYOND_QUICK = 2.5
 
 # The manager whose strategy the current task (or one it started) is running `compact` of.
 _COMPACTING: contextvars.ContextVar[ContextManager] = contextvars.ContextVar("agentctx_compacting")
@@ -1224,8 +1225,8 @@ class ContextManager:
         tokens = counter.overhead + self._view_tokens()  # settled by the caller
         k = bisect.bisect_left(origins, self._sent)
         quick = counter.count_many(view[k:]) if k < len(view) else 0
-        debt = self._unrefined * (_DENSEST_OVER_QUICK - 1)
-        if tokens + quick * _DENSEST_OVER_QUICK + debt <= budget.limit:
+        # What this call's new messages and those left on quick counts before could add.
+        if tokens + (quick + self._unrefined) * _BEYOND_QUICK <= budget.limit:
             self._unrefined += quick
             return tokens
         refined = counter.refine(view) if self._unrefined else counter.refine(view[k:])
@@ -1457,6 +1458,12 @@ class ContextManager:
         usage = usage_of(response)
         if usage is None:
             raise ConfigError(f"observe() takes {ACCEPTED}; got {type(response).__name__}")
+        if not isinstance(response, Usage) and not states_counts_only(response):
+            # Read as 0, the report would be dropped, or calibrate on the counts around it.
+            raise ConfigError(
+                f"observe() got usage holding a count that is no token count: "
+                f"{reprlib.repr(response)}; token counts are ints >= 0"
+            )
         if (name := bad_usage_field(usage)) is not None:
             count = reprlib.repr(getattr(usage, name))
             raise ConfigError(f"observe() got usage.{name}={count}: token counts are ints >= 0")

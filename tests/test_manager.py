@@ -476,7 +476,13 @@ async def test_observe_accepts_usage_and_messages_and_rejects_junk() -> None:
         ctx.observe(AssistantMessage.of("x", usage=Usage(input_tokens=120, output_tokens=1)))
         with pytest.raises(ConfigError):
             ctx.observe(42)
-    assert ctx.usage.input_tokens == 220
+        # A provider's usage holding a count that is no token count was read as 0 and the
+        # report dropped, unsaid, where a `Usage` of it is refused (found by a hostile run).
+        for bad in ("1200", -5, True, 12.5):
+            with pytest.raises(ConfigError, match="no token count"):
+                ctx.observe({"input_tokens": bad, "output_tokens": 7})
+        ctx.observe({"input_tokens": 30, "output_tokens": 7, "cache_read_input_tokens": None})
+    assert ctx.usage.input_tokens == 250
 
 
 async def test_closed_manager_refuses_work() -> None:

@@ -682,39 +682,62 @@ def test_observe_refines_what_was_sent() -> None:
     assert counter.refine(sent) == 0
 
 
-def test_the_quick_first_estimate_of_tool_arguments_reads_their_lengths_not_their_json(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A new tool call's quick estimate costs O(keys) for flat arguments (a 9 KB file write
-    took 6 us to encode): strings are measured, only other values are encoded. It stays about
-    the characters of the compact JSON, and odd keys do not break it."""
-    from agentctx.tokens import count as count_module
-
+def test_the_quick_first_estimate_of_tool_arguments_counts_their_json_escapes() -> None:
+    """A new tool call's quick estimate is the characters of its compact JSON over 3.5,
+    escapes included. Found by a hostile run: with each string measured as it is, a write of
+    4000 control characters (``\\u0001`` each in JSON, 12k tokens) was first counted at 1.2k,
+    under the near-budget check, and a view 20 % over the hard budget went out unsaid."""
     body = "x = 1\n" * 1500 + "é" * 100
-    flat = AssistantMessage((ToolCall("c1", "write", {"path": "a.py", "content": body}),))
-    nested = AssistantMessage((ToolCall("c2", "edit", {"edits": [{"old": "a", "new": "b"}]}),))
+    for arguments in (
+        {"path": "a.py", "content": body},
+        {"path": "f.bin", "data": "\x01" * 4_000},
+        {"edits": [{"old": "a", "new": "b"}]},
+    ):
+        message = AssistantMessage((ToolCall("c1", "write", arguments),))
+        counter = MessageCounter()
+        compact = json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)
+        json_slot = counter.slots.index("json")
+        assert counter.vector(message)[json_slot] == len(compact.encode()) / 3.5
     odd = AssistantMessage((ToolCall("c3", "f", {1: "one", (2, 3): "pair"}),))  # type: ignore[dict-item]
-    reference = MessageCounter().vector(flat)
-    encoded: list[object] = []
-    real = count_module._compact_json
-
-    def tracked(value: object) -> str:
-        encoded.append(value)
-        return real(value)
-
-    monkeypatch.setattr(count_module, "_compact_json", tracked)
-    counter = MessageCounter()
-    assert counter.vector(flat) == reference
-    assert encoded == []
-    compact = json.dumps(
-        {"path": "a.py", "content": body}, separators=(",", ":"), ensure_ascii=False
+    assert MessageCounter().count(odd) > MessageCounter().count(
+        AssistantMessage((ToolCall("c3", "f", {}),))
     )
-    json_slot = counter.slots.index("json")
-    # Escapes (a newline is two characters in JSON) are not counted: a first estimate.
-    unescaped = compact.replace("\\n", "\n")
-    assert len(unescaped.encode()) / 3.5 <= reference[json_slot] <= len(compact.encode()) / 3.5
-    assert counter.vector(nested)[json_slot] > 0 and encoded == [[{"old": "a", "new": "b"}]]
-    assert counter.count(odd) > counter.count(AssistantMessage((ToolCall("c3", "f", {}),)))
+
+
+async def test_escaped_arguments_are_counted_in_full_before_they_pass_the_budget() -> None:
+    from agentctx.budget import Budget
+    from agentctx.manager import ContextManager
+
+    history: list[Message] = [
+        UserMessage.of("Write the fixture file."),
+        AssistantMessage((ToolCall("c1", "write", {"path": "f.bin", "data": "\x01" * 4_000}),)),
+        ToolResultMessage("c1", (TextBlock("ok"),), "write", False),
+    ]
+    budget = Budget(context_window=12_000, reserve_output=2_000)
+    async with ContextManager(budget) as ctx:
+        view = await ctx.prepare(history)
+    assert MessageCounter(lazy=False).estimate_prompt(view) <= budget.limit
+
+
+async def test_messages_left_on_quick_counts_are_counted_in_full_near_the_budget() -> None:
+    """Found by a hostile run: what earlier calls left on quick counts was taken to cost at
+    most 1.5x more, where dense output (spaced digits: a token a character) costs 2x more, so
+    the second call sent a view 10 % over the hard budget by the library's own full count."""
+    from agentctx.budget import Budget
+    from agentctx.manager import ContextManager
+
+    rng = random.Random(0)
+    history: list[Message] = [UserMessage.of("Sample the sensor ten times.")]
+    budget = Budget(context_window=12_000, reserve_output=2_000)
+    async with ContextManager(budget) as ctx:
+        for i, n in enumerate([8_000, 1_500, 1_500, 1_500]):
+            digits = " ".join(rng.choice("0123456789") for _ in range(n // 2))
+            history += [
+                AssistantMessage((ToolCall(f"c{i}", "sample", {}),)),
+                ToolResultMessage(f"c{i}", (TextBlock(digits),), "sample", False),
+            ]
+            view = await ctx.prepare(history)
+            assert MessageCounter(lazy=False).estimate_prompt(view) <= budget.limit, i
 
 
 def test_a_calls_new_messages_are_claimed_like_one_by_one() -> None:
@@ -1130,6 +1153,39 @@ def test_a_pdf_inside_a_provider_item_is_counted_by_its_pages(payload: dict[str,
     message = UserMessage((OpaqueBlock("anthropic", filled),))
     for counter in (MessageCounter(), MessageCounter(lazy=False)):
         assert 3 * PDF_PAGE_TOKENS <= counter.count(message) < 3 * PDF_PAGE_TOKENS + 60
+
+
+def _pdf_with_object_streams(pages: int) -> bytes:
+    """A PDF 1.5 whose page objects sit in a compressed object stream, as pdfTeX writes it."""
+    import zlib
+
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Count %d >>" % pages]
+    objects += [b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] >>"] * pages
+    offsets, body = [], b""
+    for n, obj in enumerate(objects, 1):
+        offsets.append(b"%d %d" % (n, len(body)))
+        body += obj + b"\n"
+    head = b" ".join(offsets) + b"\n"
+    stream = zlib.compress(head + body)
+    return (
+        b"%%PDF-1.5\n%d 0 obj\n<< /Type /ObjStm /N %d /First %d /Length %d /Filter /FlateDecode"
+        b" >>\nstream\n"
+        % (len(objects) + 1, len(objects), len(head), len(stream))
+        + stream
+        + b"\nendstream\nendobj\n"
+    )
+
+
+def test_a_pdf_whose_pages_are_in_object_streams_is_counted_by_its_pages() -> None:
+    """Found by a hostile run: page objects compressed in object streams (most PDFs written
+    today) went unseen, and a 40-page PDF of 13 KB was counted as one page (50 KB each)."""
+    from agentctx.tokens.media import PDF_PAGE_TOKENS, pdf_tokens
+
+    pdf = _pdf_with_object_streams(40)
+    assert b"/Type /Page " not in pdf  # no page object outside the stream
+    assert pdf_tokens(base64.b64encode(pdf).decode()) == 40 * PDF_PAGE_TOKENS
+    broken = pdf.replace(b"stream\n", b"stream\nxx", 1)  # no zlib data: the size rule
+    assert pdf_tokens(base64.b64encode(broken).decode()) == PDF_PAGE_TOKENS
 
 
 def test_an_item_nested_past_what_a_walk_reaches_is_counted_as_text() -> None:

