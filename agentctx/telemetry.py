@@ -81,6 +81,7 @@ class PrepareCall:
     error: BaseException | None = None
     handle: object = None
     _taken: list[Decision] | None = None
+    _started: bool = False
 
     def start(self, ctx: CompactionContext, tokens: int, limit: int) -> None:
         """The manager calls this before the strategy runs: what the call starts from."""
@@ -88,6 +89,13 @@ class PrepareCall:
         self.tokens_before = tokens
         self.budget_limit = limit
         self._taken = ctx.taken
+        self._started = True
+
+    @property
+    def started(self) -> bool:
+        """Whether the call got as far as its strategy (`start`): a call that failed before
+        (a history it refused) has no messages, tokens or budget measured."""
+        return self._started
 
     @property
     def eventful(self) -> bool:

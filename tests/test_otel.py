@@ -30,6 +30,7 @@ from agentctx import (
     Message,
     ToolCall,
     ToolResultMessage,
+    UnsupportedMessageError,
     Usage,
     UserMessage,
 )
@@ -146,6 +147,20 @@ async def test_a_call_over_budget_is_an_error_span_with_the_budget_event(
     ev = event.attributes or {}
     assert ev["budget"] == budget.limit and ev["tokens"] > budget.limit  # type: ignore[operator]
     assert ev["usageFraction"] > 1.0  # type: ignore[operator]
+
+
+async def test_a_call_refused_before_its_strategy_ran_measures_nothing(
+    exporter: InMemorySpanExporter, tracer: OtelTracer
+) -> None:
+    """Found by a hostile run: a history refused as it came in was an error span saying the
+    budget was 0 and the view 0 tokens."""
+    async with ContextManager(Budget(context_window=20_000), tracer=tracer) as ctx:
+        with pytest.raises(UnsupportedMessageError):
+            await ctx.prepare([user("hello"), "bogus"])  # type: ignore[list-item]
+    (span,) = spans(exporter, PREPARE_SPAN)
+    attrs = span.attributes or {}
+    assert attrs["error.type"] == "agentctx.errors.UnsupportedMessageError"
+    assert not {"agentctx.budget.limit", "agentctx.tokens.before"} & set(attrs)
 
 
 async def test_a_call_cancelled_while_its_strategy_awaits_is_an_error_span(

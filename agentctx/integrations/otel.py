@@ -17,7 +17,8 @@ and imports no OpenTelemetry.
   none), in the caller's current span. It is recorded when the call ends, with the call's
   start and end times. Attributes: ``agentctx.strategy``, ``agentctx.budget.limit``,
   ``agentctx.messages.before`` / ``.after``, ``agentctx.tokens.before`` / ``.after`` (the
-  view's prompt estimate before and after the call's decisions), ``agentctx.decisions``,
+  view's prompt estimate before and after the call's decisions; the budget, messages and
+  tokens are left out of a call that failed before its strategy ran), ``agentctx.decisions``,
   ``agentctx.summary.requests_started`` and ``gen_ai.conversation.id`` (the session id).
   Each event emitted during the call is a span event named by its JSON ``type``
   (``contextCompacted``, ``budgetExceeded``, ``compactionWarning``...) with the fields of
@@ -93,13 +94,14 @@ class OtelTracer:
         attributes: dict[str, AttributeValue] = {
             "gen_ai.conversation.id": call.session_id,
             "agentctx.strategy": call.strategy,
-            "agentctx.budget.limit": call.budget_limit,
-            "agentctx.messages.before": call.messages_before,
-            "agentctx.tokens.before": call.tokens_before,
-            "agentctx.tokens.after": call.tokens_after,
             "agentctx.decisions": call.decisions,
             "agentctx.summary.requests_started": call.requests_started,
         }
+        if call.started:  # else the call failed before anything was measured (not zeros)
+            attributes["agentctx.budget.limit"] = call.budget_limit
+            attributes["agentctx.messages.before"] = call.messages_before
+            attributes["agentctx.tokens.before"] = call.tokens_before
+            attributes["agentctx.tokens.after"] = call.tokens_after
         if call.messages_after is not None:
             attributes["agentctx.messages.after"] = call.messages_after
         span = self._tracer.start_span(

@@ -21,10 +21,10 @@ German: 10-30 % low), other scripts, DNA sequences, box drawing (up to 3x low). 
 what differs between them is not seen. One usage report calibrates it; `ExactCounter`
 counts exactly. `default_estimator`, what `MessageCounter()` uses, counts texts of up to
 `EXACT_BELOW` characters exactly when tiktoken is installed), `calibrate` (fitting the
-provider's real
-tokenizer and the hidden system-prompt-plus-tools overhead from reported usage), `count`
-(`MessageCounter`: per-message memo, quick then full estimates). For exact OpenAI counts of
-everything use `agentctx.tokens.exact.ExactCounter` (the ``tokenizer`` extra).
+provider's real tokenizer and the hidden system-prompt-plus-tools overhead from reported
+usage), `count` (`MessageCounter`: per-message memo, quick then full estimates). For exact
+OpenAI counts of everything use `agentctx.tokens.exact.ExactCounter` (the ``tokenizer``
+extra).
 """
 
 from agentctx.tokens.calibrate import Calibration
