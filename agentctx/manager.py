@@ -1225,8 +1225,10 @@ class ContextManager:
         tokens = counter.overhead + self._view_tokens()  # settled by the caller
         k = bisect.bisect_left(origins, self._sent)
         quick = counter.count_many(view[k:]) if k < len(view) else 0
-        # What this call's new messages and those left on quick counts before could add.
-        if tokens + (quick + self._unrefined) * _BEYOND_QUICK <= budget.limit:
+        # What this call's new messages and those left on quick counts before could add
+        # (a calibration that weighs some class over prose widens it).
+        beyond = (1 + _BEYOND_QUICK) * counter.quick_spread - 1
+        if tokens + (quick + self._unrefined) * beyond <= budget.limit:
             self._unrefined += quick
             return tokens
         refined = counter.refine(view) if self._unrefined else counter.refine(view[k:])

@@ -166,7 +166,8 @@ def prepare_call(tracer: Tracer, manager: ContextManager) -> Iterator[PrepareCal
         _current.reset(token)
         unsubscribe()
         call.end_ns = time.time_ns()
-        call.tokens_after = manager.prompt_tokens
+        if call.started:  # else nothing was counted (the count itself may be what failed)
+            call.tokens_after = manager.prompt_tokens
         if call._taken is not None:
             call.decisions, call._taken = len(call._taken), None
         if call.eventful:

@@ -23,6 +23,7 @@ from agentctx import (
     Budget,
     BudgetExceededError,
     Chain,
+    ConfigError,
     ContextManager,
     DeterministicCompaction,
     LlmCompaction,
@@ -161,6 +162,28 @@ async def test_a_call_refused_before_its_strategy_ran_measures_nothing(
     attrs = span.attributes or {}
     assert attrs["error.type"] == "agentctx.errors.UnsupportedMessageError"
     assert not {"agentctx.budget.limit", "agentctx.tokens.before"} & set(attrs)
+
+
+async def test_a_call_whose_count_failed_is_an_error_span_and_its_error_alone(
+    exporter: InMemorySpanExporter, tracer: OtelTracer
+) -> None:
+    """Found by a re-run: a count of one's own counter that failed before the strategy ran
+    failed again as the span was made (the tokens after), so no span was recorded and the
+    caller got a second error chained onto the first."""
+    from agentctx.tokens import MessageCounter
+
+    class Flaky:
+        def count(self, text: str) -> int:
+            return -3 if "poison" in text else len(text) // 4
+
+    counter = MessageCounter(Flaky(), lazy=False)
+    async with ContextManager(Budget(context_window=20_000), counter=counter, tracer=tracer) as ctx:
+        await ctx.prepare([user("hello")])
+        with pytest.raises(ConfigError, match="Flaky counted -3") as raised:
+            await ctx.prepare([user("hello"), user("poison")])
+    assert raised.value.__context__ is None
+    (span,) = spans(exporter, PREPARE_SPAN)
+    assert (span.attributes or {})["error.type"] == "agentctx.errors.ConfigError"
 
 
 async def test_a_call_cancelled_while_its_strategy_awaits_is_an_error_span(

@@ -704,6 +704,50 @@ def test_the_quick_first_estimate_of_tool_arguments_counts_their_json_escapes() 
     )
 
 
+def test_arguments_written_as_no_json_object_are_counted_in_bytes_at_first() -> None:
+    """Found by a re-run: arguments cut off at the output limit (kept as the string the model
+    wrote) were measured in characters; 9000 CJK characters, 35k tokens, were first counted
+    at 2.6k, and the view went out over the window."""
+    from agentctx.adapters import from_openai_chat
+
+    written = '{"text":"' + "".join(chr(0x20000 + i) for i in range(9000))
+    (_, call, _) = from_openai_chat(
+        [
+            {"role": "user", "content": "Translate the file."},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "translate", "arguments": written},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "error: arguments are not JSON"},
+        ]
+    )
+    json_slot = MessageCounter().slots.index("json")
+    assert MessageCounter().vector(call)[json_slot] >= len(written.encode()) / 3.5
+
+
+async def test_a_calibration_weighing_a_class_over_prose_widens_the_near_budget_check() -> None:
+    """Found by a re-run: a quick estimate is priced as prose, a full one as its own class;
+    calibrated to weigh logs 2x prose, a log result just under the near-budget check went
+    out at 47k (the manager's own full count) against a limit of 36k."""
+    seen = MessageCounter()
+    assert seen.quick_spread == 1.0
+    seen.observe([UserMessage.of("hello " * 300)], 400)
+    state = json.loads(json.dumps(seen.calibration_state()))
+    log_slot, prose_slot = seen.slots.index("log"), seen.slots.index("prose")
+    state["multipliers"][log_slot], state["multipliers"][prose_slot] = 1.65, 0.82
+    counter = MessageCounter()
+    assert counter.restore_calibration(state)
+    json_weight = counter.multipliers[counter.slots.index("json")]
+    assert counter.quick_spread == pytest.approx(1.65 / min(0.82, json_weight))
+
+
 async def test_escaped_arguments_are_counted_in_full_before_they_pass_the_budget() -> None:
     from agentctx.budget import Budget
     from agentctx.manager import ContextManager
@@ -1181,11 +1225,34 @@ def test_a_pdf_whose_pages_are_in_object_streams_is_counted_by_its_pages() -> No
     today) went unseen, and a 40-page PDF of 13 KB was counted as one page (50 KB each)."""
     from agentctx.tokens.media import PDF_PAGE_TOKENS, pdf_tokens
 
-    pdf = _pdf_with_object_streams(40)
+    pdf = _pdf_with_object_streams(40) + random.Random(1).randbytes(40_000)  # the contents
     assert b"/Type /Page " not in pdf  # no page object outside the stream
     assert pdf_tokens(base64.b64encode(pdf).decode()) == 40 * PDF_PAGE_TOKENS
+    # An incremental update (a page edited since, written again outside the stream) hid
+    # every page in the stream: the file was counted as one page (a re-run found).
+    updated = pdf + b"\n5 0 obj\n<< /Type /Page /Parent 2 0 R /Annots [] >>\nendobj\n"
+    assert pdf_tokens(base64.b64encode(updated).decode()) == 41 * PDF_PAGE_TOKENS
     broken = pdf.replace(b"stream\n", b"stream\nxx", 1)  # no zlib data: the size rule
     assert pdf_tokens(base64.b64encode(broken).decode()) == PDF_PAGE_TOKENS
+
+
+def test_a_pdf_counts_no_more_pages_than_its_size_holds_and_in_bounded_time() -> None:
+    """Found by a re-run: a 32 KB stream of nothing but page objects (16 MB inflated) was
+    1.2 million pages, three billion tokens, over the limit of every session; and a file of
+    object streams with no end searched the rest of the file for each, 25 s for 1.5 MB."""
+    import time
+    import zlib
+
+    from agentctx.tokens.media import PDF_PAGE_TOKENS, pdf_tokens
+
+    bomb = zlib.compress(b"<</Type/Page>>" * 1_200_000, 9)
+    pdf = b"%PDF-1.5\n1 0 obj\n<< /Type /ObjStm /N 1 /First 4 /Filter /FlateDecode >>\nstream\n"
+    pdf += bomb + b"\nendstream\nendobj\n"
+    assert pdf_tokens(base64.b64encode(pdf).decode()) <= len(pdf) // 100 * PDF_PAGE_TOKENS
+    endless = b"%PDF-1.5\n" + b"<</Type/ObjStm/Filter/FlateDecode>>stream\nxx" * 40_000
+    started = time.process_time()
+    assert pdf_tokens(base64.b64encode(endless).decode()) > 0
+    assert time.process_time() - started < 5  # was about 25 s (0.3 s now)
 
 
 def test_an_item_nested_past_what_a_walk_reaches_is_counted_as_text() -> None:

@@ -278,6 +278,16 @@ class MessageCounter:
         return tuple(self._mult)
 
     @property
+    def quick_spread(self) -> float:
+        """How many times a quick estimate's calibrated tokens a full one can reach from the
+        calibration alone: a quick estimate is priced as prose (or JSON), a full one as the
+        text's own class, which the calibration may weigh more (1.0 uncalibrated)."""
+        mult = self._mult
+        text = mult[: self._fixed]
+        prose, json_slot = self._quick_slots
+        return max(1.0, max(text) / max(min(mult[prose], mult[json_slot]), 1e-9))
+
+    @property
     def overhead(self) -> int:
         """Fitted tokens the provider adds to every request (system prompt, tools); >= 0."""
         return self._overhead
@@ -631,7 +641,8 @@ class MessageCounter:
                 fixed += (len(block.name) + len(block.id)) / 2
                 size = _quick_arguments_len(block.arguments)
                 raw = block.extra.get("arguments")  # the string the model wrote (see `_base`)
-                vec[json_slot] += (size if type(raw) is not str else max(size, len(raw))) / 3.5
+                written = size if type(raw) is not str else max(size, _quick_len(raw))
+                vec[json_slot] += written / 3.5
             elif isinstance(block, ImageBlock):
                 vec[self._fixed + 1] += image_tokens(block)
             elif isinstance(block, OpaqueBlock):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import math
 import re
 import zlib
@@ -48,16 +49,24 @@ PDF_PAGE_TOKENS = 2500
 of it (about 2,300-2,500 tokens a page of text or a table measured on Claude, 1,600 a scanned
 one)."""
 _PDF_PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
+_PDF_STREAM_END = re.compile(rb"endstream")
 _PDF_BYTES_A_PAGE = 50_000  # when the page objects are compressed out of sight
 _PDF_INFLATED_AT_MOST = 16 << 20  # of object streams read: what a bomb could make no bigger
 _PDF_DICTIONARY_AT_MOST = 2000  # bytes of an object stream's dictionary around /ObjStm
+_PDF_OBJECT_STREAMS_AT_MOST = 10_000  # read of one file: real ones hold tens to hundreds
+# Pages a file can hold for its size: a page's content stream and objects take more than
+# this, so a compressed stream of page objects alone (a zip bomb) is not read as millions.
+_PDF_BYTES_A_PAGE_AT_LEAST = 100
 
 
 def pdf_tokens(data: str) -> int:
     """Estimated tokens of a base64 PDF: `PDF_PAGE_TOKENS` a page, its pages counted from its
-    page objects, in the file or in its compressed object streams (else one per 50 KB)."""
+    page objects, in the file and in its compressed object streams (an incremental update
+    puts a page edited since outside them, counted twice), else one per 50 KB; at most one
+    per `_PDF_BYTES_A_PAGE_AT_LEAST` of the file (a page's content takes that much)."""
     raw = _decode(data)
-    pages = len(_PDF_PAGE.findall(raw)) or _pages_in_object_streams(raw)
+    pages = len(_PDF_PAGE.findall(raw)) + _pages_in_object_streams(raw)
+    pages = min(pages, len(raw) // _PDF_BYTES_A_PAGE_AT_LEAST)
     return (pages or max(1, math.ceil(len(raw) / _PDF_BYTES_A_PAGE))) * PDF_PAGE_TOKENS
 
 
@@ -65,18 +74,22 @@ def _pages_in_object_streams(raw: bytes) -> int:
     """The page objects inside ``raw``'s object streams (PDF 1.5: where pdfTeX and most
     writers since put them), those compressed with FlateDecode, read up to
     `_PDF_INFLATED_AT_MOST` bytes in all."""
-    pages, room = 0, _PDF_INFLATED_AT_MOST
+    pages, room, streams = 0, _PDF_INFLATED_AT_MOST, 0
+    ends: list[int] | None = None  # where each stream's data ends, found once: no file twice
     at = raw.find(b"/ObjStm")
-    while at >= 0 and room > 0:
+    while at >= 0 and room > 0 and streams < _PDF_OBJECT_STREAMS_AT_MOST:
+        streams += 1
         near = _PDF_DICTIONARY_AT_MOST
         start = raw.rfind(b"<<", max(0, at - near), at)
         data = raw.find(b"stream", at, at + near)
         if start >= 0 and data >= 0 and b"/FlateDecode" in raw[start:data]:
             data += 6 + (raw[data + 6 : data + 8] == b"\r\n") + 1  # the line break after it
-            end = raw.find(b"endstream", data)
+            if ends is None:
+                ends = [m.start() for m in _PDF_STREAM_END.finditer(raw)]
+            k = bisect.bisect_left(ends, data)
+            end = ends[k] if k < len(ends) else len(raw)
             try:
-                stream = memoryview(raw)[data : end if end >= 0 else len(raw)]
-                objects = zlib.decompressobj().decompress(stream, room)
+                objects = zlib.decompressobj().decompress(memoryview(raw)[data:end], room)
             except zlib.error:
                 objects = b""
             room -= len(objects)
