@@ -248,7 +248,7 @@ class MessageCounter:
             decay=decay,
             prior=prior,
         )
-        self._mult = self._calibration.multipliers
+        self._set_multipliers()
         self._overhead = 0
         self._generation = 0
         # Calibrations so far: what an entry's count is valid for (a refined entry is made
@@ -282,10 +282,13 @@ class MessageCounter:
         """How many times a quick estimate's calibrated tokens a full one can reach from the
         calibration alone: a quick estimate is priced as prose (or JSON), a full one as the
         text's own class, which the calibration may weigh more (1.0 uncalibrated)."""
-        mult = self._mult
-        text = mult[: self._fixed]
+        return self._spread
+
+    def _set_multipliers(self) -> None:
+        mult = self._mult = self._calibration.multipliers
         prose, json_slot = self._quick_slots
-        return max(1.0, max(text) / max(min(mult[prose], mult[json_slot]), 1e-9))
+        quick = max(min(mult[prose], mult[json_slot]), 1e-9)
+        self._spread = max(1.0, max(mult[: self._fixed]) / quick)
 
     @property
     def overhead(self) -> int:
@@ -334,7 +337,7 @@ class MessageCounter:
             or not self._calibration.restore(state)
         ):
             return False
-        self._mult = self._calibration.multipliers
+        self._set_multipliers()
         self._overhead = max(0, round(self._calibration.overhead))
         self._generation += 1
         self._epoch += 1
@@ -437,7 +440,7 @@ class MessageCounter:
             vector = x
         self._anchor = (tuple(messages), prompt_tokens)
         self._calibration.add(tuple(vector), prompt_tokens)
-        self._mult = self._calibration.multipliers
+        self._set_multipliers()
         self._overhead = max(0, round(self._calibration.overhead))
         self._generation += 1
         self._epoch += 1
