@@ -183,13 +183,7 @@ def billed_usage(value: object) -> tuple[Usage, bool] | None:
     if isinstance(value, Unpriced):
         read = billed_usage(value.usage)
         return (read[0] if read is not None else Usage()), False
-    try:
-        usage = usage_of(value)
-        stated = isinstance(value, Usage) or states_counts_only(value)
-    except Exception:  # a summarizer's object of any shape: its fields may raise
-        usage = None
-    if usage is None:
-        return Usage(), False
+    usage, stated = (value, True) if isinstance(value, Usage) else read_usage(value)
     fields = (
         usage.input_tokens,
         usage.output_tokens,

@@ -514,14 +514,21 @@ async def ready_worker(store: Any, history: list[Message]) -> tuple[ContextManag
     async with llm_worker(store, ScriptedSummarizer(default=BRIEFING)) as a:
         chain = a.strategy
         assert isinstance(chain, Chain) and isinstance(chain.strategies[0], LlmCompaction)
-        k = 0
-        while chain.strategies[0].phase != "ready":
-            await a.prepare(history)
-            history += step(k, T0 + k)
-            k += 1
-            for _ in range(5):
-                await anyio.lowlevel.checkpoint()
+        k = await until_ready(a, chain.strategies[0], history)
     return a, k
+
+
+async def until_ready(ctx: ContextManager, llm: LlmCompaction, history: list[Message]) -> int:
+    """Call ``ctx.prepare`` on ``history``, a step longer each call, until ``llm``'s briefing
+    waits to be spliced; how many steps were added."""
+    k = 0
+    while llm.phase != "ready":
+        await ctx.prepare(history)
+        history += step(k, T0 + k)
+        k += 1
+        for _ in range(5):
+            await anyio.lowlevel.checkpoint()
+    return k
 
 
 COMPACTION = AssistantMessage(
@@ -581,13 +588,7 @@ async def test_a_briefing_handed_over_by_hand_is_spliced_by_the_next_worker() ->
         Budget(context_window=24_000, reserve_output=2_000), strategy=chain, session_id="s"
     ) as a:
         a.subscribe(events.append)
-        k = 0
-        while llm.phase != "ready":
-            await a.prepare(history)
-            history += step(k, T0 + k)
-            k += 1
-            for _ in range(5):
-                await anyio.lowlevel.checkpoint()
+        k = await until_ready(a, llm, history)
         saved, state = a.ledger.to_json(), a.session_state()
     assert [e.reason for e in events if isinstance(e, SummaryStale)] == ["handed_over"]
     assert "briefing" in json.loads(state)["strategy"][0]
@@ -881,13 +882,7 @@ async def test_in_a_chain_one_hand_over_left_out_leaves_the_others(give: object)
         Budget(context_window=24_000, reserve_output=2_000), strategy=chain, session_id="s"
     ) as a:
         a.subscribe(events.append)
-        k = 0
-        while llm.phase != "ready":
-            await a.prepare(history)
-            history += step(k, T0 + k)
-            k += 1
-            for _ in range(5):
-                await anyio.lowlevel.checkpoint()
+        await until_ready(a, llm, history)
         state = json.loads(a.session_state())
     assert "briefing" in state["strategy"][0] and state["strategy"][1:] == [None, None]
     taken: list[object] = []
