@@ -216,6 +216,30 @@ def test_a_calibration_is_taken_back_as_it_was() -> None:
     assert second.observe(messages, 2_000)  # and it goes on from there
 
 
+@pytest.mark.parametrize("edit", ["floor", "overhead", "unreported"])
+def test_a_calibration_edited_within_range_is_not_taken(edit: str) -> None:
+    """Found by a hostile run (CP 9): a saved calibration whose every value was in range but
+    no fit of its own reports (every multiplier at the 0.25 floor; an overhead above every
+    report; a fit with no report behind it) was taken, and the resumed worker sized every
+    view at a quarter of its estimate, or every view over the limit. A fit is now checked
+    against the reports saved with it: it must explain the newest one."""
+    first = MessageCounter()
+    messages = step(1, T0)
+    for k in range(1, 6):
+        first.observe(messages * k, 900 * k + 1_500)
+    state = json.loads(json.dumps(first.calibration_state()))
+    if edit == "floor":
+        state["multipliers"] = [0.25] * len(state["multipliers"])
+    elif edit == "overhead":
+        state["overhead"] = 1 + max(y for _, y in state["observations"])
+    else:
+        state["observations"] = []
+        state["multipliers"] = [0.5] * len(state["multipliers"])
+    counter = MessageCounter()
+    assert not counter.restore_calibration(state)
+    assert counter.multipliers == MessageCounter().multipliers and counter.overhead == 0
+
+
 def test_sqlite_state_round_trips(tmp_path: Path) -> None:
     store = SQLiteRecallStore(tmp_path / "a.db")
     assert store.load_state("s") is None

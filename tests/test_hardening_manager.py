@@ -1433,6 +1433,37 @@ async def test_one_implausible_usage_report_does_not_lock_the_session(report: in
         assert ctx.prompt_tokens > 29_000
 
 
+async def test_a_usage_report_that_left_the_cache_reads_out_is_not_calibrated_on() -> None:
+    """Found by a hostile run (CP 6): a report at a tenth of the view's estimate (Anthropic's
+    ``input_tokens`` alone, the cache reads left out: the common slip) was taken, the
+    calibration went to its floor, and every later view was sized at a quarter of what it
+    holds: up to 4x over the limit, unsaid. It is now left out and said once; a report a
+    real tokenizer could make (half the estimate) still calibrates."""
+    events: list[Event] = []
+    async with ContextManager(Budget(context_window=40_000, reserve_output=4_000)) as ctx:
+        ctx.subscribe(events.append)
+        history: list[Message] = [UserMessage.of("task: read the files"), *_read_turn(0)]
+        await ctx.prepare(history)
+        before = ctx.prompt_tokens
+        for i in range(3):
+            ctx.observe(Usage(input_tokens=before // 10, cache_read_tokens=before))
+            ctx.observe(Usage(input_tokens=before // 10))  # the cache reads dropped
+            history += [assistant(text=f"read {i}"), user(f"again {i}")]
+            await ctx.prepare(history)
+            assert ctx.prompt_tokens > before
+        warned = [e for e in events if isinstance(e, CompactionWarning)]
+        assert [w.code for w in warned] == ["implausible_usage"]
+        assert "cache" in warned[0].message
+    async with ContextManager(Budget(context_window=40_000, reserve_output=4_000)) as ctx:
+        ctx.subscribe(events.append)
+        await ctx.prepare(history)
+        estimate = ctx.prompt_tokens
+        ctx.observe(Usage(input_tokens=estimate // 2))
+        await ctx.prepare(history)
+        assert ctx.prompt_tokens < estimate * 0.75
+    assert len([e for e in events if isinstance(e, CompactionWarning)]) == 1
+
+
 async def test_a_strategy_whose_close_raises_still_closes_the_session() -> None:
     """Found by a hostile run (V, finding 5): a strategy's ``close`` that raised left the
     manager half closed: the event iterator the docs recommend reading never ended, the

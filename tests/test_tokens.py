@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentctx.errors import ConfigError
+from agentctx.errors import ConfigError, UnsupportedMessageError
 from agentctx.messages import (
     AssistantMessage,
     ImageBlock,
@@ -702,6 +702,38 @@ def test_the_quick_first_estimate_of_tool_arguments_counts_their_json_escapes() 
     assert MessageCounter().count(odd) > MessageCounter().count(
         AssistantMessage((ToolCall("c3", "f", {}),))
     )
+
+
+def test_an_estimate_is_never_more_tokens_than_utf8_bytes() -> None:
+    """Found by a hostile run: ``dM7`` repeated was estimated at 1.05 tokens a byte, where no
+    o200k token is shorter than a byte (exact: 900 for 900 bytes); a tool call's full
+    estimate could then pass the 3.5x of its quick one that the near-budget check assumes."""
+    assert Estimator().count("dM7" * 300) == 900
+
+
+@given(st.text(min_size=1, max_size=300))
+def test_the_estimator_prices_no_text_above_one_token_a_byte(text: str) -> None:
+    size = len(text.encode("utf-8", "surrogatepass"))
+    assert Estimator().count(text) <= size
+    assert sum(Estimator().features(text)) <= size + 1e-9
+
+
+def test_arguments_nested_past_what_json_writes_are_a_typed_error_when_counted() -> None:
+    """Found by a hostile run: counting a tool call whose arguments nest 3,000 deep (or hold
+    themselves) raised a bare `RecursionError` from the quick and the full estimate; `prepare`
+    refuses such a call with `UnsupportedMessageError`, and so does the counter now."""
+    deep: dict[str, Any] = {}
+    inner = deep
+    for _ in range(3000):
+        inner["a"] = {}
+        inner = inner["a"]
+    looped: dict[str, Any] = {}
+    looped["self"] = looped
+    for arguments in (deep, looped):
+        for count in ("count", "count_full"):
+            message = AssistantMessage((ToolCall("c1", "f", {"x": arguments}),), "tool_use")
+            with pytest.raises(UnsupportedMessageError, match="nested too deep"):
+                getattr(MessageCounter(), count)(message)
 
 
 def test_arguments_written_as_no_json_object_are_counted_in_bytes_at_first() -> None:

@@ -13,7 +13,7 @@ from operator import mul
 from typing import TYPE_CHECKING, Any
 
 from agentctx._check import preview
-from agentctx.errors import ConfigError
+from agentctx.errors import ConfigError, UnsupportedMessageError
 from agentctx.messages import (
     MOST_TOKENS,
     AssistantMessage,
@@ -103,8 +103,18 @@ def _quick_arguments_len(arguments: Mapping[str, Any]) -> int:
     would put a write of binary-looking content under the budget on a first estimate."""
     try:
         return _quick_len(_compact_json(arguments))
-    except (TypeError, ValueError, RecursionError):  # a key JSON cannot hold: never sent so
+    except (TypeError, ValueError):  # a key JSON cannot hold: never sent so
         return _quick_len(str(arguments))
+    except RecursionError as e:
+        raise _too_deep(e) from e
+
+
+def _too_deep(error: RecursionError) -> UnsupportedMessageError:
+    """A tool call whose arguments nest past what the JSON encoder (and ``str``) can write:
+    the error `prepare` refuses such a call with, not a bare `RecursionError`."""
+    return UnsupportedMessageError(
+        None, f"tool call arguments nested too deep or inside themselves ({error})"
+    )
 
 
 def _counted(value: object, counter: object, text: str) -> float:
@@ -346,7 +356,9 @@ class MessageCounter:
     # -- counting --------------------------------------------------------------------------
 
     def count(self, message: Message) -> int:
-        """Calibrated tokens of one message."""
+        """Calibrated tokens of one message. Raises `UnsupportedMessageError` for a tool call
+        whose arguments JSON cannot write (nested too deep, or inside themselves), as
+        `ContextManager.prepare` does."""
         entry: _Entry | None = message._tk
         if entry is None or entry.owner is not self._key:
             entry = self._entry(message)
@@ -700,7 +712,10 @@ class MessageCounter:
                 fixed += count(block.name) + count(block.id)
                 written = written_arguments(block.arguments, block.extra.get("arguments"))
                 if written is None:
-                    written = _compact_json(dict(block.arguments))
+                    try:
+                        written = _compact_json(dict(block.arguments))
+                    except RecursionError as e:
+                        raise _too_deep(e) from e
                 self._add_text(vec, written, ContentClass.JSON)
             elif isinstance(block, ImageBlock):
                 vec[self._fixed + 1] += image_tokens(block)

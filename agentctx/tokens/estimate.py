@@ -471,9 +471,11 @@ def _scan(text: str) -> tuple[float, float]:
     units = 0.0
     if text.isascii():
         b = text.encode("ascii")
+        size = len(b)
         other = 0.0
     else:
         raw = text.encode("utf-8", "surrogatepass")
+        size = len(raw)
         if raw.find(b"\xe2\x94") >= 0 or raw.find(b"\xe2\x95") >= 0:
             spaced = raw.count(_SPACED_BOXES[0]) + raw.count(_SPACED_BOXES[1])
             units += _SPACED_BOX * (spaced - raw.count(_SPACED_SIDE))
@@ -533,6 +535,10 @@ def _scan(text: str) -> tuple[float, float]:
         d7 = d4 & (d4 << 24)
         units += ((d4 & ~(digit << 32)) | (d7 & ~(digit << 56))).bit_count()
         units += (d7 & (d3 << 56)).bit_count() / 3
+    # No o200k token is shorter than a UTF-8 byte (what the quick first counts rely on): a
+    # text whose pieces are each priced high (``dM7`` repeated) is held to that.
+    if units + other > size:
+        units = size - other
     return units, other
 
 
