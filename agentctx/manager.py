@@ -1458,9 +1458,10 @@ class ContextManager:
         bound of 4x in one of the project's benchmark loops, down to half in another).
         Without usage from the provider, do not call ``observe``, or report a count of
         your own tokenizer. A count over the context window and over 4x the view's estimate
-        is no request's of this view (a proxy's session total), and one under a third of it
-        left part of the prompt out (Anthropic's ``input_tokens`` without the cache reads):
-        either is left out, and said once (`CompactionWarning` ``implausible_usage``).
+        is no request's of this view (a proxy's session total), and one under a third of its
+        text's estimate (images aside) left part of the prompt out (Anthropic's
+        ``input_tokens`` without the cache reads): either is left out, and said once
+        (`CompactionWarning` ``implausible_usage``).
         """
         self._on_its_thread("observe()")
         usage = usage_of(response)
@@ -1529,19 +1530,22 @@ class ContextManager:
                 "set Budget.hard_budget, not a smaller context_window"
             )
             return
-        if tokens * _MOST_UNDER_ESTIMATE < estimate:
+        vector = state.vector()
+        # Images aside: one whose size cannot be read is estimated at the most one costs.
+        text = counter.overhead + counter.total([*vector[:-1], 0.0])
+        if tokens * _MOST_UNDER_ESTIMATE < text:
             # Part of the prompt left out of the report (Anthropic's input_tokens alone, the
             # cache reads and writes dropped): taken, the calibration would scale every
             # estimate down to its floor, and views would go out up to 4x over the limit.
             self._implausible(
-                f"a usage report of {tokens} prompt tokens for a view estimated at "
-                f"{estimate}, under a third of it, was not used to calibrate the counts. "
+                f"a usage report of {tokens} prompt tokens for a view whose text is estimated "
+                f"at {text}, under a third of it, was not used to calibrate the counts. "
                 "Report every prompt token: with Anthropic, input_tokens plus the cache "
                 "reads and writes (Usage's cache_read_tokens and cache_write_tokens; "
                 "observe(response) reads them all)"
             )
             return
-        if not counter.observe(view, tokens, vector=state.vector()):
+        if not counter.observe(view, tokens, vector=vector):
             return  # a count no request reports (past a billion tokens)
         short = tokens - counter.overhead - state.tokens
         # Capped: a report far above the estimate is another request's (a host that adds

@@ -1464,6 +1464,25 @@ async def test_a_usage_report_that_left_the_cache_reads_out_is_not_calibrated_on
     assert len([e for e in events if isinstance(e, CompactionWarning)]) == 1
 
 
+async def test_a_low_usage_report_of_images_of_unknown_size_still_calibrates() -> None:
+    """An image whose size cannot be read (a URL) is estimated at the most one costs, so a
+    view of such images can cost a tenth of its estimate: that report is no slip, and the
+    check for one leaves images out."""
+    from agentctx.messages import ImageBlock
+
+    events: list[Event] = []
+    images = tuple(ImageBlock("image/png", f"https://x.test/{i}.png", "url") for i in range(20))
+    history: list[Message] = [UserMessage((TextBlock("Which of these is a cat?"), *images))]
+    async with ContextManager(Budget(context_window=80_000, reserve_output=4_000)) as ctx:
+        ctx.subscribe(events.append)
+        await ctx.prepare(history)
+        estimate = ctx.prompt_tokens
+        ctx.observe(Usage(input_tokens=estimate // 10))
+        await ctx.prepare(history)
+        assert ctx.prompt_tokens < estimate // 2
+    assert not [e for e in events if isinstance(e, CompactionWarning)]
+
+
 async def test_a_strategy_whose_close_raises_still_closes_the_session() -> None:
     """Found by a hostile run (V, finding 5): a strategy's ``close`` that raised left the
     manager half closed: the event iterator the docs recommend reading never ended, the
