@@ -1261,3 +1261,33 @@ async def test_a_worker_taking_a_session_over_sends_the_view_the_last_one_sent(
     assert [canonical_json(m) for m in resumed] == [canonical_json(m) for m in sent]
     assert not [e for e in events if isinstance(e, ContextCompacted)]
     print(f"{turns} turns: the first worker took {took} decisions")
+
+
+async def test_an_owned_edit_of_a_session_whose_ids_the_view_rewrites_is_followed() -> None:
+    """Found by a hostile run (CR 1): in owned mode, with tool-call ids the view rewrites
+    (Kimi's ``functions.bash:0``: characters Anthropic refuses), an edit of the task had the
+    raw history taken from the caller's view, whose objects the pipeline's memo had entries
+    for; the ledger was unchanged, so the memo held, and every later call raised
+    `ConfigError` (a decision anchored to a message no longer there): the session was dead.
+    The memo now holds for the rewinds it was made under too."""
+
+    def batch(n: int) -> list[Message]:
+        ids = [f"functions.bash:{n}{k}" for k in range(2)]
+        calls = tuple(ToolCall(i, "bash", {"cmd": i}) for i in ids)
+        return [AssistantMessage(calls, "tool_use")] + [
+            ToolResultMessage.of(i, f"out{n} " * 3000) for i in ids
+        ]
+
+    def turn(n: int) -> list[Message]:
+        return [AssistantMessage.of(f"answer {n}"), UserMessage.of(f"next {n}")]
+
+    async with ContextManager(Budget(context_window=60_000), strategy=ToolOutputPipeline()) as ctx:
+        view = await ctx.prepare([UserMessage.of("task")])
+        for group in (batch(0), turn(1), batch(2), turn(3), batch(4)):
+            view = await ctx.prepare(view + group)
+        edited = [UserMessage.of("task (typo fixed)"), *view[1:], *turn(5)]
+        view = await ctx.prepare(edited)
+        assert_view_ok(view, ctx.raw)
+        assert text_of(view[0].content) == "task (typo fixed)"
+        view = await ctx.prepare([*view, *batch(6)])
+        assert_view_ok(view, ctx.raw)

@@ -38,7 +38,14 @@ from agentctx._check import fraction, got, number, whole
 from agentctx.errors import ConfigError
 from agentctx.events import ContextCompacted
 from agentctx.strategies.deterministic import DeterministicCompaction
-from agentctx.strategies.pipeline_run import Memo, Proposal, Run, condense, nothing_to_take
+from agentctx.strategies.pipeline_run import (
+    Memo,
+    Proposal,
+    Run,
+    condense,
+    memo_version,
+    nothing_to_take,
+)
 from agentctx.strategy import check_strategy, end_session
 
 if TYPE_CHECKING:
@@ -217,8 +224,8 @@ class ToolOutputPipeline:
     def _memo(self, ctx: CompactionContext) -> Memo:
         memos = self._memos
         memo = memos.pop(ctx.session_id, None)
-        if memo is None or memo.version != ctx.ledger.version:
-            memo = Memo(ctx.ledger.version)  # decisions change what the passes see
+        if memo is None or memo.version != memo_version(ctx):
+            memo = Memo(memo_version(ctx))  # decisions and rewinds change what the passes see
         memos[ctx.session_id] = memo
         while len(memos) > _MEMO_SESSIONS:
             del memos[next(iter(memos))]

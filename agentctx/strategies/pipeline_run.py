@@ -262,11 +262,21 @@ class Steady:
     pushable: bool
 
 
+def memo_version(ctx: CompactionContext) -> tuple[int, int]:
+    """What a `Memo` holds for: the ledger's version and the session's rewinds. An edit the
+    manager follows by cutting the raw history back can leave the ledger as it was while
+    the raw history holds other messages at the memo's indexes, even the very objects its
+    entries were made for (an owned caller's view, its tool-call ids rewritten, taken as
+    the raw history): a proposal made then would be anchored to a message no longer there."""
+    return ctx.ledger.version, ctx.rewinds
+
+
 class Memo:
     """What the passes worked out for raw messages (a condensed body, what a replacement
-    frees), kept between the calls of one session while the ledger is unchanged: a call
-    that takes nothing then redoes none of it. Each entry holds the message it was made for
-    and is used only for that same object."""
+    frees), kept between the calls of one session while the ledger and the raw history
+    before the new messages are unchanged (`memo_version`): a call that takes nothing then
+    redoes none of it. Each entry holds the message it was made for and is used only for
+    that same object."""
 
     __slots__ = (
         "entries",
@@ -280,7 +290,7 @@ class Memo:
         "version",
     )
 
-    def __init__(self, version: int) -> None:
+    def __init__(self, version: tuple[int, int]) -> None:
         self.version = version
         self.entries: dict[tuple[Any, ...], tuple[Message, Any]] = {}
         self.scan: _Scan | None = None
@@ -323,7 +333,7 @@ def nothing_to_take(cfg: ToolOutputPipeline, ctx: CompactionContext, memo: Memo 
 
     ``memo`` is the session's memo from the last run; its scan tells what is new."""
     idle = ctx.idle_seconds
-    if memo is None or memo.scan is None or memo.version != ctx.ledger.version or idle is None:
+    if memo is None or memo.scan is None or memo.version != memo_version(ctx) or idle is None:
         return False
     scan = memo.scan
     if idle > cfg.cache_ttl_seconds or (cfg.mc is not None and idle > cfg.mc.gap_seconds):
