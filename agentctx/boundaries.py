@@ -76,6 +76,7 @@ __all__ = [
     "EMPTY_TEXT",
     "FAILED_WITHOUT_OUTPUT",
     "LEADING_TEXT",
+    "LEFT_OUT",
     "MISSING_RESULT_TEXT",
     "CompleteTurns",
     "Provider",
@@ -281,6 +282,10 @@ def has_thinking(message: Message) -> bool:
             if isinstance(block, _REASONING):
                 return True
     return False
+
+
+LEFT_OUT = frozenset({"orphan_result", "duplicate_result", "empty_summary"})
+"""The `Repair` kinds that leave a message of the history out of the view."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from agentctx import telemetry
 from agentctx._check import preview
 from agentctx._log import log, warm_logger
 from agentctx._usage import ACCEPTED, states_counts_only, usage_of
+from agentctx.boundaries import LEFT_OUT
 from agentctx.budget import Budget, BudgetExceededError
 from agentctx.errors import ConfigError, StoreDataError, StoreError, UnsupportedMessageError
 from agentctx.events import (
@@ -186,6 +187,11 @@ def _extends_raw(history: Sequence[Message], state: ViewState) -> bool:
     # longer than the view, the caller's own objects (the last one is) are compared whole.
     if last is known and n <= _WHOLE_COMPARE * len(shown) and _starts_with(history, raw):
         return True
+    # What repair left out (a result answering no call) is compared too: fixed in place, it
+    # would answer its call, where the view goes on sending a stub for it.
+    left_out = [r.origin for r in state.repairs if r.kind in LEFT_OUT and r.origin < n]
+    if left_out and not all(_same(history[i], raw[i]) for i in left_out):
+        return False
     if len(shown) > 1:
         pick = itemgetter(*shown)
         if (last is known or last == known) and pick(history) == pick(raw):
@@ -847,9 +853,10 @@ class ContextManager:
         return self._state.ledger
 
     @property
-    def raw(self) -> Sequence[Message]:
-        """The complete raw history as agentctx recorded it."""
-        return self._state.raw
+    def raw(self) -> list[Message]:
+        """The complete raw history as agentctx recorded it: a copy, O(history) a read. The
+        session goes on from what ``prepare`` is given, never from this list."""
+        return list(self._state.raw)
 
     @property
     def prompt_tokens(self) -> int:
@@ -917,13 +924,15 @@ class ContextManager:
         or with a message edited is followed, dropping the decisions taken after the change.
         To keep each call O(what is new and what is shown), a raw history is compared with
         the previous one only where the view depends on it: the messages the view shows (as
-        they are or repaired) and the last one. Editing a message that a decision already
-        replaced (a cleared result, a condensed output, a summarized stretch) changes nothing
-        sent until a change the view does depend on (a rewind, an edit of a shown message)
-        has the history compared in full; to make it count at once, cut the history back to it for
-        one call, then extend it again. A call retried with the history it was given (its
-        request failed), alone or with new messages after it, is read as the history it stood
-        for, not as a rewind, even where a decision changed it: it gets the same view. So is
+        they are or repaired), those repair left out (a result answering no call) and the
+        last one. Editing a message that a decision already replaced (a cleared result, a
+        condensed output, a summarized stretch), or putting there what is no message,
+        changes nothing sent until a change the view does depend on (a rewind, an edit of a
+        shown message) has the history compared in full; to make it count at once, cut the
+        history back to it for one call, then extend it again. A call retried with the
+        history it was given (its request failed), alone or with new messages after it, is
+        read as the history it stood for, not as a rewind, even where a decision changed
+        it: it gets the same view. So is
         an owned history that goes back to a view or an input of one of the last few calls
         that decided or rewound (8); one from before a rewind (a redo) is read against what
         the session still holds, so the placeholders it shows for messages the rewind cut are

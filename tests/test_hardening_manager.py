@@ -49,6 +49,7 @@ from agentctx import (
     Usage,
     UserMessage,
 )
+from agentctx.boundaries import MISSING_RESULT_TEXT
 from agentctx.ledger import Ledger, ReplaceResult, ReplaceSpan, anchor, render
 from agentctx.messages import (
     AssistantMessage,
@@ -2366,3 +2367,41 @@ async def test_a_call_that_ends_after_a_decision_sends_it_from_the_next_view_on(
         budget, strategy=strategy, recall=SQLiteRecallStore(path), session_id="S"
     ) as resumed:
         assert await resumed.prepare(history) == view
+
+
+async def test_the_raw_history_read_back_is_a_copy_the_session_does_not_go_on_from() -> None:
+    """Found by a hostile run (CR 2): `ContextManager.raw` was the manager's own list; a
+    caller that went on from it (``h = ctx.raw; h.append(...)``) grew the session's history
+    behind its back, the next call saw nothing new, and the latest user message never
+    reached a view. It is now a copy."""
+    async with ContextManager(Budget(context_window=50_000)) as ctx:
+        await ctx.prepare([UserMessage.of("task")])
+        history = ctx.raw
+        history += [assistant(text="answer"), user("second question")]
+        view = await ctx.prepare(history)
+        assert_view_ok(view, history)
+        assert [text_of(m.content) for m in view] == ["task", "answer", "second question"]
+        assert ctx.raw == history and ctx.raw is not ctx.raw
+
+
+async def test_a_result_repair_left_out_is_compared_so_fixing_it_in_place_is_seen() -> None:
+    """Found by a hostile run (CR 3): a result whose id matched no call was left out and its
+    call sent a stub; a projection caller that fixed the id in place and went on was never
+    compared there (the view does not show it), so every later view still told the model
+    its tool was interrupted. What repair leaves out is compared now."""
+    async with ContextManager(Budget(context_window=50_000)) as ctx:
+        history: list[Message] = [
+            user("task"),
+            assistant(call("call_1", "read", path="a.py")),
+            result("call_l", "print('hello')", "read"),  # a harness's typo in the id
+            user("what does a.py print?"),
+        ]
+        view = await ctx.prepare(history)
+        assert MISSING_RESULT_TEXT in [text_of(m.content) for m in view]
+        history[2] = result("call_1", "print('hello')", "read")
+        history += [assistant(text="Let me check."), user("go on")]
+        view = await ctx.prepare(history)
+        assert_view_ok(view, history)
+        texts = [text_of(m.content) for m in view]
+        assert "print('hello')" in texts and MISSING_RESULT_TEXT not in texts
+        assert ctx.raw == history
