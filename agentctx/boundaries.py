@@ -257,6 +257,19 @@ class CompleteTurns:
                 self._answered = i + 1
         self._seen = len(messages)
 
+    def cut(self, index: int) -> bool:
+        """Forget the messages from ``index`` on (the history was cut back there), when they
+        changed nothing read so far (no turn opened, nobody spoke, no answer among them):
+        editing the newest step of a long tool loop then reads nothing again. ``False``,
+        with nothing changed, otherwise: make a new instance."""
+        if index >= self._seen:
+            return True
+        answer = None if self._answered is None else self._answered - 1
+        if any(i is not None and i >= index for i in (self._spoken, self._open, answer)):
+            return False
+        self._seen = index
+        return True
+
     @property
     def latest_user(self) -> int | None:
         """Index of the latest user message seen (`latest_user_index`)."""

@@ -303,9 +303,11 @@ class Ledger:
         if not protected:
             return []
 
+        ordered = sorted(protected)  # a span hides one if one lies in it: two bisections
+
         def hides(d: Decision) -> bool:
             if isinstance(d, ReplaceSpan):
-                return any(d.at.index <= i < d.end for i in protected)
+                return bisect.bisect_left(ordered, d.at.index) < bisect.bisect_left(ordered, d.end)
             return isinstance(d, DropThinking) and d.at.index in protected
 
         return self._rebuild(hides)
@@ -366,25 +368,42 @@ def protected_positions(raw: Sequence[Message]) -> set[int]:
     return _kept(raw, whole_turn=True)
 
 
-def shown_positions(raw: Sequence[Message]) -> set[int]:
+_UNKNOWN: Any = object()
+
+
+def shown_positions(
+    raw: Sequence[Message],
+    latest: int | None = _UNKNOWN,
+    complete: tuple[int, int] | None = _UNKNOWN,
+) -> set[int]:
     """Raw indexes every view of ``raw`` shows (docs/invariants.md): the task, the latest user
     message, the question and the answer of the newest complete turn, and the messages of
     the in-flight tool loop that carry signed reasoning. Narrower than `protected_positions`:
-    a turn's steps dropped while it ran stay dropped once it completes."""
-    return _kept(raw, whole_turn=False)
+    a turn's steps dropped while it ran stay dropped once it completes. ``latest`` and
+    ``complete``: the latest user message's index and the newest complete turn, when known
+    (`agentctx.boundaries.CompleteTurns`), else searched for from the end."""
+    return _kept(raw, whole_turn=False, latest=latest, complete=complete)
 
 
-def _kept(raw: Sequence[Message], *, whole_turn: bool) -> set[int]:
+def _kept(
+    raw: Sequence[Message],
+    *,
+    whole_turn: bool,
+    latest: int | None = _UNKNOWN,
+    complete: tuple[int, int] | None = _UNKNOWN,
+) -> set[int]:
     out: set[int] = set()
     task = boundaries.task_index(raw)
     if task is not None:
         out.add(task)
-    latest = boundaries.latest_user_index(raw)
+    if latest is _UNKNOWN:
+        latest = boundaries.latest_user_index(raw)
     if latest is not None:
         out.add(latest)
         loop = boundaries.loop_start_after(raw, latest)
         out.update(i for i in range(loop, len(raw)) if boundaries.has_thinking(raw[i]))
-    complete = boundaries.newest_complete_turn(raw)
+    if complete is _UNKNOWN:
+        complete = boundaries.newest_complete_turn(raw)
     if complete is not None:
         out.update(range(*complete) if whole_turn else (complete[0], complete[1] - 1))
     return out

@@ -1425,8 +1425,11 @@ class ContextManager:
         dropped = state.truncate(cut)
         state.append(new)
         # Decisions before the cut were taken on a longer history; what it protects now (the
-        # latest user message, the newest complete turn) may sit under one of them.
-        if unprotected := state.ledger.drop_protected(state.raw, shown_positions(state.raw)):
+        # latest user message, the newest complete turn) may sit under one of them. (Finding
+        # those can read back through a long tool loop: not when there is no decision.)
+        if len(state.ledger) and (
+            unprotected := state.ledger.drop_protected(state.raw, state.shown_positions())
+        ):
             dropped += len(unprotected)
             state.rebuild()
         self._rendered_version = state.ledger.version

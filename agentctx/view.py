@@ -15,7 +15,14 @@ from operator import add, sub
 from typing import TYPE_CHECKING
 
 from agentctx.boundaries import CompleteTurns, answered_call_ids, safe_cut
-from agentctx.ledger import Ledger, Rendered, ReplaceSpan, render, render_message
+from agentctx.ledger import (
+    Ledger,
+    Rendered,
+    ReplaceSpan,
+    render,
+    render_message,
+    shown_positions,
+)
 from agentctx.messages import AssistantMessage, Message, ToolResultMessage
 
 if TYPE_CHECKING:
@@ -167,13 +174,19 @@ class ViewState:
         return True
 
     def truncate(self, index: int) -> int:
-        """Cut the raw history back to ``index``; drop decisions after it; return how many."""
+        """Cut the raw history back to ``index``; drop decisions after it; return how many.
+        The view is rendered again from there only (from where a dropped decision began, if
+        lower): what comes before it renders as it did, so editing the newest message costs
+        O(what it changes), not O(history)."""
         del self.raw[index:]
         self.cuts.append(index)
-        self.turns = CompleteTurns()
-        dropped = len(self.ledger.drop_from(index))
-        self.rebuild()
-        return dropped
+        if not self.turns.cut(index):
+            self.turns = CompleteTurns()
+        dropped = self.ledger.drop_from(index)
+        self.repairs_version += 1  # as a rebuild: what the view was rendered under changed
+        # A tool batch whose results were cut is open again: it renders whole, stubs and all.
+        self._render_from(min([_settle_point(self.raw), *(d.at.index for d in dropped)]))
+        return len(dropped)
 
     def refresh(self) -> None:
         """Bring the view up to date with the ledger: render again from the first message the
@@ -196,9 +209,13 @@ class ViewState:
         if added <= _PATCH_AT_MOST and self._patch(added_since):
             self._rendered = (ledger.version, len(ledger))
             return
-        # Render is per message and `repair` keeps to its batch, so the view before a safe
-        # cut at or below that message (not inside a span) stays as it is.
-        cut = min(d.at.index for d in added_since)
+        self._render_from(min(d.at.index for d in added_since))
+
+    def _render_from(self, cut: int) -> None:
+        """Render the view again from raw message ``cut`` on. Render is per message and
+        `repair` keeps to its batch, so the view before a safe cut at or below it (not inside
+        a span) stays as it is."""
+        ledger = self.ledger
         while True:
             cut = safe_cut(self.raw, cut)
             span = ledger.span_covering(cut)
@@ -403,6 +420,11 @@ class ViewState:
         """Raw index of the latest user message, in O(messages appended since asked)."""
         self.turns.update(self.raw)
         return self.turns.latest_user
+
+    def shown_positions(self) -> set[int]:
+        """`agentctx.ledger.shown_positions` of the raw history, its turns read as they
+        grew rather than searched for from the end again."""
+        return shown_positions(self.raw, self.latest_user(), self.complete_turn())
 
     def vector(self) -> list[float]:
         """The uncalibrated per-slot sum of the view's messages (`MessageCounter.vector`)."""

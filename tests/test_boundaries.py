@@ -92,7 +92,9 @@ def test_the_views_complete_turn_is_the_scanned_one_after_appends_and_rewinds(
     steps: list[tuple[bool, list[str]]], data: st.DataObject
 ) -> None:
     # The view reads the newest complete turn only when a strategy asks (a decision), from
-    # every message appended since it last did; a rewind starts it over.
+    # every message appended since it last did; a rewind keeps what it read before the cut
+    # when the messages cut changed none of it (`CompleteTurns.cut`), else starts it over.
+    from agentctx.ledger import shown_positions
     from agentctx.tokens import MessageCounter
     from agentctx.view import ViewState
 
@@ -100,10 +102,15 @@ def test_the_views_complete_turn_is_the_scanned_one_after_appends_and_rewinds(
     for rewind, kinds in steps:
         if rewind and state.raw:
             state.truncate(data.draw(st.integers(0, len(state.raw) - 1)))
+        if data.draw(st.booleans()):  # read (or not) before what comes next
+            assert state.complete_turn() == newest_complete_turn(state.raw)
+            assert state.latest_user() == latest_user_index(state.raw)
         state.append([_KINDS[k]() for k in kinds])
         if data.draw(st.booleans()):
             assert state.complete_turn() == newest_complete_turn(state.raw)
+            assert state.shown_positions() == shown_positions(state.raw)
     assert state.complete_turn() == newest_complete_turn(state.raw)
+    assert state.latest_user() == latest_user_index(state.raw)
 
 
 def test_safe_cut_never_splits_a_parallel_batch() -> None:

@@ -2405,3 +2405,33 @@ async def test_a_result_repair_left_out_is_compared_so_fixing_it_in_place_is_see
         texts = [text_of(m.content) for m in view]
         assert "print('hello')" in texts and MISSING_RESULT_TEXT not in texts
         assert ctx.raw == history
+
+
+@pytest.mark.parametrize("window", [10**8, 50_000])
+async def test_editing_the_newest_message_renders_only_what_it_changes(window: int) -> None:
+    """Found by a hostile run (CR 4): editing or regenerating the newest message (a retried
+    tool) took no decision, yet rendered the whole history again and searched it from the
+    end for its turns: 130-370 ms a call at 40k messages in one tool loop. The view is now
+    rendered again from the cut, and the turns read as they grew are kept across it."""
+    import agentctx.view as view_module
+
+    starts: list[int] = []
+    render_from = view_module.render
+
+    def recorded(raw: Any, ledger: Any, start: int = 0, continues: Any = None) -> Any:
+        starts.append(start)
+        return render_from(raw, ledger, start, continues)
+
+    history: list[Message] = [user("task")]
+    for k in range(1000):
+        history += [assistant(call(f"c{k}", "read", path=f"f{k}")), result(f"c{k}", "x\n" * 20)]
+    async with ContextManager(Budget(context_window=window)) as ctx:
+        await ctx.prepare(history)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(view_module, "render", recorded)
+            for k in range(3):
+                history = [*history[:-1], result(history[-1].tool_call_id, f"retried {k}")]  # type: ignore[attr-defined]
+                view = await ctx.prepare(history)
+                assert_view_ok(view, history)
+                assert ctx.raw == history
+    assert starts and min(starts) >= len(history) - 2

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from agentctx.adapters import to_anthropic, to_openai_chat, to_openai_responses
+from agentctx.boundaries import LEFT_OUT
 from agentctx.budget import Budget
 from agentctx.errors import StoreError
 from agentctx.events import BudgetExceeded, Event, TranscriptRepaired
@@ -441,10 +442,19 @@ async def test_sessions_sharing_message_objects_keep_their_own_counts(
 async def test_rendering_from_the_first_decided_message_is_rendering_it_all(
     strategy: str, steps: list[Step], owned: bool, window: int
 ) -> None:
-    refresh = ViewState.refresh
+    refresh, truncate = ViewState.refresh, ViewState.truncate
+
+    def cut_and_compared(state: ViewState, index: int) -> int:
+        # A rewind renders again from where it cut too (or a dropped decision began).
+        dropped = truncate(state, index)
+        check(state)
+        return dropped
 
     def compared(state: ViewState) -> None:
         refresh(state)
+        check(state)
+
+    def check(state: ViewState) -> None:
         full = render(state.raw, state.ledger)
         assert fingerprints(state.view) == fingerprints(full.messages)
         assert state.origins == full.origins
@@ -469,6 +479,7 @@ async def test_rendering_from_the_first_decided_message_is_rendering_it_all(
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ViewState, "refresh", compared)
+        patch.setattr(ViewState, "truncate", cut_and_compared)
         await _drive_hostile(steps, strategy, MemoryRecallStore(), owned, window)
 
 
@@ -564,8 +575,10 @@ async def _drive_hostile(
                 step = todo.pop(0)
                 before = list(ctx.raw)
                 # What prepare() compares of a projection-mode history (O(view)): the
-                # messages the view shows as they are, and the last one.
-                checked = {*ctx._state.shown, len(before) - 1}
+                # messages the view shows as they are, what repair left out, and the last one.
+                state = ctx._state
+                left_out = {r.origin for r in state.repairs if r.kind in LEFT_OUT}
+                checked = {*state.shown, *left_out, len(before) - 1}
                 history = _apply(history, step)
                 appended = step.cut is None and step.edit is None
                 snapshot = fingerprints(history)
