@@ -53,6 +53,7 @@ from agentctx.events import (
 )
 from agentctx.ledger import Ledger, protected_positions, shown_positions
 from agentctx.messages import (
+    USAGE_RULE,
     AssistantMessage,
     Message,
     ToolResultMessage,
@@ -327,6 +328,18 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]
             yield from _leaves(e)
         else:
             yield e
+
+
+def _sliceable(history: object) -> bool:
+    """Whether ``history`` is a sequence that slices (a `deque` is a `Sequence` that does
+    not: it is read as any other iterable)."""
+    if not isinstance(history, Sequence):
+        return False
+    try:
+        history[:0]
+    except TypeError:
+        return False
+    return True
 
 
 def _read_once(history: object) -> list[Message]:
@@ -1001,7 +1014,7 @@ class ContextManager:
         budget = self.budget if max_tokens is None else self.budget.for_output(max_tokens)
         if self._closed or self._closing:
             raise ConfigError("this ContextManager is closed")
-        if type(history) is not list and not isinstance(history, Sequence):
+        if type(history) is not list and not _sliceable(history):
             history = _read_once(history)
         if self._to_load is not None:
             await self._resume()
@@ -1483,11 +1496,11 @@ class ContextManager:
             # Read as 0, the report would be dropped, or calibrate on the counts around it.
             raise ConfigError(
                 f"observe() got usage holding a count that is no token count: "
-                f"{reprlib.repr(response)}; token counts are ints >= 0"
+                f"{reprlib.repr(response)}; {USAGE_RULE}"
             )
         if (name := bad_usage_field(usage)) is not None:
             count = reprlib.repr(getattr(usage, name))
-            raise ConfigError(f"observe() got usage.{name}={count}: token counts are ints >= 0")
+            raise ConfigError(f"observe() got usage.{name}={count}: {USAGE_RULE}")
         now = self._clock()  # first: a clock that fails leaves the call undone
         self.usage = self.usage + usage
         self._last_call = now

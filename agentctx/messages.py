@@ -56,6 +56,7 @@ __all__ = [
     "UserContent",
     "UserMessage",
     "block_from_dict",
+    "USAGE_RULE",
     "bad_usage_field",
     "block_to_dict",
     "canonical_json",
@@ -310,13 +311,23 @@ MOST_TOKENS = 10**9
 proxy's session total, a garbled field), read as no count or refused where usage is read."""
 
 
+USAGE_RULE = (
+    f"token counts are ints from 0 to {MOST_TOKENS:,}, and cache_write_1h_tokens is the part "
+    "of cache_write_tokens written for an hour"
+)
+"""What `bad_usage_field` checks, for the errors that name a field it returns."""
+
+
 def bad_usage_field(usage: Usage) -> str | None:
-    """The first field of ``usage`` that holds no token count (no ``int``, a ``bool``, below
-    0), else ``None``. `Usage` holds what it is given; what reads it checks it here."""
+    """The first field of ``usage`` that breaks `USAGE_RULE` (no ``int``, a ``bool``, below
+    0, past `MOST_TOKENS`; ``cache_write_1h_tokens`` above ``cache_write_tokens``), else
+    ``None``. `Usage` holds what it is given; what reads it checks it here."""
     for name in USAGE_FIELDS:
         count = getattr(usage, name)
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= MOST_TOKENS:
             return name
+    if usage.cache_write_1h_tokens > usage.cache_write_tokens:
+        return "cache_write_1h_tokens"
     return None
 
 
@@ -623,7 +634,7 @@ def _usage_from(u: Mapping[str, Any]) -> Usage:
         raise UnsupportedMessageError(None, f"usage field {_shown(unknown[0])}")
     usage = Usage(**u)
     if (name := bad_usage_field(usage)) is not None:
-        raise UnsupportedMessageError(None, f"usage: {name} {_shown(u[name])} is no token count")
+        raise UnsupportedMessageError(None, f"usage: {name} {_shown(u[name])} ({USAGE_RULE})")
     return usage
 
 

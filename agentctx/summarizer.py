@@ -40,6 +40,7 @@ from agentctx._check import preview
 from agentctx.errors import SummarizerError
 from agentctx.messages import (
     MOST_TOKENS,
+    USAGE_RULE,
     AssistantMessage,
     ImageBlock,
     OpaqueBlock,
@@ -197,8 +198,8 @@ def check_result(result: object) -> SummaryResult:
 
     `LlmCompaction` calls it on every reply, at the edge, because everything after it adds
     usage up, prices it and splices the text: ``text`` must be a ``str``, ``stop_reason`` a
-    `StopReason`, ``model`` a ``str`` or ``None``, and ``usage`` a `Usage` whose counts are
-    whole numbers >= 0 (a negative count would make the reported spend negative). A failed
+    `StopReason`, ``model`` a ``str`` or ``None``, and ``usage`` a `Usage` that keeps
+    `USAGE_RULE` (a negative count would make the reported spend negative). A failed
     check is reported like a failed request: `SummaryRejected` with reason ``failed`` and
     this message as the detail.
     """
@@ -219,7 +220,7 @@ def check_result(result: object) -> SummaryResult:
         raise _bad(f"usage {preview(usage)}, not a Usage")
     if (name := bad_usage_field(usage)) is not None:
         count = preview(getattr(usage, name))
-        raise _bad(f"usage.{name}={count}; token counts are whole numbers >= 0")
+        raise _bad(f"usage.{name}={count}; {USAGE_RULE}")
     if usage.prompt_tokens + usage.output_tokens > MOST_TOKENS:
         raise _bad(f"usage of {preview(usage.prompt_tokens)} prompt tokens, past any request")
     if not isinstance(result.usage_known, bool):

@@ -1408,7 +1408,7 @@ def _read_turn(i: int) -> list[Message]:
     return [assistant(call(f"c{i}", "read", path=f"f{i}")), result(f"c{i}", out, "read")]
 
 
-@pytest.mark.parametrize("report", [10**30, 2 * 10**9, 5 * 10**8, 50_000])
+@pytest.mark.parametrize("report", [5 * 10**8, 50_000])  # past 10**9: refused (CR 7, below)
 async def test_one_implausible_usage_report_does_not_lock_the_session(report: int) -> None:
     """Found by a hostile run (V, finding 1): one report far past the view and the context
     window (a proxy's session total, a wrong object) raised the view's estimate past any
@@ -2435,3 +2435,32 @@ async def test_editing_the_newest_message_renders_only_what_it_changes(window: i
                 assert_view_ok(view, history)
                 assert ctx.raw == history
     assert starts and min(starts) >= len(history) - 2
+
+
+async def test_a_history_that_does_not_slice_is_read_as_an_iterable() -> None:
+    """Found by a hostile run (CR 5): a `collections.deque` is a `Sequence`, so it was taken
+    as one and sliced: a bare `TypeError` on the first call."""
+    from collections import deque
+
+    history = deque([user("task"), assistant(text="hi"), user("go on")])
+    async with ContextManager(Budget(context_window=50_000)) as ctx:
+        view = await ctx.prepare(history)  # type: ignore[arg-type]
+        assert view == list(history)
+        history.append(assistant(text="again"))
+        history.append(user("and on"))
+        assert await ctx.prepare(history) == list(history)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [Usage(10**12, 5), Usage(100, 1, 0, 10, 50), Usage(input_tokens=5, cache_read_tokens=10**10)],
+)
+async def test_observe_refuses_a_usage_object_past_the_usage_rules(usage: Usage) -> None:
+    """Found by a hostile run (CR 7): a usage dict holding 10**12 input tokens was refused,
+    the same count as a `Usage` was taken and added to ``ctx.usage`` for good; so was a
+    ``cache_write_1h_tokens`` above ``cache_write_tokens`` (the part written for an hour)."""
+    async with ContextManager(Budget(context_window=50_000)) as ctx:
+        await ctx.prepare([user("task")])
+        with pytest.raises(ConfigError, match="token counts are ints from 0"):
+            ctx.observe(usage)
+        assert ctx.usage == Usage()
