@@ -462,8 +462,11 @@ async def test_rendering_from_the_first_decided_message_is_rendering_it_all(
         assert [replace(r, index=0) for r in state.repairs] == [
             replace(r, index=0) for r in full.repairs
         ]
-        # The kept sums, with what left them taken out: the sums made anew, to rounding.
-        assert abs(state.tokens - _summed_anew(state)) <= 1
+        # The kept sums, with what left them taken out: the sums made anew, to rounding (the
+        # unsettled tail, an open batch and its stubs, is counted message by message, each
+        # rounded on its own).
+        tail = len(state.view) - state._prefix_len
+        assert abs(state.tokens - _summed_anew(state)) <= 1 + tail / 2
         raw = state.raw
         assert state.shown == [
             i
