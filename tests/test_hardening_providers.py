@@ -10,6 +10,7 @@ from typing import Any
 
 import anthropic
 import openai
+import pydantic
 import pytest
 
 from agentctx import (
@@ -438,3 +439,36 @@ async def test_reasoning_whose_call_the_caller_took_back_is_not_sent() -> None:
         ["message"],
         ["message", "reasoning", "function_call", "function_call_output"],
     ]
+
+
+class Read(pydantic.BaseModel):
+    path: str
+
+
+async def test_responses_parse_output_goes_back_as_the_sdk_sends_it() -> None:
+    """Found by a hostile run (CT 1): ``items += resp.output`` after ``responses.parse`` sent
+    the SDK's ``parsed_arguments`` of a function call and ``parsed`` of an output text back
+    (dumped without the SDK's ``__api_exclude__``), which the API rejects ("Unknown parameter:
+    'input[1].parsed_arguments'", openai-python issue #2720). Now the items go as the SDK
+    itself sends them."""
+    replies = [Reply.tool_call("Read", {"path": "a.py"}), Reply.text('{"path": "b.py"}')]
+    with FakeOpenAI(replies, default=Reply.text("done")) as server:
+        async with ContextManager(Budget(context_window=100_000)) as ctx:
+            raw = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+            tools = [openai.pydantic_function_tool(Read)]
+            items: list[Any] = [{"role": "user", "content": "read a.py"}]
+            async with oai_provider.wrap(raw, ctx) as client:
+                resp = await client.responses.parse(model="m", input=items, tools=tools)
+                items += resp.output
+                call = resp.output[0]
+                assert call.type == "function_call"
+                output = {"type": "function_call_output", "call_id": call.call_id, "output": "1"}
+                items.append(output)
+                resp = await client.responses.parse(model="m", input=items, text_format=Read)
+                assert resp.output_parsed == Read(path="b.py")
+                items += [*resp.output, {"role": "user", "content": "thanks"}]
+                await client.responses.parse(model="m", input=items, tools=tools)
+        sent = server.requests[-1]
+        assert sent.status == 200
+        assert "parsed_arguments" not in sent.json["input"][1]
+        assert "parsed" not in sent.json["input"][3]["content"][0]

@@ -16,7 +16,7 @@ from agentctx.adapters import from_anthropic, from_openai_chat, from_openai_resp
 from agentctx.adapters.openai_responses import is_assistant_side, known_calls
 from agentctx.messages import AssistantMessage, Message
 
-__all__ = ["ConvertedHistory", "plain"]
+__all__ = ["ConvertedHistory", "plain", "sdk_dict"]
 
 
 def plain(item: Any, depth: int) -> Any:
@@ -28,11 +28,28 @@ def plain(item: Any, depth: int) -> Any:
         if depth and isinstance(content, list) and not all(isinstance(b, Mapping) for b in content):
             return {**item, "content": [plain(b, 0) for b in content]}
         return item
-    to_dict = getattr(item, "to_dict", None)
-    if callable(to_dict):  # the SDKs' models; JSON mode is what goes on the wire
-        data = to_dict(mode="json")
-        return plain(data, depth) if isinstance(data, Mapping) else item
+    data = sdk_dict(item)
+    if data is not None:
+        return plain(data, depth)
     return item  # the adapter says what it cannot carry
+
+
+def sdk_dict(item: object) -> dict[str, Any] | None:
+    """The dict an SDK would send for one of its models (``None`` for anything else).
+
+    Dumped as the SDKs' own request serialisation does: JSON mode, API names, fields unset
+    left out, and without the fields the model names in ``__api_exclude__`` (what a
+    ``parse`` call added, such as ``parsed_arguments``, which the API rejects as unknown)."""
+    dump = getattr(item, "model_dump", None)
+    if not callable(dump) or not callable(getattr(item, "to_dict", None)):
+        return None
+    data = dump(
+        mode="json",
+        by_alias=True,
+        exclude_unset=True,
+        exclude=getattr(item, "__api_exclude__", None),
+    )
+    return data if isinstance(data, dict) else None
 
 
 class ConvertedHistory:

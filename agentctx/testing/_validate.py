@@ -629,6 +629,8 @@ def validate_responses(
                 "input",
                 "missing_required_parameter",
             )
+        if (unknown := _unknown_field(item, k)) is not None:
+            return unknown
         if kind == "message":
             if item.get("role") not in ("user", "assistant", "system", "developer"):
                 return Invalid(
@@ -704,6 +706,36 @@ def validate_responses(
             what = kind.removesuffix("_call").replace("_", " ")
             return Invalid(f"No tool output found for {what} call {cid}.", "input")
     return None
+
+
+# Fields the SDK's parsed types add to what ``responses.parse`` returns, kept out of requests
+# by the SDK (``__api_exclude__``): the API rejects them as unknown (openai-python issue #2720).
+_SDK_ONLY_CALL_FIELDS = frozenset({"parsed_arguments"})
+_SDK_ONLY_TEXT_FIELDS = frozenset({"parsed"})
+
+
+def _unknown_field(item: Mapping[str, Any], k: int) -> Invalid | None:
+    """The first field of input item ``k`` (or of its ``output_text`` parts) the API rejects
+    as unknown, of those checked."""
+    kind = item.get("type", "message")
+    if kind == "function_call":
+        return _unknown(item, _SDK_ONLY_CALL_FIELDS, f"input[{k}]")
+    if kind == "message" and isinstance(item.get("content"), list):
+        for j, part in enumerate(item["content"]):
+            if _is_obj(part) and part.get("type") == "output_text":
+                found = _unknown(part, _SDK_ONLY_TEXT_FIELDS, f"input[{k}].content[{j}]")
+                if found is not None:
+                    return found
+    return None
+
+
+def _unknown(obj: Mapping[str, Any], rejected: frozenset[str], where: str) -> Invalid | None:
+    extra = next((f for f in obj if f in rejected), None)
+    if extra is None:
+        return None
+    return Invalid(
+        f"Unknown parameter: '{where}.{extra}'.", f"{where}.{extra}", "unknown_parameter"
+    )
 
 
 def _call_id_of(item: Any) -> object:
