@@ -466,7 +466,8 @@ def assemble_anthropic_stream(events: Iterable[Mapping[str, Any]]) -> JSON:
 
     Feed it to `message_from_anthropic_response`. Tool input arrives as JSON fragments and is
     parsed when its block stops (kept as ``{}`` if the stream broke off mid-object). Raises
-    `UnsupportedMessageError` for an ``error`` event or an event before ``message_start``.
+    `UnsupportedMessageError` for an ``error`` event, an event before ``message_start``, or a
+    malformed event.
     """
     message: JSON | None = None
     partial: dict[int, str] = {}
@@ -478,7 +479,8 @@ def assemble_anthropic_stream(events: Iterable[Mapping[str, Any]]) -> JSON:
             if kind == "error":
                 raise UnsupportedMessageError(None, f"stream error event {event.get('error')!r}")
             if kind == "message_start":
-                message = {**event["message"], "content": list(event["message"].get("content", []))}
+                start = event["message"]
+                message = {**start, "content": list(start.get("content") or [])}
                 continue
             if message is None:
                 raise UnsupportedMessageError(None, f"stream event {kind!r} before message_start")
@@ -497,7 +499,7 @@ def assemble_anthropic_stream(events: Iterable[Mapping[str, Any]]) -> JSON:
                     with contextlib.suppress(ValueError, RecursionError):
                         blocks[event["index"]]["input"] = json.loads(text)
             elif kind == "message_delta":
-                for key, value in event.get("delta", {}).items():
+                for key, value in (event.get("delta") or {}).items():
                     message[key] = value
                 usage = {**(message.get("usage") or {})}
                 usage.update({k: v for k, v in (event.get("usage") or {}).items() if v is not None})

@@ -603,7 +603,7 @@ def assemble_openai_chat_stream(chunks: Iterable[Mapping[str, Any]]) -> JSON:
             if calls.get(i):
                 made = [_finished_call(calls[i][k]) for k in sorted(calls[i])]
                 state["message"]["tool_calls"] = made
-    resp["choices"] = [choices[i] for i in sorted(choices)]
+        resp["choices"] = [choices[i] for i in sorted(choices)]  # a null index: malformed
     return resp
 
 

@@ -656,7 +656,7 @@ def assemble_openai_responses_stream(events: Iterable[Mapping[str, Any]]) -> JSO
     The response is the last ``response.*`` snapshot (``response.completed`` when the
     stream finished); when that has no output (a stream cut off early), the output items are
     rebuilt from the item, part and delta events. Raises `UnsupportedMessageError` on an
-    ``error`` event.
+    ``error`` event or a malformed event.
     """
     snapshot: JSON = {}
     items: dict[int, JSON] = {}
@@ -708,7 +708,9 @@ def _copy_item(item: Mapping[str, Any]) -> JSON:
 
 
 def _slot(item: JSON, key: str, at: int) -> JSON:
-    parts: list[JSON] = item.setdefault(key, [])
+    found = item.get(key)  # none yet, or null as an item may start
+    parts: list[JSON] = found if isinstance(found, list) else []
+    item[key] = parts
     parts.extend({} for _ in range(at + 1 - len(parts)))
     if not isinstance(parts[at], dict):
         parts[at] = {}

@@ -27,7 +27,7 @@ from agentctx.adapters import (
 )
 from agentctx.errors import ConfigError
 from agentctx.providers._history import ConvertedHistory, plain
-from agentctx.providers._stream import observe_stream, observe_sync_stream
+from agentctx.providers._stream import observe_stream, observe_sync_stream, reported_usage
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -53,6 +53,12 @@ __all__ = [
 ]
 
 S = TypeVar("S")
+
+_ASSEMBLE: dict[str, Callable[[list[Mapping[str, Any]]], object]] = {
+    "anthropic": assemble_anthropic_stream,
+    "openai-chat": assemble_openai_chat_stream,
+    "openai-responses": assemble_openai_responses_stream,
+}
 
 Provider = Literal["anthropic", "openai-chat", "openai-responses"]
 # Where each API takes the output limit of a request, in the order they are looked for.
@@ -101,6 +107,7 @@ class Compactor:
         # and whether there was one.
         self._asked: int | None = None
         self._requested = False
+        self._said_not_rebuilt = False  # a stream the assembler gave up on was logged
 
     async def request(self, kwargs: Mapping[str, Any], *, count: bool = False) -> dict[str, Any]:
         """The keyword arguments to send: the history compacted, the rest as given.
@@ -187,12 +194,25 @@ class Compactor:
             # The server ended the stream with an error: no response, no usage to record.
             # (The SDK raises it, or, for Responses, hands it over as the last event.)
             return
-        if self.provider == "anthropic":
-            self._observe(assemble_anthropic_stream(events))
-        elif self.provider == "openai-chat":
-            self._observe(assemble_openai_chat_stream(events))
-        else:
-            self._observe(assemble_openai_responses_stream(events))
+        try:
+            response: object = _ASSEMBLE[self.provider](events)
+        except Exception as error:
+            # The SDK read this stream; that its shape is not one the assembler rebuilds is
+            # no reason to fail the caller's loop, after every event was handed over. What
+            # the session needs of it is the usage it reported.
+            self._not_rebuilt(error)
+            response = {"usage": reported_usage(self.provider, events)}
+        self._observe(response)
+
+    def _not_rebuilt(self, error: Exception) -> None:
+        if self._said_not_rebuilt:
+            return
+        self._said_not_rebuilt = True
+        log.warning(
+            "stream not rebuilt: only the usage it reported is recorded (said once a client)",
+            provider=self.provider,
+            error=repr(error),
+        )
 
     def _observe(self, response: object) -> None:
         usage = usage_of(response)

@@ -23,6 +23,7 @@ __all__ = [
     "event_dict",
     "observe_stream",
     "observe_sync_stream",
+    "reported_usage",
 ]
 
 Done = Callable[[list[Mapping[str, Any]]], None]
@@ -69,12 +70,45 @@ def _observed(events: Iterator[Any], done: Done) -> Iterator[Any]:
 
 def event_dict(event: object) -> Mapping[str, Any]:
     """The plain dict of one SDK object (a pydantic model with ``to_dict``)."""
+    dump = getattr(event, "model_dump", None)
+    if callable(dump) and callable(getattr(event, "to_dict", None)):
+        # What ``to_dict()`` gives, without the serializer warnings of an event whose field
+        # holds what its type did not expect (a list where text was): the SDK read it quietly.
+        d = dump(by_alias=True, exclude_unset=True, warnings=False)
+        if isinstance(d, Mapping):
+            return d
     to_dict = getattr(event, "to_dict", None)
     if callable(to_dict):
         d = to_dict()
         if isinstance(d, Mapping):
             return d
     return event if isinstance(event, Mapping) else {}
+
+
+def reported_usage(provider: str, events: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The usage a stream's events report, read without rebuilding the response: for a
+    stream whose shape the assembler does not take (``None``: it reported none)."""
+    if provider == "anthropic":
+        return _anthropic_usage(events)
+    found: Mapping[str, Any] | None = None
+    for event in events:
+        holder = event if provider == "openai-chat" else event.get("response")
+        usage = holder.get("usage") if isinstance(holder, Mapping) else None
+        if isinstance(usage, Mapping):
+            found = usage  # the last report is the whole stream's
+    return found
+
+
+def _anthropic_usage(events: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """``message_start``'s usage updated by each ``message_delta``'s, as the SDK does."""
+    usage: dict[str, Any] = {}
+    for event in events:
+        kind = event.get("type")
+        holder = event.get("message") if kind == "message_start" else event
+        part = holder.get("usage") if isinstance(holder, Mapping) else None
+        if kind in ("message_start", "message_delta") and isinstance(part, Mapping):
+            usage.update({k: v for k, v in part.items() if v is not None})
+    return usage or None
 
 
 class ObservedStream(Generic[T]):
