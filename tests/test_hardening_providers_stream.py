@@ -1,7 +1,7 @@
 """Hostile streams through the wrapped SDK clients: shapes the SDKs read without complaint but
 the wrapper's rebuilding of the response did not take (a Chat delta's content a list then a
 string, a null index, a Responses item starting with null content, an Anthropic event with a
-null field or a delta before its block). Each is
+null field or a delta before its block), and block indexes far past those seen. Each is
 served by a raw socket server on 127.0.0.1 and read through the real SDK; each test is the
 reproduction of a finding. Whatever the stream, the caller's iteration ends as the unwrapped
 SDK's does, and the usage it reported is recorded."""
@@ -19,7 +19,8 @@ import anthropic
 import openai
 import pytest
 
-from agentctx import Budget, ContextManager
+from agentctx import Budget, ContextManager, UnsupportedMessageError
+from agentctx.adapters import assemble_anthropic_stream, assemble_openai_responses_stream
 from agentctx.providers import anthropic as ant_provider
 from agentctx.providers import openai as oai_provider
 
@@ -274,3 +275,54 @@ async def test_an_anthropic_stream_the_sdk_reads_is_read_to_its_end(shape: str, 
     assert count == body.count(b"event: ")
     assert ctx.usage.input_tokens == 7
     assert ctx.usage.output_tokens == 3
+
+
+# ------------------------------------------------------------------- indexes far past the seen
+
+FAR = 10**6  # far enough to tell; a misbehaving server's 10**9 took all the memory
+
+
+def test_a_block_index_far_past_those_seen_is_no_reconstruction() -> None:
+    """Found by a hostile run (CT 2): rebuilding a stream filled the blocks up to an event's
+    index, so an index of 10**9 from a misbehaving server or proxy took all the memory (10**7:
+    700 MB more). Now an index more than a few past those seen is UnsupportedMessageError,
+    before anything is allocated for it."""
+    start = {"type": "message_start", "message": {"content": [], "usage": {}}}
+    block = {"type": "content_block_start", "index": FAR, "content_block": {"type": "text"}}
+    with pytest.raises(UnsupportedMessageError, match="far past"):
+        assemble_anthropic_stream([start, block])
+    item = {"type": "message", "id": "m1", "content": []}
+    for event in (
+        {"type": "response.output_text.delta", "content_index": FAR, "delta": "hi"},
+        {"type": "response.reasoning_summary_text.delta", "summary_index": FAR, "delta": "x"},
+        {"type": "response.content_part.added", "content_index": FAR, "part": {}},
+    ):
+        added = {"type": "response.output_item.added", "output_index": 0, "item": item}
+        with pytest.raises(UnsupportedMessageError, match="far past"):
+            assemble_openai_responses_stream([added, {**event, "output_index": 0}])
+
+
+async def test_a_stream_with_an_index_far_past_those_seen_records_its_usage_only(
+    serve: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by a hostile run (CT 2): a stream whose block or part index was far past those
+    seen made the wrapper allocate up to it once the stream ended. Now that stream's
+    reconstruction gives up (logged once), the caller's iteration ends as the SDK's does and
+    the usage it reported is recorded."""
+    far_block = {"type": "content_block_start", "index": FAR, "content_block": {"type": "text"}}
+    item = {"type": "message", "id": "msg_1", "role": "assistant", "content": []}
+    far_text = {
+        "type": "response.output_text.delta",
+        "output_index": 0,
+        "item_id": "msg_1",
+        "content_index": FAR,
+        "delta": "hi",
+        "logprobs": [],
+    }
+    added = {"type": "response.output_item.added", "output_index": 0, "item": item}
+    with caplog.at_level(logging.WARNING, logger="agentctx"):
+        count, ctx = await read_anthropic(anthropic_stream(far_block, MESSAGE_DELTA), serve)
+        assert (count, ctx.usage.input_tokens, ctx.usage.output_tokens) == (4, 7, 3)
+        count, ctx = await read_responses(responses_stream([added, far_text], []), serve)
+        assert (count, ctx.usage.input_tokens) == (4, 9)
+    assert caplog.text.count(NOT_REBUILT) == 2  # once for each client

@@ -466,8 +466,8 @@ def assemble_anthropic_stream(events: Iterable[Mapping[str, Any]]) -> JSON:
 
     Feed it to `message_from_anthropic_response`. Tool input arrives as JSON fragments and is
     parsed when its block stops (kept as ``{}`` if the stream broke off mid-object). Raises
-    `UnsupportedMessageError` for an ``error`` event, an event before ``message_start``, or a
-    malformed event.
+    `UnsupportedMessageError` for an ``error`` event, an event before ``message_start``, a
+    block index more than `MAX_INDEX_GAP` past the blocks seen, or a malformed event.
     """
     message: JSON | None = None
     partial: dict[int, str] = {}
@@ -487,7 +487,7 @@ def assemble_anthropic_stream(events: Iterable[Mapping[str, Any]]) -> JSON:
             blocks: list[JSON] = message["content"]
             if kind == "content_block_start":
                 index = event.get("index", len(blocks))
-                blocks.extend({} for _ in range(index + 1 - len(blocks)))
+                blocks.extend({} for _ in range(_gap(index, len(blocks))))
                 blocks[index] = dict(event["content_block"])
             elif kind == "content_block_delta":
                 _apply_delta(blocks[event["index"]], event["delta"], partial, event["index"])
@@ -508,6 +508,21 @@ def assemble_anthropic_stream(events: Iterable[Mapping[str, Any]]) -> JSON:
     if message is None:
         raise UnsupportedMessageError(None, "stream without message_start")
     return message
+
+
+# How far past the blocks seen a block may start: the API numbers them in order, so an index
+# much further on is a broken stream, and filling the gap up to it could take all the memory.
+MAX_INDEX_GAP = 16
+
+
+def _gap(index: int, length: int) -> int:
+    """How many blocks to add before block ``index`` of a stream that has ``length``;
+    `UnsupportedMessageError` for one more than `MAX_INDEX_GAP` past them."""
+    if index - length > MAX_INDEX_GAP:
+        raise UnsupportedMessageError(
+            None, f"stream block index {index} far past the {length} blocks seen"
+        )
+    return index + 1 - length
 
 
 @contextlib.contextmanager
