@@ -472,3 +472,57 @@ async def test_responses_parse_output_goes_back_as_the_sdk_sends_it() -> None:
         assert sent.status == 200
         assert "parsed_arguments" not in sent.json["input"][1]
         assert "parsed" not in sent.json["input"][3]["content"][0]
+
+
+async def test_sdk_objects_nested_in_a_message_dict_are_sent_as_the_sdk_sends_them() -> None:
+    """Found by a hostile run (CT 4): SDK objects were converted only as a message or a block of
+    its ``content``, so ``{"role": "assistant", "content": msg.content, "tool_calls":
+    msg.tool_calls}`` (Chat tool call objects in a dict) and a ``tool_result`` holding SDK
+    ``TextBlock`` objects were refused with UnsupportedMessageError, where the unwrapped SDK
+    sends them. Now SDK objects are converted wherever they sit, as the SDK sends them."""
+    with FakeOpenAI([Reply.tool_call("read", {"path": "a"})], default=Reply.text("ok")) as server:
+        async with ContextManager(Budget(context_window=100_000)) as ctx:
+            raw = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+            history: list[Any] = [{"role": "user", "content": "read a"}]
+            async with oai_provider.wrap(raw, ctx) as client:
+                resp = await client.chat.completions.create(
+                    model="m", messages=history, tools=CHAT_TOOLS
+                )
+                msg = resp.choices[0].message
+                assert msg.tool_calls
+                history += [
+                    {"role": "assistant", "content": msg.content, "tool_calls": msg.tool_calls},
+                    {"role": "tool", "tool_call_id": msg.tool_calls[0].id, "content": "1"},
+                ]
+                await raw.chat.completions.create(model="m", messages=history, tools=CHAT_TOOLS)
+                await client.chat.completions.create(model="m", messages=history, tools=CHAT_TOOLS)
+        unwrapped, wrapped = server.requests[-2:]
+        assert wrapped.status == 200
+        assert (
+            wrapped.json["messages"][1]["tool_calls"] == unwrapped.json["messages"][1]["tool_calls"]
+        )
+    with FakeAnthropic(
+        [Reply.tool_call("read", {"path": "a"})], default=Reply.text("ok")
+    ) as server:
+        async with ContextManager(Budget(context_window=100_000)) as ctx:
+            araw = anthropic.AsyncAnthropic(base_url=server.url, api_key="k", max_retries=0)
+            history = [{"role": "user", "content": "read a"}]
+            async with ant_provider.wrap(araw, ctx) as aclient:
+                message = await aclient.messages.create(
+                    model="m", max_tokens=100, messages=history, tools=TOOLS
+                )
+                call = message.content[-1]
+                assert call.type == "tool_use"
+                blocks = [anthropic.types.TextBlock(type="text", text="1")]
+                result = {"type": "tool_result", "tool_use_id": call.id, "content": blocks}
+                history += [
+                    {"role": "assistant", "content": message.content},
+                    {"role": "user", "content": [result]},
+                ]
+                await araw.messages.create(model="m", max_tokens=100, messages=history, tools=TOOLS)
+                await aclient.messages.create(
+                    model="m", max_tokens=100, messages=history, tools=TOOLS
+                )
+        unwrapped, wrapped = server.requests[-2:]
+        assert wrapped.status == 200
+        assert wrapped.json["messages"][2] == unwrapped.json["messages"][2]

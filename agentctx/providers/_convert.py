@@ -163,7 +163,7 @@ class Compactor:
             system, rest = split_openai_responses_system(history)
             render = to_openai_responses
         view = await prepare(self._history.convert(rest), max_tokens=max_tokens)
-        outgoing[self._key] = [*(plain(m, 1) for m in system), *render(view)]
+        outgoing[self._key] = [*(plain(m) for m in system), *render(view)]
         return outgoing
 
     def _max_tokens(self, kwargs: Mapping[str, Any]) -> int | None:

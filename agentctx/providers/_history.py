@@ -19,19 +19,47 @@ from agentctx.messages import AssistantMessage, Message
 __all__ = ["ConvertedHistory", "plain", "sdk_dict"]
 
 
-def plain(item: Any, depth: int) -> Any:
-    """A history item with SDK objects in it (``resp.content`` appended as it came, a
-    ``ChatCompletionMessage``, Responses output items) as the dicts the SDK would send;
-    ``depth`` 1 also converts the blocks of a message's ``content``."""
-    if isinstance(item, Mapping):
-        content = item.get("content")
-        if depth and isinstance(content, list) and not all(isinstance(b, Mapping) for b in content):
-            return {**item, "content": [plain(b, 0) for b in content]}
-        return item
-    data = sdk_dict(item)
+# How deep in a history item SDK objects are looked for: they sit a few levels down at most (a
+# tool result's blocks), and a caller's deeply nested data is left to the adapter as it is.
+_MAX_DEPTH = 64
+
+
+def plain(item: Any) -> Any:
+    """A history item with the SDK objects in it, wherever they sit (``resp.content`` appended
+    as it came, a ``ChatCompletionMessage``, Responses output items, ``msg.tool_calls`` in a
+    dict, SDK blocks in a tool result), as the dicts the SDK would send (`sdk_dict`); the item
+    itself, and each part of it, when they hold none."""
+    return _plain(item, _MAX_DEPTH)
+
+
+def _plain(value: Any, depth: int) -> Any:
+    data = sdk_dict(value)
     if data is not None:
-        return plain(data, depth)
-    return item  # the adapter says what it cannot carry
+        return data
+    if depth == 0:
+        return value
+    if isinstance(value, Mapping):
+        return _plain_mapping(value, depth - 1)
+    if isinstance(value, list | tuple):
+        return _plain_sequence(value, depth - 1)
+    return value
+
+
+def _plain_mapping(value: Mapping[Any, Any], depth: int) -> Any:
+    out: dict[Any, Any] | None = None  # copied on the first part converted
+    for key, part in value.items():
+        converted = _plain(part, depth)
+        if converted is not part:
+            out = dict(value) if out is None else out
+            out[key] = converted
+    return value if out is None else out
+
+
+def _plain_sequence(value: list[Any] | tuple[Any, ...], depth: int) -> Any:
+    converted = [_plain(part, depth) for part in value]
+    if all(a is b for a, b in zip(converted, value, strict=True)):
+        return value
+    return converted
 
 
 def sdk_dict(item: object) -> dict[str, Any] | None:
@@ -80,7 +108,7 @@ class ConvertedHistory:
         if self._provider == "openai-responses" and same < max(len(items), len(copies)):
             # Assistant-side items make one message with their neighbours: a run that the
             # change (or a new item) may join is converted again whole.
-            while same and is_assistant_side(plain(copies[same - 1], 1)):
+            while same and is_assistant_side(plain(copies[same - 1])):
                 same -= 1
         kept = self._ends[same - 1] if same else 0
         if same < len(copies):
@@ -90,7 +118,7 @@ class ConvertedHistory:
         fresh = [snapshot(item) for item in items[same:]]
         sources = [i if c is UNCOPIED else c for i, c in zip(items[same:], fresh, strict=True)]
         try:
-            messages, ends = self._read([plain(c, 1) for c in sources], same, kept)
+            messages, ends = self._read([plain(c) for c in sources], same, kept)
         except BaseException:
             self._names = _tool_names(
                 self._messages, self._provider
