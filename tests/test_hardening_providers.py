@@ -20,6 +20,7 @@ from agentctx import (
     Event,
     MemoryRecallStore,
     TranscriptRepaired,
+    UnsupportedMessageError,
 )
 from agentctx.adapters import assemble_anthropic_stream
 from agentctx.providers import anthropic as ant_provider
@@ -526,3 +527,27 @@ async def test_sdk_objects_nested_in_a_message_dict_are_sent_as_the_sdk_sends_th
         unwrapped, wrapped = server.requests[-2:]
         assert wrapped.status == 200
         assert wrapped.json["messages"][2] == unwrapped.json["messages"][2]
+
+
+async def test_an_unsupported_item_is_named_by_its_index_in_the_callers_history() -> None:
+    """Found by a hostile run (CT 5): the Chat and Responses wrappers split off the leading
+    system / developer messages and converted the rest from index 0, so
+    UnsupportedMessageError.index was short by the number of them. Now it names the index in
+    the caller's own list."""
+    instructions = [{"role": "system", "content": "a"}, {"role": "developer", "content": "b"}]
+    history = [
+        *instructions,
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": 5},  # index 4
+    ]
+    with FakeOpenAI(default=Reply.text("ok")) as server:
+        async with ContextManager(Budget(context_window=100_000)) as ctx:
+            raw = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+            async with oai_provider.wrap(raw, ctx) as client:
+                with pytest.raises(UnsupportedMessageError) as chat:
+                    await client.chat.completions.create(model="m", messages=history)
+                with pytest.raises(UnsupportedMessageError) as responses:
+                    await client.responses.create(model="m", input=history)
+    assert (chat.value.index, responses.value.index) == (4, 4)
+    assert str(chat.value).startswith("message 4: ")

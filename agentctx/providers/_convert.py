@@ -25,7 +25,7 @@ from agentctx.adapters import (
     to_openai_chat,
     to_openai_responses,
 )
-from agentctx.errors import ConfigError
+from agentctx.errors import ConfigError, UnsupportedMessageError
 from agentctx.providers._history import ConvertedHistory, plain
 from agentctx.providers._stream import observe_stream, observe_sync_stream, reported_usage
 
@@ -162,9 +162,19 @@ class Compactor:
         else:
             system, rest = split_openai_responses_system(history)
             render = to_openai_responses
-        view = await prepare(self._history.convert(rest), max_tokens=max_tokens)
+        view = await prepare(self._convert(rest, len(system)), max_tokens=max_tokens)
         outgoing[self._key] = [*(plain(m) for m in system), *render(view)]
         return outgoing
+
+    def _convert(self, rest: list[Any], offset: int) -> list[Message]:
+        """The neutral messages of the history after its ``offset`` leading instructions; an
+        `UnsupportedMessageError` names the item's index in the caller's own list."""
+        try:
+            return self._history.convert(rest)
+        except UnsupportedMessageError as error:
+            if not offset or error.index is None:
+                raise
+            raise UnsupportedMessageError(error.index + offset, error.kind) from None
 
     def _max_tokens(self, kwargs: Mapping[str, Any]) -> int | None:
         for key in _MAX_TOKENS[self.provider]:
