@@ -551,3 +551,30 @@ async def test_an_unsupported_item_is_named_by_its_index_in_the_callers_history(
                     await client.responses.create(model="m", input=history)
     assert (chat.value.index, responses.value.index) == (4, 4)
     assert str(chat.value).startswith("message 4: ")
+
+
+@pytest.mark.parametrize("messages", [None, 5, {"role": "user", "content": "hi"}, "hi"])
+async def test_messages_that_are_no_history_are_an_unsupported_message_error(
+    messages: Any,
+) -> None:
+    """Found by a hostile run (CT 6): ``messages=None`` or ``5`` gave a bare TypeError from
+    ``list(messages)``, and a single dict was read as its keys ("message 0: unsupported message
+    of type str"). Now each is UnsupportedMessageError (still a TypeError) saying what
+    ``messages`` must be, and nothing is sent."""
+    with FakeAnthropic() as ant_server, FakeOpenAI() as oai_server:
+        async with ContextManager(Budget(context_window=100_000)) as ctx:
+            araw = anthropic.AsyncAnthropic(base_url=ant_server.url, api_key="k", max_retries=0)
+            oraw = openai.AsyncOpenAI(base_url=oai_server.url + "/v1", api_key="k", max_retries=0)
+            async with (
+                ant_provider.wrap(araw, ctx) as aclient,
+                oai_provider.wrap(oraw, ctx) as oclient,
+            ):
+                calls = [
+                    aclient.messages.create(model="m", max_tokens=10, messages=messages),
+                    oclient.chat.completions.create(model="m", messages=messages),
+                ]
+                for call in calls:
+                    with pytest.raises(UnsupportedMessageError, match="messages must be a list"):
+                        await call
+        assert not ant_server.requests
+        assert not oai_server.requests

@@ -49,6 +49,7 @@ __all__ = [
     "place_breakpoints",
     "refuse",
     "send",
+    "history_list",
     "send_blocking",
 ]
 
@@ -251,6 +252,18 @@ def send_blocking(
         return observe_sync_stream(result, _recorder(loop, compactor))
     loop.call(compactor.record, result)
     return result
+
+
+def history_list(messages: object) -> list[Any]:
+    """``messages`` as given to a wrapped call, read once into a list; `UnsupportedMessageError`
+    (a `TypeError`) for what is no history: ``None``, a number, a string, a single dict."""
+    if isinstance(messages, Mapping | str | bytes) or not isinstance(messages, Iterable):
+        raise UnsupportedMessageError(
+            None,
+            f"messages of type {type(messages).__name__}: messages must be a list (or an "
+            "iterable) of message dicts",
+        )
+    return list(messages)
 
 
 def _recorder(loop: LoopThread, compactor: Compactor) -> Callable[[list[Any]], None]:

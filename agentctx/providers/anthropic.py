@@ -62,6 +62,7 @@ from agentctx.providers._convert import (
     Resource,
     StreamManager,
     SyncStreamManager,
+    history_list,
     place_breakpoints,
     refuse,
     send,
@@ -164,7 +165,7 @@ class _Messages(_Resource):
         (with ``stream=True``, its stream, which records the usage when read to the end)."""
         if stream is not None:
             kwargs["stream"] = stream
-        kwargs["messages"] = list(messages)
+        kwargs["messages"] = history_list(messages)
         return await send(self._compactor, self._inner.create, kwargs)  # type: ignore[no-any-return]
 
     @overload
@@ -179,7 +180,7 @@ class _Messages(_Resource):
 
     async def parse(self, *, messages: History, **kwargs: Any) -> ParsedMessage[Any]:
         """``messages.parse`` with ``messages`` compacted."""
-        kwargs["messages"] = list(messages)
+        kwargs["messages"] = history_list(messages)
         return await send(self._compactor, self._inner.parse, kwargs)  # type: ignore[no-any-return]
 
     @overload
@@ -195,12 +196,12 @@ class _Messages(_Resource):
     def stream(self, *, messages: History, **kwargs: Any) -> StreamManager[Any]:
         """``async with client.messages.stream(messages=history, ...) as stream:`` — the SDK's
         ``AsyncMessageStream``; compacts on entry, records the usage once read to the end."""
-        kwargs["messages"] = list(messages)
+        kwargs["messages"] = history_list(messages)
         return StreamManager(self._inner.stream, self._compactor, kwargs)
 
     async def count_tokens(self, *, messages: History, **kwargs: Any) -> MessageTokensCount:
         """``messages.count_tokens`` of the compacted view: what ``create`` would send."""
-        kwargs["messages"] = list(messages)
+        kwargs["messages"] = history_list(messages)
         sent = await self._compactor.request(kwargs, count=True)
         return await self._inner.count_tokens(**sent)  # type: ignore[no-any-return]
 
@@ -235,7 +236,7 @@ class _BetaMessages(_Resource):
         """``beta.messages.create`` with ``messages`` compacted (see `_Messages.create`)."""
         if stream is not None:
             kwargs["stream"] = stream
-        kwargs["messages"] = list(messages)
+        kwargs["messages"] = history_list(messages)
         return await send(self._compactor, self._inner.create, kwargs)  # type: ignore[no-any-return]
 
     @overload
@@ -250,7 +251,7 @@ class _BetaMessages(_Resource):
 
     async def parse(self, *, messages: History, **kwargs: Any) -> ParsedBetaMessage[Any]:
         """``beta.messages.parse`` with ``messages`` compacted."""
-        kwargs["messages"] = list(messages)
+        kwargs["messages"] = history_list(messages)
         return await send(self._compactor, self._inner.parse, kwargs)  # type: ignore[no-any-return]
 
     @overload
@@ -265,12 +266,12 @@ class _BetaMessages(_Resource):
 
     def stream(self, *, messages: History, **kwargs: Any) -> StreamManager[Any]:
         """``async with client.beta.messages.stream(...) as stream:`` (see `_Messages.stream`)."""
-        kwargs["messages"] = list(messages)
+        kwargs["messages"] = history_list(messages)
         return StreamManager(self._inner.stream, self._compactor, kwargs)
 
     async def count_tokens(self, *, messages: History, **kwargs: Any) -> BetaMessageTokensCount:
         """``beta.messages.count_tokens`` of the compacted view: what ``create`` would send."""
-        kwargs["messages"] = list(messages)
+        kwargs["messages"] = history_list(messages)
         sent = await self._compactor.request(kwargs, count=True)
         return await self._inner.count_tokens(**sent)  # type: ignore[no-any-return]
 
@@ -427,7 +428,7 @@ class _SyncMessages(_SyncResource):
         """``messages.create`` with ``messages`` compacted (see `_Messages.create`)."""
         if stream is not None:
             kwargs["stream"] = stream
-        kwargs["messages"] = list(messages)
+        kwargs["messages"] = history_list(messages)
         return self._send(self._inner.create, kwargs)  # type: ignore[no-any-return]
 
     @overload
@@ -442,7 +443,7 @@ class _SyncMessages(_SyncResource):
 
     def parse(self, *, messages: History, **kwargs: Any) -> ParsedMessage[Any]:
         """``messages.parse`` with ``messages`` compacted."""
-        kwargs["messages"] = list(messages)
+        kwargs["messages"] = history_list(messages)
         return self._send(self._inner.parse, kwargs)  # type: ignore[no-any-return]
 
     @overload
@@ -457,12 +458,12 @@ class _SyncMessages(_SyncResource):
 
     def stream(self, *, messages: History, **kwargs: Any) -> SyncStreamManager[Any]:
         """``with client.messages.stream(messages=history, ...) as stream:``."""
-        kwargs["messages"] = list(messages)
+        kwargs["messages"] = history_list(messages)
         return SyncStreamManager(self._inner.stream, self._compactor, self._loop, kwargs)
 
     def count_tokens(self, *, messages: History, **kwargs: Any) -> MessageTokensCount:
         """``messages.count_tokens`` of the compacted view: what ``create`` would send."""
-        kwargs["messages"] = list(messages)
+        kwargs["messages"] = history_list(messages)
         return self._count(kwargs)  # type: ignore[no-any-return]
 
 
@@ -498,7 +499,7 @@ class _SyncBetaMessages(_SyncResource):
         """``beta.messages.create`` with ``messages`` compacted."""
         if stream is not None:
             kwargs["stream"] = stream
-        kwargs["messages"] = list(messages)
+        kwargs["messages"] = history_list(messages)
         return self._send(self._inner.create, kwargs)  # type: ignore[no-any-return]
 
     @overload
@@ -513,7 +514,7 @@ class _SyncBetaMessages(_SyncResource):
 
     def parse(self, *, messages: History, **kwargs: Any) -> ParsedBetaMessage[Any]:
         """``beta.messages.parse`` with ``messages`` compacted."""
-        kwargs["messages"] = list(messages)
+        kwargs["messages"] = history_list(messages)
         return self._send(self._inner.parse, kwargs)  # type: ignore[no-any-return]
 
     @overload
@@ -528,12 +529,12 @@ class _SyncBetaMessages(_SyncResource):
 
     def stream(self, *, messages: History, **kwargs: Any) -> SyncStreamManager[Any]:
         """``with client.beta.messages.stream(messages=history, ...) as stream:``."""
-        kwargs["messages"] = list(messages)
+        kwargs["messages"] = history_list(messages)
         return SyncStreamManager(self._inner.stream, self._compactor, self._loop, kwargs)
 
     def count_tokens(self, *, messages: History, **kwargs: Any) -> BetaMessageTokensCount:
         """``beta.messages.count_tokens`` of the compacted view: what ``create`` would send."""
-        kwargs["messages"] = list(messages)
+        kwargs["messages"] = history_list(messages)
         return self._count(kwargs)  # type: ignore[no-any-return]
 
     @overload

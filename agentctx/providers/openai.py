@@ -62,6 +62,7 @@ from agentctx.providers._convert import (
     Resource,
     StreamManager,
     SyncStreamManager,
+    history_list,
     refuse,
     send,
     send_blocking,
@@ -163,7 +164,7 @@ class _Completions(_Resource):
             kwargs["stream"] = stream
         if stream:
             _with_usage(kwargs)
-        kwargs["messages"] = list(messages)
+        kwargs["messages"] = history_list(messages)
         return await send(self._compactor, self._inner.create, kwargs)  # type: ignore[no-any-return]
 
     @overload
@@ -178,7 +179,7 @@ class _Completions(_Resource):
 
     async def parse(self, *, messages: History, **kwargs: Any) -> ParsedChatCompletion[Any]:
         """``chat.completions.parse`` with ``messages`` compacted."""
-        kwargs["messages"] = list(messages)
+        kwargs["messages"] = history_list(messages)
         return await send(self._compactor, self._inner.parse, kwargs)  # type: ignore[no-any-return]
 
     @overload
@@ -195,7 +196,7 @@ class _Completions(_Resource):
         """``async with client.chat.completions.stream(messages=history, ...) as stream:`` —
         the SDK's ``AsyncChatCompletionStream``; compacts on entry, asks for
         ``include_usage`` and records the usage once read to the end."""
-        kwargs["messages"] = list(messages)
+        kwargs["messages"] = history_list(messages)
         return StreamManager(self._inner.stream, self._compactor, _with_usage(kwargs))
 
 
@@ -426,7 +427,7 @@ class _SyncCompletions(_SyncResource):
             kwargs["stream"] = stream
         if stream:
             _with_usage(kwargs)
-        kwargs["messages"] = list(messages)
+        kwargs["messages"] = history_list(messages)
         return self._send(self._inner.create, kwargs)  # type: ignore[no-any-return]
 
     @overload
@@ -441,7 +442,7 @@ class _SyncCompletions(_SyncResource):
 
     def parse(self, *, messages: History, **kwargs: Any) -> ParsedChatCompletion[Any]:
         """``chat.completions.parse`` with ``messages`` compacted."""
-        kwargs["messages"] = list(messages)
+        kwargs["messages"] = history_list(messages)
         return self._send(self._inner.parse, kwargs)  # type: ignore[no-any-return]
 
     @overload
@@ -457,7 +458,7 @@ class _SyncCompletions(_SyncResource):
     def stream(self, *, messages: History, **kwargs: Any) -> SyncStreamManager[Any]:
         """``with client.chat.completions.stream(messages=history, ...) as stream:`` (see
         `_Completions.stream`)."""
-        kwargs["messages"] = list(messages)
+        kwargs["messages"] = history_list(messages)
         return SyncStreamManager(
             self._inner.stream, self._compactor, self._loop, _with_usage(kwargs)
         )
