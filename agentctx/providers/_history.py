@@ -33,16 +33,14 @@ def plain(item: Any) -> Any:
 
 
 def _plain(value: Any, depth: int) -> Any:
-    data = sdk_dict(value)
-    if data is not None:
-        return data
-    if depth == 0:
+    if isinstance(value, str | int | float | None):  # most of a history: nothing to look up
         return value
     if isinstance(value, Mapping):
-        return _plain_mapping(value, depth - 1)
+        return _plain_mapping(value, depth - 1) if depth else value
     if isinstance(value, list | tuple):
-        return _plain_sequence(value, depth - 1)
-    return value
+        return _plain_sequence(value, depth - 1) if depth else value
+    data = sdk_dict(value)
+    return value if data is None else data
 
 
 def _plain_mapping(value: Mapping[Any, Any], depth: int) -> Any:
@@ -56,10 +54,13 @@ def _plain_mapping(value: Mapping[Any, Any], depth: int) -> Any:
 
 
 def _plain_sequence(value: list[Any] | tuple[Any, ...], depth: int) -> Any:
-    converted = [_plain(part, depth) for part in value]
-    if all(a is b for a, b in zip(converted, value, strict=True)):
-        return value
-    return converted
+    out: list[Any] | None = None  # copied on the first part converted
+    for i, part in enumerate(value):
+        converted = _plain(part, depth)
+        if converted is not part:
+            out = list(value) if out is None else out
+            out[i] = converted
+    return value if out is None else out
 
 
 def sdk_dict(item: object) -> dict[str, Any] | None:
