@@ -524,3 +524,103 @@ def test_no_password_form_reaches_the_error_line(spec: str) -> None:
         SummarizerSpec.parse(spec)
     shown = str(refused.value)
     assert "qz" not in shown and "xw" not in shown, shown
+
+
+# ---------------------------------------------------------------------------------------
+# The summary cache's path, checked before the replay
+
+
+def test_a_summary_cache_that_cannot_be_made_is_refused_before_the_replay(
+    server: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a hostile run (CS 1): a --summary-cache under a regular file was only found
+    out at its first write, after the server had answered: each paid reply was thrown away
+    as "failed: FileExistsError" and the command still exited 0. Now it is one line on
+    stderr and exit status 2 before any request is sent."""
+    (tmp_path / "afile").write_text("x")
+    spec = f"openai-compatible:{MODEL}@{server.url}/v1"
+    args = ["replay", *LONG, "--summarizer", spec]
+    for cache in (tmp_path / "afile" / "summaries.jsonl", tmp_path / "afile" / "d" / "s.jsonl"):
+        assert main([*args, "--summary-cache", str(cache)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--summary-cache" in err and "not a folder" in err
+    assert server.requests == []
+
+
+def test_a_summary_cache_write_that_fails_mid_run_keeps_the_paid_reply(
+    server: FakeOpenAI,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by a hostile run (CS 1): when the cache could not be written, each reply the
+    server had answered (and billed) was rejected, left out of the summarizer's requests and
+    cost, and fewer briefings were spliced. Now the reply is used and counted, and the
+    command says once that the cache could not be written."""
+    import agentctx.replay.cli as cli
+
+    # As if the folder went away after the check (the check itself is the test above's).
+    monkeypatch.setattr(cli, "_check_cache", lambda cache: None)
+    (tmp_path / "afile").write_text("x")
+    cache = tmp_path / "afile" / "summaries.jsonl"
+    spec = f"openai-compatible:{MODEL}@{server.url}/v1"
+    args = ["replay", *LONG, "--summarizer", spec, "--summary-cache", str(cache), "--json"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    row = _row(json.loads(captured.out), "llm")
+    assert len(server.requests) >= 1
+    assert row["summarizer"]["requests"] == len(server.requests)
+    assert row["splices"] >= 1
+    assert captured.err.count("could not be written") == 1
+    assert f"summary cache: {cache} not written" in captured.err
+
+
+async def test_summary_cache_keeps_a_reply_it_cannot_write(tmp_path: Path) -> None:
+    """Found by a hostile run (CS 1): `SummaryCache.put` raised when its file could not be
+    written, and the paid reply was lost. Now the reply is kept in memory and counted, and
+    the reason is in ``write_error``."""
+    (tmp_path / "afile").write_text("x")
+    cache = SummaryCache(tmp_path / "afile" / "c.jsonl")
+
+    class Once:
+        model = MODEL
+
+        async def summarize(self, request: SummaryRequest) -> SummaryResult:
+            return SummaryResult(text=briefing(), stop_reason="stop", usage=Usage(10, 5))
+
+    result = await CachedSummarizer(Once(), cache).summarize(REQUEST)
+    assert result.text == briefing()
+    assert cache.sent == 1 and len(cache) == 1
+    assert cache.write_error is not None
+
+
+@pytest.mark.parametrize("flag", ["--report", "--chart"])
+def test_an_output_named_as_the_summary_cache_is_refused_before_it_exists(
+    flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a hostile run (CS 2): --report (or an .html --chart) naming the same
+    not-yet-existing file as --summary-cache wrote the page over the cache made during the
+    replay: the check ran only when the file existed. Now the resolved paths are compared,
+    the default cache's too, and it is one line and exit status 2."""
+    cache = tmp_path / "c.html"  # a cache may have any name
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path)
+    for page in (cache, link / "c.html"):
+        assert main(["replay", "--summary-cache", str(cache), flag, str(page)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "the summary cache, not overwritten" in err
+    assert not cache.exists()
+    if flag == "--report":  # (the default cache's name is no chart's)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+        default_cache_path().parent.mkdir(parents=True)
+        assert main(["replay", flag, str(default_cache_path())]) == 2
+        assert "the summary cache, not overwritten" in capsys.readouterr().err
+        assert not default_cache_path().exists()
+
+
+def test_an_empty_summary_cache_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by a hostile run (CS 12): ``--summary-cache ''`` silently meant the default
+    cache. Now it is refused, as an empty --report is: one line, exit status 2."""
+    assert main(["replay", "--summary-cache", "", "--strategy", "deterministic"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--summary-cache: the path is empty" in err

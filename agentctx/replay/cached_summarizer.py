@@ -146,13 +146,16 @@ class SummaryCache:
     in memory only). The file and its folder are created on the first reply stored.
 
     ``hits`` and ``sent`` count the lookups answered from the cache and the requests that
-    went to a real summarizer, since this object was made.
+    went to a real summarizer, since this object was made. ``write_error`` says why the file
+    could not be written (``None`` while every reply was): the replies are kept in memory
+    all the same, since each one was paid for.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None) -> None:
         self.path = Path(path) if path is not None else None
         self.hits = 0
         self.sent = 0
+        self.write_error: str | None = None
         self._lock = threading.Lock()
         self._replies: dict[str, CachedReply] = {}
         if self.path is not None and self.path.exists():
@@ -177,15 +180,21 @@ class SummaryCache:
 
     def put(self, key: str, reply: CachedReply, *, model: str | None = None) -> None:
         """Store ``reply`` under ``key`` (``model``: the model it was sent to, for people
-        reading the file) and append it to the file at once."""
+        reading the file) and append it to the file at once. A file that cannot be written
+        is recorded in `write_error` (the first reason), never raised: the reply is paid for
+        and the replay goes on with it."""
         with self._lock:
             self.sent += 1
             self._replies[key] = reply
             if self.path is None:
                 return
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8", errors="surrogateescape") as f:
-                f.write(_to_json(key, model, reply) + "\n")
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with self.path.open("a", encoding="utf-8", errors="surrogateescape") as f:
+                    f.write(_to_json(key, model, reply) + "\n")
+            except OSError as exc:
+                if self.write_error is None:
+                    self.write_error = f"{type(exc).__name__}: {exc.strerror or exc}"
 
 
 class CachedSummarizer:

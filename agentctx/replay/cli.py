@@ -519,7 +519,20 @@ def _replay_checked(
     doc = _settings_json(args, settings)
     written = _write_files(args, outcomes, doc)
     lines = [f"{label}: {path}" for label, path in written]
-    if cache is not None:
+    if cache is not None and cache.write_error is not None:
+        # Said once, on stderr too: the replies were kept for this replay, not for a rerun.
+        print(
+            printable(
+                f"agentctx: --summary-cache {cache.path}: could not be written "
+                f"({cache.write_error}); this run's replies are not kept for the next",
+                one_line=True,
+            ),
+            file=sys.stderr,
+        )
+        lines.append(
+            f"summary cache: {cache.path} not written ({cache.sent} sent, {cache.hits} cached)"
+        )
+    elif cache is not None:
         lines.append(f"summary cache: {cache.path} ({cache.sent} sent, {cache.hits} cached)")
     if args.json:
         comparison = Comparison.of(outcomes)
@@ -548,9 +561,14 @@ def _check_outputs(args: argparse.Namespace, inputs: Sequence[Path]) -> list[int
     long session), not after it, and one that is a transcript replayed (often the only copy
     of a session) or the summary cache (paid summaries). Returns the descriptors of the
     named pipes it opened to find their readers: close them once the outputs are written."""
+    if args.summary_cache is not None and not args.summary_cache.strip():
+        # Not the default cache: an unset variable would send paid replies somewhere unasked.
+        raise ConfigError("--summary-cache: the path is empty")
     cache = Path(args.summary_cache) if args.summary_cache else default_cache_path()
     if args.summary_cache and any(_same_file(cache, given) for given in inputs):
         raise ConfigError(f"--summary-cache {args.summary_cache}: a transcript replayed")
+    if args.summarizer is not None and "llm" in (args.compare or [args.strategy]):
+        _check_cache(cache)
     held: list[int] = []
     try:
         for flag, value in (("--report", args.report), ("--chart", args.chart)):
@@ -590,8 +608,31 @@ def _check_output(
         raise ConfigError(f"{flag} {value}: not writable")
     if path.exists() and any(_same_file(path, given) for given in inputs):
         raise ConfigError(f"{flag} {value}: a transcript replayed, not overwritten")
-    if path.exists() and _same_file(path, cache):
+    # Whether or not either exists yet: the cache is made during the replay, then written over.
+    if _same_file(path, cache) or _resolved(path) == _resolved(cache):
         raise ConfigError(f"{flag} {value}: the summary cache, not overwritten")
+
+
+def _check_cache(cache: Path) -> None:
+    """Refuse a summary cache that could not be written, before any reply is paid for."""
+    if cache.is_symlink() and not cache.exists():
+        raise ConfigError(f"--summary-cache {cache}: a link to nothing")
+    if cache.is_dir():
+        raise ConfigError(f"--summary-cache {cache}: a folder, not a file")
+    if cache.exists():
+        if not cache.is_file():  # a pipe would block the open for good
+            raise ConfigError(f"--summary-cache {cache}: not a regular file")
+        if not os.access(cache, os.W_OK):
+            raise ConfigError(f"--summary-cache {cache}: not writable")
+        return
+    # Its folders are made on the first reply: the nearest one that exists must allow it.
+    folder = cache.parent
+    while not folder.exists() and not folder.is_symlink() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ConfigError(f"--summary-cache {cache}: {folder} is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"--summary-cache {cache}: {folder} is not writable")
 
 
 def _same_file_as_stdout(path: Path) -> bool:
@@ -610,6 +651,10 @@ def _reader_held(fifo: Path) -> int | None:
         return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
     except OSError:  # ENXIO: no reader
         return None
+
+
+def _resolved(path: Path) -> str:
+    return os.path.normcase(os.path.realpath(os.path.abspath(path)))
 
 
 def _same_file(a: Path, b: Path) -> bool:
