@@ -533,3 +533,51 @@ def test_transcript_content_never_acts_on_the_terminal_or_breaks_the_report(
     console, out = _terminal()
     assert main(args, console=console) == 0
     assert "\\x1b[2J" in out.getvalue() and not _ACTING.search(out.getvalue())
+
+
+def test_request_times_read_a_lone_clock_jump_as_an_outlier() -> None:
+    """Found by a hostile run (CS 3): one stamp far ahead (2099) held the forward-only replay
+    clock there for the rest of the session. Now the stamps that keep their order are
+    believed, and one later than the next believed one (past `TIME_JITTER`) is read as it,
+    counted; seconds of jitter and an early stamp are left as they were."""
+    from agentctx.replay.engine import TIME_JITTER, request_times
+
+    future = 4_070_908_800.0
+    assert request_times([100.0, 200.0, future, 300.0, 400.0]) == ([100, 200, 300, 300, 400], 1)
+    assert request_times([100.0, 200.0, 300.0, 5.0]) == ([100, 200, 300, 5], 0)
+    assert request_times([None, 100.0, future, None, 200.0]) == ([None, 100, 200, None, 200], 1)
+    jitter = [100.0, 100.0 + TIME_JITTER, 100.0, 200.0]
+    assert request_times(jitter) == (jitter, 0)
+    assert request_times([]) == ([], 0)
+
+
+def test_a_future_timestamp_does_not_stop_session_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a hostile run (CS 3): one assistant record stamped 2099 pinned the replay
+    clock, so no session time passed for the rest of the replay: 0 briefings instead of 3,
+    cost x0.43 instead of x0.28, no warning. Now the stamp is read as the next one's, the
+    replay is the one of the unskewed session, and it says so once on stderr and in its
+    header."""
+    records = [json.loads(line) for line in PI_SESSION.read_text().splitlines() if line.strip()]
+    assistants = [
+        r for r in records if r.get("type") == "message" and r["message"].get("role") == "assistant"
+    ]
+    assistants[2]["message"]["timestamp"] = 4_070_908_800_000
+    assistants[2]["timestamp"] = "2099-01-01T00:00:00Z"
+    skewed = tmp_path / "skewed.jsonl"
+    skewed.write_text("\n".join(map(json.dumps, records)) + "\n")
+    assert main(["replay", str(PI_SESSION), "--context-window", "66000"]) == 0
+    plain = capsys.readouterr()
+    assert main(["replay", str(skewed), "--context-window", "66000"]) == 0
+    read = capsys.readouterr()
+    totals = [
+        line for line in plain.out.splitlines() if line.startswith(("simulated", "compactions"))
+    ]
+    assert totals == [
+        line for line in read.out.splitlines() if line.startswith(("simulated", "compactions"))
+    ]
+    assert "3 briefings spliced" in totals[1]
+    note = "1 request time later than the ones after read as the next one's"
+    assert read.err.count(note) == 1 and note in read.out.splitlines()[0]
+    assert note not in plain.out + plain.err

@@ -516,6 +516,7 @@ def _replay_checked(
             status=status if cache is not None else None,
         ) as progress:
             outcomes = run_replays(transcripts, strategies, settings, progress=progress)
+    _say_clock_repairs(outcomes)
     doc = _settings_json(args, settings)
     written = _write_files(args, outcomes, doc)
     lines = [f"{label}: {path}" for label, path in written]
@@ -554,6 +555,27 @@ def _replay_checked(
         else:
             console.print(line, markup=False, highlight=False)
     return 0
+
+
+def _say_clock_repairs(outcomes: Sequence[Outcome]) -> None:
+    """One line on stderr per transcript whose request times were read as out of order
+    (`agentctx.replay.engine.request_times`): the results depend on that reading."""
+    said: set[str] = set()
+    for outcome in outcomes:
+        late = outcome.report.timestamps_out_of_order
+        if late and outcome.transcript.path not in said:
+            said.add(outcome.transcript.path)
+            print(
+                printable(
+                    f"agentctx: {transcript_name(outcome.transcript)}: {_late(late)}", one_line=True
+                ),
+                file=sys.stderr,
+            )
+
+
+def _late(count: int) -> str:
+    what = "request time" if count == 1 else "request times"
+    return f"{count} {what} later than the ones after read as the next one's"
 
 
 def _check_outputs(args: argparse.Namespace, inputs: Sequence[Path]) -> list[int]:
@@ -721,6 +743,8 @@ def _print_one(outcome: Outcome, settings: ReplaySettings, console: Console | No
         ahead.append(f"{demos} demonstration message" + ("s" if demos > 1 else ""))
     if ahead:
         notes += f", {' and '.join(ahead)} sent ahead of each request"
+    if report.timestamps_out_of_order:
+        notes += f", {_late(report.timestamps_out_of_order)}"
     header = printable(
         f"{printable(transcript.path, one_line=True)} ({transcript.format}, "
         f"{len(transcript.messages)} messages{notes})  strategy {strategy_line}"

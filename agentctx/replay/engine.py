@@ -63,11 +63,13 @@ if TYPE_CHECKING:
 __all__ = [
     "SONNET_MODEL",
     "SONNET_PRICE",
+    "TIME_JITTER",
     "ReplayClock",
     "ReplayReport",
     "RequestRow",
     "replay",
     "replay_problem",
+    "request_times",
 ]
 
 
@@ -155,6 +157,9 @@ class ReplayReport:
     retention: Retention | None = None
     """How many of the ``facts`` given to `replay` stayed visible or recallable after each
     compaction; ``None`` when no facts were given."""
+    timestamps_out_of_order: int = 0
+    """Requests whose recorded time was later than the times after it (`request_times`),
+    read as the next one's instead."""
 
     @property
     def tokens_with(self) -> int:
@@ -349,6 +354,60 @@ def _cache_usage(read: int, write: int, cache_ttl: float) -> Usage:
     )
 
 
+TIME_JITTER = 60.0
+"""Seconds a recorded time may run ahead of a later one and still be read as it is: records
+written by more than one process are seconds out of order, and a minute of session time
+moves little (the simulated cache lives five)."""
+
+
+def request_times(stamps: Sequence[float | None]) -> tuple[list[float | None], int]:
+    """The session time of each request from its recorded ``stamps`` (`sent_at` of each
+    call, ``None`` where there is none), and how many were read as out of order.
+
+    The clock only moves forward, so one stamp far ahead (a record stamped 2099) would stop
+    session time for the rest of the replay. The stamps believed are the longest run of them
+    that never goes back in time (a longest non-decreasing subsequence): a lone outlier,
+    late or early, is what breaks the order, however many stamps it sits among. Any other
+    stamp is read within the two believed stamps around it: one more than `TIME_JITTER`
+    seconds later than the next believed one is read as that one (counted); one less late is
+    left as it is, as one earlier than the last believed one is (the forward-only clock
+    reads it as that one anyway).
+    """
+    known = [(k, t) for k, t in enumerate(stamps) if t is not None]
+    # Patience sorting: tails[j] is the index into ``known`` ending the best run of length j+1.
+    tails: list[int] = []
+    before: list[int] = [-1] * len(known)
+    for j, (_, t) in enumerate(known):
+        lo, hi = 0, len(tails)
+        while lo < hi:  # the first run whose last stamp is later than t
+            mid = (lo + hi) // 2
+            if known[tails[mid]][1] <= t:
+                lo = mid + 1
+            else:
+                hi = mid
+        before[j] = tails[lo - 1] if lo else -1
+        if lo == len(tails):
+            tails.append(j)
+        else:
+            tails[lo] = j
+    believed: set[int] = set()
+    j = tails[-1] if tails else -1
+    while j >= 0:
+        believed.add(j)
+        j = before[j]
+    times: list[float | None] = list(stamps)
+    late = 0
+    upper = float("inf")
+    for j in range(len(known) - 1, -1, -1):
+        k, t = known[j]
+        if j in believed:
+            upper = t
+        elif t > upper + TIME_JITTER:
+            times[k] = upper
+            late += 1
+    return times, late
+
+
 async def replay(
     messages: Sequence[Message],
     *,
@@ -410,9 +469,10 @@ async def replay(
         # The request so far, grown call by call: each call costs what it adds (the history
         # is not copied, refined or counted again; ``cache_without`` keeps its vector sum).
         request: list[Message] = []
+        times, out_of_order = request_times([sent_at(messages[i]) for i in calls])
         for number, i in enumerate(calls, start=1):
             request += messages[len(request) : i]
-            stamp = sent_at(messages[i])
+            stamp = times[number - 1]
             seen = len(events)
             # The transcript's own clock, so ages and idle gaps are the session's; background
             # work due by then (a briefing) completes first.
@@ -496,4 +556,5 @@ async def replay(
         splices=sum(isinstance(e, ContextCompacted) and e.method == "summarized" for e in events),
         events=tuple(events),
         retention=meter.result() if meter is not None else None,
+        timestamps_out_of_order=out_of_order,
     )
