@@ -624,3 +624,56 @@ def test_an_empty_summary_cache_is_refused(capsys: pytest.CaptureFixture[str]) -
     assert main(["replay", "--summary-cache", "", "--strategy", "deterministic"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--summary-cache: the path is empty" in err
+
+
+@pytest.fixture
+def silent_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The URL of a server on 127.0.0.1 that accepts every connection and never answers."""
+    import socket
+    import threading
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(50)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:  # closed: the test is over
+                return
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    finally:
+        listener.close()
+        thread.join(5)
+        for conn in accepted:
+            conn.close()
+
+
+def test_a_summarizer_that_never_answers_times_out_and_is_given_up(
+    silent_server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a hostile run (CS 4): a summarizer server that accepted connections and
+    never answered hung the command (nothing printed for 290 s): the CLI set no timeout of
+    its own, and LlmCompaction's deadline runs on the replay clock, held while a real
+    request runs. Now each request has --summarizer-timeout wall seconds, and after a few
+    timeouts in a row the summarizer is asked no more: the tiers compact, and the output
+    says so."""
+    spec = f"openai-compatible:{MODEL}@{silent_server}"
+    args = ["replay", *LONG, "--summarizer", spec, "--summary-cache", str(tmp_path / "c.jsonl")]
+    started = time.monotonic()
+    assert main([*args, "--summarizer-timeout", "0.3"]) == 0
+    assert time.monotonic() - started < 60
+    out = capsys.readouterr().out
+    assert "summarizer: gave up after 3 timeouts in a row of 0.3 s;" in out
+    assert "requests not sent, the deterministic tiers compacted instead" in out
+    with pytest.raises(SystemExit) as exited:
+        main([*args, "--summarizer-timeout", "0"])
+    assert exited.value.code == 2
+    assert "must be more than 0 seconds" in capsys.readouterr().err

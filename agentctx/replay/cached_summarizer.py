@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from agentctx.errors import ConfigError, SummarizerError
 from agentctx.messages import Usage, fingerprint, from_dict, to_dict
 from agentctx.summarizer import SummaryResult, check_result
@@ -50,8 +52,10 @@ if TYPE_CHECKING:
     from agentctx.summarizer import Summarizer, SummaryRequest
 
 __all__ = [
+    "GIVE_UP_AFTER",
     "CachedReply",
     "CachedSummarizer",
+    "SummarizerHealth",
     "SummaryCache",
     "default_cache_path",
     "request_key",
@@ -197,6 +201,50 @@ class SummaryCache:
                     self.write_error = f"{type(exc).__name__}: {exc.strerror or exc}"
 
 
+GIVE_UP_AFTER = 3
+"""Timeouts in a row after which a `SummarizerHealth` stops asking the summarizer."""
+
+
+class SummarizerHealth:
+    """Whether a real summarizer still answers, shared by the replays of one command (and
+    their threads): after ``give_up_after`` timeouts in a row it is no longer asked, so a
+    server that accepts and never answers costs a few timeouts, not one per briefing.
+
+    ``given_up`` says whether it stopped asking; ``not_sent`` counts the requests refused
+    since (each one a compaction the deterministic tiers made instead).
+    """
+
+    def __init__(self, give_up_after: int = GIVE_UP_AFTER) -> None:
+        self.give_up_after = give_up_after
+        self.timeouts_in_a_row = 0
+        self.not_sent = 0
+        self._lock = threading.Lock()
+
+    @property
+    def given_up(self) -> bool:
+        """Whether the summarizer is no longer asked."""
+        return self.timeouts_in_a_row >= self.give_up_after
+
+    def admit(self) -> bool:
+        """Whether a request may be sent; a refusal is counted in ``not_sent``."""
+        with self._lock:
+            if self.given_up:
+                self.not_sent += 1
+                return False
+            return True
+
+    def answered(self) -> None:
+        """A reply came (or an error that is no timeout): the run of timeouts is over."""
+        with self._lock:
+            if not self.given_up:
+                self.timeouts_in_a_row = 0
+
+    def timed_out(self) -> None:
+        """A request had no reply in time."""
+        with self._lock:
+            self.timeouts_in_a_row += 1
+
+
 class CachedSummarizer:
     """A `Summarizer` that answers from a `SummaryCache`, else from ``summarizer`` (and
     stores the reply), in session time when given the replay's ``clock`` (module docs).
@@ -206,14 +254,27 @@ class CachedSummarizer:
         cache: where replies are looked up and stored.
         clock: the replay's clock: latencies become session time on it. ``None``: a hit
             answers at once and a miss takes its real time.
+        timeout: wall seconds a request may take, whatever the replay clock says (it is
+            held while the request runs); a request past it fails as a retryable
+            `SummarizerError`. ``None``: no bound of its own.
+        health: shared by the replays of a command, to stop asking a summarizer that timed
+            out several times in a row (`SummarizerHealth`); ``None``: always asked.
     """
 
     def __init__(
-        self, summarizer: Summarizer, cache: SummaryCache, *, clock: ReplayClock | None = None
+        self,
+        summarizer: Summarizer,
+        cache: SummaryCache,
+        *,
+        clock: ReplayClock | None = None,
+        timeout: float | None = None,
+        health: SummarizerHealth | None = None,
     ) -> None:
         self.summarizer = summarizer
         self.cache = cache
         self.clock = clock
+        self.timeout = timeout
+        self.health = health
         model = getattr(summarizer, "model", None)
         self.model: str | None = model if isinstance(model, str) else None
 
@@ -232,12 +293,18 @@ class CachedSummarizer:
         if hit is not None:
             await self._elapse(hit.latency)
             return hit.result
+        health = self.health
+        if health is not None and not health.admit():
+            raise SummarizerError(
+                f"not sent: the summarizer timed out {health.give_up_after} times in a row",
+                retryable=False,
+            )
         clock = self.clock
         failure: SummarizerError | None = None
         with clock.held() if clock is not None else nullcontext():
             started = time.monotonic()
             try:
-                result = check_result(await self.summarizer.summarize(request))
+                result = check_result(await self._ask(request))
             except SummarizerError as exc:
                 failure = exc
             latency = time.monotonic() - started
@@ -247,6 +314,27 @@ class CachedSummarizer:
         await self._elapse(latency if clock is not None else 0.0)
         if failure is not None:
             raise failure
+        return result
+
+    async def _ask(self, request: SummaryRequest) -> SummaryResult:
+        if self.timeout is None:
+            return await self.summarizer.summarize(request)
+        try:
+            # Wall time: the replay clock stands still while the request runs.
+            with anyio.fail_after(self.timeout):
+                result = await self.summarizer.summarize(request)
+        except TimeoutError:
+            if self.health is not None:
+                self.health.timed_out()
+            raise SummarizerError(
+                f"no reply after {self.timeout:g} s (--summarizer-timeout)", retryable=True
+            ) from None
+        except SummarizerError:
+            if self.health is not None:
+                self.health.answered()
+            raise
+        if self.health is not None:
+            self.health.answered()
         return result
 
     async def _elapse(self, seconds: float) -> None:

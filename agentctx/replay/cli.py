@@ -4,8 +4,8 @@
 agentctx replay [PATH ...] [--context-window TOKENS] [--reserve TOKENS]
                 [--strategy llm|pipeline|deterministic|none | --compare NAME,NAME,...]
                 [--summarizer-delay SECONDS | --summarizer PROVIDER:MODEL[@URL]]
-                [--summary-cache PATH] [--concurrency N] [--json] [--report PATH]
-                [--chart PATH]
+                [--summarizer-timeout SECONDS] [--summary-cache PATH] [--concurrency N]
+                [--json] [--report PATH] [--chart PATH]
 agentctx demo [--context-window TOKENS] [--reserve TOKENS]
 agentctx --version
 ```
@@ -43,7 +43,7 @@ from agentctx.budget import DEFAULT_RESERVE_OUTPUT, Budget
 from agentctx.errors import AgentCtxError, ConfigError, TranscriptFormatError
 from agentctx.importers import load_transcript, openhands
 from agentctx.replay._safe_text import printable
-from agentctx.replay.cached_summarizer import SummaryCache, default_cache_path
+from agentctx.replay.cached_summarizer import GIVE_UP_AFTER, SummaryCache, default_cache_path
 from agentctx.replay.compare import (
     Comparison,
     print_comparison,
@@ -54,6 +54,7 @@ from agentctx.replay.data import DEMO_TRANSCRIPT
 from agentctx.replay.engine import SONNET_MODEL, replay_problem
 from agentctx.replay.jobs import (
     DEFAULT_SUMMARIZER_DELAY,
+    DEFAULT_SUMMARIZER_TIMEOUT,
     STRATEGIES,
     Outcome,
     ReplaySettings,
@@ -172,6 +173,13 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _timeout(text: str) -> float:
+    value = _seconds(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds: {text!r}")
+    return value
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -261,6 +269,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     r.add_argument(
         "--summarizer", type=_summarizer, metavar="PROVIDER:MODEL", help=_SUMMARIZER_HELP
+    )
+    r.add_argument(
+        "--summarizer-timeout",
+        type=_timeout,
+        default=DEFAULT_SUMMARIZER_TIMEOUT,
+        metavar="SECONDS",
+        help="wall seconds a --summarizer request may take before it counts as failed; "
+        f"after {GIVE_UP_AFTER} timeouts in a row the summarizer is asked no more and the "
+        "deterministic tiers compact alone (default: %(default)s)",
     )
     r.add_argument(
         "--summary-cache",
@@ -496,6 +513,7 @@ def _replay_checked(
         summarizer=spec if cache is not None else None,
         cache=cache,
         concurrency=args.concurrency,
+        summarizer_timeout=args.summarizer_timeout,
     )
 
     def status() -> str:
@@ -520,6 +538,13 @@ def _replay_checked(
     doc = _settings_json(args, settings)
     written = _write_files(args, outcomes, doc)
     lines = [f"{label}: {path}" for label, path in written]
+    health = settings.health
+    if cache is not None and health.given_up:
+        lines.append(
+            f"summarizer: gave up after {health.give_up_after} timeouts in a row of "
+            f"{args.summarizer_timeout:g} s; {health.not_sent} requests not sent, the "
+            "deterministic tiers compacted instead"
+        )
     if cache is not None and cache.write_error is not None:
         # Said once, on stderr too: the replies were kept for this replay, not for a rerun.
         print(

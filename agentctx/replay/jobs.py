@@ -28,7 +28,7 @@ import anyio
 
 from agentctx.budget import Budget
 from agentctx.messages import AssistantMessage, Message, UserMessage
-from agentctx.replay.cached_summarizer import CachedSummarizer, SummaryCache
+from agentctx.replay.cached_summarizer import CachedSummarizer, SummarizerHealth, SummaryCache
 from agentctx.replay.engine import ReplayClock, ReplayReport, replay
 from agentctx.replay.offline_summarizer import OFFLINE_MODEL, OfflineSummarizer
 from agentctx.replay.retention import early_paths
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_SUMMARIZER_DELAY",
+    "DEFAULT_SUMMARIZER_TIMEOUT",
     "STRATEGIES",
     "Outcome",
     "ReplaySettings",
@@ -55,6 +56,11 @@ __all__ = [
 
 DEFAULT_SUMMARIZER_DELAY = 8.0
 """Seconds of session time the offline summarizer takes (a cheap model's latency)."""
+
+DEFAULT_SUMMARIZER_TIMEOUT = 60.0
+"""Wall seconds a real summarizer's request may take: a briefing of a cheap model takes a
+few, and a server that never answers costs a few of these
+(`agentctx.replay.cached_summarizer.GIVE_UP_AFTER`), not the SDK's minutes per attempt."""
 
 STRATEGIES: dict[str, str] = {
     "llm": "background briefings from a summarizer, then the deterministic tiers",
@@ -104,6 +110,11 @@ class ReplaySettings:
     """The summary cache of a real summarizer (default: in memory only)."""
     concurrency: int = 4
     """At most this many replays (and so summarizer requests) at once, with a real model."""
+    summarizer_timeout: float | None = DEFAULT_SUMMARIZER_TIMEOUT
+    """Wall seconds a real summarizer's request may take (``None``: the SDK's own bound)."""
+    health: SummarizerHealth = field(default_factory=SummarizerHealth)
+    """Shared by the replays: a real summarizer that timed out several times in a row is
+    asked no more (`SummarizerHealth`)."""
 
     @property
     def budget(self) -> Budget:
@@ -175,7 +186,13 @@ async def _run_one(
     real: CachedSummarizer | None = None
     if strategy == "llm" and settings.summarizer is not None:
         cache = settings.cache if settings.cache is not None else SummaryCache(None)
-        real = CachedSummarizer(settings.summarizer.build(), cache, clock=clock)
+        real = CachedSummarizer(
+            settings.summarizer.build(),
+            cache,
+            clock=clock,
+            timeout=settings.summarizer_timeout,
+            health=settings.health,
+        )
     try:
         return await replay(
             transcript.messages,
