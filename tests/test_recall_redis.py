@@ -409,3 +409,33 @@ def test_forget_deletes_one_sessions_keys_and_no_others(redis_url: str, session:
         assert store.get(s, other) == f"text of {s}"
         assert store.load_ledger(s) == json.dumps([s]) and store.load_state(s) is not None
     store.close()
+
+
+def test_a_client_that_decodes_responses_is_refused_and_bad_utf8_is_a_data_error(
+    redis_url: str,
+) -> None:
+    """Found by a hostile run (CS 5): with ``client=redis.Redis(decode_responses=True)``,
+    forget() raised AttributeError and deleted nothing, and a value that is no UTF-8 text
+    raised UnicodeDecodeError. Now such a client is refused when the store is made (a
+    ConfigError that says why), and a value the client cannot decode is a StoreDataError."""
+    from agentctx.errors import StoreDataError
+
+    decoding = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        with pytest.raises(ConfigError, match="decode_responses"):
+            RedisRecallStore(client=decoding)
+    finally:
+        decoding.close()
+    client = redis.Redis.from_url(redis_url)
+    try:
+        store = RedisRecallStore(client=client, prefix="cs5")
+        rid = store.put("s", "text")
+        client.set(f"cs5:s:r:{rid}", b"\xff\xfe not utf-8")
+        # The pool turned to decoding after the store was made (the check sees the client
+        # as given): the decode error is still the store's data error.
+        client.connection_pool.connection_kwargs["decode_responses"] = True
+        client.connection_pool.disconnect()
+        with pytest.raises(StoreDataError, match="not UTF-8"):
+            store.get("s", rid)
+    finally:
+        client.close()

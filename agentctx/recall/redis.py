@@ -34,7 +34,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from agentctx._check import number
-from agentctx.errors import MissingExtraError, StoreDataError, StoreError
+from agentctx.errors import ConfigError, MissingExtraError, StoreDataError, StoreError
 from agentctx.recall.store import recall_id
 
 try:
@@ -97,7 +97,8 @@ class RedisRecallStore:
     Args:
         url: a ``redis://`` URL (ignored when ``client`` is given).
         client: a ``redis.Redis`` to use instead (the caller keeps ownership, and its
-            timeouts and retries apply).
+            timeouts and retries apply). Not one made with ``decode_responses=True``: the
+            store reads keys and values as bytes (a `ConfigError` says so).
         prefix: the first part of every key.
         ttl_seconds: how long an entry no ledger references is kept (``None``: forever);
             Redis keeps whole seconds, so a fraction counts as a second more
@@ -121,6 +122,13 @@ class RedisRecallStore:
         number(self, "timeout", minimum=_FINEST, maximum=_LONGEST_WAIT)
         self._ttl = None if ttl_seconds is None else math.ceil(ttl_seconds)  # whole seconds
         self.prefix = prefix
+        if client is not None and client.get_connection_kwargs().get("decode_responses"):
+            # Keys are matched and values decoded as bytes here (surrogates kept, bad UTF-8 a
+            # StoreDataError); a client that decodes first breaks forget() and raises on them.
+            raise ConfigError(
+                "RedisRecallStore needs a client that returns bytes: make it without "
+                "decode_responses=True"
+            )
         self._owned = client is None
         try:
             self._redis: redis.Redis = client or redis.Redis.from_url(
@@ -347,3 +355,8 @@ class RedisRecallStore:
             raise error(f"recall store (Redis): {exc}") from exc
         except redis.RedisError as exc:
             raise StoreError(f"recall store (Redis): {exc}") from exc
+        except UnicodeDecodeError as exc:  # a client that decodes what it reads (the checks
+            # made here are of the client as given; its pool may be changed since)
+            raise StoreDataError(
+                f"recall store holds a value that is not UTF-8 text: {exc}"
+            ) from exc
