@@ -1135,3 +1135,22 @@ def test_claude_code_a_meta_record_beside_a_result_is_kept(tmp_path: Path) -> No
         for m in transcript.messages
         if isinstance(m, UserMessage)
     )
+
+
+def test_importer_options_of_the_wrong_value_or_type_are_config_errors() -> None:
+    """Found by a hostile run (CS 6): ``claude_code.load(path, thread="Main")`` read anything
+    not "main" as "sidechains" and returned no message, and ``openhands.load(path,
+    instance="1")`` raised a bare TypeError. Now both are a ConfigError naming what is
+    accepted, before the file is read."""
+    from agentctx.errors import ConfigError
+    from agentctx.importers import claude_code
+
+    cc = corpus_file("claude-code", "ccviewer-5c0375b4.jsonl")
+    assert claude_code.load(cc, thread="main").messages
+    for thread in ("Main", "", None, 1):
+        with pytest.raises(ConfigError, match="'auto', 'main', 'sidechains'"):
+            claude_code.load(cc, thread=thread)  # type: ignore[arg-type]
+    oh = corpus_files("openhands")[0]
+    for instance in ("1", 1.0, True, None):
+        with pytest.raises(ConfigError, match="instance must be an int"):
+            openhands.load(oh, instance=instance)  # type: ignore[arg-type]

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
+from agentctx.errors import ConfigError
 from agentctx.importers._common import (
     MAX_TRANSCRIPT_BYTES,
     Line,
@@ -78,7 +79,13 @@ def load(
     """Read a Claude Code JSONL file; raises `TranscriptFormatError` naming the bad line.
 
     Files over ``max_bytes`` and anything but a regular file are refused before reading.
+    ``thread`` is ``"auto"``, ``"main"`` or ``"sidechains"`` (anything else: `ConfigError`).
     """
+    if not isinstance(thread, str) or thread not in get_args(Thread):
+        # Read as "sidechains" before: a misspelt "Main" loaded no message at all.
+        raise ConfigError(
+            f"thread must be one of {', '.join(map(repr, get_args(Thread)))}, not {thread!r}"
+        )
     src = Source(os.fspath(path), max_bytes)
     lines = src.read_jsonl()
     refuse_other_format(src, lines, "Claude Code")

@@ -53,6 +53,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from agentctx.errors import ConfigError
 from agentctx.importers._common import (
     MAX_TRANSCRIPT_BYTES,
     RecordedCompaction,
@@ -143,8 +144,10 @@ def load(
 
     ``instance`` is the 0-based line of an evaluation output; other layouts hold one
     conversation, instance 0. Files over ``max_bytes`` and anything but a regular file are
-    refused before reading.
+    refused before reading. An ``instance`` that is no ``int`` is a `ConfigError`.
     """
+    if type(instance) is not int:  # a bool is an int, and no line number
+        raise ConfigError(f"instance must be an int (a 0-based line), not {instance!r}")
     src = Source(os.fspath(path), max_bytes)
     runs = _runs(src)
     if not 0 <= instance < len(runs):
