@@ -1154,3 +1154,31 @@ def test_importer_options_of_the_wrong_value_or_type_are_config_errors() -> None
     for instance in ("1", 1.0, True, None):
         with pytest.raises(ConfigError, match="instance must be an int"):
             openhands.load(oh, instance=instance)  # type: ignore[arg-type]
+
+
+def test_swe_agent_keeps_list_content_a_thought_or_an_image_would_drop(tmp_path: Path) -> None:
+    """Found by a hostile run (CS 7): an assistant message whose ``content`` is a list lost
+    its text when a ``thought`` was present, and an ``image_url`` block of list content was
+    dropped, without a word. Now the content as written is kept in ``extra["content"]``, as
+    it is for string content."""
+    written = [{"type": "text", "text": "I will look. SECRET_PLAN"}]
+    image = [
+        {"type": "text", "text": "see chart"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+    ]
+    history = [
+        {"role": "system", "content": "sys", "agent": "main", "message_type": "system_prompt"},
+        {"role": "user", "content": "task", "agent": "main", "message_type": "observation"},
+        {"role": "assistant", "thought": "I will look.", "content": written, "agent": "main"},
+        {"role": "user", "content": "go on", "agent": "main"},
+        {"role": "assistant", "content": image, "agent": "main"},
+        {"role": "user", "content": "and?", "agent": "main"},
+        {"role": "assistant", "content": [{"type": "text", "text": "done"}], "agent": "main"},
+    ]
+    path = tmp_path / "t.traj"
+    path.write_text(json.dumps({"history": history}))
+    thought, chart, plain = [m for m in load_transcript(path).messages if m.role == "assistant"]
+    assert text_of(thought.content) == "I will look."
+    assert thought.extra["content"] == written
+    assert text_of(chart.content) == "see chart" and chart.extra["content"] == image
+    assert "content" not in plain.extra  # nothing left out: nothing kept twice

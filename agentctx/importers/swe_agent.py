@@ -17,7 +17,9 @@ are read:
   ``thought`` and ``action``, and the next ``user`` message is the command's output. The action
   becomes a ``bash`` `ToolCall` ``{"command": action}`` with id ``swe-<n>`` (the n-th assistant
   message; ``swe-demo-<n>`` in demonstrations), the output its `ToolResultMessage`, and the
-  response as the model wrote it rides in the message's ``extra["content"]``.
+  response as the model wrote it rides in the message's ``extra["content"]``. So does an
+  assistant ``content`` list whose text a ``thought`` stands in for, or that holds blocks an
+  assistant message has none for (``image_url``).
 
 System messages go to ``Transcript.system`` and ``is_demo`` messages to
 ``Transcript.demonstrations``. Replayed runs reuse tool call ids; a repeated id gets a ``#2``,
@@ -179,7 +181,11 @@ class _Reader:
         stream.steps += 1
         raw = msg.get("content")
         thought = msg.get("thought")
-        text = thought if isinstance(thought, str) else text_of(self.content(msg, at))
+        parts = (
+            self.content(msg, at) if not isinstance(thought, str) or isinstance(raw, list) else ()
+        )
+        written = text_of(parts)
+        text = thought if isinstance(thought, str) else written
         # 1.x keeps Anthropic thinking (with its signature) next to the response.
         blocks = thinking_blocks(msg.get("thinking_blocks"))
         if text.strip():
@@ -201,6 +207,12 @@ class _Reader:
                 blocks.append(call)
         if isinstance(raw, str) and raw != text:
             extra["content"] = raw  # 0.x: the response as written, command block included
+        elif isinstance(raw, list) and (
+            written != text or any(not isinstance(b, TextBlock) for b in parts)
+        ):
+            # As written too: text the thought stands in for, or images an assistant message
+            # has no block for, would otherwise be gone without a word.
+            extra["content"] = raw
         has_calls = any(isinstance(b, ToolCall) for b in blocks)
         return AssistantMessage(
             tuple(blocks), "tool_use" if has_calls else "stop", None, self.model, freeze(extra)
