@@ -1182,3 +1182,38 @@ def test_swe_agent_keeps_list_content_a_thought_or_an_image_would_drop(tmp_path:
     assert thought.extra["content"] == written
     assert text_of(chart.content) == "see chart" and chart.extra["content"] == image
     assert "content" not in plain.extra  # nothing left out: nothing kept twice
+
+
+def test_an_openai_chat_tool_message_of_text_parts_is_read(tmp_path: Path) -> None:
+    """Found by a hostile run (CS 8): a valid OpenAI Chat list whose ``tool`` message content
+    is an array of text parts (the API allows it) was refused, with an error pointing at
+    message 0. Now it is read as OpenAI Chat, the parts' text the result; a list with no
+    other mark of OpenAI's is still read as agentctx's own."""
+    messages = [
+        {"role": "user", "content": "KEEP_u"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c", "content": [{"type": "text", "text": "KEEP_r"}]},
+        {"role": "assistant", "content": "KEEP_a2"},
+    ]
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(messages))
+    transcript = load_transcript(path)
+    assert transcript.format == "openai-chat"
+    result = transcript.messages[2]
+    assert isinstance(result, ToolResultMessage) and text_of(result.content) == "KEEP_r"
+    own = [
+        {"role": "user", "content": [{"type": "text", "text": "u"}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_call", "id": "c", "name": "f", "arguments": {}}],
+        },
+        {"role": "tool", "tool_call_id": "c", "content": [{"type": "text", "text": "r"}]},
+    ]
+    path.write_text(json.dumps(own))
+    assert load_transcript(path).format != "openai-chat"

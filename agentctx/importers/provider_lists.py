@@ -31,17 +31,23 @@ _OWN_BLOCKS = frozenset({"tool_call", "opaque"})  # only agentctx's form has the
 def provider_form(value: list[Any]) -> str | None:
     """``"anthropic"``, ``"openai-chat"``, ``"mixed"`` (marks of both), or ``None`` when
     nothing in ``value`` is a provider's form rather than agentctx's, or something is only
-    agentctx's (a summary message, a ``tool_call`` block, a tool message of blocks): then a
-    list that does not read is agentctx's, wrong somewhere, and its error says where."""
-    openai = anthropic = plain = False
+    agentctx's (a summary message, a ``tool_call`` block, a tool message of blocks other than
+    text parts, or of text parts in a list with no other mark of OpenAI's): then a list that
+    does not read is agentctx's, wrong somewhere, and its error says where."""
+    openai = anthropic = plain = own_tool = False
     for item in value:
         if not isinstance(item, dict):
             continue
         content = item.get("content")
         role = item.get("role")
         role = role if isinstance(role, str) else None
-        if role == "summary" or (role == "tool" and isinstance(content, list)):
+        if role == "summary":
             return None
+        if role == "tool" and isinstance(content, list):
+            if _text(content) is None:  # OpenAI's tool content is text parts only
+                return None
+            # Either form's, then: agentctx's unless the list says OpenAI elsewhere.
+            own_tool = True
         openai |= "tool_calls" in item or role in _OPENAI_ROLES
         openai |= role == "tool" and isinstance(content, str)
         plain |= content is None or isinstance(content, str)
@@ -58,6 +64,8 @@ def provider_form(value: list[Any]) -> str | None:
         return "mixed"
     if openai:
         return "openai-chat"
+    if own_tool:
+        return None
     if anthropic or plain:
         return "anthropic"  # plain text messages read the same either way
     return None
