@@ -38,6 +38,7 @@ from agentctx.recall.store import (
     AppendingLedgerStore,
     escape_literal,
     expand_references,
+    recall_id,
     recall_reference,
 )
 from agentctx.recall.tool import recall_page
@@ -844,3 +845,55 @@ def test_a_recall_id_anywhere_in_a_message_keeps_its_entry_named() -> None:
     for m in messages[1:]:
         assert _still_named({rid}, [messages[0], m]) == {rid}, m
     assert _still_named({rid}, [messages[0]]) == set()
+
+
+def test_a_file_of_another_schema_with_nulls_is_a_store_data_error(tmp_path: Path) -> None:
+    """Found by a hostile run (CS 9): `SQLiteRecallStore` on a file another tool made (the
+    same table names, no NOT NULL, NULL values) raised a bare TypeError from get,
+    load_state and load_ledger. Now each is a StoreDataError."""
+    from agentctx.errors import StoreDataError
+
+    path = tmp_path / "foreign.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE recall (session, id, content)")
+    db.execute("CREATE TABLE state (session, json)")
+    db.execute("CREATE TABLE ledger (session, json)")
+    db.execute("INSERT INTO recall VALUES ('s', 'ctx-0000000000000001', NULL)")
+    db.execute("INSERT INTO state VALUES ('s', NULL)")
+    db.execute("INSERT INTO ledger VALUES ('s', NULL)")
+    db.commit()
+    db.close()
+    store = SQLiteRecallStore(path)
+    try:
+        with pytest.raises(StoreDataError, match="NULL"):
+            store.get("s", "ctx-0000000000000001")
+        with pytest.raises(StoreDataError, match="NULL"):
+            store.load_state("s")
+        with pytest.raises(StoreDataError, match="NULL"):
+            store.load_ledger("s")
+    finally:
+        store.close()
+
+
+def test_other_content_at_a_recall_id_is_not_handed_over_as_the_original(tmp_path: Path) -> None:
+    """Found by a hostile run (CS 10): wrong data already at a recall id (INSERT OR IGNORE
+    keeps what is there) was handed to the model as the original. Recall ids are content
+    hashes: now what a read finds must be the content its id names, or it is a
+    StoreDataError, which the recall tool turns into an explanation."""
+    from agentctx.errors import StoreDataError
+
+    path = tmp_path / "r.db"
+    store = SQLiteRecallStore(path)
+    try:
+        rid = recall_id("s", "the original")
+        db = sqlite3.connect(path)
+        db.execute("INSERT INTO recall (session, id, content) VALUES ('s', ?, 'forged')", (rid,))
+        db.commit()
+        db.close()
+        assert store.put("s", "the original") == rid  # kept what was there
+        with pytest.raises(StoreDataError, match=rid):
+            store.get("s", rid)
+        other = store.put("s", "another")
+        assert store.get("s", other) == "another"
+    finally:
+        store.close()

@@ -439,3 +439,22 @@ def test_a_client_that_decodes_responses_is_refused_and_bad_utf8_is_a_data_error
             store.get("s", rid)
     finally:
         client.close()
+
+
+def test_other_content_at_a_recall_id_in_redis_is_a_store_data_error(redis_url: str) -> None:
+    """Found by a hostile run (CS 10): wrong data already at a recall id (SET NX keeps what
+    is there) was handed to the model as the original. Now a read checks the content
+    against its id (a content hash) and raises StoreDataError when they differ."""
+    from agentctx.errors import StoreDataError
+
+    client = redis.Redis.from_url(redis_url)
+    store = RedisRecallStore(client=client, prefix="cs10")
+    try:
+        rid = recall_id("s", "the original")
+        client.set(f"cs10:s:r:{rid}", b"forged")
+        assert store.put("s", "the original") == rid
+        with pytest.raises(StoreDataError, match=rid):
+            store.get("s", rid)
+        assert store.get("s", store.put("s", "another")) == "another"
+    finally:
+        client.close()

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentctx._check import number
 from agentctx.errors import ConfigError, MissingExtraError, StoreDataError, StoreError
-from agentctx.recall.store import recall_id
+from agentctx.recall.store import recall_id, vouched
 
 try:
     import redis
@@ -169,7 +169,8 @@ class RedisRecallStore:
         """The content stored under ``rid`` for ``session_id``, or ``None``."""
         if not _RID.fullmatch(rid):
             return None  # an id comes from the model: never let it reach another key
-        return _decode(self._call(lambda r: r.get(self._key(session_id, rid))))
+        content = _decode(self._call(lambda r: r.get(self._key(session_id, rid))))
+        return None if content is None else vouched(session_id, rid, content)
 
     def pin(self, session_id: str, rids: Iterable[str]) -> None:
         """Mark exactly ``rids`` as still referenced by ``session_id``."""

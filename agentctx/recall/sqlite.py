@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from agentctx._check import number, preview
 from agentctx.errors import ConfigError, StoreDataError, StoreError
-from agentctx.recall.store import recall_id
+from agentctx.recall.store import recall_id, vouched
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -77,11 +77,13 @@ _INHERITED: list[sqlite3.Connection] = []
 os.register_at_fork(after_in_child=_reopen_in_child)
 
 
-def _decode(value: bytes | str) -> str:
+def _decode(value: bytes | str | None) -> str:
     # Values are read as BLOBs: a TEXT value that is not UTF-8 made SQLite's own decoding
     # fail as an OperationalError, a store "down" that trying again would never bring up.
     if isinstance(value, str):
         return value
+    if value is None:  # a table of another schema, with no NOT NULL: no retry fills it
+        raise StoreDataError("recall store holds NULL where text belongs (another schema?)")
     try:
         return bytes(value).decode("utf-8", "surrogatepass")
     except UnicodeDecodeError as e:  # written by something else: a store error, not a crash
@@ -175,7 +177,7 @@ class SQLiteRecallStore:
             "SELECT CAST(content AS BLOB) FROM recall WHERE session = ? AND id = ?",
             (_session(session_id), rid),
         )
-        return None if row is None else _decode(row[0])
+        return None if row is None else vouched(session_id, rid, _decode(row[0]))
 
     def load_ledger(self, session_id: str) -> str | None:
         """The saved ledger JSON of ``session_id``, or ``None``."""

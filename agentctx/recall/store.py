@@ -35,7 +35,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from agentctx._check import whole
-from agentctx.errors import StoreError
+from agentctx.errors import StoreDataError, StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -52,6 +52,7 @@ __all__ = [
     "recall_id",
     "recall_reference",
     "references",
+    "vouched",
 ]
 
 
@@ -62,6 +63,20 @@ def recall_id(session_id: str, content: str) -> str:
     h.update(b"\0")
     h.update(content.encode("utf-8", "surrogatepass"))
     return "ctx-" + h.hexdigest()
+
+
+def vouched(session_id: str, rid: str, content: str) -> str:
+    """``content`` read from a store under ``rid``, checked to be what that id names.
+
+    Recall ids are content hashes, and a store keeps the first value written under an id
+    (an insert that ignores, a set if absent): a wrong value found there would be handed to
+    the model as the original. Raises `StoreDataError` when ``content`` is not what ``rid``
+    names."""
+    if recall_id(session_id, content) != rid:
+        raise StoreDataError(
+            f"recall store holds other content under {rid} than the content that id names"
+        )
+    return content
 
 
 # A reference, or literal text that reads like one, escaped (`escape_literal`): one backslash
