@@ -581,3 +581,41 @@ def test_a_future_timestamp_does_not_stop_session_time(
     note = "1 request time later than the ones after read as the next one's"
     assert read.err.count(note) == 1 and note in read.out.splitlines()[0]
     assert note not in plain.out + plain.err
+
+
+def test_outputs_that_cannot_be_written_are_refused_before_the_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a hostile run (CS 11): a --report that is a dangling link (to a folder that
+    does not exist), a .png chart without matplotlib and a .png chart with --compare were
+    refused only after the whole replay. Now each is one line and exit status 2 before any
+    replay runs."""
+    import agentctx.replay.cli as cli
+
+    def no_replay(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the replay ran")
+
+    monkeypatch.setattr(cli, "run_replays", no_replay)
+    dangling = tmp_path / "dangling.html"
+    dangling.symlink_to(tmp_path / "no" / "such" / "r.html")
+    png = str(tmp_path / "c.png")
+    for args, said in [
+        (["--report", str(dangling)], "there is no folder"),
+        (["--compare", "deterministic,llm", "--chart", png], "a .png chart shows one replay"),
+        ([str(DEMO_TRANSCRIPT), str(PI_SESSION), "--chart", png], "shows one replay"),
+    ]:
+        assert main(["replay", *args]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and said in err, err
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["replay", "--chart", png]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs the 'chart' extra" in err
+    ok = tmp_path / "ok.html"
+    (tmp_path / "target.html").symlink_to(ok)  # a link to a file yet to be made is fine
+    monkeypatch.undo()
+    assert (
+        main(["replay", "--strategy", "deterministic", "--report", str(tmp_path / "target.html")])
+        == 0
+    )
+    assert ok.read_text().startswith("<!")

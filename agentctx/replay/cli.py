@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib
 import json
 import math
 import os
@@ -40,7 +41,7 @@ import anyio
 
 from agentctx import __version__
 from agentctx.budget import DEFAULT_RESERVE_OUTPUT, Budget
-from agentctx.errors import AgentCtxError, ConfigError, TranscriptFormatError
+from agentctx.errors import AgentCtxError, ConfigError, MissingExtraError, TranscriptFormatError
 from agentctx.importers import load_transcript, openhands
 from agentctx.replay._safe_text import printable
 from agentctx.replay.cached_summarizer import GIVE_UP_AFTER, SummaryCache, default_cache_path
@@ -621,6 +622,8 @@ def _check_outputs(args: argparse.Namespace, inputs: Sequence[Path]) -> list[int
         for flag, value in (("--report", args.report), ("--chart", args.chart)):
             if value is not None:
                 _check_output(flag, value, inputs, cache, held, bool(args.json))
+        if args.chart is not None and Path(args.chart).suffix.lower() == ".png":
+            _check_png(args.chart, len(inputs) * len(args.compare or [args.strategy]))
     except BaseException:
         for fd in held:
             os.close(fd)
@@ -649,9 +652,11 @@ def _check_output(
             # Its open would hold the command until a reader came, after the replay.
             raise ConfigError(f"{flag} {value}: a pipe that no one reads")
         held.append(fd)
-    if not path.parent.is_dir():
-        raise ConfigError(f"{flag} {value}: there is no folder {path.parent}")
-    if not os.access(path if path.exists() else path.parent, os.W_OK):
+    # A link is written through: a dangling one creates its target, in the target's folder.
+    folder = Path(os.path.realpath(path)).parent if path.is_symlink() else path.parent
+    if not folder.is_dir():
+        raise ConfigError(f"{flag} {value}: there is no folder {folder}")
+    if not os.access(path if path.exists() else folder, os.W_OK):
         raise ConfigError(f"{flag} {value}: not writable")
     if path.exists() and any(_same_file(path, given) for given in inputs):
         raise ConfigError(f"{flag} {value}: a transcript replayed, not overwritten")
@@ -680,6 +685,16 @@ def _check_cache(cache: Path) -> None:
         raise ConfigError(f"--summary-cache {cache}: {folder} is not a folder")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ConfigError(f"--summary-cache {cache}: {folder} is not writable")
+
+
+def _check_png(value: str, replays: int) -> None:
+    """Refuse a .png chart that could not be drawn, before the replay rather than after."""
+    if replays > 1:
+        raise ConfigError(f"{value}: a .png chart shows one replay; use --report")
+    try:
+        importlib.import_module("matplotlib")
+    except ImportError as exc:
+        raise MissingExtraError("chart", exc.name, needed_by="a .png chart") from exc
 
 
 def _same_file_as_stdout(path: Path) -> bool:
