@@ -677,3 +677,23 @@ def test_a_summarizer_that_never_answers_times_out_and_is_given_up(
         main([*args, "--summarizer-timeout", "0"])
     assert exited.value.code == 2
     assert "must be more than 0 seconds" in capsys.readouterr().err
+
+
+def test_a_single_replays_totals_count_the_failed_summarizer_requests(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a hostile run (CS 13): against a dead summarizer, a single replay's totals
+    said "summarizer: no requests" though every request failed after three attempts. Now the
+    line counts the requests rejected and their attempts, with the first reason, as
+    --compare and --json do."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with FakeOpenAI(default=Reply.error(500)) as dead:
+        spec = f"openai-compatible:{MODEL}@{dead.url}/v1"
+        cache = ["--summary-cache", str(tmp_path / "c.jsonl")]
+        assert main(["replay", *LONG, "--summarizer", spec, *cache]) == 0
+        sent = len(dead.requests)
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("summarizer: "))
+    found = re.search(r"no requests; (\d+) requests rejected after (\d+) attempts, first: ", line)
+    assert found is not None, line
+    assert int(found[2]) == sent and int(found[1]) * 3 == sent

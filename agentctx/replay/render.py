@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, TextIO
 
+from agentctx.events import SummaryRejected
 from agentctx.pricing import price_for
 from agentctx.replay._safe_text import printable
 from agentctx.replay.engine import SONNET_MODEL
@@ -172,8 +173,22 @@ def totals(report: ReplayReport) -> list[tuple[str, str]]:
             f"{report.compactions}{splices}  prefix-cache breaks {report.cache_breaks}",
         ),
         ("cleared or summarized: ", _tally(actions)),
-        ("summarizer: ", _summarizer_line(report.summaries, report.cost_with)),
+        ("summarizer: ", _summarizer_line(report.summaries, report.cost_with) + _rejected(report)),
     ]
+
+
+def _rejected(report: ReplayReport) -> str:
+    """The requests that produced no briefing, as --compare and --json count them: without
+    it, a summarizer that failed every attempt read as one never asked."""
+    rejected = [e for e in report.events if isinstance(e, SummaryRejected)]
+    if not rejected:
+        return ""
+    attempts = sum(e.attempts for e in rejected)
+    first = printable(f"{rejected[0].reason}: {rejected[0].detail}", one_line=True)
+    return (
+        f"; {len(rejected)} request{'s' if len(rejected) != 1 else ''} rejected after "
+        f"{attempts} attempt{'s' if attempts != 1 else ''}, first: {first}"
+    )
 
 
 def _plain_line(cells: Sequence[str]) -> str:
