@@ -902,18 +902,18 @@ def test_other_content_at_a_recall_id_is_not_handed_over_as_the_original(tmp_pat
 def test_a_limit_of_many_digits_is_capped_not_refused() -> None:
     """Found by a hostile run (CS 13): ``recall_context`` with ``{"limit":
     "99999999999999999999"}`` (a digit string) was refused, where the docs say digit strings
-    are accepted and larger values capped to 8000. Now any plain digit string is read, and
-    capped."""
+    are accepted and larger values capped to 8000. Now a plain digit string of up to as
+    many digits as int() reads is read, and capped."""
     from agentctx.recall.tool import MAX_LIMIT, recall_arguments
 
     rid = recall_id("s", "x")
     for limit, read in [
         ("99999999999999999999", MAX_LIMIT),
-        (" " + "9" * 5000, MAX_LIMIT),  # past int()'s digit limit: never converted
+        (" " + "9" * 4300, MAX_LIMIT),  # as many digits as int() reads: not converted
         ("0" * 40 + "12", 12),
     ]:
         parsed = recall_arguments({"id": rid, "limit": limit})
         assert isinstance(parsed, tuple), parsed
         assert parsed[2] == read
-    for limit in ("-5", "1e9", "+5", "0" * 30):
+    for limit in ("-5", "1e9", "+5", "0" * 30, "9" * 4301):
         assert isinstance(recall_arguments({"id": rid, "limit": limit}), str)

@@ -219,12 +219,16 @@ def _whole(value: object, default: int) -> int | None:
         digits = value.strip()
         # Only plain ASCII digits: int() also takes "²"-like digits, "1_000" and "+5", and a
         # 5000-digit string costs a ValueError (the int conversion limit) or worse.
-        if digits.isascii() and digits.isdigit():
+        if digits.isascii() and digits.isdigit() and len(digits) <= _MOST_DIGITS:
             significant = digits.lstrip("0")
-            # Longer, it is past any text as an int of that size would be (capped, never
-            # refused), without converting it.
+            # Longer, it is past any text, as the int would be (so capped, not refused),
+            # without converting it.
             return int(significant or "0") if len(significant) <= 18 else _PAST_ANY_TEXT
     return None
+
+
+# What Python's int() reads from a string by default: past it, no number was meant.
+_MOST_DIGITS = 4300
 
 
 def _id_problem(rid: str) -> str | None:
