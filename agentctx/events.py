@@ -196,9 +196,9 @@ class CompactionWarning(_Event):
     (the strategy's ``close`` raised; the session closed all the same), ``recall_evicted``
     (a `MemoryRecallStore` too small for what open sessions reference evicted some of it) or
     ``implausible_usage`` (a usage report over the context window and over 4x the estimate
-    of the view sent, or under a third of its text's, left out of the calibration) or
-    ``interrupted`` (a ``prepare`` ended with an exception, or was cancelled, after its
-    strategy took decisions: they stay, and the next view shows them; said each time).
+    of the view sent, left out of the calibration) or ``interrupted`` (a ``prepare`` ended
+    with an exception, or was cancelled, after its strategy took decisions: they stay, and the
+    next view shows them; said each time).
     """
 
     code: str

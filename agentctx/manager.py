@@ -102,9 +102,6 @@ _CLOSE_SECONDS = 5.0  # the most a close waits for background work and async sub
 _THRASH_CALLS = 3  # prefix rewrites in a row that earn a warning
 _CACHE_TTL_SECONDS = 300.0  # the providers' default prompt-cache lifetime
 _MOST_OVER_ESTIMATE = 4  # the most calibration scales an estimate by (`Calibration`)
-# A view no tokenizer counts at under a third of its estimate (the estimator's worst on text
-# an agent sends, runs of one character, is 2.4x high): such a report left something out.
-_MOST_UNDER_ESTIMATE = 3
 _MAX_SHORT_FRACTION = 10  # a report raises its view's estimate by a tenth of it (or the limit)
 _WHOLE_COMPARE = 32  # see _extends_raw
 _EARLIER_VIEWS = 8  # views changed by decisions or rewinds that an owned caller can go back to
@@ -1483,10 +1480,10 @@ class ContextManager:
         bound of 4x in one of the project's benchmark loops, down to half in another).
         Without usage from the provider, do not call ``observe``, or report a count of
         your own tokenizer. A count over the context window and over 4x the view's estimate
-        is no request's of this view (a proxy's session total), and one under a third of its
-        text's estimate (images aside) left part of the prompt out (Anthropic's
-        ``input_tokens`` without the cache reads): either is left out, and said once
-        (`CompactionWarning` ``implausible_usage``).
+        is no request's of this view (a proxy's session total): it is left out, and said
+        once (`CompactionWarning` ``implausible_usage``). Report every prompt token: with
+        Anthropic, ``input_tokens`` and the cache reads and writes (``observe(response)``
+        reads them all); ``input_tokens`` alone calibrates the counts down.
         """
         self._on_its_thread("observe()")
         usage = usage_of(response)
@@ -1547,30 +1544,20 @@ class ContextManager:
             # More than the model could read, and more than any calibration makes of this
             # view: another request's count (a proxy summing a session, a wrong object).
             # Taken, the fitted overhead alone would put every later view over the limit.
-            self._implausible(
-                f"a usage report of {tokens} prompt tokens for a view estimated at "
-                f"{estimate}, over the context window ({self.budget.context_window}), "
-                "was not used to calibrate the counts. Pass observe() the usage of the "
-                "request prepare() returned; to keep prompts below the model's window, "
-                "set Budget.hard_budget, not a smaller context_window"
-            )
+            if not self._implausible_reported:
+                self._implausible_reported = True
+                self._hub.emit(
+                    CompactionWarning(
+                        "implausible_usage",
+                        f"a usage report of {tokens} prompt tokens for a view estimated at "
+                        f"{estimate}, over the context window ({self.budget.context_window}), "
+                        "was not used to calibrate the counts. Pass observe() the usage of the "
+                        "request prepare() returned; to keep prompts below the model's window, "
+                        "set Budget.hard_budget, not a smaller context_window",
+                    )
+                )
             return
-        vector = state.vector()
-        # Images aside: one whose size cannot be read is estimated at the most one costs.
-        text = counter.overhead + counter.total([*vector[:-1], 0.0])
-        if tokens * _MOST_UNDER_ESTIMATE < text:
-            # Part of the prompt left out of the report (Anthropic's input_tokens alone, the
-            # cache reads and writes dropped): taken, the calibration would scale every
-            # estimate down to its floor, and views would go out up to 4x over the limit.
-            self._implausible(
-                f"a usage report of {tokens} prompt tokens for a view whose text is estimated "
-                f"at {text}, under a third of it, was not used to calibrate the counts. "
-                "Report every prompt token: with Anthropic, input_tokens plus the cache "
-                "reads and writes (Usage's cache_read_tokens and cache_write_tokens; "
-                "observe(response) reads them all)"
-            )
-            return
-        if not counter.observe(view, tokens, vector=vector):
+        if not counter.observe(view, tokens, vector=state.vector()):
             return  # a count no request reports (past a billion tokens)
         short = tokens - counter.overhead - state.tokens
         # Capped: a report far above the estimate is another request's (a host that adds
@@ -1578,12 +1565,6 @@ class ContextManager:
         cap = min(tokens, self.budget.limit) // _MAX_SHORT_FRACTION
         short = max(0, min(short, cap))
         self._reported_view = (epoch, len(state.raw), short)
-
-    def _implausible(self, message: str) -> None:
-        """Say once that a usage report was left out of the calibration."""
-        if not self._implausible_reported:
-            self._implausible_reported = True
-            self._hub.emit(CompactionWarning("implausible_usage", message))
 
     async def _settle_reports(self) -> None:
         while True:

@@ -1434,54 +1434,53 @@ async def test_one_implausible_usage_report_does_not_lock_the_session(report: in
         assert ctx.prompt_tokens > 29_000
 
 
-async def test_a_usage_report_that_left_the_cache_reads_out_is_not_calibrated_on() -> None:
-    """Found by a hostile run (CP 6): a report at a tenth of the view's estimate (Anthropic's
-    ``input_tokens`` alone, the cache reads left out: the common slip) was taken, the
-    calibration went to its floor, and every later view was sized at a quarter of what it
-    holds: up to 4x over the limit, unsaid. It is now left out and said once; a report a
-    real tokenizer could make (half the estimate) still calibrates."""
+async def test_correct_usage_reports_after_the_hosts_prompt_shrinks_are_calibrated_on() -> None:
+    """Found by a re-run (CU 1) against a check tried this round: reports under a third of
+    the estimate were left out as a slip (Anthropic's ``input_tokens`` without the cache
+    reads). Once a host dropped a 28k system prompt, every correct report fell under a third
+    of the estimate its fitted overhead still held, and the session stayed 30k high for the
+    rest of its life. The check is gone: a report is taken whatever its size below."""
     events: list[Event] = []
-    async with ContextManager(Budget(context_window=40_000, reserve_output=4_000)) as ctx:
+    counter = MessageCounter()
+    history: list[Message] = [user("task: fix the failing test")]
+    async with ContextManager(Budget(context_window=200_000)) as ctx:
         ctx.subscribe(events.append)
-        history: list[Message] = [UserMessage.of("task: read the files"), *_read_turn(0)]
-        await ctx.prepare(history)
-        before = ctx.prompt_tokens
-        for i in range(3):
-            ctx.observe(Usage(input_tokens=before // 10, cache_read_tokens=before))
-            ctx.observe(Usage(input_tokens=before // 10))  # the cache reads dropped
-            history += [assistant(text=f"read {i}"), user(f"again {i}")]
+        for i in range(20):
+            history += _read_turn(i)
             await ctx.prepare(history)
-            assert ctx.prompt_tokens > before
-        warned = [e for e in events if isinstance(e, CompactionWarning)]
-        assert [w.code for w in warned] == ["implausible_usage"]
-        assert "cache" in warned[0].message
-    async with ContextManager(Budget(context_window=40_000, reserve_output=4_000)) as ctx:
-        ctx.subscribe(events.append)
+            true = (30_000 if i < 8 else 1_500) + counter.count_many(history)
+            ctx.observe(Usage(input_tokens=true))
         await ctx.prepare(history)
-        estimate = ctx.prompt_tokens
-        ctx.observe(Usage(input_tokens=estimate // 2))
-        await ctx.prepare(history)
-        assert ctx.prompt_tokens < estimate * 0.75
-    assert len([e for e in events if isinstance(e, CompactionWarning)]) == 1
+        assert abs(ctx.prompt_tokens - true) < 0.1 * true
+    assert not [e for e in events if isinstance(e, CompactionWarning)]
 
 
-async def test_a_low_usage_report_of_images_of_unknown_size_still_calibrates() -> None:
-    """An image whose size cannot be read (a URL) is estimated at the most one costs, so a
-    view of such images can cost a tenth of its estimate: that report is no slip, and the
-    check for one leaves images out."""
+async def test_a_correct_report_on_text_the_estimator_prices_high_is_calibrated_on() -> None:
+    """Found by the same re-run (CU 2): the estimator prices runs of em dashes, ellipses and
+    ideographic spaces up to 16x what o200k counts; a correct report on a document ruled
+    with them was refused under the same check. Such reports, and a view of images whose
+    size cannot be read (estimated at the most an image costs), calibrate."""
     from agentctx.messages import ImageBlock
 
-    events: list[Event] = []
+    doc = "".join(f"{'—' * 30}\nItem {i}\n" for i in range(300))
     images = tuple(ImageBlock("image/png", f"https://x.test/{i}.png", "url") for i in range(20))
-    history: list[Message] = [UserMessage((TextBlock("Which of these is a cat?"), *images))]
-    async with ContextManager(Budget(context_window=80_000, reserve_output=4_000)) as ctx:
-        ctx.subscribe(events.append)
-        await ctx.prepare(history)
-        estimate = ctx.prompt_tokens
-        ctx.observe(Usage(input_tokens=estimate // 10))
-        await ctx.prepare(history)
-        assert ctx.prompt_tokens < estimate // 2
-    assert not [e for e in events if isinstance(e, CompactionWarning)]
+    for history in (
+        [
+            user("task: summarise notes.md"),
+            assistant(call("c1", path="notes.md")),
+            result("c1", doc),
+        ],
+        [UserMessage((TextBlock("Which of these is a cat?"), *images))],
+    ):
+        events: list[Event] = []
+        async with ContextManager(Budget(context_window=200_000)) as ctx:
+            ctx.subscribe(events.append)
+            await ctx.prepare(history)
+            estimate = ctx.prompt_tokens
+            ctx.observe(Usage(input_tokens=estimate // 5))
+            await ctx.prepare(history)
+            assert ctx.prompt_tokens < estimate // 2
+        assert not [e for e in events if isinstance(e, CompactionWarning)]
 
 
 async def test_a_strategy_whose_close_raises_still_closes_the_session() -> None:

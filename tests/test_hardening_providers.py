@@ -578,3 +578,40 @@ async def test_messages_that_are_no_history_are_an_unsupported_message_error(
                         await call
         assert not ant_server.requests
         assert not oai_server.requests
+
+
+async def test_a_history_item_inside_itself_is_refused_at_once_as_the_sdk_refuses_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by a re-run (CU 4) of the fix above: the walk that converts SDK objects wherever
+    they sit kept no record of what it had walked, so a block holding itself twice (in its
+    ``citations``) cost two to the power of the walk's depth (64) on the event loop: the
+    wrapped call never returned, where the unwrapped SDK raises at once. Each part is now
+    walked once. (The walk is cut to 20 levels here, so that the old walk, 2**20 steps,
+    fails this test instead of hanging it.)"""
+    from agentctx.providers import _history
+
+    monkeypatch.setattr(_history, "_MAX_DEPTH", 20)
+    walked: list[object] = []
+    walk = _history._plain_mapping
+
+    def counted(value: Any, depth: int, *rest: Any) -> Any:
+        walked.append(value)
+        return walk(value, depth, *rest)
+
+    monkeypatch.setattr(_history, "_plain_mapping", counted)
+    block: dict[str, Any] = {"type": "text", "text": "hi"}
+    block["citations"] = [block, block]
+    history = [{"role": "user", "content": [block]}]
+    with FakeAnthropic([], default=Reply.text("ok")) as server:
+        raw = anthropic.AsyncAnthropic(base_url=server.url, api_key="k", max_retries=0)
+        with pytest.raises(ValueError, match="Circular reference") as unwrapped:
+            await raw.messages.create(model="m", max_tokens=10, messages=history)  # type: ignore[arg-type]
+        async with (
+            ContextManager(Budget(context_window=100_000)) as ctx,
+            ant_provider.wrap(raw, ctx) as client,
+        ):
+            with pytest.raises(ValueError) as wrapped:
+                await client.messages.create(model="m", max_tokens=10, messages=history)  # type: ignore[arg-type]
+    assert str(wrapped.value) == str(unwrapped.value)
+    assert len(walked) < 10  # the message and the block, once each a conversion

@@ -29,34 +29,50 @@ def plain(item: Any) -> Any:
     as it came, a ``ChatCompletionMessage``, Responses output items, ``msg.tool_calls`` in a
     dict, SDK blocks in a tool result), as the dicts the SDK would send (`sdk_dict`); the item
     itself, and each part of it, when they hold none."""
-    return _plain(item, _MAX_DEPTH)
+    return _plain(item, _MAX_DEPTH, {})
 
 
-def _plain(value: Any, depth: int) -> Any:
+# ``done``: each container walked so far, by id, and what it became. A part reached twice (a
+# block shared, or one inside itself) is walked once: a structure that refers to itself
+# twice a level would otherwise cost two to the power of its depth. One inside itself is
+# left as it is, for the SDK to refuse as it would.
+_Done = dict[int, Any]
+
+
+def _plain(value: Any, depth: int, done: _Done) -> Any:
     if isinstance(value, str | int | float | None):  # most of a history: nothing to look up
         return value
-    if isinstance(value, Mapping):
-        return _plain_mapping(value, depth - 1) if depth else value
-    if isinstance(value, list | tuple):
-        return _plain_sequence(value, depth - 1) if depth else value
+    if isinstance(value, Mapping | list | tuple):
+        if not depth:
+            return value
+        key = id(value)
+        if key in done:
+            return done[key]
+        done[key] = value  # until walked: what a part inside itself finds
+        if isinstance(value, Mapping):
+            converted = _plain_mapping(value, depth - 1, done)
+        else:
+            converted = _plain_sequence(value, depth - 1, done)
+        done[key] = converted
+        return converted
     data = sdk_dict(value)
     return value if data is None else data
 
 
-def _plain_mapping(value: Mapping[Any, Any], depth: int) -> Any:
+def _plain_mapping(value: Mapping[Any, Any], depth: int, done: _Done) -> Any:
     out: dict[Any, Any] | None = None  # copied on the first part converted
     for key, part in value.items():
-        converted = _plain(part, depth)
+        converted = _plain(part, depth, done)
         if converted is not part:
             out = dict(value) if out is None else out
             out[key] = converted
     return value if out is None else out
 
 
-def _plain_sequence(value: list[Any] | tuple[Any, ...], depth: int) -> Any:
+def _plain_sequence(value: list[Any] | tuple[Any, ...], depth: int, done: _Done) -> Any:
     out: list[Any] | None = None  # copied on the first part converted
     for i, part in enumerate(value):
-        converted = _plain(part, depth)
+        converted = _plain(part, depth, done)
         if converted is not part:
             out = list(value) if out is None else out
             out[i] = converted
