@@ -50,6 +50,7 @@ from types import MappingProxyType
 from typing import Any, TypeAlias
 
 from agentctx._usage import usage_of
+from agentctx.adapters._streams import grow_to
 from agentctx.boundaries import FAILED_WITHOUT_OUTPUT
 from agentctx.errors import UnsupportedMessageError
 from agentctx.messages import (
@@ -467,7 +468,7 @@ def assemble_anthropic_stream(events: Iterable[Mapping[str, Any]]) -> JSON:
     Feed it to `message_from_anthropic_response`. Tool input arrives as JSON fragments and is
     parsed when its block stops (kept as ``{}`` if the stream broke off mid-object). Raises
     `UnsupportedMessageError` for an ``error`` event, an event before ``message_start``, a
-    block index more than `MAX_INDEX_GAP` past the blocks seen, or a malformed event.
+    block index more than 16 past the blocks seen, or a malformed event.
     """
     message: JSON | None = None
     partial: dict[int, str] = {}
@@ -487,7 +488,7 @@ def assemble_anthropic_stream(events: Iterable[Mapping[str, Any]]) -> JSON:
             blocks: list[JSON] = message["content"]
             if kind == "content_block_start":
                 index = event.get("index", len(blocks))
-                blocks.extend({} for _ in range(_gap(index, len(blocks))))
+                grow_to(blocks, index, "block")
                 blocks[index] = dict(event["content_block"])
             elif kind == "content_block_delta":
                 _apply_delta(blocks[event["index"]], event["delta"], partial, event["index"])
@@ -508,21 +509,6 @@ def assemble_anthropic_stream(events: Iterable[Mapping[str, Any]]) -> JSON:
     if message is None:
         raise UnsupportedMessageError(None, "stream without message_start")
     return message
-
-
-# How far past the blocks seen a block may start: the API numbers them in order, so an index
-# much further on is a broken stream, and filling the gap up to it could take all the memory.
-MAX_INDEX_GAP = 16
-
-
-def _gap(index: int, length: int) -> int:
-    """How many blocks to add before block ``index`` of a stream that has ``length``;
-    `UnsupportedMessageError` for one more than `MAX_INDEX_GAP` past them."""
-    if index - length > MAX_INDEX_GAP:
-        raise UnsupportedMessageError(
-            None, f"stream block index {index} far past the {length} blocks seen"
-        )
-    return index + 1 - length
 
 
 @contextlib.contextmanager

@@ -57,6 +57,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from agentctx._usage import usage_of
+from agentctx.adapters._streams import grow_to
 from agentctx.adapters.openai_chat import (
     form_ok,
     freeze,
@@ -656,7 +657,7 @@ def assemble_openai_responses_stream(events: Iterable[Mapping[str, Any]]) -> JSO
     The response is the last ``response.*`` snapshot (``response.completed`` when the
     stream finished); when that has no output (a stream cut off early), the output items are
     rebuilt from the item, part and delta events. Raises `UnsupportedMessageError` on an
-    ``error`` event, a part index more than `MAX_INDEX_GAP` past the parts seen, or a
+    ``error`` event, a part index more than 16 past the parts seen, or a
     malformed event.
     """
     snapshot: JSON = {}
@@ -708,20 +709,11 @@ def _copy_item(item: Mapping[str, Any]) -> JSON:
     return copy
 
 
-# How far past the parts seen a part may be: the API numbers them in order, so an index much
-# further on is a broken stream, and filling the gap up to it could take all the memory.
-MAX_INDEX_GAP = 16
-
-
 def _slot(item: JSON, key: str, at: int) -> JSON:
     found = item.get(key)  # none yet, or null as an item may start
     parts: list[JSON] = found if isinstance(found, list) else []
     item[key] = parts
-    if at - len(parts) > MAX_INDEX_GAP:
-        raise UnsupportedMessageError(
-            None, f"stream {key} index {at} far past the {len(parts)} parts seen"
-        )
-    parts.extend({} for _ in range(at + 1 - len(parts)))
+    grow_to(parts, at, key)
     if not isinstance(parts[at], dict):
         parts[at] = {}
     return parts[at]

@@ -46,10 +46,10 @@ __all__ = [
     "Resource",
     "StreamManager",
     "SyncStreamManager",
+    "history_list",
     "place_breakpoints",
     "refuse",
     "send",
-    "history_list",
     "send_blocking",
 ]
 

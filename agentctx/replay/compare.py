@@ -22,7 +22,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from agentctx.events import SummaryRejected
 from agentctx.replay._safe_text import printable
 from agentctx.replay.render import summarizer_spend
 from agentctx.replay.retention import Retention, combine
@@ -83,7 +82,7 @@ class StrategyRow:
     def of(cls, strategy: str, report: ReplayReport) -> StrategyRow:
         """The row of one replay."""
         spent, estimated = summarizer_spend(report.summaries)
-        rejected = [e for e in report.events if isinstance(e, SummaryRejected)]
+        rejected = report.rejections
         return cls(
             strategy=strategy,
             requests=len(report.rows),

@@ -24,6 +24,7 @@ after every compaction how many of them the model can still see or recall in one
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -175,6 +176,11 @@ class ReplayReport:
     def over_budget(self) -> int:
         """Requests that went over the hard budget."""
         return sum(r.over_budget for r in self.rows)
+
+    @property
+    def rejections(self) -> list[SummaryRejected]:
+        """The summarizer requests that produced no briefing, in order."""
+        return [e for e in self.events if isinstance(e, SummaryRejected)]
 
 
 class ReplayClock:
@@ -378,13 +384,8 @@ def request_times(stamps: Sequence[float | None]) -> tuple[list[float | None], i
     tails: list[int] = []
     before: list[int] = [-1] * len(known)
     for j, (_, t) in enumerate(known):
-        lo, hi = 0, len(tails)
-        while lo < hi:  # the first run whose last stamp is later than t
-            mid = (lo + hi) // 2
-            if known[tails[mid]][1] <= t:
-                lo = mid + 1
-            else:
-                hi = mid
+        # The first run whose last stamp is later than t.
+        lo = bisect.bisect_right(tails, t, key=lambda i: known[i][1])
         before[j] = tails[lo - 1] if lo else -1
         if lo == len(tails):
             tails.append(j)

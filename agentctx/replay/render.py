@@ -20,7 +20,6 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, TextIO
 
-from agentctx.events import SummaryRejected
 from agentctx.pricing import price_for
 from agentctx.replay._safe_text import printable
 from agentctx.replay.engine import SONNET_MODEL
@@ -180,7 +179,7 @@ def totals(report: ReplayReport) -> list[tuple[str, str]]:
 def _rejected(report: ReplayReport) -> str:
     """The requests that produced no briefing, as --compare and --json count them: without
     it, a summarizer that failed every attempt read as one never asked."""
-    rejected = [e for e in report.events if isinstance(e, SummaryRejected)]
+    rejected = report.rejections
     if not rejected:
         return ""
     attempts = sum(e.attempts for e in rejected)
