@@ -487,15 +487,16 @@ def _scan(text: str) -> tuple[float, float]:
         other = r2 * scripts.count(b"2") + r3 * scripts.count(b"3") + r4 * scripts.count(b"4")
         if b"u" in scripts:
             other += _UNMERGED * scripts.count(b"u")
-    # `find` rather than `in`: twice as fast on short bytes. Each escape replaced shortens
-    # the text by one.
-    if b.find(b"\\") >= 0:
+    # Presence is tested on the str (`in` on bytes tries the needle as an int first, a raised
+    # and cleared TypeError): the bytes hold the same ASCII. Each escape replaced shortens the
+    # text by one.
+    if "\\" in text:
         n = len(b)
         b = b.replace(b"\\n", _GAP).replace(b"\\t", _GAP).replace(b"\\r", _GAP)
         units += _ESCAPE * (n - len(b))
     if len(b) > 128:
         units += b.count(_SPACES) + b.count(_TABS)
-    if b.find(b"rw") >= 0:  # ls -l modes (see _MODE_RWX)
+    if "rw" in text:  # ls -l modes (see _MODE_RWX)
         units += _MODE_RWX * b.count(b"rwx") + _MODE_RW * b.count(b"rw-")
     # Letter runs (as shapes) and punctuation runs, priced in one pass; a KeyError means a
     # piece not seen before (`map(dict.__getitem__, ...)` stays in C, a dict subclass with
@@ -522,13 +523,14 @@ def _scan(text: str) -> tuple[float, float]:
             long_slash = slash & (nxt >> 8) & (nxt >> 16) & (nxt >> 24) & (nxt >> 32)
             units += _SLASHED * slash.bit_count() + _SLASHED_LONG * long_slash.bit_count()
             units += _segments_cost(_PATH_SEGMENT.findall(b))
-    if b.find(b"'") >= 0:
+    if "'" in text:
         units += _CONTRACTED * ((hits >> 3) & ones).bit_count()
     units += ((hits >> 4) & ones15).bit_count()  # lanes 4-7: a pre-token each
     # Digits go in groups of up to three, so a run of n is ceil(n / 3) pre-tokens: lane 7
     # counted each run once; add its 4th and 7th digit and a third of each from the 10th on.
-    # (Cheap tests in C first: these few integer operations cost more than they save.)
-    if b.translate(_DIGITS).find(_FOUR_DIGITS) >= 0:
+    # (Cheap tests first, a run at all then one of four: these few integer operations cost
+    # more than they save.)
+    if hits & ones128 and b.translate(_DIGITS).find(_FOUR_DIGITS) >= 0:
         digit = (now >> 7) & ones
         d3 = digit & (digit << 8) & (digit << 16)
         d4 = d3 & (digit << 24)
@@ -701,7 +703,8 @@ class Estimator:
             rate = weights[0]
         else:
             rate = weights[_CLASS_INDEX[classify(text)]]
-        return max(1, round(rate * units + weights[-1] * other))
+        tokens = round(rate * units + weights[-1] * other)
+        return tokens if tokens > 0 else 1
 
     def scaled(self, multipliers: Sequence[float]) -> Estimator:
         """A copy with each slot's weight multiplied by the matching multiplier."""
