@@ -1320,6 +1320,10 @@ class ContextManager:
         checks = [(state.raw, _extends_raw), (state.view, _extends_view)]
         if len(state.raw) < len(state.view):
             checks.reverse()
+        elif not state.view and state.raw:
+            # An empty view of a history was refused (nothing to send), never returned: no
+            # caller holds it to go on from.
+            del checks[1]
         for seq, extends in checks:
             if extends(history, state):
                 new = history[len(seq) :]

@@ -469,6 +469,21 @@ async def test_a_history_with_nothing_to_send_once_repaired_is_a_typed_error(
         assert await ContextManager(small_budget()).prepare([]) == []
 
 
+async def test_an_empty_history_after_a_refused_one_is_the_callers_own() -> None:
+    """Found by a hostile run (CR): ``prepare([])`` gives ``[]`` on a fresh session, but
+    right after a history of only an orphan result was refused it raised "nothing to send"
+    again: the empty input was read as the refused (empty) view gone on from, and the orphan
+    stayed in the session."""
+    async with ContextManager(small_budget()) as ctx:
+        with pytest.raises(UnsupportedMessageError, match="nothing to send"):
+            await ctx.prepare([result("c1")])
+        assert await ctx.prepare([]) == []
+        assert ctx.raw == []
+        view = await ctx.prepare([user("the task")])
+        assert_view_ok(view, ctx.raw)
+        assert view == ctx.raw == [user("the task")]
+
+
 async def test_observe_accepts_usage_and_messages_and_rejects_junk() -> None:
     async with ContextManager(small_budget()) as ctx:
         await ctx.prepare([user("task")])
