@@ -551,14 +551,9 @@ def test_request_times_read_a_lone_clock_jump_as_an_outlier() -> None:
     assert request_times([]) == ([], 0)
 
 
-def test_a_future_timestamp_does_not_stop_session_time(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Found by a hostile run (CS 3): one assistant record stamped 2099 pinned the replay
-    clock, so no session time passed for the rest of the replay: 0 briefings instead of 3,
-    cost x0.43 instead of x0.28, no warning. Now the stamp is read as the next one's, the
-    replay is the one of the unskewed session, and it says so once on stderr and in its
-    header."""
+def _skewed_session(tmp_path: Path) -> Path:
+    """`PI_SESSION` with its third assistant record stamped 2099: one request time that the
+    replay reads as the next one's."""
     records = [json.loads(line) for line in PI_SESSION.read_text().splitlines() if line.strip()]
     assistants = [
         r for r in records if r.get("type") == "message" and r["message"].get("role") == "assistant"
@@ -567,6 +562,18 @@ def test_a_future_timestamp_does_not_stop_session_time(
     assistants[2]["timestamp"] = "2099-01-01T00:00:00Z"
     skewed = tmp_path / "skewed.jsonl"
     skewed.write_text("\n".join(map(json.dumps, records)) + "\n")
+    return skewed
+
+
+def test_a_future_timestamp_does_not_stop_session_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a hostile run (CS 3): one assistant record stamped 2099 pinned the replay
+    clock, so no session time passed for the rest of the replay: 0 briefings instead of 3,
+    cost x0.43 instead of x0.28, no warning. Now the stamp is read as the next one's, the
+    replay is the one of the unskewed session, and it says so once on stderr and in its
+    header."""
+    skewed = _skewed_session(tmp_path)
     assert main(["replay", str(PI_SESSION), "--context-window", "66000"]) == 0
     plain = capsys.readouterr()
     assert main(["replay", str(skewed), "--context-window", "66000"]) == 0
@@ -581,6 +588,24 @@ def test_a_future_timestamp_does_not_stop_session_time(
     note = "1 request time later than the ones after read as the next one's"
     assert read.err.count(note) == 1 and note in read.out.splitlines()[0]
     assert note not in plain.out + plain.err
+
+
+def test_json_says_how_many_request_times_were_read_out_of_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a hostile run (CV 1): the count of request times read as the next one's was
+    on stderr and in the table's header, but not in --json, so a script could not tell that
+    the replay clock was repaired. Now each transcript of the document has
+    ``timestamps_out_of_order`` (0 when every time kept its order), whatever the strategies."""
+    skewed = _skewed_session(tmp_path)
+    args = ["--context-window", "66000", "--compare", "deterministic,llm", "--json"]
+    assert main(["replay", str(skewed), str(PI_SESSION), *args]) == 0
+    read = capsys.readouterr()
+    files = {Path(f["path"]).name: f for f in json.loads(read.out)["files"]}
+    assert files["skewed.jsonl"]["timestamps_out_of_order"] == 1
+    assert files[PI_SESSION.name]["timestamps_out_of_order"] == 0
+    # The stderr line still comes, once per transcript (not once per strategy).
+    assert read.err.count("1 request time later than the ones after") == 1
 
 
 def test_outputs_that_cannot_be_written_are_refused_before_the_replay(

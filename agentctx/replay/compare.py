@@ -200,6 +200,9 @@ class FileRows:
     format: str
     messages: int
     rows: tuple[StrategyRow, ...]
+    timestamps_out_of_order: int = 0
+    """Request times read as the next one's (`ReplayReport.timestamps_out_of_order`): the
+    transcript's own, the same through every strategy."""
 
     def as_json(self) -> dict[str, Any]:
         """The transcript and its rows as a JSON-ready dict."""
@@ -211,6 +214,9 @@ class FileRows:
             "requests": first.requests if first else 0,
             "tokens_without": first.tokens_without if first else 0,
             "cost_without": round(first.cost_without, 6) if first else 0.0,
+            # For a script, as the stderr line and the header say it: the replay's clock was
+            # repaired, so its session times (and the briefings they time) are a reading.
+            "timestamps_out_of_order": self.timestamps_out_of_order,
             "strategies": [r.as_json() for r in self.rows],
         }
 
@@ -235,6 +241,7 @@ class Comparison:
                 format=group[0].transcript.format,
                 messages=len(group[0].transcript.messages),
                 rows=tuple(StrategyRow.of(o.strategy, o.report) for o in group),
+                timestamps_out_of_order=group[0].report.timestamps_out_of_order,
             )
             for path, group in files.items()
         )
