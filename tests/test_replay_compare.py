@@ -10,6 +10,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from agentctx.messages import TextBlock, Usage, UserMessage
 from agentctx.replay import ReplayClock, replay
 from agentctx.replay.cached_summarizer import (
     CachedSummarizer,
+    SummarizerHealth,
     SummaryCache,
     default_cache_path,
     request_key,
@@ -679,6 +681,76 @@ def test_a_summarizer_that_never_answers_times_out_and_is_given_up(
     assert "must be more than 0 seconds" in capsys.readouterr().err
 
 
+def test_a_summarizer_that_keeps_failing_is_given_up(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a hostile run (CV 2): only timeouts counted towards giving up, so a server
+    answering every request with HTTP 500 was asked again for every briefing of the whole
+    replay (each three times). Now server failures count as timeouts do: after three failed
+    requests in a row the summarizer is asked no more, the tiers compact, and the output
+    says so once."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with FakeOpenAI(default=Reply.error(500)) as dead:
+        spec = f"openai-compatible:{MODEL}@{dead.url}/v1"
+        cache = ["--summary-cache", str(tmp_path / "c.jsonl")]
+        assert main(["replay", *LONG, "--summarizer", spec, *cache]) == 0
+        sent = len(dead.requests)
+    out = capsys.readouterr().out
+    assert sent == 3
+    gave_up = [line for line in out.splitlines() if line.startswith("summarizer: gave up")]
+    assert len(gave_up) == 1, out
+    assert gave_up[0].startswith("summarizer: gave up after 3 failed requests in a row (last: ")
+    assert "HTTP 500" in gave_up[0]
+    assert gave_up[0].endswith("requests not sent, the deterministic tiers compacted instead")
+    not_sent = re.search(r"; (\d+) requests not sent", gave_up[0])
+    assert not_sent is not None and int(not_sent[1]) >= 1
+    compactions = next(x for x in out.splitlines() if x.startswith("compactions "))
+    assert not compactions.startswith("compactions 0 ")
+
+
+async def test_failures_in_a_row_give_up_and_a_reply_starts_the_count_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`SummarizerHealth` over a real SDK summarizer and a fake server: server errors (5xx,
+    an unreadable 200) and timeouts count together; a reply, or an error about the request
+    itself (a 400: the server works), ends the run; the third failure in a row gives up, and
+    the next request is refused without being sent."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    script = [
+        Reply.error(500),
+        Reply.reset(),  # the connection cut: no reply
+        Reply.text(briefing()),  # a reply: the two failures before it no longer count
+        Reply.malformed(),  # a 200 that cannot be read
+        Reply.error(400),  # the server read the request and refused it: it works
+        Reply.error(503),
+        Reply.hang(),  # no reply within the timeout
+        Reply.error(502),
+    ]
+    health = SummarizerHealth()
+    with FakeOpenAI(replies=script) as flaky:
+        inner = SummarizerSpec.parse(f"openai-compatible:{MODEL}@{flaky.url}/v1").build()
+        summarizer = CachedSummarizer(inner, SummaryCache(None), timeout=0.5, health=health)
+        outcomes: list[str] = []
+        try:
+            for k in range(len(script) + 1):
+                request = replace(REQUEST, prompt=f"Summarize: {k}.")
+                try:
+                    await summarizer.summarize(request)
+                    outcomes.append("ok")
+                except SummarizerError as exc:
+                    outcomes.append(str(exc))
+                assert health.given_up == (k >= len(script) - 1), (k, outcomes)
+        finally:
+            await summarizer.aclose()
+        sent = len(flaky.requests)
+    assert sent == len(script)  # the last request was not sent
+    assert outcomes[2] == "ok"
+    assert outcomes[-1] == "not sent: the summarizer failed 3 requests in a row"
+    assert health.failures_in_a_row == 3 and health.timeouts_in_a_row == 1
+    assert health.not_sent == 1
+    assert health.last_failure is not None and "HTTP 502" in health.last_failure
+
+
 def test_a_single_replays_totals_count_the_failed_summarizer_requests(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -696,4 +768,9 @@ def test_a_single_replays_totals_count_the_failed_summarizer_requests(
     line = next(x for x in out.splitlines() if x.startswith("summarizer: "))
     found = re.search(r"no requests; (\d+) requests rejected after (\d+) attempts, first: ", line)
     assert found is not None, line
-    assert int(found[2]) == sent and int(found[1]) * 3 == sent
+    # The first request failed its three attempts, and the summarizer was given up
+    # (test_a_summarizer_that_keeps_failing_is_given_up): each request since was rejected
+    # at its one attempt, not sent.
+    not_sent = re.search(r"; (\d+) requests not sent", out)
+    assert not_sent is not None, out
+    assert int(found[1]) == 1 + int(not_sent[1]) and int(found[2]) == sent + int(not_sent[1])

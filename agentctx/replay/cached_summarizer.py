@@ -58,6 +58,7 @@ __all__ = [
     "SummarizerHealth",
     "SummaryCache",
     "default_cache_path",
+    "is_server_failure",
     "request_key",
 ]
 
@@ -202,28 +203,58 @@ class SummaryCache:
 
 
 GIVE_UP_AFTER = 3
-"""Timeouts in a row after which a `SummarizerHealth` stops asking the summarizer."""
+"""Failed requests in a row (timeouts or server errors) after which a `SummarizerHealth`
+stops asking the summarizer."""
+
+
+def is_server_failure(error: SummarizerError) -> bool:
+    """Whether ``error`` says the summarizer's server failed, not the request: a 5xx (529,
+    overloaded, too), or no status at all on a retryable error (a connection that failed or
+    was cut, the SDK's own timeout, a 200 that could not be read). A 4xx is the server at
+    work answering about the request (400 bad request, 429 rate limit): no failure of it."""
+    if not error.retryable:
+        return False
+    return error.status is None or error.status >= 500
 
 
 class SummarizerHealth:
     """Whether a real summarizer still answers, shared by the replays of one command (and
-    their threads): after ``give_up_after`` timeouts in a row it is no longer asked, so a
-    server that accepts and never answers costs a few timeouts, not one per briefing.
+    their threads): after ``give_up_after`` failed requests in a row (timeouts, or server
+    errors: `is_server_failure`) it is no longer asked, so a server that accepts and never
+    answers, or answers every request with an error, costs a few requests, not three per
+    briefing for the whole replay.
+
+    ```python
+    health = SummarizerHealth()
+    summarizer = CachedSummarizer(real, cache, timeout=60, health=health)
+    ...                                  # the replays
+    if health.given_up:
+        print(health.failures_in_a_row, health.last_failure, health.not_sent)
+    ```
 
     ``given_up`` says whether it stopped asking; ``not_sent`` counts the requests refused
-    since (each one a compaction the deterministic tiers made instead).
+    since (each one a compaction the deterministic tiers made instead). Of the run of
+    failures, ``timeouts_in_a_row`` were timeouts, and ``last_failure`` says why the last one
+    failed.
     """
 
     def __init__(self, give_up_after: int = GIVE_UP_AFTER) -> None:
         self.give_up_after = give_up_after
+        self.failures_in_a_row = 0
         self.timeouts_in_a_row = 0
+        self.last_failure: str | None = None
         self.not_sent = 0
         self._lock = threading.Lock()
 
     @property
     def given_up(self) -> bool:
         """Whether the summarizer is no longer asked."""
-        return self.timeouts_in_a_row >= self.give_up_after
+        return self.failures_in_a_row >= self.give_up_after
+
+    @property
+    def only_timeouts(self) -> bool:
+        """Whether every failure of the run was a timeout (how the output words it)."""
+        return self.timeouts_in_a_row == self.failures_in_a_row
 
     def admit(self) -> bool:
         """Whether a request may be sent; a refusal is counted in ``not_sent``."""
@@ -234,15 +265,29 @@ class SummarizerHealth:
             return True
 
     def answered(self) -> None:
-        """A reply came (or an error that is no timeout): the run of timeouts is over."""
+        """A reply came (or an error that is no server failure): the run of failures is
+        over."""
         with self._lock:
-            if not self.given_up:
+            if not self.given_up:  # (a request sent before it gave up: it stays given up)
+                self.failures_in_a_row = 0
                 self.timeouts_in_a_row = 0
 
-    def timed_out(self) -> None:
-        """A request had no reply in time."""
+    def failed(self, reason: str, *, timeout: bool = False) -> None:
+        """A request failed for ``reason`` (a server error, or with ``timeout`` no reply in
+        time)."""
         with self._lock:
-            self.timeouts_in_a_row += 1
+            if self.given_up:  # the failure it gave up on is the one to tell
+                return
+            self.failures_in_a_row += 1
+            if timeout:
+                self.timeouts_in_a_row += 1
+            self.last_failure = reason
+
+    def refusal(self) -> str:
+        """Why a request is not sent once given up, for its `SummarizerError`."""
+        if self.only_timeouts:
+            return f"not sent: the summarizer timed out {self.give_up_after} times in a row"
+        return f"not sent: the summarizer failed {self.give_up_after} requests in a row"
 
 
 class CachedSummarizer:
@@ -258,7 +303,8 @@ class CachedSummarizer:
             held while the request runs); a request past it fails as a retryable
             `SummarizerError`. ``None``: no bound of its own.
         health: shared by the replays of a command, to stop asking a summarizer that timed
-            out several times in a row (`SummarizerHealth`); ``None``: always asked.
+            out or failed several times in a row (`SummarizerHealth`); ``None``: always
+            asked.
     """
 
     def __init__(
@@ -295,10 +341,7 @@ class CachedSummarizer:
             return hit.result
         health = self.health
         if health is not None and not health.admit():
-            raise SummarizerError(
-                f"not sent: the summarizer timed out {health.give_up_after} times in a row",
-                retryable=False,
-            )
+            raise SummarizerError(health.refusal(), retryable=False)
         clock = self.clock
         failure: SummarizerError | None = None
         with clock.held() if clock is not None else nullcontext():
@@ -317,25 +360,43 @@ class CachedSummarizer:
         return result
 
     async def _ask(self, request: SummaryRequest) -> SummaryResult:
-        if self.timeout is None:
-            return await self.summarizer.summarize(request)
+        """The real summarizer's reply; past `timeout` wall seconds, a retryable
+        `SummarizerError`. How it went is told to `health` (`_count_failure`)."""
         try:
-            # Wall time: the replay clock stands still while the request runs.
-            with anyio.fail_after(self.timeout):
-                result = await self.summarizer.summarize(request)
+            result = await self._send(request)
         except TimeoutError:
-            if self.health is not None:
-                self.health.timed_out()
-            raise SummarizerError(
+            if self.timeout is None:  # the summarizer's own, passed on as it came
+                raise
+            error = SummarizerError(
                 f"no reply after {self.timeout:g} s (--summarizer-timeout)", retryable=True
-            ) from None
-        except SummarizerError:
+            )
             if self.health is not None:
-                self.health.answered()
+                self.health.failed(str(error), timeout=True)
+            raise error from None
+        except SummarizerError as exc:
+            self._count_failure(exc)
             raise
         if self.health is not None:
             self.health.answered()
         return result
+
+    async def _send(self, request: SummaryRequest) -> SummaryResult:
+        if self.timeout is None:
+            return await self.summarizer.summarize(request)
+        # Wall time: the replay clock stands still while the request runs.
+        with anyio.fail_after(self.timeout):
+            return await self.summarizer.summarize(request)
+
+    def _count_failure(self, error: SummarizerError) -> None:
+        """Tell `health` of a request that failed with ``error``: a server failure counts
+        towards giving up; an error about the request itself (a 400, a 429) means the server
+        works."""
+        if self.health is None:
+            return
+        if is_server_failure(error):
+            self.health.failed(str(error))
+        else:
+            self.health.answered()
 
     async def _elapse(self, seconds: float) -> None:
         if self.clock is not None:

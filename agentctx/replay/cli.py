@@ -44,7 +44,12 @@ from agentctx.budget import DEFAULT_RESERVE_OUTPUT, Budget
 from agentctx.errors import AgentCtxError, ConfigError, MissingExtraError, TranscriptFormatError
 from agentctx.importers import load_transcript, openhands
 from agentctx.replay._safe_text import printable
-from agentctx.replay.cached_summarizer import GIVE_UP_AFTER, SummaryCache, default_cache_path
+from agentctx.replay.cached_summarizer import (
+    GIVE_UP_AFTER,
+    SummarizerHealth,
+    SummaryCache,
+    default_cache_path,
+)
 from agentctx.replay.compare import (
     Comparison,
     print_comparison,
@@ -277,8 +282,9 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_SUMMARIZER_TIMEOUT,
         metavar="SECONDS",
         help="wall seconds a --summarizer request may take before it counts as failed; "
-        f"after {GIVE_UP_AFTER} timeouts in a row the summarizer is asked no more and the "
-        "deterministic tiers compact alone (default: %(default)s)",
+        f"after {GIVE_UP_AFTER} failed requests in a row (timeouts or server errors) the "
+        "summarizer is asked no more and the deterministic tiers compact alone (default: "
+        "%(default)s)",
     )
     r.add_argument(
         "--summary-cache",
@@ -539,13 +545,8 @@ def _replay_checked(
     doc = _settings_json(args, settings)
     written = _write_files(args, outcomes, doc)
     lines = [f"{label}: {path}" for label, path in written]
-    health = settings.health
-    if cache is not None and health.given_up:
-        lines.append(
-            f"summarizer: gave up after {health.give_up_after} timeouts in a row of "
-            f"{args.summarizer_timeout:g} s; {health.not_sent} requests not sent, the "
-            "deterministic tiers compacted instead"
-        )
+    if cache is not None and settings.health.given_up:
+        lines.append(_gave_up(settings.health, args.summarizer_timeout))
     if cache is not None and cache.write_error is not None:
         # Said once, on stderr too: the replies were kept for this replay, not for a rerun.
         print(
@@ -581,6 +582,20 @@ def _replay_checked(
         else:
             console.print(line, markup=False, highlight=False)
     return 0
+
+
+def _gave_up(health: SummarizerHealth, timeout: float) -> str:
+    """The line saying that the summarizer was asked no more: after how many failures, of
+    what kind (timeouts of ``timeout`` wall seconds, or the last failure's reason), and how
+    many requests the deterministic tiers made up for."""
+    if health.only_timeouts:
+        why = f"{health.give_up_after} timeouts in a row of {timeout:g} s"
+    else:
+        why = f"{health.give_up_after} failed requests in a row (last: {health.last_failure})"
+    return (
+        f"summarizer: gave up after {why}; {health.not_sent} requests not sent, the "
+        "deterministic tiers compacted instead"
+    )
 
 
 def _say_clock_repairs(outcomes: Sequence[Outcome]) -> None:

@@ -113,8 +113,8 @@ class ReplaySettings:
     summarizer_timeout: float | None = DEFAULT_SUMMARIZER_TIMEOUT
     """Wall seconds a real summarizer's request may take (``None``: the SDK's own bound)."""
     health: SummarizerHealth = field(default_factory=SummarizerHealth)
-    """Shared by the replays: a real summarizer that timed out several times in a row is
-    asked no more (`SummarizerHealth`)."""
+    """Shared by the replays: a real summarizer that failed several requests in a row
+    (timeouts or server errors) is asked no more (`SummarizerHealth`)."""
 
     @property
     def budget(self) -> Budget:
