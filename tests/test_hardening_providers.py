@@ -5,10 +5,12 @@ from its own loop thread. Each test is the reproduction of a finding."""
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
 import anthropic
+import anyio
 import openai
 import pydantic
 import pytest
@@ -26,6 +28,7 @@ from agentctx.adapters import assemble_anthropic_stream
 from agentctx.providers import anthropic as ant_provider
 from agentctx.providers import openai as oai_provider
 from agentctx.providers.middleware import as_middleware
+from agentctx.strategy import CompactionContext
 from agentctx.testing.servers import FakeAnthropic, FakeOpenAI, Reply
 
 TOOLS = [{"name": "read", "description": "r", "input_schema": {"type": "object"}}]
@@ -615,3 +618,205 @@ async def test_a_history_item_inside_itself_is_refused_at_once_as_the_sdk_refuse
                 await client.messages.create(model="m", max_tokens=10, messages=history)  # type: ignore[arg-type]
     assert str(wrapped.value) == str(unwrapped.value)
     assert len(walked) < 10  # the message and the block, once each a conversion
+
+
+def _repairs(events: list[Event]) -> list[str]:
+    return [r for e in events if isinstance(e, TranscriptRepaired) for r in e.repairs]
+
+
+async def test_anthropic_repairs_are_named_by_their_index_in_the_callers_messages() -> None:
+    """Found by a hostile run (CT 5): a TranscriptRepaired event of a wrapped call named the
+    manager's message indexes, and a user message holding several tool results is one
+    message per result there, so every index after it was past the caller's."""
+    messages = [
+        {"role": "user", "content": "the task"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "a", "name": "read", "input": {}},
+                {"type": "tool_use", "id": "b", "name": "read", "input": {}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "a", "content": "A"},
+                {"type": "tool_result", "tool_use_id": "b", "content": "B"},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "c", "name": "read", "input": {}}],
+        },
+        {"role": "user", "content": "go on"},  # 4: call c (3) has no result
+        {"role": "assistant", "content": "ok"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "ghost", "content": "?"},  # 6
+                {"type": "text", "text": "next"},
+            ],
+        },
+    ]
+    events: list[Event] = []
+    with FakeAnthropic(default=Reply.text("ok")) as server:
+        async with ContextManager(Budget(context_window=100_000)) as ctx:
+            ctx.subscribe(events.append)
+            raw = anthropic.AsyncAnthropic(base_url=server.url, api_key="k", max_retries=0)
+            async with ant_provider.wrap(raw, ctx) as client:
+                await client.messages.create(
+                    model="m", max_tokens=64, system="be brief", tools=TOOLS, messages=messages
+                )
+    assert [r.status for r in server.requests] == [200], server.requests[-1].error
+    assert _repairs(events) == ["missing_result@3:c", "orphan_result@6:ghost"]
+
+
+_CALL = {"type": "function", "function": {"name": "read", "arguments": "{}"}}
+CHAT_REPAIRED = [
+    {"role": "system", "content": "be brief"},
+    {"role": "developer", "content": "use the tools"},
+    {"role": "user", "content": "the task"},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", **_CALL}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "out"},
+    {"role": "tool", "tool_call_id": "ghost", "content": "?"},  # 5
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c2", **_CALL}]},  # 6
+    {"role": "user", "content": "next"},
+]
+CHAT_REPAIRS = ["orphan_result@5:ghost", "missing_result@6:c2"]
+
+
+async def test_chat_repairs_are_named_by_their_index_in_the_callers_messages() -> None:
+    """CT 5: the Chat wrapper splits off the leading system / developer messages, and a
+    TranscriptRepaired event of its call named indexes short by the number of them."""
+    events: list[Event] = []
+    with FakeOpenAI(default=Reply.text("ok")) as server:
+        async with ContextManager(Budget(context_window=100_000)) as ctx:
+            ctx.subscribe(events.append)
+            raw = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+            async with oai_provider.wrap(raw, ctx) as client:
+                await client.chat.completions.create(
+                    model="m", tools=CHAT_TOOLS, messages=CHAT_REPAIRED
+                )
+    assert [r.status for r in server.requests] == [200], server.requests[-1].error
+    assert _repairs(events) == CHAT_REPAIRS
+
+
+def test_a_blocking_clients_repairs_are_named_by_the_callers_indexes() -> None:
+    """CT 5, through a blocking client: its calls prepare on the wrapper's loop thread."""
+    events: list[Event] = []
+    manager = ContextManager(Budget(context_window=100_000))
+    manager.subscribe(events.append)
+    with FakeOpenAI(default=Reply.text("ok")) as server:
+        raw = openai.OpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+        with oai_provider.wrap(raw, manager) as client:
+            client.chat.completions.create(model="m", tools=CHAT_TOOLS, messages=CHAT_REPAIRED)
+    assert [r.status for r in server.requests] == [200], server.requests[-1].error
+    assert _repairs(events) == CHAT_REPAIRS
+
+
+async def test_responses_repairs_are_named_by_their_index_in_the_callers_input() -> None:
+    """CT 5: the Responses wrapper splits off the leading instructions and makes one message
+    of an assistant turn's items (its text, its function calls), so a TranscriptRepaired
+    event of its call named indexes far short of the caller's. A repair of a merged
+    message names its first item; the call id names the call within it."""
+    turn = [
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "reading"}],
+        },
+        {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"},
+        {"type": "function_call", "call_id": "c2", "name": "read", "arguments": "{}"},
+    ]
+    items = [
+        {"role": "developer", "content": "be brief"},
+        {"role": "user", "content": "the task"},
+        *turn,  # 2, 3, 4: one message, whose call c2 has no output
+        {"type": "function_call_output", "call_id": "c1", "output": "out"},
+        {"type": "function_call_output", "call_id": "ghost", "output": "?"},  # 6
+        {"role": "user", "content": "next"},
+        {"type": "function_call", "call_id": "c3", "name": "read", "arguments": "{}"},  # 8
+        {"role": "user", "content": "and then"},
+    ]
+    events: list[Event] = []
+    with FakeOpenAI(default=Reply.text("ok")) as server:
+        async with ContextManager(Budget(context_window=100_000)) as ctx:
+            ctx.subscribe(events.append)
+            raw = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+            async with oai_provider.wrap(raw, ctx) as client:
+                await client.responses.create(model="m", tools=RESP_TOOLS, input=items)
+    assert [r.status for r in server.requests] == [200], server.requests[-1].error
+    assert _repairs(events) == [
+        "orphan_result@6:ghost",
+        "missing_result@2:c2",
+        "missing_result@8:c3",
+    ]
+
+
+class _Gate:
+    """A strategy whose first compact waits until ``opened`` is set: a call of the session
+    that awaits while another starts."""
+
+    def __init__(self) -> None:
+        self.waiting = anyio.Event()
+        self.opened = anyio.Event()
+
+    async def compact(self, ctx: CompactionContext) -> None:
+        if not self.opened.is_set():
+            self.waiting.set()
+            await self.opened.wait()
+
+
+async def test_repairs_of_a_call_overlapped_by_another_name_its_own_items() -> None:
+    """CT 5: the indexes of a call's repairs are read once its strategy has run; a call of
+    the same client that started meanwhile, with another history, must not change them."""
+    calls = [{"type": "tool_use", "id": i, "name": "read", "input": {}} for i in "ab"]
+    results = [{"type": "tool_result", "tool_use_id": i, "content": i} for i in "ab"]
+    first = [
+        {"role": "user", "content": "the task"},
+        {"role": "assistant", "content": calls},
+        {"role": "user", "content": results},  # 2: two messages to the manager
+        {"role": "assistant", "content": [{**calls[0], "id": "c"}]},
+        {"role": "user", "content": "go on"},  # call c (3) has no result
+    ]
+    other = [{"role": r, "content": str(n)} for n, r in enumerate(["user", "assistant"] * 3)]
+    gate, events = _Gate(), list[Event]()
+    with FakeAnthropic(default=Reply.text("ok")) as server:
+        async with ContextManager(Budget(context_window=100_000), strategy=gate) as ctx:
+            ctx.subscribe(events.append)
+            raw = anthropic.AsyncAnthropic(base_url=server.url, api_key="k", max_retries=0)
+            async with ant_provider.wrap(raw, ctx) as client, anyio.create_task_group() as tg:
+                for messages in (first, other):
+                    tg.start_soon(
+                        functools.partial(
+                            client.messages.create,
+                            model="m",
+                            max_tokens=64,
+                            tools=TOOLS,
+                            messages=messages,
+                        )
+                    )
+                    await gate.waiting.wait()
+                await anyio.wait_all_tasks_blocked()  # the second converted, waits its turn
+                gate.opened.set()
+    assert [r.status for r in server.requests] == [200, 200], server.requests[-1].error
+    assert _repairs(events) == ["missing_result@3:c"]
+
+
+async def test_a_renamed_call_id_keeps_its_new_id_named_by_the_callers_index() -> None:
+    """CT 5: a repair that renames a call id says the new id after the index; only the
+    index is the caller's."""
+    turn = [
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", **_CALL}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "out"},
+    ]
+    messages = [{"role": "system", "content": "be brief"}, CHAT_REPAIRED[2], *turn, *turn]
+    events: list[Event] = []
+    with FakeOpenAI(default=Reply.text("ok")) as server:
+        async with ContextManager(Budget(context_window=100_000)) as ctx:
+            ctx.subscribe(events.append)
+            raw = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+            async with oai_provider.wrap(raw, ctx) as client:
+                await client.chat.completions.create(model="m", tools=CHAT_TOOLS, messages=messages)
+    assert [r.status for r in server.requests] == [200], server.requests[-1].error
+    assert _repairs(events) == ["duplicate_call_id@4:c1->c1-2"]

@@ -27,6 +27,7 @@ from agentctx.adapters import (
 )
 from agentctx.errors import ConfigError, UnsupportedMessageError
 from agentctx.providers._history import ConvertedHistory, plain
+from agentctx.providers._repairs import name_repairs_by_caller, naming_items
 from agentctx.providers._stream import observe_stream, observe_sync_stream, reported_usage
 
 if TYPE_CHECKING:
@@ -109,6 +110,7 @@ class Compactor:
         self._asked: int | None = None
         self._requested = False
         self._said_not_rebuilt = False  # a stream the assembler gave up on was logged
+        name_repairs_by_caller(manager)
 
     async def request(self, kwargs: Mapping[str, Any], *, count: bool = False) -> dict[str, Any]:
         """The keyword arguments to send: the history compacted, the rest as given.
@@ -142,9 +144,8 @@ class Compactor:
             self._asked, self._requested = max_tokens, True
         elif max_tokens is None:
             max_tokens = self._asked if self._requested else 0
-        prepare = self.manager.prepare
-        if self.provider == "anthropic":
-            view = await prepare(self._history.convert(list(history)), max_tokens=max_tokens)
+        if self.provider == "anthropic":  # its system prompt is no message
+            view = await self._prepare(list(history), 0, max_tokens)
             for key in ("system", "tools"):  # their breakpoints are counted: read them once
                 value = outgoing.get(key)
                 if isinstance(value, Iterable) and not isinstance(value, _READ_AGAIN):
@@ -163,9 +164,19 @@ class Compactor:
         else:
             system, rest = split_openai_responses_system(history)
             render = to_openai_responses
-        view = await prepare(self._convert(rest, len(system)), max_tokens=max_tokens)
+        view = await self._prepare(rest, len(system), max_tokens)
         outgoing[self._key] = [*(plain(m) for m in system), *render(view)]
         return outgoing
+
+    async def _prepare(self, rest: list[Any], offset: int, max_tokens: int | None) -> list[Message]:
+        """The view of the history after its ``offset`` leading instructions (``rest``); the
+        repairs the session reports meanwhile (`TranscriptRepaired`) name the caller's own
+        indexes, a message made of several items (a Responses assistant turn) its first."""
+        messages = self._convert(rest, offset)
+        # The message -> item map is the conversion's own: nothing is spent on it unless a
+        # repair is reported.
+        with self._history.items_of() as item_of, naming_items(lambda i: offset + item_of(i)):
+            return await self.manager.prepare(messages, max_tokens=max_tokens)
 
     def _convert(self, rest: list[Any], offset: int) -> list[Message]:
         """The neutral messages of the history after its ``offset`` leading instructions; an

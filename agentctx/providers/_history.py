@@ -8,7 +8,9 @@ first item it changed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from agentctx._snapshots import UNCOPIED, snapshot, unchanged_prefix
@@ -115,6 +117,7 @@ class ConvertedHistory:
         self._ends: list[int] = []  # how many messages items[: i + 1] converted to
         self._messages: list[Message] = []
         self._names: dict[str, str] = {}  # tool names of the calls in _messages, by id
+        self._lent = 0  # calls still reading ``_ends`` through `items_of`
 
     def convert(self, items: list[Any]) -> list[Message]:
         """The neutral messages of ``items`` (the request's history, system messages split
@@ -141,11 +144,38 @@ class ConvertedHistory:
                 self._messages, self._provider
             )  # as the last request left them
             raise
-        del copies[same:], self._ends[same:], self._messages[kept:]
+        del copies[same:], self._messages[kept:]
+        if self._lent and same < len(self._ends):
+            # A call that overlaps this one (its strategy awaiting) still reads the old
+            # ends: they are left to it, not cut under it.
+            self._ends = self._ends[:same]
+        else:
+            del self._ends[same:]
         copies += fresh
         self._ends += ends
         self._messages += messages
         return list(self._messages)  # calls of a session overlap: each keeps its own
+
+    @contextmanager
+    def items_of(self) -> Iterator[Callable[[int], int]]:
+        """Within the block: the index in the items of the last `convert` of the item each
+        of its messages (by index) was made from; a message made from several items (a
+        Responses assistant turn) is named by the first of them.
+
+        ```python
+        messages = history.convert(items)
+        with history.items_of() as item_of:
+            ...  # item_of(i): the index in ``items`` of the item messages[i] came from
+        ```
+
+        Free until a message is named (a bisection then): a call that overlaps (another
+        ``convert`` before the block ends) leaves the ends read here as they are."""
+        ends, length = self._ends, len(self._ends)
+        self._lent += 1
+        try:
+            yield lambda message: bisect_right(ends, message, 0, length)
+        finally:
+            self._lent -= 1
 
     def _read(self, items: list[Any], start: int, kept: int) -> tuple[list[Message], list[int]]:
         """The messages of ``items`` (from index ``start`` of the history, after ``kept``
