@@ -134,7 +134,10 @@ class TranscriptRepaired(_Event):
 
     ``repairs`` are ``"<kind>@<raw index>[:<tool call id>]"`` strings, reported once each;
     a renamed duplicate tool-call id adds the new one: ``"duplicate_call_id@7:call_0->call_0-2"``.
-    The kinds are those of `agentctx.boundaries.Repair`.
+    The kinds are those of `agentctx.boundaries.Repair`. During a call of a wrapped SDK
+    client (`agentctx.providers`) the index is the one in the list the call was given
+    (``messages``, or a Responses ``input``), leading system / developer messages counted; a
+    message made of several items (a Responses assistant turn) is named by the first.
     """
 
     repairs: tuple[str, ...]
