@@ -21,7 +21,7 @@ import logging
 import math
 import warnings
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -141,6 +141,51 @@ class TranscriptRepaired(_Event):
     """
 
     repairs: tuple[str, ...]
+
+
+class _Naming:
+    """How the repairs of one call name their messages, until its `naming_repairs` block
+    ends (``None`` then: a task the call started keeps this object in its context, and must
+    neither rename later repairs nor keep the call's map alive)."""
+
+    __slots__ = ("item_of",)
+
+    def __init__(self, item_of: Callable[[int], int]) -> None:
+        self.item_of: Callable[[int], int] | None = item_of
+
+
+# A context variable, not a manager attribute: calls of one session overlap (one waits for
+# its turn while another's strategy awaits), and each task's repairs are its own call's.
+_NAMING: contextvars.ContextVar[_Naming | None] = contextvars.ContextVar(
+    "agentctx_repair_naming", default=None
+)
+
+
+@contextlib.contextmanager
+def naming_repairs(item_of: Callable[[int], int]) -> Iterator[None]:
+    """Within the block, the `TranscriptRepaired` events of this task's ``prepare`` name
+    ``item_of(index)`` for each raw message index: how a provider wrapper has them name the
+    caller's own list, which it converted to the messages the manager was given.
+
+    ```python
+    with naming_repairs(lambda i: offset + item_of(i)):
+        view = await manager.prepare(messages)
+    ```
+    """
+    naming = _Naming(item_of)
+    token = _NAMING.set(naming)
+    try:
+        yield
+    finally:
+        naming.item_of = None
+        _NAMING.reset(token)
+
+
+def repaired_index(index: int) -> int:
+    """The index a `TranscriptRepaired` names for raw message ``index`` (`naming_repairs`)."""
+    naming = _NAMING.get()
+    item_of = None if naming is None else naming.item_of
+    return index if item_of is None else item_of(index)
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,7 @@ from agentctx.events import (
     HistoryResynced,
     Subscriber,
     TranscriptRepaired,
+    repaired_index,
 )
 from agentctx.ledger import Ledger, protected_positions, shown_positions
 from agentctx.messages import (
@@ -1460,7 +1461,8 @@ class ContextManager:
             if key not in self._reported:
                 self._reported.add(key)
                 call = f":{r.tool_call_id}" if r.tool_call_id else ""
-                fresh.append(f"{r.kind}@{r.origin}{call}" + (f"->{r.new_id}" if r.new_id else ""))
+                at = repaired_index(r.origin)
+                fresh.append(f"{r.kind}@{at}{call}" + (f"->{r.new_id}" if r.new_id else ""))
         if fresh:
             self._hub.emit(TranscriptRepaired(tuple(fresh)))
 

@@ -26,8 +26,8 @@ from agentctx.adapters import (
     to_openai_responses,
 )
 from agentctx.errors import ConfigError, UnsupportedMessageError
+from agentctx.events import naming_repairs
 from agentctx.providers._history import ConvertedHistory, plain
-from agentctx.providers._repairs import name_repairs_by_caller, naming_items
 from agentctx.providers._stream import observe_stream, observe_sync_stream, reported_usage
 
 if TYPE_CHECKING:
@@ -110,7 +110,6 @@ class Compactor:
         self._asked: int | None = None
         self._requested = False
         self._said_not_rebuilt = False  # a stream the assembler gave up on was logged
-        name_repairs_by_caller(manager)
 
     async def request(self, kwargs: Mapping[str, Any], *, count: bool = False) -> dict[str, Any]:
         """The keyword arguments to send: the history compacted, the rest as given.
@@ -175,7 +174,7 @@ class Compactor:
         messages = self._convert(rest, offset)
         # The message -> item map is the conversion's own: nothing is spent on it unless a
         # repair is reported.
-        with self._history.items_of() as item_of, naming_items(lambda i: offset + item_of(i)):
+        with self._history.items_of() as item_of, naming_repairs(lambda i: offset + item_of(i)):
             return await self.manager.prepare(messages, max_tokens=max_tokens)
 
     def _convert(self, rest: list[Any], offset: int) -> list[Message]:
