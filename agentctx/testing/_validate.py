@@ -370,16 +370,41 @@ def _anthropic_thinking(
     turns: Sequence[tuple[str, list[tuple[int, int, Any]]]], body: Mapping[str, Any]
 ) -> str | None:
     thinking = body.get("thinking")
-    if not _is_obj(thinking) or thinking.get("type") not in ("enabled", "adaptive"):
+    enabled = _is_obj(thinking) and thinking.get("type") in ("enabled", "adaptive")
+    role, blocks = turns[-1]
+    if role == "assistant":  # the final position: a prefill
+        i, j, last = blocks[-1]
+        if last["type"] in _THINKING:
+            return (
+                f"messages.{i}.content.{j}: The final block in an assistant message cannot be "
+                "`thinking`."
+            )
+        if not enabled:
+            for i, j, block in blocks:
+                if block["type"] in _THINKING:
+                    return (
+                        f"messages.{i}.content.{j}.type: When thinking is disabled, an "
+                        "`assistant` message in the final position cannot contain `thinking`. "
+                        "Please either enable thinking or remove the thinking blocks."
+                    )
         return None
     # In a tool loop (the request ends with tool results) the assistant turn being answered
-    # must start with its thinking block: that is what a compactor must never drop.
-    if len(turns) < 2 or turns[-1][0] != "user" or turns[-2][0] != "assistant":
+    # must start with its thinking block: that is what a compactor must never drop. The turn
+    # is every assistant message since the user last spoke (results, and text sent after
+    # them, continue it): without interleaved thinking only its first step thinks.
+    if not enabled or blocks[0][2]["type"] != "tool_result":
         return None
-    if turns[-1][1][0][2]["type"] != "tool_result":
+    start = None
+    for k in range(len(turns) - 2, -1, -1):
+        role, blocks = turns[k]
+        if role == "assistant":
+            start = k
+        elif blocks[0][2]["type"] != "tool_result":
+            break
+    if start is None:
         return None
-    i, j, first = turns[-2][1][0]
-    if first["type"] in ("thinking", "redacted_thinking"):
+    i, j, first = turns[start][1][0]
+    if first["type"] in _THINKING:
         return None
     return (
         f"messages.{i}.content.{j}.type: Expected `thinking` or `redacted_thinking`, but found "
@@ -389,6 +414,9 @@ def _anthropic_thinking(
         "requirement, disable `thinking`. Please consult our documentation at "
         "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
     )
+
+
+_THINKING = ("thinking", "redacted_thinking")
 
 
 # --------------------------------------------------------------------------- OpenAI Chat
@@ -529,7 +557,20 @@ def _chat_message(message: Mapping[str, Any], i: int) -> Invalid | None:
                     f"{where}.id",
                     "missing_required_parameter",
                 )
-            if call.get("type") == "custom":  # a custom tool's call: free-form input text
+            kind = call.get("type")
+            if kind is None:
+                return Invalid(
+                    f"Missing required parameter: '{where}.type'.",
+                    f"{where}.type",
+                    "missing_required_parameter",
+                )
+            if kind not in ("function", "custom"):
+                return Invalid(
+                    f"Invalid value: '{kind}'. Supported values are: 'function' and 'custom'.",
+                    f"{where}.type",
+                    "invalid_value",
+                )
+            if kind == "custom":  # a custom tool's call: free-form input text
                 custom = call.get("custom")
                 if not (
                     _is_obj(custom)
