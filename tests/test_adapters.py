@@ -1741,3 +1741,47 @@ def test_a_call_the_api_refuses_is_refused_not_its_result_dropped(
     with pytest.raises(UnsupportedMessageError, match="tool") as refused:
         convert([{"role": "user", "content": "go"}, reply, answer])
     assert refused.value.index == 1
+
+
+async def test_a_chat_call_with_no_type_keeps_its_result_and_goes_back_typed() -> None:
+    """Found by a hostile run (CX 1): some compatible servers (Azure AI Inference) return a
+    function call without ``"type"``. It rode opaque, so its tool message answered no call:
+    the repair dropped the tool's output as an orphan and the request kept the call, which
+    every server that checks calls are answered refuses. It is now a function call, sent back
+    with the type the API requires."""
+    history = [
+        {"role": "user", "content": "list files"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "call_1", "function": {"name": "ls", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "a.py"},
+        {"role": "user", "content": "thanks, now what?"},
+    ]
+    events: list[object] = []
+    async with ContextManager(Budget(context_window=100_000)) as ctx:
+        ctx.subscribe(events.append)
+        sent = to_openai_chat(await ctx.prepare(from_openai_chat(history)))
+    assert events == []  # nothing repaired: the result answers its call
+    assert sent[1]["tool_calls"] == [
+        {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+    ]
+    assert sent[2] == history[2] and len(sent) == 4
+    assert validate_chat({"model": "m", "messages": sent}) is None
+    assert validate_chat({"model": "m", "messages": history}) is not None  # the type is required
+
+
+def test_a_chat_call_of_an_unknown_type_is_refused_not_its_result_dropped() -> None:
+    """A call of a type the API does not take (only function and custom) rode opaque too, its
+    tool message dropped as an orphan: refused at its index, as a malformed call is."""
+    call = {"id": "c1", "type": "plugin", "plugin": {"name": "f"}}
+    with pytest.raises(UnsupportedMessageError, match="'plugin'") as refused:
+        from_openai_chat(
+            [
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": "out"},
+            ]
+        )
+    assert refused.value.index == 1

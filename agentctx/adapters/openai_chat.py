@@ -22,8 +22,10 @@ Mapping: ``text`` / ``image_url`` parts become `TextBlock` / `ImageBlock` (data 
 base64 images), other parts ``OpaqueBlock("openai_chat", part)``; function ``tool_calls``
 become `ToolCall`, and so do ``custom`` ones (``{"input": text}`` as their arguments, so they
 pair with their tool messages; one whose id, name, arguments or input is not a string, which
-the API refuses, is refused with `UnsupportedMessageError`), calls of other types
-``OpaqueBlock("openai_chat.tool_call", call)``;
+the API refuses, is refused with `UnsupportedMessageError`); a call with no ``type`` (some
+compatible servers leave it out) is read as a function call and sent back with
+``"type": "function"``, which the API requires; a call of another type is refused with
+`UnsupportedMessageError` (the API takes none, and its tool message would answer no call);
 an assistant message's ``audio`` (an earlier spoken answer, by id) is
 ``OpaqueBlock("openai_chat.audio", {"audio": ...})``;
 ``tool`` messages become `ToolResultMessage` (``tool_name`` from the ``name`` field, else from the
@@ -281,6 +283,10 @@ def _call(tc: Mapping[str, Any]) -> ToolCall | OpaqueBlock:
         if _render_call(call) == tc:
             return call
     fn = tc.get("function")
+    if "type" not in tc and isinstance(fn, Mapping):
+        # Some compatible servers (Azure AI Inference) leave the type out of a function call;
+        # the API requires it: read as a function call, sent back with it.
+        tc = {**tc, "type": "function"}
     if (
         tc.get("type") == "function"
         and isinstance(tc.get("id"), str)
@@ -406,13 +412,17 @@ def _assistant(index: int, msg: Mapping[str, Any], *, response: bool) -> Assista
             if not isinstance(tc, Mapping):
                 raise UnsupportedMessageError(index, f"tool call of type {type(tc).__name__}")
             call = _call(tc)
-            if isinstance(call, OpaqueBlock) and tc.get("type") in ("function", _CUSTOM):
+            if isinstance(call, OpaqueBlock):
                 # Opaque, its tool message would answer no call (and be dropped as an
-                # orphan): the API refuses the call anyway ("expected a string").
-                raise UnsupportedMessageError(
-                    index,
-                    f"{tc['type']} tool call whose id, name, arguments or input is not a string",
+                # orphan) while the request kept the call: the API refuses such a call anyway
+                # ("expected a string", or a type other than function and custom).
+                kind = tc.get("type")
+                what = (
+                    f"{kind} tool call whose id, name, arguments or input is not a string"
+                    if kind in ("function", _CUSTOM)
+                    else f"tool call of type {kind!r} (the API takes function and custom calls)"
                 )
+                raise UnsupportedMessageError(index, what)
             blocks.append(call)
     elif "tool_calls" in msg:
         info["tool_calls"] = calls
