@@ -500,3 +500,73 @@ async def test_old_reasoning_beside_provider_items_stays_so_their_ids_can_go_bac
     assert kept and all(isinstance(i, str) for i in kept)
     with pytest.raises(ConfigError, match="provider items"):
         Ledger().add(DropThinking(anchor(history, 1), "custom"), history)
+
+
+async def _thinking_problem(providers: Providers, messages: list[Any], *, on: bool) -> str | None:
+    """Anthropic's 400 for raw request ``messages`` with thinking on or off (None: taken)."""
+    extra: dict[str, Any] = {"thinking": {"type": "enabled", "budget_tokens": 1024}} if on else {}
+    try:
+        await providers.anthropic.messages.create(
+            model=MODEL, max_tokens=2048, tools=TOOLS, messages=messages, **extra
+        )
+    except anthropic.BadRequestError as e:
+        return str(e)
+    return None
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_tool_loop_that_thinks_on_its_first_step_only_is_sent_whole(
+    providers: Providers, mode: Mode
+) -> None:
+    """Found by a hostile run (CX 5): without interleaved thinking Claude thinks on the
+    first step of a tool loop only, and the API reads the loop as one assistant turn that
+    must start with thinking. The fake server wanted the newest step to start with thinking:
+    it refused that ordinary loop, and took one that turned thinking on mid-turn."""
+    history: list[Message] = [
+        UserMessage.of("Fix a.py"),
+        AssistantMessage((thought("Read it, then b.py."), read("toolu_1")), "tool_use"),
+        ToolResultMessage.of("toolu_1", "x = 1"),
+        AssistantMessage((read("toolu_2", "b.py"),), "tool_use"),
+        ToolResultMessage.of("toolu_2", "y = 2"),
+    ]
+    assert await _thinking_problem(providers, to_anthropic(history), on=True) is None
+    view, reported, _ = await repaired([history], mode)
+    assert view == history and reported == []
+    await providers.with_thinking(view)
+    switched = [history[0], calls("toolu_1"), history[2], history[1], history[4]]
+    switched[3] = AssistantMessage((thought("Now think."), read("toolu_2")), "tool_use")
+    problem = await _thinking_problem(providers, to_anthropic(switched), on=True)
+    assert problem is not None and "must start with a thinking block" in problem
+
+
+@pytest.mark.parametrize("thinking", [True, False], ids=["thinking on", "thinking off"])
+async def test_a_response_cut_off_after_its_thinking_is_left_out(
+    providers: Providers, thinking: bool
+) -> None:
+    """Found by a hostile run (CX 6): a history ending on an assistant message of thinking
+    only (a response cut off after it) went out as it was; the API refuses a final block
+    that is thinking, and, thinking off, any thinking in the final assistant message. The
+    Anthropic adapter leaves it out, as the Responses one leaves out a trailing reasoning
+    item: the request asks for the answer again."""
+    cut = AssistantMessage((thought("Planning the report."),))
+    history: list[Message] = [UserMessage.of("Write the report."), cut]
+    block = cut.content[0]
+    assert isinstance(block, ThinkingBlock)
+    blocks = [{"type": "thinking", "thinking": block.thinking, "signature": block.signature}]
+    as_given = [
+        {"role": "user", "content": "Write the report."},
+        {"role": "assistant", "content": blocks},
+    ]
+    problem = await _thinking_problem(providers, as_given, on=thinking)
+    assert problem is not None and "cannot be `thinking`" in problem
+    async with ContextManager(100_000) as ctx:
+        view = await ctx.prepare(history)
+    assert view == history  # the session's view keeps it: the adapter leaves it out
+    assert to_anthropic(view) == [{"role": "user", "content": "Write the report."}]
+    assert await _thinking_problem(providers, to_anthropic(view), on=thinking) is None
+    prefill = [
+        as_given[0],
+        {"role": "assistant", "content": [*blocks, {"type": "text", "text": "I"}]},
+    ]
+    problem = await _thinking_problem(providers, prefill, on=False)
+    assert "When thinking is disabled" in str(problem)  # none in the final assistant message

@@ -351,7 +351,8 @@ def to_anthropic(messages: Iterable[Message]) -> list[JSON]:
     """Anthropic request ``messages`` for neutral messages (the inverse of `from_anthropic`).
 
     Consecutive tool results go into one user message (a parallel batch); a
-    `SummaryMessage` is sent as a user message holding its text. Raises
+    `SummaryMessage` is sent as a user message holding its text; a final assistant message
+    of thinking only (a response cut off after it, which the API refuses) is left out. Raises
     `UnsupportedMessageError` for an opaque block of another provider.
     """
     out: list[JSON] = []
@@ -376,7 +377,19 @@ def to_anthropic(messages: Iterable[Message]) -> list[JSON]:
         previous = m
     if group:
         out.append(_render_user(group))
+    elif isinstance(previous, AssistantMessage) and _only_reasoning(previous):
+        # A response cut off after its thinking: the API refuses a final block that is
+        # thinking (and, thinking off, any in the final assistant message). Left out, the
+        # request asks for the answer again, as the Responses adapter leaves out a trailing
+        # reasoning item.
+        out.pop()
     return out
+
+
+def _only_reasoning(m: AssistantMessage) -> bool:
+    return bool(m.content) and all(
+        isinstance(b, ThinkingBlock | RedactedThinkingBlock) for b in m.content
+    )
 
 
 def _render_assistant(index: int, m: AssistantMessage) -> JSON:
