@@ -216,6 +216,9 @@ DEFAULT_PRICES: Mapping[str, Price] = {
     "gpt-4.1": _openai(2.0, 0.5, 2.0, 8.0, long=False),
     "gpt-4o-mini": _openai(0.15, 0.075, 0.15, 0.6, long=False),
     "gpt-4o": _openai(2.5, 1.25, 2.5, 10.0, long=False),
+    # The first GPT-4o snapshot kept its launch price, with no cached-input discount: the
+    # snapshot-date rule would read it as gpt-4o.
+    "gpt-4o-2024-05-13": _openai(5.0, 5.0, 5.0, 15.0, long=False),
 }
 
 # What may follow a key in a model id that still names the same model: a snapshot date

@@ -116,6 +116,16 @@ def test_dated_and_suffixed_ids_match_their_model(model: str, same_as: str) -> N
     assert price_for(model) is DEFAULT_PRICES[same_as]
 
 
+def test_a_snapshot_priced_apart_from_its_model_is_not_given_the_models_price() -> None:
+    """Found by a hostile run (CX 7): gpt-4o-2024-05-13 kept GPT-4o's launch price ($5 /
+    $15, no cached-input discount) and was priced as gpt-4o by the snapshot-date rule: 1M
+    input and 1M output tokens came to $12.50 instead of $20."""
+    price = price_for("gpt-4o-2024-05-13")
+    assert price is not None and price is not DEFAULT_PRICES["gpt-4o"]
+    assert rates(price)[:3] == (5.0, 15.0, 5.0)
+    assert price.cost(Usage(input_tokens=1_000_000, output_tokens=1_000_000)) == 20.0
+
+
 @pytest.mark.parametrize(
     "model",
     [
