@@ -1785,3 +1785,25 @@ def test_a_chat_call_of_an_unknown_type_is_refused_not_its_result_dropped() -> N
             ]
         )
     assert refused.value.index == 1
+
+
+async def test_the_stub_for_an_unanswered_custom_call_answers_as_a_custom_output() -> None:
+    """Found by a hostile run (CX): the stub result of an interrupted Responses custom tool
+    call went back as a ``function_call_output``, an output of another kind than its call."""
+    items = [
+        {"role": "user", "content": "patch the file"},
+        {
+            "type": "custom_tool_call",
+            "id": "ctc_1",
+            "call_id": "call_1",
+            "name": "apply_patch",
+            "input": "*** Begin Patch",
+        },
+        {"type": "function_call", "call_id": "call_2", "name": "ls", "arguments": "{}"},
+        {"role": "user", "content": "what happened?"},
+    ]
+    async with ContextManager(Budget(context_window=100_000)) as ctx:
+        sent = to_openai_responses(await ctx.prepare(from_openai_responses(items)))
+    outputs = {i["call_id"]: i["type"] for i in sent if i.get("type", "").endswith("_output")}
+    assert outputs == {"call_1": "custom_tool_call_output", "call_2": "function_call_output"}
+    assert validate_responses({"model": "m", "input": sent}, sent) is None

@@ -17,7 +17,8 @@ with `split_openai_responses_system` (a system item left in the history becomes 
 
 Mapping: each user / system / developer message item is a `UserMessage`
 (``input_text`` / ``input_image`` parts as `TextBlock` / `ImageBlock`, other parts opaque);
-each ``function_call_output`` and ``custom_tool_call_output`` is a `ToolResultMessage`;
+each ``function_call_output`` and ``custom_tool_call_output`` is a `ToolResultMessage` (one
+made elsewhere, a repair's stub, goes back as the output its call's kind takes);
 every run of other items is one `AssistantMessage`: assistant message items give `TextBlock`
 (a refusal part has ``extra["refusal"] = True``), ``function_call`` gives `ToolCall` whose id
 is the ``call_id`` (the item's own ``id`` rides in ``extra["id"]``), ``custom_tool_call`` a
@@ -539,6 +540,7 @@ def to_openai_responses(messages: Iterable[Message]) -> list[JSON]:
     and is dropped. Raises `UnsupportedMessageError` for an opaque block of another provider.
     """
     out: list[JSON] = []
+    custom: set[str] = set()  # the ids of the custom tool calls sent so far
     for index, m in enumerate(messages):
         info = info_of(m, KEY)
         d: JSON = dict(info.get("fields", {}))
@@ -550,10 +552,17 @@ def to_openai_responses(messages: Iterable[Message]) -> list[JSON]:
             d.update(role="user", content=m.text)
         elif isinstance(m, ToolResultMessage):
             kind = info.get("type")
-            d.update(type=kind if kind in _OUTPUTS else "function_call_output")
-            d["call_id"] = m.tool_call_id
+            if kind not in _OUTPUTS:  # made here (a repair's stub): it answers as its call asks
+                custom_call = m.tool_call_id in custom
+                kind = "custom_tool_call_output" if custom_call else "function_call_output"
+            d.update(type=kind, call_id=m.tool_call_id)
             _put(d, "output", m.content, info.get("content"), index)
         elif isinstance(m, AssistantMessage):
+            custom.update(
+                b.id
+                for b in m.content
+                if isinstance(b, ToolCall) and b.extra.get("type") == _CUSTOM_CALL
+            )
             items = _render_items(m.content, index)
             if m.extra.get(THINKING_DROPPED):
                 # A stored item's id names the reasoning item it followed, which is not sent:
