@@ -1772,6 +1772,23 @@ async def test_a_chat_call_with_no_type_keeps_its_result_and_goes_back_typed() -
     assert validate_chat({"model": "m", "messages": history}) is not None  # the type is required
 
 
+def test_a_chat_call_whose_type_is_null_is_a_function_call() -> None:
+    """Found by the re-run (CZ 2): the SDK types a call a server sent without ``type`` with
+    the field unset, and ``message.model_dump()`` (how a loop keeps a reply) writes null:
+    refused as a call "of type None" where a missing type was read."""
+    call = {"id": "c1", "function": {"arguments": "{}", "name": "f"}, "type": None}
+    history = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+    ]
+    sent = to_openai_chat(from_openai_chat(history))
+    assert sent[1]["tool_calls"] == [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    ]
+    assert sent[2] == history[2]
+
+
 def test_a_chat_call_of_an_unknown_type_is_refused_not_its_result_dropped() -> None:
     """A call of a type the API does not take (only function and custom) rode opaque too, its
     tool message dropped as an orphan: refused at its index, as a malformed call is."""

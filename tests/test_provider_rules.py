@@ -570,3 +570,29 @@ async def test_a_response_cut_off_after_its_thinking_is_left_out(
     ]
     problem = await _thinking_problem(providers, prefill, on=False)
     assert "When thinking is disabled" in str(problem)  # none in the final assistant message
+
+
+async def test_a_response_cut_off_after_a_later_thinking_block_is_left_out_whole(
+    providers: Providers,
+) -> None:
+    """Found by the re-run (CZ 1): interleaved thinking cut off after a later block
+    (``[thinking, text, thinking]``) still ended the request on thinking, and leaving out a
+    thinking-only message could leave the assistant message before it (one turn to the API)
+    ending the request on text with trailing whitespace, which a final assistant message
+    cannot end with. The assistant messages at the end are left out whole."""
+    question = UserMessage.of("Find the bug.")
+    for tail in (
+        [AssistantMessage((thought("a"), TextBlock("Checking."), thought("b")))],
+        [
+            AssistantMessage((thought("a"), TextBlock("Checking the logs:\n\n")), "max_tokens"),
+            AssistantMessage((thought("b"),)),
+        ],
+    ):
+        history: list[Message] = [question, *tail]
+        async with ContextManager(100_000) as ctx:
+            view = await ctx.prepare(history)
+        assert to_anthropic(view) == [{"role": "user", "content": "Find the bug."}]
+        for on in (True, False):
+            assert await _thinking_problem(providers, to_anthropic(view), on=on) is None
+    answered = [question, AssistantMessage((thought("a"), TextBlock("Done.")))]
+    assert len(to_anthropic(answered)) == 2  # a prefill that ends on text is the caller's

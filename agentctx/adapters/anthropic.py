@@ -351,8 +351,9 @@ def to_anthropic(messages: Iterable[Message]) -> list[JSON]:
     """Anthropic request ``messages`` for neutral messages (the inverse of `from_anthropic`).
 
     Consecutive tool results go into one user message (a parallel batch); a
-    `SummaryMessage` is sent as a user message holding its text; a final assistant message
-    of thinking only (a response cut off after it, which the API refuses) is left out. Raises
+    `SummaryMessage` is sent as a user message holding its text; assistant messages at the
+    end whose last block is thinking (a response cut off during it, which the API refuses)
+    are left out. Raises
     `UnsupportedMessageError` for an opaque block of another provider.
     """
     out: list[JSON] = []
@@ -377,18 +378,22 @@ def to_anthropic(messages: Iterable[Message]) -> list[JSON]:
         previous = m
     if group:
         out.append(_render_user(group))
-    elif isinstance(previous, AssistantMessage) and _only_reasoning(previous):
-        # A response cut off after its thinking: the API refuses a final block that is
-        # thinking (and, thinking off, any in the final assistant message). Left out, the
-        # request asks for the answer again, as the Responses adapter leaves out a trailing
-        # reasoning item.
-        out.pop()
+    elif out and _ends_in_thinking(out[-1]["content"]):
+        # A response cut off during its thinking: the API refuses a final block that is
+        # thinking (and, thinking off, any in the final assistant message). The assistant
+        # messages at the end, one turn to the API, are left out whole (what is left must not
+        # end the request in their place), and the request asks for the answer again, as the
+        # Responses adapter leaves out a trailing reasoning item.
+        while out and out[-1]["role"] == "assistant":
+            out.pop()
     return out
 
 
-def _only_reasoning(m: AssistantMessage) -> bool:
-    return bool(m.content) and all(
-        isinstance(b, ThinkingBlock | RedactedThinkingBlock) for b in m.content
+def _ends_in_thinking(content: object) -> bool:
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and content[-1].get("type") in ("thinking", "redacted_thinking")
     )
 
 

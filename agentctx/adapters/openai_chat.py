@@ -22,8 +22,8 @@ Mapping: ``text`` / ``image_url`` parts become `TextBlock` / `ImageBlock` (data 
 base64 images), other parts ``OpaqueBlock("openai_chat", part)``; function ``tool_calls``
 become `ToolCall`, and so do ``custom`` ones (``{"input": text}`` as their arguments, so they
 pair with their tool messages; one whose id, name, arguments or input is not a string, which
-the API refuses, is refused with `UnsupportedMessageError`); a call with no ``type`` (some
-compatible servers leave it out) is read as a function call and sent back with
+the API refuses, is refused with `UnsupportedMessageError`); a call with no ``type``, or a
+null one (some compatible servers leave it out) is read as a function call and sent back with
 ``"type": "function"``, which the API requires; a call of another type is refused with
 `UnsupportedMessageError` (the API takes none, and its tool message would answer no call);
 an assistant message's ``audio`` (an earlier spoken answer, by id) is
@@ -283,9 +283,10 @@ def _call(tc: Mapping[str, Any]) -> ToolCall | OpaqueBlock:
         if _render_call(call) == tc:
             return call
     fn = tc.get("function")
-    if "type" not in tc and isinstance(fn, Mapping):
-        # Some compatible servers (Azure AI Inference) leave the type out of a function call;
-        # the API requires it: read as a function call, sent back with it.
+    if tc.get("type") is None and isinstance(fn, Mapping):
+        # Some compatible servers (Azure AI Inference) leave the type out of a function call
+        # (the SDK's ``model_dump()`` then writes null); the API requires it: read as a
+        # function call, sent back with it.
         tc = {**tc, "type": "function"}
     if (
         tc.get("type") == "function"
