@@ -54,7 +54,15 @@ from agentctx.events import (
     SummaryRejected,
     SummaryStale,
 )
-from agentctx.messages import OpaqueBlock, TextBlock, ToolCall, ToolResultMessage, text_of
+from agentctx.messages import (
+    OpaqueBlock,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolResultMessage,
+    text_of,
+)
 from agentctx.providers.anthropic_compaction import (
     COMPACTION_BETA,
     AnthropicCompactionSummarizer,
@@ -71,6 +79,7 @@ from agentctx.summarizer import (
 )
 from agentctx.testing import assert_view_ok
 from agentctx.testing._openai_wire import responses_items, responses_segments
+from agentctx.testing._validate import sign
 from agentctx.testing._wire import anthropic_segments, estimate_tokens
 from agentctx.testing.servers import FakeAnthropic, FakeOpenAI, FakeServer, Reply
 
@@ -691,3 +700,119 @@ async def test_a_blank_last_turn_leaves_the_one_before_it_closed_too() -> None:
     assert result.messages and len(server.requests) == 1 and not info.value.retryable
     sent = json.loads(server.requests[0].body)["messages"]
     assert sent[-1] == {"role": "assistant", "content": [{"type": "text", "text": "done"}]}
+
+
+# ---------------------------------------------------------------------------------------
+# Thinking blocks: a compaction request runs with thinking disabled
+
+
+def thought(text: str) -> ThinkingBlock:
+    return ThinkingBlock(text, sign(text))
+
+
+THINKING_ENDINGS: dict[str, tuple[Message, ...]] = {
+    "answer": (
+        UserMessage.of("task: fix the parser"),
+        AssistantMessage((thought("let me think"), TextBlock("done")), "end_turn"),
+    ),
+    "tool results": (
+        UserMessage.of("task: fix the parser"),
+        AssistantMessage(
+            (thought("need grep"), ToolCall("toolu_1", "bash", {"command": "ls"})), "tool_use"
+        ),
+        ToolResultMessage.of("toolu_1", "a.py b.py", tool_name="bash"),
+    ),
+    "blank answer": (  # the blank text is left out: the turn before it is then the last
+        UserMessage.of("task: fix the parser"),
+        AssistantMessage.of("on it"),
+        AssistantMessage((thought("hmm"), TextBlock(" \n")), "end_turn"),
+    ),
+    "redacted answer": (
+        UserMessage.of("task: fix the parser"),
+        AssistantMessage((RedactedThinkingBlock("ZW5jcnlwdGVk"), TextBlock("done")), "end_turn"),
+    ),
+    "user message": (  # a turn of thinking alone, left out whole, inside the conversation
+        UserMessage.of("task: fix the parser"),
+        AssistantMessage((thought("only thinking"),), "max_tokens"),
+        UserMessage.of("go on"),
+    ),
+    "thinking alone": (
+        UserMessage.of("task: fix the parser"),
+        AssistantMessage((TextBlock("done"),), "end_turn"),
+        AssistantMessage((thought("only thinking"),), "max_tokens"),
+    ),
+}
+
+
+@pytest.mark.parametrize("ending", list(THINKING_ENDINGS))
+async def test_a_compaction_request_sends_no_thinking_blocks(ending: str) -> None:
+    """Found by a hostile run (CX, finding 1): the conversation's thinking blocks were sent
+    in the compaction request, which has thinking disabled, and the API refuses a final
+    assistant turn holding thinking ("When thinking is disabled, an `assistant` message in
+    the final position cannot contain `thinking`"; "The final block in an assistant message
+    cannot be `thinking`"). They are left out whole, and a turn left empty with them."""
+    conversation = THINKING_ENDINGS[ending]
+    request = SummaryRequest(
+        system="s", prompt="p", max_tokens=300, conversation=conversation, messages=1
+    )
+    async with FakeAnthropic(default=Reply.text("A summary.")) as server:
+        summarizer = AnthropicCompactionSummarizer(
+            ANTHROPIC_MODEL, api_key="k", base_url=server.url
+        )
+        try:
+            result = await summarizer.summarize(request)
+        finally:
+            await summarizer.aclose()
+    assert result.messages
+    sent = server.requests[0]
+    assert sent.status == 200 and "thinking" not in sent.json
+    messages = sent.json["messages"]
+    assert not [b for b in _blocks(messages) if b["type"] in ("thinking", "redacted_thinking")]
+    assert all(m["content"] for m in messages)  # no turn left empty
+    # Everything else went as it was (but a blank text closing the conversation).
+    assert _substance(_blocks(messages)) == _substance(_blocks(to_anthropic(conversation)))
+    last = messages[-1]
+    if last["role"] == "assistant":
+        assert last["content"][-1]["type"] == "text"
+        assert last["content"][-1]["text"] == last["content"][-1]["text"].rstrip()
+
+
+def _blocks(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [b for m in messages if isinstance(m["content"], list) for b in m["content"]]
+
+
+def _substance(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The blocks but thinking and blank text."""
+    thinking = ("thinking", "redacted_thinking")
+    return [b for b in blocks if b["type"] not in thinking and b.get("text", "-").strip()]
+
+
+async def test_a_thinking_loop_is_compacted_without_its_thinking() -> None:
+    """The same through `LlmCompaction`: each step of the loop's turns carries a signed
+    thinking block (interleaved thinking), and no compaction request sends one."""
+
+    def thinking_turn(i: int) -> list[Message]:
+        out: list[Message] = [UserMessage.of(f"q{i}: {prose(i, 20)}")]
+        for k in range(3):
+            call = ToolCall(f"toolu_{i}_{k}", "bash", {"command": f"cat f{i}{k}"})
+            out += [
+                AssistantMessage((thought(f"step {i}.{k}"), call), "tool_use"),
+                ToolResultMessage.of(call.id, prose(i + k, 40), tool_name="bash"),
+            ]
+        answer = (thought(f"end {i}"), TextBlock(f"a{i}: {prose(i + 2, 20)}"))
+        return [*out, AssistantMessage(answer, "end_turn")]
+
+    async with session("anthropic", answering(["FIRST", "LATER"])) as s:
+        i = 0
+        while len(s.spliced()) < 2:
+            await s.turn(thinking_turn(i))
+            await s.answered()
+            i += 1
+            assert i < 60, [type(e).__name__ for e in s.events]
+    requests = compaction_requests(s)
+    assert len(requests) >= 2 and all(r.status == 200 for r in requests)
+    for r in requests:
+        contents = [m["content"] for m in r.json["messages"] if isinstance(m["content"], list)]
+        types = {b["type"] for content in contents for b in content}
+        assert "tool_use" in types and not types & {"thinking", "redacted_thinking"}
+    assert not s.of(SummaryRejected)

@@ -21,6 +21,14 @@ head stays in the view, and the block is sent after it).
 Send your loop's own ``system`` and ``tools``: the request then starts with the prefix your
 loop's requests cached, and the tool calls in the conversation need their tools (without
 ``tools`` the summarizer declares a minimal schema for each tool the conversation calls).
+
+The request runs with thinking disabled, so the conversation's ``thinking`` and
+``redacted_thinking`` blocks are left out of it, each whole (the API then refuses a final
+assistant turn holding one; a summary needs what was said and done, not the reasoning
+behind each step), with any assistant turn that held nothing else. For a loop with thinking
+on, the request's messages therefore differ from those the loop cached after the first
+assistant turn holding thinking; its ``system`` and ``tools`` still match.
+
 The block is readable and signed, but only Anthropic accepts it back: the history is tied to
 the provider from then on. ``required_sections`` do not apply.
 
@@ -126,10 +134,11 @@ class AnthropicCompactionSummarizer(ClientOwner):
             raise SummarizerError(
                 "nothing to compact: the request has no conversation", retryable=False
             )
-        messages = _closed_turn(to_anthropic(request.conversation))
+        messages = _closed_turn(_without_thinking(to_anthropic(request.conversation)))
         if not messages:
             raise SummarizerError(
-                "nothing to compact: the conversation holds only blank text", retryable=False
+                "nothing to compact: the conversation holds only blank text or thinking",
+                retryable=False,
             )
         options = dict(self.request_options)
         betas = [*options.pop("betas", ()), COMPACTION_BETA]
@@ -162,6 +171,34 @@ def _tool_stubs(conversation: Iterable[Message]) -> list[dict[str, Any]]:
         if isinstance(m, AssistantMessage):
             names.update((b.name, None) for b in m.content if isinstance(b, ToolCall))
     return [{"name": n, "input_schema": {"type": "object"}} for n in names]
+
+
+_THINKING = frozenset({"thinking", "redacted_thinking"})
+
+
+def _without_thinking(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` without their ``thinking`` and ``redacted_thinking`` blocks, each left out
+    whole (never edited), and without an assistant turn that held nothing else.
+
+    The compaction request runs with thinking disabled, and the API then refuses a final
+    assistant turn holding thinking ("When thinking is disabled, an `assistant` message in
+    the final position cannot contain `thinking`", or one ending on it). Leaving them all
+    out, not only the last turn's, keeps every request valid wherever the span ends (a
+    user message, tool results, an answer) and loses nothing the summary needs: what was
+    said and done. (A turn left out leaves two turns of one role side by side, which the
+    API merges into one.)"""
+    kept: list[dict[str, Any]] = []
+    for m in messages:
+        content = m.get("content")
+        if m.get("role") != "assistant" or not isinstance(content, list):
+            kept.append(m)
+            continue
+        blocks = [b for b in content if b.get("type") not in _THINKING]
+        if len(blocks) == len(content):
+            kept.append(m)
+        elif blocks:
+            kept.append({**m, "content": blocks})
+    return kept
 
 
 def _closed_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
