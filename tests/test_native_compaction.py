@@ -816,3 +816,63 @@ async def test_a_thinking_loop_is_compacted_without_its_thinking() -> None:
         types = {b["type"] for content in contents for b in content}
         assert "tool_use" in types and not types & {"thinking", "redacted_thinking"}
     assert not s.of(SummaryRejected)
+
+
+# ---------------------------------------------------------------------------------------
+# An OpenAI compaction item without encrypted content: a failed compaction
+
+
+def compacted_without_content(encrypted: str | None) -> bytes:
+    """A ``/v1/responses/compact`` answer whose compaction item carries ``encrypted``."""
+    return json.dumps(
+        {
+            "id": "resp_1", "object": "response.compaction", "created_at": 0,
+            "output": [
+                {
+                    "id": "msg_1", "type": "message", "status": "completed", "role": "user",
+                    "content": [{"type": "input_text", "text": "task"}],
+                },
+                {"id": "cmp_1", "type": "compaction", "encrypted_content": encrypted},
+            ],
+            "usage": {
+                "input_tokens": 900, "output_tokens": 40, "total_tokens": 940,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": 0},
+            },
+        }
+    ).encode()  # fmt: skip
+
+
+@pytest.mark.parametrize("encrypted", ["", None], ids=["blank", "null"])
+async def test_an_openai_compaction_item_without_content_is_rejected_with_its_cost(
+    encrypted: str | None,
+) -> None:
+    """Found by a hostile run (CX, finding 2): a compaction item whose ``encrypted_content``
+    is "" or null was spliced as a briefing and sent back on every later request (an item no
+    server can read). It is a failed compaction, as Anthropic's block without content: an
+    ``empty`` briefing, rejected with what it was billed."""
+
+    def answer(body: dict[str, Any]) -> Reply:
+        if is_compaction_request(body):
+            return Reply.malformed(compacted_without_content(encrypted))
+        return Reply.text("ok")
+
+    async with session("openai", answer) as s:
+        i = 0
+        while not s.of(SummaryRejected):
+            await s.turn(turn(i))
+            await s.answered()
+            i += 1
+            assert i < 30, [type(e).__name__ for e in s.events]
+        for j in range(i, i + 3):
+            await s.turn(turn(j))
+            await s.answered()
+    rejected = s.of(SummaryRejected)[0]
+    assert rejected.reason == "empty" and rejected.attempts == 1
+    assert rejected.summary is not None and rejected.summary.usage == Usage(900, 40)
+    assert rejected.summary.cost_usd is not None and rejected.summary.cost_usd > 0
+    assert not s.spliced() and s.llm.spend.requests >= 1
+    calls = [r for r in s.server.requests if r.path == "/v1/responses"]
+    assert calls and all(r.status == 200 for r in calls)
+    sent = [item for r in calls for item in r.json["input"]]
+    assert not [item for item in sent if item.get("type") == "compaction"]

@@ -21,8 +21,8 @@ came). The item is opaque and provider-locked: nothing can be read from it, and 
 accepts it back. ``required_sections`` do not apply.
 
 SDK retries are off, errors become `SummarizerError` (`summarizer_error`), cancellation
-propagates; an answer without a compaction item is an ``empty`` briefing, rejected with its
-cost.
+propagates; an answer without a compaction item, or whose item has no ``encrypted_content``
+(empty or null: a failed compaction), is an ``empty`` briefing, rejected with its cost.
 """
 
 from __future__ import annotations
@@ -129,8 +129,14 @@ def _to_result(
     compacted: CompactedResponse, span: tuple[Message, ...], model: str
 ) -> SummaryResult:
     usage, known = read_usage(compacted.usage)
-    # The items as the server sent them: the encrypted content goes back byte for byte.
-    items = [i.to_dict(mode="json") for i in compacted.output if i.type == "compaction"]
+    # The items as the server sent them: the encrypted content goes back byte for byte. One
+    # without it ("" or null) is a failed compaction, as Anthropic's block without content:
+    # no server can read it back, so it is left out (none left: an ``empty`` briefing).
+    items = [
+        i.to_dict(mode="json")
+        for i in compacted.output
+        if i.type == "compaction" and isinstance(i.encrypted_content, str) and i.encrypted_content
+    ]
     spliced: tuple[Message, ...] = ()
     if items:
         # The answer repeats every user message of the input before the item; those of the
