@@ -68,6 +68,7 @@ from agentctx.providers._convert import (
     send,
     send_blocking,
 )
+from agentctx.providers._native import NativeChecked, check_native
 
 try:
     from anthropic import Anthropic, AsyncAnthropic
@@ -342,7 +343,7 @@ class WrappedAsyncAnthropic(Generic[A]):
     ) -> None:
         self.client = client
         self.manager = manager
-        self._compactor = compactor or Compactor(
+        self._compactor = compactor or NativeChecked(
             manager, "anthropic", cache_breakpoints=cache_breakpoints
         )
         self._cache_breakpoints = cache_breakpoints
@@ -591,7 +592,7 @@ class WrappedAnthropic(BlockingClient, Generic[S]):
         loop: LoopThread | None = None,
     ) -> None:
         super().__init__(client, manager, loop)
-        self._compactor = compactor or Compactor(
+        self._compactor = compactor or NativeChecked(
             manager, "anthropic", cache_breakpoints=cache_breakpoints
         )
         self._cache_breakpoints = cache_breakpoints
@@ -645,7 +646,11 @@ def wrap(
 
     ``client`` is an ``AsyncAnthropic`` or an ``Anthropic``; ``cache_breakpoints=True``
     places ``cache_control`` breakpoints where they pay (see `place_breakpoints`).
+    A ``manager`` that compacts with another API's native compaction (such as
+    `OpenAICompactionSummarizer`) is refused with `ConfigError`.
     """
+    if isinstance(client, AsyncAnthropic | Anthropic):
+        check_native(manager, ("anthropic",))
     if isinstance(client, AsyncAnthropic):
         return WrappedAsyncAnthropic(client, manager, cache_breakpoints=cache_breakpoints)
     if isinstance(client, Anthropic):

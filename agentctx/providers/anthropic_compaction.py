@@ -39,7 +39,7 @@ briefing, rejected with its cost.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentctx._usage import Unpriced, read_usage
 from agentctx.adapters.anthropic import PROVIDER, to_anthropic
@@ -98,6 +98,11 @@ class AnthropicCompactionSummarizer(ClientOwner):
         request_options: more arguments for every request (``betas`` are added to the
             compaction beta); the ones set here cannot be.
     """
+
+    native_provider: ClassVar[str] = PROVIDER
+    """What it splices is an ``OpaqueBlock`` of this provider, which only Anthropic's Messages
+    API takes back: `wrap` and `as_middleware` refuse a session compacting with it under a
+    loop on another API (`ConfigError`)."""
 
     sends_conversation = True
     """It sends `SummaryRequest.conversation`, not the transcript: a request refused as too

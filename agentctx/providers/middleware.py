@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from agentctx.providers._convert import Compactor, Provider
+from agentctx.providers._convert import Provider
+from agentctx.providers._native import NativeChecked, check_native
 
 if TYPE_CHECKING:
     from agentctx.manager import ContextManager
@@ -39,7 +40,8 @@ def as_middleware(
     manager: ContextManager, provider: Provider, *, cache_breakpoints: bool = False
 ) -> Middleware:
     """The middleware form of `wrap` for ``provider``'s request format."""
-    compactor = Compactor(manager, provider, cache_breakpoints=cache_breakpoints)
+    compactor = NativeChecked(manager, provider, cache_breakpoints=cache_breakpoints)
+    check_native(manager, (provider,))
 
     async def middleware(request: Mapping[str, Any], call_next: CallNext) -> Any:
         response = await call_next(await compactor.request(request))

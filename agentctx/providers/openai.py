@@ -67,6 +67,7 @@ from agentctx.providers._convert import (
     send,
     send_blocking,
 )
+from agentctx.providers._native import NativeChecked, check_native
 
 try:
     from openai import AsyncOpenAI, OpenAI
@@ -334,8 +335,8 @@ class _Compactors:
     copies."""
 
     def __init__(self, manager: ContextManager) -> None:
-        self.chat = Compactor(manager, "openai-chat")
-        self.responses = Compactor(manager, "openai-responses")
+        self.chat = NativeChecked(manager, "openai-chat")
+        self.responses = NativeChecked(manager, "openai-responses")
 
 
 class WrappedAsyncOpenAI(_HistoryResources, Generic[A]):
@@ -597,7 +598,13 @@ def wrap(client: A | S, manager: ContextManager) -> WrappedAsyncOpenAI[A] | Wrap
     history (``chat.completions.create`` / ``parse`` / ``stream``, ``responses.create`` /
     ``parse`` / ``stream`` / ``input_tokens.count``) send the compacted view of the full
     history they are given and record usage; the others that would send it uncompacted raise
-    `ConfigError`."""
+    `ConfigError`.
+
+    A ``manager`` that compacts with Anthropic's native compaction is refused with
+    `ConfigError`; one that compacts with `OpenAICompactionSummarizer` (Responses items) has
+    its ``chat.completions`` calls refused so, before anything is compacted or sent."""
+    if isinstance(client, AsyncOpenAI | OpenAI):
+        check_native(manager, ("openai-chat", "openai-responses"))
     if isinstance(client, AsyncOpenAI):
         return WrappedAsyncOpenAI(client, manager)
     if isinstance(client, OpenAI):

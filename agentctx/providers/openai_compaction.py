@@ -27,7 +27,7 @@ propagates; an answer without a compaction item, or whose item has no ``encrypte
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentctx._usage import read_usage
 from agentctx.adapters.openai_responses import PROVIDER, to_openai_responses
@@ -78,6 +78,11 @@ class OpenAICompactionSummarizer(ClientOwner):
         request_options: more arguments for every request (``prompt_cache_key``,
             ``service_tier``, ...); the ones set here cannot be.
     """
+
+    native_provider: ClassVar[str] = PROVIDER
+    """What it splices is an ``OpaqueBlock`` of this provider, which only OpenAI's Responses
+    API takes back: `wrap` and `as_middleware` refuse a session compacting with it under a
+    loop on another API, Chat Completions included (`ConfigError`)."""
 
     sends_conversation = True
     """It sends `SummaryRequest.conversation`, not the transcript: a request refused as too
