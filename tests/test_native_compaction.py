@@ -792,15 +792,20 @@ async def test_a_thinking_loop_is_compacted_without_its_thinking() -> None:
     thinking block (interleaved thinking), and no compaction request sends one."""
 
     def thinking_turn(i: int) -> list[Message]:
-        out: list[Message] = [UserMessage.of(f"q{i}: {prose(i, 20)}")]
+        """The answer to the last question, a question, and three steps: each model call
+        of the loop ends on a tool's result, as a loop sends it."""
+        out: list[Message] = []
+        if i:
+            answer = (thought(f"end {i - 1}"), TextBlock(f"a{i - 1}: {prose(i + 1, 20)}"))
+            out.append(AssistantMessage(answer, "end_turn"))
+        out.append(UserMessage.of(f"q{i}: {prose(i, 20)}"))
         for k in range(3):
             call = ToolCall(f"toolu_{i}_{k}", "bash", {"command": f"cat f{i}{k}"})
             out += [
                 AssistantMessage((thought(f"step {i}.{k}"), call), "tool_use"),
                 ToolResultMessage.of(call.id, prose(i + k, 40), tool_name="bash"),
             ]
-        answer = (thought(f"end {i}"), TextBlock(f"a{i}: {prose(i + 2, 20)}"))
-        return [*out, AssistantMessage(answer, "end_turn")]
+        return out
 
     async with session("anthropic", answering(["FIRST", "LATER"])) as s:
         i = 0
