@@ -46,7 +46,9 @@ _NAMES: Mapping[str, str] = {
 }
 _FITS = {ANTHROPIC: "an Anthropic client", OPENAI_RESPONSES: "OpenAI's responses.create"}
 
-_DEPTH = 8  # a Chain in a fallback in a Chain is 4; deeper is no strategy tree but a loop
+# A Chain in a fallback in a Chain is 4 deep: deeper is an object making up its attributes
+# (a mock), whose walk would not end.
+_DEPTH = 8
 
 
 def native_providers(strategy: object) -> dict[str, str]:

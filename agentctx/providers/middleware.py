@@ -39,9 +39,11 @@ Middleware = Callable[[Mapping[str, Any], CallNext], Awaitable[Any]]
 def as_middleware(
     manager: ContextManager, provider: Provider, *, cache_breakpoints: bool = False
 ) -> Middleware:
-    """The middleware form of `wrap` for ``provider``'s request format."""
+    """The middleware form of `wrap` for ``provider``'s request format (a ``manager`` that
+    compacts with another API's native compaction is refused with `ConfigError`, as by
+    `wrap`)."""
     compactor = NativeChecked(manager, provider, cache_breakpoints=cache_breakpoints)
-    check_native(manager, (provider,))
+    check_native(manager, (provider,))  # (after the compactor, which refuses an unknown one)
 
     async def middleware(request: Mapping[str, Any], call_next: CallNext) -> Any:
         response = await call_next(await compactor.request(request))
