@@ -23,6 +23,7 @@ from agentctx.importers import load_transcript
 from agentctx.messages import TextBlock, Usage, UserMessage
 from agentctx.replay import ReplayClock, replay
 from agentctx.replay.cached_summarizer import (
+    GIVE_UP_AFTER,
     CachedSummarizer,
     SummarizerHealth,
     SummaryCache,
@@ -708,6 +709,31 @@ def test_a_summarizer_that_keeps_failing_is_given_up(
     assert not compactions.startswith("compactions 0 ")
 
 
+@pytest.mark.parametrize("status", [401, 403, 429])
+def test_a_summarizer_refusing_every_request_for_its_key_or_quota_is_given_up(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    status: int,
+) -> None:
+    """Found by the re-run (CZ 4, 5): a 4xx reset the run of failures, so a key refused
+    (401, 403) or a quota spent (429) was asked again for every briefing of the replay. They
+    now count: no later request fares better. The JSON says it was given up, and which
+    rejected requests were never sent, and the text counts no attempt for those."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with FakeOpenAI(default=Reply.error(status)) as refusing:
+        spec = f"openai-compatible:{MODEL}@{refusing.url}/v1"
+        cache = ["--summary-cache", str(tmp_path / "c.jsonl")]
+        assert main(["replay", *LONG, "--summarizer", spec, *cache, "--json"]) == 0
+        sent = len(refusing.requests)
+    doc = json.loads(capsys.readouterr().out)
+    health = doc["settings"]["summarizer_health"]
+    assert health["given_up"] is True and f"HTTP {status}" in health["last_failure"]
+    row = doc["files"][0]["strategies"][0]["summarizer"]
+    assert row["not_sent"] == health["not_sent"] >= 1
+    assert row["rejected"] - row["not_sent"] <= 3 and sent <= 3 * GIVE_UP_AFTER
+
+
 async def test_failures_in_a_row_give_up_and_a_reply_starts_the_count_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -757,7 +783,8 @@ def test_a_single_replays_totals_count_the_failed_summarizer_requests(
     """Found by a hostile run (CS 13): against a dead summarizer, a single replay's totals
     said "summarizer: no requests" though every request failed after three attempts. Now the
     line counts the requests rejected and their attempts, with the first reason, as
-    --compare and --json do."""
+    --compare and --json do. The re-run (CZ 5) found the requests refused unsent, once the
+    summarizer was given up, counted as attempts: no more."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with FakeOpenAI(default=Reply.error(500)) as dead:
         spec = f"openai-compatible:{MODEL}@{dead.url}/v1"
@@ -766,11 +793,16 @@ def test_a_single_replays_totals_count_the_failed_summarizer_requests(
         sent = len(dead.requests)
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("summarizer: "))
-    found = re.search(r"no requests; (\d+) requests rejected after (\d+) attempts, first: ", line)
+    found = re.search(
+        r"no requests; (\d+) requests rejected after (\d+) attempts \((\d+) never sent: the "
+        r"summarizer was given up\), first: ",
+        line,
+    )
     assert found is not None, line
     # The first request failed its three attempts, and the summarizer was given up
     # (test_a_summarizer_that_keeps_failing_is_given_up): each request since was rejected
-    # at its one attempt, not sent.
+    # unsent.
     not_sent = re.search(r"; (\d+) requests not sent", out)
     assert not_sent is not None, out
-    assert int(found[1]) == 1 + int(not_sent[1]) and int(found[2]) == sent + int(not_sent[1])
+    assert int(found[1]) == 1 + int(not_sent[1]) == 1 + int(found[3])
+    assert int(found[2]) == sent == 3

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GIVE_UP_AFTER",
+    "NOT_SENT",
     "CachedReply",
     "CachedSummarizer",
     "SummarizerHealth",
@@ -207,14 +208,24 @@ GIVE_UP_AFTER = 3
 stops asking the summarizer."""
 
 
+NOT_SENT = "not sent: the summarizer"
+"""What the `SummarizerError` of a request refused once given up says (never sent, unpaid)."""
+
+# Statuses that say the summarizer cannot answer any request until someone acts: a key or
+# permission refused, a quota or rate limit still hit after the SDK's own retries.
+_STUCK = frozenset({401, 403, 429})
+
+
 def is_server_failure(error: SummarizerError) -> bool:
-    """Whether ``error`` says the summarizer's server failed, not the request: a 5xx (529,
-    overloaded, too), or no status at all on a retryable error (a connection that failed or
-    was cut, the SDK's own timeout, a 200 that could not be read). A 4xx is the server at
-    work answering about the request (400 bad request, 429 rate limit): no failure of it."""
-    if not error.retryable:
-        return False
-    return error.status is None or error.status >= 500
+    """Whether ``error`` says the summarizer failed, not the request: a 5xx (529, overloaded,
+    too), a 401, 403 or 429 (a key, a permission, a quota: no later request fares better),
+    or no status at all on a retryable error (a connection that failed or was cut, the SDK's
+    own timeout, a 200 that could not be read). Another 4xx (400, 404, 413, 422) is the
+    server at work answering about that request: no failure of it."""
+    status = error.status
+    if status is None:
+        return error.retryable
+    return status >= 500 or status in _STUCK
 
 
 class SummarizerHealth:
@@ -286,8 +297,8 @@ class SummarizerHealth:
     def refusal(self) -> str:
         """Why a request is not sent once given up, for its `SummarizerError`."""
         if self.only_timeouts:
-            return f"not sent: the summarizer timed out {self.give_up_after} times in a row"
-        return f"not sent: the summarizer failed {self.give_up_after} requests in a row"
+            return f"{NOT_SENT} timed out {self.give_up_after} times in a row"
+        return f"{NOT_SENT} failed {self.give_up_after} requests in a row"
 
 
 class CachedSummarizer:

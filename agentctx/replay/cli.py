@@ -543,6 +543,13 @@ def _replay_checked(
             outcomes = run_replays(transcripts, strategies, settings, progress=progress)
     _say_clock_repairs(outcomes)
     doc = _settings_json(args, settings)
+    if cache is not None:  # a real summarizer: whether it was given up, for a script too
+        health = settings.health
+        doc["summarizer_health"] = {
+            "given_up": health.given_up,
+            "not_sent": health.not_sent,
+            "last_failure": health.last_failure,
+        }
     written = _write_files(args, outcomes, doc)
     lines = [f"{label}: {path}" for label, path in written]
     if cache is not None and settings.health.given_up:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from agentctx.replay._safe_text import printable
+from agentctx.replay.cached_summarizer import NOT_SENT
 from agentctx.replay.render import summarizer_spend
 from agentctx.replay.retention import Retention, combine
 
@@ -69,6 +70,8 @@ class StrategyRow:
     summary_cost: float | None = None
     summary_estimated: bool = False
     summary_rejected: int = 0
+    summary_not_sent: int = 0
+    """Of the rejected, the requests refused unsent once the summarizer was given up."""
     rejected_detail: str | None = None
     """The first rejection's reason and detail, to show what went wrong."""
     retention: Retention | None = None
@@ -103,6 +106,7 @@ class StrategyRow:
             summary_cost=spent,
             summary_estimated=estimated,
             summary_rejected=len(rejected),
+            summary_not_sent=sum(NOT_SENT in e.detail for e in rejected),
             rejected_detail=f"{rejected[0].reason}: {rejected[0].detail}" if rejected else None,
             retention=report.retention,
             briefings=tuple((r.number, t) for r in report.rows for t in r.briefings),
@@ -145,6 +149,7 @@ class StrategyRow:
             summary_cost=sum(known) if known else None,
             summary_estimated=self.summary_estimated or other.summary_estimated,
             summary_rejected=self.summary_rejected + other.summary_rejected,
+            summary_not_sent=self.summary_not_sent + other.summary_not_sent,
             rejected_detail=self.rejected_detail or other.rejected_detail,
             retention=combine(parts) if parts else None,
             briefings=(),
@@ -176,6 +181,7 @@ class StrategyRow:
                 "estimated": self.summary_estimated,
                 "share": None if self.summary_share is None else round(self.summary_share, 6),
                 "rejected": self.summary_rejected,
+                "not_sent": self.summary_not_sent,
                 "first_rejection": self.rejected_detail,
             },
             "retention": self.retention.as_dict() if self.retention is not None else None,

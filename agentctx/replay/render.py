@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from agentctx.pricing import price_for
 from agentctx.replay._safe_text import printable
+from agentctx.replay.cached_summarizer import NOT_SENT
 from agentctx.replay.engine import SONNET_MODEL
 
 if TYPE_CHECKING:
@@ -182,11 +183,15 @@ def _rejected(report: ReplayReport) -> str:
     rejected = report.rejections
     if not rejected:
         return ""
-    attempts = sum(e.attempts for e in rejected)
+    # A request refused once the summarizer was given up was never sent: no attempt of it.
+    refused = [e for e in rejected if NOT_SENT in e.detail]
+    attempts = sum(e.attempts for e in rejected) - sum(e.attempts for e in refused)
     first = printable(f"{rejected[0].reason}: {rejected[0].detail}", one_line=True)
     return (
         f"; {len(rejected)} request{'s' if len(rejected) != 1 else ''} rejected after "
-        f"{attempts} attempt{'s' if attempts != 1 else ''}, first: {first}"
+        f"{attempts} attempt{'s' if attempts != 1 else ''}"
+        + (f" ({len(refused)} never sent: the summarizer was given up)" if refused else "")
+        + f", first: {first}"
     )
 
 
