@@ -43,8 +43,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentctx._usage import Unpriced, read_usage
 from agentctx.adapters.anthropic import PROVIDER, to_anthropic
+from agentctx.boundaries import has_thinking
 from agentctx.errors import MissingExtraError, SummarizerError
-from agentctx.messages import AssistantMessage, OpaqueBlock, ToolCall, Usage
+from agentctx.messages import (
+    AssistantMessage,
+    OpaqueBlock,
+    RedactedThinkingBlock,
+    ThinkingBlock,
+    ToolCall,
+    Usage,
+)
 from agentctx.providers._client import (
     UNREADABLE,
     ClientOwner,
@@ -139,7 +147,7 @@ class AnthropicCompactionSummarizer(ClientOwner):
             raise SummarizerError(
                 "nothing to compact: the request has no conversation", retryable=False
             )
-        messages = _closed_turn(_without_thinking(to_anthropic(request.conversation)))
+        messages = _closed_turn(to_anthropic(_without_thinking(request.conversation)))
         if not messages:
             raise SummarizerError(
                 "nothing to compact: the conversation holds only blank text or thinking",
@@ -178,32 +186,31 @@ def _tool_stubs(conversation: Iterable[Message]) -> list[dict[str, Any]]:
     return [{"name": n, "input_schema": {"type": "object"}} for n in names]
 
 
-_THINKING = frozenset({"thinking", "redacted_thinking"})
-
-
-def _without_thinking(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` without their ``thinking`` and ``redacted_thinking`` blocks, each left out
-    whole (never edited), and without an assistant turn that held nothing else.
+def _without_thinking(conversation: Sequence[Message]) -> list[Message]:
+    """``conversation`` without its thinking and redacted thinking blocks, each left out
+    whole (never edited), and without an assistant message that held nothing else.
 
     The compaction request runs with thinking disabled, and the API then refuses a final
     assistant turn holding thinking ("When thinking is disabled, an `assistant` message in
     the final position cannot contain `thinking`", or one ending on it). Leaving them all
     out, not only the last turn's, keeps every request valid wherever the span ends (a
     user message, tool results, an answer) and loses nothing the summary needs: what was
-    said and done. (A turn left out leaves two turns of one role side by side, which the
-    API merges into one.)"""
-    kept: list[dict[str, Any]] = []
-    for m in messages:
-        content = m.get("content")
-        if m.get("role") != "assistant" or not isinstance(content, list):
+    said and done. Left out before the messages are rendered: `to_anthropic` leaves out a
+    final assistant turn ending on thinking whole (a cut-off response the loop asks again
+    for), which here would lose its text from the span the block replaces. (A message left
+    out leaves two turns of one role side by side, which the API merges into one.)"""
+    kept: list[Message] = []
+    for m in conversation:
+        if isinstance(m, AssistantMessage) and has_thinking(m):
+            blocks = tuple(b for b in m.content if not isinstance(b, _THINKING))
+            if blocks:
+                kept.append(AssistantMessage(blocks, m.stop_reason, m.usage, m.model, m.extra))
+        else:
             kept.append(m)
-            continue
-        blocks = [b for b in content if b.get("type") not in _THINKING]
-        if len(blocks) == len(content):
-            kept.append(m)
-        elif blocks:
-            kept.append({**m, "content": blocks})
     return kept
+
+
+_THINKING = (ThinkingBlock, RedactedThinkingBlock)
 
 
 def _closed_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
