@@ -19,6 +19,7 @@ import pytest
 
 from agentctx.budget import Budget
 from agentctx.errors import ConfigError, SummarizerError
+from agentctx.events import SummaryRejected
 from agentctx.importers import load_transcript
 from agentctx.messages import TextBlock, Usage, UserMessage
 from agentctx.replay import ReplayClock, replay
@@ -31,8 +32,11 @@ from agentctx.replay.cached_summarizer import (
     request_key,
 )
 from agentctx.replay.cli import main
+from agentctx.replay.compare import StrategyRow
 from agentctx.replay.data import DEMO_TRANSCRIPT
+from agentctx.replay.engine import ReplayReport
 from agentctx.replay.real_summarizer import SummarizerSpec
+from agentctx.replay.render import _rejected
 from agentctx.replay.retention import Fact, RetentionMeter, early_paths, visible_text
 from agentctx.replay.svgplot import CHAR_WIDTH, LABEL_GAP, nice_step, nice_top, x_ticks
 from agentctx.strategies import DeterministicCompaction
@@ -709,19 +713,27 @@ def test_a_summarizer_that_keeps_failing_is_given_up(
     assert not compactions.startswith("compactions 0 ")
 
 
-@pytest.mark.parametrize("status", [401, 403, 429])
+QUOTA = "You exceeded your current quota, please check your plan and billing details."
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [Reply.error(401), Reply.error(403), Reply.error(429, "insufficient_quota", QUOTA)],
+    ids=["401", "403", "429 quota"],
+)
 def test_a_summarizer_refusing_every_request_for_its_key_or_quota_is_given_up(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
-    status: int,
+    refusal: Reply,
 ) -> None:
     """Found by the re-run (CZ 4, 5): a 4xx reset the run of failures, so a key refused
     (401, 403) or a quota spent (429) was asked again for every briefing of the replay. They
     now count: no later request fares better. The JSON says it was given up, and which
     rejected requests were never sent, and the text counts no attempt for those."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    with FakeOpenAI(default=Reply.error(status)) as refusing:
+    status = refusal.status
+    with FakeOpenAI(default=refusal) as refusing:
         spec = f"openai-compatible:{MODEL}@{refusing.url}/v1"
         cache = ["--summary-cache", str(tmp_path / "c.jsonl")]
         assert main(["replay", *LONG, "--summarizer", spec, *cache, "--json"]) == 0
@@ -732,6 +744,42 @@ def test_a_summarizer_refusing_every_request_for_its_key_or_quota_is_given_up(
     row = doc["files"][0]["strategies"][0]["summarizer"]
     assert row["not_sent"] == health["not_sent"] >= 1
     assert row["rejected"] - row["not_sent"] <= 3 and sent <= 3 * GIVE_UP_AFTER
+
+
+def test_a_burst_of_rate_limits_does_not_give_the_summarizer_up(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by the re-run (DA 3): counting every 429 gave a summarizer up after one burst
+    of rate limits (its Retry-After waits pass on the replay's clock, so the attempts come
+    back to back), and the llm row then measured the deterministic tiers. A rate limit says
+    the server works; only a spent quota counts."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    burst = [Reply.rate_limited(1.0)] * 3
+    with FakeOpenAI(replies=burst, default=Reply.text(briefing())) as limited:
+        spec = f"openai-compatible:{MODEL}@{limited.url}/v1"
+        cache = ["--summary-cache", str(tmp_path / "c.jsonl")]
+        assert main(["replay", *LONG, "--summarizer", spec, *cache, "--json"]) == 0
+        sent = len(limited.requests)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["settings"]["summarizer_health"]["given_up"] is False
+    row = doc["files"][0]["strategies"][0]["summarizer"]
+    assert row["requests"] >= 1 and row["not_sent"] == 0 and sent > 3
+
+
+def test_a_request_sent_before_the_summarizer_was_given_up_counts_its_sent_attempts() -> None:
+    """Found by the re-run (DA 2): a request whose first attempt was sent (the failure that
+    gave the summarizer up) and whose retry was refused unsent counted as never sent, all its
+    attempts with it: "rejected after 0 attempts (1 never sent)", a sent request hidden."""
+    given_up = "attempt 2: not sent: the summarizer failed 3 requests in a row"
+    events = (
+        SummaryRejected("failed", given_up, 2),  # attempt 1 sent (a 503), attempt 2 refused
+        SummaryRejected("failed", "attempt 1: not sent: the summarizer failed 3 requests", 1),
+    )
+    report = ReplayReport((), 0, 0.0, 0.0, 0, 0, 0, (), events=events)
+    assert _rejected(report).startswith(
+        "; 2 requests rejected after 1 attempt (1 never sent: the summarizer was given up)"
+    )
+    assert StrategyRow.of("llm", report).summary_not_sent == 1
 
 
 async def test_failures_in_a_row_give_up_and_a_reply_starts_the_count_again(

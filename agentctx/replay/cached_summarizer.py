@@ -212,19 +212,22 @@ NOT_SENT = "not sent: the summarizer"
 """What the `SummarizerError` of a request refused once given up says (never sent, unpaid)."""
 
 # Statuses that say the summarizer cannot answer any request until someone acts: a key or
-# permission refused, a quota or rate limit still hit after the SDK's own retries.
-_STUCK = frozenset({401, 403, 429})
+# a permission refused.
+_STUCK = frozenset({401, 403})
 
 
 def is_server_failure(error: SummarizerError) -> bool:
     """Whether ``error`` says the summarizer failed, not the request: a 5xx (529, overloaded,
-    too), a 401, 403 or 429 (a key, a permission, a quota: no later request fares better),
-    or no status at all on a retryable error (a connection that failed or was cut, the SDK's
-    own timeout, a 200 that could not be read). Another 4xx (400, 404, 413, 422) is the
-    server at work answering about that request: no failure of it."""
+    too), a 401 or 403 (a key, a permission), a 429 for a quota spent (OpenAI's
+    ``insufficient_quota``: no later request fares better), or no status at all on a
+    retryable error (a connection that failed or was cut, the SDK's own timeout, a 200 that
+    could not be read). Another 4xx (400, 404, 413, 422, a 429 for a rate limit, which the
+    next request may pass) is the server at work answering about that request: no failure."""
     status = error.status
     if status is None:
         return error.retryable
+    if status == 429:
+        return "quota" in str(error).lower()
     return status >= 500 or status in _STUCK
 
 
@@ -399,9 +402,9 @@ class CachedSummarizer:
             return await self.summarizer.summarize(request)
 
     def _count_failure(self, error: SummarizerError) -> None:
-        """Tell `health` of a request that failed with ``error``: a server failure counts
-        towards giving up; an error about the request itself (a 400, a 429) means the server
-        works."""
+        """Tell `health` of a request that failed with ``error``: a failure of the summarizer
+        (`is_server_failure`) counts towards giving up; an error about the request itself (a
+        400, a rate limit's 429) means the server works."""
         if self.health is None:
             return
         if is_server_failure(error):

@@ -106,7 +106,7 @@ class StrategyRow:
             summary_cost=spent,
             summary_estimated=estimated,
             summary_rejected=len(rejected),
-            summary_not_sent=sum(NOT_SENT in e.detail for e in rejected),
+            summary_not_sent=sum(e.attempts == 1 and NOT_SENT in e.detail for e in rejected),
             rejected_detail=f"{rejected[0].reason}: {rejected[0].detail}" if rejected else None,
             retention=report.retention,
             briefings=tuple((r.number, t) for r in report.rows for t in r.briefings),

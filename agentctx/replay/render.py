@@ -183,9 +183,10 @@ def _rejected(report: ReplayReport) -> str:
     rejected = report.rejections
     if not rejected:
         return ""
-    # A request refused once the summarizer was given up was never sent: no attempt of it.
-    refused = [e for e in rejected if NOT_SENT in e.detail]
-    attempts = sum(e.attempts for e in rejected) - sum(e.attempts for e in refused)
+    # An attempt refused once the summarizer was given up was never sent: it is the last of
+    # its request's (the refusal is not retried), which was never sent if it was the first.
+    refused = [e for e in rejected if e.attempts == 1 and NOT_SENT in e.detail]
+    attempts = sum(e.attempts - (NOT_SENT in e.detail) for e in rejected)
     first = printable(f"{rejected[0].reason}: {rejected[0].detail}", one_line=True)
     return (
         f"; {len(rejected)} request{'s' if len(rejected) != 1 else ''} rejected after "
