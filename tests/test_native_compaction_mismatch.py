@@ -267,3 +267,41 @@ async def test_a_native_summarizer_compacts_a_wrapped_loop_on_its_own_api(api: s
     last = server.requests[-1].json
     sent = last["messages"] if api == "anthropic" else last["input"]
     assert '"type": "compaction"' in json.dumps(sent)
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+async def test_the_openai_agents_filter_refuses_anthropics_native_compaction(shape: str) -> None:
+    """Found by the re-run (DA 4): the OpenAI Agents integration (a Responses loop) took a
+    session compacting with Anthropic's native compaction, and every call after its first
+    splice raised. Refused when the filter is made, and on the first call after the
+    strategy is replaced by one that splices it."""
+    from agentctx.integrations.openai_agents import AgentCtxInputFilter
+
+    summarizer, responses = native("anthropic"), native("openai")
+    try:
+        with pytest.raises(ConfigError, match="native compaction"):
+            AgentCtxInputFilter(session(SHAPES[shape](summarizer)))
+        manager = session(DeterministicCompaction())
+        accepted = AgentCtxInputFilter(manager)  # nothing native: taken
+        AgentCtxInputFilter(session(SHAPES[shape](responses)))  # Responses items: taken
+        manager.strategy = SHAPES[shape](summarizer)
+        with pytest.raises(ConfigError, match="native compaction"):
+            await accepted(None)  # type: ignore[arg-type]  # refused before reading its input
+    finally:
+        await summarizer.aclose()
+        await responses.aclose()
+
+
+class _Labelled(DeterministicCompaction):
+    """A strategy whose unknown attributes read as labels (a proxy, a config object)."""
+
+    def __getattr__(self, name: str) -> str:
+        return f"<{name}>"
+
+
+def test_a_strategy_whose_attributes_read_as_text_is_no_native_one() -> None:
+    """Found by the re-run (DA 6): any string ``native_provider`` was taken for a provider, so
+    a strategy answering every unknown attribute with a label was refused by every API."""
+    manager = session(_Labelled())
+    for api in ("anthropic", "openai-chat", "openai-responses"):
+        as_middleware(manager, api)  # type: ignore[arg-type]

@@ -44,6 +44,7 @@ from agentctx.adapters.openai_responses import (
     to_openai_responses,
 )
 from agentctx.errors import MissingExtraError
+from agentctx.providers._native import check_native
 from agentctx.recall.tool import recall_tool as agentctx_recall_tool
 
 try:
@@ -106,20 +107,30 @@ class AgentCtxRunHooks(RunHooks[Any]):
         _observe(self.manager, response)
 
 
+_APIS = ("openai-responses",)  # what the Agents SDK sends: Responses items
+
+
 class AgentCtxInputFilter:
     """A ``call_model_input_filter`` sending ``manager``'s compacted view of the run's input.
 
     ``RunConfig(call_model_input_filter=AgentCtxInputFilter(ctx))``; one manager per
     conversation, entered (``async with``) around its runs. Pass `hooks` to ``Runner.run`` so
-    the responses' usage calibrates the manager's token accounting.
+    the responses' usage calibrates the manager's token accounting. A ``manager`` compacting
+    with a native compaction the Responses API cannot take back (Anthropic's) is refused with
+    `ConfigError`, when the filter is made or on the first call after its strategy changed.
     """
 
     def __init__(self, manager: ContextManager) -> None:
+        check_native(manager, _APIS)
         self.manager = manager
         self.hooks = AgentCtxRunHooks(manager)
+        self._checked: object = manager.strategy  # the strategy last found to fit
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         """The model input with its items replaced by the compacted view."""
+        if self.manager.strategy is not self._checked:  # replaced since
+            check_native(self.manager, _APIS)
+            self._checked = self.manager.strategy
         items = data.model_data.input
         front, history = split_openai_responses_system(items)
         view = await self.manager.prepare(from_openai_responses(history))

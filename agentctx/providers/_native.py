@@ -45,6 +45,7 @@ _NAMES: Mapping[str, str] = {
     "openai-responses": "OpenAI Responses",
 }
 _FITS = {ANTHROPIC: "an Anthropic client", OPENAI_RESPONSES: "OpenAI's responses.create"}
+_KNOWN = frozenset(_CARRIES.values())
 
 # A Chain in a fallback in a Chain is 4 deep: deeper is an object making up its attributes
 # (a mock), whose walk would not end.
@@ -65,7 +66,7 @@ def native_providers(strategy: object) -> dict[str, str]:
             continue
         seen.add(id(node))
         provider = _attribute(node, "native_provider")
-        if isinstance(provider, str):
+        if provider in _KNOWN:  # (an object making up its attributes says anything)
             found.setdefault(provider, type(node).__name__)
         inner = [_attribute(node, "summarizer"), _attribute(node, "fallback")]
         chained = _attribute(node, "strategies")
