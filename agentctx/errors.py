@@ -110,6 +110,8 @@ class SummarizerError(AgentCtxError):
         usage: what the provider billed, when a reply came and could not be used (a 200 of
             another shape): a `Usage`, or the reply's usage as ``usage_of`` reads it (an SDK
             usage object, a mapping), so the spend still counts it.
+        code: the provider's own name for the error, when it sent one (OpenAI's ``code``,
+            ``insufficient_quota``; Anthropic's error ``type``, ``rate_limit_error``).
     """
 
     def __init__(
@@ -120,8 +122,10 @@ class SummarizerError(AgentCtxError):
         status: int | None = None,
         retry_after: float | None = None,
         usage: object = None,
+        code: str | None = None,
     ) -> None:
         self.retryable = retryable
+        self.code = code if isinstance(code, str) else None
         # A status is what a provider's server sent, read by a summarizer of one's own: a
         # value no server sends (10**5000 cannot even be formatted) says nothing.
         valid = type(status) is int and 100 <= status <= 999

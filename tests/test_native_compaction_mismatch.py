@@ -286,10 +286,16 @@ async def test_the_openai_agents_filter_refuses_anthropics_native_compaction(sha
         AgentCtxInputFilter(session(SHAPES[shape](responses)))  # Responses items: taken
         manager.strategy = SHAPES[shape](summarizer)
         with pytest.raises(ConfigError, match="native compaction"):
-            await accepted(None)  # type: ignore[arg-type]  # refused before reading its input
+            await accepted(_Call())  # type: ignore[arg-type]  # refused before its input
     finally:
         await summarizer.aclose()
         await responses.aclose()
+
+
+class _Call:
+    """A model call's data read no further than its agent (a model named by a string)."""
+
+    agent = None
 
 
 class _Labelled(DeterministicCompaction):
@@ -303,5 +309,44 @@ def test_a_strategy_whose_attributes_read_as_text_is_no_native_one() -> None:
     """Found by the re-run (DA 6): any string ``native_provider`` was taken for a provider, so
     a strategy answering every unknown attribute with a label was refused by every API."""
     manager = session(_Labelled())
+    for api in ("anthropic", "openai-chat", "openai-responses"):
+        as_middleware(manager, api)  # type: ignore[arg-type]
+
+
+async def test_the_openai_agents_filter_reads_which_api_the_agents_model_speaks() -> None:
+    """Found by the re-run (DB 1): the filter took every Agents SDK model for a Responses
+    one, so an `OpenAIChatCompletionsModel` agent took OpenAI's native compaction, and after
+    its first paid splice the SDK refused every call ("Compaction items are not supported for
+    chat completions"). Refused on the first call, before anything is compacted."""
+    from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel
+    from agents.run_config import CallModelData, ModelInputData
+
+    from agentctx.integrations.openai_agents import AgentCtxInputFilter
+
+    summarizer = native("openai")
+    client = openai.AsyncOpenAI(base_url=NOWHERE, api_key="k")
+    try:
+        async with session(SHAPES["chain"](summarizer)) as manager:
+            accept = AgentCtxInputFilter(manager)  # Responses or Chat: not known yet
+            data = ModelInputData(input=[{"role": "user", "content": "go"}], instructions=None)
+            responses = Agent(name="a", model=OpenAIResponsesModel("gpt-5", client))
+            sent = await accept(CallModelData(model_data=data, agent=responses, context=None))
+            assert sent.input == [{"role": "user", "content": "go"}]
+            chat = Agent(name="a", model=OpenAIChatCompletionsModel("gpt-5", client))
+            with pytest.raises(ConfigError, match="Chat Completions"):
+                await accept(CallModelData(model_data=data, agent=chat, context=None))
+    finally:
+        await summarizer.aclose()
+        await client.close()
+
+
+class _ListedProvider(DeterministicCompaction):
+    native_provider = ["anthropic"]  # no provider name: a list
+
+
+def test_an_unhashable_native_provider_is_no_native_one() -> None:
+    """Found by the re-run (DB 2): a ``native_provider`` that cannot be hashed made `wrap`
+    and `as_middleware` raise a bare `TypeError` where they took the setup before."""
+    manager = session(_ListedProvider())
     for api in ("anthropic", "openai-chat", "openai-responses"):
         as_middleware(manager, api)  # type: ignore[arg-type]

@@ -14,7 +14,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import anyio
+import openai
 import pytest
 
 from agentctx.budget import Budget
@@ -22,6 +24,7 @@ from agentctx.errors import ConfigError, SummarizerError
 from agentctx.events import SummaryRejected
 from agentctx.importers import load_transcript
 from agentctx.messages import TextBlock, Usage, UserMessage
+from agentctx.providers._client import summarizer_error
 from agentctx.replay import ReplayClock, replay
 from agentctx.replay.cached_summarizer import (
     GIVE_UP_AFTER,
@@ -29,6 +32,8 @@ from agentctx.replay.cached_summarizer import (
     SummarizerHealth,
     SummaryCache,
     default_cache_path,
+    is_server_failure,
+    refused,
     request_key,
 )
 from agentctx.replay.cli import main
@@ -42,7 +47,7 @@ from agentctx.replay.svgplot import CHAR_WIDTH, LABEL_GAP, nice_step, nice_top, 
 from agentctx.strategies import DeterministicCompaction
 from agentctx.summarizer import REQUIRED_SECTIONS, SummaryRequest, SummaryResult
 from agentctx.testing import synthetic_session
-from agentctx.testing.servers import FakeOpenAI, Reply
+from agentctx.testing.servers import FakeAnthropic, FakeOpenAI, Reply
 
 MODEL = "gpt-4.1-mini"  # priced, so the summarizer's cost is known, not estimated
 MARK = "Keep the cache of src/session/cache_7.py warm (fake-server briefing)."
@@ -275,7 +280,7 @@ async def test_failures_are_not_cached() -> None:
     for _ in range(2):
         with pytest.raises(SummarizerError, match="boom"):
             await summarizer.summarize(REQUEST)
-    assert len(cache) == 0 and cache.sent == 0
+    assert len(cache) == 0 and cache.sent == 2  # sent, both: nothing kept
 
 
 async def test_cache_file_survives_a_cut_line_and_keys_differ_by_model(tmp_path: Path) -> None:
@@ -679,7 +684,7 @@ def test_a_summarizer_that_never_answers_times_out_and_is_given_up(
     assert time.monotonic() - started < 60
     out = capsys.readouterr().out
     assert "summarizer: gave up after 3 timeouts in a row of 0.3 s;" in out
-    assert "requests not sent, the deterministic tiers compacted instead" in out
+    assert "attempts not sent, the deterministic tiers compacted instead" in out
     with pytest.raises(SystemExit) as exited:
         main([*args, "--summarizer-timeout", "0"])
     assert exited.value.code == 2
@@ -706,8 +711,8 @@ def test_a_summarizer_that_keeps_failing_is_given_up(
     assert len(gave_up) == 1, out
     assert gave_up[0].startswith("summarizer: gave up after 3 failed requests in a row (last: ")
     assert "HTTP 500" in gave_up[0]
-    assert gave_up[0].endswith("requests not sent, the deterministic tiers compacted instead")
-    not_sent = re.search(r"; (\d+) requests not sent", gave_up[0])
+    assert gave_up[0].endswith("attempts not sent, the deterministic tiers compacted instead")
+    not_sent = re.search(r"; (\d+) attempts not sent", gave_up[0])
     assert not_sent is not None and int(not_sent[1]) >= 1
     compactions = next(x for x in out.splitlines() if x.startswith("compactions "))
     assert not compactions.startswith("compactions 0 ")
@@ -718,7 +723,11 @@ QUOTA = "You exceeded your current quota, please check your plan and billing det
 
 @pytest.mark.parametrize(
     "refusal",
-    [Reply.error(401), Reply.error(403), Reply.error(429, "insufficient_quota", QUOTA)],
+    [
+        Reply.error(401),
+        Reply.error(403),
+        Reply.error(429, "insufficient_quota", QUOTA, extra={"code": "insufficient_quota"}),
+    ],
     ids=["401", "403", "429 quota"],
 )
 def test_a_summarizer_refusing_every_request_for_its_key_or_quota_is_given_up(
@@ -742,7 +751,9 @@ def test_a_summarizer_refusing_every_request_for_its_key_or_quota_is_given_up(
     health = doc["settings"]["summarizer_health"]
     assert health["given_up"] is True and f"HTTP {status}" in health["last_failure"]
     row = doc["files"][0]["strategies"][0]["summarizer"]
-    assert row["not_sent"] == health["not_sent"] >= 1
+    # Attempts refused unsent (a retry of a request sent before is one), and the requests
+    # of which none was sent.
+    assert health["attempts_not_sent"] >= row["not_sent"] >= 1
     assert row["rejected"] - row["not_sent"] <= 3 and sent <= 3 * GIVE_UP_AFTER
 
 
@@ -780,6 +791,67 @@ def test_a_request_sent_before_the_summarizer_was_given_up_counts_its_sent_attem
         "; 2 requests rejected after 1 attempt (1 never sent: the summarizer was given up)"
     )
     assert StrategyRow.of("llm", report).summary_not_sent == 1
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Requests to the ChatCompletions_Create Operation have exceeded call rate limit. Please "
+        "go here: https://aka.ms/oai/quotaincrease if you would like to further increase the "
+        "default rate limit.",
+        "Resource has been exhausted (e.g. check quota).",
+    ],
+    ids=["azure", "gemini"],
+)
+def test_a_rate_limit_that_speaks_of_quotas_does_not_give_the_summarizer_up(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    message: str,
+) -> None:
+    """Found by the re-run (DB 3): a 429 counted as a spent quota whenever its text held
+    "quota", and Azure's and Gemini's rate-limit texts do: one burst gave the summarizer up.
+    Only OpenAI's ``insufficient_quota`` code counts now."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    burst = [Reply.error(429, "rate_limit_error", message)] * 3
+    with FakeOpenAI(replies=burst, default=Reply.text(briefing())) as limited:
+        spec = f"openai-compatible:{MODEL}@{limited.url}/v1"
+        cache = ["--summary-cache", str(tmp_path / "c.jsonl")]
+        assert main(["replay", *LONG, "--summarizer", spec, *cache, "--json"]) == 0
+        sent = len(limited.requests)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["settings"]["summarizer_health"]["given_up"] is False and sent > 3
+
+
+def test_attempts_given_up_are_counted_apart_from_requests_never_sent() -> None:
+    """Found by the re-run (DB 4, 5): the settings' ``not_sent`` counted every attempt
+    refused, the refused retry of a request sent before the summarizer was given up too,
+    under the same name as the rows' count of requests never sent; it is now
+    ``attempts_not_sent``. And a server's own error text holding the refusal's words passed
+    for a refusal."""
+    health = SummarizerHealth(give_up_after=1)
+    assert health.admit()
+    health.failed("HTTP 500")
+    assert not health.admit() and not health.admit()
+    assert health.not_sent == 2
+    assert refused("attempt 2: not sent: the summarizer failed 3 requests in a row")
+    assert refused("not sent: the summarizer timed out 3 times in a row")
+    assert not refused("attempt 3: openai: HTTP 500: not sent: the summarizer proxy was busy")
+
+
+def test_the_summary_cache_counts_the_requests_that_failed_as_sent(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by the re-run (DB 6): "summary cache: ... (0 sent, 0 cached)" after three
+    requests reached a server answering 500: only stored replies were counted."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with FakeOpenAI(default=Reply.error(500)) as dead:
+        spec = f"openai-compatible:{MODEL}@{dead.url}/v1"
+        cache = ["--summary-cache", str(tmp_path / "c.jsonl")]
+        assert main(["replay", *LONG, "--summarizer", spec, *cache]) == 0
+        sent = len(dead.requests)
+    out = capsys.readouterr().out
+    assert f"({sent} sent, 0 cached)" in out and sent == 3
 
 
 async def test_failures_in_a_row_give_up_and_a_reply_starts_the_count_again(
@@ -850,7 +922,32 @@ def test_a_single_replays_totals_count_the_failed_summarizer_requests(
     # The first request failed its three attempts, and the summarizer was given up
     # (test_a_summarizer_that_keeps_failing_is_given_up): each request since was rejected
     # unsent.
-    not_sent = re.search(r"; (\d+) requests not sent", out)
+    not_sent = re.search(r"; (\d+) attempts not sent", out)
     assert not_sent is not None, out
     assert int(found[1]) == 1 + int(not_sent[1]) == 1 + int(found[3])
     assert int(found[2]) == sent == 3
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+async def test_a_summarizer_error_carries_the_providers_name_for_it(provider: str) -> None:
+    """What tells a spent quota from a rate limit (both 429): the provider's own code, read
+    from the error body through the real SDKs (OpenAI's ``code``, Anthropic's error type)."""
+    if provider == "openai":
+        spent = Reply.error(429, "insufficient_quota", QUOTA, extra={"code": "insufficient_quota"})
+        with FakeOpenAI(default=spent) as server:
+            client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+            async with client:
+                with pytest.raises(openai.APIStatusError) as raised:
+                    await client.chat.completions.create(
+                        model="m", messages=[{"role": "user", "content": "x"}]
+                    )
+        assert summarizer_error(openai, raised.value).code == "insufficient_quota"
+        return
+    with FakeAnthropic(default=Reply.error(429)) as server:
+        async with anthropic.AsyncAnthropic(base_url=server.url, api_key="k", max_retries=0) as c:
+            with pytest.raises(anthropic.APIStatusError) as got:
+                await c.messages.create(
+                    model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+                )
+    error = summarizer_error(anthropic, got.value)
+    assert error.code == "rate_limit_error" and not is_server_failure(error)

@@ -50,7 +50,7 @@ from agentctx.recall.tool import recall_tool as agentctx_recall_tool
 try:
     # Imported first, so that a missing framework is named as itself.
     import agents  # noqa: F401
-    from agents import FunctionTool, RunHooks
+    from agents import FunctionTool, Model, OpenAIResponsesModel, RunHooks
     from agents.run_config import CallModelData, ModelInputData
 except ImportError as exc:
     raise MissingExtraError("openai-agents", exc.name, needed_by=__name__) from exc
@@ -107,7 +107,27 @@ class AgentCtxRunHooks(RunHooks[Any]):
         _observe(self.manager, response)
 
 
-_APIS = ("openai-responses",)  # what the Agents SDK sends: Responses items
+# The input is Responses items whatever the model; what reaches the API depends on the model:
+# the SDK converts them for Chat Completions (and LiteLLM), where a compaction item cannot go.
+_ANY_MODEL = ("openai-chat", "openai-responses")
+_RESPONSES = ("openai-responses",)
+_CHAT = ("openai-chat",)
+
+
+def _apis(agent: object) -> tuple[str, ...]:
+    """The request format the agent's model sends: Responses for an `OpenAIResponsesModel`,
+    Chat Completions for any other model object; for a model named by a string, the SDK's
+    default (Responses unless ``set_default_openai_api("chat_completions")``)."""
+    model = getattr(agent, "model", None)
+    if isinstance(model, OpenAIResponsesModel):
+        return _RESPONSES
+    if isinstance(model, Model):
+        return _CHAT
+    try:
+        from agents.models._openai_shared import get_use_responses_by_default
+    except ImportError:  # another version of the SDK: its long-standing default
+        return _RESPONSES
+    return _RESPONSES if get_use_responses_by_default() else _CHAT
 
 
 class AgentCtxInputFilter:
@@ -116,21 +136,24 @@ class AgentCtxInputFilter:
     ``RunConfig(call_model_input_filter=AgentCtxInputFilter(ctx))``; one manager per
     conversation, entered (``async with``) around its runs. Pass `hooks` to ``Runner.run`` so
     the responses' usage calibrates the manager's token accounting. A ``manager`` compacting
-    with a native compaction the Responses API cannot take back (Anthropic's) is refused with
-    `ConfigError`, when the filter is made or on the first call after its strategy changed.
+    with a native compaction its model's API cannot take back is refused with `ConfigError`:
+    Anthropic's when the filter is made; OpenAI's on the first call of an agent whose model
+    does not send Responses items (`OpenAIChatCompletionsModel`, LiteLLM), before anything is
+    compacted. The model is read from the agent: one a ``RunConfig`` sets instead is not seen.
     """
 
     def __init__(self, manager: ContextManager) -> None:
-        check_native(manager, _APIS)
+        check_native(manager, _ANY_MODEL)
         self.manager = manager
         self.hooks = AgentCtxRunHooks(manager)
-        self._checked: object = manager.strategy  # the strategy last found to fit
+        self._checked: tuple[object, tuple[str, ...]] | None = None  # (strategy, APIs) that fit
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         """The model input with its items replaced by the compacted view."""
-        if self.manager.strategy is not self._checked:  # replaced since
-            check_native(self.manager, _APIS)
-            self._checked = self.manager.strategy
+        apis, strategy, checked = _apis(data.agent), self.manager.strategy, self._checked
+        if checked is None or checked[0] is not strategy or checked[1] != apis:
+            check_native(self.manager, apis)
+            self._checked = (strategy, apis)
         items = data.model_data.input
         front, history = split_openai_responses_system(items)
         view = await self.manager.prepare(from_openai_responses(history))

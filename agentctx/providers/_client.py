@@ -134,6 +134,7 @@ def summarizer_error(sdk: ModuleType, exc: BaseException) -> SummarizerError:
             retryable=is_retryable_status(status),
             status=status,
             retry_after=retry_after_seconds(exc.response.headers),
+            code=_error_code(exc),
         )
     if isinstance(exc, UnicodeEncodeError):
         # Raised making the request (a header the client cannot encode): nothing was sent,
@@ -144,6 +145,18 @@ def summarizer_error(sdk: ModuleType, exc: BaseException) -> SummarizerError:
         usage = _usage_in_body(exc) or Usage()
         return SummarizerError(f"{name}: unreadable response: {exc}", retryable=True, usage=usage)
     return SummarizerError(f"{name}: {type(exc).__name__}: {exc}", retryable=False)
+
+
+def _error_code(exc: BaseException) -> str | None:
+    """The provider's name for an HTTP error: OpenAI's ``code`` (``insufficient_quota``),
+    else the error object's ``type`` (Anthropic's ``rate_limit_error``)."""
+    code = getattr(exc, "code", None)
+    if isinstance(code, str):
+        return code
+    body = getattr(exc, "body", None)
+    error = body.get("error", body) if isinstance(body, dict) else None
+    kind = error.get("type") if isinstance(error, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 _MOST_BODY_BYTES = 1 << 24

@@ -66,7 +66,8 @@ def native_providers(strategy: object) -> dict[str, str]:
             continue
         seen.add(id(node))
         provider = _attribute(node, "native_provider")
-        if provider in _KNOWN:  # (an object making up its attributes says anything)
+        # (An object making up its attributes says anything, hashable or not.)
+        if isinstance(provider, str) and provider in _KNOWN:
             found.setdefault(provider, type(node).__name__)
         inner = [_attribute(node, "summarizer"), _attribute(node, "fallback")]
         chained = _attribute(node, "strategies")

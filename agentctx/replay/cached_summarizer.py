@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
 import time
 from contextlib import nullcontext
@@ -60,6 +61,7 @@ __all__ = [
     "SummaryCache",
     "default_cache_path",
     "is_server_failure",
+    "refused",
     "request_key",
 ]
 
@@ -152,9 +154,9 @@ class SummaryCache:
     in memory only). The file and its folder are created on the first reply stored.
 
     ``hits`` and ``sent`` count the lookups answered from the cache and the requests that
-    went to a real summarizer, since this object was made. ``write_error`` says why the file
-    could not be written (``None`` while every reply was): the replies are kept in memory
-    all the same, since each one was paid for.
+    went to a real summarizer (answered or not, each attempt), since this object was made.
+    ``write_error`` says why the file could not be written (``None`` while every reply was):
+    the replies are kept in memory all the same, since each one was paid for.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None) -> None:
@@ -184,13 +186,17 @@ class SummaryCache:
                 self.hits += 1
             return reply
 
+    def sending(self) -> None:
+        """Count a request going to the real summarizer (`sent`)."""
+        with self._lock:
+            self.sent += 1
+
     def put(self, key: str, reply: CachedReply, *, model: str | None = None) -> None:
         """Store ``reply`` under ``key`` (``model``: the model it was sent to, for people
         reading the file) and append it to the file at once. A file that cannot be written
         is recorded in `write_error` (the first reason), never raised: the reply is paid for
         and the replay goes on with it."""
         with self._lock:
-            self.sent += 1
             self._replies[key] = reply
             if self.path is None:
                 return
@@ -209,7 +215,19 @@ stops asking the summarizer."""
 
 
 NOT_SENT = "not sent: the summarizer"
-"""What the `SummarizerError` of a request refused once given up says (never sent, unpaid)."""
+"""How the `SummarizerError` of a request refused once given up begins (never sent, unpaid)."""
+
+# A rejection's detail is "attempt <n>: <the last attempt's error>": a refusal's words at the
+# start, where a server's own error text (after the SDK's "<provider>: HTTP <status>: ")
+# cannot stand.
+_REFUSED = re.compile(r"(?:attempt \d+: )?" + re.escape(NOT_SENT) + " ")
+
+
+def refused(detail: str) -> bool:
+    """Whether a `SummaryRejected` of ``detail`` ended on a refusal once the summarizer was
+    given up: its last attempt was never sent (the refusal is not retried)."""
+    return _REFUSED.match(detail) is not None
+
 
 # Statuses that say the summarizer cannot answer any request until someone acts: a key or
 # a permission refused.
@@ -218,16 +236,17 @@ _STUCK = frozenset({401, 403})
 
 def is_server_failure(error: SummarizerError) -> bool:
     """Whether ``error`` says the summarizer failed, not the request: a 5xx (529, overloaded,
-    too), a 401 or 403 (a key, a permission), a 429 for a quota spent (OpenAI's
-    ``insufficient_quota``: no later request fares better), or no status at all on a
+    too), a 401 or 403 (a key, a permission), a 429 whose error code is OpenAI's
+    ``insufficient_quota`` (no later request fares better), or no status at all on a
     retryable error (a connection that failed or was cut, the SDK's own timeout, a 200 that
     could not be read). Another 4xx (400, 404, 413, 422, a 429 for a rate limit, which the
-    next request may pass) is the server at work answering about that request: no failure."""
+    next request may pass, whatever its text says of quotas) is the server at work answering
+    about that request: no failure."""
     status = error.status
     if status is None:
         return error.retryable
     if status == 429:
-        return "quota" in str(error).lower()
+        return error.code == "insufficient_quota"
     return status >= 500 or status in _STUCK
 
 
@@ -271,7 +290,8 @@ class SummarizerHealth:
         return self.timeouts_in_a_row == self.failures_in_a_row
 
     def admit(self) -> bool:
-        """Whether a request may be sent; a refusal is counted in ``not_sent``."""
+        """Whether a request may be sent; a refusal is counted in ``not_sent`` (attempts
+        refused unsent: a retry of a request sent before it gave up is one too)."""
         with self._lock:
             if self.given_up:
                 self.not_sent += 1
@@ -377,6 +397,7 @@ class CachedSummarizer:
         """The real summarizer's reply; past `timeout` wall seconds, a retryable
         `SummarizerError`. How it went is told to `health` (`_count_failure`)."""
         try:
+            self.cache.sending()
             result = await self._send(request)
         except TimeoutError:
             if self.timeout is None:  # the summarizer's own, passed on as it came

@@ -547,7 +547,7 @@ def _replay_checked(
         health = settings.health
         doc["summarizer_health"] = {
             "given_up": health.given_up,
-            "not_sent": health.not_sent,
+            "attempts_not_sent": health.not_sent,
             "last_failure": health.last_failure,
         }
     written = _write_files(args, outcomes, doc)
@@ -600,7 +600,7 @@ def _gave_up(health: SummarizerHealth, timeout: float) -> str:
     else:
         why = f"{health.give_up_after} failed requests in a row (last: {health.last_failure})"
     return (
-        f"summarizer: gave up after {why}; {health.not_sent} requests not sent, the "
+        f"summarizer: gave up after {why}; {health.not_sent} attempts not sent, the "
         "deterministic tiers compacted instead"
     )
 

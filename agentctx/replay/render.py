@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from agentctx.pricing import price_for
 from agentctx.replay._safe_text import printable
-from agentctx.replay.cached_summarizer import NOT_SENT
+from agentctx.replay.cached_summarizer import refused
 from agentctx.replay.engine import SONNET_MODEL
 
 if TYPE_CHECKING:
@@ -185,13 +185,13 @@ def _rejected(report: ReplayReport) -> str:
         return ""
     # An attempt refused once the summarizer was given up was never sent: it is the last of
     # its request's (the refusal is not retried), which was never sent if it was the first.
-    refused = [e for e in rejected if e.attempts == 1 and NOT_SENT in e.detail]
-    attempts = sum(e.attempts - (NOT_SENT in e.detail) for e in rejected)
+    unsent = [e for e in rejected if e.attempts == 1 and refused(e.detail)]
+    attempts = sum(e.attempts - refused(e.detail) for e in rejected)
     first = printable(f"{rejected[0].reason}: {rejected[0].detail}", one_line=True)
     return (
         f"; {len(rejected)} request{'s' if len(rejected) != 1 else ''} rejected after "
         f"{attempts} attempt{'s' if attempts != 1 else ''}"
-        + (f" ({len(refused)} never sent: the summarizer was given up)" if refused else "")
+        + (f" ({len(unsent)} never sent: the summarizer was given up)" if unsent else "")
         + f", first: {first}"
     )
 
