@@ -283,7 +283,7 @@ async def test_the_openai_agents_filter_refuses_anthropics_native_compaction(sha
             AgentCtxInputFilter(session(SHAPES[shape](summarizer)))
         manager = session(DeterministicCompaction())
         accepted = AgentCtxInputFilter(manager)  # nothing native: taken
-        AgentCtxInputFilter(session(SHAPES[shape](responses)))  # Responses items: taken
+        AgentCtxInputFilter(session(SHAPES[shape](responses)), api="responses")
         manager.strategy = SHAPES[shape](summarizer)
         with pytest.raises(ConfigError, match="native compaction"):
             await accepted(_Call())  # type: ignore[arg-type]  # refused before its input
@@ -313,12 +313,15 @@ def test_a_strategy_whose_attributes_read_as_text_is_no_native_one() -> None:
         as_middleware(manager, api)  # type: ignore[arg-type]
 
 
-async def test_the_openai_agents_filter_reads_which_api_the_agents_model_speaks() -> None:
-    """Found by the re-run (DB 1): the filter took every Agents SDK model for a Responses
-    one, so an `OpenAIChatCompletionsModel` agent took OpenAI's native compaction, and after
-    its first paid splice the SDK refused every call ("Compaction items are not supported for
-    chat completions"). Refused on the first call, before anything is compacted."""
-    from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel
+async def test_the_openai_agents_filter_takes_openais_native_compaction_only_when_told() -> None:
+    """Found by the re-runs (DB 1, DC 1, 2): the filter took every model for a Responses one,
+    so an `OpenAIChatCompletionsModel` agent (or a RunConfig's model or model provider) took
+    OpenAI's native compaction, and after its first paid splice the SDK refused every call
+    ("Compaction items are not supported for chat completions"). Reading the agent's model
+    instead refused valid setups and missed a RunConfig's, which a filter cannot see. The run's
+    API is now said (``api="responses"``); not said, OpenAI's native compaction is refused
+    when the filter is made, before anything is compacted, with what to pass."""
+    from agents import Agent, OpenAIResponsesModel
     from agents.run_config import CallModelData, ModelInputData
 
     from agentctx.integrations.openai_agents import AgentCtxInputFilter
@@ -327,14 +330,17 @@ async def test_the_openai_agents_filter_reads_which_api_the_agents_model_speaks(
     client = openai.AsyncOpenAI(base_url=NOWHERE, api_key="k")
     try:
         async with session(SHAPES["chain"](summarizer)) as manager:
-            accept = AgentCtxInputFilter(manager)  # Responses or Chat: not known yet
-            data = ModelInputData(input=[{"role": "user", "content": "go"}], instructions=None)
-            responses = Agent(name="a", model=OpenAIResponsesModel("gpt-5", client))
-            sent = await accept(CallModelData(model_data=data, agent=responses, context=None))
-            assert sent.input == [{"role": "user", "content": "go"}]
-            chat = Agent(name="a", model=OpenAIChatCompletionsModel("gpt-5", client))
+            with pytest.raises(ConfigError, match="api='responses'"):
+                AgentCtxInputFilter(manager)
             with pytest.raises(ConfigError, match="Chat Completions"):
-                await accept(CallModelData(model_data=data, agent=chat, context=None))
+                AgentCtxInputFilter(manager, api="chat")
+            with pytest.raises(ConfigError, match="'completions'"):
+                AgentCtxInputFilter(manager, api="completions")  # type: ignore[arg-type]
+            accept = AgentCtxInputFilter(manager, api="responses")
+            data = ModelInputData(input=[{"role": "user", "content": "go"}], instructions=None)
+            agent = Agent(name="a", model=OpenAIResponsesModel("gpt-5", client))
+            sent = await accept(CallModelData(model_data=data, agent=agent, context=None))
+            assert sent.input == [{"role": "user", "content": "go"}]
     finally:
         await summarizer.aclose()
         await client.close()

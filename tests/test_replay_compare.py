@@ -280,7 +280,7 @@ async def test_failures_are_not_cached() -> None:
     for _ in range(2):
         with pytest.raises(SummarizerError, match="boom"):
             await summarizer.summarize(REQUEST)
-    assert len(cache) == 0 and cache.sent == 2  # sent, both: nothing kept
+    assert len(cache) == 0 and cache.sent == 0  # no server answered: nothing sent or kept
 
 
 async def test_cache_file_survives_a_cut_line_and_keys_differ_by_model(tmp_path: Path) -> None:
@@ -926,6 +926,21 @@ def test_a_single_replays_totals_count_the_failed_summarizer_requests(
     assert not_sent is not None, out
     assert int(found[1]) == 1 + int(not_sent[1]) == 1 + int(found[3])
     assert int(found[2]) == sent == 3
+
+
+def test_the_summary_cache_counts_no_request_that_never_reached_a_server(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by the re-run (DC 3): counted as each attempt began, a request the client could
+    not encode (a key with a character past ASCII) was "sent" though none left the machine."""
+    monkeypatch.setenv("OPENAI_API_KEY", "t\u00e9st")
+    with FakeOpenAI(default=Reply.text(briefing())) as server:
+        spec = f"openai-compatible:{MODEL}@{server.url}/v1"
+        cache = ["--summary-cache", str(tmp_path / "c.jsonl")]
+        assert main(["replay", *LONG, "--summarizer", spec, *cache]) == 0
+        reached = len(server.requests)
+    out = capsys.readouterr().out
+    assert reached == 0 and "(0 sent, 0 cached)" in out, out
 
 
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])

@@ -35,7 +35,7 @@ holds the history.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from agentctx._usage import usage_of
 from agentctx.adapters.openai_responses import (
@@ -43,14 +43,14 @@ from agentctx.adapters.openai_responses import (
     split_openai_responses_system,
     to_openai_responses,
 )
-from agentctx.errors import MissingExtraError
+from agentctx.errors import ConfigError, MissingExtraError
 from agentctx.providers._native import check_native
 from agentctx.recall.tool import recall_tool as agentctx_recall_tool
 
 try:
     # Imported first, so that a missing framework is named as itself.
     import agents  # noqa: F401
-    from agents import FunctionTool, Model, OpenAIResponsesModel, RunHooks
+    from agents import FunctionTool, RunHooks
     from agents.run_config import CallModelData, ModelInputData
 except ImportError as exc:
     raise MissingExtraError("openai-agents", exc.name, needed_by=__name__) from exc
@@ -107,27 +107,27 @@ class AgentCtxRunHooks(RunHooks[Any]):
         _observe(self.manager, response)
 
 
-# The input is Responses items whatever the model; what reaches the API depends on the model:
-# the SDK converts them for Chat Completions (and LiteLLM), where a compaction item cannot go.
-_ANY_MODEL = ("openai-chat", "openai-responses")
-_RESPONSES = ("openai-responses",)
-_CHAT = ("openai-chat",)
+# The input is Responses items whatever the model; what reaches the API depends on the model
+# the run resolves (the agent's, or its RunConfig's model or model provider, which the filter
+# cannot see): the SDK converts the items for Chat Completions (and LiteLLM), where a
+# compaction item cannot go.
+_APIS = {"responses": ("openai-responses",), "chat": ("openai-chat",)}
 
 
-def _apis(agent: object) -> tuple[str, ...]:
-    """The request format the agent's model sends: Responses for an `OpenAIResponsesModel`,
-    Chat Completions for any other model object; for a model named by a string, the SDK's
-    default (Responses unless ``set_default_openai_api("chat_completions")``)."""
-    model = getattr(agent, "model", None)
-    if isinstance(model, OpenAIResponsesModel):
-        return _RESPONSES
-    if isinstance(model, Model):
-        return _CHAT
+def _check(manager: ContextManager, api: str | None) -> None:
+    """`check_native` for the run's API; not said, for what every model can carry."""
+    if api is not None:
+        check_native(manager, _APIS[api])
+        return
+    check_native(manager, _APIS["responses"])  # what no model of the SDK can carry
     try:
-        from agents.models._openai_shared import get_use_responses_by_default
-    except ImportError:  # another version of the SDK: its long-standing default
-        return _RESPONSES
-    return _RESPONSES if get_use_responses_by_default() else _CHAT
+        check_native(manager, _APIS["chat"])
+    except ConfigError as e:
+        raise ConfigError(
+            f"{e}. Under the Agents SDK, a RunConfig picks the model out of the filter's "
+            "sight: pass AgentCtxInputFilter(ctx, api='responses') if every model of the run "
+            "sends Responses items"
+        ) from None
 
 
 class AgentCtxInputFilter:
@@ -135,25 +135,31 @@ class AgentCtxInputFilter:
 
     ``RunConfig(call_model_input_filter=AgentCtxInputFilter(ctx))``; one manager per
     conversation, entered (``async with``) around its runs. Pass `hooks` to ``Runner.run`` so
-    the responses' usage calibrates the manager's token accounting. A ``manager`` compacting
-    with a native compaction its model's API cannot take back is refused with `ConfigError`:
-    Anthropic's when the filter is made; OpenAI's on the first call of an agent whose model
-    does not send Responses items (`OpenAIChatCompletionsModel`, LiteLLM), before anything is
-    compacted. The model is read from the agent: one a ``RunConfig`` sets instead is not seen.
+    the responses' usage calibrates the manager's token accounting.
+
+    ``api`` is what the run's models send, ``"responses"`` or ``"chat"`` (Chat Completions,
+    LiteLLM), when you know it: the filter cannot see which model a ``RunConfig`` resolves. A
+    ``manager`` compacting with a native compaction that API cannot carry back is refused with
+    `ConfigError` when the filter is made, and on the first call after its strategy is
+    replaced: Anthropic's always, OpenAI's (Responses items) unless ``api="responses"``.
     """
 
-    def __init__(self, manager: ContextManager) -> None:
-        check_native(manager, _ANY_MODEL)
+    def __init__(
+        self, manager: ContextManager, *, api: Literal["responses", "chat"] | None = None
+    ) -> None:
+        if api not in (None, "responses", "chat"):
+            raise ConfigError(f"api must be 'responses', 'chat' or None, not {api!r}")
+        _check(manager, api)
         self.manager = manager
         self.hooks = AgentCtxRunHooks(manager)
-        self._checked: tuple[object, tuple[str, ...]] | None = None  # (strategy, APIs) that fit
+        self._api = api
+        self._checked: object = manager.strategy  # the strategy last found to fit
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         """The model input with its items replaced by the compacted view."""
-        apis, strategy, checked = _apis(data.agent), self.manager.strategy, self._checked
-        if checked is None or checked[0] is not strategy or checked[1] != apis:
-            check_native(self.manager, apis)
-            self._checked = (strategy, apis)
+        if self.manager.strategy is not self._checked:  # replaced since
+            _check(self.manager, self._api)
+            self._checked = self.manager.strategy
         items = data.model_data.input
         front, history = split_openai_responses_system(items)
         view = await self.manager.prepare(from_openai_responses(history))

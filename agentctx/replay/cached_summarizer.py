@@ -153,8 +153,10 @@ class SummaryCache:
     """Summarizer replies by `request_key`, kept in the JSON-lines file ``path`` (``None``:
     in memory only). The file and its folder are created on the first reply stored.
 
-    ``hits`` and ``sent`` count the lookups answered from the cache and the requests that
-    went to a real summarizer (answered or not, each attempt), since this object was made.
+    ``hits`` and ``sent`` count the lookups answered from the cache and the requests a real
+    summarizer's server answered (with a reply or an error, or still running when
+    ``--summarizer-timeout`` ran out; not one whose connection failed or that could not be
+    encoded), each attempt, since this object was made.
     ``write_error`` says why the file could not be written (``None`` while every reply was):
     the replies are kept in memory all the same, since each one was paid for.
     """
@@ -187,7 +189,7 @@ class SummaryCache:
             return reply
 
     def sending(self) -> None:
-        """Count a request going to the real summarizer (`sent`)."""
+        """Count a request that reached the real summarizer (`sent`)."""
         with self._lock:
             self.sent += 1
 
@@ -397,11 +399,11 @@ class CachedSummarizer:
         """The real summarizer's reply; past `timeout` wall seconds, a retryable
         `SummarizerError`. How it went is told to `health` (`_count_failure`)."""
         try:
-            self.cache.sending()
             result = await self._send(request)
         except TimeoutError:
             if self.timeout is None:  # the summarizer's own, passed on as it came
                 raise
+            self.cache.sending()  # in flight when its time ran out
             error = SummarizerError(
                 f"no reply after {self.timeout:g} s (--summarizer-timeout)", retryable=True
             )
@@ -409,8 +411,11 @@ class CachedSummarizer:
                 self.health.failed(str(error), timeout=True)
             raise error from None
         except SummarizerError as exc:
+            if exc.status is not None or exc.usage is not None:  # a server answered it
+                self.cache.sending()
             self._count_failure(exc)
             raise
+        self.cache.sending()
         if self.health is not None:
             self.health.answered()
         return result
