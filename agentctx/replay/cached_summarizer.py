@@ -156,9 +156,9 @@ class SummaryCache:
     ``hits`` and ``sent`` count the lookups answered from the cache and the requests a real
     summarizer's server answered (with a reply or an error, or still running when
     ``--summarizer-timeout`` ran out; not one whose connection failed or that could not be
-    encoded), each attempt, since this object was made.
-    ``write_error`` says why the file could not be written (``None`` while every reply was):
-    the replies are kept in memory all the same, since each one was paid for.
+    encoded), each attempt, since this object was made. ``write_error`` says why the file
+    could not be written (``None`` while every reply was): the replies are kept in memory
+    all the same, since each one was paid for.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None) -> None:
@@ -267,8 +267,8 @@ class SummarizerHealth:
         print(health.failures_in_a_row, health.last_failure, health.not_sent)
     ```
 
-    ``given_up`` says whether it stopped asking; ``not_sent`` counts the requests refused
-    since (each one a compaction the deterministic tiers made instead). Of the run of
+    ``given_up`` says whether it stopped asking; ``not_sent`` counts the attempts refused
+    since, unsent (the retry of a request sent before it gave up is one too). Of the run of
     failures, ``timeouts_in_a_row`` were timeouts, and ``last_failure`` says why the last one
     failed.
     """
