@@ -9,7 +9,7 @@ import re
 import shutil
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -691,6 +691,16 @@ def test_a_summarizer_that_never_answers_times_out_and_is_given_up(
     assert "must be more than 0 seconds" in capsys.readouterr().err
 
 
+def _replay_asking(tmp_path: Path, default: Reply, *flags: str, first: Sequence[Reply] = ()) -> int:
+    """`agentctx replay` of the long session (exit 0) with a real summarizer on a fake OpenAI
+    server answering ``first``, then ``default``; how many requests reached the server."""
+    with FakeOpenAI(replies=first, default=default) as server:
+        spec = f"openai-compatible:{MODEL}@{server.url}/v1"
+        cache = ["--summary-cache", str(tmp_path / "c.jsonl")]
+        assert main(["replay", *LONG, "--summarizer", spec, *cache, *flags]) == 0
+        return len(server.requests)
+
+
 def test_a_summarizer_that_keeps_failing_is_given_up(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -700,11 +710,7 @@ def test_a_summarizer_that_keeps_failing_is_given_up(
     requests in a row the summarizer is asked no more, the tiers compact, and the output
     says so once."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    with FakeOpenAI(default=Reply.error(500)) as dead:
-        spec = f"openai-compatible:{MODEL}@{dead.url}/v1"
-        cache = ["--summary-cache", str(tmp_path / "c.jsonl")]
-        assert main(["replay", *LONG, "--summarizer", spec, *cache]) == 0
-        sent = len(dead.requests)
+    sent = _replay_asking(tmp_path, Reply.error(500))
     out = capsys.readouterr().out
     assert sent == 3
     gave_up = [line for line in out.splitlines() if line.startswith("summarizer: gave up")]
@@ -742,11 +748,7 @@ def test_a_summarizer_refusing_every_request_for_its_key_or_quota_is_given_up(
     rejected requests were never sent, and the text counts no attempt for those."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     status = refusal.status
-    with FakeOpenAI(default=refusal) as refusing:
-        spec = f"openai-compatible:{MODEL}@{refusing.url}/v1"
-        cache = ["--summary-cache", str(tmp_path / "c.jsonl")]
-        assert main(["replay", *LONG, "--summarizer", spec, *cache, "--json"]) == 0
-        sent = len(refusing.requests)
+    sent = _replay_asking(tmp_path, refusal, "--json")
     doc = json.loads(capsys.readouterr().out)
     health = doc["settings"]["summarizer_health"]
     assert health["given_up"] is True and f"HTTP {status}" in health["last_failure"]
@@ -766,11 +768,7 @@ def test_a_burst_of_rate_limits_does_not_give_the_summarizer_up(
     the server works; only a spent quota counts."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     burst = [Reply.rate_limited(1.0)] * 3
-    with FakeOpenAI(replies=burst, default=Reply.text(briefing())) as limited:
-        spec = f"openai-compatible:{MODEL}@{limited.url}/v1"
-        cache = ["--summary-cache", str(tmp_path / "c.jsonl")]
-        assert main(["replay", *LONG, "--summarizer", spec, *cache, "--json"]) == 0
-        sent = len(limited.requests)
+    sent = _replay_asking(tmp_path, Reply.text(briefing()), "--json", first=burst)
     doc = json.loads(capsys.readouterr().out)
     assert doc["settings"]["summarizer_health"]["given_up"] is False
     row = doc["files"][0]["strategies"][0]["summarizer"]
@@ -814,11 +812,7 @@ def test_a_rate_limit_that_speaks_of_quotas_does_not_give_the_summarizer_up(
     Only OpenAI's ``insufficient_quota`` code counts now."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     burst = [Reply.error(429, "rate_limit_error", message)] * 3
-    with FakeOpenAI(replies=burst, default=Reply.text(briefing())) as limited:
-        spec = f"openai-compatible:{MODEL}@{limited.url}/v1"
-        cache = ["--summary-cache", str(tmp_path / "c.jsonl")]
-        assert main(["replay", *LONG, "--summarizer", spec, *cache, "--json"]) == 0
-        sent = len(limited.requests)
+    sent = _replay_asking(tmp_path, Reply.text(briefing()), "--json", first=burst)
     doc = json.loads(capsys.readouterr().out)
     assert doc["settings"]["summarizer_health"]["given_up"] is False and sent > 3
 
@@ -845,11 +839,7 @@ def test_the_summary_cache_counts_the_requests_that_failed_as_sent(
     """Found by the re-run (DB 6): "summary cache: ... (0 sent, 0 cached)" after three
     requests reached a server answering 500: only stored replies were counted."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    with FakeOpenAI(default=Reply.error(500)) as dead:
-        spec = f"openai-compatible:{MODEL}@{dead.url}/v1"
-        cache = ["--summary-cache", str(tmp_path / "c.jsonl")]
-        assert main(["replay", *LONG, "--summarizer", spec, *cache]) == 0
-        sent = len(dead.requests)
+    sent = _replay_asking(tmp_path, Reply.error(500))
     out = capsys.readouterr().out
     assert f"({sent} sent, 0 cached)" in out and sent == 3
 
@@ -906,11 +896,7 @@ def test_a_single_replays_totals_count_the_failed_summarizer_requests(
     --compare and --json do. The re-run (CZ 5) found the requests refused unsent, once the
     summarizer was given up, counted as attempts: no more."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    with FakeOpenAI(default=Reply.error(500)) as dead:
-        spec = f"openai-compatible:{MODEL}@{dead.url}/v1"
-        cache = ["--summary-cache", str(tmp_path / "c.jsonl")]
-        assert main(["replay", *LONG, "--summarizer", spec, *cache]) == 0
-        sent = len(dead.requests)
+    sent = _replay_asking(tmp_path, Reply.error(500))
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("summarizer: "))
     found = re.search(
@@ -934,11 +920,7 @@ def test_the_summary_cache_counts_no_request_that_never_reached_a_server(
     """Found by the re-run (DC 3): counted as each attempt began, a request the client could
     not encode (a key with a character past ASCII) was "sent" though none left the machine."""
     monkeypatch.setenv("OPENAI_API_KEY", "t\u00e9st")
-    with FakeOpenAI(default=Reply.text(briefing())) as server:
-        spec = f"openai-compatible:{MODEL}@{server.url}/v1"
-        cache = ["--summary-cache", str(tmp_path / "c.jsonl")]
-        assert main(["replay", *LONG, "--summarizer", spec, *cache]) == 0
-        reached = len(server.requests)
+    reached = _replay_asking(tmp_path, Reply.text(briefing()))
     out = capsys.readouterr().out
     assert reached == 0 and "(0 sent, 0 cached)" in out, out
 

@@ -49,6 +49,7 @@ from agentctx.messages import Usage, fingerprint, from_dict, to_dict
 from agentctx.summarizer import SummaryResult, check_result
 
 if TYPE_CHECKING:
+    from agentctx.events import SummaryRejected
     from agentctx.replay.engine import ReplayClock
     from agentctx.summarizer import Summarizer, SummaryRequest
 
@@ -61,6 +62,7 @@ __all__ = [
     "SummaryCache",
     "default_cache_path",
     "is_server_failure",
+    "never_sent",
     "refused",
     "request_key",
 ]
@@ -229,6 +231,11 @@ def refused(detail: str) -> bool:
     """Whether a `SummaryRejected` of ``detail`` ended on a refusal once the summarizer was
     given up: its last attempt was never sent (the refusal is not retried)."""
     return _REFUSED.match(detail) is not None
+
+
+def never_sent(rejection: SummaryRejected) -> bool:
+    """Whether no attempt of ``rejection``'s request was sent: its first was refused."""
+    return rejection.attempts == 1 and refused(rejection.detail)
 
 
 # Statuses that say the summarizer cannot answer any request until someone acts: a key or

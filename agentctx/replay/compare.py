@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from agentctx.replay._safe_text import printable
-from agentctx.replay.cached_summarizer import refused
+from agentctx.replay.cached_summarizer import never_sent
 from agentctx.replay.render import summarizer_spend
 from agentctx.replay.retention import Retention, combine
 
@@ -106,7 +106,7 @@ class StrategyRow:
             summary_cost=spent,
             summary_estimated=estimated,
             summary_rejected=len(rejected),
-            summary_not_sent=sum(e.attempts == 1 and refused(e.detail) for e in rejected),
+            summary_not_sent=sum(map(never_sent, rejected)),
             rejected_detail=f"{rejected[0].reason}: {rejected[0].detail}" if rejected else None,
             retention=report.retention,
             briefings=tuple((r.number, t) for r in report.rows for t in r.briefings),

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from agentctx.pricing import price_for
 from agentctx.replay._safe_text import printable
-from agentctx.replay.cached_summarizer import refused
+from agentctx.replay.cached_summarizer import never_sent, refused
 from agentctx.replay.engine import SONNET_MODEL
 
 if TYPE_CHECKING:
@@ -185,7 +185,7 @@ def _rejected(report: ReplayReport) -> str:
         return ""
     # An attempt refused once the summarizer was given up was never sent: it is the last of
     # its request's (the refusal is not retried), which was never sent if it was the first.
-    unsent = [e for e in rejected if e.attempts == 1 and refused(e.detail)]
+    unsent = [e for e in rejected if never_sent(e)]
     attempts = sum(e.attempts - refused(e.detail) for e in rejected)
     first = printable(f"{rejected[0].reason}: {rejected[0].detail}", one_line=True)
     return (
