@@ -29,17 +29,25 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 
 from agentctx import telemetry
 from agentctx._check import preview
+from agentctx._follow import (
+    common_prefix,
+    extends_raw,
+    extends_view,
+    newest_reply,
+    raw_from,
+    read_once,
+    shown_until,
+    sliceable,
+    view_below,
+)
 from agentctx._log import log, warm_logger
 from agentctx._usage import ACCEPTED, states_counts_only, usage_of
-from agentctx.boundaries import LEFT_OUT
 from agentctx.budget import Budget, BudgetExceededError
 from agentctx.errors import ConfigError, StoreDataError, StoreError, UnsupportedMessageError
 from agentctx.events import (
@@ -57,11 +65,9 @@ from agentctx.messages import (
     USAGE_RULE,
     AssistantMessage,
     Message,
-    ToolResultMessage,
     Usage,
     bad_usage_field,
     check_history,
-    fingerprint,
     sent_at,
 )
 from agentctx.recall.store import LedgerStore, RecallStore, SessionStateStore
@@ -81,7 +87,7 @@ from agentctx.tokens.estimate import exact_encoder_needed, load_exact_encoder
 from agentctx.view import ViewState
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterator
+    from collections.abc import AsyncIterator, Callable, Iterator, Sequence
     from types import TracebackType
 
     from anyio.abc import TaskGroup, TaskStatus
@@ -104,54 +110,8 @@ _THRASH_CALLS = 3  # prefix rewrites in a row that earn a warning
 _CACHE_TTL_SECONDS = 300.0  # the providers' default prompt-cache lifetime
 _MOST_OVER_ESTIMATE = 4  # the most calibration scales an estimate by (`Calibration`)
 _MAX_SHORT_FRACTION = 10  # a report raises its view's estimate by a tenth of it (or the limit)
-_WHOLE_COMPARE = 32  # see _extends_raw
 _EARLIER_VIEWS = 8  # views changed by decisions or rewinds that an owned caller can go back to
 _UNSENT_MARGIN = 0.1  # how much more messages no request has sent yet may cost than estimated
-
-
-def _common_prefix(a: Sequence[Message], b: list[Message]) -> int:
-    """Length of the common prefix: messages are the same when they are one object, equal
-    (list comparison does both in C), or of one fingerprint."""
-    n = min(len(a), len(b))
-    # `a` at least as long as `b`: compared without slicing it (`_starts_with`).
-    whole = _starts_with(a, b) if n == len(b) else a[:n] == b[:n]
-    if whole:
-        return n
-    # Where they part, by comparing halves in C: a rewind or an edit near the end leaves a
-    # long equal stretch, which walked in Python cost a fingerprint a message (made anew for
-    # messages converted again: 80 ms a call at 10k messages).
-    lo, hi = 0, n
-    while hi - lo > 8:
-        mid = (lo + hi) // 2
-        part = a[lo:mid]
-        if (part if type(part) is list else list(part)) == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    while lo < n and _same(a[lo], b[lo]):
-        lo += 1
-    return lo
-
-
-def _starts_with(history: Sequence[Message], prefix: list[Message]) -> bool:
-    """Whether ``history`` begins with ``prefix``, item for item the same object or equal.
-
-    A list compares two lists' items by address before anything else, touching no message,
-    while a slice of the history would count a reference to each of its messages: on a long
-    history, long out of the CPU's caches, that costs several times the comparison. So
-    ``prefix`` is compared at the history's length: grown by the history's tail, then cut
-    back (the comparison of a list of another length stops at the lengths).
-    """
-    n = len(prefix)
-    if type(history) is not list:
-        return history[:n] == prefix
-    if len(history) < n:
-        return False
-    prefix += history[n:]
-    try:
-        return history == prefix
-    finally:
-        del prefix[n:]
 
 
 def _interrupted(error: BaseException, taken: Sequence[Decision]) -> CompactionWarning:
@@ -164,39 +124,6 @@ def _interrupted(error: BaseException, taken: Sequence[Decision]) -> CompactionW
         f"prepare() ended with {type(error).__name__} after the strategy took {len(taken)} "
         f"decision(s) ({reasons}); they stay in the ledger, and the next view shows them",
     )
-
-
-def _extends_raw(history: Sequence[Message], state: ViewState) -> bool:
-    """Whether ``history`` is the raw history with messages appended, judged by what the view
-    depends on: every message it shows as it is or repaired, and the last one. Cost
-    O(view), not O(history): a message a decision already replaced (cleared, condensed,
-    summarized) is not compared, so editing it in place changes nothing sent (see
-    `ContextManager.prepare`).
-    """
-    raw = state.raw
-    n = len(raw)
-    if len(history) < n:
-        return False
-    if n == 0:
-        return True
-    shown = state.shown
-    last, known = history[n - 1], raw[n - 1]
-    # A list compares in C at about a nanosecond a message (`_starts_with`); picking out the
-    # shown ones costs twenty times that each, and reads them. While the history is not much
-    # longer than the view, the caller's own objects (the last one is) are compared whole.
-    if last is known and n <= _WHOLE_COMPARE * len(shown) and _starts_with(history, raw):
-        return True
-    # What repair left out (a result answering no call) is compared too: fixed in place, it
-    # would answer its call, where the view goes on sending a stub for it.
-    left_out = [r.origin for r in state.repairs if r.kind in LEFT_OUT and r.origin < n]
-    if left_out and not all(_same(history[i], raw[i]) for i in left_out):
-        return False
-    if len(shown) > 1:
-        pick = itemgetter(*shown)
-        if (last is known or last == known) and pick(history) == pick(raw):
-            return True
-    # Equal messages that are other objects (a history converted again from provider dicts).
-    return _same(history[n - 1], raw[n - 1]) and all(_same(history[i], raw[i]) for i in shown)
 
 
 _STATE_EVERY = 60.0  # seconds of session time between saves of its state, at least
@@ -241,70 +168,6 @@ def _parse_state(saved: object) -> dict[str, Any] | str:
     return state
 
 
-def _newest_reply(raw: Sequence[Message]) -> int | None:
-    """Index of the newest assistant message of ``raw`` (how many messages its prompt
-    held); ``None`` when there is none."""
-    for i in range(len(raw) - 1, -1, -1):
-        if isinstance(raw[i], AssistantMessage):
-            return i
-    return None
-
-
-def _extends_view(history: Sequence[Message], state: ViewState) -> bool:
-    """Whether ``history`` is the view last returned with messages appended (owned mode)."""
-    view = state.view
-    n = len(view)
-    if len(history) < n:
-        return False
-    # The last message first: a history that is not the view mostly differs there (a stub
-    # repair added for an open call, where the history holds its result), and the full
-    # comparison then walks every message, reading each one's fingerprint.
-    return n == 0 or (_same(history[n - 1], view[n - 1]) and _common_prefix(history, view) == n)
-
-
-def _shown_until(state: ViewState) -> int:
-    """The raw index past what the view's messages stand for: the raw history after it is a
-    tail the view left out. O(last tool batch)."""
-    view, origins = state.view, state.origins
-    if not view:
-        return 0
-    # Stubs for missing results take the origin of their call's message, after the results.
-    k = len(view) - 1
-    top = origins[k]
-    while k > 0 and isinstance(view[k], ToolResultMessage):
-        k -= 1
-        top = max(top, origins[k])
-    span = state.ledger.span_covering(top)
-    return span.end if span is not None else top + 1
-
-
-def _raw_from(
-    view: Sequence[Message], origins: Sequence[int], raw: Sequence[Message], k: int
-) -> int:
-    """The raw index where what ``view[k:]`` stands for begins: the origin of the first of
-    them that stands for a raw message. A stub for a missing result stands for none: it
-    takes the origin of its call's message, which ``view[:k]`` holds when it leads."""
-    while k < len(view):
-        origin = origins[k]
-        if not isinstance(view[k], ToolResultMessage) or isinstance(raw[origin], ToolResultMessage):
-            return origin
-        k += 1
-    return len(raw)
-
-
-def _view_below(
-    view: list[Message], origins: list[int], raw: Sequence[Message], end: int, cut: int
-) -> tuple[list[Message], list[int], int]:
-    """The leading messages of ``view`` (which stands for ``raw[:end]``) that stand for
-    ``raw[:cut]`` at most, their origins, and the raw length they stand for."""
-    if end <= cut:
-        return view, origins, end
-    j = bisect.bisect_left(origins, cut)
-    while j > 0 and _raw_from(view, origins, raw, j) > cut:
-        j -= 1
-    return view[:j], origins[:j], _raw_from(view, origins, raw, j)
-
-
 def _checked(clock: Callable[[], float]) -> Callable[[], float]:
     """``clock``, its readings checked: a time that is no finite number (a clock returning
     None, a string, NaN) fails at the read as `ConfigError`, not deep in a strategy's
@@ -326,32 +189,6 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]
             yield from _leaves(e)
         else:
             yield e
-
-
-def _sliceable(history: object) -> bool:
-    """Whether ``history`` is a sequence that slices (a `deque` is a `Sequence` that does
-    not: it is read as any other iterable)."""
-    if not isinstance(history, Sequence):
-        return False
-    try:
-        history[:0]
-    except TypeError:
-        return False
-    return True
-
-
-def _read_once(history: object) -> list[Message]:
-    """A history given as a generator or another one-pass iterable, as the list it yields
-    (what is then compacted and sent); `UnsupportedMessageError` for no iterable of them."""
-    if not isinstance(history, Iterable) or isinstance(history, Mapping):
-        kind = type(history).__name__
-        raise UnsupportedMessageError(None, f"history of type {kind} (pass a list of messages)")
-    return list(history)
-
-
-def _same(a: Message, b: Message) -> bool:
-    # What is no message is never the same (it is refused once read as new).
-    return a is b or a == b or (isinstance(a, Message) and fingerprint(a) == fingerprint(b))
 
 
 class ContextManager:
@@ -1012,8 +849,8 @@ class ContextManager:
         budget = self.budget if max_tokens is None else self.budget.for_output(max_tokens)
         if self._closed or self._closing:
             raise ConfigError("this ContextManager is closed")
-        if type(history) is not list and not _sliceable(history):
-            history = _read_once(history)
+        if type(history) is not list and not sliceable(history):
+            history = read_once(history)
         if self._to_load is not None:
             await self._resume()
         if self._startup_events:
@@ -1048,7 +885,7 @@ class ContextManager:
             # reply, every message before it, was sent (the last worker's own ``sent`` when
             # it was given this history). Read as unsent, what that worker held back to keep
             # the cache warm would be taken at once, rewriting the cached prefix.
-            reply = _newest_reply(state.raw)
+            reply = newest_reply(state.raw)
             self._sent = 0 if reply is None else reply
             replied = None if reply is None else sent_at(state.raw[reply])
             if replied is not None and replied > self._clock():
@@ -1318,7 +1155,7 @@ class ContextManager:
         # When the input extends both the view and the raw history (the view can be a prefix
         # of the raw history, e.g. when repair left out a trailing orphan result), the longer
         # of the two is what the caller holds.
-        checks = [(state.raw, _extends_raw), (state.view, _extends_view)]
+        checks = [(state.raw, extends_raw), (state.view, extends_view)]
         if len(state.raw) < len(state.view):
             checks.reverse()
         elif not state.view and state.raw:
@@ -1332,7 +1169,7 @@ class ContextManager:
         else:
             return self._resync(history)
         if seq is state.view and new:
-            end = _shown_until(state)
+            end = shown_until(state)
             if end < len(state.raw):
                 # New messages follow a raw tail the view left out (results answering no
                 # call, a blank summary): a projection caller edited it and went on, an owned
@@ -1352,13 +1189,13 @@ class ContextManager:
 
     def _resync(self, history: Sequence[Message]) -> bool:
         state = self._state
-        in_view = _common_prefix(history, state.view)
-        in_raw = _common_prefix(history, state.raw)
+        in_view = common_prefix(history, state.view)
+        in_raw = common_prefix(history, state.raw)
         best, earlier = max(in_view, in_raw), None
         # A view a decision changed since: the caller went back (of two that follow it as
         # far, the later).
         for kept in reversed(self._earlier):
-            k = _common_prefix(history, kept[0])
+            k = common_prefix(history, kept[0])
             if k > best:
                 best, earlier = k, kept
         if self._follows_retried(history, best):
@@ -1370,14 +1207,14 @@ class ContextManager:
         if earlier is not None:
             view, origins, end = earlier
             if best < len(view):
-                self._rebase(_raw_from(view, origins, state.raw, best), history[best:], best)
+                self._rebase(raw_from(view, origins, state.raw, best), history[best:], best)
             else:
                 self._continue(end, history, best)
             return True
         if in_raw >= in_view:
             cut, new = in_raw, history[in_raw:]
         else:
-            cut, new = _raw_from(state.view, state.origins, state.raw, in_view), history[in_view:]
+            cut, new = raw_from(state.view, state.origins, state.raw, in_view), history[in_view:]
         self._rebase(cut, new, len(history) - len(new))
         return in_raw < in_view
 
@@ -1386,7 +1223,7 @@ class ContextManager:
         after them is appended, from where it leaves what the raw history holds there."""
         raw = self._state.raw
         since = history[n:]
-        k = _common_prefix(since, raw[end:]) if len(raw) > end else 0
+        k = common_prefix(since, raw[end:]) if len(raw) > end else 0
         if end + k == len(raw):
             self._extend(since[k:], n + k)
         else:
@@ -1406,7 +1243,7 @@ class ContextManager:
         best, k = None, other
         for n, kept in enumerate(reversed(self._retriable)):
             before, _, fresh = kept
-            common = _common_prefix(history, before)
+            common = common_prefix(history, before)
             if common >= len(before) - fresh and (common > k or (common == k and n == 0)):
                 best, k = kept, common
         if best is None:
@@ -1435,7 +1272,7 @@ class ContextManager:
         # The views kept, and the view now, each as far as it stands for what stays: going
         # back to one of them still reads against it.
         views = [*self._earlier, (list(state.view), list(state.origins), len(state.raw))]
-        kept = [_view_below(v, o, state.raw, end, cut) for v, o, end in views]
+        kept = [view_below(v, o, state.raw, end, cut) for v, o, end in views]
         self._earlier = deque((v for v in kept if v[0]), maxlen=_EARLIER_VIEWS)
         dropped = state.truncate(cut)
         state.append(new)

@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+# The manager's own prefix check: it grows the list it holds instead of slicing the other.
+from agentctx._follow import starts_with
 from agentctx.boundaries import repair
 from agentctx.events import (
     BudgetExceeded,
@@ -45,9 +47,7 @@ from agentctx.events import (
     SummaryStats,
     TranscriptRepaired,
 )
-
-# The manager's own prefix check: it grows the list it holds instead of slicing the other.
-from agentctx.manager import ContextManager, _starts_with
+from agentctx.manager import ContextManager
 from agentctx.messages import AssistantMessage, Message, Usage, fingerprint, sent_at
 from agentctx.pricing import Price
 from agentctx.recall import MemoryRecallStore
@@ -314,7 +314,7 @@ class _PrefixCache:
         self._at = now
         previous = self._previous
         n = len(previous)
-        if _starts_with(messages, previous):
+        if starts_with(messages, previous):
             same, kept = n, self._vector
         else:  # a rewrite: where it starts, found by content, and what stays summed anew
             same = 0
