@@ -244,7 +244,9 @@ class CompactionWarning(_Event):
     (the strategy's ``close`` raised; the session closed all the same), ``recall_evicted``
     (a `MemoryRecallStore` too small for what open sessions reference evicted some of it) or
     ``implausible_usage`` (a usage report over the context window and over 4x the estimate
-    of the view sent, left out of the calibration) or ``interrupted`` (a ``prepare`` ended
+    of the view sent, left out of the calibration), ``prompt_refused`` (the provider refused
+    a view as longer than its context window, and the counts were calibrated on its count;
+    said each time) or ``interrupted`` (a ``prepare`` ended
     with an exception, or was cancelled, after its strategy took decisions: they stay, and the
     next view shows them; said each time).
     """

@@ -47,6 +47,7 @@ from agentctx._follow import (
     view_below,
 )
 from agentctx._log import log, warm_logger
+from agentctx._overflow import Overflow, overflow_of
 from agentctx._usage import ACCEPTED, states_counts_only, usage_of
 from agentctx.budget import Budget, BudgetExceededError
 from agentctx.errors import ConfigError, StoreDataError, StoreError, UnsupportedMessageError
@@ -350,6 +351,7 @@ class ContextManager:
         # calibration corrects it).
         self._reported_view = ((-1, -1), 0, 0)
         self._report: int | None = None  # prompt tokens of a usage report not applied yet
+        self._limit_sent = self.budget.limit  # the hard limit of the last `prepare`
         self._settling = threading.Lock()
         self._report_arrived: anyio.Event | None = None
         self._last_call: float | None = None
@@ -847,6 +849,7 @@ class ContextManager:
         call: telemetry.PrepareCall | None,
     ) -> list[Message]:
         budget = self.budget if max_tokens is None else self.budget.for_output(max_tokens)
+        self._limit_sent = budget.limit
         if self._closed or self._closing:
             raise ConfigError("this ContextManager is closed")
         if type(history) is not list and not sliceable(history):
@@ -1327,8 +1330,26 @@ class ContextManager:
         once (`CompactionWarning` ``implausible_usage``). Report every prompt token: with
         Anthropic, ``input_tokens`` and the cache reads and writes (``observe(response)``
         reads them all); ``input_tokens`` alone calibrates the counts down.
+
+        Also accepts the SDK's error when the provider refused the last view as longer than
+        its context window (``except anthropic.BadRequestError as e: ctx.observe(e)``): the
+        counts calibrate at once on the size its message gives (or, where it gives none, as
+        OpenAI's Responses API words it, on one token over that call's limit), nothing is
+        billed, and the next `prepare` of the same history compacts to fit. Said each time
+        (`CompactionWarning` ``prompt_refused``, which also says when the provider's window is
+        below the budget's). `wrap` and `as_middleware` do this themselves and send the
+        request once more. Any other error is refused with `ConfigError`.
         """
         self._on_its_thread("observe()")
+        if isinstance(response, BaseException):
+            overflow = overflow_of(response)
+            if overflow is None:
+                raise ConfigError(
+                    f"observe() takes a provider's error only when it refuses the prompt as "
+                    f"longer than its context window; got {preview(response)}"
+                )
+            self._observe_overflow(overflow)
+            return
         usage = usage_of(response)
         if usage is None:
             raise ConfigError(f"observe() takes {ACCEPTED}; got {type(response).__name__}")
@@ -1352,6 +1373,35 @@ class ContextManager:
             else:
                 self._report_arrived.set()
 
+    def _observe_overflow(self, overflow: Overflow) -> None:
+        """Calibrate on a refused prompt's size: what the provider counted, or, when it does
+        not say, the least the prompt can have held (one token over the call's limit). A
+        refused request bills nothing and leaves the cache as it was."""
+        if not self._state.view:
+            return
+        limit = self._limit_sent
+        counted = overflow.prompt_tokens
+        self._settle()  # an earlier report first
+        with self._settling:
+            taken = self._calibrate(limit + 1 if counted is None else counted)
+        size = "longer" if counted is None else f"of {counted} tokens"
+        said = f"the provider refused a prompt {size} as over its context window"
+        if overflow.window is not None:
+            said += f" ({overflow.window} tokens)"
+        if not taken:
+            said += "; its count was not used to calibrate the counts"
+        elif counted is None:
+            said += f"; the counts are calibrated on {limit + 1} tokens, the least it held"
+        else:
+            said += "; the counts are calibrated on its count"
+        if overflow.window is not None and overflow.window < limit:
+            said += (
+                f"; its window is below the prompt budget of that call ({limit}): set "
+                "Budget.context_window to the model's, or hard_budget, or long prompts go on "
+                "being refused"
+            )
+        self._hub.emit(CompactionWarning("prompt_refused", said))
+
     def _settle(self) -> None:
         """Calibrate on the last usage report, if it is not yet: in the background once the
         caller's code yields (an agent runs its tools), else at the next read of the counts
@@ -1370,7 +1420,9 @@ class ContextManager:
             finally:
                 self._report = None
 
-    def _calibrate(self, tokens: int) -> None:
+    def _calibrate(self, tokens: int) -> bool:
+        """Calibrate the counts on ``tokens``, the provider's count of the current view;
+        whether the report was taken."""
         state = self._state
         counter = self._counter
         view, origins = self._current_view()
@@ -1399,15 +1451,16 @@ class ContextManager:
                         "set Budget.hard_budget, not a smaller context_window",
                     )
                 )
-            return
+            return False
         if not counter.observe(view, tokens, vector=state.vector()):
-            return  # a count no request reports (past a billion tokens)
+            return False  # a count no request reports (past a billion tokens)
         short = tokens - counter.overhead - state.tokens
         # Capped: a report far above the estimate is another request's (a host that adds
         # its own context), not this view's size, and never more than a tenth of the limit.
         cap = min(tokens, self.budget.limit) // _MAX_SHORT_FRACTION
         short = max(0, min(short, cap))
         self._reported_view = (epoch, len(state.raw), short)
+        return True
 
     async def _settle_reports(self) -> None:
         while True:

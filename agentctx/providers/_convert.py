@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, NoReturn, TypeVar, get_args
 
 from agentctx._log import log
+from agentctx._overflow import overflow_of
 from agentctx._usage import usage_of
 from agentctx.adapters import (
     assemble_anthropic_stream,
@@ -110,6 +111,7 @@ class Compactor:
         self._asked: int | None = None
         self._requested = False
         self._said_not_rebuilt = False  # a stream the assembler gave up on was logged
+        self._view: list[Message] | None = None  # the last view sent (None: not compacted)
 
     async def request(self, kwargs: Mapping[str, Any], *, count: bool = False) -> dict[str, Any]:
         """The keyword arguments to send: the history compacted, the rest as given.
@@ -137,6 +139,8 @@ class Compactor:
             or kwargs.get("previous_response_id")
             or kwargs.get("conversation")
         ):
+            if not count:
+                self._view = None
             return outgoing
         max_tokens = self._max_tokens(kwargs)
         if not count:
@@ -145,6 +149,8 @@ class Compactor:
             max_tokens = self._asked if self._requested else 0
         if self.provider == "anthropic":  # its system prompt is no message
             view = await self._prepare(list(history), 0, max_tokens)
+            if not count:
+                self._view = view
             for key in ("system", "tools"):  # their breakpoints are counted: read them once
                 value = outgoing.get(key)
                 if isinstance(value, Iterable) and not isinstance(value, _READ_AGAIN):
@@ -164,8 +170,26 @@ class Compactor:
             system, rest = split_openai_responses_system(history)
             render = to_openai_responses
         view = await self._prepare(rest, len(system), max_tokens)
+        if not count:
+            self._view = view
         outgoing[self._key] = [*(plain(m) for m in system), *render(view)]
         return outgoing
+
+    async def resend(
+        self, kwargs: Mapping[str, Any], error: BaseException
+    ) -> dict[str, Any] | None:
+        """The request of ``kwargs`` again, after ``error`` answered the last one: when that is
+        the provider refusing the prompt as longer than its context window, the session
+        observes it (`ContextManager.observe`: the counts calibrate on the provider's) and
+        compacts the history again. ``None`` (raise ``error``) for any other error, a history
+        that was not compacted (server-side state, a string input), or a view the same as the
+        one refused (nothing to gain from sending it again)."""
+        refused = self._view
+        if refused is None or overflow_of(error) is None:
+            return None
+        self.manager.observe(error)
+        outgoing = await self.request(kwargs)
+        return None if self._view == refused else outgoing
 
     async def _prepare(self, rest: list[Any], offset: int, max_tokens: int | None) -> list[Message]:
         """The view of the history after its ``offset`` leading instructions (``rest``); the
@@ -245,8 +269,16 @@ async def send(
     compactor: Compactor, create: Callable[..., Awaitable[Any]], kwargs: dict[str, Any]
 ) -> Any:
     """``create`` (an SDK method) with the compacted ``kwargs``; the usage is recorded now, or
-    when the stream it returns (the SDK's own) has been read to the end."""
-    result = await create(**await compactor.request(kwargs))
+    when the stream it returns (the SDK's own) has been read to the end. A prompt the
+    provider refuses as too long is compacted to its count and sent once more
+    (`Compactor.resend`)."""
+    try:
+        result = await create(**await compactor.request(kwargs))
+    except Exception as error:
+        again = await compactor.resend(kwargs, error)
+        if again is None:
+            raise
+        result = await create(**again)
     if kwargs.get("stream"):
         return observe_stream(result, compactor.record_stream)
     compactor.record(result)
@@ -257,7 +289,13 @@ def send_blocking(
     loop: LoopThread, compactor: Compactor, create: Callable[..., Any], kwargs: dict[str, Any]
 ) -> Any:
     """`send` for a blocking SDK method; the session's work runs on the manager's ``loop``."""
-    result = create(**loop.call(compactor.request, kwargs))
+    try:
+        result = create(**loop.call(compactor.request, kwargs))
+    except Exception as error:
+        again = loop.call(compactor.resend, kwargs, error)
+        if again is None:
+            raise
+        result = create(**again)
     if kwargs.get("stream"):
         return observe_sync_stream(result, _recorder(loop, compactor))
     loop.call(compactor.record, result)
@@ -306,7 +344,14 @@ class StreamManager(Generic[S]):
 
     async def __aenter__(self) -> S:
         self._cm = self._open(**await self._compactor.request(self._kwargs))
-        stream: S = await self._cm.__aenter__()
+        try:
+            stream: S = await self._cm.__aenter__()
+        except Exception as error:
+            again = await self._compactor.resend(self._kwargs, error)
+            if again is None:
+                raise
+            self._cm = self._open(**again)
+            stream = await self._cm.__aenter__()
         _observe_helper(stream, observe_stream, self._compactor.record_stream)
         return stream
 
@@ -338,7 +383,14 @@ class SyncStreamManager(Generic[S]):
 
     def __enter__(self) -> S:
         self._cm = self._open(**self._loop.call(self._compactor.request, self._kwargs))
-        stream: S = self._cm.__enter__()
+        try:
+            stream: S = self._cm.__enter__()
+        except Exception as error:
+            again = self._loop.call(self._compactor.resend, self._kwargs, error)
+            if again is None:
+                raise
+            self._cm = self._open(**again)
+            stream = self._cm.__enter__()
         _observe_helper(stream, observe_sync_stream, _recorder(self._loop, self._compactor))
         return stream
 

@@ -24,6 +24,11 @@ also sets the output reserve of the call unless ``Budget.reserve_output`` was se
 given to ``manager.observe``; a stream (``stream=True`` gives the SDK's own ``AsyncStream``)
 records it once its events have been read to the end. Every method returns the SDK's own type.
 
+A request the provider refuses as longer than its context window (its ``BadRequestError``
+says so) is observed (`ContextManager.observe`: the counts calibrate on the provider's
+count), compacted again and sent once more; the error is raised when that cannot change the
+view (the provider's window is below the budget's, say: a `CompactionWarning` says so).
+
 Refused with `ConfigError`, as they would send the history uncompacted:
 ``messages.batches.create``, ``beta.messages.thread``, and ``with_raw_response`` /
 ``with_streaming_response`` (use the unwrapped ``wrapped.client`` for those).

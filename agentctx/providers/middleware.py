@@ -14,7 +14,9 @@ exactly as `wrap` does (projection mode, byte-stable when nothing new was decide
 system/developer messages untouched); every other key passes through; its ``max_tokens``
 (``max_completion_tokens``, ``max_output_tokens``) is the call's output reserve unless
 ``Budget.reserve_output`` was set; the response's usage (an SDK object or a plain dict) is
-recorded with ``manager.observe``. Streams are not observed: ``ctx.observe(final)`` with the
+recorded with ``manager.observe``. A prompt the provider refuses as longer than its context
+window (``call_next`` raises the SDK's error saying so) is observed and compacted to fit, and
+``call_next`` is called once more with it. Streams are not observed: ``ctx.observe(final)`` with the
 stream's final message records them. ``cache_breakpoints=True`` places Anthropic
 ``cache_control`` breakpoints as `wrap` does.
 """
@@ -46,7 +48,13 @@ def as_middleware(
     check_native(manager, (provider,))  # (after the compactor, which refuses an unknown one)
 
     async def middleware(request: Mapping[str, Any], call_next: CallNext) -> Any:
-        response = await call_next(await compactor.request(request))
+        try:
+            response = await call_next(await compactor.request(request))
+        except Exception as error:
+            again = await compactor.resend(request, error)
+            if again is None:
+                raise
+            response = await call_next(again)
         if not request.get("stream"):
             compactor.record(response)
         return response

@@ -24,6 +24,11 @@ set the output reserve of the call unless ``Budget.reserve_output`` was set. Usa
 Completions stream is sent with ``stream_options={"include_usage": True}`` merged into the
 caller's (the API reports streamed usage only then; its last chunk has no ``choices``).
 
+A request the provider refuses as longer than its context window (its ``BadRequestError``
+says so) is observed (`ContextManager.observe`: the counts calibrate on the provider's
+count), compacted again and sent once more; the error is raised when that cannot change the
+view (the provider's window is below the budget's, say: a `CompactionWarning` says so).
+
 A Responses call that continues server-side state (``previous_response_id`` or
 ``conversation``) holds only the new items, so it is sent as it is.
 

@@ -1,0 +1,77 @@
+"""A provider's refusal of a prompt longer than its context window, read from the SDK error.
+
+Read by the error's HTTP status and its message, as each API words it (no SDK is imported):
+
+- Anthropic: ``prompt is too long: 208310 tokens > 200000 maximum``, and with the output
+  counted, ``input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000``;
+- OpenAI Chat Completions (and servers speaking its API, such as vLLM): ``This model's
+  maximum context length is 128000 tokens. However, your messages resulted in 130255
+  tokens`` or ``... you requested 5000 tokens (4000 in the messages, 1000 in the
+  completion)``;
+- OpenAI Responses: ``Your input exceeds the context window of this model``, which says no
+  number.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["Overflow", "overflow_of"]
+
+_MOST_CHARS = 4_000  # an error's text is read this far: the wording comes first
+_MOST_TOKENS = 1 << 40  # no window is this large: a number past it is no count
+
+_NUMBER = r"(\d[\d,]{0,20})"
+_ANTHROPIC = re.compile(rf"prompt is too long: {_NUMBER} tokens > {_NUMBER} maximum")
+_ANTHROPIC_WITH_OUTPUT = re.compile(
+    rf"input length and `?max_tokens`? exceed context limit: {_NUMBER} \+ {_NUMBER} > {_NUMBER}"
+)
+_OPENAI_WINDOW = re.compile(rf"maximum context length is {_NUMBER} tokens")
+_OPENAI_PROMPT = re.compile(rf"{_NUMBER} in the messages|resulted in {_NUMBER} tokens")
+_NO_NUMBER = re.compile(r"exceeds the context window|context_length_exceeded")
+
+
+@dataclass(frozen=True, slots=True)
+class Overflow:
+    """A prompt the provider refused as longer than its context window.
+
+    Attributes:
+        prompt_tokens: the prompt's tokens as the provider counted them, when it says.
+        window: the most the provider takes, when it says (with Anthropic's
+            ``max_tokens`` wording, the window less the output asked for).
+    """
+
+    prompt_tokens: int | None
+    window: int | None
+
+
+def _number(text: str | None) -> int | None:
+    if text is None:
+        return None
+    value = int(text.replace(",", ""))
+    return value if 0 < value < _MOST_TOKENS else None
+
+
+def overflow_of(error: object) -> Overflow | None:
+    """``error`` read as a provider's refusal of a prompt over its context window (an HTTP
+    400 whose message says so, as each API words it), or ``None`` for any other error."""
+    if not isinstance(error, Exception) or getattr(error, "status_code", None) != 400:
+        return None
+    try:
+        text = str(error)[:_MOST_CHARS]
+    except Exception:  # an error whose text cannot be made says nothing
+        return None
+    if found := _ANTHROPIC.search(text):
+        return Overflow(_number(found[1]), _number(found[2]))
+    if found := _ANTHROPIC_WITH_OUTPUT.search(text):
+        window, output = _number(found[3]), _number(found[2])
+        room = window - output if window is not None and output is not None else None
+        return Overflow(_number(found[1]), room if room is not None and room > 0 else None)
+    if window_found := _OPENAI_WINDOW.search(text):
+        found = _OPENAI_PROMPT.search(text)
+        prompt = _number(found[1] or found[2]) if found else None
+        return Overflow(prompt, _number(window_found[1]))
+    if _NO_NUMBER.search(text) or getattr(error, "code", None) == "context_length_exceeded":
+        return Overflow(None, None)
+    return None

@@ -1,0 +1,393 @@
+"""A prompt the provider refuses as longer than its context window: read from the SDK's own
+error, calibrated on, compacted to fit and sent once more (`wrap`, `as_middleware`), or
+observed by a loop of its own (`ContextManager.observe`).
+
+The fake servers count a character a quarter token; agentctx's estimate of long English
+words is well under that, so a history the session takes for one that fits is refused, as
+a real tokenizer denser than the estimate would refuse it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from agentctx import (
+    Budget,
+    CompactionWarning,
+    ContextCompacted,
+    ContextManager,
+    Event,
+    UserMessage,
+)
+from agentctx._overflow import Overflow, overflow_of
+from agentctx.errors import ConfigError
+from agentctx.providers import anthropic as ant_provider
+from agentctx.providers import openai as oai_provider
+from agentctx.providers.middleware import as_middleware
+from agentctx.testing import check_view
+from agentctx.testing.servers import FakeAnthropic, FakeOpenAI, Reply
+
+WINDOW = 3_000
+# 844 characters, 211 tokens to the servers; the session, uncalibrated, counts the
+# requests made of it at about 1.6x less.
+WORDS = "configuration management information " * 8 + "the quick brown fox jumps over it. " * 12
+TURNS = 13
+
+
+def budget() -> Budget:
+    return Budget(context_window=WINDOW, reserve_output=500)
+
+
+def anthropic_history(turns: int) -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = []
+    for n in range(turns):
+        history += [
+            {"role": "user", "content": f"Read document {n}."},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": f"t{n}", "name": "read", "input": {}}],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": WORDS}],
+            },
+            {"role": "assistant", "content": "Read it."},
+        ]
+    return [*history, {"role": "user", "content": "Summarize the documents."}]
+
+
+def chat_history(turns: int) -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = []
+    for n in range(turns):
+        call = {"id": f"c{n}", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+        history += [
+            {"role": "user", "content": f"Read document {n}."},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{n}", "content": WORDS},
+            {"role": "assistant", "content": "Read it."},
+        ]
+    return [*history, {"role": "user", "content": "Summarize the documents."}]
+
+
+def responses_history(turns: int) -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = []
+    for n in range(turns):
+        history += [
+            {"role": "user", "content": f"Read document {n}."},
+            {"type": "function_call", "call_id": f"c{n}", "name": "read", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": f"c{n}", "output": WORDS},
+            {"role": "assistant", "content": "Read it."},
+        ]
+    return [*history, {"role": "user", "content": "Summarize the documents."}]
+
+
+ANTHROPIC_TOOLS = [{"name": "read", "description": "Read.", "input_schema": {"type": "object"}}]
+CHAT_TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
+RESPONSES_TOOLS = [{"type": "function", "name": "read", "parameters": {"type": "object"}}]
+
+
+def watch(ctx: ContextManager) -> list[Event]:
+    seen: list[Event] = []
+    ctx.subscribe(seen.append)
+    return seen
+
+
+def refusals(events: list[Event]) -> list[CompactionWarning]:
+    return [e for e in events if isinstance(e, CompactionWarning) and e.code == "prompt_refused"]
+
+
+# -- reading the errors ------------------------------------------------------------------
+
+
+class _Error(Exception):
+    def __init__(self, text: str, status: int = 400, code: str | None = None) -> None:
+        super().__init__(text)
+        self.status_code = status
+        self.code = code
+
+
+@pytest.mark.parametrize(
+    ("text", "code", "expected"),
+    [
+        ("prompt is too long: 208310 tokens > 200000 maximum", None, Overflow(208_310, 200_000)),
+        (
+            "Error code: 400 - {'type': 'error', 'error': {'type': 'invalid_request_error', "
+            "'message': 'input length and `max_tokens` exceed context limit: 188240 + 21333 > "
+            "200000, decrease input length or `max_tokens` and try again'}}",
+            None,
+            Overflow(188_240, 200_000 - 21_333),
+        ),
+        (
+            "This model's maximum context length is 128000 tokens. However, your messages "
+            "resulted in 130255 tokens. Please reduce the length of the messages.",
+            "context_length_exceeded",
+            Overflow(130_255, 128_000),
+        ),
+        (
+            "This model's maximum context length is 4096 tokens. However, you requested 5000 "
+            "tokens (4000 in the messages, 1000 in the completion).",
+            None,
+            Overflow(4_000, 4_096),
+        ),
+        (
+            "Your input exceeds the context window of this model. Please adjust your input "
+            "and try again.",
+            "context_length_exceeded",
+            Overflow(None, None),
+        ),
+        ("Invalid value for 'model'", "context_length_exceeded", Overflow(None, None)),
+        # A count past any window is no count.
+        (
+            "prompt is too long: 9999999999999999 tokens > 200000 maximum",
+            None,
+            Overflow(None, 200_000),
+        ),
+        ("messages: text content blocks must be non-empty", None, None),
+    ],
+)
+def test_a_refusal_is_read_as_each_api_words_it(
+    text: str, code: str | None, expected: Overflow | None
+) -> None:
+    assert overflow_of(_Error(text, code=code)) == expected
+
+
+def test_only_an_http_400_is_a_refusal_of_the_prompt() -> None:
+    text = "prompt is too long: 208310 tokens > 200000 maximum"
+    assert overflow_of(_Error(text, status=500)) is None
+    assert overflow_of(_Error(text, status=413)) is None
+    assert overflow_of(ValueError(text)) is None  # no status: no provider's answer
+    assert overflow_of(text) is None
+
+    class Unprintable(_Error):
+        def __str__(self) -> str:
+            raise RuntimeError("no text")
+
+    assert overflow_of(Unprintable(text)) is None
+
+
+# -- wrapped clients: refused, calibrated, compacted, sent again ---------------------------
+
+
+async def test_a_wrapped_anthropic_call_refused_as_too_long_is_compacted_and_sent_again() -> None:
+    async with (
+        FakeAnthropic(context_window=WINDOW, default=Reply.text("done")) as server,
+        ContextManager(budget()) as ctx,
+        anthropic.AsyncAnthropic(base_url=server.url, api_key="test", max_retries=0) as raw,
+    ):
+        events = watch(ctx)
+        client = ant_provider.wrap(raw, ctx)
+        history = anthropic_history(TURNS)
+        resp = await client.messages.create(
+            model="m", max_tokens=100, tools=ANTHROPIC_TOOLS, messages=history
+        )
+        assert resp.content[0].text == "done"
+        assert [r.status for r in server.requests] == [400, 200]
+        first, second = server.requests
+        assert "prompt is too long" in (first.error or "")
+        assert len(second.body) < len(first.body) // 2
+        (warning,) = refusals(events)
+        assert "calibrated" in warning.message
+        assert any(isinstance(e, ContextCompacted) for e in events)
+        assert ctx.usage.prompt_tokens == second.usage.prompt_tokens  # the refusal billed 0
+        # The next call goes on from the compacted view, accepted at once.
+        history += [{"role": "assistant", "content": "done"}, {"role": "user", "content": "ok"}]
+        await client.messages.create(
+            model="m", max_tokens=100, tools=ANTHROPIC_TOOLS, messages=history
+        )
+        assert [r.status for r in server.requests] == [400, 200, 200]
+
+
+async def test_a_wrapped_anthropic_stream_refused_as_too_long_is_compacted_and_opened_again() -> (
+    None
+):
+    async with (
+        FakeAnthropic(context_window=WINDOW, default=Reply.text("done")) as server,
+        ContextManager(budget()) as ctx,
+        anthropic.AsyncAnthropic(base_url=server.url, api_key="test", max_retries=0) as raw,
+    ):
+        events = watch(ctx)
+        client = ant_provider.wrap(raw, ctx)
+        async with client.messages.stream(
+            model="m", max_tokens=100, tools=ANTHROPIC_TOOLS, messages=anthropic_history(TURNS)
+        ) as stream:
+            final = await stream.get_final_message()
+        assert final.content[0].text == "done"
+        assert [r.status for r in server.requests] == [400, 200]
+        assert len(refusals(events)) == 1
+
+
+def test_a_blocking_wrapped_anthropic_call_refused_as_too_long_is_sent_again() -> None:
+    import anyio
+
+    async def serve() -> None:
+        async with FakeAnthropic(context_window=WINDOW, default=Reply.text("done")) as server:
+            await anyio.to_thread.run_sync(lambda: _blocking(server.url))
+            assert [r.status for r in server.requests] == [400, 200]
+
+    anyio.run(serve)
+
+
+def _blocking(url: str) -> None:
+    ctx = ContextManager(budget())
+    with ant_provider.wrap(
+        anthropic.Anthropic(base_url=url, api_key="test", max_retries=0), ctx
+    ) as client:
+        resp = client.messages.create(
+            model="m", max_tokens=100, tools=ANTHROPIC_TOOLS, messages=anthropic_history(TURNS)
+        )
+        assert resp.content[0].text == "done"
+
+
+async def test_a_wrapped_chat_call_refused_as_too_long_is_compacted_and_sent_again() -> None:
+    async with (
+        FakeOpenAI(context_window=WINDOW, default=Reply.text("done")) as server,
+        ContextManager(budget()) as ctx,
+        openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="test", max_retries=0) as raw,
+    ):
+        events = watch(ctx)
+        client = oai_provider.wrap(raw, ctx)
+        resp = await client.chat.completions.create(
+            model="m", max_completion_tokens=100, tools=CHAT_TOOLS, messages=chat_history(TURNS)
+        )
+        assert resp.choices[0].message.content == "done"
+        assert [r.status for r in server.requests] == [400, 200]
+        (warning,) = refusals(events)
+        assert f"({WINDOW} tokens)" in warning.message
+
+
+async def test_a_responses_refusal_that_gives_no_count_is_taken_as_the_least_it_can_be() -> None:
+    async with (
+        FakeOpenAI(context_window=WINDOW, default=Reply.text("done")) as server,
+        ContextManager(budget()) as ctx,
+        openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="test", max_retries=0) as raw,
+    ):
+        events = watch(ctx)
+        client = oai_provider.wrap(raw, ctx)
+        resp = await client.responses.create(
+            model="m", max_output_tokens=100, tools=RESPONSES_TOOLS, input=responses_history(TURNS)
+        )
+        assert resp.output_text == "done"
+        assert [r.status for r in server.requests] == [400, 200]
+        (warning,) = refusals(events)
+        assert "the least it held" in warning.message
+
+
+async def test_the_middleware_calls_next_again_with_the_history_compacted_to_fit() -> None:
+    async with (
+        FakeAnthropic(context_window=WINDOW, default=Reply.text("done")) as server,
+        ContextManager(budget()) as ctx,
+        anthropic.AsyncAnthropic(base_url=server.url, api_key="test", max_retries=0) as client,
+    ):
+        middleware = as_middleware(ctx, "anthropic")
+        sent: list[int] = []
+
+        async def call_next(request: dict[str, Any]) -> Any:
+            sent.append(len(request["messages"]))
+            return await client.messages.create(**request)
+
+        request = {"model": "m", "max_tokens": 100, "tools": ANTHROPIC_TOOLS}
+        resp = await middleware({**request, "messages": anthropic_history(TURNS)}, call_next)
+        assert resp.content[0].text == "done"
+        assert len(sent) == 2 and sent[1] < sent[0]
+
+
+# -- what is not sent again ---------------------------------------------------------------
+
+
+async def test_a_window_below_the_budget_is_said_and_the_refusal_raised_once() -> None:
+    """The budget says 30k, the model takes 3k: calibrating cannot bring the view under a
+    limit the model does not have, so the refusal is raised after one attempt, and the
+    warning names the window to set."""
+    async with (
+        FakeAnthropic(context_window=WINDOW, default=Reply.text("done")) as server,
+        ContextManager(Budget(context_window=30_000, reserve_output=500)) as ctx,
+        anthropic.AsyncAnthropic(base_url=server.url, api_key="test", max_retries=0) as raw,
+    ):
+        events = watch(ctx)
+        client = ant_provider.wrap(raw, ctx)
+        with pytest.raises(anthropic.BadRequestError, match="prompt is too long"):
+            await client.messages.create(
+                model="m", max_tokens=100, tools=ANTHROPIC_TOOLS, messages=anthropic_history(TURNS)
+            )
+        assert [r.status for r in server.requests] == [400]
+        (warning,) = refusals(events)
+        assert "set Budget.context_window" in warning.message
+        assert ctx.usage.prompt_tokens == 0
+
+
+async def test_other_errors_are_raised_as_they_were_and_not_sent_again() -> None:
+    refusal = Reply.error(400, message="messages.1.content: tool_use ids must be unique")
+    async with (
+        FakeAnthropic(replies=[refusal, Reply.server_error(500)]) as server,
+        ContextManager(budget()) as ctx,
+        anthropic.AsyncAnthropic(base_url=server.url, api_key="test", max_retries=0) as raw,
+    ):
+        events = watch(ctx)
+        client = ant_provider.wrap(raw, ctx)
+        for expected in (anthropic.BadRequestError, anthropic.InternalServerError):
+            with pytest.raises(expected):
+                await client.messages.create(
+                    model="m", max_tokens=100, tools=ANTHROPIC_TOOLS, messages=anthropic_history(2)
+                )
+        assert [r.status for r in server.requests] == [400, 500]
+        assert refusals(events) == []
+
+
+# -- a loop of its own --------------------------------------------------------------------
+
+
+async def test_a_loop_of_its_own_observes_the_refusal_and_the_next_prepare_fits() -> None:
+    async with (
+        FakeAnthropic(context_window=WINDOW, default=Reply.text("done")) as server,
+        ContextManager(budget()) as ctx,
+        anthropic.AsyncAnthropic(base_url=server.url, api_key="test", max_retries=0) as client,
+    ):
+        from agentctx.adapters import from_anthropic, to_anthropic
+
+        history = from_anthropic(anthropic_history(TURNS))
+        view = await ctx.prepare(history)
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            await client.messages.create(
+                model="m", max_tokens=100, tools=ANTHROPIC_TOOLS, messages=to_anthropic(view)
+            )
+        ctx.observe(refused.value)
+        assert ctx.usage.prompt_tokens == 0
+        view = await ctx.prepare(history)
+        assert check_view(view, ctx.raw) == []
+        resp = await client.messages.create(
+            model="m", max_tokens=100, tools=ANTHROPIC_TOOLS, messages=to_anthropic(view)
+        )
+        ctx.observe(resp)
+        assert [r.status for r in server.requests] == [400, 200]
+
+
+async def test_observe_refuses_an_error_that_is_no_refusal_of_the_prompt() -> None:
+    async with ContextManager(budget()) as ctx:
+        await ctx.prepare([UserMessage.of("hi")])
+        with pytest.raises(ConfigError, match="longer than its context window"):
+            ctx.observe(_Error("rate limited", status=429))
+        with pytest.raises(ConfigError, match="longer than its context window"):
+            ctx.observe(RuntimeError("boom"))
+
+
+async def test_a_refusal_before_any_view_changes_nothing() -> None:
+    async with ContextManager(budget()) as ctx:
+        events = watch(ctx)
+        ctx.observe(_Error("prompt is too long: 5000 tokens > 3000 maximum"))
+        assert refusals(events) == [] and ctx.usage.prompt_tokens == 0
+
+
+async def test_a_refusal_counting_what_no_calibration_makes_of_the_view_says_it_was_not_used() -> (
+    None
+):
+    async with ContextManager(budget()) as ctx:
+        events = watch(ctx)
+        await ctx.prepare([UserMessage.of("hi")])
+        tokens = ctx.prompt_tokens
+        ctx.observe(_Error("prompt is too long: 50000000 tokens > 3000 maximum"))
+        (warning,) = refusals(events)
+        assert "not used to calibrate" in warning.message
+        assert ctx.prompt_tokens == tokens
