@@ -269,7 +269,7 @@ async def send(
     compactor: Compactor, create: Callable[..., Awaitable[Any]], kwargs: dict[str, Any]
 ) -> Any:
     """``create`` (an SDK method) with the compacted ``kwargs``; the usage is recorded now, or
-    when the stream it returns (the SDK's own) has been read to the end. A prompt the
+    when the stream it returns (the SDK's own) has been read to its last event. A prompt the
     provider refuses as too long is compacted to its count and sent once more
     (`Compactor.resend`)."""
     try:
@@ -331,7 +331,7 @@ def _observe_helper(stream: Any, observe: Callable[..., Any], done: Callable[...
 class StreamManager(Generic[S]):
     """What an async wrapper's ``stream(...)`` returns: ``async with`` compacts the history,
     opens the SDK's own ``stream(...)`` helper and gives its stream (type ``S``); the usage is
-    recorded once its events have been read to the end (``get_final_message()`` and the like
+    recorded once its last event has been read (``get_final_message()`` and the like
     read them)."""
 
     def __init__(

@@ -1,5 +1,12 @@
 """Hand every event of an SDK stream to a callback once the stream is complete.
 
+Complete is the API's last event (Anthropic ``message_stop``, a Responses
+``response.completed`` / ``incomplete`` / ``failed``, a Chat Completions chunk with the usage
+and no choices), handed over once that event has been read and before the caller gets it (a
+loop that stops at it, or a connection dropped right after it, records it all the same), or
+else the end of the stream. Once only; a callback that raises is logged, never raised into
+the caller's loop, which has every event already.
+
 `observe_stream` / `observe_sync_stream` return the SDK's own stream object (an
 ``AsyncStream`` / ``Stream``, so its type, ``response``, ``close`` and everything else are the
 SDK's) with its event iterator wrapped: the SDK streams iterate ``self._iterator``, which the
@@ -11,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+
+from agentctx._log import log
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -31,7 +40,7 @@ Done = Callable[[list[Mapping[str, Any]]], None]
 
 def observe_stream(stream: Any, done: Done) -> Any:
     """``stream`` (an SDK ``AsyncStream``), calling ``done`` with every event's dict once it
-    has been read to the end."""
+    has been read to its last event (see the module docs)."""
     try:
         events = stream._iterator
     except AttributeError:
@@ -50,22 +59,64 @@ def observe_sync_stream(stream: Any, done: Done) -> Any:
     return stream
 
 
+_LAST_EVENTS = frozenset(
+    {"message_stop", "response.completed", "response.incomplete", "response.failed"}
+)
+
+
+def _is_last(event: Mapping[str, Any]) -> bool:
+    """Whether ``event`` is the last its API sends (a Chat Completions stream's is the chunk
+    with the usage and no choices: servers that report usage in every chunk give choices)."""
+    if event.get("type") in _LAST_EVENTS:
+        return True
+    return event.get("choices") == [] and isinstance(event.get("usage"), Mapping)
+
+
+def _hand_over(done: Done, events: list[Mapping[str, Any]]) -> None:
+    try:
+        done(events)
+    except Exception:  # every event was the caller's already: theirs is not to fail now
+        log.exception("a stream's usage was not recorded")
+
+
+class _Events:
+    """The events of one stream so far, handed to ``done`` once: at the last event, or at
+    the end for a stream that ends without one."""
+
+    __slots__ = ("_done", "_seen")
+
+    def __init__(self, done: Done) -> None:
+        self._done: Done | None = done
+        self._seen: list[Mapping[str, Any]] = []
+
+    def add(self, event: object) -> None:
+        if self._done is None:
+            return
+        d = event_dict(event)
+        self._seen.append(d)
+        if _is_last(d):
+            self.end()
+
+    def end(self) -> None:
+        done, self._done = self._done, None
+        if done is not None and self._seen:
+            _hand_over(done, self._seen)
+
+
 async def _observed_async(events: AsyncIterator[Any], done: Done) -> AsyncIterator[Any]:
-    seen: list[Mapping[str, Any]] = []
+    seen = _Events(done)
     async for event in events:
-        seen.append(event_dict(event))
+        seen.add(event)
         yield event
-    if seen:
-        done(seen)
+    seen.end()
 
 
 def _observed(events: Iterator[Any], done: Done) -> Iterator[Any]:
-    seen: list[Mapping[str, Any]] = []
+    seen = _Events(done)
     for event in events:
-        seen.append(event_dict(event))
+        seen.add(event)
         yield event
-    if seen:
-        done(seen)
+    seen.end()
 
 
 def event_dict(event: object) -> Mapping[str, Any]:
@@ -117,8 +168,7 @@ class ObservedStream(Generic[T]):
 
     def __init__(self, stream: Any, done: Done) -> None:
         self._stream = stream
-        self._done = done
-        self._events: list[Mapping[str, Any]] = []
+        self._events = _Events(done)
         self._iterator: AsyncIterator[T] | None = None
 
     def __aiter__(self) -> AsyncIterator[T]:
@@ -130,11 +180,9 @@ class ObservedStream(Generic[T]):
         try:
             event: T = await self._iterator.__anext__()
         except StopAsyncIteration:
-            events, self._events = self._events, []
-            if events:
-                self._done(events)
+            self._events.end()
             raise
-        self._events.append(event_dict(event))
+        self._events.add(event)
         return event
 
     async def __aenter__(self) -> Self:
@@ -160,8 +208,7 @@ class ObservedSyncStream(Generic[T]):
 
     def __init__(self, stream: Any, done: Done) -> None:
         self._stream = stream
-        self._done = done
-        self._events: list[Mapping[str, Any]] = []
+        self._events = _Events(done)
         self._iterator: Iterator[T] | None = None
 
     def __iter__(self) -> Iterator[T]:
@@ -173,11 +220,9 @@ class ObservedSyncStream(Generic[T]):
         try:
             event: T = next(self._iterator)
         except StopIteration:
-            events, self._events = self._events, []
-            if events:
-                self._done(events)
+            self._events.end()
             raise
-        self._events.append(event_dict(event))
+        self._events.add(event)
         return event
 
     def __enter__(self) -> Self:

@@ -22,7 +22,7 @@ request bytes equal the previous call's plus the new messages, so the prompt cac
 hitting. ``system``, ``tools`` and every other argument go through untouched; ``max_tokens``
 also sets the output reserve of the call unless ``Budget.reserve_output`` was set. Usage is
 given to ``manager.observe``; a stream (``stream=True`` gives the SDK's own ``AsyncStream``)
-records it once its events have been read to the end. Every method returns the SDK's own type.
+records it once its last event has been read. Every method returns the SDK's own type.
 
 A request the provider refuses as longer than its context window (its ``BadRequestError``
 says so) is observed (`ContextManager.observe`: the counts calibrate on the provider's

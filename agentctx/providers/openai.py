@@ -20,7 +20,7 @@ messages, compacted with ``manager.prepare`` and converted back, so when nothing
 decided the request is the previous one plus the new messages. Every other argument goes
 through untouched; ``max_completion_tokens`` / ``max_tokens`` / ``max_output_tokens`` also
 set the output reserve of the call unless ``Budget.reserve_output`` was set. Usage is given to
-``manager.observe``; a stream records it once its events have been read to the end. A Chat
+``manager.observe``; a stream records it once its last event has been read. A Chat
 Completions stream is sent with ``stream_options={"include_usage": True}`` merged into the
 caller's (the API reports streamed usage only then; its last chunk has no ``choices``).
 
