@@ -192,10 +192,10 @@ class BlockingContextManager:
         )
         return view
 
-    def observe(self, response: Any) -> None:
+    def observe(self, response: Any, *, calibrate: bool = True) -> None:
         """Record the usage of the response to the last view sent (`ContextManager.observe`:
         a `Usage`, an `AssistantMessage` carrying one, or the SDK's response)."""
-        self._call("observe()", partial(self.manager.observe, response))
+        self._call("observe()", partial(self.manager.observe, response, calibrate=calibrate))
 
     def subscribe(self, callback: Subscriber) -> Callable[[], None]:
         """Call ``callback`` with every event from now on, including those the manager

@@ -1308,7 +1308,7 @@ class ContextManager:
 
     # -- after the model call -----------------------------------------------------------
 
-    def observe(self, response: Usage | AssistantMessage | Any) -> None:
+    def observe(self, response: Usage | AssistantMessage | Any, *, calibrate: bool = True) -> None:
         """Record what the provider reported for the last view sent.
 
         Accepts a `Usage`, an `AssistantMessage` carrying one, or what the SDK returned:
@@ -1339,6 +1339,10 @@ class ContextManager:
         (`CompactionWarning` ``prompt_refused``, which also says when the provider's window is
         below the budget's). `wrap` and `as_middleware` do this themselves and send the
         request once more. Any other error is refused with `ConfigError`.
+
+        ``calibrate=False`` records a request that did not send the last view (a side question,
+        a call continuing a server-side chain): its usage adds to `usage`, the session's
+        spend, and nothing else (the wrappers pass it for calls they send as they are).
         """
         self._on_its_thread("observe()")
         if isinstance(response, BaseException):
@@ -1362,6 +1366,9 @@ class ContextManager:
         if (name := bad_usage_field(usage)) is not None:
             count = reprlib.repr(getattr(usage, name))
             raise ConfigError(f"observe() got usage.{name}={count}: {USAGE_RULE}")
+        if not calibrate:
+            self.usage = self.usage + usage
+            return
         now = self._clock()  # first: a clock that fails leaves the call undone
         self.usage = self.usage + usage
         self._last_call = now

@@ -466,3 +466,40 @@ async def test_a_developer_reminder_after_the_question_does_not_take_its_place(a
     assert request.status == 200
     sent = json.dumps(request.json)
     assert "QUESTION 2" in sent and "reminder: be concise" in sent and "TASK" in sent
+
+
+# -- a call sent as it is ------------------------------------------------------------------
+
+
+async def test_a_responses_call_sent_as_it_is_leaves_the_session_s_counts_alone() -> None:
+    """Found by a docs check (DD, finding 1): a Responses call that continues server-side
+    state (or has a string input) is sent uncompacted, as documented, but its usage was
+    recorded against the session's last view: the server's count of its own short chain
+    calibrated a 34k-token view down to 6k, and the next ordinary call went over the
+    window, refused, with no event. Its usage is spent (`ctx.usage`), not calibrated on."""
+    async with (
+        FakeOpenAI(default=Reply.text("ok"), context_window=44_000) as server,
+        ContextManager(Budget(context_window=44_000)) as ctx,
+        openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0) as raw,
+    ):
+        other = await raw.responses.create(model="m", input=[{"role": "user", "content": "hi"}])
+        client = oai_provider.wrap(raw, ctx)
+        items: list[Any] = [{"role": "user", "content": "task"}]
+        for i in range(5):
+            items.append({"role": "user", "content": f"note {i} " + "lorem ipsum dolor " * 1500})
+            reply = await client.responses.create(model="m", input=items, max_output_tokens=1000)
+            items += [o.to_dict() for o in reply.output]
+        tokens, usage = ctx.prompt_tokens, ctx.usage
+        await client.responses.create(
+            model="m", previous_response_id=other.id, input=[{"role": "user", "content": "q"}]
+        )
+        await client.responses.create(model="m", input="a string input")
+        async with client.responses.stream(model="m", input="a streamed string input") as stream:
+            await stream.get_final_response()
+        # Spent, so counted in the session's usage; not the view's size, so no calibration.
+        assert ctx.prompt_tokens == tokens
+        side = [r.usage for r in server.requests[-3:]]
+        assert ctx.usage.prompt_tokens == usage.prompt_tokens + sum(u.prompt_tokens for u in side)
+        items.append({"role": "user", "content": "more " + "lorem ipsum dolor " * 2500})
+        await client.responses.create(model="m", input=items, max_output_tokens=1000)
+        assert all(r.status == 200 for r in server.requests), [r.error for r in server.requests]

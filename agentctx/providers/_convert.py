@@ -11,6 +11,7 @@ send a history uncompacted. It imports no vendor SDK.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, Literal, NoReturn, TypeVar, get_args
 
 from agentctx._log import log
@@ -175,6 +176,14 @@ class Compactor:
         outgoing[self._key] = [*(plain(m) for m in system), *render(view)]
         return outgoing
 
+    async def to_send(self, kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+        """`request`, and whether the history was compacted: only then does the response's
+        usage count the session's view, to calibrate on (a call sent as it is, continuing
+        server-side state or with a string input, counts another history: its usage is
+        spent, not calibrated on)."""
+        outgoing = await self.request(kwargs)
+        return outgoing, self._view is not None
+
     async def resend(
         self, kwargs: Mapping[str, Any], error: BaseException
     ) -> dict[str, Any] | None:
@@ -227,14 +236,15 @@ class Compactor:
         self._sent, self._sent_length = view, len(messages)
         return place_breakpoints(messages, room, previous_end=length - 1 if extends else None)
 
-    def record(self, response: object) -> None:
-        """Record the usage of a complete response (an SDK object or its dict)."""
+    def record(self, response: object, *, calibrate: bool = True) -> None:
+        """Record the usage of a complete response (an SDK object or its dict); ``calibrate``:
+        whether it counts the view the session sent (`ContextManager.observe`)."""
         # Read by field, not serialized: a parsed response (ParsedChatCompletion[Model])
         # warns when dumped, and only its usage is needed.
-        self._observe(response)
+        self._observe(response, calibrate)
 
-    def record_stream(self, events: list[Mapping[str, Any]]) -> None:
-        """Record the usage of a stream read to its end, from its events' dicts."""
+    def record_stream(self, events: list[Mapping[str, Any]], *, calibrate: bool = True) -> None:
+        """`record` for a stream read to its last event, from its events' dicts."""
         if any(e.get("type") == "error" for e in events):
             # The server ended the stream with an error: no response, no usage to record.
             # (The SDK raises it, or, for Responses, hands it over as the last event.)
@@ -247,7 +257,7 @@ class Compactor:
             # the session needs of it is the usage it reported.
             self._not_rebuilt(error)
             response = {"usage": reported_usage(self.provider, events)}
-        self._observe(response)
+        self._observe(response, calibrate)
 
     def _not_rebuilt(self, error: Exception) -> None:
         if self._said_not_rebuilt:
@@ -259,10 +269,10 @@ class Compactor:
             error=repr(error),
         )
 
-    def _observe(self, response: object) -> None:
+    def _observe(self, response: object, calibrate: bool) -> None:
         usage = usage_of(response)
         if usage is not None:  # e.g. a chat stream without include_usage: nothing to learn
-            self.manager.observe(usage)
+            self.manager.observe(usage, calibrate=calibrate)
 
 
 async def send(
@@ -272,16 +282,17 @@ async def send(
     when the stream it returns (the SDK's own) has been read to its last event. A prompt the
     provider refuses as too long is compacted to its count and sent once more
     (`Compactor.resend`)."""
+    sent, compacted = await compactor.to_send(kwargs)
     try:
-        result = await create(**await compactor.request(kwargs))
+        result = await create(**sent)
     except Exception as error:
         again = await compactor.resend(kwargs, error)
         if again is None:
             raise
         result = await create(**again)
     if kwargs.get("stream"):
-        return observe_stream(result, compactor.record_stream)
-    compactor.record(result)
+        return observe_stream(result, partial(compactor.record_stream, calibrate=compacted))
+    compactor.record(result, calibrate=compacted)
     return result
 
 
@@ -289,16 +300,17 @@ def send_blocking(
     loop: LoopThread, compactor: Compactor, create: Callable[..., Any], kwargs: dict[str, Any]
 ) -> Any:
     """`send` for a blocking SDK method; the session's work runs on the manager's ``loop``."""
+    sent, compacted = loop.call(compactor.to_send, kwargs)
     try:
-        result = create(**loop.call(compactor.request, kwargs))
+        result = create(**sent)
     except Exception as error:
         again = loop.call(compactor.resend, kwargs, error)
         if again is None:
             raise
         result = create(**again)
     if kwargs.get("stream"):
-        return observe_sync_stream(result, _recorder(loop, compactor))
-    loop.call(compactor.record, result)
+        return observe_sync_stream(result, _recorder(loop, compactor, calibrate=compacted))
+    loop.call(partial(compactor.record, result, calibrate=compacted))
     return result
 
 
@@ -314,8 +326,10 @@ def history_list(messages: object) -> list[Any]:
     return list(messages)
 
 
-def _recorder(loop: LoopThread, compactor: Compactor) -> Callable[[list[Any]], None]:
-    return lambda events: loop.call(compactor.record_stream, events)
+def _recorder(
+    loop: LoopThread, compactor: Compactor, *, calibrate: bool
+) -> Callable[[list[Any]], None]:
+    return lambda events: loop.call(partial(compactor.record_stream, events, calibrate=calibrate))
 
 
 def _observe_helper(stream: Any, observe: Callable[..., Any], done: Callable[..., Any]) -> None:
@@ -343,7 +357,8 @@ class StreamManager(Generic[S]):
         self._cm: Any = None
 
     async def __aenter__(self) -> S:
-        self._cm = self._open(**await self._compactor.request(self._kwargs))
+        sent, compacted = await self._compactor.to_send(self._kwargs)
+        self._cm = self._open(**sent)
         try:
             stream: S = await self._cm.__aenter__()
         except Exception as error:
@@ -352,7 +367,8 @@ class StreamManager(Generic[S]):
                 raise
             self._cm = self._open(**again)
             stream = await self._cm.__aenter__()
-        _observe_helper(stream, observe_stream, self._compactor.record_stream)
+        record = partial(self._compactor.record_stream, calibrate=compacted)
+        _observe_helper(stream, observe_stream, record)
         return stream
 
     async def __aexit__(
@@ -382,7 +398,8 @@ class SyncStreamManager(Generic[S]):
         self._cm: Any = None
 
     def __enter__(self) -> S:
-        self._cm = self._open(**self._loop.call(self._compactor.request, self._kwargs))
+        sent, compacted = self._loop.call(self._compactor.to_send, self._kwargs)
+        self._cm = self._open(**sent)
         try:
             stream: S = self._cm.__enter__()
         except Exception as error:
@@ -391,7 +408,8 @@ class SyncStreamManager(Generic[S]):
                 raise
             self._cm = self._open(**again)
             stream = self._cm.__enter__()
-        _observe_helper(stream, observe_sync_stream, _recorder(self._loop, self._compactor))
+        record = _recorder(self._loop, self._compactor, calibrate=compacted)
+        _observe_helper(stream, observe_sync_stream, record)
         return stream
 
     def __exit__(

@@ -48,15 +48,16 @@ def as_middleware(
     check_native(manager, (provider,))  # (after the compactor, which refuses an unknown one)
 
     async def middleware(request: Mapping[str, Any], call_next: CallNext) -> Any:
+        sent, compacted = await compactor.to_send(request)
         try:
-            response = await call_next(await compactor.request(request))
+            response = await call_next(sent)
         except Exception as error:
             again = await compactor.resend(request, error)
             if again is None:
                 raise
             response = await call_next(again)
         if not request.get("stream"):
-            compactor.record(response)
+            compactor.record(response, calibrate=compacted)
         return response
 
     return middleware

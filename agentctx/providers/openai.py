@@ -30,7 +30,9 @@ count), compacted again and sent once more; the error is raised when that cannot
 view (the provider's window is below the budget's, say: a `CompactionWarning` says so).
 
 A Responses call that continues server-side state (``previous_response_id`` or
-``conversation``) holds only the new items, so it is sent as it is.
+``conversation``) holds only the new items, so it is sent as it is, and so is a string
+``input``; the usage of either is added to the session's spend, not calibrated on (it counts no
+view of the session's).
 
 Refused with `ConfigError`, as they would send the history uncompacted: ``responses.compact``,
 ``responses.connect`` (the WebSocket), ``beta.chat`` and ``beta.responses``, and
