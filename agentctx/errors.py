@@ -136,18 +136,21 @@ class SummarizerError(AgentCtxError):
 
 
 class MissingExtraError(AgentCtxError, ImportError):
-    """An optional dependency is not installed; the message names the extra that brings it.
+    """An optional dependency is not installed, or too old for the feature; the message names
+    the extra that brings it.
 
     Attributes:
         extra: the extra to install (``pip install 'py-agentctx[EXTRA]'``).
         module: the module that could not be imported.
     """
 
-    def __init__(self, extra: str, module: str | None, *, needed_by: str) -> None:
+    def __init__(
+        self, extra: str, module: str | None, *, needed_by: str, why: str | None = None
+    ) -> None:
         self.extra = extra
         super().__init__(
             f"{needed_by} needs the {extra!r} extra: pip install 'py-agentctx[{extra}]' "
-            f"(no module named {module!r})",
+            f"({why or f'no module named {module!r}'})",
             name=module,
         )
         self.module = module

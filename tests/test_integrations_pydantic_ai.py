@@ -911,3 +911,18 @@ async def test_a_providers_compaction_part_is_never_dropped_by_the_tiers() -> No
             if isinstance(m, ModelResponse)
             for p in m.parts
         )
+
+
+def test_a_pydantic_ai_without_prepare_model_request_is_refused_not_silently_ignored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by a docs check (DD, finding 2): on pydantic-ai-slim before 2.64 (2.62 is what
+    pydantic-ai-harness pins) no hook the capability defines is called: it was accepted and
+    every request went out whole, with no event and no error. It is refused when made."""
+    from pydantic_ai.capabilities import AbstractCapability
+
+    from agentctx.errors import MissingExtraError
+
+    monkeypatch.delattr(AbstractCapability, "prepare_model_request")
+    with pytest.raises(MissingExtraError, match=r"no prepare_model_request hook; it came in 2\.64"):
+        AgentCtxCapability(ContextManager(Budget(context_window=80_000)))

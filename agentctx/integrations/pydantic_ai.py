@@ -658,6 +658,18 @@ def recall_tool(manager: ContextManager) -> Tool[Any]:
     return tool
 
 
+_FIRST_VERSION = "2.64.0"  # of pydantic-ai-slim with `prepare_model_request`
+
+
+def _installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pydantic-ai-slim")
+    except PackageNotFoundError:
+        return "(version unknown)"
+
+
 @dataclasses.dataclass
 class AgentCtxCapability(AbstractCapability[Any]):
     """A pydantic-ai capability that sends ``manager``'s compacted view of each request.
@@ -676,6 +688,18 @@ class AgentCtxCapability(AbstractCapability[Any]):
     observe: bool = True
     recall: bool | None = None
     _converter: _Converter = dataclasses.field(default_factory=_Converter, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Before 2.64 pydantic-ai calls no hook that can replace a request's messages: the
+        # capability would be taken, and every request would go out whole.
+        if not hasattr(AbstractCapability, "prepare_model_request"):
+            raise MissingExtraError(
+                "pydantic-ai",
+                "pydantic_ai",
+                needed_by="AgentCtxCapability",
+                why=f"pydantic-ai-slim {_installed_version()} has no prepare_model_request "
+                f"hook; it came in {_FIRST_VERSION}",
+            )
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
