@@ -8,7 +8,7 @@ in the view names it: ``[... 401 lines (16040 chars) truncated; recall_context i
 The loop adds ``recall_tool("anthropic")`` to its tools and answers a ``recall_context`` call
 with ``await ctx.handle_recall(call.arguments)``: a page of the original text (or, with
 ``pattern``, its matching lines), at most 8000 characters whatever the model asked for.
-Recalled text is never truncated again.
+Recalled text is truncated again only as the last thing left to cut (see docs/recall.md).
 """
 
 from __future__ import annotations

@@ -266,7 +266,7 @@ class LlmCompaction:
         waiting = self._requests.ready is not None
         cold = waiting and self._cold(ctx) and tokens > self._trigger(ctx)
         if (tokens > limit or cold) and waiting and ctx.counter.refine(ctx.view):
-            # About to decide on a splice: new messages carry quick, deliberately high
+            # About to decide on a splice: new messages carry quick (mostly high)
             # estimates. (With nothing to splice, refining is left to the tiers that act.)
             tokens = ctx.prompt_tokens
         if tokens > limit:

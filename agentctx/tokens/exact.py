@@ -10,7 +10,7 @@ counter = MessageCounter(exact)         # exact text counts, still calibrated fr
 ```
 
 A `MessageCounter` counts a message it sees for the first time quickly (characters over 3,
-deliberately high) and in full, with this counter, when it matters: before a strategy
+high on most text) and in full, with this counter, when it matters: before a strategy
 decides, near the budget, after a usage report. ``MessageCounter(exact, lazy=False)`` counts
 every message in full at once.
 
