@@ -944,6 +944,7 @@ class ContextManager:
                 _complete_turn=state.complete_turn,
                 _latest_user=state.latest_user,
                 _cuts=state.cuts,
+                _session=self,
             )
             if call is not None:
                 call.start(ctx, tokens, budget.limit)

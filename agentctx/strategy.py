@@ -89,6 +89,7 @@ class CompactionContext:
     give_way_above: int | None = None
     followed: bool = False
     _latest_user: Callable[[], int | None] | None = None  # None: read from `raw`
+    _session: object = None  # one object for every call of one ContextManager (an identity)
 
     @property
     def view(self) -> Sequence[Message]:

@@ -2256,3 +2256,55 @@ async def test_used_alone_it_meets_the_budget_with_no_briefing_ready(nesting: st
         assert m.prompt_tokens <= m.budget.limit
         assert view[0] == history[0]
     assert summarizer.requests == []
+
+
+class _Naming:
+    """A summarizer whose briefing names the secrets in the span it was sent."""
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        await anyio.sleep(0.01)
+        seen = " ".join(sorted(set(re.findall(r"SECRET-[AB]", request.transcript))))
+        sections = f"## Goal\ng\n## Constraints\nc\n## Decisions\n{seen or 'none'}\n"
+        return SummaryResult(
+            text=sections + "## Files touched\nf\n## Open items\no",
+            stop_reason="stop",
+            usage=Usage(input_tokens=10, output_tokens=10),
+            model="m",
+        )
+
+
+def _secret_session(tag: str, n: int = 60) -> list[Message]:
+    history: list[Message] = [UserMessage.of(f"Task {tag}")]
+    for i in range(n):
+        history += [
+            assistant(call(f"{tag}{i}", "read", path=f"{tag}{i}.py")),
+            result(f"{tag}{i}", f"SECRET-{tag}\n" + "code\n" * 300),
+        ]
+        if i % 3 == 2:
+            history += [AssistantMessage.of("ok"), UserMessage.of("go on")]
+    return history
+
+
+async def test_one_llm_compaction_serves_one_open_session_at_a_time() -> None:
+    """Found by a hostile run (DF, finding 4): one `LlmCompaction` given to two managers open
+    at once (a strategy made once at module level of a server) spliced session B's briefing,
+    a summary of B's conversation, into session A's view, with no error and no event. The
+    docs say one per session; the second session's first call now raises `ConfigError`,
+    and one whose session closed serves the next."""
+    strategy = LlmCompaction(_Naming())
+    budget = Budget(context_window=12_000, reserve_output=1_000)
+    a_history, b_history = _secret_session("A"), _secret_session("B")
+    async with (
+        ContextManager(budget, strategy=strategy, recall=MemoryRecallStore(), session_id="A") as a,
+        ContextManager(budget, strategy=strategy, recall=MemoryRecallStore(), session_id="B") as b,
+    ):
+        await a.prepare(a_history[:10])
+        with pytest.raises(ConfigError, match="already serves another ContextManager"):
+            await b.prepare(b_history[:10])
+        for k in range(13, len(a_history), 3):  # A goes on, its own briefings only
+            view = await a.prepare(a_history[:k])
+            await anyio.sleep(0.02)
+            assert not any(isinstance(m, SummaryMessage) and "SECRET-B" in m.text for m in view)
+        assert strategy.spend.requests > 0
+    async with ContextManager(budget, strategy=strategy, recall=MemoryRecallStore()) as c:
+        await c.prepare(b_history[:10])  # A closed: free for the next session

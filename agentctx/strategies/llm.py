@@ -77,7 +77,8 @@ turn M   view above the limit and the briefing is back and valid
 
 Settings live in `agentctx.strategies.llm_config`, the request and its guards in
 `agentctx.strategies.llm_request`, the choice of span in `agentctx.strategies.llm_cut`.
-One instance per session.
+One instance per session: one given to a second `ContextManager` while the first is open
+raises `ConfigError` on the second's first call (the first's close frees it).
 """
 
 from __future__ import annotations
@@ -181,6 +182,9 @@ class LlmCompaction:
         self._handed_in: object = None  # what the last worker handed over, until the first call
         self._handed_over: Ready | None = None
         self._received: Ready | None = None  # the briefing taken over, as it was handed in
+        # The session (`ContextManager`) this instance serves, until it closes: a briefing
+        # asked for in one session must never be spliced into another's view.
+        self._session: object = None
 
     # -- inspection ---------------------------------------------------------------------
 
@@ -215,6 +219,7 @@ class LlmCompaction:
         and still waits to be spliced is reported as `SummaryStale` ``handed_over`` when
         `hand_over` gave it out for the next worker, else ``unused``, so every paid request
         shows up in an event. The fallback is told too, if it has a ``close``."""
+        self._session = None
         ready, self._requests.ready = self._requests.ready, None
         if ready is not None and not (ready is self._received is self._handed_over):
             # (One this worker was handed and hands on was paid for, and said, by another.)
@@ -242,10 +247,22 @@ class LlmCompaction:
         view needs it. Its usage is counted with that worker's, not this one's `spend`."""
         self._handed_in = state
 
+    def _serve(self, session: object) -> None:
+        if self._session is not None:
+            raise ConfigError(
+                "this LlmCompaction already serves another ContextManager that is still open: "
+                "its briefings, its requests and its spend are one session's, and another "
+                "session's would be spliced into this one's view; make one per session (one "
+                "that served a session that closed can serve the next)"
+            )
+        self._session = session
+
     # -- the hot path -------------------------------------------------------------------
 
     async def compact(self, ctx: CompactionContext) -> Quiet | None:
         """Splice a ready briefing when over the limit; start a request past the trigger."""
+        if ctx._session is not self._session and ctx._session is not None:
+            self._serve(ctx._session)
         if self._handed_in is not None:
             self._take_handed_in(ctx)
         # prepare() may call a strategy several times with the same context (to a fixed
