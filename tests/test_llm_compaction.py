@@ -2308,3 +2308,17 @@ async def test_one_llm_compaction_serves_one_open_session_at_a_time() -> None:
         assert strategy.spend.requests > 0
     async with ContextManager(budget, strategy=strategy, recall=MemoryRecallStore()) as c:
         await c.prepare(b_history[:10])  # A closed: free for the next session
+
+
+async def test_sessions_outside_async_with_may_take_turns_with_one_llm_compaction() -> None:
+    """Without ``async with`` no request runs (no task group) and no close frees the
+    strategy: such sessions do not hold it, one after the other; a session that does hold it
+    refuses them."""
+    strategy = LlmCompaction(_Naming())
+    budget = Budget(context_window=12_000, reserve_output=1_000)
+    for tag in "AB":
+        await ContextManager(budget, strategy=strategy).prepare(_secret_session(tag)[:10])
+    async with ContextManager(budget, strategy=strategy) as holder:
+        await holder.prepare(_secret_session("A")[:10])
+        with pytest.raises(ConfigError, match="already serves another ContextManager"):
+            await ContextManager(budget, strategy=strategy).prepare(_secret_session("B")[:10])

@@ -247,7 +247,7 @@ class LlmCompaction:
         view needs it. Its usage is counted with that worker's, not this one's `spend`."""
         self._handed_in = state
 
-    def _serve(self, session: object) -> None:
+    def _serve(self, ctx: CompactionContext) -> None:
         if self._session is not None:
             raise ConfigError(
                 "this LlmCompaction already serves another ContextManager that is still open: "
@@ -255,14 +255,17 @@ class LlmCompaction:
                 "session's would be spliced into this one's view; make one per session (one "
                 "that served a session that closed can serve the next)"
             )
-        self._session = session
+        if ctx.tasks is not None:
+            # Inside ``async with``, whose close frees it (without, no request can run, so
+            # there is nothing another session could be handed).
+            self._session = ctx._session
 
     # -- the hot path -------------------------------------------------------------------
 
     async def compact(self, ctx: CompactionContext) -> Quiet | None:
         """Splice a ready briefing when over the limit; start a request past the trigger."""
-        if ctx._session is not self._session and ctx._session is not None:
-            self._serve(ctx._session)
+        if ctx._session is not self._session:
+            self._serve(ctx)
         if self._handed_in is not None:
             self._take_handed_in(ctx)
         # prepare() may call a strategy several times with the same context (to a fixed
