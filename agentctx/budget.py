@@ -161,22 +161,37 @@ class BudgetExceededError(AgentCtxError):
         protected: estimated tokens of what may never be compacted: the task, the latest
             user message, the newest complete turn and signed reasoning of the running tool
             loop (with the system prompt and tools); ``None`` when not measured.
+        markers: estimated tokens of the markers and briefings in ``view`` that stand for
+            what compaction dropped or summarized (a marker keeps its list of files and
+            commands whole, up to about 1,400 tokens); ``None`` when not measured.
     """
 
     def __init__(
-        self, tokens: int, budget: int, view: Sequence[Message], protected: int | None = None
+        self,
+        tokens: int,
+        budget: int,
+        view: Sequence[Message],
+        protected: int | None = None,
+        *,
+        markers: int | None = None,
     ) -> None:
         self.tokens = tokens
         self.budget = budget
         self.view = list(view)
         self.protected = protected
+        self.markers = markers
         if protected is None or protected > budget:
             why = "the task, the latest user message and the newest turn alone do not fit"
             if protected is not None:
                 why = why.replace("do not fit", f"take {protected}")
         else:
-            why = (
-                f"the task, the latest user message and the newest turn take {protected}; "
+            why = f"the task, the latest user message and the newest turn take {protected}; "
+            if markers:
+                why += (
+                    f"the markers and briefings standing for what was dropped or summarized "
+                    f"take {markers} (each keeps its list of files and commands whole); "
+                )
+            why += (
                 "the rest is what the strategy does not cut (a custom strategy, or one that "
                 "only clears tool output) or cannot (signed reasoning of the running tool loop "
                 "and the results it needs, images)"

@@ -66,6 +66,7 @@ from agentctx.messages import (
     USAGE_RULE,
     AssistantMessage,
     Message,
+    SummaryMessage,
     Usage,
     bad_usage_field,
     check_history,
@@ -1012,7 +1013,9 @@ class ContextManager:
             fraction = budget.usage_fraction(tokens)
             self._hub.emit(BudgetExceeded(tokens, budget.limit, fraction))
             if self._on_over_budget == "raise":
-                raise BudgetExceededError(tokens, budget.limit, view, self._protected(view))
+                raise BudgetExceededError(
+                    tokens, budget.limit, view, self._protected(view), markers=self._markers(view)
+                )
         return view
 
     def _still_quiet(self, budget: Budget, tokens: int, idle: float | None) -> bool:
@@ -1067,6 +1070,11 @@ class ContextManager:
                     "ToolOutputPipeline, raise clear_at_least",
                 )
             )
+
+    def _markers(self, view: Sequence[Message]) -> int:
+        """Tokens of the markers and briefings in ``view``."""
+        count = self._counter.count
+        return sum(count(m) for m in view if isinstance(m, SummaryMessage))
 
     def _protected(self, view: Sequence[Message]) -> int:
         """Tokens of what no compaction may touch in ``view``, request overhead included."""

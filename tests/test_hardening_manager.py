@@ -2465,3 +2465,37 @@ async def test_observe_refuses_a_usage_object_past_the_usage_rules(usage: Usage)
         with pytest.raises(ConfigError, match="token counts are ints from 0"):
             ctx.observe(usage)
         assert ctx.usage == Usage()
+
+
+async def test_a_budget_the_markers_fill_says_so() -> None:
+    """Found by a hostile run (DF, finding 5): at a 1,400-token limit the drop tier's own
+    markers (each keeps its list of files and commands whole) took 854 of the 1,418 tokens
+    left, and `BudgetExceededError` blamed "a custom strategy, or one that only clears tool
+    output" or signed reasoning and images, none of which the view held."""
+    from agentctx.budget import BudgetExceededError
+    from agentctx.messages import SummaryMessage, TextBlock, ToolCall, ToolResultMessage
+
+    budget = Budget(context_window=1_500, reserve_output=100)
+    async with ContextManager(budget, recall=MemoryRecallStore()) as ctx:
+        history: list[Message] = [UserMessage.of("Task: fix the failing test in src/app.py")]
+        for i in range(80):
+            command = f"grep -rn pattern_{i} src/module_{i}/handler_{i}.py"
+            output = "\n".join(f"out {i} line {j} " + "z" * 40 for j in range(60))
+            history += [
+                AssistantMessage(
+                    (TextBlock(f"step {i}"), ToolCall(f"c{i}", "bash", {"command": command})),
+                    "tool_use",
+                ),
+                ToolResultMessage.of(f"c{i}", output, tool_name="bash"),
+            ]
+            if i % 5 == 4:
+                history += [AssistantMessage.of(f"answer {i}"), UserMessage.of(f"next {i}")]
+            try:
+                history = list(await ctx.prepare(history))
+            except BudgetExceededError as error:
+                markers = [m for m in error.view if isinstance(m, SummaryMessage)]
+                assert error.markers == sum(map(ctx.counter.count, markers)) > 0
+                said = f"standing for what was dropped or summarized take {error.markers} "
+                assert said in str(error)
+                return
+    raise AssertionError("the budget was met: the reproduction no longer reproduces")
