@@ -6,8 +6,10 @@ Read by the error's HTTP status and its message, as each API words it (no SDK is
   counted, ``input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000``;
 - OpenAI Chat Completions (and servers speaking its API, such as vLLM): ``This model's
   maximum context length is 128000 tokens. However, your messages resulted in 130255
-  tokens`` or ``... you requested 5000 tokens (4000 in the messages, 1000 in the
-  completion)``;
+  tokens``, ``... you requested 16610 tokens (14138 in the messages, 226 in the functions,
+  and 2246 in the completion)`` (the prompt is the messages and the functions) or ``...
+  you requested 32818 tokens in the messages``; a bare ``you requested 81920 tokens``
+  (DeepSeek) may count the output too, and is read as no count;
 - OpenAI Responses: ``Your input exceeds the context window of this model``, which says no
   number.
 """
@@ -28,7 +30,9 @@ _ANTHROPIC_WITH_OUTPUT = re.compile(
     rf"input length and `?max_tokens`? exceed context limit: {_NUMBER} \+ {_NUMBER} > {_NUMBER}"
 )
 _OPENAI_WINDOW = re.compile(rf"maximum context length is {_NUMBER} tokens")
-_OPENAI_PROMPT = re.compile(rf"{_NUMBER} in the messages|resulted in {_NUMBER} tokens")
+_OPENAI_PROMPT = re.compile(rf"{_NUMBER} (?:tokens )?in the messages|resulted in {_NUMBER} tokens")
+_OPENAI_FUNCTIONS = re.compile(rf"{_NUMBER} in the functions")
+_OPENAI_OUTPUT = re.compile(rf"{_NUMBER} in the completion")
 _NO_NUMBER = re.compile(r"exceeds the context window|context_length_exceeded")
 
 
@@ -38,12 +42,14 @@ class Overflow:
 
     Attributes:
         prompt_tokens: the prompt's tokens as the provider counted them, when it says.
-        window: the most the provider takes, when it says (with Anthropic's
-            ``max_tokens`` wording, the window less the output asked for).
+        window: the most prompt tokens the provider takes for that request, when it says
+            (the window less the output asked for, where the message gives that).
+        output: the output the request asked for, when the message says.
     """
 
     prompt_tokens: int | None
     window: int | None
+    output: int | None = None
 
 
 def _number(text: str | None) -> int | None:
@@ -51,6 +57,11 @@ def _number(text: str | None) -> int | None:
         return None
     value = int(text.replace(",", ""))
     return value if 0 < value < _MOST_TOKENS else None
+
+
+def _with_output(prompt: int | None, window: int | None, output: int | None) -> Overflow:
+    room = window - output if window is not None and output is not None else window
+    return Overflow(prompt, room if room is not None and room > 0 else None, output)
 
 
 def overflow_of(error: object) -> Overflow | None:
@@ -65,13 +76,17 @@ def overflow_of(error: object) -> Overflow | None:
     if found := _ANTHROPIC.search(text):
         return Overflow(_number(found[1]), _number(found[2]))
     if found := _ANTHROPIC_WITH_OUTPUT.search(text):
-        window, output = _number(found[3]), _number(found[2])
-        room = window - output if window is not None and output is not None else None
-        return Overflow(_number(found[1]), room if room is not None and room > 0 else None)
+        return _with_output(_number(found[1]), _number(found[3]), _number(found[2]))
     if window_found := _OPENAI_WINDOW.search(text):
         found = _OPENAI_PROMPT.search(text)
         prompt = _number(found[1] or found[2]) if found else None
-        return Overflow(prompt, _number(window_found[1]))
+        functions = _OPENAI_FUNCTIONS.search(text)
+        if prompt is not None and functions is not None:
+            prompt += _number(functions[1]) or 0
+        output = _OPENAI_OUTPUT.search(text)
+        return _with_output(
+            prompt, _number(window_found[1]), _number(output[1]) if output else None
+        )
     if _NO_NUMBER.search(text) or getattr(error, "code", None) == "context_length_exceeded":
         return Overflow(None, None)
     return None

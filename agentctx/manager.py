@@ -1391,30 +1391,35 @@ class ContextManager:
 
     def _observe_overflow(self, overflow: Overflow) -> None:
         """Calibrate on a refused prompt's size: what the provider counted, or, when it does
-        not say, the least the prompt can have held (one token over the call's limit). A
-        refused request bills nothing and leaves the cache as it was."""
+        not say, the least the prompt can have held (one token over the call's limit). The
+        refused view then counts at least that much, whatever the fit makes of one report
+        among many, so the next `prepare` of it compacts. A refused request bills nothing
+        and leaves the cache as it was."""
         if not self._state.view:
             return
         limit = self._limit_sent
         counted = overflow.prompt_tokens
         self._settle()  # an earlier report first
         with self._settling:
-            taken = self._calibrate(limit + 1 if counted is None else counted)
-        size = "longer" if counted is None else f"of {counted} tokens"
-        said = f"the provider refused a prompt {size} as over its context window"
-        if overflow.window is not None:
-            said += f" ({overflow.window} tokens)"
+            taken = self._calibrate(limit + 1 if counted is None else counted, refused=True)
+        size = "" if counted is None else f" of {counted} tokens"
+        said = f"the provider refused a prompt{size} as longer than its context window"
+        window = overflow.window
+        if window is not None:
+            said += f" (it takes {window} prompt tokens"
+            said += ")" if overflow.output is None else f" with {overflow.output} of output)"
         if not taken:
             said += "; its count was not used to calibrate the counts"
         elif counted is None:
             said += f"; the counts are calibrated on {limit + 1} tokens, the least it held"
         else:
             said += "; the counts are calibrated on its count"
-        if overflow.window is not None and overflow.window < limit:
-            said += (
-                f"; its window is below the prompt budget of that call ({limit}): set "
-                "Budget.context_window to the model's, or hard_budget, or long prompts go on "
-                "being refused"
+        if window is not None and window < limit:
+            said += f"; that is below the prompt budget of that call ({limit}): " + (
+                "set Budget.context_window to the model's, or hard_budget"
+                if overflow.output is None
+                else "keep Budget.reserve_output at least the output requests ask for (or at "
+                "its default, which follows their max_tokens) and context_window at the model's"
             )
         self._hub.emit(CompactionWarning("prompt_refused", said))
 
@@ -1436,9 +1441,10 @@ class ContextManager:
             finally:
                 self._report = None
 
-    def _calibrate(self, tokens: int) -> bool:
+    def _calibrate(self, tokens: int, *, refused: bool = False) -> bool:
         """Calibrate the counts on ``tokens``, the provider's count of the current view;
-        whether the report was taken."""
+        whether the report was taken. ``refused``: the provider refused that view as too
+        long, and it must count all of ``tokens`` while it is the view."""
         state = self._state
         counter = self._counter
         view, origins = self._current_view()
@@ -1473,7 +1479,8 @@ class ContextManager:
         short = tokens - counter.overhead - state.tokens
         # Capped: a report far above the estimate is another request's (a host that adds
         # its own context), not this view's size, and never more than a tenth of the limit.
-        cap = min(tokens, self.budget.limit) // _MAX_SHORT_FRACTION
+        # A refusal is this view's size, and the view must count it to be compacted.
+        cap = tokens if refused else min(tokens, self.budget.limit) // _MAX_SHORT_FRACTION
         short = max(0, min(short, cap))
         self._reported_view = (epoch, len(state.raw), short)
         return True

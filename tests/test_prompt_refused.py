@@ -8,9 +8,11 @@ a real tokenizer denser than the estimate would refuse it."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import anthropic
+import anyio
 import openai
 import pytest
 
@@ -20,6 +22,7 @@ from agentctx import (
     ContextCompacted,
     ContextManager,
     Event,
+    Usage,
     UserMessage,
 )
 from agentctx._overflow import Overflow, overflow_of
@@ -27,7 +30,9 @@ from agentctx.errors import ConfigError
 from agentctx.providers import anthropic as ant_provider
 from agentctx.providers import openai as oai_provider
 from agentctx.providers.middleware import as_middleware
+from agentctx.testing import _wire as wire
 from agentctx.testing import check_view
+from agentctx.testing._validate import Invalid
 from agentctx.testing.servers import FakeAnthropic, FakeOpenAI, Reply
 
 WINDOW = 3_000
@@ -118,7 +123,7 @@ class _Error(Exception):
             "'message': 'input length and `max_tokens` exceed context limit: 188240 + 21333 > "
             "200000, decrease input length or `max_tokens` and try again'}}",
             None,
-            Overflow(188_240, 200_000 - 21_333),
+            Overflow(188_240, 200_000 - 21_333, 21_333),
         ),
         (
             "This model's maximum context length is 128000 tokens. However, your messages "
@@ -130,7 +135,25 @@ class _Error(Exception):
             "This model's maximum context length is 4096 tokens. However, you requested 5000 "
             "tokens (4000 in the messages, 1000 in the completion).",
             None,
-            Overflow(4_000, 4_096),
+            Overflow(4_000, 3_096, 1_000),
+        ),
+        (  # With tools, OpenAI's count of the prompt is in two parts.
+            "This model's maximum context length is 16385 tokens. However, you requested 16610 "
+            "tokens (14138 in the messages, 226 in the functions, and 2246 in the completion).",
+            "context_length_exceeded",
+            Overflow(14_364, 16_385 - 2_246, 2_246),
+        ),
+        (  # vLLM's usual wording.
+            "This model's maximum context length is 32768 tokens. However, you requested 32818 "
+            "tokens in the messages, Please reduce the length of the messages. None",
+            None,
+            Overflow(32_818, 32_768),
+        ),
+        (  # DeepSeek's: the output may be in it, so it is no count of the prompt.
+            "This model's maximum context length is 65536 tokens. However, you requested 81920 "
+            "tokens.",
+            None,
+            Overflow(None, 65_536),
         ),
         (
             "Your input exceeds the context window of this model. Please adjust your input "
@@ -255,7 +278,7 @@ async def test_a_wrapped_chat_call_refused_as_too_long_is_compacted_and_sent_aga
         assert resp.choices[0].message.content == "done"
         assert [r.status for r in server.requests] == [400, 200]
         (warning,) = refusals(events)
-        assert f"({WINDOW} tokens)" in warning.message
+        assert f"(it takes {WINDOW} prompt tokens)" in warning.message
 
 
 async def test_a_responses_refusal_that_gives_no_count_is_taken_as_the_least_it_can_be() -> None:
@@ -391,3 +414,183 @@ async def test_a_refusal_counting_what_no_calibration_makes_of_the_view_says_it_
         (warning,) = refusals(events)
         assert "not used to calibrate" in warning.message
         assert ctx.prompt_tokens == tokens
+
+
+# -- found by a re-run (DG) ----------------------------------------------------------------
+
+
+async def test_a_retry_sends_the_tools_system_and_input_given_as_generators() -> None:
+    """Found by a hostile run (DG, finding 1): the retry was made again from the caller's
+    arguments, whose generators the first attempt had read: Anthropic's went out with
+    ``tools: []`` and ``system: []`` (refused), and a Responses ``input`` generator went
+    out empty, answered, with the session's history reset to nothing."""
+    system = [{"type": "text", "text": "You are terse."}]
+    async with (
+        FakeAnthropic(context_window=WINDOW, default=Reply.text("done")) as server,
+        ContextManager(budget()) as ctx,
+        anthropic.AsyncAnthropic(base_url=server.url, api_key="t", max_retries=0) as raw,
+    ):
+        client = ant_provider.wrap(raw, ctx)
+        await client.messages.create(
+            model="m",
+            max_tokens=100,
+            tools=(tool for tool in ANTHROPIC_TOOLS),
+            system=(block for block in system),
+            messages=anthropic_history(TURNS),
+        )
+        first, second = server.requests
+        assert (first.status, second.status) == (400, 200)
+        assert second.json["tools"] == ANTHROPIC_TOOLS and second.json["system"] == system
+    async with (
+        FakeOpenAI(context_window=WINDOW, default=Reply.text("done")) as server,
+        ContextManager(budget()) as ctx,
+        openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="t", max_retries=0) as raw,
+    ):
+        history = responses_history(TURNS)
+        reply = await oai_provider.wrap(raw, ctx).responses.create(
+            model="m",
+            max_output_tokens=100,
+            tools=(tool for tool in RESPONSES_TOOLS),
+            input=(item for item in history),
+        )
+        assert reply.output_text == "done"
+        first, second = server.requests
+        assert (first.status, second.status) == (400, 200)
+        assert second.json["tools"] == RESPONSES_TOOLS and second.json["input"]
+        assert len(ctx.raw) == len(history)
+
+
+async def test_a_refusal_of_one_call_is_retried_while_another_call_is_in_flight() -> None:
+    """Found by a hostile run (DG, finding 3): the view sent was one field of the wrapper,
+    which a call made meanwhile overwrote (a call continuing server-side state set it to
+    none): the refused call got the raw error, unobserved, not sent again."""
+    async with (
+        FakeOpenAI(context_window=WINDOW, default=Reply.text("done")) as server,
+        ContextManager(budget()) as ctx,
+        openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="t", max_retries=0) as raw,
+    ):
+        events = watch(ctx)
+        client = oai_provider.wrap(raw, ctx)
+        stored = (await raw.responses.create(model="m", input="start")).id
+        answers: dict[str, str] = {}
+
+        async def long_call() -> None:
+            reply = await client.responses.create(
+                model="m",
+                max_output_tokens=100,
+                tools=RESPONSES_TOOLS,
+                input=responses_history(TURNS),
+            )
+            answers["long"] = reply.output_text
+
+        async def chained_call() -> None:
+            reply = await client.responses.create(
+                model="m", previous_response_id=stored, input="hi"
+            )
+            answers["chained"] = reply.output_text
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(long_call)
+            tasks.start_soon(chained_call)
+        assert answers == {"long": "done", "chained": "done"}
+        assert len(refusals(events)) == 1
+
+
+class _ChatWithFunctions(FakeOpenAI):
+    """Refuses as OpenAI words it when tools are sent: the prompt in two parts (the fake's
+    first segment of a chat request is its tools)."""
+
+    functions = 0
+
+    def _segments(self, path: str, body: Any) -> list[str]:
+        segments: list[str] = super()._segments(path, body)
+        self.functions = wire.estimate_tokens(segments[0])
+        return segments
+
+    def _too_long(self, path: str, total: int, window: int) -> Any:
+        return Invalid(
+            f"This model's maximum context length is {window + 500} tokens. However, you "
+            f"requested {total + 500} tokens ({total - self.functions} in the messages, "
+            f"{self.functions} in the functions, and 500 in the completion). Please reduce the "
+            "length of the messages, functions, or completion.",
+            "messages",
+            "context_length_exceeded",
+        )
+
+
+async def test_openai_s_count_with_tools_is_the_messages_and_the_functions() -> None:
+    """Found by a hostile run (DG, finding 2): only the messages' part of OpenAI's count was
+    read when tools were sent, so a prompt over the limit by less than its tools was taken
+    for one under it: the same view, the refusal raised, not sent again."""
+    description = "Reads one document of the archive by its number and returns its text. " * 3
+    tools = [
+        {"type": "function", "function": {"name": f"tool_{i}", "description": description}}
+        for i in range(6)
+    ]
+    async with (
+        _ChatWithFunctions(context_window=WINDOW - 500, default=Reply.text("done")) as server,
+        ContextManager(budget()) as ctx,
+        openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="t", max_retries=0) as raw,
+    ):
+        events = watch(ctx)
+        client = oai_provider.wrap(raw, ctx)
+        await client.chat.completions.create(
+            model="m",
+            max_completion_tokens=500,
+            tools=[*tools, *CHAT_TOOLS],
+            messages=chat_history(8),
+        )
+        assert [r.status for r in server.requests] == [400, 200]
+        (warning,) = refusals(events)
+        messages, functions = re.findall(
+            r"(\d+) in the (?:messages|functions)", server.requests[0].error
+        )
+        assert f"a prompt of {int(messages) + int(functions)} tokens" in warning.message
+
+
+@pytest.mark.parametrize(("reports", "ratio"), [(0, 1.5), (10, 1.2), (10, 1.5), (20, 2.0)])
+async def test_a_calibrated_session_compacts_the_view_the_provider_refused(
+    reports: int, ratio: float
+) -> None:
+    """Found by a hostile run (DG, finding 5): after usage reports that agreed with the
+    session's counts, a refusal was one more point of the fit, and the refused view still
+    counted under the limit (2,219 for a provider's 4,504): the next prepare gave it again,
+    and the wrapper raised the refusal."""
+    from agentctx.adapters import from_openai_chat
+
+    async with ContextManager(budget()) as ctx:
+        raw: list[dict[str, Any]] = [{"role": "user", "content": "Summarize the documents."}]
+        n = 0
+        while True:
+            n += 1
+            raw += [
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": f"{n} " + WORDS[:200]},
+            ]
+            refused = await ctx.prepare(from_openai_chat(raw))
+            if n <= reports:
+                ctx.observe(Usage(input_tokens=ctx.prompt_tokens))  # the provider agrees
+            elif ctx.prompt_tokens > 2_250:
+                break
+        counted = int(ctx.prompt_tokens * ratio)
+        ctx.observe(_Error(f"prompt is too long: {counted} tokens > {WINDOW} maximum"))
+        assert ctx.prompt_tokens >= counted
+        view = await ctx.prepare(from_openai_chat(raw))
+        assert view != refused and ctx.prompt_tokens <= ctx.budget.limit
+
+
+async def test_a_reserve_below_the_output_asked_for_is_what_the_warning_names() -> None:
+    """Found by a hostile run (DG, finding 6): with the model's own window and a reserve
+    below the request's max_tokens, the warning said to set context_window to the model's,
+    which it was."""
+    async with ContextManager(Budget(context_window=200_000, reserve_output=16_000)) as ctx:
+        events = watch(ctx)
+        await ctx.prepare([UserMessage.of("hi")])
+        ctx.observe(
+            _Error(
+                "input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000, "
+                "decrease input length or `max_tokens` and try again"
+            )
+        )
+        (warning,) = refusals(events)
+        assert "keep Budget.reserve_output at least the output requests ask for" in warning.message

@@ -10,7 +10,8 @@ send a history uncompacted. It imports no vendor SDK.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, Literal, NoReturn, TypeVar, get_args
 
@@ -81,6 +82,22 @@ _LOOKBACK_BLOCKS = 18
 _CACHEABLE = frozenset(
     {"text", "image", "document", "tool_use", "tool_result", "server_tool_use", "search_result"}
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One request as it is sent.
+
+    Attributes:
+        kwargs: the SDK call's keyword arguments, the history compacted.
+        given: the caller's, one-shot iterators read into lists: what to make it again from.
+        view: the view sent; ``None`` when the history went as it was (server-side state, a
+            string input): its usage then counts no view of the session's.
+    """
+
+    kwargs: dict[str, Any]
+    given: dict[str, Any]
+    view: list[Message] | None
 
 
 class Compactor:
@@ -176,29 +193,26 @@ class Compactor:
         outgoing[self._key] = [*(plain(m) for m in system), *render(view)]
         return outgoing
 
-    async def to_send(self, kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
-        """`request`, and whether the history was compacted: only then does the response's
-        usage count the session's view, to calibrate on (a call sent as it is, continuing
-        server-side state or with a string input, counts another history: its usage is
-        spent, not calibrated on)."""
-        outgoing = await self.request(kwargs)
-        return outgoing, self._view is not None
+    async def to_send(self, kwargs: Mapping[str, Any]) -> Outgoing:
+        """The request to send for the SDK call's ``kwargs`` (`request`), what to make it again
+        from, and the view it sends."""
+        # Read once: the first attempt (or the SDK sending it) would leave a retry nothing.
+        given = {k: list(v) if isinstance(v, Iterator) else v for k, v in kwargs.items()}
+        sent = await self.request(given)
+        return Outgoing(sent, given, self._view)
 
-    async def resend(
-        self, kwargs: Mapping[str, Any], error: BaseException
-    ) -> dict[str, Any] | None:
-        """The request of ``kwargs`` again, after ``error`` answered the last one: when that is
-        the provider refusing the prompt as longer than its context window, the session
-        observes it (`ContextManager.observe`: the counts calibrate on the provider's) and
-        compacts the history again. ``None`` (raise ``error``) for any other error, a history
-        that was not compacted (server-side state, a string input), or a view the same as the
-        one refused (nothing to gain from sending it again)."""
-        refused = self._view
-        if refused is None or overflow_of(error) is None:
+    async def resend(self, refused: Outgoing, error: BaseException) -> Outgoing | None:
+        """The request ``refused`` again, after ``error`` answered it: when that is the
+        provider refusing the prompt as longer than its context window, the session observes
+        it (`ContextManager.observe`: the counts calibrate on the provider's) and compacts the
+        history again. ``None`` (raise ``error``) for any other error, a history sent as it
+        was (server-side state, a string input), or a view the same as the one refused
+        (nothing to gain from sending it again)."""
+        if refused.view is None or overflow_of(error) is None:
             return None
         self.manager.observe(error)
-        outgoing = await self.request(kwargs)
-        return None if self._view == refused else outgoing
+        again = await self.to_send(refused.given)
+        return None if again.view == refused.view else again
 
     async def _prepare(self, rest: list[Any], offset: int, max_tokens: int | None) -> list[Message]:
         """The view of the history after its ``offset`` leading instructions (``rest``); the
@@ -282,14 +296,15 @@ async def send(
     when the stream it returns (the SDK's own) has been read to its last event. A prompt the
     provider refuses as too long is compacted to its count and sent once more
     (`Compactor.resend`)."""
-    sent, compacted = await compactor.to_send(kwargs)
+    request = await compactor.to_send(kwargs)
     try:
-        result = await create(**sent)
+        result = await create(**request.kwargs)
     except Exception as error:
-        again = await compactor.resend(kwargs, error)
+        again = await compactor.resend(request, error)
         if again is None:
             raise
-        result = await create(**again)
+        result = await create(**again.kwargs)
+    compacted = request.view is not None
     if kwargs.get("stream"):
         return observe_stream(result, partial(compactor.record_stream, calibrate=compacted))
     compactor.record(result, calibrate=compacted)
@@ -300,14 +315,15 @@ def send_blocking(
     loop: LoopThread, compactor: Compactor, create: Callable[..., Any], kwargs: dict[str, Any]
 ) -> Any:
     """`send` for a blocking SDK method; the session's work runs on the manager's ``loop``."""
-    sent, compacted = loop.call(compactor.to_send, kwargs)
+    request = loop.call(compactor.to_send, kwargs)
     try:
-        result = create(**sent)
+        result = create(**request.kwargs)
     except Exception as error:
-        again = loop.call(compactor.resend, kwargs, error)
+        again = loop.call(compactor.resend, request, error)
         if again is None:
             raise
-        result = create(**again)
+        result = create(**again.kwargs)
+    compacted = request.view is not None
     if kwargs.get("stream"):
         return observe_sync_stream(result, _recorder(loop, compactor, calibrate=compacted))
     loop.call(partial(compactor.record, result, calibrate=compacted))
@@ -357,17 +373,17 @@ class StreamManager(Generic[S]):
         self._cm: Any = None
 
     async def __aenter__(self) -> S:
-        sent, compacted = await self._compactor.to_send(self._kwargs)
-        self._cm = self._open(**sent)
+        request = await self._compactor.to_send(self._kwargs)
+        self._cm = self._open(**request.kwargs)
         try:
             stream: S = await self._cm.__aenter__()
         except Exception as error:
-            again = await self._compactor.resend(self._kwargs, error)
+            again = await self._compactor.resend(request, error)
             if again is None:
                 raise
-            self._cm = self._open(**again)
+            self._cm = self._open(**again.kwargs)
             stream = await self._cm.__aenter__()
-        record = partial(self._compactor.record_stream, calibrate=compacted)
+        record = partial(self._compactor.record_stream, calibrate=request.view is not None)
         _observe_helper(stream, observe_stream, record)
         return stream
 
@@ -398,17 +414,17 @@ class SyncStreamManager(Generic[S]):
         self._cm: Any = None
 
     def __enter__(self) -> S:
-        sent, compacted = self._loop.call(self._compactor.to_send, self._kwargs)
-        self._cm = self._open(**sent)
+        request = self._loop.call(self._compactor.to_send, self._kwargs)
+        self._cm = self._open(**request.kwargs)
         try:
             stream: S = self._cm.__enter__()
         except Exception as error:
-            again = self._loop.call(self._compactor.resend, self._kwargs, error)
+            again = self._loop.call(self._compactor.resend, request, error)
             if again is None:
                 raise
-            self._cm = self._open(**again)
+            self._cm = self._open(**again.kwargs)
             stream = self._cm.__enter__()
-        record = _recorder(self._loop, self._compactor, calibrate=compacted)
+        record = _recorder(self._loop, self._compactor, calibrate=request.view is not None)
         _observe_helper(stream, observe_sync_stream, record)
         return stream
 

@@ -48,16 +48,16 @@ def as_middleware(
     check_native(manager, (provider,))  # (after the compactor, which refuses an unknown one)
 
     async def middleware(request: Mapping[str, Any], call_next: CallNext) -> Any:
-        sent, compacted = await compactor.to_send(request)
+        outgoing = await compactor.to_send(request)
         try:
-            response = await call_next(sent)
+            response = await call_next(outgoing.kwargs)
         except Exception as error:
-            again = await compactor.resend(request, error)
+            again = await compactor.resend(outgoing, error)
             if again is None:
                 raise
-            response = await call_next(again)
+            response = await call_next(again.kwargs)
         if not request.get("stream"):
-            compactor.record(response, calibrate=compacted)
+            compactor.record(response, calibrate=outgoing.view is not None)
         return response
 
     return middleware
