@@ -177,13 +177,19 @@ _PUNCT = _byte_table(
 # three tables give each character one bit per lane, for what the character must be (_NOW),
 # what must follow it (_NEXT) and what may precede it (_AFTER). Lanes:
 #   0-2 a single punctuation character (0 other, 1 one of _DOT_PREFIXES, 2 a slash) before a
-#       letter run and after neither punctuation nor a space: o200k merges it into the run;
+#       letter run and after neither punctuation nor a space: o200k merges it into the run
+#       (not an ASCII control character: o200k has no merges for those);
 #   3   an apostrophe between a letter and s t m d r v l: o200k keeps "don't", "it's" whole;
 #   4   the end of a run of 2+ spaces or tabs, not at a line break: one pre-token;
 #   5   a space or tab before a digit, 6 a tab before punctuation: these do not merge;
 #   7   the first digit of a run.
 _DOT_PREFIXES = frozenset(b"._(#,&")  # merge into the letter run after them for free
 _CONTRACTED_BY = frozenset(b"stmdrvlSTMDRVL")
+_CONTROLS = bytes([*range(9), *range(14, 32), 127])  # not \t \n \v \f \r, spaces to o200k
+# In punctuation runs each costs a token, but NUL, which o200k merges in pairs (priced as a
+# repeated run).
+_LONE_CONTROLS = _CONTROLS[1:]
+_LONE_CONTROLS_AS_SPACES = bytes(32 if c in _LONE_CONTROLS else c for c in range(256))
 
 
 def _lanes(c: int, *, now: bool = False, after: bool = False) -> int:
@@ -192,7 +198,7 @@ def _lanes(c: int, *, now: bool = False, after: bool = False) -> int:
     hspace = kind in " t"
     if now:
         lanes = (
-            punct and c not in _DOT_PREFIXES and c != 47,
+            punct and c not in _DOT_PREFIXES and c != 47 and c not in _CONTROLS,
             c in _DOT_PREFIXES,
             c == 47,
             c == 39,
@@ -221,12 +227,32 @@ _AT_START = 0b11101111  # what may begin a text: all but lane 4, which needs a s
 # Non-ASCII characters by UTF-8 length: 2 (Latin, Greek, Cyrillic, Hebrew, Arabic), 3 (CJK,
 # kana, Hangul, Indic; not the symbols, priced as punctuation), 4 (emoji); "u" for the 2-byte
 # scripts o200k has no merges for, led by 0xDC-0xDF (U+0700-07FF: Syriac, Arabic Supplement,
-# Thaana, NKo), about two tokens a character.
+# Thaana, NKo), about two tokens a character. The 2-byte rate is that of letters merged into
+# words, so the Latin-1 half that is no letter and the Latin-1 letters have classes of their
+# own: "c" led by 0xC2 (U+0080-00BF: C1 controls, two tokens each, and signs such as © ° «,
+# one), "l" led by 0xC3 (U+00C0-00FF: à-ÿ, one token outside a word); bytes decoded as
+# Latin-1 are mostly these. Private-use characters (icon fonts) have no merges, a token a
+# UTF-8 byte: "p" led by 0xEE holds only them (U+E000-EFFF), "f" led by 0xEF (the rest,
+# U+F000-F8FF, and fullwidth ，, U+FFFD) and "q" led by 0xF3-0xF4 (U+F0000-10FFFF, and tags)
+# are told apart by the second byte.
+_UNMERGED_2, _SIGN_2, _LATIN1_2, _PRIVATE_3, _SOME_PRIVATE_3, _SOME_PRIVATE_4 = b"uclpfq"
+
+
 def _script_class(lead: int) -> int:
     if 0xDC <= lead < 0xE0:
-        return ord("u")
+        return _UNMERGED_2
+    if lead == 0xC2:
+        return _SIGN_2
+    if lead == 0xC3:
+        return _LATIN1_2
     if 0xC0 <= lead < 0xE0:
         return ord("2")
+    if lead == 0xEE:
+        return _PRIVATE_3
+    if lead == 0xEF:
+        return _SOME_PRIVATE_3
+    if lead in (0xF3, 0xF4):
+        return _SOME_PRIVATE_4
     return ord("3") if 0xE0 <= lead < 0xF0 else ord("4")
 
 
@@ -316,6 +342,20 @@ _LINE_END = 0.014
 _ESCAPE = 0.982
 _SCRIPT_RATES = (0.39, 0.748, 1.5)  # per non-ASCII character of 2, 3, 4 UTF-8 bytes
 _UNMERGED = 2.0  # per character of a 2-byte script o200k has no merges for (see _SCRIPT)
+_LATIN1_SIGN = 1.0  # U+00A0-00BF (see _SCRIPT)
+_C1_EXTRA = 0.9  # U+0080-009F cost this more than a sign
+_C1 = re.compile(rb"\xc2[\x80-\x9f]")
+# A Latin-1 letter merges into the word around it ("système" is 2 tokens): one with no ASCII
+# letter after it, nor a letter or space (" à" is a token) before it or the Latin-1 letter
+# before it ("créé"), costs a token of its own.
+_LATIN1_ALONE = re.compile(rb"\xc3(?![A-Za-z])(?<![A-Za-z ]\xc3)(?<![A-Za-z ]\xc3\xc3)")
+_LATIN1_ALONE_EXTRA = 1.0 - _SCRIPT_RATES[0]
+_PRIVATE_USE = 0.97  # per UTF-8 byte
+_PRIVATE_USE_EF = re.compile(rb"\xef[\x80-\xa3]")  # U+F000-F8FF: one literal, a fast search
+_PRIVATE_USE_4 = re.compile(rb"\xf4|\xf3[\xb0-\xbf]")  # U+F0000-10FFFF
+_PRIVATE_EXTRA_3 = 3 * _PRIVATE_USE - _SCRIPT_RATES[1]
+_PRIVATE_EXTRA_4 = 4 * _PRIVATE_USE - _SCRIPT_RATES[2]
+_CONTROL = 1.0  # an ASCII control character (not a space) in a punctuation run: no merges
 
 # Per segment of a run of 2..6+ camelCase segments whose mean length is under 3, under 4.5,
 # or more letters.
@@ -398,6 +438,10 @@ def _punct_cost(run: bytes) -> float:
     n = len(run)
     if run.count(run[:1]) == n:  # one character repeated: "-----" is a token, "\0\0" two
         return 1.0 + (n - 1) * _REPEATED[run[0]]
+    controls = n - len(run.translate(None, _LONE_CONTROLS))
+    if controls:  # binary output, ANSI colours: "\x1b[31m" is \x1b [ 31 m
+        between = run.translate(_LONE_CONTROLS_AS_SPACES).split()
+        return _CONTROL * controls + sum([_punct_cost(part) for part in between])
     return _RUN_LENGTH_COST[n - 1] if n <= 12 else _RUN_LENGTH_COST[11] + 0.5 * (n - 12)
 
 
@@ -485,8 +529,21 @@ def _scan(text: str) -> tuple[float, float]:
         scripts = b.translate(_SCRIPT, _NOT_SCRIPT)
         r2, r3, r4 = _SCRIPT_RATES
         other = r2 * scripts.count(b"2") + r3 * scripts.count(b"3") + r4 * scripts.count(b"4")
-        if b"u" in scripts:
-            other += _UNMERGED * scripts.count(b"u")
+        if _LATIN1_2 in scripts:
+            alone = len(_LATIN1_ALONE.findall(b))
+            other += r2 * scripts.count(_LATIN1_2) + _LATIN1_ALONE_EXTRA * alone
+        if _UNMERGED_2 in scripts:
+            other += _UNMERGED * scripts.count(_UNMERGED_2)
+        if _SIGN_2 in scripts:
+            other += _LATIN1_SIGN * scripts.count(_SIGN_2) + _C1_EXTRA * len(_C1.findall(raw))
+        if _PRIVATE_3 in scripts:
+            other += (r3 + _PRIVATE_EXTRA_3) * scripts.count(_PRIVATE_3)
+        if _SOME_PRIVATE_3 in scripts:
+            private = len(_PRIVATE_USE_EF.findall(raw))
+            other += r3 * scripts.count(_SOME_PRIVATE_3) + _PRIVATE_EXTRA_3 * private
+        if _SOME_PRIVATE_4 in scripts:
+            private = len(_PRIVATE_USE_4.findall(raw))
+            other += r4 * scripts.count(_SOME_PRIVATE_4) + _PRIVATE_EXTRA_4 * private
     # Presence is tested on the str (`in` on bytes tries the needle as an int first, a raised
     # and cleared TypeError): the bytes hold the same ASCII. Each escape replaced shortens the
     # text by one.
