@@ -48,6 +48,7 @@ from agentctx.messages import (
     ToolCall,
     ToolResultContent,
     ToolResultMessage,
+    UserMessage,
     text_fields,
     text_of,
     written_arguments,
@@ -173,41 +174,76 @@ def _with_text(content: tuple[ToolResultContent, ...], text: str) -> tuple[ToolR
 
 
 def _deep_enough(
-    ctx: CompactionContext, lines: int, chars: int, need: int, arguments: int
-) -> tuple[tuple[int, int], list[tuple[int, int]]]:
+    ctx: CompactionContext, lines: int, chars: int, need: int, arguments: int, spare: Set[int]
+) -> tuple[tuple[int, int], tuple[int, int] | None]:
     """The first of the halving limits from ``(lines, chars)`` at which cutting every tool
-    result in the view could free ``need`` tokens, and the limits skipped on the way to it;
-    never past one that would cut arguments shorter than ``arguments``, the limit they were
-    cut to so far (they are cut once, at the first level they exceed, and are not sized here).
+    result in the view but those at ``spare`` could free ``need`` tokens; and the last level
+    skipped on the way, if the running loop's results must first be cut to it (see below),
+    else ``None``. Never past a level that would cut an argument shorter than ``arguments``,
+    the limit they were cut to so far (they are cut once, at the first level they exceed,
+    and are not sized here).
 
     Giving way halves the limits round after round until the prompt is small enough; each
     round cuts and estimates every long result again. Sized by characters here (a result's
-    tokens shrink with its text), the rounds that could not be enough are skipped.
+    tokens shrink with its text), the rounds that could not be enough are skipped. Each of
+    them would have cut the running loop's results too (the older ones alone not being
+    enough), so these are cut to the last one first, unless the level returned cuts no
+    older result: then it cuts them further anyway.
     """
     view, origins, raw, count = ctx.view, ctx.origins, ctx.raw, ctx.counter.count
-    # Per result: tokens and characters shown, characters and lines of the original.
-    results: list[tuple[int, int, int, int]] = []
+    loop_start = ctx.in_flight_start()
+    # Per result: tokens and characters shown, characters and lines of the original, and
+    # whether it is in the running loop.
+    results: list[tuple[int, int, int, int, bool]] = []
+    longest = 0  # the longest argument: levels above it cut none
     for j, shown in enumerate(view):
+        if isinstance(shown, AssistantMessage):
+            for call in shown.tool_calls:
+                for value in _cuttable_arguments(call).values():
+                    if isinstance(value, str):
+                        longest = max(longest, len(value))
+                    elif isinstance(value, list | dict):
+                        longest = max(longest, len(compact_json(value)))
+            continue
         i = origins[j]
-        if not isinstance(shown, ToolResultMessage) or not 0 <= i < len(raw):
+        if not isinstance(shown, ToolResultMessage) or not 0 <= i < len(raw) or j in spare:
             continue
         original = raw[i]
         if not isinstance(original, ToolResultMessage) or not _has_text(original):
             continue
         text = _result_text(original)
-        results.append((count(shown), len(_result_text(shown)), len(text), text.count("\n") + 1))
-    skipped: list[tuple[int, int]] = []
-    while (lines > _FLOOR_LINES or chars > _FLOOR_CHARS) and chars >= arguments:
-        freed = 0.0
-        for tokens, shown_chars, length, line_count in results:
+        results.append(
+            (
+                count(shown),
+                len(_result_text(shown)),
+                len(text),
+                text.count("\n") + 1,
+                j >= loop_start,
+            )
+        )
+
+    def freed(lines: int, chars: int) -> tuple[float, float]:
+        """Tokens cutting to these limits frees before the running loop, and in it."""
+        older = running = 0.0
+        for tokens, shown_chars, length, line_count, in_loop in results:
             kept = min(length, chars, length * lines // line_count + 80)
             if kept < shown_chars:
-                freed += tokens * (1 - kept / shown_chars)
-        if freed >= need:
+                if in_loop:
+                    running += tokens * (1 - kept / shown_chars)
+                else:
+                    older += tokens * (1 - kept / shown_chars)
+        return older, running
+
+    last: tuple[int, int] | None = None
+    arguments = min(arguments, longest)
+    while (lines > _FLOOR_LINES or chars > _FLOOR_CHARS) and chars >= arguments:
+        if sum(freed(lines, chars)) >= need:
             break
-        skipped.append((lines, chars))
+        last = (lines, chars)
         lines, chars = max(_FLOOR_LINES, lines // 2), max(_FLOOR_CHARS, chars // 2)
-    return (lines, chars), skipped
+    if last is not None and not freed(lines, chars)[0]:
+        last = None  # no older result is cut to the level returned: it cuts the loop's too
+    return (lines, chars), last
 
 
 def _cuttable_arguments(call: ToolCall) -> Mapping[str, Any]:
@@ -338,8 +374,8 @@ class DeterministicCompaction:
     def _cut_oversized(self, ctx: CompactionContext, actions: list[str]) -> None:
         # The newest step's results, kept whole, can hold the prompt above the give-way
         # ceiling with what no tier drops (the protected messages, the step's call): then
-        # `_give_way` cuts them in this call whatever else is done, exempt ones too. Sized
-        # with them whole, the tiers would drop older, cached history for nothing.
+        # they are cut in this call whatever else is done, exempt ones too. Sized with them
+        # whole, the tiers would drop older, cached history for nothing.
         view = ctx.view
         newest = len(view)
         while newest > 0 and isinstance(view[newest - 1], ToolResultMessage):
@@ -383,46 +419,55 @@ class DeterministicCompaction:
         output is cut ever shorter (down to a few lines), then the recent steps may be
         condensed or dropped too, all but the newest (whose result the model just asked
         for), down to the trigger: landing just under the hard budget would have the next
-        few new messages force another rewrite, call after call. Only over the budget does
-        the manager then say it cannot be met.
+        few new messages force another rewrite, call after call. The newest step's results of
+        ``exempt_tools`` (the page the model just recalled) stay whole through all that, and
+        are cut only as far as the prompt must to come under the budget. Only over the budget
+        does the manager then say it cannot be met.
         """
         lines, chars = self.max_lines, self.max_chars
         ran_chars = chars  # the character limit of the last round run
         ceiling = _ceiling(ctx)
+        recent = min(1, self.keep_recent_steps)
         # Output is cut down to the target, as every compaction aims (so the next new result
         # does not cross the budget again at once); recent steps go only as far as the
-        # trigger needs.
-        for keep, goal in (
-            (self.keep_recent_steps, target),
-            (min(1, self.keep_recent_steps), ceiling),
-        ):
-            if ctx.prompt_tokens <= ceiling and goal == ceiling:
+        # trigger needs. What was just recalled goes last: cut, the model would recall it
+        # again, under a new id, and find it cut again the call after.
+        passes = ((self.keep_recent_steps, target, True), (recent, ceiling, True))
+        for k, (keep, goal, sparing) in enumerate((*passes, (recent, ctx.budget.limit, False))):
+            if k and ctx.prompt_tokens <= goal:
                 return
+            if not sparing:
+                if not self._spared(ctx):
+                    return
+                lines, chars = self.max_lines, self.max_chars  # cut it no shorter than needed
             # Once tiers 2 and 3 find nothing at this protection, cutting output shorter only
-            # shrinks what they could free: later rounds leave them out.
-            tiers_idle = False
+            # shrinks what they could free: later rounds leave them out (the last pass has
+            # the protection of the one before).
+            tiers_idle = not sparing
             for _ in range(_GIVE_WAY_ROUNDS):  # halving reaches the floor well within these
                 before = ctx.prompt_tokens
                 if before <= goal:
                     break
                 taken = len(ctx.taken)
                 ctx.counter.refine(ctx.view)
+                spare = self._spared(ctx) if sparing else frozenset()
                 if tiers_idle:  # only cutting output is left: no need to go level by level
                     need = ctx.prompt_tokens - goal
                     cut_to = min(self.max_argument_chars, ran_chars)
-                    (lines, chars), skipped = _deep_enough(ctx, lines, chars, need, cut_to)
-                    if skipped:
+                    (lines, chars), last = _deep_enough(ctx, lines, chars, need, cut_to, spare)
+                    if last is not None:
                         # What the skipped levels left: each cut output again from the
                         # original, so only the running loop's (cut after the older results,
                         # none being enough) stays as the last of them left it.
-                        last = self._relaxed(*skipped[-1], keep)
-                        last._truncate(ctx, actions, in_flight=True, again=True)
+                        relaxed = self._relaxed(*last, keep)
+                        relaxed._truncate(ctx, actions, in_flight=True, again=True, spare=spare)
                         ctx.counter.refine(ctx.view)  # as each round ends
                 relaxed = self._relaxed(lines, chars, keep)
                 ran_chars = chars
                 relaxed._truncate(ctx, actions, in_flight=False, again=True)
-                if ctx.prompt_tokens > goal:
-                    relaxed._truncate(ctx, actions, in_flight=True, again=True)
+                loop_cut = ctx.prompt_tokens > goal
+                if loop_cut:
+                    relaxed._truncate(ctx, actions, in_flight=True, again=True, spare=spare)
                 if not tiers_idle and ctx.prompt_tokens > target:
                     cut = len(ctx.taken)
                     relaxed._condense(ctx, actions, target, precise=False)
@@ -431,9 +476,38 @@ class DeterministicCompaction:
                     tiers_idle = len(ctx.taken) == cut
                 ctx.counter.refine(ctx.view)
                 floor = lines <= _FLOOR_LINES and chars <= _FLOOR_CHARS
-                if floor and (len(ctx.taken) == taken or ctx.prompt_tokens >= before):
+                if floor and (
+                    len(ctx.taken) == taken
+                    or ctx.prompt_tokens >= before
+                    # Another round at the floor would cut all output as this one did.
+                    or (tiers_idle and loop_cut)
+                ):
                     break  # at the floor and nothing more to gain
                 lines, chars = max(_FLOOR_LINES, lines // 2), max(_FLOOR_CHARS, chars // 2)
+
+    def _spared(self, ctx: CompactionContext) -> frozenset[int]:
+        """View positions of the newest step's results of ``exempt_tools``, which giving way
+        leaves whole while the prompt can come under the budget otherwise."""
+        view = ctx.view
+        end = len(view)
+        while end > 0 and isinstance(view[end - 1], UserMessage):
+            end -= 1  # steering text sent after the results, in their turn
+        newest = end
+        while newest > 0 and isinstance(view[newest - 1], ToolResultMessage):
+            newest -= 1
+        if newest == end or not self.exempt_tools:
+            return frozenset()
+        step = view[newest - 1]
+        names = (
+            {c.id: c.name for c in step.tool_calls} if isinstance(step, AssistantMessage) else {}
+        )
+        spared: list[int] = []
+        for j in range(newest, end):
+            m = view[j]
+            assert isinstance(m, ToolResultMessage)
+            if (m.tool_name or names.get(m.tool_call_id)) in self.exempt_tools:
+                spared.append(j)
+        return frozenset(spared)
 
     def _relaxed(self, lines: int, chars: int, keep: int) -> DeterministicCompaction:
         """This strategy with the comforts that give way relaxed to these limits."""
@@ -456,9 +530,11 @@ class DeterministicCompaction:
         in_flight: bool,
         again: bool = False,
         start: int | None = None,
+        spare: Set[int] = frozenset(),
     ) -> None:
         """Cut down the results (and arguments) before the running loop, or in it (from
-        view position ``start`` on, if given)."""
+        view position ``start`` on, if given); the results at view positions in ``spare``
+        are left as they are."""
         view, origins, raw = ctx.view, ctx.origins, ctx.raw
         loop_start = ctx.in_flight_start()
         lo, hi = (loop_start, len(view)) if in_flight else (0, loop_start)
@@ -499,7 +575,7 @@ class DeterministicCompaction:
                         for c in v.tool_calls
                     }
                 name = m.tool_name or names.get(shown.tool_call_id, "tool")
-                if name in self.exempt_tools or not _has_text(m):
+                if name in self.exempt_tools or j in spare or not _has_text(m):
                     continue
                 text = _result_text(m)
                 stand_in = f"recall_context id={ID_STAND_IN}" if ctx.recall is not None else ""
