@@ -504,8 +504,9 @@ class DeterministicCompaction:
         spared: list[int] = []
         for j in range(newest, end):
             m = view[j]
-            assert isinstance(m, ToolResultMessage)
-            if (m.tool_name or names.get(m.tool_call_id)) in self.exempt_tools:
+            if isinstance(m, ToolResultMessage) and (
+                (m.tool_name or names.get(m.tool_call_id)) in self.exempt_tools
+            ):
                 spared.append(j)
         return frozenset(spared)
 
