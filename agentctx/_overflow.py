@@ -8,8 +8,11 @@ Read by the error's HTTP status and its message, as each API words it (no SDK is
   maximum context length is 128000 tokens. However, your messages resulted in 130255
   tokens``, ``... you requested 16610 tokens (14138 in the messages, 226 in the functions,
   and 2246 in the completion)`` (the prompt is the messages and the functions) or ``...
-  you requested 32818 tokens in the messages``; a bare ``you requested 81920 tokens``
-  (DeepSeek) may count the output too, and is read as no count;
+  you requested 32818 tokens in the messages`` or ``... your request has 4314 input tokens``
+  (vLLM), ``... (128000 of text input, 2000 in the output)`` (OpenRouter); a bare ``you
+  requested 81920 tokens`` (DeepSeek) may count the output too, and is read as no count; an
+  output limit too large for what the prompt leaves (vLLM's ``'max_tokens' ... is too
+  large``) is no refusal of the prompt;
 - OpenAI Responses: ``Your input exceeds the context window of this model``, which says no
   number.
 """
@@ -30,9 +33,14 @@ _ANTHROPIC_WITH_OUTPUT = re.compile(
     rf"input length and `?max_tokens`? exceed context limit: {_NUMBER} \+ {_NUMBER} > {_NUMBER}"
 )
 _OPENAI_WINDOW = re.compile(rf"maximum context length is {_NUMBER} tokens")
-_OPENAI_PROMPT = re.compile(rf"{_NUMBER} (?:tokens )?in the messages|resulted in {_NUMBER} tokens")
+_OPENAI_PROMPT = re.compile(
+    rf"{_NUMBER} (?:tokens )?in the messages|resulted in {_NUMBER} tokens"
+    rf"|has {_NUMBER} input tokens|{_NUMBER} of text input"
+)
 _OPENAI_FUNCTIONS = re.compile(rf"{_NUMBER} in the functions")
-_OPENAI_OUTPUT = re.compile(rf"{_NUMBER} in the completion")
+_OPENAI_OUTPUT = re.compile(rf"{_NUMBER} in the (?:completion|output)")
+# vLLM's refusal of an output limit past what the window leaves: the prompt fit.
+_OUTPUT_TOO_LARGE = re.compile(r"max_(?:completion_)?tokens'? (?:or '\w+' )?is too large")
 _NO_NUMBER = re.compile(r"exceeds the context window|context_length_exceeded")
 
 
@@ -73,13 +81,15 @@ def overflow_of(error: object) -> Overflow | None:
         text = str(error)[:_MOST_CHARS]
     except Exception:  # an error whose text cannot be made says nothing
         return None
+    if _OUTPUT_TOO_LARGE.search(text):
+        return None
     if found := _ANTHROPIC.search(text):
         return Overflow(_number(found[1]), _number(found[2]))
     if found := _ANTHROPIC_WITH_OUTPUT.search(text):
         return _with_output(_number(found[1]), _number(found[3]), _number(found[2]))
     if window_found := _OPENAI_WINDOW.search(text):
         found = _OPENAI_PROMPT.search(text)
-        prompt = _number(found[1] or found[2]) if found else None
+        prompt = _number(next(filter(None, found.groups()))) if found else None
         functions = _OPENAI_FUNCTIONS.search(text)
         if prompt is not None and functions is not None:
             prompt += _number(functions[1]) or 0

@@ -185,17 +185,18 @@ class BudgetExceededError(AgentCtxError):
             if protected is not None:
                 why = why.replace("do not fit", f"take {protected}")
         else:
-            why = f"the task, the latest user message and the newest turn take {protected}; "
+            why = f"the task, the latest user message and the newest turn take {protected}"
             if markers:
                 why += (
-                    f"the markers and briefings standing for what was dropped or summarized "
-                    f"take {markers} (each keeps its list of files and commands whole); "
+                    f"; the markers and briefings standing for what was dropped or summarized "
+                    f"take {markers} (each keeps its list of files and commands whole)"
                 )
-            why += (
-                "the rest is what the strategy does not cut (a custom strategy, or one that "
-                "only clears tool output) or cannot (signed reasoning of the running tool loop "
-                "and the results it needs, images)"
-            )
+            if tokens > protected + (markers or 0):
+                why += (
+                    "; the rest is what the strategy does not cut (a custom strategy, or one "
+                    "that only clears tool output) or cannot (signed reasoning of the running "
+                    "tool loop and the results it needs, images)"
+                )
         super().__init__(
             f"history needs {tokens} tokens after compaction, budget is {budget}; {why}"
         )

@@ -1351,7 +1351,8 @@ class ContextManager:
 
         ``calibrate=False`` records a request that did not send the last view (a side question,
         a call continuing a server-side chain): its usage adds to `usage`, the session's
-        spend, and nothing else (the wrappers pass it for calls they send as they are).
+        spend, and nothing else; its refusal changes nothing (the wrappers pass it for calls
+        they send as they are).
         """
         self._on_its_thread("observe()")
         if isinstance(response, BaseException):
@@ -1361,7 +1362,8 @@ class ContextManager:
                     f"observe() takes a provider's error only when it refuses the prompt as "
                     f"longer than its context window; got {preview(response)}"
                 )
-            self._observe_overflow(overflow)
+            if calibrate:  # a refused request that sent no view of this session: nothing
+                self._observe_overflow(overflow)
             return
         usage = usage_of(response)
         if usage is None:

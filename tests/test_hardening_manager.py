@@ -2499,3 +2499,14 @@ async def test_a_budget_the_markers_fill_says_so() -> None:
                 assert said in str(error)
                 return
     raise AssertionError("the budget was met: the reproduction no longer reproduces")
+
+
+async def test_a_budget_the_markers_fill_whole_blames_nothing_else() -> None:
+    """Found by a hostile run (DJ, finding 5): with the protected part and the markers
+    making up the whole estimate, the message still blamed a custom strategy, signed
+    reasoning or images."""
+    from agentctx.budget import BudgetExceededError
+
+    error = BudgetExceededError(382, 250, [], 158, markers=224)
+    assert "take 224" in str(error) and "custom strategy" not in str(error)
+    assert "custom strategy" in str(BudgetExceededError(400, 250, [], 158, markers=224))

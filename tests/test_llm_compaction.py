@@ -2322,3 +2322,30 @@ async def test_sessions_outside_async_with_may_take_turns_with_one_llm_compactio
         await holder.prepare(_secret_session("A")[:10])
         with pytest.raises(ConfigError, match="already serves another ContextManager"):
             await ContextManager(budget, strategy=strategy).prepare(_secret_session("B")[:10])
+
+
+async def test_only_the_holding_session_s_close_frees_an_llm_compaction() -> None:
+    """Found by a hostile run (DJ, finding 1): any manager's close freed the strategy and
+    dropped the holder's briefing: one refused (or only made and closed) closed, a third
+    session took the strategy while the first was open, and was spliced the first one's
+    briefing. Only the holding session's close frees it now."""
+    strategy = LlmCompaction(_Naming())
+    budget = Budget(context_window=12_000, reserve_output=1_000)
+    a_history, b_history = _secret_session("A"), _secret_session("B")
+    async with ContextManager(budget, strategy=strategy, recall=MemoryRecallStore()) as a:
+        for k in range(10, 40, 3):
+            await a.prepare(a_history[:k])
+            await anyio.sleep(0.03)
+        ready = strategy.phase
+        assert ready != "idle"  # a briefing asked for, in flight or waiting
+        async with ContextManager(budget, strategy=strategy) as refused:
+            with pytest.raises(ConfigError):
+                await refused.prepare(b_history[:10])
+        await ContextManager(budget, strategy=strategy).aclose()  # made, never used
+        assert strategy.phase == ready  # the holder's briefing is still its own
+        async with ContextManager(budget, strategy=strategy) as third:
+            with pytest.raises(ConfigError):
+                await third.prepare(b_history[:10])
+        for k in range(40, len(a_history), 3):  # A goes on, on its own
+            view = await a.prepare(a_history[:k])
+            assert not any(isinstance(m, SummaryMessage) and "SECRET-B" in m.text for m in view)

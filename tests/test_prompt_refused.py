@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from agentctx import (
+    AssistantMessage,
     Budget,
     CompactionWarning,
     ContextCompacted,
@@ -594,3 +595,51 @@ async def test_a_reserve_below_the_output_asked_for_is_what_the_warning_names() 
         )
         (warning,) = refusals(events)
         assert "keep Budget.reserve_output at least the output requests ask for" in warning.message
+
+
+async def test_a_refusal_observed_without_calibrating_changes_nothing() -> None:
+    """Found by a hostile run (DJ, finding 2): ``observe(error, calibrate=False)`` (a side
+    request, not the session's view, refused) calibrated on it all the same: a 9k view
+    counted 32k, and the next prepare cut 121 messages to 8."""
+    history: list[Any] = [UserMessage.of("Task: review the repo.")]
+    for i in range(60):
+        history += [AssistantMessage.of(f"step {i} " + "analysis " * 120), UserMessage.of("go")]
+    async with ContextManager(Budget(context_window=30_000, reserve_output=1_000)) as ctx:
+        events = watch(ctx)
+        view = await ctx.prepare(history)
+        tokens = ctx.prompt_tokens
+        ctx.observe(_Error("prompt is too long: 32000 tokens > 30000 maximum"), calibrate=False)
+        assert ctx.prompt_tokens == tokens and await ctx.prepare(history) == view
+        assert refusals(events) == []
+        with pytest.raises(ConfigError):
+            ctx.observe(_Error("rate limited", status=429), calibrate=False)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (  # vLLM's current wording
+            "This model's maximum context length is 4096 tokens. However, your request has 6200 "
+            "input tokens. Please reduce the length of the input messages.",
+            Overflow(6_200, 4_096),
+        ),
+        (  # OpenRouter's
+            "This endpoint's maximum context length is 128000 tokens. However, you requested "
+            "about 130000 tokens (128000 of text input, 2000 in the output). Please reduce the "
+            "length of either one.",
+            Overflow(128_000, 126_000, 2_000),
+        ),
+        (  # vLLM's refusal of an output limit too large: the prompt fit
+            "'max_tokens' or 'max_completion_tokens' is too large: 8000. This model's maximum "
+            "context length is 4096 tokens and your request has 2778 input tokens "
+            "(8000 > 4096 - 2778).",
+            None,
+        ),
+    ],
+)
+def test_the_wordings_found_by_the_second_re_run(text: str, expected: Overflow | None) -> None:
+    """Found by a hostile run (DJ, finding 3): vLLM's current wording and OpenRouter's were
+    read as giving no count, so the session calibrated on one token over its limit, far
+    under the provider's count, and the one retry was refused again; vLLM's refusal of an
+    output limit was read as one of the prompt."""
+    assert overflow_of(_Error(text)) == expected

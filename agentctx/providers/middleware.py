@@ -16,9 +16,12 @@ system/developer messages untouched); every other key passes through; its ``max_
 ``Budget.reserve_output`` was set; the response's usage (an SDK object or a plain dict) is
 recorded with ``manager.observe``. A prompt the provider refuses as longer than its context
 window (``call_next`` raises the SDK's error saying so) is observed and compacted to fit, and
-``call_next`` is called once more with it. Streams are not observed: ``ctx.observe(final)`` with the
-stream's final message records them. ``cache_breakpoints=True`` places Anthropic
-``cache_control`` breakpoints as `wrap` does.
+``call_next`` is called once more with it. A request sent as it is (a Responses call continuing
+server-side state, a string input) counts no view of the session: its usage is spent, not
+calibrated on (``observe(..., calibrate=False)``). Streams are not observed:
+``ctx.observe(final)`` with the stream's final message records them, with
+``calibrate=False`` for a request sent as it is. ``cache_breakpoints=True`` places
+Anthropic ``cache_control`` breakpoints as `wrap` does.
 """
 
 from __future__ import annotations

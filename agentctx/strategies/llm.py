@@ -185,6 +185,7 @@ class LlmCompaction:
         # The session (`ContextManager`) this instance serves, until it closes: a briefing
         # asked for in one session must never be spliced into another's view.
         self._session: object = None
+        self._holder_emit: Callable[[Event], None] | None = None
 
     # -- inspection ---------------------------------------------------------------------
 
@@ -218,8 +219,11 @@ class LlmCompaction:
         """The session ended (the manager calls this on close): a briefing that was billed
         and still waits to be spliced is reported as `SummaryStale` ``handed_over`` when
         `hand_over` gave it out for the next worker, else ``unused``, so every paid request
-        shows up in an event. The fallback is told too, if it has a ``close``."""
-        self._session = None
+        shows up in an event. The fallback is told too, if it has a ``close``. The close of
+        another session than the one this instance serves (one it refused) changes nothing."""
+        if self._session is not None and emit != self._holder_emit:
+            return
+        self._session = self._holder_emit = None
         ready, self._requests.ready = self._requests.ready, None
         if ready is not None and not (ready is self._received is self._handed_over):
             # (One this worker was handed and hands on was paid for, and said, by another.)
@@ -257,8 +261,9 @@ class LlmCompaction:
             )
         if ctx.tasks is not None:
             # Inside ``async with``, whose close frees it (without, no request can run, so
-            # there is nothing another session could be handed).
-            self._session = ctx._session
+            # there is nothing another session could be handed). Its close is told from
+            # another's by the event channel it is given, the session's own.
+            self._session, self._holder_emit = ctx._session, ctx.emit
 
     # -- the hot path -------------------------------------------------------------------
 
