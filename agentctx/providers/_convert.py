@@ -58,6 +58,7 @@ __all__ = [
 ]
 
 S = TypeVar("S")
+T = TypeVar("T")
 
 _ASSEMBLE: dict[str, Callable[[list[Mapping[str, Any]]], object]] = {
     "anthropic": assemble_anthropic_stream,
@@ -289,6 +290,39 @@ class Compactor:
             self.manager.observe(usage, calibrate=calibrate)
 
 
+async def attempt(
+    compactor: Compactor, kwargs: Mapping[str, Any], call: Callable[[dict[str, Any]], Awaitable[T]]
+) -> tuple[T, Outgoing]:
+    """``call`` with the request to send for ``kwargs``, and that request; made once more,
+    compacted to the provider's count, when the provider refuses it as too long
+    (`Compactor.resend`)."""
+    request = await compactor.to_send(kwargs)
+    try:
+        return await call(request.kwargs), request
+    except Exception as error:
+        again = await compactor.resend(request, error)
+        if again is None:
+            raise
+        return await call(again.kwargs), request
+
+
+def attempt_blocking(
+    loop: LoopThread,
+    compactor: Compactor,
+    kwargs: Mapping[str, Any],
+    call: Callable[[dict[str, Any]], T],
+) -> tuple[T, Outgoing]:
+    """`attempt` for a blocking ``call``; the session's work runs on the manager's ``loop``."""
+    request = loop.call(compactor.to_send, kwargs)
+    try:
+        return call(request.kwargs), request
+    except Exception as error:
+        again = loop.call(compactor.resend, request, error)
+        if again is None:
+            raise
+        return call(again.kwargs), request
+
+
 async def send(
     compactor: Compactor, create: Callable[..., Awaitable[Any]], kwargs: dict[str, Any]
 ) -> Any:
@@ -296,14 +330,7 @@ async def send(
     when the stream it returns (the SDK's own) has been read to its last event. A prompt the
     provider refuses as too long is compacted to its count and sent once more
     (`Compactor.resend`)."""
-    request = await compactor.to_send(kwargs)
-    try:
-        result = await create(**request.kwargs)
-    except Exception as error:
-        again = await compactor.resend(request, error)
-        if again is None:
-            raise
-        result = await create(**again.kwargs)
+    result, request = await attempt(compactor, kwargs, lambda sent: create(**sent))
     compacted = request.view is not None
     if kwargs.get("stream"):
         return observe_stream(result, partial(compactor.record_stream, calibrate=compacted))
@@ -315,14 +342,7 @@ def send_blocking(
     loop: LoopThread, compactor: Compactor, create: Callable[..., Any], kwargs: dict[str, Any]
 ) -> Any:
     """`send` for a blocking SDK method; the session's work runs on the manager's ``loop``."""
-    request = loop.call(compactor.to_send, kwargs)
-    try:
-        result = create(**request.kwargs)
-    except Exception as error:
-        again = loop.call(compactor.resend, request, error)
-        if again is None:
-            raise
-        result = create(**again.kwargs)
+    result, request = attempt_blocking(loop, compactor, kwargs, lambda sent: create(**sent))
     compacted = request.view is not None
     if kwargs.get("stream"):
         return observe_sync_stream(result, _recorder(loop, compactor, calibrate=compacted))
@@ -373,16 +393,12 @@ class StreamManager(Generic[S]):
         self._cm: Any = None
 
     async def __aenter__(self) -> S:
-        request = await self._compactor.to_send(self._kwargs)
-        self._cm = self._open(**request.kwargs)
-        try:
+        async def enter(sent: dict[str, Any]) -> S:
+            self._cm = self._open(**sent)
             stream: S = await self._cm.__aenter__()
-        except Exception as error:
-            again = await self._compactor.resend(request, error)
-            if again is None:
-                raise
-            self._cm = self._open(**again.kwargs)
-            stream = await self._cm.__aenter__()
+            return stream
+
+        stream, request = await attempt(self._compactor, self._kwargs, enter)
         record = partial(self._compactor.record_stream, calibrate=request.view is not None)
         _observe_helper(stream, observe_stream, record)
         return stream
@@ -414,16 +430,12 @@ class SyncStreamManager(Generic[S]):
         self._cm: Any = None
 
     def __enter__(self) -> S:
-        request = self._loop.call(self._compactor.to_send, self._kwargs)
-        self._cm = self._open(**request.kwargs)
-        try:
+        def enter(sent: dict[str, Any]) -> S:
+            self._cm = self._open(**sent)
             stream: S = self._cm.__enter__()
-        except Exception as error:
-            again = self._loop.call(self._compactor.resend, request, error)
-            if again is None:
-                raise
-            self._cm = self._open(**again.kwargs)
-            stream = self._cm.__enter__()
+            return stream
+
+        stream, request = attempt_blocking(self._loop, self._compactor, self._kwargs, enter)
         record = _recorder(self._loop, self._compactor, calibrate=request.view is not None)
         _observe_helper(stream, observe_sync_stream, record)
         return stream

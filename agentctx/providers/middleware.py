@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from agentctx.providers._convert import Provider
+from agentctx.providers._convert import Provider, attempt
 from agentctx.providers._native import NativeChecked, check_native
 
 if TYPE_CHECKING:
@@ -51,14 +51,7 @@ def as_middleware(
     check_native(manager, (provider,))  # (after the compactor, which refuses an unknown one)
 
     async def middleware(request: Mapping[str, Any], call_next: CallNext) -> Any:
-        outgoing = await compactor.to_send(request)
-        try:
-            response = await call_next(outgoing.kwargs)
-        except Exception as error:
-            again = await compactor.resend(outgoing, error)
-            if again is None:
-                raise
-            response = await call_next(again.kwargs)
+        response, outgoing = await attempt(compactor, request, call_next)
         if not request.get("stream"):
             compactor.record(response, calibrate=outgoing.view is not None)
         return response
