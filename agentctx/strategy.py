@@ -68,6 +68,10 @@ class CompactionContext:
             their output floor); ``None``: the budget's trigger.
         followed: whether strategies run after this one in this call (`Chain` sets it): a
             strategy that leaves to them what it cannot do does it itself when none follow.
+        hard_limit: the call's hard budget, where ``budget`` was lowered to land another
+            strategy's rewrite (a `ToolOutputPipeline` runs its fallback at the trigger);
+            ``None``: ``budget.limit``. What the tiers keep whole only while the prompt can
+            meet the budget otherwise (the page just recalled) is measured against it.
     """
 
     session_id: str
@@ -88,6 +92,7 @@ class CompactionContext:
     taken: list[Decision] = field(default_factory=list)
     give_way_above: int | None = None
     followed: bool = False
+    hard_limit: int | None = None
     _latest_user: Callable[[], int | None] | None = None  # None: read from `raw`
     _session: object = None  # one object for every call of one ContextManager (an identity)
 

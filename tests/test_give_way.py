@@ -113,3 +113,46 @@ async def test_a_large_parallel_batch_is_cut_once_straight_to_the_level_it_needs
     assert ctx.prompt_tokens > budget.target_tokens  # even the floor is not enough
     assert len(cuts) == n
     assert all(text_of(m.content).count("\n") + 1 <= 8 for m in view[2:])  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("kind", ["deterministic", "pipeline", "chain"])
+async def test_a_page_recalled_beside_a_long_task_is_not_cut_before_the_budget_needs_it(
+    kind: str,
+) -> None:
+    """Found by a hostile run (DK, finding 2): with a task of 4,000 tokens, the task and the
+    page passed the trigger, and the cut made when the newest step's output holds the
+    prompt over it (`_cut_oversized`) cut the page, exemptions off, though the prompt fit
+    the budget with it whole; a pipeline then had its fallback give way at the trigger, its
+    stand-in for the hard budget, and cut the page a second time."""
+    budget = Budget(context_window=9_000, reserve_output=1_000)  # limit 8,000, trigger 6,000
+    task = "Task: list every failing test.\n" + "\n".join(
+        f"- requirement {i}: module {i} keeps its public API" for i in range(300)
+    )
+    log = "\n".join(
+        f"tests/test_{i}.py::test_{i} {'FAILED' if i % 97 == 0 else 'PASSED'}"
+        for i in range(20_000)
+    )
+    history: list[Message] = [
+        user(task),
+        assistant(call("c0", "bash", command="pytest")),
+        result("c0", log, "bash"),
+    ]
+    async with ContextManager(budget, recall=MemoryRecallStore(), strategy=_strategy(kind)) as ctx:
+        history = list(await ctx.prepare(history))
+        found = RECALL_ID.search(text_of(history[-1].content))  # type: ignore[union-attr]
+        assert found is not None
+        rid = found.group(1)
+        arguments: dict[str, object] = {"id": rid}
+        for k in range(6):
+            page = await ctx.handle_recall(arguments)
+            history += [
+                assistant(call(f"r{k}", RECALL_TOOL_NAME, **arguments)),
+                result(f"r{k}", page, RECALL_TOOL_NAME),
+            ]
+            history = list(await ctx.prepare(history))
+            assert_view_ok(history, ctx.raw)
+            assert ctx.prompt_tokens <= budget.limit
+            assert text_of(history[-1].content) == page, k  # type: ignore[union-attr]
+            offset = re.search(r"next offset=(\d+)", page)
+            assert offset is not None
+            arguments = {"id": rid, "offset": int(offset.group(1))}

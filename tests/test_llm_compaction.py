@@ -39,6 +39,7 @@ import asyncio
 import dataclasses
 import json
 import re
+import threading
 import time
 import tracemalloc
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -2349,3 +2350,67 @@ async def test_only_the_holding_session_s_close_frees_an_llm_compaction() -> Non
         for k in range(40, len(a_history), 3):  # A goes on, on its own
             view = await a.prepare(a_history[:k])
             assert not any(isinstance(m, SummaryMessage) and "SECRET-B" in m.text for m in view)
+
+
+async def test_a_session_closed_with_its_request_still_running_holds_its_llm_compaction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by a hostile run (DK, finding 1): a session closed while its summarizer request
+    ran in a thread (which ignores cancellation) freed the strategy when its close gave up
+    waiting; the next session took it, and the first session's briefing, arriving later,
+    became the base of the second's update and was spliced into its view. The instance
+    stays the first session's until that request ends and the close reports it."""
+    import agentctx.manager as manager_module
+
+    monkeypatch.setattr(manager_module, "_CLOSE_SECONDS", 0.2)
+    release = threading.Event()
+    seen: list[str] = []
+
+    class Blocking:
+        async def summarize(self, request: SummaryRequest) -> SummaryResult:
+            secrets = " ".join(sorted(set(re.findall(r"SECRET-[AB]", request.transcript))))
+            seen.append(secrets)
+            await anyio.to_thread.run_sync(release.wait, abandon_on_cancel=False)
+            text = f"## Goal\ng\n## Constraints\nc\n## Decisions\n{secrets}\n"
+            return SummaryResult(
+                text=text + "## Files touched\nf\n## Open items\no",
+                stop_reason="stop",
+                usage=Usage(input_tokens=10, output_tokens=10),
+                model="m",
+            )
+
+    strategy = LlmCompaction(Blocking())
+    budget = Budget(context_window=12_000, reserve_output=1_000)
+    a_history, b_history = _secret_session("A"), _secret_session("B")
+    ending = anyio.Event()
+
+    async def run_a() -> None:
+        async with ContextManager(budget, strategy=strategy, recall=MemoryRecallStore()) as a:
+            k = 10
+            while not seen and k < len(a_history):  # till a request runs, in its thread
+                await a.prepare(a_history[:k])
+                await anyio.sleep(0.01)
+                k += 3
+            assert seen and strategy.phase == "in_flight"
+            ending.set()
+        # (The close waits for the request's thread to end, after giving up on it.)
+
+    with anyio.fail_after(30):  # the code before the fix ends in a wait, not a failure
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(run_a)
+            await ending.wait()
+            await anyio.sleep(0.5)  # A's close gave up on its request, which still runs
+            try:
+                async with ContextManager(budget, strategy=strategy) as b:
+                    with pytest.raises(ConfigError, match="still running"):
+                        await b.prepare(b_history[:10])
+            finally:
+                release.set()
+    # The request ended and A's close reported it: free for the next session, with nothing
+    # of A's left in it.
+    async with ContextManager(budget, strategy=strategy, recall=MemoryRecallStore()) as c:
+        for k in range(10, len(b_history), 3):
+            view = await c.prepare(b_history[:k])
+            await anyio.sleep(0.02)
+            assert not any(isinstance(m, SummaryMessage) and "SECRET-A" in m.text for m in view)
+    assert seen[0] == "SECRET-A"

@@ -85,6 +85,11 @@ _FULL_OVER_QUICK = 3.5
 _COLD_FACTOR = 3  # with a cold cache, compact once the prompt is this many targets
 
 
+def _hard_limit(ctx: CompactionContext) -> int:
+    """The call's hard budget (`CompactionContext.hard_limit`)."""
+    return ctx.budget.limit if ctx.hard_limit is None else ctx.hard_limit
+
+
 def _ceiling(ctx: CompactionContext) -> int:
     """Where a landing is too high to keep the comforts: the trigger, unless the strategy
     running these tiers says otherwise (`CompactionContext.give_way_above`)."""
@@ -388,10 +393,14 @@ class DeterministicCompaction:
         counter = ctx.counter
         if sum(map(counter.count, kept)) * _FULL_OVER_QUICK <= ceiling:
             return  # even in full
-        if sum(map(counter.count_full, kept)) <= ceiling:
+        whole = sum(map(counter.count_full, kept))
+        if whole <= ceiling:
             return
+        # The page the model just recalled stays whole while the prompt can meet the hard
+        # budget with it (giving way cuts it last, and only as far as that needs).
+        spare = self._spared(ctx) if whole <= _hard_limit(ctx) - counter.overhead else frozenset()
         relaxed = self._relaxed(self.max_lines, self.max_chars, self.keep_recent_steps)
-        relaxed._truncate(ctx, actions, in_flight=True, start=newest)
+        relaxed._truncate(ctx, actions, in_flight=True, start=newest, spare=spare)
 
     @staticmethod
     def _due(ctx: CompactionContext, tokens: int, cold: bool) -> bool:
@@ -433,7 +442,7 @@ class DeterministicCompaction:
         # trigger needs. What was just recalled goes last: cut, the model would recall it
         # again, under a new id, and find it cut again the call after.
         passes = ((self.keep_recent_steps, target, True), (recent, ceiling, True))
-        for k, (keep, goal, sparing) in enumerate((*passes, (recent, ctx.budget.limit, False))):
+        for k, (keep, goal, sparing) in enumerate((*passes, (recent, _hard_limit(ctx), False))):
             if k and ctx.prompt_tokens <= goal:
                 return
             if not sparing:

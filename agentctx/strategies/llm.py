@@ -223,7 +223,13 @@ class LlmCompaction:
         another session than the one this instance serves (one it refused) changes nothing."""
         if self._session is not None and emit != self._holder_emit:
             return
-        self._session = self._holder_emit = None
+        inflight = self._requests.inflight
+        if inflight is not None and not inflight.started:
+            self._requests.inflight = inflight = None  # its task was cancelled: it never ran
+        if inflight is None:
+            self._session = self._holder_emit = None
+        # else a request that ignored the close's cancellation still runs: its briefing is
+        # this session's, which holds the instance until the close's report after it ends.
         ready, self._requests.ready = self._requests.ready, None
         if ready is not None and not (ready is self._received is self._handed_over):
             # (One this worker was handed and hands on was paid for, and said, by another.)
@@ -254,7 +260,8 @@ class LlmCompaction:
     def _serve(self, ctx: CompactionContext) -> None:
         if self._session is not None:
             raise ConfigError(
-                "this LlmCompaction already serves another ContextManager that is still open: "
+                "this LlmCompaction already serves another ContextManager that is still open "
+                "(or closed with a summarizer request that ignored cancellation still running): "
                 "its briefings, its requests and its spend are one session's, and another "
                 "session's would be spliced into this one's view; make one per session (one "
                 "that served a session that closed can serve the next)"

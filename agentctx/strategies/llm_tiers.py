@@ -134,6 +134,7 @@ async def run_tiers(
         taken=ctx.taken,
         give_way_above=give_way_above,
         followed=ctx.followed,
+        hard_limit=ctx.budget.limit if ctx.hard_limit is None else ctx.hard_limit,
     )
     await fallback.compact(sub)
     return collected

@@ -338,7 +338,10 @@ class ToolOutputPipeline:
         trigger = max(1, budget.trigger_tokens)
         ratio = min(1.0, max(1, budget.target_tokens) / trigger)
         aim = replace(budget, hard_budget=trigger, trigger_ratio=ratio, target_ratio=ratio)
-        await self.fallback.compact(replace(ctx, budget=aim, give_way_above=trigger))
+        hard_limit = budget.limit if ctx.hard_limit is None else ctx.hard_limit
+        await self.fallback.compact(
+            replace(ctx, budget=aim, give_way_above=trigger, hard_limit=hard_limit)
+        )
         report.skip()
 
 
