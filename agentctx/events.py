@@ -381,9 +381,19 @@ class EventHub:
             send.close()
 
     def emit(self, event: Event) -> None:
-        """Deliver ``event`` to every subscriber; never raises."""
+        """Deliver ``event`` to every subscriber; never raises for what a subscriber does.
+        What is no event (an agentctx event, or one of a strategy's own with a ``to_json``
+        method, as agentctx's have: a string, a dict, ``None``) is `ConfigError`."""
+        if not isinstance(event, _Event) and not callable(getattr(event, "to_json", None)):
+            raise ConfigError(
+                "emit() takes an event (agentctx.events, or one with a to_json() method); got "
+                + type(event).__name__
+            )
         if stdlib_logger.isEnabledFor(logging.DEBUG):
-            log.debug(type(event).__name__, **event.to_json())
+            try:
+                log.debug(type(event).__name__, **event.to_json())
+            except Exception:  # a strategy's own event, whose JSON has keys of its own
+                log.debug(type(event).__name__)
         for callback in list(self._callbacks):
             try:
                 result = callback(event)

@@ -507,7 +507,8 @@ def _contents_problem(decision: Decision, raw: Sequence[Message]) -> str | None:
     elif isinstance(decision, ReplaceArguments):
         if not isinstance(decision.arguments, Mapping):
             return f"arguments must be a mapping, not {type(decision.arguments).__name__}"
-        return json_problem(decision.arguments, "holds arguments")
+        # A strategy's own arguments are sent as they are: none the SDKs refuse to encode.
+        return json_problem(decision.arguments, "holds arguments", finite=True)
     elif isinstance(decision, ReplaceSpan):
         if type(decision.replacement) is not tuple:
             return "replacement must be a tuple of messages"

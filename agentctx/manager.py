@@ -80,6 +80,7 @@ from agentctx.strategy import (
     CompactionContext,
     Quiet,
     check_strategy,
+    checked_result,
     end_session,
     state_to_hand_over,
     take_over,
@@ -327,7 +328,7 @@ class ContextManager:
         self._startup_events: list[Event] = []
         self._breaks_in_row = 0
         self._implausible_reported = False  # a report no request of this view could make
-        self._close_error: Exception | None = None  # what the strategy's close() raised
+        self._close_error: BaseException | None = None  # what the strategy's close() raised
         # A saved ledger is read off the event loop, when the manager is entered or on the
         # first call, whichever comes first: a store that does not answer must not stall it.
         self._to_load = recall if ledger is None and isinstance(recall, LedgerStore) else None
@@ -537,14 +538,19 @@ class ContextManager:
         done = self._background_done = anyio.Event()
         try:
             while not self._closing:
-                async with anyio.create_task_group() as tasks:
-                    self._tasks = tasks
-                    tasks.start_soon(self._settle_reports)
-                    self._hub.bind(tasks)
-                    if not done.is_set() and task_status is not anyio.TASK_STATUS_IGNORED:
-                        task_status.started()
-                        task_status = anyio.TASK_STATUS_IGNORED
-                    await anyio.sleep_forever()
+                try:
+                    async with anyio.create_task_group() as tasks:
+                        self._tasks = tasks
+                        tasks.start_soon(self._settle_reports)
+                        self._hub.bind(tasks)
+                        if not done.is_set() and task_status is not anyio.TASK_STATUS_IGNORED:
+                            task_status.started()
+                            task_status = anyio.TASK_STATUS_IGNORED
+                        await anyio.sleep_forever()
+                except Exception as error:
+                    # A task a strategy started (`CompactionContext.tasks`) failed: it is
+                    # said, and a new group takes over; the caller's code is not its to end.
+                    self._background_failed(error)
         finally:
             self._tasks = None
             self._report_arrived = None
@@ -556,6 +562,22 @@ class ContextManager:
                 # reported now, and the event streams end.
                 await self._report_on_close()
                 self._hub.close()
+
+    def _background_failed(self, error: Exception) -> None:
+        failures = list(_leaves(error)) if isinstance(error, BaseExceptionGroup) else [error]
+        for failure in failures:
+            log.error("background work failed", exc_info=failure)
+            try:
+                detail = f"{type(failure).__name__}: {preview(str(failure))}"
+            except Exception:  # an error whose text cannot be made
+                detail = type(failure).__name__
+            self._hub.emit(
+                CompactionWarning(
+                    "background_failed",
+                    f"a task started in the session's background work failed ({detail}); "
+                    "the session goes on, and later background work runs in a new task group",
+                )
+            )
 
     async def __aexit__(
         self,
@@ -653,7 +675,7 @@ class ContextManager:
                 handing = writer is not None and writer.keeps_state
                 self._handover = state_to_hand_over(self.strategy) if handing else None
                 end_session(self.strategy, self._hub.emit)
-            except Exception as error:
+            except BaseException as error:  # an interrupt too: it leaves once the rest is done
                 # The session closes all the same (store writes, event streams, background
                 # work); the error is raised once it has, unless another is on its way out.
                 # Said once: after a slow close, close() is called again for what came late.
@@ -958,7 +980,7 @@ class ContextManager:
             try:
                 for _ in range(4):
                     n = len(ctx.taken)
-                    quiet = await strategy.compact(ctx)
+                    quiet = checked_result(strategy, await strategy.compact(ctx))
                     if len(ctx.taken) == n:
                         break
                     # What the decisions put in the view (a cut result, a marker) was counted
@@ -972,6 +994,7 @@ class ContextManager:
                     self._hub.emit(_interrupted(e, ctx.taken))
                 raise
             finally:
+                ctx._ended = True
                 _COMPACTING.reset(compacting)
                 # A strategy that raised, or was cancelled while it awaited, after taking a
                 # decision leaves it in the ledger (saved with the next): the view renders it

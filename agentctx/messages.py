@@ -31,6 +31,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from math import isfinite
 from types import MappingProxyType
 from typing import Any, ClassVar, TypeAlias
 
@@ -811,14 +812,20 @@ def check_history(history: Sequence[object], offset: int = 0) -> None:
                     raise UnsupportedMessageError(i + offset, found)
 
 
-def json_problem(value: Mapping[str, Any], what: str) -> str | None:
+def json_problem(value: Mapping[str, Any], what: str, *, finite: bool = False) -> str | None:
     """What in ``value`` JSON cannot hold (a key that is not a string, a value that is not a
     string, number, bool, None, list or dict, nesting past the encoder's depth or a
-    container inside itself), else ``None``. O(items), without recursion."""
+    container inside itself; with ``finite``, NaN or an infinity, which Python writes and
+    a provider's SDK refuses to send), else ``None``. O(items), without recursion."""
     if type(value) is dict:  # the common case first: a flat dict of strings and numbers
         for key, item in value.items():
             kind = type(item)
-            if type(key) is not str or kind not in _SCALARS or (kind is int and _huge(item)):
+            if (
+                type(key) is not str
+                or kind not in _SCALARS
+                or (kind is int and _huge(item))
+                or (finite and kind is float and not isfinite(item))
+            ):
                 break
         else:
             return None
@@ -839,14 +846,14 @@ def json_problem(value: Mapping[str, Any], what: str) -> str | None:
                     return f"{what} with a key of type {type(key).__name__}"
                 if not isinstance(item, _SCALAR_BASES) and item is not None:
                     stack.append(item)
-                elif isinstance(item, int) and _huge(item):
-                    return f"{what} holding an integer of more digits than Python writes"
+                elif (problem := _scalar_problem(item, what, finite)) is not None:
+                    return problem
         elif isinstance(container, list | tuple):
             for item in container:
                 if not isinstance(item, _SCALAR_BASES) and item is not None:
                     stack.append(item)
-                elif isinstance(item, int) and _huge(item):
-                    return f"{what} holding an integer of more digits than Python writes"
+                elif (problem := _scalar_problem(item, what, finite)) is not None:
+                    return problem
         else:
             return f"{what} holding a {type(container).__name__}"
     if shared or len(seen) > _DEPTH_CHECK_FROM:
@@ -854,6 +861,14 @@ def json_problem(value: Mapping[str, Any], what: str) -> str | None:
             json.dumps(dict(value))
         except (ValueError, RecursionError):
             return f"{what} nested too deep or inside themselves"
+    return None
+
+
+def _scalar_problem(item: object, what: str, finite: bool) -> str | None:
+    if isinstance(item, int) and _huge(item):
+        return f"{what} holding an integer of more digits than Python writes"
+    if finite and isinstance(item, float) and not isfinite(item):
+        return f"{what} holding {item!r}, which JSON cannot hold"
     return None
 
 

@@ -95,6 +95,7 @@ class CompactionContext:
     hard_limit: int | None = None
     _latest_user: Callable[[], int | None] | None = None  # None: read from `raw`
     _session: object = None  # one object for every call of one ContextManager (an identity)
+    _ended: bool = False  # the call ended: a strategy that kept this context takes nothing
 
     @property
     def view(self) -> Sequence[Message]:
@@ -158,8 +159,19 @@ class CompactionContext:
         `agentctx.ledger.check_fits`), for a span over what every view shows
         (`agentctx.ledger.shown_positions`: the task, the latest user message, the newest
         complete turn's question and answer, the running tool loop's signed reasoning) and for
-        a thinking drop in the running tool loop."""
+        a thinking drop in the running tool loop, and for a decision taken after the call
+        ended (a context kept by the strategy, or its background task): the view sent would
+        not show it, and a resumed worker would."""
+        if self._ended:
+            raise ConfigError(
+                f"{type(decision).__name__} taken after its prepare() call ended: decisions are "
+                "taken inside compact() (keep what a background task finds, and take it on a "
+                "later call's context)"
+            )
         check_anchors(decision, self.raw)
+        at = decision.at.index
+        if decision in self.ledger.decisions_at(at) or self.ledger.span_covering(at) == decision:
+            return  # in force already: taken again, it would change nothing but the ledger
         if isinstance(decision, ReplaceSpan | DropThinking):
             problem = self._hides(decision)
             if problem:
@@ -273,7 +285,7 @@ class Chain:
         try:
             for k, strategy in enumerate(self.strategies):
                 ctx.followed = followed or k < last
-                said = await strategy.compact(ctx)
+                said = checked_result(strategy, await strategy.compact(ctx))
                 if not quiet:
                     continue
                 if not isinstance(said, Quiet):
@@ -289,11 +301,11 @@ class Chain:
     def close(self, emit: Callable[[Event], None]) -> None:
         """Tell each strategy that has a ``close`` that the session ended; the first error
         one raises is raised after every one was told (the others' noted on it)."""
-        errors: list[Exception] = []
+        errors: list[BaseException] = []
         for strategy in self.strategies:
             try:
                 end_session(strategy, emit)
-            except Exception as error:
+            except BaseException as error:  # an interrupt too, once every one was told
                 errors.append(error)
         if errors:
             for other in errors[1:]:
@@ -334,6 +346,21 @@ def _tighter(a: Quiet, b: Quiet) -> Quiet:
     if a.idle_seconds is not None and b.idle_seconds is not None:
         idle = min(a.idle_seconds, b.idle_seconds)
     return Quiet(min(a.tokens, b.tokens), idle)
+
+
+def checked_result(strategy: object, said: object) -> Quiet | None:
+    """What ``strategy.compact`` returned, if it is what the protocol allows (`Quiet` or
+    ``None``); else `ConfigError` (a coroutine, from an ``await`` left out, is closed)."""
+    if said is None or isinstance(said, Quiet):
+        return said
+    if inspect.iscoroutine(said):
+        said.close()
+        raise ConfigError(
+            f"{type(strategy).__name__}.compact returned a coroutine: an await is missing"
+        )
+    raise ConfigError(
+        f"{type(strategy).__name__}.compact returned {preview(said)}: it returns a Quiet or None"
+    )
 
 
 def check_strategy(strategy: object) -> CompactionStrategy:
@@ -377,7 +404,10 @@ def _handed(strategy: CompactionStrategy, room: int) -> tuple[object, int]:
         state = strategy.hand_over_within(room) if whole else hook()  # type: ignore[attr-defined]
         if state is None:
             return None, 0
-        size = len(json.dumps(state, separators=(",", ":"), allow_nan=False))
+        text = json.dumps(state, separators=(",", ":"), allow_nan=False)
+        if json.loads(text) != state:  # what JSON would change (keys, tuples) is no JSON
+            raise ValueError("it does not come back from JSON as it went")
+        size = len(text)
     except Exception as e:  # a strategy's own hook, or what it gave: no JSON
         log.warning("a strategy's hand-over is left out", strategy=name, error=repr(e))
         return None, 0

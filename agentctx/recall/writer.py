@@ -49,7 +49,7 @@ import anyio
 import anyio.to_thread
 
 from agentctx._log import log
-from agentctx.errors import StoreDataError, StoreError
+from agentctx.errors import ConfigError, StoreDataError, StoreError
 from agentctx.events import CompactionWarning, StoreDegraded, StoreRecovered
 from agentctx.ledger import Ledger, ReplaceSpan, decision_json
 from agentctx.messages import (
@@ -348,11 +348,19 @@ class RecallWriter:
     def put(self, session_id: str, content: str) -> str:
         """The recall id of ``content``; it is written if a decision taken now names it. The
         recall tool gives it back as it is (stored escaped: `escape_literal`)."""
+        if type(content) is not str:
+            return self.put_references(session_id, content)  # refused there, by type
         return self.put_references(session_id, escape_literal(content))
 
     def put_references(self, session_id: str, content: str) -> str:
         """`put` for a text that names other entries with `recall_reference` tokens, which
-        the recall tool expands; the rest of it escaped with `escape_literal`."""
+        the recall tool expands; the rest of it escaped with `escape_literal`. Both take text:
+        anything else (bytes, a number, a session id that is no string) is `ConfigError`."""
+        if type(session_id) is not str or type(content) is not str:
+            raise ConfigError(
+                "a recall store keeps text under a session's id (str, str); got "
+                f"{type(session_id).__name__} and {type(content).__name__}"
+            )
         rid = recall_id(session_id, content)
         if session_id == self.session_id and rid in self._live and rid not in self._lost:
             return rid  # written already, or on its way
