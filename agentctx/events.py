@@ -246,7 +246,9 @@ class CompactionWarning(_Event):
     ``implausible_usage`` (a usage report over the context window and over 4x the estimate
     of the view sent, left out of the calibration), ``prompt_refused`` (the provider refused
     a view as longer than its context window, and the counts were calibrated on its count;
-    said each time) or ``interrupted`` (a ``prepare`` ended
+    said each time), ``background_failed`` (a task started in the session's background work,
+    a strategy's on ``ctx.tasks``, raised; the session goes on; said each time) or
+    ``interrupted`` (a ``prepare`` ended
     with an exception, or was cancelled, after its strategy took decisions: they stay, and the
     next view shows them; said each time).
     """
