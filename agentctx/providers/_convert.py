@@ -130,7 +130,6 @@ class Compactor:
         self._asked: int | None = None
         self._requested = False
         self._said_not_rebuilt = False  # a stream the assembler gave up on was logged
-        self._view: list[Message] | None = None  # the last view sent (None: not compacted)
 
     async def request(self, kwargs: Mapping[str, Any], *, count: bool = False) -> dict[str, Any]:
         """The keyword arguments to send: the history compacted, the rest as given.
@@ -146,6 +145,12 @@ class Compactor:
         for as much), or, before any, with none (counted against the default reserve, it
         would compact a history that the request after it sends whole).
         """
+        return (await self._compacted(kwargs, count))[0]
+
+    async def _compacted(
+        self, kwargs: Mapping[str, Any], count: bool
+    ) -> tuple[dict[str, Any], list[Message] | None]:
+        """`request`, and the view it sends (``None``: the history goes as it was)."""
         outgoing = dict(kwargs)
         history = kwargs.get(self._key)
         if isinstance(history, Iterable) and not isinstance(history, Sequence | Mapping | bytes):
@@ -158,9 +163,7 @@ class Compactor:
             or kwargs.get("previous_response_id")
             or kwargs.get("conversation")
         ):
-            if not count:
-                self._view = None
-            return outgoing
+            return outgoing, None
         max_tokens = self._max_tokens(kwargs)
         if not count:
             self._asked, self._requested = max_tokens, True
@@ -168,8 +171,6 @@ class Compactor:
             max_tokens = self._asked if self._requested else 0
         if self.provider == "anthropic":  # its system prompt is no message
             view = await self._prepare(list(history), 0, max_tokens)
-            if not count:
-                self._view = view
             for key in ("system", "tools"):  # their breakpoints are counted: read them once
                 value = outgoing.get(key)
                 if isinstance(value, Iterable) and not isinstance(value, _READ_AGAIN):
@@ -180,7 +181,7 @@ class Compactor:
             if self.cache_breakpoints and not count:
                 messages = self._place(view, messages, room - marked)
             outgoing[self._key] = messages
-            return outgoing
+            return outgoing, view
         # Leading system / developer messages are sent as they are.
         if self.provider == "openai-chat":
             system, rest = split_openai_chat_system(history)
@@ -189,18 +190,16 @@ class Compactor:
             system, rest = split_openai_responses_system(history)
             render = to_openai_responses
         view = await self._prepare(rest, len(system), max_tokens)
-        if not count:
-            self._view = view
         outgoing[self._key] = [*(plain(m) for m in system), *render(view)]
-        return outgoing
+        return outgoing, view
 
     async def to_send(self, kwargs: Mapping[str, Any]) -> Outgoing:
         """The request to send for the SDK call's ``kwargs`` (`request`), what to make it again
         from, and the view it sends."""
         # Read once: the first attempt (or the SDK sending it) would leave a retry nothing.
         given = {k: list(v) if isinstance(v, Iterator) else v for k, v in kwargs.items()}
-        sent = await self.request(given)
-        return Outgoing(sent, given, self._view)
+        sent, view = await self._compacted(given, False)
+        return Outgoing(sent, given, view)
 
     async def resend(self, refused: Outgoing, error: BaseException) -> Outgoing | None:
         """The request ``refused`` again, after ``error`` answered it: when that is the

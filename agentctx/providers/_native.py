@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
 
     from agentctx.manager import ContextManager
+    from agentctx.messages import Message
 
 __all__ = ["NativeChecked", "check_native", "native_providers"]
 
@@ -109,11 +110,14 @@ class NativeChecked(Compactor):
 
     _checked: object = None  # the strategy last found fit
 
-    async def request(self, kwargs: Mapping[str, Any], *, count: bool = False) -> dict[str, Any]:
-        """`Compactor.request`, or `ConfigError` before anything is compacted when the
-        session splices another API's native compaction."""
+    async def _compacted(
+        self, kwargs: Mapping[str, Any], count: bool
+    ) -> tuple[dict[str, Any], list[Message] | None]:
+        """`Compactor._compacted` (what `request` and `to_send` make), or `ConfigError`
+        before anything is compacted when the session splices another API's native
+        compaction."""
         strategy = self.manager.strategy
         if strategy is not self._checked:
             check_native(self.manager, (self.provider,))
             self._checked = strategy
-        return await super().request(kwargs, count=count)
+        return await super()._compacted(kwargs, count)
