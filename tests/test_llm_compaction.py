@@ -2259,19 +2259,28 @@ async def test_used_alone_it_meets_the_budget_with_no_briefing_ready(nesting: st
     assert summarizer.requests == []
 
 
+def _secrets(request: SummaryRequest) -> str:
+    """The secrets named in the span ``request`` sends."""
+    return " ".join(sorted(set(re.findall(r"SECRET-[AB]", request.transcript))))
+
+
+def _naming(secrets: str) -> SummaryResult:
+    """A briefing whose decisions are ``secrets``."""
+    sections = f"## Goal\ng\n## Constraints\nc\n## Decisions\n{secrets or 'none'}\n"
+    return SummaryResult(
+        text=sections + "## Files touched\nf\n## Open items\no",
+        stop_reason="stop",
+        usage=Usage(input_tokens=10, output_tokens=10),
+        model="m",
+    )
+
+
 class _Naming:
     """A summarizer whose briefing names the secrets in the span it was sent."""
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
         await anyio.sleep(0.01)
-        seen = " ".join(sorted(set(re.findall(r"SECRET-[AB]", request.transcript))))
-        sections = f"## Goal\ng\n## Constraints\nc\n## Decisions\n{seen or 'none'}\n"
-        return SummaryResult(
-            text=sections + "## Files touched\nf\n## Open items\no",
-            stop_reason="stop",
-            usage=Usage(input_tokens=10, output_tokens=10),
-            model="m",
-        )
+        return _naming(_secrets(request))
 
 
 def _secret_session(tag: str, n: int = 60) -> list[Message]:
@@ -2368,16 +2377,9 @@ async def test_a_session_closed_with_its_request_still_running_holds_its_llm_com
 
     class Blocking:
         async def summarize(self, request: SummaryRequest) -> SummaryResult:
-            secrets = " ".join(sorted(set(re.findall(r"SECRET-[AB]", request.transcript))))
-            seen.append(secrets)
+            seen.append(_secrets(request))
             await anyio.to_thread.run_sync(release.wait, abandon_on_cancel=False)
-            text = f"## Goal\ng\n## Constraints\nc\n## Decisions\n{secrets}\n"
-            return SummaryResult(
-                text=text + "## Files touched\nf\n## Open items\no",
-                stop_reason="stop",
-                usage=Usage(input_tokens=10, output_tokens=10),
-                model="m",
-            )
+            return _naming(seen[-1])
 
     strategy = LlmCompaction(Blocking())
     budget = Budget(context_window=12_000, reserve_output=1_000)
