@@ -15,6 +15,11 @@ Read by the error's HTTP status and its message, as each API words it (no SDK is
   large``) is no refusal of the prompt;
 - OpenAI Responses: ``Your input exceeds the context window of this model``, which says no
   number.
+
+The frameworks' own errors for it are read the same way, whatever their status: LangChain's
+``ContextOverflowError`` (which its Anthropic and OpenAI packages raise as the SDK's error too)
+and pydantic-ai's ``ModelContextWindowExceededError``; they are known by class name, as no
+framework is imported here. When their message gives no count, none is taken.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ _OPENAI_OUTPUT = re.compile(rf"{_NUMBER} in the (?:completion|output)")
 # vLLM's refusal of an output limit past what the window leaves: the prompt fit.
 _OUTPUT_TOO_LARGE = re.compile(r"max_(?:completion_)?tokens'? (?:or '\w+' )?is too large")
 _NO_NUMBER = re.compile(r"exceeds the context window|context_length_exceeded")
+_FRAMEWORK_ERRORS = frozenset(("ContextOverflowError", "ModelContextWindowExceededError"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +80,17 @@ def _with_output(prompt: int | None, window: int | None, output: int | None) -> 
 
 def overflow_of(error: object) -> Overflow | None:
     """``error`` read as a provider's refusal of a prompt over its context window (an HTTP
-    400 whose message says so, as each API words it), or ``None`` for any other error."""
-    if not isinstance(error, Exception) or getattr(error, "status_code", None) != 400:
+    400 whose message says so, as each API words it, or a framework's error for it), or
+    ``None`` for any other error."""
+    if not isinstance(error, Exception):
+        return None
+    named = any(c.__name__ in _FRAMEWORK_ERRORS for c in type(error).__mro__)
+    if not named and getattr(error, "status_code", None) != 400:
         return None
     try:
         text = str(error)[:_MOST_CHARS]
     except Exception:  # an error whose text cannot be made says nothing
-        return None
+        return Overflow(None, None) if named else None
     if _OUTPUT_TOO_LARGE.search(text):
         return None
     if found := _ANTHROPIC.search(text):
@@ -97,6 +107,10 @@ def overflow_of(error: object) -> Overflow | None:
         return _with_output(
             prompt, _number(window_found[1]), _number(output[1]) if output else None
         )
-    if _NO_NUMBER.search(text) or getattr(error, "code", None) == "context_length_exceeded":
+    if (
+        named
+        or _NO_NUMBER.search(text)
+        or getattr(error, "code", None) == "context_length_exceeded"
+    ):
         return Overflow(None, None)
     return None

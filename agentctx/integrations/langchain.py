@@ -18,7 +18,9 @@ message list with `from_langchain` (what is new, and any message changed in plac
 last call: each is compared with a copy taken when it was converted), calls ``ctx.prepare`` on
 it and hands the model `to_langchain` of the view; the state itself is never rewritten (unlike
 ``SummarizationMiddleware``, which replaces it), so the graph's checkpoints keep every message.
-The response's ``usage_metadata`` goes to ``ctx.observe``. Only the async path is supported:
+The response's ``usage_metadata`` goes to ``ctx.observe``; a prompt the provider refuses as
+longer than its window is observed too, and sent once more compacted to fit
+(`AgentCtxMiddleware.awrap_model_call`). Only the async path is supported:
 a synchronous ``invoke`` fails with LangChain's own "use ainvoke" error.
 
 Conversion: ``HumanMessage`` is a `UserMessage`, ``AIMessage`` an `AssistantMessage` (its
@@ -43,6 +45,7 @@ from collections.abc import Set as AbstractSet
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
+from agentctx._overflow import overflow_of
 from agentctx._snapshots import Converted
 from agentctx._usage import usage_inside
 from agentctx.budget import Budget
@@ -568,12 +571,27 @@ class AgentCtxMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        """Call the model with the compacted view instead of the whole message list."""
+        """Call the model with the compacted view instead of the whole message list.
+
+        A prompt the provider refuses as longer than its context window (the SDK's error, or
+        LangChain's ``ContextOverflowError``) is observed (the manager's counts calibrate on
+        the provider's, `ContextManager.observe`), compacted to fit and sent once more; the
+        error is raised as it came when compacting cannot change the view, when the second
+        request is refused too, and for any other error."""
         messages: list[AnyMessage] = list(request.messages)
         neutral = self._converter.neutral(messages)
+        history = _History(messages, neutral)
         view = await self.manager.prepare(neutral)
-        compacted = _back(view, _History(messages, neutral))
-        response = await handler(request.override(messages=compacted))  # type: ignore[arg-type]
+        try:
+            response = await handler(request.override(messages=_back(view, history)))  # type: ignore[arg-type]
+        except Exception as error:
+            if overflow_of(error) is None:
+                raise
+            self.manager.observe(error)
+            again = await self.manager.prepare(neutral)
+            if again == view:
+                raise
+            response = await handler(request.override(messages=_back(again, history)))  # type: ignore[arg-type]
         if self.observe:
             for message in response.result:
                 usage = _usage(message)

@@ -19,7 +19,9 @@ and any message changed in place since the last request, as a history processor 
 is compared with a copy taken when it was converted), calls ``ctx.prepare`` on it and sends
 `to_pydantic_ai` of the view. Only the request changes: the run's history
 (``result.all_messages()``) stays complete, so pass it back in as usual. After each response
-its usage goes to ``ctx.observe``. Give the agent (or each run) the capability
+its usage goes to ``ctx.observe``; a prompt the provider refuses as longer than its window is
+observed too, and the request attempted once more, compacted to fit
+(`AgentCtxCapability.on_model_request_error`). Give the agent (or each run) the capability
 of that conversation's manager; enter the manager yourself, around the runs, on the event
 loop they run on: ``agent.run``, ``agent.iter`` and ``agent.run_stream`` are supported, and so
 is ``agent.run_sync`` with a manager that is not entered (deterministic strategies only, as
@@ -51,6 +53,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from agentctx._overflow import overflow_of
 from agentctx._snapshots import Converted
 from agentctx._usage import usage_inside
 from agentctx.errors import MissingExtraError, UnsupportedMessageError
@@ -688,6 +691,11 @@ class AgentCtxCapability(AbstractCapability[Any]):
     observe: bool = True
     recall: bool | None = None
     _converter: _Converter = dataclasses.field(default_factory=_Converter, init=False, repr=False)
+    # The last attempt's history and view, and whether it was the retry of a refused one.
+    _sent: tuple[list[Message], list[Message], bool] | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
+    _retrying: bool = dataclasses.field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         # Before 2.64 pydantic-ai calls no hook that can replace a request's messages: the
@@ -718,8 +726,29 @@ class AgentCtxCapability(AbstractCapability[Any]):
         messages = list(request_context.messages)
         neutral = self._converter.neutral(messages)
         view = await self.manager.prepare(neutral)
+        self._sent, self._retrying = (neutral, view, self._retrying), False
         request_context.messages = _back(view, _History(messages, neutral))
         return request_context
+
+    async def on_model_request_error(
+        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, error: Exception
+    ) -> ModelResponse:
+        """A prompt the provider refused as longer than its context window: the manager
+        observes the refusal (its counts calibrate on the provider's, `ContextManager.observe`)
+        and the request is attempted once more (`RetryModelRequest`), compacted to fit. The
+        error is raised as it came when compacting cannot change the view, when the retry is
+        refused too, and for any other error."""
+        from pydantic_ai.exceptions import RetryModelRequest
+
+        sent, self._sent = self._sent, None
+        if sent is None or sent[2] or overflow_of(error) is None:
+            raise error
+        neutral, view, _ = sent
+        self.manager.observe(error)
+        if await self.manager.prepare(neutral) == view:
+            raise error
+        self._retrying = True
+        raise RetryModelRequest()
 
     async def after_model_request(
         self,
