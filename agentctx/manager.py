@@ -1499,7 +1499,9 @@ class ContextManager:
                     )
                 )
             return False
-        if not counter.observe(view, tokens, vector=state.vector()):
+        # At most half the budget for the overhead: see `Calibration.add`.
+        most = self.budget.limit / 2
+        if not counter.observe(view, tokens, vector=state.vector(), most_overhead=most):
             return False  # a count no request reports (past a billion tokens)
         short = tokens - counter.overhead - state.tokens
         # Capped: a report far above the estimate is another request's (a host that adds

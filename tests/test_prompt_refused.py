@@ -549,14 +549,18 @@ async def test_openai_s_count_with_tools_is_the_messages_and_the_functions() -> 
         assert f"a prompt of {int(messages) + int(functions)} tokens" in warning.message
 
 
-@pytest.mark.parametrize(("reports", "ratio"), [(0, 1.5), (10, 1.2), (10, 1.5), (20, 2.0)])
+@pytest.mark.parametrize(
+    ("reports", "ratio"), [(0, 1.5), (0, 2.4), (0, 3.0), (10, 1.2), (10, 1.5), (20, 2.0)]
+)
 async def test_a_calibrated_session_compacts_the_view_the_provider_refused(
     reports: int, ratio: float
 ) -> None:
     """Found by a hostile run (DG, finding 5): after usage reports that agreed with the
     session's counts, a refusal was one more point of the fit, and the refused view still
     counted under the limit (2,219 for a provider's 4,504): the next prepare gave it again,
-    and the wrapper raised the refusal."""
+    and the wrapper raised the refusal. And a first refusal far over the estimate (2.4x)
+    made the fit take most of it for the request overhead, which then filled the budget:
+    the next prepare raised `BudgetExceededError` where compacting more fit."""
     from agentctx.adapters import from_openai_chat
 
     async with ContextManager(budget()) as ctx:
@@ -643,3 +647,23 @@ def test_the_wordings_found_by_the_second_re_run(text: str, expected: Overflow |
     under the provider's count, and the one retry was refused again; vLLM's refusal of an
     output limit was read as one of the prompt."""
     assert overflow_of(_Error(text)) == expected
+
+
+@pytest.mark.parametrize("ratio", [2.4, 3.0])
+async def test_a_first_usage_report_far_over_the_estimate_leaves_room_to_compact(
+    ratio: float,
+) -> None:
+    """One report cannot tell a large request overhead from a denser tokenizer: taken for
+    the overhead, a report of 3x the estimate left no room for any message, and the next
+    prepare raised `BudgetExceededError`. The overhead a fit gives is at most half the
+    prompt budget; the multipliers explain the rest."""
+    from agentctx.adapters import from_anthropic
+
+    async with ContextManager(budget()) as ctx:
+        history = from_anthropic(anthropic_history(9))
+        await ctx.prepare(history)
+        ctx.observe(Usage(input_tokens=int(ctx.prompt_tokens * ratio)))
+        view = await ctx.prepare(history)
+        assert ctx.prompt_tokens <= ctx.budget.limit
+        assert ctx.counter.overhead <= ctx.budget.limit / 2
+        assert check_view(view, history) == []

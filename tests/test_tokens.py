@@ -1507,3 +1507,22 @@ def test_a_text_file_as_a_data_url_is_counted_as_its_text() -> None:
         UserMessage((OpaqueBlock("x", {"type": "input_file", "file_data": url}),))
     )
     assert counted == pytest.approx(counter.count(UserMessage((TextBlock(text),))), rel=0.05)
+
+
+def test_a_fit_gives_the_overhead_no_more_than_it_is_allowed() -> None:
+    """One report of three times the estimate: without a bound the fit takes most of the
+    excess for the overhead (one report cannot tell it from a denser tokenizer); bounded,
+    the overhead stops at the bound, the multipliers explain the rest, and later fits keep
+    to it."""
+    from agentctx.tokens.calibrate import Calibration
+
+    free = Calibration(slots=3, image_slot=2)
+    free.add((1000.0, 0.0, 0.0), 3000)
+    assert free.overhead > 1000
+    bounded = Calibration(slots=3, image_slot=2)
+    bounded.add((1000.0, 0.0, 0.0), 3000, most_overhead=500)
+    assert bounded.overhead == 500
+    predicted = bounded.overhead + bounded.multipliers[0] * 1000
+    assert predicted == pytest.approx(3000, rel=0.01)
+    bounded.add((1200.0, 0.0, 0.0), 3500)
+    assert bounded.overhead <= 500

@@ -90,6 +90,7 @@ class Calibration:
     __slots__ = (
         "_decay",
         "_image",
+        "_most_overhead",
         "_observations",
         "_prior",
         "_unfitted",
@@ -116,6 +117,7 @@ class Calibration:
         self._prior = prior
         self._observations: deque[tuple[tuple[float, ...], int]] = deque(maxlen=max_observations)
         self._unfitted = 0  # reports since the last fit
+        self._most_overhead: float | None = None
         self.multipliers: list[float] = [1.0] * slots
         """Calibrated multiplier per slot (all 1.0 before the first report)."""
         self.overhead = 0.0
@@ -165,9 +167,21 @@ class Calibration:
         self.overhead = float(overhead)
         return True
 
-    def add(self, vector: tuple[float, ...], prompt_tokens: int) -> None:
+    def add(
+        self,
+        vector: tuple[float, ...],
+        prompt_tokens: int,
+        *,
+        most_overhead: float | None = None,
+    ) -> None:
         """Record that a request whose uncalibrated per-slot vector is ``vector`` cost
-        ``prompt_tokens``, and refit."""
+        ``prompt_tokens``, and refit. ``most_overhead``: the largest overhead this fit and the
+        next ones may give (a session's half of its prompt budget); a few reports of views
+        of one size cannot tell the overhead from a denser tokenizer, and an overhead that
+        fills the budget would leave no room for the messages, where compacting them more
+        would fit. Beyond it, the multipliers explain the rest."""
+        if most_overhead is not None:
+            self._most_overhead = most_overhead
         self._observations.append((vector, prompt_tokens))
         self._unfitted += 1
         predicted = self.overhead + sum(
@@ -211,12 +225,13 @@ class Calibration:
             # leaves beyond its messages' estimate.
             newest, reported = obs[-1]
             room = min(max(0.0, reported - sum(newest)), floor)
-            ys = [y for _, y in reversed(obs)]
             fits = []
             for held in (self.overhead, room) if overhead >= 0 else (0.0,):
-                fixed = [(c[:-1], r - held / y, w) for (c, r, w), y in zip(rows, ys, strict=True)]
-                fits.append((_ridge(fixed, priors), held))
+                fits.append((_ridge(_holding(rows, obs, held), priors), held))
             theta, overhead = next((f for f in fits if self._plausible(f[0])), fits[0])
+        most = self._most_overhead
+        if most is not None and overhead > most:
+            theta, overhead = _ridge(_holding(rows, obs, most), priors), most
         self.multipliers = [min(_MOST, max(_LEAST, m)) for m in self._multipliers(theta)]
         # The overhead is part of every report, so no report can be smaller than it; this keeps
         # inconsistent reports (a host that compacted on its own) from running away with it.
@@ -232,6 +247,15 @@ class Calibration:
     def _plausible(self, theta: list[float]) -> bool:
         """Whether every multiplier ``theta`` gives is one an estimate may be off by."""
         return all(_LEAST <= m <= _MOST for m in self._multipliers(theta))
+
+
+def _holding(
+    rows: list[tuple[list[float], float, float]], obs: list[Any], overhead: float
+) -> list[tuple[list[float], float, float]]:
+    """``rows`` (newest first, as `Calibration._fit` makes them of ``obs``) with the overhead
+    held at ``overhead``: its column dropped, its share taken from each residual."""
+    ys = [y for _, y in reversed(obs)]
+    return [(c[:-1], r - overhead / y, w) for (c, r, w), y in zip(rows, ys, strict=True)]
 
 
 def _ridge(rows: list[tuple[list[float], float, float]], priors: list[float]) -> list[float]:

@@ -425,6 +425,7 @@ class MessageCounter:
         prompt_tokens: int,
         *,
         vector: Sequence[float] | None = None,
+        most_overhead: float | None = None,
     ) -> bool:
         """Record that sending exactly ``messages`` cost ``prompt_tokens``, and refit; whether
         the report was taken.
@@ -434,7 +435,8 @@ class MessageCounter:
         aborted turns report, are ignored, and so are counts that are no finite number or
         past any context window (a billion tokens). ``vector``: the sum of the messages' `vector`s
         when the caller keeps it up to date (and `refine`d them first), so a long request
-        costs O(1) here instead of a pass over every message.
+        costs O(1) here instead of a pass over every message. ``most_overhead``: the largest
+        request overhead the fit may give, from now on (see `Calibration.add`).
         """
         if isinstance(prompt_tokens, bool) or not isinstance(prompt_tokens, int | float):
             raise ConfigError(f"observe() needs a token count, got {prompt_tokens!r}")
@@ -451,7 +453,7 @@ class MessageCounter:
                     x[i] += v
             vector = x
         self._anchor = (tuple(messages), prompt_tokens)
-        self._calibration.add(tuple(vector), prompt_tokens)
+        self._calibration.add(tuple(vector), prompt_tokens, most_overhead=most_overhead)
         self._set_multipliers()
         self._overhead = max(0, round(self._calibration.overhead))
         self._generation += 1
