@@ -647,23 +647,3 @@ def test_the_wordings_found_by_the_second_re_run(text: str, expected: Overflow |
     under the provider's count, and the one retry was refused again; vLLM's refusal of an
     output limit was read as one of the prompt."""
     assert overflow_of(_Error(text)) == expected
-
-
-@pytest.mark.parametrize("ratio", [2.4, 3.0])
-async def test_a_first_usage_report_far_over_the_estimate_leaves_room_to_compact(
-    ratio: float,
-) -> None:
-    """One report cannot tell a large request overhead from a denser tokenizer: taken for
-    the overhead, a report of 3x the estimate left no room for any message, and the next
-    prepare raised `BudgetExceededError`. The overhead a fit gives is at most half the
-    prompt budget; the multipliers explain the rest."""
-    from agentctx.adapters import from_anthropic
-
-    async with ContextManager(budget()) as ctx:
-        history = from_anthropic(anthropic_history(9))
-        await ctx.prepare(history)
-        ctx.observe(Usage(input_tokens=int(ctx.prompt_tokens * ratio)))
-        view = await ctx.prepare(history)
-        assert ctx.prompt_tokens <= ctx.budget.limit
-        assert ctx.counter.overhead <= ctx.budget.limit / 2
-        assert check_view(view, history) == []

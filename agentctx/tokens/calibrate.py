@@ -90,7 +90,6 @@ class Calibration:
     __slots__ = (
         "_decay",
         "_image",
-        "_most_overhead",
         "_observations",
         "_prior",
         "_unfitted",
@@ -117,7 +116,6 @@ class Calibration:
         self._prior = prior
         self._observations: deque[tuple[tuple[float, ...], int]] = deque(maxlen=max_observations)
         self._unfitted = 0  # reports since the last fit
-        self._most_overhead: float | None = None
         self.multipliers: list[float] = [1.0] * slots
         """Calibrated multiplier per slot (all 1.0 before the first report)."""
         self.overhead = 0.0
@@ -175,13 +173,9 @@ class Calibration:
         most_overhead: float | None = None,
     ) -> None:
         """Record that a request whose uncalibrated per-slot vector is ``vector`` cost
-        ``prompt_tokens``, and refit. ``most_overhead``: the largest overhead this fit and the
-        next ones may give (a session's half of its prompt budget); a few reports of views
-        of one size cannot tell the overhead from a denser tokenizer, and an overhead that
-        fills the budget would leave no room for the messages, where compacting them more
-        would fit. Beyond it, the multipliers explain the rest."""
-        if most_overhead is not None:
-            self._most_overhead = most_overhead
+        ``prompt_tokens``, and refit. ``most_overhead``: the largest overhead this fit may give
+        (the next ones fit freely); beyond it, the multipliers explain the rest. A few
+        reports of views of one size cannot tell the overhead from a denser tokenizer."""
         self._observations.append((vector, prompt_tokens))
         self._unfitted += 1
         predicted = self.overhead + sum(
@@ -193,10 +187,10 @@ class Calibration:
             and abs(predicted - prompt_tokens) <= _REFIT_ERROR * prompt_tokens
         ):
             return  # the fit already explains it: refitting would move it by a fraction of that
-        self._fit()
+        self._fit(most_overhead)
         self._unfitted = 0
 
-    def _fit(self) -> None:
+    def _fit(self, most_overhead: float | None = None) -> None:
         # One row per observation in relative terms (residual / reported), so big and small
         # prompts weigh alike, older rows decayed. Ridge priors keep 1-3 observations sane:
         # d is held close to 0 (unused slots stay at 1), g and c loosely, so one observation
@@ -229,9 +223,8 @@ class Calibration:
             for held in (self.overhead, room) if overhead >= 0 else (0.0,):
                 fits.append((_ridge(_holding(rows, obs, held), priors), held))
             theta, overhead = next((f for f in fits if self._plausible(f[0])), fits[0])
-        most = self._most_overhead
-        if most is not None and overhead > most:
-            theta, overhead = _ridge(_holding(rows, obs, most), priors), most
+        if most_overhead is not None and overhead > most_overhead:
+            theta, overhead = _ridge(_holding(rows, obs, most_overhead), priors), most_overhead
         self.multipliers = [min(_MOST, max(_LEAST, m)) for m in self._multipliers(theta)]
         # The overhead is part of every report, so no report can be smaller than it; this keeps
         # inconsistent reports (a host that compacted on its own) from running away with it.

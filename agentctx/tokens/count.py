@@ -436,7 +436,7 @@ class MessageCounter:
         past any context window (a billion tokens). ``vector``: the sum of the messages' `vector`s
         when the caller keeps it up to date (and `refine`d them first), so a long request
         costs O(1) here instead of a pass over every message. ``most_overhead``: the largest
-        request overhead the fit may give, from now on (see `Calibration.add`).
+        request overhead this report's fit may give (see `Calibration.add`).
         """
         if isinstance(prompt_tokens, bool) or not isinstance(prompt_tokens, int | float):
             raise ConfigError(f"observe() needs a token count, got {prompt_tokens!r}")
