@@ -14,12 +14,16 @@ Read by the error's HTTP status and its message, as each API words it (no SDK is
   output limit too large for what the prompt leaves (vLLM's ``'max_tokens' ... is too
   large``) is no refusal of the prompt;
 - OpenAI Responses: ``Your input exceeds the context window of this model``, which says no
-  number.
+  number;
+- Gemini: ``The input token count (1214865) exceeds the maximum number of tokens allowed
+  (1048576)`` (its SDK's error gives the status as ``code``).
 
 The frameworks' own errors for it are read the same way, whatever their status: LangChain's
 ``ContextOverflowError`` (which its Anthropic and OpenAI packages raise as the SDK's error too)
 and pydantic-ai's ``ModelContextWindowExceededError``; they are known by class name, as no
-framework is imported here. When their message gives no count, none is taken.
+framework is imported here. When their message gives no count, none is taken. So is a group
+of them (pydantic-ai's ``FallbackExceptionGroup``, every model refusing the prompt): the
+largest count any of them gives.
 """
 
 from __future__ import annotations
@@ -46,6 +50,10 @@ _OPENAI_FUNCTIONS = re.compile(rf"{_NUMBER} in the functions")
 _OPENAI_OUTPUT = re.compile(rf"{_NUMBER} in the (?:completion|output)")
 # vLLM's refusal of an output limit past what the window leaves: the prompt fit.
 _OUTPUT_TOO_LARGE = re.compile(r"max_(?:completion_)?tokens'? (?:or '\w+' )?is too large")
+_GEMINI = re.compile(
+    rf"input token count \(?{_NUMBER}?\)? ?exceeds the maximum number of tokens allowed"
+    rf" \(?{_NUMBER}\)?"
+)
 _NO_NUMBER = re.compile(r"exceeds the context window|context_length_exceeded")
 _FRAMEWORK_ERRORS = frozenset(("ContextOverflowError", "ModelContextWindowExceededError"))
 
@@ -82,10 +90,15 @@ def overflow_of(error: object) -> Overflow | None:
     """``error`` read as a provider's refusal of a prompt over its context window (an HTTP
     400 whose message says so, as each API words it, or a framework's error for it), or
     ``None`` for any other error."""
+    if isinstance(error, ExceptionGroup):
+        return _of_group(error)
     if not isinstance(error, Exception):
         return None
     named = any(c.__name__ in _FRAMEWORK_ERRORS for c in type(error).__mro__)
-    if not named and getattr(error, "status_code", None) != 400:
+    status = getattr(error, "status_code", None)
+    if status is None and type(code := getattr(error, "code", None)) is int:
+        status = code  # Gemini's SDK
+    if not named and status != 400:
         return None
     try:
         text = str(error)[:_MOST_CHARS]
@@ -94,6 +107,8 @@ def overflow_of(error: object) -> Overflow | None:
     if _OUTPUT_TOO_LARGE.search(text):
         return None
     if found := _ANTHROPIC.search(text):
+        return Overflow(_number(found[1]), _number(found[2]))
+    if found := _GEMINI.search(text):
         return Overflow(_number(found[1]), _number(found[2]))
     if found := _ANTHROPIC_WITH_OUTPUT.search(text):
         return _with_output(_number(found[1]), _number(found[3]), _number(found[2]))
@@ -114,3 +129,13 @@ def overflow_of(error: object) -> Overflow | None:
     ):
         return Overflow(None, None)
     return None
+
+
+def _of_group(group: ExceptionGroup[Exception]) -> Overflow | None:
+    """A group of errors read as one refusal when each of them is one (several models
+    refusing the same prompt, each counting it its own way): the largest count given."""
+    found = [overflow_of(e) for e in group.exceptions]
+    if not found or None in found:
+        return None
+    counted = [f for f in found if f is not None and f.prompt_tokens is not None]
+    return max(counted, key=lambda f: f.prompt_tokens or 0) if counted else found[0]

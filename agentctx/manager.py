@@ -1499,12 +1499,14 @@ class ContextManager:
                     )
                 )
             return False
-        # A refusal far over the estimate, taken mostly for overhead (one report cannot tell
-        # it from a denser tokenizer), would leave no room for any message, and the retry
-        # would raise `BudgetExceededError` where compacting more fits: its fit gives the
-        # overhead at most half the budget. The next report's fit is free again, and with
-        # views of two sizes tells them apart.
-        most = self.budget.limit / 2 if refused else None
+        # A first report that is a refusal far over the estimate, taken mostly for overhead
+        # (one report cannot tell it from a denser tokenizer), would leave no room for any
+        # message, and the retry would raise `BudgetExceededError` where compacting more
+        # fits: its fit gives the overhead at most half the refused call's limit. The next
+        # report's fit is free again, and with views of two sizes tells them apart; after
+        # reports, the fit already knows the overhead.
+        first = refused and not counter.observations
+        most = self._limit_sent / 2 if first else None
         if not counter.observe(view, tokens, vector=state.vector(), most_overhead=most):
             return False  # a count no request reports (past a billion tokens)
         short = tokens - counter.overhead - state.tokens

@@ -23,6 +23,7 @@ from agentctx import (
     ContextCompacted,
     ContextManager,
     Event,
+    Message,
     Usage,
     UserMessage,
 )
@@ -170,12 +171,41 @@ class _Error(Exception):
             Overflow(None, 200_000),
         ),
         ("messages: text content blocks must be non-empty", None, None),
+        (  # Gemini's wording (found by a hostile run, DM 4: read as no count).
+            "400 INVALID_ARGUMENT. {'error': {'code': 400, 'message': 'The input token count "
+            "(1214865) exceeds the maximum number of tokens allowed (1048576).'}}",
+            None,
+            Overflow(1_214_865, 1_048_576),
+        ),
     ],
 )
 def test_a_refusal_is_read_as_each_api_words_it(
     text: str, code: str | None, expected: Overflow | None
 ) -> None:
     assert overflow_of(_Error(text, code=code)) == expected
+
+
+def test_gemini_s_sdk_error_gives_its_status_as_code() -> None:
+    class ClientError(Exception):  # google-genai's: no status_code
+        code = 400
+
+    text = "The input token count (5000) exceeds the maximum number of tokens allowed (4000)."
+    assert overflow_of(ClientError(text)) == Overflow(5_000, 4_000)
+    ClientError.code = 500
+    assert overflow_of(ClientError(text)) is None
+
+
+def test_a_group_of_refusals_is_one_with_the_largest_count() -> None:
+    """pydantic-ai's FallbackModel raises every model's refusal as a group (DM 3)."""
+    refusals = [
+        _Error("prompt is too long: 5000 tokens > 3000 maximum"),
+        _Error(
+            "This model's maximum context length is 3000 tokens. However, your messages "
+            "resulted in 5600 tokens."
+        ),
+    ]
+    assert overflow_of(ExceptionGroup("all failed", refusals)) == Overflow(5_600, 3_000)
+    assert overflow_of(ExceptionGroup("all failed", [*refusals, _Error("overloaded", 529)])) is None
 
 
 def test_only_an_http_400_is_a_refusal_of_the_prompt() -> None:
@@ -647,3 +677,23 @@ def test_the_wordings_found_by_the_second_re_run(text: str, expected: Overflow |
     under the provider's count, and the one retry was refused again; vLLM's refusal of an
     output limit was read as one of the prompt."""
     assert overflow_of(_Error(text)) == expected
+
+
+async def test_a_refusal_after_usage_reports_keeps_the_overhead_they_showed() -> None:
+    """Found by a hostile run (DM 1): a refusal's fit held the overhead at half the budget
+    even where reports had shown it larger (a 2,800-token system prompt at a 3,500 limit);
+    the multipliers, clamped, then priced the messages at a fraction of their size, and
+    requests went over the window with no event. Only a refusal that is the session's first
+    report is held so."""
+    async with ContextManager(Budget(context_window=4_000, reserve_output=500)) as ctx:
+        history: list[Message] = [UserMessage.of("Summarize the documents.")]
+        for n in range(6):
+            history += [AssistantMessage.of(f"Read {n}."), UserMessage.of(f"{n} " + WORDS[:300])]
+            await ctx.prepare(history)
+            shown = ctx.prompt_tokens - ctx.counter.overhead
+            ctx.observe(Usage(input_tokens=2_800 + shown))  # the provider agrees, plus the prompt
+        assert ctx.counter.overhead > 2_500
+        counted = ctx.prompt_tokens + 200
+        ctx.observe(_Error(f"prompt is too long: {counted} tokens > 3500 maximum"))
+        assert ctx.counter.overhead > 2_500
+        assert ctx.prompt_tokens >= counted

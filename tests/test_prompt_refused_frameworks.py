@@ -40,6 +40,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models.anthropic import AnthropicModel
+from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.providers.anthropic import AnthropicProvider
 
 from agentctx import Budget, CompactionWarning, ContextCompacted, ContextManager, Event
@@ -175,6 +176,40 @@ async def test_pydantic_ai_attempts_a_refused_request_once_more_at_most() -> Non
         with pytest.raises(ModelHTTPError, match="prompt is too long"):
             await run_pydantic_ai(server, ctx)
     assert [r.status for r in server.requests] == [400, 400]
+
+
+async def test_pydantic_ai_s_fallback_model_refused_by_every_model_is_compacted_once() -> None:
+    """Found by a hostile run (DM 3): with a `FallbackModel`, every model refusing the prompt
+    comes as one `FallbackExceptionGroup`, which was no refusal to agentctx: the request
+    failed with nothing compacted. The group is read as one refusal (its largest count)."""
+    async with (
+        FakeAnthropic(context_window=WINDOW, default=Reply.text("done")) as first,
+        FakeAnthropic(context_window=WINDOW, default=Reply.text("done")) as second,
+        ContextManager(Budget(context_window=WINDOW, reserve_output=500)) as ctx,
+    ):
+        events = watch(ctx)
+        clients = [
+            anthropic.AsyncAnthropic(base_url=s.url, api_key="test", max_retries=0)
+            for s in (first, second)
+        ]
+        try:
+            models = [
+                AnthropicModel("claude-haiku-4-5", provider=AnthropicProvider(anthropic_client=c))
+                for c in clients
+            ]
+            agent = Agent(FallbackModel(*models), tools=[read])
+            result = await agent.run(
+                "Summarize the documents.",
+                message_history=pydantic_ai_history(TURNS),
+                capabilities=[AgentCtxCapability(ctx)],
+            )
+        finally:
+            for c in clients:
+                await c.close()
+    assert result.output == "done"
+    assert [r.status for r in first.requests] == [400, 200]
+    assert [r.status for r in second.requests] == [400]
+    assert len(refusals(events)) == 1
 
 
 async def test_pydantic_ai_raises_other_errors_as_they_came() -> None:

@@ -577,7 +577,8 @@ class AgentCtxMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         LangChain's ``ContextOverflowError``) is observed (the manager's counts calibrate on
         the provider's, `ContextManager.observe`), compacted to fit and sent once more; the
         error is raised as it came when compacting cannot change the view, when the second
-        request is refused too, and for any other error."""
+        request is refused too, and for any other error; `BudgetExceededError` (the refusal
+        as its ``__context__``) when the history cannot be compacted to the provider's count."""
         messages: list[AnyMessage] = list(request.messages)
         neutral = self._converter.neutral(messages)
         history = _History(messages, neutral)

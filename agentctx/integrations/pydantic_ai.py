@@ -737,7 +737,8 @@ class AgentCtxCapability(AbstractCapability[Any]):
         observes the refusal (its counts calibrate on the provider's, `ContextManager.observe`)
         and the request is attempted once more (`RetryModelRequest`), compacted to fit. The
         error is raised as it came when compacting cannot change the view, when the retry is
-        refused too, and for any other error."""
+        refused too, and for any other error; `BudgetExceededError` (the refusal as its
+        ``__context__``) when the history cannot be compacted to the provider's count."""
         from pydantic_ai.exceptions import RetryModelRequest
 
         sent, self._sent = self._sent, None

@@ -207,7 +207,9 @@ class Compactor:
         it (`ContextManager.observe`: the counts calibrate on the provider's) and compacts the
         history again. ``None`` (raise ``error``) for any other error, a history sent as it
         was (server-side state, a string input), or a view the same as the one refused
-        (nothing to gain from sending it again)."""
+        (nothing to gain from sending it again). `BudgetExceededError` (raised inside the
+        ``except`` of ``error``, so that is its ``__context__``) when the history cannot be
+        compacted to the provider's count."""
         if refused.view is None or overflow_of(error) is None:
             return None
         self.manager.observe(error)

@@ -174,8 +174,9 @@ class Calibration:
     ) -> None:
         """Record that a request whose uncalibrated per-slot vector is ``vector`` cost
         ``prompt_tokens``, and refit. ``most_overhead``: the largest overhead this fit may give
-        (the next ones fit freely); beyond it, the multipliers explain the rest. A few
-        reports of views of one size cannot tell the overhead from a denser tokenizer."""
+        (the next ones fit freely); beyond it, the multipliers explain the rest, unless they
+        would have to be off by more than any estimate is. A few reports of views of one size
+        cannot tell the overhead from a denser tokenizer."""
         self._observations.append((vector, prompt_tokens))
         self._unfitted += 1
         predicted = self.overhead + sum(
@@ -224,7 +225,9 @@ class Calibration:
                 fits.append((_ridge(_holding(rows, obs, held), priors), held))
             theta, overhead = next((f for f in fits if self._plausible(f[0])), fits[0])
         if most_overhead is not None and overhead > most_overhead:
-            theta, overhead = _ridge(_holding(rows, obs, most_overhead), priors), most_overhead
+            bounded = _ridge(_holding(rows, obs, most_overhead), priors)
+            if self._plausible(bounded):  # else no fit at that overhead explains the reports
+                theta, overhead = bounded, most_overhead
         self.multipliers = [min(_MOST, max(_LEAST, m)) for m in self._multipliers(theta)]
         # The overhead is part of every report, so no report can be smaller than it; this keeps
         # inconsistent reports (a host that compacted on its own) from running away with it.
