@@ -1434,7 +1434,12 @@ class ContextManager:
             said += f" (it takes {window} prompt tokens"
             said += ")" if overflow.output is None else f" with {overflow.output} of output)"
         if not taken:
-            said += "; its count was not used to calibrate the counts"
+            said += (
+                "; its count, over four times the estimate, was not used to calibrate the "
+                "counts (something in the view costs the provider far more than estimated, "
+                "such as a document by URL or many small images), but the refused view "
+                "counts it, so the next prepare compacts it"
+            )
         elif counted is None:
             said += f"; the counts are calibrated on {limit + 1} tokens, the least it held"
         else:
@@ -1483,6 +1488,13 @@ class ContextManager:
         self._unrefined = 0  # the whole view is counted in full now
         estimate = counter.overhead + state.tokens
         if tokens > self.budget.context_window and tokens > _MOST_OVER_ESTIMATE * estimate:
+            if refused:
+                # A refusal counts this very view: something in it costs the provider far
+                # more than any calibration makes of its estimate (a document by URL, many
+                # small images). Fitted, it would price every later message off; the view
+                # counts it all the same, so the next prepare compacts it.
+                self._reported_view = (epoch, len(state.raw), tokens - estimate)
+                return False
             # More than the model could read, and more than any calibration makes of this
             # view: another request's count (a proxy summing a session, a wrong object).
             # Taken, the fitted overhead alone would put every later view over the limit.

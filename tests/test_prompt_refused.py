@@ -19,6 +19,7 @@ import pytest
 from agentctx import (
     AssistantMessage,
     Budget,
+    BudgetExceededError,
     CompactionWarning,
     ContextCompacted,
     ContextManager,
@@ -437,14 +438,41 @@ async def test_a_refusal_before_any_view_changes_nothing() -> None:
 async def test_a_refusal_counting_what_no_calibration_makes_of_the_view_says_it_was_not_used() -> (
     None
 ):
+    """Not fitted (it would price every later message off), but the refused view counts it:
+    a task alone of that size cannot be sent, and the next prepare says so."""
     async with ContextManager(budget()) as ctx:
         events = watch(ctx)
-        await ctx.prepare([UserMessage.of("hi")])
-        tokens = ctx.prompt_tokens
+        history = [UserMessage.of("hi")]
+        await ctx.prepare(history)
+        multipliers = tuple(ctx.counter.multipliers)
         ctx.observe(_Error("prompt is too long: 50000000 tokens > 3000 maximum"))
         (warning,) = refusals(events)
         assert "not used to calibrate" in warning.message
-        assert ctx.prompt_tokens == tokens
+        assert [e.code for e in events if isinstance(e, CompactionWarning)] == ["prompt_refused"]
+        assert ctx.prompt_tokens == 50_000_000
+        assert ctx.counter.multipliers == multipliers
+        with pytest.raises(BudgetExceededError):
+            await ctx.prepare(history)
+
+
+async def test_a_refusal_far_over_the_estimate_is_compacted_not_sent_again_as_it_was() -> None:
+    """Found by two hostile runs (DN 1, DM 5): a refusal counting over four times the
+    estimate and over the window (two 70-page PDFs by URL, counted at five pages each; 750
+    thumbnails) was dropped as implausible: the next prepare gave the refused view again,
+    and the wrapper raised the refusal where dropping older content would fit."""
+    from agentctx.adapters import from_anthropic
+
+    async with ContextManager(budget()) as ctx:
+        events = watch(ctx)
+        history = from_anthropic(anthropic_history(9))
+        refused = await ctx.prepare(history)
+        counted = 5 * max(ctx.prompt_tokens, WINDOW)
+        ctx.observe(_Error(f"prompt is too long: {counted} tokens > {WINDOW} maximum"))
+        assert ctx.prompt_tokens == counted
+        view = await ctx.prepare(history)
+        assert view != refused and len(view) < len(refused)
+        assert check_view(view, history) == []
+        assert any(isinstance(e, ContextCompacted) for e in events)
 
 
 # -- found by a re-run (DG) ----------------------------------------------------------------
