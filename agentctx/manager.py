@@ -1366,8 +1366,10 @@ class ContextManager:
         Also accepts the SDK's error when the provider refused the last view as longer than
         its context window (``except anthropic.BadRequestError as e: ctx.observe(e)``): the
         counts calibrate at once on the size its message gives (or, where it gives none, as
-        OpenAI's Responses API words it, on one token over that call's limit), nothing is
-        billed, and the next `prepare` of the same history compacts to fit. Said each time
+        OpenAI's Responses API words it, on one token over that call's limit; a count over
+        four times the estimate and over the window, such as a document by URL brings, is
+        not fitted, but the refused view counts it), nothing is billed, and the next
+        `prepare` of the same history compacts to fit. Said each time
         (`CompactionWarning` ``prompt_refused``, which also says when the provider's window is
         below the budget's). `wrap` and `as_middleware` do this themselves and send the
         request once more. Any other error is refused with `ConfigError`.
