@@ -588,11 +588,14 @@ def _sendable(items: list[JSON]) -> list[JSON]:
     for item in items:
         if not isinstance(kind := item.get("type"), str):
             continue
+        # Only string ids pair a call with its output (an item of another shape rides as
+        # it came, and would not hash).
         if kind.endswith("_call_output"):
-            if (call := (kind.removesuffix("_output"), answered_call(item))) in made:
+            cid = answered_call(item)
+            if isinstance(cid, str) and (call := (kind.removesuffix("_output"), cid)) in made:
                 outputs.add(call)
-        elif kind in _ANSWERED_BUILT_INS:
-            made.add((kind, item.get("call_id")))
+        elif kind in _ANSWERED_BUILT_INS and isinstance(cid := item.get("call_id"), str):
+            made.add((kind, cid))
     calls: set[tuple[str, str]] = set()
     kept: list[JSON] = []
     waiting: list[JSON] = []  # reasoning items, kept once an item the model made follows
