@@ -19,14 +19,16 @@ cold anyway, over three times the target, or the trigger where that is not under
 the rewrite then costs no extra cache write), and then aim at the budget's target ratio, so
 the prefix cache breaks rarely. The task (first user message), the latest user message and
 the newest complete turn are never condensed or dropped; nor is signed thinking of the
-in-flight tool loop. When the budget cannot be met even so, the manager reports it.
+in-flight tool loop. Images in tool results, which recall cannot hold, are left as they are
+by tier 1 and give way last, oldest first, only when the prompt is over the hard budget
+otherwise. When the budget cannot be met even so, the manager reports it.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from agentctx import boundaries as b
@@ -39,9 +41,11 @@ from agentctx.ledger import (
     ReplaceSpan,
     anchor,
     protected_positions,
+    render_message,
 )
 from agentctx.messages import (
     AssistantMessage,
+    ImageBlock,
     Message,
     SummaryMessage,
     TextBlock,
@@ -58,6 +62,7 @@ from agentctx.strategies.trail import (
     ID_STAND_IN,
     condensed_line,
     describe_call,
+    describe_images,
     is_marker,
     is_paid_summary,
     marker_with_trail,
@@ -176,6 +181,26 @@ def _with_text(content: tuple[ToolResultContent, ...], text: str) -> tuple[ToolR
     return tuple(
         cut if b is first else b for b in content if not isinstance(b, TextBlock) or b is first
     )
+
+
+def _images(content: tuple[ToolResultContent, ...]) -> int:
+    return sum(isinstance(block, ImageBlock) for block in content)
+
+
+def _omit_images(content: tuple[ToolResultContent, ...], k: int) -> tuple[ToolResultContent, ...]:
+    """``content`` with its first ``k`` images each replaced, in its place, by a line naming
+    its media type and size (`describe_images`; no recall id: recall holds text), with a
+    caller's ``cache_control`` on it. Applied to its own output with ``m``, it gives what it
+    gives the original with ``k + m``: the images left are the newest."""
+    out: list[ToolResultContent] = []
+    for block in content:
+        if isinstance(block, ImageBlock) and k > 0:
+            k -= 1
+            # A caller's cache breakpoint on the image stays where it was.
+            kept = {key: v for key, v in block.extra.items() if key == "cache_control"}
+            block = TextBlock(f"[{describe_images((block,))} omitted to fit the context]", kept)
+        out.append(block)
+    return tuple(out)
 
 
 def _deep_enough(
@@ -345,6 +370,9 @@ class DeterministicCompaction:
             # Landing above the trigger, the next few new messages would force another
             # rewrite, call after call: the comforts give way down to the trigger.
             self._give_way(ctx, actions, target)
+            # Over the hard budget even so: what holds it there is images no tier removed
+            # (in the newest step's results, or the newest complete turn's).
+            self._drop_images(ctx, actions, _hard_limit(ctx))
         self._report(ctx, tokens, before_messages, before_decisions, actions)
         return None
 
@@ -494,6 +522,60 @@ class DeterministicCompaction:
                     break  # at the floor and nothing more to gain
                 lines, chars = max(_FLOOR_LINES, lines // 2), max(_FLOOR_CHARS, chars // 2)
 
+    def _drop_images(self, ctx: CompactionContext, actions: list[str], goal: int) -> None:
+        """Leave out images of tool results, oldest first, each for a line naming its media
+        type and size, until the prompt is at ``goal`` (the hard budget).
+
+        The last thing to give way: an image is not recallable (recall holds text), so every
+        other tier and comfort goes first, and only as many images go as the budget needs.
+        Those of old turns went with their turns (condensed or dropped); what is left is in
+        the results no tier drops: the newest step's, the newest complete turn's (whose
+        results may be cut down, as their text is).
+        """
+        counter, raw, ledger = ctx.counter, ctx.raw, ctx.ledger
+        j = 0
+        while True:
+            counter.refine(ctx.view)  # decided on full estimates
+            need = ctx.prompt_tokens - goal
+            if need <= 0:
+                return
+            view, origins = ctx.view, ctx.origins
+            while j < len(view) and not (
+                isinstance(view[j], ToolResultMessage)
+                and any(isinstance(block, ImageBlock) for block in view[j].content)  # type: ignore[union-attr]
+                and 0 <= origins[j] < len(raw)
+                and type(raw[origins[j]]) is ToolResultMessage  # not a stub repair added
+                and ledger.span_covering(origins[j]) is None
+            ):
+                j += 1
+            if j == len(view):
+                return
+            shown, i = view[j], origins[j]
+            assert isinstance(shown, ToolResultMessage)
+            base = render_message(raw, ledger, i)  # as decided, before repair
+            assert isinstance(base, ToolResultMessage)
+            # What leaving out each image frees, as the counter (calibrated) sees it.
+            gains = [
+                counter.count_full(replace(shown, content=(image,)))
+                - counter.count_full(replace(shown, content=_omit_images((image,), 1)))
+                for image in base.content
+                if isinstance(image, ImageBlock)
+            ]
+            k, freed = 0, 0
+            while k < len(gains) and freed < need:
+                freed += gains[k]
+                k += 1
+            if sum(gains) <= 0:  # images smaller than their lines (icons): none would free any
+                j += 1
+                continue
+            ctx.take(ReplaceResult(anchor(raw, i), _omit_images(base.content, k), "give-way-image"))
+            after = ctx.view[j]
+            if not isinstance(after, ToolResultMessage) or _images(after.content) == len(gains):
+                j += 1  # taken before and superseded: `take` left it as it was
+                continue
+            name = shown.tool_name or "tool"
+            actions.append(f"left out {k} of {len(gains)} images of a result of {name}")
+
     def _spared(self, ctx: CompactionContext) -> frozenset[int]:
         """View positions of the newest step's results of ``exempt_tools``, which giving way
         leaves whole while the prompt can come under the budget otherwise."""
@@ -589,10 +671,17 @@ class DeterministicCompaction:
                     continue
                 text = _result_text(m)
                 stand_in = f"recall_context id={ID_STAND_IN}" if ctx.recall is not None else ""
-                if replaced and len(_result_text(shown)) <= len(
-                    truncate_text(text, self.max_lines, self.max_chars, stand_in)
-                ):
-                    continue  # what is sent now is already this short
+                # Images the view no longer shows (given way: `_drop_images`) stay left out
+                # of a result cut again from its original.
+                omitted = _images(m.content) - _images(shown.content) if replaced else 0
+                if replaced:
+                    short = truncate_text(text, self.max_lines, self.max_chars, stand_in)
+                    # Sized as it would be sent: with the lines of the images left out.
+                    sized = len(short)
+                    if omitted:
+                        sized = len(text_of(_omit_images(_with_text(m.content, short), omitted)))
+                    if len(_result_text(shown)) <= sized:
+                        continue  # what is sent now is already this short
                 if not self._too_long(text):
                     continue
                 note = self._recall_note(ctx, text)
@@ -600,7 +689,7 @@ class DeterministicCompaction:
                 if len(short) >= len(text):
                     continue
                 rid = note.removeprefix("recall_context id=") or None
-                kept = _with_text(m.content, short)
+                kept = _omit_images(_with_text(m.content, short), omitted)
                 pending.append(ReplaceResult(anchor(raw, i), kept, "truncate", rid))
                 actions.append(f"truncated {name} result {len(text)}->{len(short)} chars")
             elif isinstance(m, AssistantMessage) and (

@@ -16,6 +16,7 @@ from agentctx import boundaries as b
 from agentctx.ledger import DropThinking, ReplaceArguments, ReplaceResult, ReplaceSpan, anchor
 from agentctx.messages import (
     AssistantMessage,
+    ImageBlock,
     OpaqueBlock,
     SummaryMessage,
     TextBlock,
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
     from agentctx.ledger import Decision
-    from agentctx.messages import Block, Message, ToolCall
+    from agentctx.messages import Block, Message, ToolCall, ToolResultContent
     from agentctx.strategies.pipeline import (
         BudgetPass,
         CondensePass,
@@ -548,6 +549,12 @@ class Run:
             lines = text.count("\n") + 1
             status = ", error" if m.is_error else ""
             where = f' Use recall_context(id="{rid}") to read it.' if rid else ""
+            images = sum(isinstance(b, ImageBlock) for b in m.content)
+            if images and kind != "was":
+                # Only the text expired: the model still sees the image, and is told so.
+                kind = kind.replace("result expired", "result's text expired")
+                status += ", its image kept" if images == 1 else f", its {images} images kept"
+                where = where.replace("read it.", "read the text.")
             made = f"[{kind}: {what} -> {lines} lines, {len(text)} chars{status}.{where}]"
             self.memo.put(key, m, made)
         return made
@@ -581,9 +588,9 @@ class Run:
         made = self.memo.get(key, m)
         if made is None:
             # Only the text is stored for recall: what else the result holds (an image) is
-            # kept as it is, not lost, and so are the text's fields (a cache breakpoint).
-            kept = tuple(b for b in m.content if not isinstance(b, TextBlock))
-            content = (TextBlock(new_text, text_fields(m.content)), *kept)
+            # kept as it is, where it is, not lost, and so are the text's fields (a cache
+            # breakpoint). The new text stands where the first text block did.
+            content = _with_text(m.content, new_text)
             decision = ReplaceResult(anchor(self.raw, i), content, reason, rid)
             if m is self.raw[i]:
                 # The view will show this very object once the decision is taken: its
@@ -664,9 +671,11 @@ class Run:
         if not only_if_smaller and self._reuse_unit(("unit", kind, reason, i), m, i):
             return
         text = text_of(m.content)
-        if only_if_smaller and len(self._placeholder(j, kind, text, "ctx-" + "0" * 16)) >= len(
-            text
-        ):
+        # Beside an image (not recallable, so it stays) only the text is replaced, by
+        # whichever pass: a placeholder longer than that text would grow the result (beside
+        # an image alone, it would point recall at nothing).
+        smaller = only_if_smaller or any(isinstance(b, ImageBlock) for b in m.content)
+        if smaller and len(self._placeholder(j, kind, text, "ctx-" + "0" * 16)) >= len(text):
             # A placeholder as long as the result frees nothing; its call's long arguments may.
             self.claimed.add(i)
             self._clear_arguments(m.tool_call_id, reason, i)
@@ -1056,6 +1065,23 @@ class Run:
             if freed >= need:
                 need, freed = ctx.prompt_tokens - target, 0
         return taken
+
+
+def _with_text(content: tuple[Block, ...], text: str) -> tuple[ToolResultContent, ...]:
+    """A result's ``content`` with its text blocks replaced by one holding ``text``, in the
+    first one's place (at the start if there is none), with their fields (`text_fields`);
+    the other blocks (an image) as they are, where they are."""
+    new = TextBlock(text, text_fields(content))
+    out: list[ToolResultContent] = []
+    placed = False
+    for block in content:
+        if isinstance(block, TextBlock):
+            if not placed:
+                out.append(new)
+                placed = True
+        elif isinstance(block, ImageBlock | OpaqueBlock):
+            out.append(block)
+    return tuple(out) if placed else (new, *out)
 
 
 def _json(value: dict[str, Any]) -> str:

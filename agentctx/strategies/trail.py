@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING
 from agentctx.ledger import ReplaceArguments, ReplaceResult
 from agentctx.messages import (
     AssistantMessage,
+    ImageBlock,
     Message,
     SummaryMessage,
+    TextBlock,
     ToolCall,
     ToolResultMessage,
     sendable_text,
@@ -39,6 +41,7 @@ __all__ = [
     "ID_STAND_IN",
     "condensed_line",
     "describe_call",
+    "describe_images",
     "is_marker",
     "is_paid_summary",
     "marker_with_trail",
@@ -117,6 +120,22 @@ def describe_call(call: ToolCall, width: int = 200) -> str:
         if isinstance(value, str) and value:
             return f"{name}({sendable_text(key)}={_clip(value, width)})"
     return f"{name}()"
+
+
+def describe_images(images: Sequence[ImageBlock]) -> str:
+    """What a marker says of ``images`` it stands for: ``image (image/png, 41 KB)``, ``3
+    images (image/png, image/jpeg, 120 KB)``; ``by URL`` for images sent as one. No recall id:
+    recall holds text."""
+    kinds = [_clip(b.media_type, 40) or "unknown type" for b in images]
+    inline = [b for b in images if b.source == "base64"]
+    about = list(dict.fromkeys(kinds))
+    if inline:
+        # Base64 holds 3 bytes in 4 characters.
+        about.append(f"{max(1, round(sum(len(b.data) for b in inline) * 3 / 4 / 1024))} KB")
+    if len(inline) < len(images):
+        about.append("by URL")
+    what = "image" if len(images) == 1 else f"{len(images)} images"
+    return f"{what} ({', '.join(about)})"
 
 
 def _clip(text: str, width: int) -> str:
@@ -272,7 +291,19 @@ def _stored_as(m: Message, original: Message | None, ledger: Ledger | None, i: i
                 # The entry holds the result's whole text: the same line the raw one makes.
                 label = "tool error" if original.is_error else "tool result"
                 name = original.tool_name or "tool"
-                return f"[{label}: {escape_literal(name)}] {recall_reference(d.recall_id)}"
+                line = f"[{label}: {escape_literal(name)}] "
+                text = line + recall_reference(d.recall_id)
+                if all(isinstance(b, TextBlock) for b in original.content):
+                    return text
+                # What else it held (an image) is named in its place, as in a result stored
+                # raw (`serialize_transcript`), the text where its first block was.
+                first = next((b for b in original.content if isinstance(b, TextBlock)), None)
+                lines = [
+                    text if b is first else line + f"[{b.type} omitted]"
+                    for b in original.content
+                    if b is first or not isinstance(b, TextBlock)
+                ]
+                return "\n".join(lines if first is not None else [text, *lines])
     if ledger is not None and not decided and ledger.span_covering(i) is None:
         return None  # only repair changed it (a renamed call id): the raw message is stored
     # The ids agentctx's own placeholders name, not any id-like text in what it quotes.
