@@ -29,7 +29,11 @@ null one (some compatible servers leave it out) is read as a function call and s
 an assistant message's ``audio`` (an earlier spoken answer, by id) is
 ``OpaqueBlock("openai_chat.audio", {"audio": ...})``;
 ``tool`` messages become `ToolResultMessage` (``tool_name`` from the ``name`` field, else from the
-call); an assistant ``refusal`` string is a `TextBlock` with ``extra["refusal"] = True``; a
+call); an ``image_url`` part of a ``tool`` (or assistant) message, which the API refuses there
+(it takes images in user messages only) but a compatible server may take, is
+``OpaqueBlock("openai_chat", part)``, sent back as it came, while an `ImageBlock` in a tool
+result (a screenshot read from Anthropic's format) is refused by `to_openai_chat`; an
+assistant ``refusal`` string is a `TextBlock` with ``extra["refusal"] = True``; a
 ``reasoning_content`` string (vLLM, DeepSeek and other compatible servers) is a
 `ThinkingBlock` without signature.
 
@@ -446,7 +450,17 @@ def _tool(index: int, msg: Mapping[str, Any], names: Mapping[str, str]) -> ToolR
     if not isinstance(call_id, str):
         raise UnsupportedMessageError(index, "tool message without a tool_call_id")
     content, form = content_of(msg.get("content", _ABSENT), index)
-    blocks = (TextBlock(content),) if isinstance(content, str) else _parts(content)
+    blocks: tuple[UserContent, ...]
+    if isinstance(content, str):
+        blocks = (TextBlock(content),)
+    else:
+        # An image part, which the API takes in user messages only, rides as it came (a
+        # compatible server may take it), as it does in an assistant message: an `ImageBlock`
+        # here is one `to_openai_chat` refuses.
+        parts = [(_part(p), p) for p in content or ()]
+        blocks = tuple(
+            b if not isinstance(b, ImageBlock) else OpaqueBlock(PROVIDER, p) for b, p in parts
+        )
     info: JSON = {}
     if form != ("string" if plain_text(blocks) else "list"):
         info["content"] = form
@@ -467,7 +481,9 @@ def to_openai_chat(messages: Iterable[Message]) -> list[JSON]:
     Put the system messages split off by `split_openai_chat_system` in front. A
     `SummaryMessage` is sent as a user message. Text goes before tool calls, as the format
     has it. Raises `UnsupportedMessageError` for what Chat Completions cannot carry: a
-    signed or redacted thinking block, or an opaque block of another provider.
+    signed or redacted thinking block, an `ImageBlock` in a tool result (a tool message takes
+    text only, a string or text parts: an image goes in a user message), or an opaque block
+    of another provider.
     """
     out: list[JSON] = []
     for index, m in enumerate(messages):
@@ -480,6 +496,12 @@ def to_openai_chat(messages: Iterable[Message]) -> list[JSON]:
         elif isinstance(m, SummaryMessage):
             d.update(role="user", content=m.text)
         elif isinstance(m, ToolResultMessage):
+            if any(isinstance(b, ImageBlock) for b in m.content):
+                raise UnsupportedMessageError(
+                    index,
+                    "image in a tool result: a Chat Completions tool message takes text only "
+                    "(a string or text parts); send the image in a user message",
+                )
             d.update(role="tool", tool_call_id=m.tool_call_id)
             _put_content(d, m.content, info.get("content"), "list", index)
             if info.get("name") and m.tool_name is not None:

@@ -261,11 +261,43 @@ def _item(b: object) -> str | dict[str, Any] | None:
     return None  # a block of another format: nothing to rebuild it from
 
 
+def _kept(b: object, was: Content) -> str | dict[str, Any] | None:
+    """The content item of ``was`` that block ``b`` was made from, as the view has it: an image
+    the view did not change is that item itself (its ``detail``, ``cache_control``, ``id`` and
+    form kept); a text the view cut keeps the item's other fields. ``None``: a block made
+    anew, or one whose item says something else now."""
+    key = _key(_extra_of(b))
+    if (
+        isinstance(was, str)
+        or key is None
+        or len(key) != 2
+        or key[0] != "content"
+        or type(key[1]) is not int
+        or not 0 <= key[1] < len(was)
+    ):
+        return None
+    item = was[key[1]]
+    if isinstance(b, TextBlock):
+        if isinstance(item, str):
+            return b.text
+        return {**item, "text": b.text} if item.get("type") == "text" else None
+    if isinstance(b, ImageBlock) and isinstance(item, dict):
+        image = _image(item)
+        same = image is not None and (image.media_type, image.data, image.source) == (
+            b.media_type,
+            b.data,
+            b.source,
+        )
+        return item if same else None
+    return None
+
+
 def _content(blocks: Sequence[object], was: Content) -> Content:
-    """Content for changed blocks, in the form the message had (a str stays a str)."""
+    """Content for changed blocks, in the form the message had (a str stays a str); each
+    block goes back as the item it was made from (`_kept`) where it can."""
     if isinstance(was, str) and all(isinstance(b, TextBlock) for b in blocks):
         return text_of(blocks)  # type: ignore[arg-type]
-    items = [_item(b) for b in blocks]
+    items = [kept if (kept := _kept(b, was)) is not None else _item(b) for b in blocks]
     return [i for i in items if i is not None]
 
 

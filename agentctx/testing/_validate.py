@@ -527,7 +527,21 @@ def _chat_tool_message(
             "previous message.",
             f"messages.[{i}].tool_call_id",
         )
-    return _chat_content(message, i, required=True)
+    problem = _chat_content(message, i, required=True)
+    content = message.get("content")
+    # The API takes images in user messages only (the SDK types a tool message's content as
+    # a string or text parts).
+    if (
+        problem is None
+        and isinstance(content, list)
+        and any(part["type"] == "image_url" for part in content)
+    ):
+        return Invalid(
+            f"Invalid 'messages[{i}]'. Image URLs are only allowed for messages with role "
+            "'user', but this message with role 'tool' contains an image URL.",
+            f"messages[{i}]",
+        )
+    return problem
 
 
 def _chat_message(message: Mapping[str, Any], i: int) -> Invalid | None:
