@@ -327,6 +327,9 @@ _FLAKY = [
 
 
 def _without_reasoning(m: Message) -> Message:
+    if isinstance(m, ToolResultMessage):  # a Chat tool message takes text only
+        texts = tuple(b for b in m.content if not isinstance(b, ImageBlock))
+        return replace(m, content=texts) if len(texts) < len(m.content) else m
     if not isinstance(m, AssistantMessage):
         return m
     kept = tuple(b for b in m.content if not isinstance(b, ThinkingBlock | RedactedThinkingBlock))
@@ -339,7 +342,8 @@ def wire_problems(view: list[Message]) -> list[str]:
     problems = []
     anthropic = {"model": "m", "max_tokens": 16, "tools": TOOLS, "messages": to_anthropic(view)}
     problems.append(validate_anthropic(anthropic, check_signatures=False))
-    unsigned = [_without_reasoning(m) for m in view]  # Chat cannot carry signed reasoning
+    # Chat cannot carry signed reasoning, nor an image in a tool message
+    unsigned = [_without_reasoning(m) for m in view]
     problems.append(validate_chat({"model": "m", "messages": to_openai_chat(unsigned)}))
     items = to_openai_responses(view)
     problems.append(validate_responses({"model": "m", "input": items}, items))

@@ -160,8 +160,9 @@ class MessageCounter:
 
     A message costs ``message_overhead`` tokens plus its blocks: text and thinking text, each
     tool call's name, id and compact JSON arguments, tool result ids and text, `image_tokens`
-    per image, compact JSON of opaque blocks (the images and PDFs in them at `image_tokens`
-    and `pdf_tokens`), ``len(data) // 6`` for redacted thinking
+    per image, compact JSON of opaque blocks (the media in them as `agentctx.tokens.media`
+    prices it: images, PDFs, audio, video, other binary files), ``len(data) // 6`` for
+    redacted thinking
     (encrypted base64; thinking signatures are not counted). The text goes to the wrapped
     counter's slots (per content class for an `Estimator`, one slot otherwise), framing and
     ids to a ``fixed`` slot, images to an ``image`` slot. The default counter is
