@@ -16,7 +16,8 @@ Read by the error's HTTP status and its message, as each API words it (no SDK is
 - OpenAI Responses: ``Your input exceeds the context window of this model``, which says no
   number;
 - Gemini: ``The input token count (1214865) exceeds the maximum number of tokens allowed
-  (1048576)`` (its SDK's error gives the status as ``code``).
+  (1048576)`` (its SDK's error gives the status as ``code``), and on Vertex AI ``the input
+  token count is 1251952 but model only supports up to 1048576``.
 
 The frameworks' own errors for it are read the same way, whatever their status: LangChain's
 ``ContextOverflowError`` (which its Anthropic and OpenAI packages raise as the SDK's error too)
@@ -53,6 +54,9 @@ _OUTPUT_TOO_LARGE = re.compile(r"max_(?:completion_)?tokens'? (?:or '\w+' )?is t
 _GEMINI = re.compile(
     rf"input token count \(?{_NUMBER}?\)? ?exceeds the maximum number of tokens allowed"
     rf" \(?{_NUMBER}\)?"
+)
+_VERTEX = re.compile(
+    rf"input token count is {_NUMBER} but (?:the )?model only supports up to {_NUMBER}"
 )
 _NO_NUMBER = re.compile(r"exceeds the context window|context_length_exceeded")
 _FRAMEWORK_ERRORS = frozenset(("ContextOverflowError", "ModelContextWindowExceededError"))
@@ -108,7 +112,7 @@ def overflow_of(error: object) -> Overflow | None:
         return None
     if found := _ANTHROPIC.search(text):
         return Overflow(_number(found[1]), _number(found[2]))
-    if found := _GEMINI.search(text):
+    if found := _GEMINI.search(text) or _VERTEX.search(text):
         return Overflow(_number(found[1]), _number(found[2]))
     if found := _ANTHROPIC_WITH_OUTPUT.search(text):
         return _with_output(_number(found[1]), _number(found[3]), _number(found[2]))

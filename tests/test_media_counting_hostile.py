@@ -311,3 +311,27 @@ def test_the_video_rate_is_geminis() -> None:
     from agentctx.tokens.media import VIDEO_TOKENS_PER_SECOND
 
     assert VIDEO_TOKENS_PER_SECOND == _VIDEO_RATE
+
+
+def test_terminal_output_with_a_bell_or_a_backspace_is_text() -> None:
+    """Found by a re-run (DO 8): an ANSI build log sent as octet-stream was priced as PDF
+    pages (60,000 tokens for some 290,000 of text), for the BEL ending its title sequence;
+    backspaces and SO/SI are terminal output too."""
+    line = "\x1b]0;make: building\x07\x1b[32mok\x1b[0m step 3\x08\x08 done \x0e\x0f\n"
+    raw = (line * 2000).encode()
+    payload = {"kind": "binary", "data": _b64(raw), "media_type": "application/octet-stream"}
+    text, tokens = opaque_cost(payload)
+    assert tokens == 0
+    assert _b64(raw) in text
+
+
+def test_a_wav_whose_format_follows_a_broadcast_chunk_is_read_by_its_format() -> None:
+    """Found by a re-run (DO 9): a `fmt ` chunk past the first 384 bytes (a broadcast
+    WAV's bext chunk, 602 bytes) was not found, and 44.1 kHz stereo was counted at the
+    32 KB/s of the fallback, five times over."""
+    pcm = random.Random(1).randbytes(44_100 * 4 * 3)  # 3 s of 44.1 kHz 16-bit stereo
+    bext = b"bext" + struct.pack("<I", 602) + bytes(602)
+    data = _wav(pcm, channels=2, sample_rate=44_100, byte_rate=176_400, block=4, before=bext)
+    assert (
+        3 * AUDIO_TOKENS_PER_SECOND <= audio_tokens(data, "wav") <= 3 * AUDIO_TOKENS_PER_SECOND + 2
+    )

@@ -172,6 +172,12 @@ class _Error(Exception):
             Overflow(None, 200_000),
         ),
         ("messages: text content blocks must be non-empty", None, None),
+        (  # Vertex AI's (found by a re-run, DO 7).
+            "Unable to submit request because the input token count is 1251952 but model "
+            "only supports up to 1048576. Reduce the input token count and try again.",
+            None,
+            Overflow(1_251_952, 1_048_576),
+        ),
         (  # Gemini's wording (found by a hostile run, DM 4: read as no count).
             "400 INVALID_ARGUMENT. {'error': {'code': 400, 'message': 'The input token count "
             "(1214865) exceeds the maximum number of tokens allowed (1048576).'}}",

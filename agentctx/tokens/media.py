@@ -133,7 +133,8 @@ _AUDIO_BYTES_PER_SECOND = {"mp3": 16_000, "wav": 32_000}  # 128 kbit/s; 16 kHz 1
 # to 192 kHz 8 channels of 32 bits. A header outside is not believed.
 _WAV_BYTES_PER_SECOND_AT_LEAST = 1000
 _WAV_BYTES_PER_SECOND_AT_MOST = 192_000 * 8 * 4
-_WAV_HEAD_B64_CHARS = 512  # a chunk or two (LIST, JUNK) may come before "fmt "
+# Chunks may come before "fmt " (LIST, JUNK, a broadcast WAV's bext of 602 bytes and more).
+_WAV_HEAD_B64_CHARS = 8192
 # Formats whose bytes a second are their samples a second times a sample's bytes, whatever
 # the header's byte rate says: PCM, IEEE float, A-law, mu-law, and the extensible header.
 _WAV_SAMPLED = frozenset((0x0001, 0x0003, 0x0006, 0x0007, 0xFFFE))
@@ -320,7 +321,9 @@ def _media_tokens(media_type: str, data: str) -> int | None:
     return None
 
 
-_CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1a\x1c-\x1f]")  # in no text: tabs, breaks, ESC are
+# In no text: tabs, breaks and ESC are, and so are BEL, backspace and SO/SI, which terminal
+# output carries (a title sequence ends in BEL; a hostile run's ANSI build log, DO 8).
+_CONTROL = re.compile(rb"[\x00-\x06\x10-\x1a\x1c-\x1f]")
 _SNIFF_B64_CHARS = 1368  # a kilobyte: where a file's format shows
 
 
