@@ -111,6 +111,7 @@ _COMPACTING: contextvars.ContextVar[ContextManager] = contextvars.ContextVar("ag
 _CLOSE_SECONDS = 5.0  # the most a close waits for background work and async subscribers
 _THRASH_CALLS = 3  # prefix rewrites in a row that earn a warning
 _CACHE_TTL_SECONDS = 300.0  # the providers' default prompt-cache lifetime
+_REFUSED_MARGIN = 1.02  # on the share of a refusal's excess laid on the media a view keeps
 _MOST_OVER_ESTIMATE = 4  # the most calibration scales an estimate by (`Calibration`)
 _MAX_SHORT_FRACTION = 10  # a report raises its view's estimate by a tenth of it (or the limit)
 _EARLIER_VIEWS = 8  # views changed by decisions or rewinds that an owned caller can go back to
@@ -254,6 +255,7 @@ class ContextManager:
         "_report",
         "_report_arrived",
         "_reported",
+        "_refused_media",
         "_reported_view",
         "_resumed",
         "_to_load",
@@ -352,6 +354,9 @@ class ContextManager:
         # overestimate is not carried: it only makes compaction come a little early, and
         # calibration corrects it).
         self._reported_view = ((-1, -1), 0, 0)
+        # A refusal over four times the estimate, of a view holding media: what no fit
+        # explained, and the media it is laid on (see `_calibrate`), until a usage report.
+        self._refused_media: tuple[int, float] | None = None
         self._report: int | None = None  # prompt tokens of a usage report not applied yet
         self._limit_sent = self.budget.limit  # the hard limit of the last `prepare`
         self._settling = threading.Lock()
@@ -751,6 +756,11 @@ class ContextManager:
         view, _, short = self._reported_view
         if short and view == (state.ledger.version, state.repairs_version):
             return state.tokens + short
+        if self._refused_media is not None:
+            excess, media = self._refused_media
+            left = state.vector()[-1] / media  # the media the view still holds
+            # A share laid on by estimate, so with a margin (2 %): the retry is sent once.
+            return state.tokens + math.ceil(excess * min(1.0, left) * _REFUSED_MARGIN)
         return state.tokens
 
     def _rendered_tokens(self) -> int:
@@ -1494,8 +1504,14 @@ class ContextManager:
                 # A refusal counts this very view: something in it costs the provider far
                 # more than any calibration makes of its estimate (a document by URL, many
                 # small images). Fitted, it would price every later message off; the view
-                # counts it all the same, so the next prepare compacts it.
-                self._reported_view = (epoch, len(state.raw), tokens - estimate)
+                # counts it all the same, so the next prepare compacts it. Where the view
+                # holds media, what is not explained is laid on them: a view compacted
+                # further still counts it for the media it keeps, so the prepare goes on
+                # until enough of them are gone (each decision would end the excess at once).
+                excess = tokens - estimate
+                self._reported_view = (epoch, len(state.raw), excess)
+                media = state.vector()[-1]
+                self._refused_media = (excess, media) if media > 0 else None
                 return False
             # More than the model could read, and more than any calibration makes of this
             # view: another request's count (a proxy summing a session, a wrong object).
@@ -1513,6 +1529,7 @@ class ContextManager:
                     )
                 )
             return False
+        self._refused_media = None  # a report the fit explains: the counts say what costs what
         # A first report that is a refusal far over the estimate, taken mostly for overhead
         # (one report cannot tell it from a denser tokenizer), would leave no room for any
         # message, and the retry would raise `BudgetExceededError` where compacting more

@@ -21,6 +21,7 @@ from agentctx import (
     DeterministicCompaction,
     MemoryRecallStore,
     ToolOutputPipeline,
+    Usage,
 )
 from agentctx.events import Event
 from agentctx.ledger import Ledger, ReplaceResult, anchor, render
@@ -29,6 +30,7 @@ from agentctx.messages import (
     ImageBlock,
     Message,
     TextBlock,
+    ThinkingBlock,
     ToolCall,
     ToolResultMessage,
     UserMessage,
@@ -79,8 +81,9 @@ async def test_images_of_the_newest_step_give_way_when_nothing_else_can(kind: st
     """Found by a hostile run (DN, finding 1): the task, one call, one result of 40
     screenshots (about 61,000 tokens) with a budget of 36,000: every strategy raised
     BudgetExceededError with 9 tokens protected, since no tier removed an image from a
-    result. The oldest images now give way, each for a line naming it, as many as the
-    budget needs and no more; the newest stay."""
+    result. The oldest images now give way, each for a line naming it, as many as landing
+    at the trigger needs and no more (to the hard budget only, each next step would rewrite
+    the cached prefix for one image: a re-run, DO 3); the newest stay."""
     budget = Budget(context_window=40_000, reserve_output=4_000)
     shots = tuple(_shot(k) for k in range(40))
     raw: list[Message] = [
@@ -101,9 +104,10 @@ async def test_images_of_the_newest_step_give_way_when_nothing_else_can(kind: st
         assert len(markers) == 40 - len(kept)
         assert all(OMITTED.fullmatch(t) for t in markers)
         assert not any(RECALL_ID.search(t) for t in markers)  # an image is not recallable
-        # As many as the budget needs: one image fewer left out would not fit.
+        # As many as landing at the trigger needs: one image fewer left out would not.
         per_image = ctx.counter.count_full(ToolResultMessage("c1", (shots[0],)))
-        assert ctx.prompt_tokens + per_image > budget.limit
+        assert ctx.prompt_tokens <= budget.trigger_tokens
+        assert ctx.prompt_tokens + per_image > budget.trigger_tokens
         # A later call keeps the same view (the decision is sticky).
         again = list(await ctx.prepare(raw))
         assert again == view
@@ -331,3 +335,30 @@ def test_a_span_entry_names_the_image_of_a_result_stored_by_reference() -> None:
     assert lines[by_reference - 1] == "[tool result: screenshot] [image omitted]"
     stored_raw = next(k for k, line in enumerate(lines) if "two two" in line)
     assert lines[stored_raw - 1] == "[tool result: screenshot] [image omitted]"
+
+
+@pytest.mark.parametrize("kind", ["deterministic", "pipeline"])
+async def test_a_screenshot_loop_whose_images_give_way_keeps_its_cache_most_calls(
+    kind: str,
+) -> None:
+    """Found by a re-run (DO 3): in a tool loop still running (signed thinking: its steps
+    cannot go) with a screenshot a step, images gave way down to the hard budget only, so
+    each next step crossed it again and rewrote the cached prefix for one image: 62 of 80
+    calls. They now go down to the trigger: 12 of 80."""
+    raw: list[Message] = [UserMessage.of("task: click through")]
+    previous: list[Message] | None = None
+    rewrites = 0
+    budget = Budget(context_window=30_000, reserve_output=2_000)
+    async with ContextManager(budget, strategy=_strategy(kind)) as ctx:
+        for s in range(80):
+            call = ToolCall(f"c{s}", "shot", {"s": s})
+            raw.append(AssistantMessage((ThinkingBlock(f"step {s}", signature=f"sig{s}"), call)))
+            raw.append(ToolResultMessage(f"c{s}", (TextBlock(f"ok {s}"), _shot(s)), "shot"))
+            view = list(await ctx.prepare(raw))
+            assert check_view(view, raw) == []
+            assert ctx.prompt_tokens <= budget.limit
+            if previous is not None and view[: len(previous)] != previous:
+                rewrites += 1
+            previous = view
+            ctx.observe(Usage(input_tokens=ctx.prompt_tokens, output_tokens=10))
+    assert rewrites <= 16

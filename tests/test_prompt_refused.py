@@ -731,3 +731,52 @@ async def test_a_refusal_after_usage_reports_keeps_the_overhead_they_showed() ->
         ctx.observe(_Error(f"prompt is too long: {counted} tokens > 3500 maximum"))
         assert ctx.counter.overhead > 2_500
         assert ctx.prompt_tokens >= counted
+
+
+def _png(width: int, height: int, seed: int) -> str:
+    """Base64 of a PNG's signature and header (its size is all the estimate reads), then
+    bytes that make each image another one."""
+    import base64
+    import struct
+    import zlib
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = b"IHDR" + header
+    ihdr = struct.pack(">I", len(header)) + chunk + struct.pack(">I", zlib.crc32(chunk))
+    return base64.b64encode(b"\x89PNG\r\n\x1a\n" + ihdr + seed.to_bytes(4, "big")).decode()
+
+
+async def test_a_refusal_of_many_small_images_in_the_running_loop_is_compacted_in_one_go() -> None:
+    """Found by a re-run (DO 1): thumbnails a provider bills at 255 tokens each, estimated at
+    22, in a tool loop still running (signed thinking: its steps cannot go, only the images
+    can). The refusal's excess counted for the refused view only: the first decision ended
+    it, so each refusal let one result's images go, and 11 refusals did not fit. What no fit
+    explains is now laid on the media the view keeps, and one refusal brings it under."""
+    from agentctx import ImageBlock, TextBlock, ThinkingBlock, ToolCall, ToolResultMessage
+    from agentctx.tokens import MessageCounter
+
+    plain = MessageCounter()
+    image_estimate = plain.count_full(
+        UserMessage((ImageBlock("image/png", _png(128, 128, 0)),))
+    ) - plain.count_full(UserMessage(()))
+
+    def provider_count(view: list[Message], ctx: ContextManager) -> int:
+        """The session's own estimate, but each thumbnail at 255 tokens."""
+        images = sum(isinstance(b, ImageBlock) for m in view for b in getattr(m, "content", ()))
+        return ctx.counter.count_many(view) + images * (255 - image_estimate)
+
+    raw: list[Message] = [UserMessage.of("task: audit the catalogue")]
+    for s in range(30):
+        call = ToolCall(f"c{s}", "thumbs", {"page": s})
+        raw.append(AssistantMessage((ThinkingBlock(f"step {s}", signature=f"sig{s}"), call)))
+        thumbs = tuple(ImageBlock("image/png", _png(128, 128, 100 * s + i)) for i in range(40))
+        raw.append(ToolResultMessage(f"c{s}", (TextBlock(f"page {s}"), *thumbs), "thumbs"))
+    async with ContextManager(Budget(context_window=200_000, reserve_output=8_000)) as ctx:
+        refused = await ctx.prepare(raw)
+        counted = provider_count(refused, ctx)
+        assert counted > 4 * ctx.prompt_tokens and counted > 200_000
+        ctx.observe(_Error(f"prompt is too long: {counted} tokens > 200000 maximum"))
+        view = await ctx.prepare(raw)
+        assert provider_count(view, ctx) <= ctx.budget.limit
+        assert check_view(view, raw) == []
+        assert view[0] == raw[0]

@@ -371,8 +371,12 @@ class DeterministicCompaction:
             # rewrite, call after call: the comforts give way down to the trigger.
             self._give_way(ctx, actions, target)
             # Over the hard budget even so: what holds it there is images no tier removed
-            # (in the newest step's results, or the newest complete turn's).
-            self._drop_images(ctx, actions, _hard_limit(ctx))
+            # (in the newest step's results, or the newest complete turn's). They go only
+            # then, not being recallable, but down to the trigger: to the hard budget, each
+            # new step would cross it again and rewrite the cached prefix for one image.
+            ctx.counter.refine(ctx.view)
+            if ctx.prompt_tokens > _hard_limit(ctx):
+                self._drop_images(ctx, actions, _ceiling(ctx))
         self._report(ctx, tokens, before_messages, before_decisions, actions)
         return None
 
