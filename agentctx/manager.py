@@ -763,6 +763,12 @@ class ContextManager:
             return state.tokens + math.ceil(excess * min(1.0, left) * _REFUSED_MARGIN)
         return state.tokens
 
+    def _media_share(self) -> float:
+        """What `_view_tokens` lays on each token of media the view holds, of a refusal's
+        excess no fit explained."""
+        refused = self._refused_media
+        return 0.0 if refused is None else refused[0] * _REFUSED_MARGIN / refused[1]
+
     def _rendered_tokens(self) -> int:
         """`_view_tokens` of the view as it renders after the decisions taken so far."""
         self._current_view()
@@ -978,6 +984,7 @@ class ContextManager:
                 _latest_user=state.latest_user,
                 _cuts=state.cuts,
                 _session=self,
+                _media_share=self._media_share(),
             )
             if call is not None:
                 call.start(ctx, tokens, budget.limit)

@@ -95,6 +95,10 @@ class CompactionContext:
     hard_limit: int | None = None
     _latest_user: Callable[[], int | None] | None = None  # None: read from `raw`
     _session: object = None  # one object for every call of one ContextManager (an identity)
+    # Tokens a provider's refusal far over the estimate laid on each token of media the view
+    # holds (`ContextManager._view_tokens`): what leaving an image out frees beyond its
+    # estimate, until a usage report.
+    _media_share: float = 0.0
     _ended: bool = False  # the call ended: a strategy that kept this context takes nothing
 
     @property

@@ -746,30 +746,36 @@ def _png(width: int, height: int, seed: int) -> str:
     return base64.b64encode(b"\x89PNG\r\n\x1a\n" + ihdr + seed.to_bytes(4, "big")).decode()
 
 
-async def test_a_refusal_of_many_small_images_in_the_running_loop_is_compacted_in_one_go() -> None:
+@pytest.mark.parametrize(("side", "billed"), [(128, 255), (32, 258)], ids=["thumbnails", "icons"])
+async def test_a_refusal_of_many_small_images_in_the_running_loop_is_compacted_in_one_go(
+    side: int, billed: int
+) -> None:
     """Found by a re-run (DO 1): thumbnails a provider bills at 255 tokens each, estimated at
     22, in a tool loop still running (signed thinking: its steps cannot go, only the images
     can). The refusal's excess counted for the refused view only: the first decision ended
     it, so each refusal let one result's images go, and 11 refusals did not fit. What no fit
-    explains is now laid on the media the view keeps, and one refusal brings it under."""
+    explains is now laid on the media the view keeps, and one refusal brings it under.
+    Icons (DO 2), estimated below the line that replaces them, were never left out, and
+    every later prepare raised `BudgetExceededError`: what leaving one out frees now counts
+    its share of the refusal."""
     from agentctx import ImageBlock, TextBlock, ThinkingBlock, ToolCall, ToolResultMessage
     from agentctx.tokens import MessageCounter
 
     plain = MessageCounter()
     image_estimate = plain.count_full(
-        UserMessage((ImageBlock("image/png", _png(128, 128, 0)),))
+        UserMessage((ImageBlock("image/png", _png(side, side, 0)),))
     ) - plain.count_full(UserMessage(()))
 
     def provider_count(view: list[Message], ctx: ContextManager) -> int:
-        """The session's own estimate, but each thumbnail at 255 tokens."""
+        """The session's own estimate, but each image at what the provider bills."""
         images = sum(isinstance(b, ImageBlock) for m in view for b in getattr(m, "content", ()))
-        return ctx.counter.count_many(view) + images * (255 - image_estimate)
+        return ctx.counter.count_many(view) + images * (billed - image_estimate)
 
     raw: list[Message] = [UserMessage.of("task: audit the catalogue")]
     for s in range(30):
         call = ToolCall(f"c{s}", "thumbs", {"page": s})
         raw.append(AssistantMessage((ThinkingBlock(f"step {s}", signature=f"sig{s}"), call)))
-        thumbs = tuple(ImageBlock("image/png", _png(128, 128, 100 * s + i)) for i in range(40))
+        thumbs = tuple(ImageBlock("image/png", _png(side, side, 100 * s + i)) for i in range(40))
         raw.append(ToolResultMessage(f"c{s}", (TextBlock(f"page {s}"), *thumbs), "thumbs"))
     async with ContextManager(Budget(context_window=200_000, reserve_output=8_000)) as ctx:
         refused = await ctx.prepare(raw)

@@ -72,7 +72,7 @@ from agentctx.strategies.trail import (
 )
 from agentctx.strategies.undecided import alone, undecided
 from agentctx.strategy import Quiet
-from agentctx.tokens.estimate import compact_json
+from agentctx.tokens.estimate import compact_json, image_tokens
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence, Set
@@ -558,10 +558,13 @@ class DeterministicCompaction:
             assert isinstance(shown, ToolResultMessage)
             base = render_message(raw, ledger, i)  # as decided, before repair
             assert isinstance(base, ToolResultMessage)
-            # What leaving out each image frees, as the counter (calibrated) sees it.
+            # What leaving out each image frees, as the counter (calibrated) sees it, and of
+            # what a refusal laid on the media (a provider that bills small images a floor).
+            share = ctx._media_share
             gains = [
                 counter.count_full(replace(shown, content=(image,)))
                 - counter.count_full(replace(shown, content=_omit_images((image,), 1)))
+                + (round(share * image_tokens(image)) if share else 0)
                 for image in base.content
                 if isinstance(image, ImageBlock)
             ]
