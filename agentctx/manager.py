@@ -354,9 +354,10 @@ class ContextManager:
         # overestimate is not carried: it only makes compaction come a little early, and
         # calibration corrects it).
         self._reported_view = ((-1, -1), 0, 0)
-        # A refusal over four times the estimate, of a view holding media: what no fit
-        # explained, and the media it is laid on (see `_calibrate`), until a usage report.
-        self._refused_media: tuple[int, float] | None = None
+        # A refusal over four times the estimate, of a view holding media compaction may
+        # leave out: what no fit explained, those media, and the raw history's length and
+        # rewinds then, the refused history it applies to (see `_calibrate`).
+        self._refused_media: tuple[int, float, int, int] | None = None
         self._report: int | None = None  # prompt tokens of a usage report not applied yet
         self._limit_sent = self.budget.limit  # the hard limit of the last `prepare`
         self._settling = threading.Lock()
@@ -756,18 +757,33 @@ class ContextManager:
         view, _, short = self._reported_view
         if short and view == (state.ledger.version, state.repairs_version):
             return state.tokens + short
-        if self._refused_media is not None:
-            excess, media = self._refused_media
-            left = state.vector()[-1] / media  # the media the view still holds
-            # A share laid on by estimate, so with a margin (2 %): the retry is sent once.
-            return state.tokens + math.ceil(excess * min(1.0, left) * _REFUSED_MARGIN)
+        share = self._media_share()
+        if share:
+            media = min(self._media_left(), self._refused_media[1])  # type: ignore[index]
+            return state.tokens + math.ceil(share * media)
         return state.tokens
 
     def _media_share(self) -> float:
-        """What `_view_tokens` lays on each token of media the view holds, of a refusal's
-        excess no fit explained."""
+        """What `_view_tokens` lays on each token of media the view may leave out, of a
+        refusal's excess no fit explained: while the history is the one refused (the retry
+        that compacts it), else nothing. With a margin (2 %): the share is an estimate's."""
         refused = self._refused_media
-        return 0.0 if refused is None else refused[0] * _REFUSED_MARGIN / refused[1]
+        if refused is None:
+            return 0.0
+        excess, media, raw, cuts = refused
+        state = self._state
+        if len(state.raw) != raw or len(state.cuts) != cuts:
+            return 0.0
+        return excess * _REFUSED_MARGIN / media
+
+    def _media_left(self) -> float:
+        """Uncalibrated tokens of the media in the view that compaction may leave out (not
+        the task's, the latest user message's or the newest complete turn's)."""
+        state = self._state
+        view = state.view
+        vector = self._counter.vector
+        kept = sum(vector(view[j])[-1] for j in protected_positions(view))
+        return max(0.0, state.vector()[-1] - kept)
 
     def _rendered_tokens(self) -> int:
         """`_view_tokens` of the view as it renders after the decisions taken so far."""
@@ -1517,8 +1533,9 @@ class ContextManager:
                 # until enough of them are gone (each decision would end the excess at once).
                 excess = tokens - estimate
                 self._reported_view = (epoch, len(state.raw), excess)
-                media = state.vector()[-1]
-                self._refused_media = (excess, media) if media > 0 else None
+                media = self._media_left()
+                history = (len(state.raw), len(state.cuts))
+                self._refused_media = (excess, media, *history) if media > 0 else None
                 return False
             # More than the model could read, and more than any calibration makes of this
             # view: another request's count (a proxy summing a session, a wrong object).

@@ -786,3 +786,82 @@ async def test_a_refusal_of_many_small_images_in_the_running_loop_is_compacted_i
         assert provider_count(view, ctx) <= ctx.budget.limit
         assert check_view(view, raw) == []
         assert view[0] == raw[0]
+
+
+async def test_a_refusal_s_excess_is_laid_on_media_compaction_may_leave_out_not_the_task_s() -> (
+    None
+):
+    """Found by a re-run (DP 1): the task carried screenshots, an old turn a PDF by URL
+    (estimated at five pages, billed a million tokens). The refusal's excess was laid on
+    all the media, the task's too: the PDF's turn went, yet the view still counted 300k it
+    no longer held, and every later prepare raised `BudgetExceededError`. It is laid on
+    what compaction may leave out; and it applies to the history refused only (DP 3, 4): a
+    rewind or a new message ends it, with or without a usage report."""
+    from agentctx import ImageBlock, OpaqueBlock, TextBlock, ToolCall, ToolResultMessage
+
+    pdf = OpaqueBlock("anthropic", {"type": "document", "source": {"type": "url", "url": "x"}})
+    task = (TextBlock("task: match these mockups"),) + tuple(
+        ImageBlock("image/png", _png(1000, 1000, i)) for i in range(4)
+    )
+    raw: list[Message] = [
+        UserMessage(task),
+        AssistantMessage((ToolCall("p", "fetch", {"url": "spec"}),)),
+        ToolResultMessage("p", (pdf,), "fetch"),
+        AssistantMessage.of("I read the spec."),
+        UserMessage.of("ok, now build it"),
+    ]
+    for t in range(5):
+        raw += [
+            AssistantMessage((ToolCall(f"e{t}", "edit", {"f": t}),)),
+            ToolResultMessage(f"e{t}", (TextBlock("edited " * 100),), "edit"),
+        ]
+    raw += [AssistantMessage.of("Built it."), UserMessage.of("check the colours")]
+    async with ContextManager(Budget(context_window=200_000, reserve_output=8_000)) as ctx:
+        await ctx.prepare(raw)
+        estimate = ctx.prompt_tokens
+        ctx.observe(_Error(f"prompt is too long: {estimate + 987_500} tokens > 200000 maximum"))
+        view = await ctx.prepare(raw)
+        assert not any(isinstance(b, OpaqueBlock) for m in view for b in getattr(m, "content", ()))
+        assert view[0] == raw[0]  # the task, screenshots and all
+        assert ctx.prompt_tokens < 20_000  # what the view holds, nothing laid on the task
+        # The next call's history is another one: nothing of the refusal is laid on it.
+        more = [*raw, AssistantMessage.of("Done."), UserMessage.of("thanks")]
+        await ctx.prepare(more)
+        assert ctx.prompt_tokens < 20_000
+
+
+@pytest.mark.parametrize("kind", ["deterministic", "llm"])
+async def test_a_refusal_of_icons_is_compacted_by_every_strategy(kind: str) -> None:
+    """Found by a re-run (DP 2): `LlmCompaction`'s fallback tiers ran on a context without
+    the refusal's share of each image, and the icons lock came back under it."""
+    from agentctx import (
+        DeterministicCompaction,
+        ImageBlock,
+        LlmCompaction,
+        TextBlock,
+        ThinkingBlock,
+        ToolCall,
+        ToolResultMessage,
+    )
+    from agentctx.testing import Outcome, ScriptedSummarizer
+
+    strategy = (
+        DeterministicCompaction()
+        if kind == "deterministic"
+        else LlmCompaction(ScriptedSummarizer([Outcome.hang()] * 5))
+    )
+    raw: list[Message] = [UserMessage.of("task: audit the icons")]
+    for s in range(30):
+        call = ToolCall(f"c{s}", "icons", {"page": s})
+        raw.append(AssistantMessage((ThinkingBlock(f"step {s}", signature=f"sig{s}"), call)))
+        icons = tuple(ImageBlock("image/png", _png(32, 32, 100 * s + i)) for i in range(40))
+        raw.append(ToolResultMessage(f"c{s}", (TextBlock(f"page {s}"), *icons), "icons"))
+    budget = Budget(context_window=200_000, reserve_output=8_000)
+    async with ContextManager(budget, strategy=strategy) as ctx:
+        await ctx.prepare(raw)
+        counted = ctx.prompt_tokens + 1200 * 255
+        ctx.observe(_Error(f"prompt is too long: {counted} tokens > 200000 maximum"))
+        view = await ctx.prepare(raw)
+        images = sum(isinstance(b, ImageBlock) for m in view for b in getattr(m, "content", ()))
+        assert 0 < images < 1200
+        assert check_view(view, raw) == []

@@ -133,6 +133,7 @@ async def run_tiers(
         _cuts=ctx._cuts,
         taken=ctx.taken,
         give_way_above=give_way_above,
+        _media_share=ctx._media_share,
         followed=ctx.followed,
         hard_limit=ctx.budget.limit if ctx.hard_limit is None else ctx.hard_limit,
     )
