@@ -43,26 +43,13 @@ from pydantic_ai.models.anthropic import AnthropicModel
 from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.providers.anthropic import AnthropicProvider
 
-from agentctx import Budget, CompactionWarning, ContextCompacted, ContextManager, Event
+from agentctx import Budget, ContextCompacted, ContextManager
 from agentctx._overflow import Overflow, overflow_of
 from agentctx.integrations.langchain import AgentCtxMiddleware
 from agentctx.integrations.pydantic_ai import AgentCtxCapability
 from agentctx.testing.servers import FakeAnthropic, FakeOpenAI, Reply
 
-WINDOW = 3_000
-WORDS = "configuration management information " * 8 + "the quick brown fox jumps over it. " * 12
-TURNS = 13
-
-
-def watch(ctx: ContextManager) -> list[Event]:
-    seen: list[Event] = []
-    ctx.subscribe(seen.append)
-    return seen
-
-
-def refusals(events: list[Event]) -> list[CompactionWarning]:
-    return [e for e in events if isinstance(e, CompactionWarning) and e.code == "prompt_refused"]
-
+from .test_prompt_refused import TURNS, WINDOW, WORDS, refusals, watch
 
 # -- the frameworks' own errors ------------------------------------------------------------
 
