@@ -757,9 +757,8 @@ class ContextManager:
         view, _, short = self._reported_view
         if short and view == (state.ledger.version, state.repairs_version):
             return state.tokens + short
-        share = self._media_share()
-        if share:
-            media = min(self._media_left(), self._refused_media[1])  # type: ignore[index]
+        if self._refused_media is not None and (share := self._media_share()):
+            media = min(self._media_left(), self._refused_media[1])
             return state.tokens + math.ceil(share * media)
         return state.tokens
 
@@ -1528,9 +1527,10 @@ class ContextManager:
                 # more than any calibration makes of its estimate (a document by URL, many
                 # small images). Fitted, it would price every later message off; the view
                 # counts it all the same, so the next prepare compacts it. Where the view
-                # holds media, what is not explained is laid on them: a view compacted
-                # further still counts it for the media it keeps, so the prepare goes on
-                # until enough of them are gone (each decision would end the excess at once).
+                # holds media compaction may leave out, what is not explained is laid on
+                # them: while the history is the one refused, a view compacted further still
+                # counts it for those it keeps, so that prepare goes on until enough of them
+                # are gone (each decision would end the excess at once).
                 excess = tokens - estimate
                 self._reported_view = (epoch, len(state.raw), excess)
                 media = self._media_left()
