@@ -746,9 +746,10 @@ def _png(width: int, height: int, seed: int) -> str:
     return base64.b64encode(b"\x89PNG\r\n\x1a\n" + ihdr + seed.to_bytes(4, "big")).decode()
 
 
+@pytest.mark.parametrize("ended", [False, True], ids=["running", "ended"])
 @pytest.mark.parametrize(("side", "billed"), [(128, 255), (32, 258)], ids=["thumbnails", "icons"])
 async def test_a_refusal_of_many_small_images_in_the_running_loop_is_compacted_in_one_go(
-    side: int, billed: int
+    side: int, billed: int, ended: bool
 ) -> None:
     """Found by a re-run (DO 1): thumbnails a provider bills at 255 tokens each, estimated at
     22, in a tool loop still running (signed thinking: its steps cannot go, only the images
@@ -757,7 +758,9 @@ async def test_a_refusal_of_many_small_images_in_the_running_loop_is_compacted_i
     explains is now laid on the media the view keeps, and one refusal brings it under.
     Icons (DO 2), estimated below the line that replaces them, were never left out, and
     every later prepare raised `BudgetExceededError`: what leaving one out frees now counts
-    its share of the refusal."""
+    its share of the refusal. A loop that ended (its answer given, a new question asked)
+    is the newest complete turn, whose results' images give way all the same (DQ 1: they
+    were taken for protected, and each refusal let one result's go again)."""
     from agentctx import ImageBlock, TextBlock, ThinkingBlock, ToolCall, ToolResultMessage
     from agentctx.tokens import MessageCounter
 
@@ -777,6 +780,8 @@ async def test_a_refusal_of_many_small_images_in_the_running_loop_is_compacted_i
         raw.append(AssistantMessage((ThinkingBlock(f"step {s}", signature=f"sig{s}"), call)))
         thumbs = tuple(ImageBlock("image/png", _png(side, side, 100 * s + i)) for i in range(40))
         raw.append(ToolResultMessage(f"c{s}", (TextBlock(f"page {s}"), *thumbs), "thumbs"))
+    if ended:
+        raw += [AssistantMessage.of("All pages read."), UserMessage.of("Which pages differ?")]
     async with ContextManager(Budget(context_window=200_000, reserve_output=8_000)) as ctx:
         refused = await ctx.prepare(raw)
         counted = provider_count(refused, ctx)
