@@ -765,14 +765,15 @@ class ContextManager:
 
     def _media_share(self) -> float:
         """What `_view_tokens` lays on each token of media the view may leave out, of a
-        refusal's excess no fit explained: while the history is the one refused (the retry
-        that compacts it), else nothing. With a margin (2 %): the share is an estimate's."""
+        refusal's excess no fit explained: until a call compacts for it (the retry, on the
+        history refused or grown from it), else nothing. With a margin (2 %): the share is
+        an estimate's."""
         refused = self._refused_media
         if refused is None:
             return 0.0
         excess, media, raw, cuts = refused
         state = self._state
-        if len(state.raw) != raw or len(state.cuts) != cuts:
+        if len(state.raw) < raw or len(state.cuts) != cuts:  # cut back or edited since
             return 0.0
         return excess * _REFUSED_MARGIN / media
 
@@ -1046,6 +1047,10 @@ class ContextManager:
             if self._closed_under_call:
                 raise ConfigError("this ContextManager closed while this call ran")
             taken = ctx.taken
+            if ctx._media_share:
+                # The refusal's excess served the call that compacted for it (the retry, its
+                # history perhaps grown by a note): a later one is judged by its own sending.
+                self._refused_media = None
             if isinstance(quiet, Quiet) and not taken:
                 ledger = state.ledger
                 self._quiet = (quiet, strategy, deciding, ledger, ledger.version, len(state.cuts))

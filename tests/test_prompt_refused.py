@@ -746,10 +746,11 @@ def _png(width: int, height: int, seed: int) -> str:
     return base64.b64encode(b"\x89PNG\r\n\x1a\n" + ihdr + seed.to_bytes(4, "big")).decode()
 
 
+@pytest.mark.parametrize("note", [False, True], ids=["as-refused", "with-a-note"])
 @pytest.mark.parametrize("ended", [False, True], ids=["running", "ended"])
 @pytest.mark.parametrize(("side", "billed"), [(128, 255), (32, 258)], ids=["thumbnails", "icons"])
 async def test_a_refusal_of_many_small_images_in_the_running_loop_is_compacted_in_one_go(
-    side: int, billed: int, ended: bool
+    side: int, billed: int, ended: bool, note: bool
 ) -> None:
     """Found by a re-run (DO 1): thumbnails a provider bills at 255 tokens each, estimated at
     22, in a tool loop still running (signed thinking: its steps cannot go, only the images
@@ -760,7 +761,8 @@ async def test_a_refusal_of_many_small_images_in_the_running_loop_is_compacted_i
     every later prepare raised `BudgetExceededError`: what leaving one out frees now counts
     its share of the refusal. A loop that ended (its answer given, a new question asked)
     is the newest complete turn, whose results' images give way all the same (DQ 1: they
-    were taken for protected, and each refusal let one result's go again)."""
+    were taken for protected, and each refusal let one result's go again). A retry whose
+    history got a note after the refusal compacts as far (DQ 2: it lost the share)."""
     from agentctx import ImageBlock, TextBlock, ThinkingBlock, ToolCall, ToolResultMessage
     from agentctx.tokens import MessageCounter
 
@@ -787,6 +789,8 @@ async def test_a_refusal_of_many_small_images_in_the_running_loop_is_compacted_i
         counted = provider_count(refused, ctx)
         assert counted > 4 * ctx.prompt_tokens and counted > 200_000
         ctx.observe(_Error(f"prompt is too long: {counted} tokens > 200000 maximum"))
+        if note:
+            raw = [*raw, UserMessage.of("That was too long; go on with less.")]
         view = await ctx.prepare(raw)
         assert provider_count(view, ctx) <= ctx.budget.limit
         assert check_view(view, raw) == []
