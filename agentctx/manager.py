@@ -357,7 +357,7 @@ class ContextManager:
         self._reported_view = ((-1, -1), 0, 0)
         # A refusal over four times the estimate, of a view holding media compaction may
         # leave out: what no fit explained, those media, and the raw history's length and
-        # rewinds then, the refused history it applies to (see `_calibrate`).
+        # rewinds then, the history it applies to and those grown from it (see `_calibrate`).
         self._refused_media: tuple[int, float, int, int] | None = None
         self._report: int | None = None  # prompt tokens of a usage report not applied yet
         self._limit_sent = self.budget.limit  # the hard limit of the last `prepare`
@@ -1543,9 +1543,9 @@ class ContextManager:
                 # small images). Fitted, it would price every later message off; the view
                 # counts it all the same, so the next prepare compacts it. Where the view
                 # holds media compaction may leave out, what is not explained is laid on
-                # them: while the history is the one refused, a view compacted further still
-                # counts it for those it keeps, so that prepare goes on until enough of them
-                # are gone (each decision would end the excess at once).
+                # them: in the call that compacts for the refusal, a view compacted further
+                # still counts it for those it keeps, so that call goes on until enough of
+                # them are gone (each decision would end the excess at once).
                 excess = tokens - estimate
                 self._reported_view = (epoch, len(state.raw), excess)
                 media = self._media_left()
