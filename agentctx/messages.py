@@ -71,6 +71,7 @@ __all__ = [
     "sent_at",
     "text_fields",
     "text_of",
+    "with_text",
     "to_dict",
     "written_arguments",
 ]
@@ -472,6 +473,22 @@ def text_fields(blocks: Iterable[Block]) -> JSONMap:
         if isinstance(b, TextBlock) and b.extra:
             merged.update(b.extra)
     return MappingProxyType(merged) if merged else _EMPTY
+
+
+def with_text(content: Sequence[ToolResultContent], text: str) -> tuple[ToolResultContent, ...]:
+    """A tool result's ``content`` with its text blocks (several: an MCP tool's items) as one
+    holding ``text``, in the first one's place (first, when there is none) and with their
+    fields (`text_fields`: a caller's ``cache_control``); the other blocks (a screenshot
+    beside a page's text, provider blocks) as they are, where they are."""
+    new = TextBlock(text, text_fields(content))
+    k = next((j for j, b in enumerate(content) if isinstance(b, TextBlock)), None)
+    if k is None:
+        return (new, *content)
+    return tuple(
+        new if j == k else b
+        for j, b in enumerate(content)
+        if j == k or not isinstance(b, TextBlock)
+    )
 
 
 THINKING_DROPPED = "agentctx_thinking_dropped"

@@ -53,8 +53,8 @@ from agentctx.messages import (
     ToolResultContent,
     ToolResultMessage,
     UserMessage,
-    text_fields,
     text_of,
+    with_text,
     written_arguments,
 )
 from agentctx.strategies.trail import (
@@ -169,18 +169,6 @@ def _result_text(m: ToolResultMessage) -> str:
 
 def _has_text(m: ToolResultMessage) -> bool:
     return any(isinstance(b, TextBlock) for b in m.content)
-
-
-def _with_text(content: tuple[ToolResultContent, ...], text: str) -> tuple[ToolResultContent, ...]:
-    """``content`` with its text blocks (several: an MCP tool's items) as one holding
-    ``text``, in the first one's place and with their fields (`text_fields`: a caller's
-    ``cache_control``); the other blocks (a screenshot beside a page's text, provider blocks)
-    as they are, where they are."""
-    first = next(b for b in content if isinstance(b, TextBlock))
-    cut = TextBlock(text, text_fields(content))
-    return tuple(
-        cut if b is first else b for b in content if not isinstance(b, TextBlock) or b is first
-    )
 
 
 def _images(content: tuple[ToolResultContent, ...]) -> int:
@@ -686,7 +674,7 @@ class DeterministicCompaction:
                     # Sized as it would be sent: with the lines of the images left out.
                     sized = len(short)
                     if omitted:
-                        sized = len(text_of(_omit_images(_with_text(m.content, short), omitted)))
+                        sized = len(text_of(_omit_images(with_text(m.content, short), omitted)))
                     if len(_result_text(shown)) <= sized:
                         continue  # what is sent now is already this short
                 if not self._too_long(text):
@@ -696,7 +684,7 @@ class DeterministicCompaction:
                 if len(short) >= len(text):
                     continue
                 rid = note.removeprefix("recall_context id=") or None
-                kept = _omit_images(_with_text(m.content, short), omitted)
+                kept = _omit_images(with_text(m.content, short), omitted)
                 pending.append(ReplaceResult(anchor(raw, i), kept, "truncate", rid))
                 actions.append(f"truncated {name} result {len(text)}->{len(short)} chars")
             elif isinstance(m, AssistantMessage) and (

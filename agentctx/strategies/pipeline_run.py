@@ -24,8 +24,8 @@ from agentctx.messages import (
     UserMessage,
     is_instruction,
     sent_at,
-    text_fields,
     text_of,
+    with_text,
 )
 from agentctx.recall.store import escape_literal, recall_id
 from agentctx.strategies.trail import describe_call, put_entry
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
     from agentctx.ledger import Decision
-    from agentctx.messages import Block, Message, ToolCall, ToolResultContent
+    from agentctx.messages import Block, Message, ToolCall
     from agentctx.strategies.pipeline import (
         BudgetPass,
         CondensePass,
@@ -590,7 +590,7 @@ class Run:
             # Only the text is stored for recall: what else the result holds (an image) is
             # kept as it is, where it is, not lost, and so are the text's fields (a cache
             # breakpoint). The new text stands where the first text block did.
-            content = _with_text(m.content, new_text)
+            content = with_text(m.content, new_text)
             decision = ReplaceResult(anchor(self.raw, i), content, reason, rid)
             if m is self.raw[i]:
                 # The view will show this very object once the decision is taken: its
@@ -1065,23 +1065,6 @@ class Run:
             if freed >= need:
                 need, freed = ctx.prompt_tokens - target, 0
         return taken
-
-
-def _with_text(content: tuple[Block, ...], text: str) -> tuple[ToolResultContent, ...]:
-    """A result's ``content`` with its text blocks replaced by one holding ``text``, in the
-    first one's place (at the start if there is none), with their fields (`text_fields`);
-    the other blocks (an image) as they are, where they are."""
-    new = TextBlock(text, text_fields(content))
-    out: list[ToolResultContent] = []
-    placed = False
-    for block in content:
-        if isinstance(block, TextBlock):
-            if not placed:
-                out.append(new)
-                placed = True
-        elif isinstance(block, ImageBlock | OpaqueBlock):
-            out.append(block)
-    return tuple(out) if placed else (new, *out)
 
 
 def _json(value: dict[str, Any]) -> str:
