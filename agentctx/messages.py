@@ -71,8 +71,8 @@ __all__ = [
     "sent_at",
     "text_fields",
     "text_of",
-    "with_text",
     "to_dict",
+    "with_text",
     "written_arguments",
 ]
 
