@@ -28,6 +28,33 @@ def _strategy(kind: str) -> CompactionStrategy:
     return Chain([ToolOutputPipeline(), DeterministicCompaction()])
 
 
+async def _page_through(
+    ctx: ContextManager, history: list[Message], budget: Budget, pages: int
+) -> None:
+    """Owned mode: the model reads ``pages`` pages of the output the view truncated, with the
+    recall tool, one a step; each view is valid, within the budget, and shows the page it
+    just read whole."""
+    history = list(await ctx.prepare(history))
+    found = RECALL_ID.search(text_of(history[-1].content))  # type: ignore[union-attr]
+    assert found is not None
+    arguments: dict[str, object] = {"id": found.group(1)}
+    for k in range(pages):
+        page = await ctx.handle_recall(arguments)
+        history += [
+            assistant(call(f"r{k}", RECALL_TOOL_NAME, **arguments)),
+            result(f"r{k}", page, RECALL_TOOL_NAME),
+        ]
+        history = list(await ctx.prepare(history))
+        assert_view_ok(history, ctx.raw)
+        assert ctx.prompt_tokens <= budget.limit
+        shown = history[-1]
+        assert isinstance(shown, ToolResultMessage)
+        assert text_of(shown.content) == page, f"page {k} was cut"
+        offset = re.search(r"next offset=(\d+)", page)
+        assert offset is not None
+        arguments = {"id": found.group(1), "offset": int(offset.group(1))}
+
+
 @pytest.mark.parametrize("kind", ["deterministic", "pipeline", "chain"])
 async def test_the_page_just_recalled_is_not_cut_while_older_output_can_be(kind: str) -> None:
     """Found by a hostile run (DF, finding 1): with a limit of 8,000 tokens, a model paging
@@ -48,25 +75,7 @@ async def test_the_page_just_recalled_is_not_cut_while_older_output_can_be(kind:
         result("c0", log, "bash"),
     ]
     async with ContextManager(budget, recall=MemoryRecallStore(), strategy=_strategy(kind)) as ctx:
-        history = list(await ctx.prepare(history))
-        found = RECALL_ID.search(text_of(history[-1].content))  # type: ignore[union-attr]
-        assert found is not None
-        arguments: dict[str, object] = {"id": found.group(1)}
-        for k in range(8):
-            page = await ctx.handle_recall(arguments)
-            history += [
-                assistant(call(f"r{k}", RECALL_TOOL_NAME, **arguments)),
-                result(f"r{k}", page, RECALL_TOOL_NAME),
-            ]
-            history = list(await ctx.prepare(history))
-            assert_view_ok(history, ctx.raw)
-            assert ctx.prompt_tokens <= budget.limit
-            shown = history[-1]
-            assert isinstance(shown, ToolResultMessage)
-            assert text_of(shown.content) == page, f"page {k} was cut"
-            offset = re.search(r"next offset=(\d+)", page)
-            assert offset is not None
-            arguments = {"id": found.group(1), "offset": int(offset.group(1))}
+        await _page_through(ctx, history, budget, 8)
 
 
 async def test_the_page_just_recalled_is_cut_only_as_far_as_the_budget_needs() -> None:
@@ -138,21 +147,4 @@ async def test_a_page_recalled_beside_a_long_task_is_not_cut_before_the_budget_n
         result("c0", log, "bash"),
     ]
     async with ContextManager(budget, recall=MemoryRecallStore(), strategy=_strategy(kind)) as ctx:
-        history = list(await ctx.prepare(history))
-        found = RECALL_ID.search(text_of(history[-1].content))  # type: ignore[union-attr]
-        assert found is not None
-        rid = found.group(1)
-        arguments: dict[str, object] = {"id": rid}
-        for k in range(6):
-            page = await ctx.handle_recall(arguments)
-            history += [
-                assistant(call(f"r{k}", RECALL_TOOL_NAME, **arguments)),
-                result(f"r{k}", page, RECALL_TOOL_NAME),
-            ]
-            history = list(await ctx.prepare(history))
-            assert_view_ok(history, ctx.raw)
-            assert ctx.prompt_tokens <= budget.limit
-            assert text_of(history[-1].content) == page, k  # type: ignore[union-attr]
-            offset = re.search(r"next offset=(\d+)", page)
-            assert offset is not None
-            arguments = {"id": rid, "offset": int(offset.group(1))}
+        await _page_through(ctx, history, budget, 6)

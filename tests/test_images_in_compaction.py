@@ -15,7 +15,6 @@ import pytest
 from agentctx import (
     Budget,
     BudgetExceededError,
-    Chain,
     ContextCompacted,
     ContextManager,
     DeterministicCompaction,
@@ -38,21 +37,13 @@ from agentctx.messages import (
 )
 from agentctx.strategies.pipeline import CondensePass, MicroCompact
 from agentctx.strategies.trail import span_text
-from agentctx.strategy import CompactionStrategy
 from agentctx.testing import check_view
 
 from .helpers import png
+from .test_give_way import _strategy
 
 RECALL_ID = re.compile(r"ctx-[0-9a-f]{16}")
 OMITTED = re.compile(r"\[image \(image/png, \d+ KB\) omitted to fit the context\]")
-
-
-def _strategy(kind: str) -> CompactionStrategy:
-    if kind == "deterministic":
-        return DeterministicCompaction()
-    if kind == "pipeline":
-        return ToolOutputPipeline()
-    return Chain([ToolOutputPipeline(), DeterministicCompaction()])
 
 
 def _shot(seed: int, width: int = 1400, height: int = 1000) -> ImageBlock:
