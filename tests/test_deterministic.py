@@ -263,11 +263,78 @@ async def test_giving_way_skips_the_levels_that_cannot_be_enough() -> None:
         view = await ctx.prepare(history)
         assert ctx.prompt_tokens <= budget.target_tokens
         newest = ctx.ledger.decisions_at(len(history) - 1)
-    # 200 lines; the last level skipped (25), as the level-by-level loop left the running
-    # loop's output before the level that is enough; 12 (that loop took five decisions).
-    assert [d.reason for d in newest] == ["truncate"] * 3
+    # 200 lines, then 12 (the level-by-level loop took five decisions). The newest complete
+    # turn's output was cut down first, landing above the target, so no older result is cut
+    # at the level that is enough, and none is left to cut at a level skipped.
+    assert [d.reason for d in newest] == ["truncate"] * 2
     shown = next(m for m in view if isinstance(m, ToolResultMessage) and m.tool_call_id == "big")
     assert text_of(shown.content).count("\n") + 1 == 12  # halving 200 -> 100 -> 50 -> 25 -> 12
+
+
+def _kept_turn_history(page: str = "", *, old: int = 5) -> list[Message]:
+    """A session whose newest complete turn holds most of what cannot be dropped: ``old``
+    earlier turns, then a question answered after three reads of 150 lines and, if given,
+    a recalled ``page``; then the latest user message with a read the model just asked for."""
+    history = [user("task: speed up src/x.py")]
+    for n in range(20, 20 + old):
+        history += [*tool_turn(n, lines=150), assistant(text=f"step {n} done"), user(f"go on {n}")]
+    history += [user("next: read the parser")]
+    for n in range(1, 4):
+        history += tool_turn(n, lines=150)
+    if page:
+        history += [
+            assistant(call("rc", "recall_context", id="ctx-1")),
+            result("rc", page, "recall_context"),
+        ]
+    history += [assistant(text="the parser is slow in lex()"), user("now fix lex()")]
+    history += [assistant(call("new", "read", path="src/lex.py"))]
+    history += [result("new", "\n".join(f"lex line {i}" for i in range(150)), "read")]
+    return history
+
+
+async def test_the_newest_complete_turn_is_cut_down_when_it_holds_the_landing_up() -> None:
+    # Found on pi/before-compaction@100k: a compaction landed at 30k of a 10k target, 19.5k
+    # of it the newest complete turn's steps, which no tier cut (below the trigger, nothing
+    # gives way); the next compaction came that much sooner, and the session cost more than
+    # a peer that compacts everything. Its output is now cut down, each with a recall id,
+    # and its messages all kept; the running loop's result, which the model just asked
+    # for, and the recall tool's page stay whole.
+    page = "\n".join(f"recalled line {i}" for i in range(100))
+    history = _kept_turn_history(page)
+    store = MemoryRecallStore()
+    budget = Budget(context_window=9_000, reserve_output=1_000)
+    async with ContextManager(budget, recall=store, session_id="s") as ctx:
+        view = await ctx.prepare(history)
+        assert_view_ok(view, history)
+        tokens = ctx.prompt_tokens
+    turn = history.index(user("next: read the parser"))
+    answer = history.index(assistant(text="the parser is slow in lex()"))
+    shown = {v.tool_call_id: text_of(v.content) for v in view if isinstance(v, ToolResultMessage)}
+    for m in history[turn : answer + 1]:  # every message of the turn is still there
+        assert m.tool_call_id in shown if isinstance(m, ToolResultMessage) else m in view
+    for cid in ("c1_0", "c2_0", "c3_0"):
+        text = shown[cid]
+        assert text.count("\n") < 20
+        rid = text.split("recall_context id=")[1].split()[0].rstrip(";]")
+        assert "line 149 of output" in (store.get("s", rid) or "")
+    assert shown["rc"] == page
+    assert shown["new"] == text_of(history[-1].content)
+    # What is left: the task, the marker, the turn's lines and the two whole outputs.
+    assert tokens < 2 * sum(ctx.counter.count(m) for m in history[-3:]) + 1_000
+
+
+async def test_a_landing_at_the_target_leaves_the_newest_complete_turn_whole() -> None:
+    # Only a landing the tiers leave above the target cuts the turn down: with enough older
+    # history to condense and drop, it stays as it was.
+    history = _kept_turn_history(old=25)
+    budget = Budget(context_window=30_000, reserve_output=1_000, target_ratio=0.5)
+    async with ContextManager(budget) as ctx:
+        view = await ctx.prepare(history)
+        assert_view_ok(view, history)
+        assert ctx.prompt_tokens <= budget.target_tokens * 1.1
+        assert ctx.ledger.decisions  # it did compact
+    turn = history.index(user("next: read the parser"))
+    assert all(m in view for m in history[turn:])
 
 
 # -- hostile input: arguments the model wrote; paths in model-written text --------------------
