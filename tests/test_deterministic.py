@@ -14,6 +14,7 @@ from agentctx.messages import (
     AssistantMessage,
     Message,
     SummaryMessage,
+    ThinkingBlock,
     ToolResultMessage,
     text_of,
 )
@@ -263,10 +264,9 @@ async def test_giving_way_skips_the_levels_that_cannot_be_enough() -> None:
         view = await ctx.prepare(history)
         assert ctx.prompt_tokens <= budget.target_tokens
         newest = ctx.ledger.decisions_at(len(history) - 1)
-    # 200 lines, then 12 (the level-by-level loop took five decisions). The newest complete
-    # turn's output was cut down first, landing above the target, so no older result is cut
-    # at the level that is enough, and none is left to cut at a level skipped.
-    assert [d.reason for d in newest] == ["truncate"] * 2
+    # 200 lines; the last level skipped (25), as the level-by-level loop left the running
+    # loop's output before the level that is enough; 12 (that loop took five decisions).
+    assert [d.reason for d in newest] == ["truncate"] * 3
     shown = next(m for m in view if isinstance(m, ToolResultMessage) and m.tool_call_id == "big")
     assert text_of(shown.content).count("\n") + 1 == 12  # halving 200 -> 100 -> 50 -> 25 -> 12
 
@@ -335,6 +335,97 @@ async def test_a_landing_at_the_target_leaves_the_newest_complete_turn_whole() -
         assert ctx.ledger.decisions  # it did compact
     turn = history.index(user("next: read the parser"))
     assert all(m in view for m in history[turn:])
+
+
+def _step(cid: str, lines: int, *, thinking: bool = False) -> list[Message]:
+    """One read and its result of ``lines`` lines; with signed thinking, if asked."""
+    body = "\n".join(f"line {i} of output {cid}" for i in range(lines))
+    blocks: tuple[ThinkingBlock, ...] = (ThinkingBlock(f"plan {cid}", f"sig-{cid}"),)
+    return [
+        AssistantMessage(
+            (*(blocks if thinking else ()), call(cid, path=f"src/{cid}.py")), "tool_use"
+        ),
+        result(cid, body),
+    ]
+
+
+async def test_a_landing_above_the_trigger_still_gives_way_to_the_target() -> None:
+    # Found by hostile run DR: cutting the newest complete turn's output took a landing from
+    # above the trigger to just under it, so the comforts did not give way, and the call
+    # rewrote the cached prefix to free almost nothing: another rewrite came two calls later.
+    # Above the trigger giving way takes the prompt to the target, as it did.
+    history = [user("task: speed up src/x.py")]
+    for n in range(3):
+        history += _step(f"old{n}", 40)
+    history += [assistant(text="the parser is slow in lex()"), user("now fix lex()")]
+    for n in range(4):
+        history += _step(f"loop{n}", 190, thinking=True)  # signed: the loop is not dropped
+    budget = Budget(context_window=12_000, reserve_output=1_000)
+    async with ContextManager(budget) as ctx:
+        await ctx.prepare(history)
+        history += _step("big", 3000, thinking=True)
+        view = await ctx.prepare(history)
+        assert_view_ok(view, history)
+        assert ctx.prompt_tokens <= budget.target_tokens + budget.target_tokens // 10
+        rewrites = 0
+        for k in range(10):
+            sent, n = ctx._sent, len(ctx.ledger)
+            history += _step(f"more{k}", 190, thinking=True)
+            assert_view_ok(await ctx.prepare(history), history)
+            rewrites += any(d.at.index < sent for d in ctx.ledger.decisions[n:])
+        assert rewrites <= 1
+
+
+async def test_cutting_only_what_was_not_sent_leaves_the_sent_turn_as_it_was() -> None:
+    # Found by hostile run DR: a call over the limit only by its new result, which tier 1 cut,
+    # also cut the newest complete turn's output, rewriting the cached prefix in a call that
+    # would not have.
+    history = [user("task: speed up src/x.py")]
+    for n in range(3):
+        history += _step(f"c{n}", 150)
+    history += [assistant(text="the parser is slow in lex()"), user("now fix lex()")]
+    history += [assistant(call("new", path="src/lex.py"))]
+    budget = Budget(context_window=20_000, reserve_output=1_000)
+    async with ContextManager(budget) as ctx:
+        first = await ctx.prepare(history)
+        sent = ctx._sent
+        history += [result("new", "\n".join(f"lex line {i}" for i in range(3000)))]
+        view = await ctx.prepare(history)
+        assert_view_ok(view, history)
+        assert [d.at.index for d in ctx.ledger.decisions] == [len(history) - 1]
+    assert view[:sent] == first[:sent]
+
+
+async def test_a_turn_cut_to_the_floor_is_not_sized_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found by hostile run DR: once the newest complete turn's output was at the floor, every
+    # later deciding call sized cutting it again, reading each original (twice as slow at 10k
+    # messages). Nothing left to cut, it is not sized.
+    from agentctx.strategies import deterministic
+
+    sized: list[int] = []
+    real = deterministic._deep_enough
+
+    def counted(*args: object, **kwargs: object) -> object:
+        sized.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(deterministic, "_deep_enough", counted)
+    history = [user("task: audit the repo"), user("read every file")]
+    for n in range(200):
+        history += _step(f"c{n}", 30)
+    history += [assistant(text="read them all"), user("now fix lex()")]
+    budget = Budget(context_window=60_000, reserve_output=1_000)
+    async with ContextManager(budget) as ctx:
+        await ctx.prepare(history)
+        calls = []
+        for k in range(8):
+            history += _step(f"s{k}", 1_600, thinking=True)
+            n, before = len(ctx.ledger), len(sized)
+            view = await ctx.prepare(history)
+            assert_view_ok(view, history)
+            calls.append((len(ctx.ledger) > n, len(sized) - before))
+    deciding = [s for decided, s in calls if decided]
+    assert len(deciding) >= 2 and deciding[0] > 0 and not any(deciding[1:])
 
 
 # -- hostile input: arguments the model wrote; paths in model-written text --------------------

@@ -428,6 +428,7 @@ async def test_skipping_the_passes_changes_nothing_sent(
     plain = await session(strategy, calls=200, window=window, rewind_at=rewind_at, observe=observe)
     assert sum(skipped) > 10
     if saving == "steady":
+        # (five at least: compactions that land deeper leave fewer calls over the threshold)
         assert sum(steady) >= 5
     for k, (a, b) in enumerate(zip(kept, plain, strict=True)):
         assert a == b, f"call {k}"

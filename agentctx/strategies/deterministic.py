@@ -20,10 +20,12 @@ the rewrite then costs no extra cache write), and then aim at the budget's targe
 the prefix cache breaks rarely. The task (first user message), the latest user message and
 the newest complete turn are never condensed or dropped; nor is signed thinking of the
 in-flight tool loop. Where what they keep before the running loop (the newest complete
-turn's steps, the recent steps) holds a landing above the target, their tool output and
-long arguments are cut shorter, as far as the target needs and down to a few lines. Images in tool results, which recall cannot hold, are left as they are
-by tier 1 and give way last, oldest first, only when the prompt is over the hard budget
-otherwise. When the budget cannot be met even so, the manager reports it.
+turn's steps, the recent steps) holds a landing above the target, in a call that rewrites
+the cached prefix anyway, their tool output and long arguments are cut shorter, as far as
+the target needs and down to a few lines. Images in tool results, which recall cannot hold,
+are left as they are by tier 1 and give way last, oldest first, only when the prompt is
+over the hard budget otherwise. When the budget cannot be met even so, the manager reports
+it.
 """
 
 from __future__ import annotations
@@ -356,7 +358,11 @@ class DeterministicCompaction:
             ctx.counter.refine(ctx.view)  # judge the round on full estimates
             if len(ctx.taken) == taken or ctx.prompt_tokens <= target + slack:
                 break
-        if ctx.prompt_tokens > target + slack:
+        # Under the trigger (above it, giving way takes the prompt to the target), and only
+        # in a call that rewrites the cached prefix anyway.
+        if target + slack < ctx.prompt_tokens <= _ceiling(ctx) and (
+            cold or not ctx.sent or ctx.breaking_cache
+        ):
             self._cut_kept(ctx, actions, target)
         if ctx.prompt_tokens > _ceiling(ctx):
             # Landing above the trigger, the next few new messages would force another
@@ -519,13 +525,20 @@ class DeterministicCompaction:
                 lines, chars = max(_FLOOR_LINES, lines // 2), max(_FLOOR_CHARS, chars // 2)
 
     def _cut_kept(self, ctx: CompactionContext, actions: list[str], target: int) -> None:
-        """Landing above the target once the tiers are done: what holds the prompt there,
-        before the running loop, is what they keep whole (the newest complete turn's steps,
-        whose output and arguments may be cut down, and the recent steps). Those are cut
-        shorter, each with its recall id, as far as the target needs and down to the floor
-        giving way cuts to. The call rewrites the cached prefix anyway: landing deeper puts
-        the next rewrite further away. The running loop stays as it is (its newest result is
-        what the model just asked for), and so does the output of ``exempt_tools``."""
+        """Landing above the target (under the trigger) once the tiers are done, in a call
+        that rewrites the cached prefix anyway: what holds the prompt there, before the
+        running loop, is what they keep whole (the newest complete turn's steps, whose
+        output and arguments may be cut down, and the recent steps). Those are cut shorter,
+        each with its recall id, as far as the target needs and down to the floor giving way
+        cuts to: landing deeper puts the next rewrite further away. The running loop stays as
+        it is (its newest result is what the model just asked for), and so does the output of
+        ``exempt_tools``."""
+        floor = replace(
+            self._relaxed(_FLOOR_LINES, _FLOOR_CHARS, self.keep_recent_steps),
+            exempt_tools=self.exempt_tools,
+        )
+        if not floor._cuts_before(ctx.view, ctx.in_flight_start()):
+            return  # all at the floor already (sizing the cut would read every original)
         lines, chars = self.max_lines, self.max_chars
         while ctx.prompt_tokens > target and (lines > _FLOOR_LINES or chars > _FLOOR_CHARS):
             view = ctx.view
@@ -535,10 +548,22 @@ class DeterministicCompaction:
                 ctx, lines, chars, ctx.prompt_tokens - target, 0, in_loop
             )
             cut = replace(
-                self._relaxed(lines, chars, self.keep_recent_steps), exempt_tools=self.exempt_tools
+                self._relaxed(lines, chars, self.keep_recent_steps),
+                exempt_tools=self.exempt_tools,
             )
             cut._truncate(ctx, actions, in_flight=False, again=True)
             ctx.counter.refine(ctx.view)
+
+    def _cuts_before(self, view: Sequence[Message], end: int) -> bool:
+        """Whether tier 1 at this strategy's limits would cut any of ``view[:end]`` as shown:
+        a result's text not of ``exempt_tools``, or an argument."""
+        for m in view[:end]:
+            if isinstance(m, ToolResultMessage):
+                if m.tool_name not in self.exempt_tools and self._cuttable(m):
+                    return True
+            elif isinstance(m, AssistantMessage) and self._cuttable(m):
+                return True
+        return False
 
     def _drop_images(self, ctx: CompactionContext, actions: list[str], goal: int) -> None:
         """Leave out images of tool results, oldest first, each for a line naming its media
