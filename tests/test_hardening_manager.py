@@ -1766,9 +1766,9 @@ async def test_a_result_of_several_text_blocks_is_cut_as_one_keeping_its_fields(
     """Found by a hostile run (AC, findings 4 and 5): tier 1 cut a result's text only when it
     was one block, so an MCP tool's result of several text items was never cut (12,891 tokens
     against an 11,000 limit, `BudgetExceededError`); and the block it cut lost its fields (a
-    caller's ``cache_control``). The text blocks are cut as one text, in the first one's place
-    with their fields (run AE, finding 2: the breakpoint is on the last); an image between them
-    stays."""
+    caller's ``cache_control``). The text blocks are cut as one text, each keeping its part of
+    the head and tail where it stands, with its fields (run AE, finding 2: the breakpoint is on
+    the last), around the image between them (run DN, finding 8: the order is kept)."""
     from agentctx.messages import ImageBlock
 
     image = ImageBlock("image/png", "iVBORw0KGgo=")
@@ -1792,10 +1792,12 @@ async def test_a_result_of_several_text_blocks_is_cut_as_one_keeping_its_fields(
         assert not any(isinstance(e, BudgetExceeded) for e in events)
         assert_view_ok(view, ctx.raw)
         (shown,) = [m for m in view if isinstance(m, ToolResultMessage)]
-        cut, kept = shown.content
-        assert kept == image and isinstance(cut, TextBlock) and cut.extra == marked
-        assert cut.text.startswith("first part") and "second part of the listing" in cut.text
-        (rid,) = re.findall(r"recall_context id=(\S+)", cut.text)
+        head, kept, tail = shown.content
+        assert kept == image and isinstance(head, TextBlock) and isinstance(tail, TextBlock)
+        assert tail.extra == marked and not head.extra
+        assert head.text.startswith("first part") and "first part" not in tail.text
+        assert tail.text.rstrip().endswith("second part of the listing")
+        (rid,) = re.findall(r"recall_context id=(\S+)", head.text)
         page = await ctx.recall(rid.rstrip(")]."), limit=100_000)
     assert text_of(content) in page  # both parts, one recall away
 

@@ -280,6 +280,33 @@ async def test_an_expired_result_beside_an_image_says_only_its_text_expired() ->
         assert "row 0.0" in page and "row 0.199" in page
 
 
+async def test_a_cut_keeps_the_order_of_text_and_images() -> None:
+    """Found by a hostile run (DN, finding 8): a result ``[caption, screenshot, long
+    accessibility tree]`` cut to head and tail came back as ``[caption and tree merged,
+    screenshot]``. Each text block now keeps its part where it stood."""
+    budget = Budget(context_window=20_000, reserve_output=2_000)
+    raw: list[Message] = [UserMessage.of("task")]
+    for k in range(8):
+        tree = "Accessibility tree:\n" + "node\n" * 4000
+        raw += [
+            AssistantMessage((ToolCall(f"c{k}", "browse", {"url": f"/p{k}"}),), "tool_use"),
+            ToolResultMessage(
+                f"c{k}", (TextBlock("Screenshot of the page:"), _shot(k, 800, 600), TextBlock(tree))
+            ),
+        ]
+    for kind in ("deterministic", "pipeline"):
+        async with ContextManager(
+            budget, strategy=_strategy(kind), recall=MemoryRecallStore(), on_over_budget="send"
+        ) as ctx:
+            view = list(await ctx.prepare(raw))
+        assert check_view(view, raw) == []
+        cut = [m for m in view if isinstance(m, ToolResultMessage) and m not in raw]
+        assert cut
+        for m in cut:
+            assert _blocks(m) == ["text:Screenshot o", "image", "text:Accessibilit"], kind
+            assert "truncated" in text_of(m.content)
+
+
 async def test_condensing_text_beside_an_image_keeps_their_order() -> None:
     """Found by a hostile run (DN, finding 3): the pipeline put its replacement text first,
     so a result ``(image, text)`` became ``(text, image)`` once condensed (or expired, or

@@ -57,6 +57,7 @@ from agentctx.messages import (
     ToolResultContent,
     ToolResultMessage,
     UserMessage,
+    text_fields,
     text_of,
     with_text,
     written_arguments,
@@ -72,6 +73,7 @@ from agentctx.strategies.trail import (
     marker_with_trail,
     put_entry,
     span_text,
+    truncate_parts,
     truncate_text,
 )
 from agentctx.strategies.undecided import alone, undecided
@@ -173,6 +175,53 @@ def _result_text(m: ToolResultMessage) -> str:
 
 def _has_text(m: ToolResultMessage) -> bool:
     return any(isinstance(b, TextBlock) for b in m.content)
+
+
+def _interleaved(content: tuple[ToolResultContent, ...]) -> bool:
+    """Whether another block (an image) stands between two text blocks of ``content``."""
+    kinds = [isinstance(block, TextBlock) for block in content]
+    if True not in kinds:
+        return False
+    first, last = kinds.index(True), len(kinds) - 1 - kinds[::-1].index(True)
+    return not all(kinds[first : last + 1])
+
+
+def _cut(
+    content: tuple[ToolResultContent, ...], text: str, parts: tuple[int, str, int]
+) -> tuple[ToolResultContent, ...]:
+    """``content`` with ``text``, its blocks' text joined (`_result_text`), cut as
+    `truncate_parts` says: in one block in the first one's place (`with_text`), unless
+    another block stands between two of them (a page's caption, its screenshot, its
+    accessibility tree): then each keeps its own part of the head and the tail where it
+    stands, the marker where the cut starts, and a block cut whole is left out (its fields
+    go to the marker's), so the text and the images keep their order."""
+    head, marker, tail = parts
+    if not _interleaved(content):
+        return with_text(content, text[:head] + marker + text[tail:])
+    out: list[ToolResultContent] = []
+    marked = -1  # where the marker went in ``out``
+    left: dict[str, object] = {}  # the fields of blocks cut whole
+    start = 0
+    for block in content:
+        if not isinstance(block, TextBlock):
+            out.append(block)
+            continue
+        end = start + len(block.text)  # the joined text puts one newline after each block
+        piece = text[start : min(end, head)]
+        if marked < 0 and head <= end:
+            piece += marker
+            marked = len(out)
+        piece += text[max(start, tail) : end]
+        start = end + 1
+        if piece:
+            out.append(TextBlock(piece, block.extra))
+        else:
+            left.update(block.extra)
+    if left and marked >= 0:
+        cut = out[marked]
+        assert isinstance(cut, TextBlock)
+        out[marked] = TextBlock(cut.text, text_fields((TextBlock("", left), cut)))
+    return tuple(out)
 
 
 def _images(content: tuple[ToolResultContent, ...]) -> int:
@@ -722,20 +771,24 @@ class DeterministicCompaction:
                 omitted = _images(m.content) - _images(shown.content) if replaced else 0
                 if replaced:
                     short = truncate_text(text, self.max_lines, self.max_chars, stand_in)
-                    # Sized as it would be sent: with the lines of the images left out.
                     sized = len(short)
-                    if omitted:
-                        sized = len(text_of(_omit_images(with_text(m.content, short), omitted)))
+                    if omitted or _interleaved(m.content):  # sized as it would be sent
+                        parts = truncate_parts(text, self.max_lines, self.max_chars, stand_in)
+                        cut = m.content if parts is None else _cut(m.content, text, parts)
+                        sized = len(text_of(_omit_images(cut, omitted)))
                     if len(_result_text(shown)) <= sized:
                         continue  # what is sent now is already this short
                 if not self._too_long(text):
                     continue
                 note = self._recall_note(ctx, text)
-                short = truncate_text(text, self.max_lines, self.max_chars, note)
+                parts = truncate_parts(text, self.max_lines, self.max_chars, note)
+                if parts is None:
+                    continue
+                short = text[: parts[0]] + parts[1] + text[parts[2] :]
                 if len(short) >= len(text):
                     continue
                 rid = note.removeprefix("recall_context id=") or None
-                kept = _omit_images(with_text(m.content, short), omitted)
+                kept = _omit_images(_cut(m.content, text, parts), omitted)
                 pending.append(ReplaceResult(anchor(raw, i), kept, "truncate", rid))
                 actions.append(f"truncated {name} result {len(text)}->{len(short)} chars")
             elif isinstance(m, AssistantMessage) and (

@@ -63,14 +63,28 @@ def truncate_text(text: str, max_lines: int, max_chars: int, note: str = "") -> 
     applying the function to its own output returns it unchanged (when ``max_chars`` has
     room for the marker: 80 characters and the note). ``note`` (e.g. a recall
     hint) is added to the marker. Whole lines are cut while that is enough; when the lines
-    kept are still too long, a cut inside them.
+    kept are still too long, a cut inside them. `truncate_parts` says where it cuts.
     """
+    parts = truncate_parts(text, max_lines, max_chars, note)
+    if parts is None:
+        return text
+    head, marker, tail = parts
+    return text[:head] + marker + text[tail:]
+
+
+def truncate_parts(
+    text: str, max_lines: int, max_chars: int, note: str = ""
+) -> tuple[int, str, int] | None:
+    """Where `truncate_text` cuts ``text``: ``(head, marker, tail)``, its output being
+    ``text[:head] + marker + text[tail:]``; ``None`` when it leaves ``text`` as it is. For a
+    text made of several blocks, which part of each is kept (`agentctx.strategies`' cut of a
+    tool result whose text blocks stand around an image)."""
     suffix = f"; {note}" if note else ""
     n = len(text)
     lines = text.count("\n") + 1
     by_lines = lines > max_lines >= 3
     if not by_lines and n <= max_chars:
-        return text
+        return None
     # The head may end at (and the tail start after) these line breaks; found from both ends
     # rather than split: outputs run to thousands of lines, of which few are kept.
     head_end, tail_start = n, -1
@@ -90,9 +104,11 @@ def truncate_text(text: str, max_lines: int, max_chars: int, note: str = "") -> 
         # The cut lines and their line breaks lie between the two.
         cut_lines, cut_chars = lines - max_lines + 1, tail_start - head_end
         marker = f"[... {cut_lines} lines ({cut_chars} chars) truncated{suffix} ...]"
-        short = text[: head_end + 1] + marker + text[tail_start:]
-        if len(short) <= max_chars:
-            return short
+        # As slices take them: ``text[:n + 1]`` is the whole text, ``text[-1:]`` its last
+        # character.
+        head, tail = min(head_end + 1, n), tail_start if tail_start >= 0 else n + tail_start
+        if head + len(marker) + n - tail <= max_chars:
+            return head, marker, tail
     # A cut inside lines, of the text itself: head and tail lines no more than above, and the
     # marker's numbers those of the text (a cut of the line cut's output would count its
     # marker and hide the first cut's size).
@@ -105,7 +121,7 @@ def truncate_text(text: str, max_lines: int, max_chars: int, note: str = "") -> 
     breaks = text.count("\n", head, n - tail)
     spans = f" in {breaks + 1} lines" if breaks else ""
     marker = f"\n[... {cut} chars{spans} truncated{suffix} ...]\n"
-    return text[:head] + marker + (text[n - tail :] if tail else "")
+    return head, marker, n - tail
 
 
 def describe_call(call: ToolCall, width: int = 200) -> str:
