@@ -49,6 +49,7 @@ from agentctx._follow import (
 from agentctx._log import log, warm_logger
 from agentctx._overflow import Overflow, overflow_of
 from agentctx._usage import ACCEPTED, states_counts_only, usage_of
+from agentctx.boundaries import task_index
 from agentctx.budget import Budget, BudgetExceededError
 from agentctx.errors import ConfigError, StoreDataError, StoreError, UnsupportedMessageError
 from agentctx.events import (
@@ -256,6 +257,7 @@ class ContextManager:
         "_report",
         "_report_arrived",
         "_reported",
+        "_refused_kept",
         "_refused_media",
         "_reported_view",
         "_resumed",
@@ -359,6 +361,10 @@ class ContextManager:
         # leave out: what no fit explained, those media, and the raw history's length and
         # rewinds then, the history it applies to and those grown from it (see `_calibrate`).
         self._refused_media: tuple[int, float, int, int] | None = None
+        # Such a refusal of a view whose only media are the task's and the latest user
+        # message's, which no compaction leaves out: what no fit explained, those media, the
+        # raw history's length and rewinds then, and the raw indices of the two messages.
+        self._refused_kept: tuple[int, float, int, int, tuple[int, ...]] | None = None
         self._report: int | None = None  # prompt tokens of a usage report not applied yet
         self._limit_sent = self.budget.limit  # the hard limit of the last `prepare`
         self._settling = threading.Lock()
@@ -761,7 +767,31 @@ class ContextManager:
         if self._refused_media is not None and (share := self._media_share()):
             media = min(self._media_left(), self._refused_media[1])
             return state.tokens + math.ceil(share * media)
+        if self._refused_kept is not None:
+            return state.tokens + self._kept_excess()
         return state.tokens
+
+    def _kept_excess(self) -> int:
+        """What `_view_tokens` lays on the media of the task and the latest user message, of
+        a refusal's excess no fit explained when the view held no other media: those
+        messages cost it in every view that still shows them, on the history refused or one
+        grown from it, until a usage report is taken (compacting the rest until it fits, or
+        saying at once that it cannot). O(log view)."""
+        refused = self._refused_kept
+        if refused is None:
+            return 0
+        excess, media, raw, cuts, holders = refused
+        state = self._state
+        if len(state.raw) < raw or len(state.cuts) != cuts:  # cut back or edited since
+            return 0
+        view, origins = state.view, state.origins
+        vector = self._counter.vector
+        shown = 0.0
+        for i in holders:
+            j = bisect.bisect_left(origins, i)
+            if j < len(view) and origins[j] == i and isinstance(view[j], UserMessage):
+                shown += vector(view[j])[-1]
+        return math.ceil(excess * _REFUSED_MARGIN * min(shown, media) / media)
 
     def _media_share(self) -> float:
         """What `_view_tokens` lays on each token of media the view may leave out, of a
@@ -1149,7 +1179,8 @@ class ContextManager:
     def _protected(self, view: Sequence[Message]) -> int:
         """Tokens of what no compaction may touch in ``view``, request overhead included."""
         count = self._counter.count
-        return self._counter.overhead + sum(count(view[j]) for j in protected_positions(view))
+        kept = sum(count(view[j]) for j in protected_positions(view))
+        return self._counter.overhead + kept + self._kept_excess()
 
     def _count_new_near_budget(self, budget: Budget) -> int:
         """Count the messages new since the last call in full when their quick estimate could
@@ -1551,6 +1582,12 @@ class ContextManager:
                 media = self._media_left()
                 history = (len(state.raw), len(state.cuts))
                 self._refused_media = (excess, media, *history) if media > 0 else None
+                # With none, what holds media is the task and the latest user message: they
+                # carry it (the counts say at once whether the budget can be met with them).
+                ends = (task_index(state.raw), state.latest_user())
+                holders = tuple(dict.fromkeys(i for i in ends if i is not None))
+                kept = state.vector()[-1] if media <= 0 else 0.0
+                self._refused_kept = (excess, kept, *history, holders) if kept > 0 else None
                 return False
             # More than the model could read, and more than any calibration makes of this
             # view: another request's count (a proxy summing a session, a wrong object).
@@ -1568,7 +1605,8 @@ class ContextManager:
                     )
                 )
             return False
-        self._refused_media = None  # a report the fit explains: the counts say what costs what
+        # A report the fit explains: the counts say what costs what.
+        self._refused_media = self._refused_kept = None
         # A first report that is a refusal far over the estimate, taken mostly for overhead
         # (one report cannot tell it from a denser tokenizer), would leave no room for any
         # message, and the retry would raise `BudgetExceededError` where compacting more

@@ -874,3 +874,73 @@ async def test_a_refusal_of_icons_is_compacted_by_every_strategy(kind: str) -> N
         images = sum(isinstance(b, ImageBlock) for m in view for b in getattr(m, "content", ()))
         assert 0 < images < 1200
         assert check_view(view, raw) == []
+
+
+def _icons_asked_about(icons: int, pages: int) -> tuple[list[Message], int]:
+    """A session of ``pages`` tool results of catalogue text, then a latest user message of
+    ``icons`` 32x32 icons (billed 258 tokens each, estimated at about 22); and what the
+    estimate is short of per icon."""
+    from agentctx import ImageBlock, TextBlock, ToolCall, ToolResultMessage
+    from agentctx.tokens import MessageCounter
+
+    plain = MessageCounter()
+    icon = ImageBlock("image/png", _png(32, 32, 0))
+    short = 258 - (plain.count_full(UserMessage((icon,))) - plain.count_full(UserMessage(())))
+    raw: list[Message] = [UserMessage.of("task: help me with the catalogue")]
+    for t in range(pages):
+        text = f"line {t} of the catalogue, with its prices and its stock\n" * 120
+        raw += [
+            AssistantMessage((ToolCall(f"c{t}", "read", {"page": t}),)),
+            ToolResultMessage(f"c{t}", (TextBlock(text),), "read"),
+            AssistantMessage.of(f"read page {t}"),
+            UserMessage.of(f"next {t}"),
+        ]
+    asked = (TextBlock("which of these icons are broken?"),) + tuple(
+        ImageBlock("image/png", _png(32, 32, 1 + i)) for i in range(icons)
+    )
+    raw[-1] = UserMessage(asked)
+    return raw, short
+
+
+def _billed(view: list[Message], ctx: ContextManager, short: int) -> int:
+    from agentctx import ImageBlock
+
+    images = sum(isinstance(b, ImageBlock) for m in view for b in getattr(m, "content", ()))
+    return ctx.counter.overhead + ctx.counter.count_many(view) + images * short
+
+
+async def test_a_refusal_of_media_only_the_latest_user_message_holds_raises_at_the_retry() -> None:
+    """Found by a re-run (DQ 3): a refusal far over the estimate of a view whose only media
+    are the latest user message's (1,000 icons the provider bills 258 tokens each) counted
+    for the refused view alone: each retry compacted the history away, was sent, and was
+    refused again, until `BudgetExceededError`. Those media now carry what no fit explains
+    while they are in view, so the retry says at once that the budget cannot be met."""
+    raw, short = _icons_asked_about(1_000, 12)
+    async with ContextManager(Budget(context_window=200_000, reserve_output=8_000)) as ctx:
+        refused = await ctx.prepare(raw)
+        counted = _billed(refused, ctx, short)
+        assert counted > 4 * ctx.prompt_tokens and counted > 200_000
+        ctx.observe(_Error(f"prompt is too long: {counted} tokens > 200000 maximum"))
+        with pytest.raises(BudgetExceededError) as caught:
+            await ctx.prepare(raw)
+        assert caught.value.tokens > ctx.budget.limit
+        assert caught.value.protected > ctx.budget.limit  # the icons, as the provider counts
+        # The user takes the icons out (an edit): nothing of the refusal is laid on the rest.
+        edited = [*raw[:-1], UserMessage.of("which of these icons are broken? (see the list)")]
+        view = await ctx.prepare(edited)
+        assert ctx.prompt_tokens < 50_000 and view[-1] == edited[-1]
+
+
+async def test_a_refusal_of_media_the_rest_leaves_room_for_is_compacted_to_fit() -> None:
+    """The same with icons that fit the budget alone: the retry compacts the rest until the
+    view with the icons, as the provider counts it, is under the budget."""
+    raw, short = _icons_asked_about(650, 25)
+    async with ContextManager(Budget(context_window=200_000, reserve_output=8_000)) as ctx:
+        refused = await ctx.prepare(raw)
+        counted = _billed(refused, ctx, short)
+        assert counted > 4 * ctx.prompt_tokens and counted > 200_000
+        ctx.observe(_Error(f"prompt is too long: {counted} tokens > 200000 maximum"))
+        view = await ctx.prepare(raw)
+        assert _billed(view, ctx, short) <= ctx.budget.limit
+        assert check_view(view, raw) == []
+        assert view[0] == raw[0] and view[-1] == raw[-1]
