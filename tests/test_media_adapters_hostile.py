@@ -158,6 +158,31 @@ async def test_compacted_screenshots_keep_their_detail_through_a_session() -> No
         assert [item for item in m.content if item["type"] != "text"] == [image]  # type: ignore[index]
 
 
+async def test_an_image_that_gave_way_leaves_its_cache_breakpoint_on_its_line() -> None:
+    """Found by a hostile run (DO 5): forty screenshots in the newest step's result, the first
+    carrying the caller's cache breakpoint, gave way to lines; the line standing for the first
+    kept the breakpoint through `to_anthropic` but lost it through `to_langchain`."""
+    cached = FORMS["anthropic cached"]
+    images = [
+        {**cached, "source": {**cached["source"], "data": png(1400, 1000) + "A" * (4 * k)}}
+        for k in range(40)
+    ]
+    for k in range(1, 40):
+        del images[k]["cache_control"]
+    messages: list[BaseMessage] = [
+        HumanMessage("task: compare"),
+        AIMessage("", tool_calls=[{"name": "shots", "args": {}, "id": "c1", "type": "tool_call"}]),
+        ToolMessage(images, tool_call_id="c1", name="shots"),  # type: ignore[arg-type]
+    ]
+    async with ContextManager(Budget(context_window=40_000, reserve_output=4_000)) as ctx:
+        view = await ctx.prepare(from_langchain(messages))
+        out = to_langchain(view, messages)
+    first = out[-1].content[0]
+    assert isinstance(first, dict) and first["type"] == "text" and "omitted" in first["text"]
+    assert first["cache_control"] == {"type": "ephemeral"}
+    assert not any("cache_control" in item for item in out[-1].content[1:])  # type: ignore[operator]
+
+
 # ---------------------------------------------------------------------------------------
 # Chat Completions: a tool message takes text only
 

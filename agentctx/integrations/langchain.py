@@ -185,7 +185,9 @@ def _block(item: str | Mapping[str, Any], key: list[Any], calls: AbstractSet[str
             return None
     image = _image(item)
     if image is not None:
-        return ImageBlock(image.media_type, image.data, image.source, k)
+        marked = item.get("cache_control")  # where an image that gives way leaves it
+        extra = k if marked is None else _frozen({KEY: key, "cache_control": marked})
+        return ImageBlock(image.media_type, image.data, image.source, extra)
     return OpaqueBlock(PROVIDER, _frozen({KEY: key, "item": dict(item)}))
 
 
@@ -248,6 +250,11 @@ def from_langchain(messages: Sequence[BaseMessage]) -> list[Message]:
 def _item(b: object) -> str | dict[str, Any] | None:
     """A LangChain content item for a neutral block agentctx made or changed."""
     if isinstance(b, TextBlock):
+        # A caller's cache breakpoint stays where it was (on the line standing for an image
+        # that gave way).
+        marked = b.extra.get("cache_control")
+        if marked is not None:
+            return {"type": "text", "text": b.text, "cache_control": marked}
         return {"type": "text", "text": b.text}
     if isinstance(b, ImageBlock):
         url = b.data if b.source == "url" else f"data:{b.media_type};base64,{b.data}"
