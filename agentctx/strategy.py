@@ -99,6 +99,9 @@ class CompactionContext:
     # holds (`ContextManager._view_tokens`): what leaving an image out frees beyond its
     # estimate, until a usage report.
     _media_share: float = 0.0
+    # The strategy running these tiers takes a decision that rewrites what was sent before
+    # once they are done (`LlmCompaction` splicing a briefing): this call rewrites it anyway.
+    _rewriting: bool = False
     _ended: bool = False  # the call ended: a strategy that kept this context takes nothing
 
     @property
@@ -132,7 +135,10 @@ class CompactionContext:
 
     @property
     def breaking_cache(self) -> bool:
-        """Whether a decision taken in this call already rewrites what was sent before."""
+        """Whether this call rewrites what was sent before: a decision taken in it already
+        does, or the strategy running these tiers will."""
+        if self._rewriting:
+            return True
         return bool(self.taken) and any(d.at.index < self.sent for d in self.taken)
 
     @property

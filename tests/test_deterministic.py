@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import re
 
+import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,6 +15,7 @@ from agentctx.messages import (
     AssistantMessage,
     Message,
     SummaryMessage,
+    TextBlock,
     ThinkingBlock,
     ToolResultMessage,
     text_of,
@@ -426,6 +428,107 @@ async def test_a_turn_cut_to_the_floor_is_not_sized_again(monkeypatch: pytest.Mo
             calls.append((len(ctx.ledger) > n, len(sized) - before))
     deciding = [s for decided, s in calls if decided]
     assert len(deciding) >= 2 and deciding[0] > 0 and not any(deciding[1:])
+
+
+def _write(cid: str, chars: int) -> list[Message]:
+    """A write of ``chars`` characters of minified code (one line) and its short result."""
+    content = ("const table = [" + ", ".join(str(i * 7919 % 100003) for i in range(chars)))[:chars]
+    return [assistant(call(cid, "write", path=f"src/{cid}.js", content=content)), result(cid, "ok")]
+
+
+async def test_arguments_tier_1_cut_are_cut_again_when_the_budget_needs_it() -> None:
+    # Found by hostile run DS: twelve writes of 10,000 characters in the newest complete turn
+    # were cut to 2,000 each and never again: `BudgetExceededError`, saying the protected
+    # messages alone were over the budget, where twelve writes of 1,990 characters fit. An
+    # argument already cut is cut again from the original, as a result is.
+    history = [user("task: write the tables")]
+    for n in range(12):
+        history += _write(f"w{n}", 10_000)
+    history += [assistant(text="wrote them"), user("now run the tests")]
+    budget = Budget(context_window=10_000, reserve_output=1_000)
+    async with ContextManager(budget, recall=MemoryRecallStore(), session_id="s") as ctx:
+        view = await ctx.prepare(history)
+        assert_view_ok(view, history)
+        assert ctx.prompt_tokens <= budget.limit
+    for m in view:
+        if isinstance(m, AssistantMessage):
+            for c in m.tool_calls:
+                assert len(c.arguments["content"]) < 2_000
+
+
+async def test_the_recall_tool_s_page_named_by_its_call_alone_is_not_sized_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Found by hostile run DS: a recalled page whose result names no tool (its call does) was
+    # taken for output the kept turn's cut could shorten, so each call sized the cut again,
+    # reading every original, to leave the page (exempt) as it was.
+    from agentctx.strategies import deterministic
+
+    sized: list[int] = []
+    real = deterministic._deep_enough
+
+    def counted(*args: object, **kwargs: object) -> object:
+        sized.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(deterministic, "_deep_enough", counted)
+    page = "\n".join(f"recalled line {i}" for i in range(150))
+    history: list[Message] = [
+        user("task: fix lex()"),
+        assistant(call("r0", "recall_context", id="ctx-0123456789abcdef")),
+        ToolResultMessage("r0", (TextBlock(page),), None, False),
+        assistant(text="recalled it"),
+        user("go on"),
+    ]
+    now = [0.0]
+    budget = Budget(context_window=20_000, reserve_output=1_000)
+    async with ContextManager(budget, recall=MemoryRecallStore(), clock=lambda: now[0]) as ctx:
+        for k in range(12):
+            history += _step(f"s{k}", 100)
+            now[0] += 400  # a cold cache: each call may compact
+            view = await ctx.prepare(history)
+    assert not sized
+    assert any(isinstance(m, ToolResultMessage) and text_of(m.content) == page for m in view)
+
+
+async def test_a_briefing_splice_lands_as_deep_as_the_tiers_would() -> None:
+    # Found by hostile run DS: the tiers `LlmCompaction` runs on the tail before a splice took
+    # the call for one that rewrote nothing sent (the splice is taken after them), so they
+    # left the newest complete turn's output whole: the splice landed just under the trigger
+    # and the next rewrite came 16 calls after, not 32.
+    from agentctx import Chain, LlmCompaction
+    from agentctx.testing import ScriptedSummarizer
+
+    history = [user("task: speed up the parser")]
+    for t in range(12):
+        history += [*_step(f"o{t}", 40), assistant(text=f"answer {t}"), user(f"question {t + 1}")]
+    for n in range(4):
+        history += _step(f"k{n}", 150)
+    history += [assistant(text="the parser is slow in lex()"), user("now fix lex()")]
+    briefing = (
+        "## Goal\nShip.\n## Constraints\nKeep the API.\n## Decisions\nUse LALR.\n"
+        "## Files touched\nsrc/parser.py\n## Open items\nWrite tests."
+    )
+    budget = Budget(context_window=16_000, reserve_output=1_000)
+    strategy = Chain(
+        [
+            LlmCompaction(ScriptedSummarizer(default=briefing), fallback=DeterministicCompaction()),
+            DeterministicCompaction(),
+        ]
+    )
+    landings = []
+    async with ContextManager(budget, strategy=strategy, recall=MemoryRecallStore()) as ctx:
+        for k in range(60):
+            history += _step(f"s{k}", 30, thinking=True)
+            sent, n = ctx._sent, len(ctx.ledger)
+            view = await ctx.prepare(history)
+            assert_view_ok(view, history)
+            if any(d.at.index < sent for d in ctx.ledger.decisions[n:]):
+                landings.append(ctx.prompt_tokens)
+            await anyio.sleep(0.01)
+    # 10,981 of a trigger at 11,250 before, and three rewrites in the sixty calls.
+    assert landings and landings[0] < 0.75 * budget.trigger_tokens
+    assert len(landings) <= 2
 
 
 # -- hostile input: arguments the model wrote; paths in model-written text --------------------

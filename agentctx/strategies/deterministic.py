@@ -605,12 +605,19 @@ class DeterministicCompaction:
 
     def _cuts_before(self, view: Sequence[Message], end: int) -> bool:
         """Whether tier 1 at this strategy's limits would cut any of ``view[:end]`` as shown:
-        a result's text not of ``exempt_tools``, or an argument."""
+        a result's text not of ``exempt_tools`` (named by the result, or by its call), or an
+        argument."""
+        names: dict[str, str] = {}
         for m in view[:end]:
-            if isinstance(m, ToolResultMessage):
-                if m.tool_name not in self.exempt_tools and self._cuttable(m):
+            if isinstance(m, AssistantMessage):
+                names.update((c.id, c.name) for c in m.tool_calls)
+                if self._cuttable(m):
                     return True
-            elif isinstance(m, AssistantMessage) and self._cuttable(m):
+            elif (
+                isinstance(m, ToolResultMessage)
+                and self._cuttable(m)
+                and (m.tool_name or names.get(m.tool_call_id)) not in self.exempt_tools
+            ):
                 return True
         return False
 
@@ -748,10 +755,11 @@ class DeterministicCompaction:
             m = undecided(ctx.ledger, raw, view, origins, j)
             replaced = m is None
             if m is None:
-                # Already replaced; only a result is cut again, from the original, when giving
-                # way (a stub repair added has none: its origin is the call's message).
+                # Already replaced; a result or arguments are cut again, from the original,
+                # when giving way (a stub repair added has none: its origin is the call's
+                # message).
                 m = raw[i]
-                if not (again and isinstance(m, ToolResultMessage)):
+                if not (again and isinstance(m, ToolResultMessage | AssistantMessage)):
                     continue
             if isinstance(m, ToolResultMessage) and isinstance(shown, ToolResultMessage):
                 if names is None:
@@ -797,10 +805,19 @@ class DeterministicCompaction:
                 # Arguments in the running loop are cut only when giving way, and never in a
                 # message whose signed reasoning must go back as it was.
                 stand_in = f"recall_context id={ID_STAND_IN}" if ctx.recall is not None else ""
+                sent = (
+                    {c.id: _cuttable_arguments(c) for c in shown.tool_calls}
+                    if replaced and isinstance(shown, AssistantMessage)
+                    else {}
+                )
                 for call in alone(m.tool_calls):
                     arguments = _cuttable_arguments(call)
-                    if not self._shrink_arguments(arguments, stand_in)[1]:
+                    shorter, shortened = self._shrink_arguments(arguments, stand_in)
+                    if not shortened:
                         continue  # none is longer than its cut would be
+                    now = sent.get(call.id)
+                    if now is not None and len(compact_json(now)) <= len(compact_json(shorter)):
+                        continue  # what is sent now is already this short
                     whole = json.dumps(dict(arguments), ensure_ascii=False)
                     note = self._recall_note(ctx, whole)
                     rid = note.removeprefix("recall_context id=") or None

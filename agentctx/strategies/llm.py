@@ -614,6 +614,7 @@ class LlmCompaction:
         if counter.overhead + counter.count_many(view[:head]) + size > limit:
             problem = "the head and the briefing do not fit the budget"
         elif ctx.prompt_tokens - region + size > max(1, budget.target_tokens):
+            rewriting = a < ctx.sent  # the splice will rewrite what was sent: the tiers may too
             # Still above the target: shrink the tail to it, so the splice lands as deep as
             # the tiers would have and the next compaction is as far away (the splice breaks
             # the prefix cache from here on anyway, and the tail is the newest part of it).
@@ -629,6 +630,7 @@ class LlmCompaction:
                     delta=size - region,
                     aim=capped(budget.target_tokens),
                     give_way_above=budget.trigger_tokens,
+                    rewriting=rewriting,
                 )
             trigger = max(1, budget.trigger_tokens)
             if end > cut and ctx.prompt_tokens - region + size > trigger:
@@ -644,6 +646,7 @@ class LlmCompaction:
                     fence=fence if fence < len(ctx.view) else None,
                     delta=size - region,
                     aim=capped(trigger),
+                    rewriting=rewriting,
                 )
             if ctx.prompt_tokens - region + size > limit and va > head:
                 # Still over the limit: make room before the span too, around the briefing
@@ -652,7 +655,12 @@ class LlmCompaction:
                 stand_in = (va, vc, briefing[0] if len(briefing) == 1 else _NATIVE_STAND_IN)
                 aim = capped(limit)
                 actions += await run_tiers(
-                    self.fallback, ctx, instead=stand_in, delta=size - region, aim=aim
+                    self.fallback,
+                    ctx,
+                    instead=stand_in,
+                    delta=size - region,
+                    aim=aim,
+                    rewriting=rewriting,
                 )
                 va = bisect.bisect_left(ctx.origins, a)
                 vc = bisect.bisect_left(ctx.origins, cut)

@@ -53,6 +53,7 @@ async def run_tiers(
     delta: int = 0,
     aim: Budget | None = None,
     give_way_above: int | None = None,
+    rewriting: bool = False,
 ) -> list[str]:
     """Run ``fallback`` on ``ctx.view[start:]`` (all of it for ``None``), as if the prompt
     were ``delta`` tokens larger, against ``aim`` (default: the session's budget); return the
@@ -64,7 +65,9 @@ async def run_tiers(
     ``instead=(i, j, briefing)`` the briefing stands in for ``view[i:j]`` (count its
     difference in ``delta``): the tiers never condense or drop a briefing, so none of their
     decisions touches it or runs across it. ``give_way_above``: see
-    `CompactionContext.give_way_above` (default: ``aim``'s trigger). Other events pass
+    `CompactionContext.give_way_above` (default: ``aim``'s trigger). ``rewriting``: the
+    caller takes a decision rewriting what was sent before once they are done (a splice), so
+    the call rewrites it anyway (`CompactionContext.breaking_cache`). Other events pass
     through to ``ctx.emit``.
     """
     collected: list[str] = []
@@ -134,6 +137,7 @@ async def run_tiers(
         taken=ctx.taken,
         give_way_above=give_way_above,
         _media_share=ctx._media_share,
+        _rewriting=rewriting or ctx._rewriting,
         followed=ctx.followed,
         hard_limit=ctx.budget.limit if ctx.hard_limit is None else ctx.hard_limit,
     )
