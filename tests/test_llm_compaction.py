@@ -233,11 +233,13 @@ class Caller:
             await self.turn(messages)
 
     async def until(self, llm: LlmCompaction, phase: str) -> int:
-        """Take turns until ``llm`` is in ``phase``; return how many it took."""
+        """Take turns until ``llm`` is in ``phase``; return how many it took (failing, not
+        looping for good, when it never gets there)."""
         i = 0
         while llm.phase != phase:
             await self.turn(turn(i))
             i += 1
+            assert i < 500, f"{llm.phase} after 500 turns, never {phase}"
         return i
 
     def of(self, kind: type[Any]) -> list[Any]:
