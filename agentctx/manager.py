@@ -263,6 +263,7 @@ class ContextManager:
         "_resumed",
         "_to_load",
         "_sent",
+        "_unsent",
         "_settling",
         "_startup_events",
         "_state",
@@ -361,6 +362,7 @@ class ContextManager:
         # leave out: what no fit explained, those media, and the raw history's length and
         # rewinds then, the history it applies to and those grown from it (see `_calibrate`).
         self._refused_media: tuple[int, float, int, int] | None = None
+        self._unsent = (0, 0)  # `_sent` and the messages after it's count, this call
         # Such a refusal of a view whose only media are the task's and the latest user
         # message's, which no compaction leaves out: what no fit explained, those media, the
         # raw history's length and rewinds then, and the raw indices of the two messages.
@@ -837,18 +839,28 @@ class ContextManager:
         result measured in o200k), enough to cross the hard limit unseen when the prompt
         rides just under it. The call's own check is against ``budget`` itself. Nothing on a
         first call, which renders as a resumed worker did."""
-        state = self._state
-        # What is new is part of the view, so its margin is at most the view's (each count
-        # rounded): far from the limit, nothing to count.
-        if tokens + math.ceil((tokens + len(state.view)) * _UNSENT_MARGIN) <= budget.limit:
+        sent, counted = self._unsent  # as the call's count left it (`_count_new_near_budget`)
+        counter = self._counter
+        # The margin is at most this many times their count (their base estimate at most
+        # `base_spread` times it): far from the limit, nothing more to count.
+        most = (1 + _UNSENT_MARGIN) * counter.base_spread - 1
+        if sent == self._sent and tokens + counted * most + 1 <= budget.limit:
             return budget
+        limit = budget.limit
+        state = self._state
         if not 0 < self._sent < len(state.raw):
             return budget
         unsent = state.view[bisect.bisect_left(state.origins, self._sent) :]
-        # At most the limit's worth of them can be sent: a result far over it is cut down
-        # before it goes out, and a margin sized on it would leave no budget to decide on.
-        counted = min(self._counter.count_many(unsent), budget.limit)
-        margin = math.ceil(counted * _UNSENT_MARGIN)
+        counted = counter.count_many(unsent)
+        # A calibration that prices a class of content below its base estimate can price a
+        # new message of it further below what it costs (a write's long arguments, 18 % short
+        # on a pi session): the margin is taken on the base estimate where that is higher,
+        # and the difference added. At most the limit's worth of them can be sent: a result
+        # far over it is cut down before it goes out, and a margin sized on it would leave no
+        # budget to decide on.
+        base = round(sum(sum(counter.vector(m)) for m in unsent))
+        highest = min(max(counted, base), limit)
+        margin = math.ceil(highest * _UNSENT_MARGIN) + min(max(0, base - counted), limit)
         return budget.lowered(margin) if tokens + margin > budget.limit else budget
 
     async def prepare(
@@ -1200,6 +1212,7 @@ class ContextManager:
         tokens = counter.overhead + self._view_tokens()  # settled by the caller
         k = bisect.bisect_left(origins, self._sent)
         quick = counter.count_many(view[k:]) if k < len(view) else 0
+        self._unsent = (self._sent, quick)  # the unsent messages' count, for the margin
         # What this call's new messages and those left on quick counts before could add
         # (a calibration that weighs some class over prose widens it).
         beyond = (1 + _BEYOND_QUICK) * counter.quick_spread - 1
@@ -1208,7 +1221,10 @@ class ContextManager:
             return tokens
         refined = counter.refine(view) if self._unrefined else counter.refine(view[k:])
         self._unrefined = 0
-        return self.prompt_tokens if refined else tokens
+        if not refined:
+            return tokens
+        self._unsent = (self._sent, counter.count_many(view[k:]))
+        return self.prompt_tokens
 
     def _persist(self, taken: Sequence[Decision]) -> None:
         """Hand the decisions just taken to the recall writer: it keeps the entries they name

@@ -295,11 +295,18 @@ class MessageCounter:
         text's own class, which the calibration may weigh more (1.0 uncalibrated)."""
         return self._spread
 
+    @property
+    def base_spread(self) -> float:
+        """How many times its calibrated tokens a message's base (uncalibrated) estimate can
+        be: 1.0 unless the calibration prices some slot below its base estimate."""
+        return self._base_spread
+
     def _set_multipliers(self) -> None:
         mult = self._mult = self._calibration.multipliers
         prose, json_slot = self._quick_slots
         quick = max(min(mult[prose], mult[json_slot]), 1e-9)
         self._spread = max(1.0, max(mult[: self._fixed]) / quick)
+        self._base_spread = max(1.0, 1 / max(min(mult), 1e-9))
 
     @property
     def overhead(self) -> int:
