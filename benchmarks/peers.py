@@ -42,7 +42,9 @@ The strategies, each at its defaults, driven through its own hook as its framewo
   hard prompt limit is exactly B, counting with its default `MessageCounter` (its estimator,
   texts under 256 characters exact with the ``tokenizer`` extra), as the peers count with
   theirs, through ``prepare`` (projection mode) and ``observe`` with the exact size of what
-  it sent (`_yardstick.run_agentctx`). ``--target-ratio`` adds
+  it sent (`_yardstick.run_agentctx`), with a `MemoryRecallStore`, so that what it cleared is
+  one ``recall_context`` call away: every request it sends carries that tool's definition,
+  counted in its size and cost. ``--target-ratio`` adds
   the deterministic strategy at other ``Budget.target_ratio`` values.
 
 A summary's own work (the offline summarizer's extraction) stands in for a model's reply: it
@@ -87,7 +89,10 @@ from agentctx.messages import (
     ToolResultMessage,
     UserMessage,
 )
+from agentctx.recall import MemoryRecallStore
+from agentctx.recall.tool import recall_tool
 from agentctx.replay.offline_summarizer import extract_briefing
+from agentctx.summarizer import serialize_transcript
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "corpus"
 
@@ -572,19 +577,12 @@ async def run_lc_trim(session: Session, judge: y.Judge, b: int) -> None:
 
 
 def _lc_transcript(messages: Sequence[Any]) -> str:
-    """LangChain messages as the plain text a summarizer reads: each one's text, its tool
-    calls with their arguments, a tool's output."""
-    lines: list[str] = []
-    for m in messages:
-        content = m.content
-        for part in [content] if isinstance(content, str) else content:
-            if isinstance(part, str):
-                lines.append(f"[{m.type}] {part}")
-            elif part.get("type") == "text":
-                lines.append(f"[{m.type}] {part['text']}")
-        for call in getattr(m, "tool_calls", ()):
-            lines.append(f"[{m.type}] {call['name']}({json.dumps(call['args'])})")
-    return "\n".join(lines)
+    """LangChain messages as the plain text a summarizer reads: the transcript agentctx's own
+    summarization requests carry (`serialize_transcript`), which the offline summarizer reads
+    its goal, decisions, files and commands from, as it does for agentctx's ``llm`` row."""
+    from agentctx.integrations.langchain import from_langchain
+
+    return serialize_transcript(from_langchain(messages))
 
 
 async def run_lc_summarization(session: Session, judge: y.Judge, b: int) -> None:
@@ -644,7 +642,18 @@ def _agentctx(kind: str, target_ratio: float | None = None) -> Callable[..., Any
         return build_strategy(kind, clock, delay=DEFAULT_SUMMARIZER_DELAY)
 
     async def run(session: Session, judge: y.Judge, b: int) -> None:
-        done = await y.run_agentctx(session.messages, judge, make, b, target_ratio=target_ratio)
+        # The recall tool goes out with every request, so that what was cleared is one call
+        # away: its definition counts in each request's size and cost.
+        definition = json.dumps(recall_tool("anthropic"), separators=(",", ":"))
+        judge.overhead = judge.canon.count_text(definition)
+        done = await y.run_agentctx(
+            session.messages,
+            judge,
+            make,
+            b,
+            target_ratio=target_ratio,
+            recall=MemoryRecallStore(),
+        )
         if kind == "llm":
             judge.result.notes.append(f"{done.splices} briefings spliced")
 
