@@ -780,7 +780,7 @@ async def test_a_new_result_the_estimate_undercounts_never_crosses_the_limit(
         assert sum(s > budget.limit - 1_500 for s in sizes) > 5  # it did ride up near the limit
 
 
-async def test_a_new_message_the_calibration_prices_below_its_estimate_never_crosses_the_limit() -> (
+async def test_a_message_the_calibration_prices_below_its_estimate_never_crosses_the_limit() -> (
     None
 ):
     # Found re-running peers.py with the recall tool counted: on pi/before-compaction@50k the
