@@ -707,6 +707,17 @@ def agentctx_budget(b: int, target_ratio: float | None = None) -> Any:
     return Budget(context_window=b + RESERVE, reserve_output=RESERVE, target_ratio=target_ratio)
 
 
+def recall_tool_tokens(canon: Canon) -> int:
+    """Tokens of the recall tool's definition, which every request agentctx sends with a
+    recall store carries (so that what was cleared is one call away): counted in each
+    request's size and cost, before the messages, as a tool definition is."""
+    import json
+
+    from agentctx.recall.tool import recall_tool
+
+    return canon.count_text(json.dumps(recall_tool("anthropic"), separators=(",", ":")))
+
+
 def agentctx_counter() -> Any:
     """agentctx's default message counter, as a user gets it: each peer counts with its own
     default too, and only the judge counts exactly. (An exact o200k counter would be a kinder

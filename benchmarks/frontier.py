@@ -55,7 +55,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
-import json
 import math
 import sys
 import time
@@ -76,7 +75,6 @@ from agentctx.budget import Budget
 from agentctx.events import BudgetExceeded, ContextCompacted
 from agentctx.manager import ContextManager
 from agentctx.recall import MemoryRecallStore
-from agentctx.recall.tool import recall_tool
 from agentctx.replay import ReplayClock
 from agentctx.replay.jobs import DEFAULT_SUMMARIZER_DELAY, build_strategy
 from agentctx.replay.retention import RECALL_ID, recallable, visible_text
@@ -291,15 +289,13 @@ async def run_agentctx_point(
     """One agentctx strategy at one ratio on one cell, judged as peers.py judges, with a
     `MemoryRecallStore`: the result and the early paths visible or one recall away."""
     kind = AGENTCTX[name]
-    # The recall tool goes out with every request, so that what was cleared is one call away.
-    definition = json.dumps(recall_tool("anthropic"), separators=(",", ":"))
     judge = y.Judge(
         canon,
         name,
         b,
         task=session.task,
         tools=session.tools,
-        overhead=canon.count_text(definition),
+        overhead=y.recall_tool_tokens(canon),
     )
     retained = [0]
 

@@ -64,7 +64,6 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.metadata
-import json
 import platform
 import sys
 import time
@@ -90,7 +89,6 @@ from agentctx.messages import (
     UserMessage,
 )
 from agentctx.recall import MemoryRecallStore
-from agentctx.recall.tool import recall_tool
 from agentctx.replay.offline_summarizer import extract_briefing
 from agentctx.summarizer import serialize_transcript
 
@@ -642,10 +640,7 @@ def _agentctx(kind: str, target_ratio: float | None = None) -> Callable[..., Any
         return build_strategy(kind, clock, delay=DEFAULT_SUMMARIZER_DELAY)
 
     async def run(session: Session, judge: y.Judge, b: int) -> None:
-        # The recall tool goes out with every request, so that what was cleared is one call
-        # away: its definition counts in each request's size and cost.
-        definition = json.dumps(recall_tool("anthropic"), separators=(",", ":"))
-        judge.overhead = judge.canon.count_text(definition)
+        judge.overhead = y.recall_tool_tokens(judge.canon)
         done = await y.run_agentctx(
             session.messages,
             judge,

@@ -398,10 +398,9 @@ async def test_cutting_only_what_was_not_sent_leaves_the_sent_turn_as_it_was() -
     assert view[:sent] == first[:sent]
 
 
-async def test_a_turn_cut_to_the_floor_is_not_sized_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Found by hostile run DR: once the newest complete turn's output was at the floor, every
-    # later deciding call sized cutting it again, reading each original (twice as slow at 10k
-    # messages). Nothing left to cut, it is not sized.
+def _sizings(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One item for each time the tiers size cutting output shorter (`_deep_enough`), which
+    reads every original in the view."""
     from agentctx.strategies import deterministic
 
     sized: list[int] = []
@@ -412,6 +411,14 @@ async def test_a_turn_cut_to_the_floor_is_not_sized_again(monkeypatch: pytest.Mo
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(deterministic, "_deep_enough", counted)
+    return sized
+
+
+async def test_a_turn_cut_to_the_floor_is_not_sized_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found by hostile run DR: once the newest complete turn's output was at the floor, every
+    # later deciding call sized cutting it again, reading each original (twice as slow at 10k
+    # messages). Nothing left to cut, it is not sized.
+    sized = _sizings(monkeypatch)
     history = [user("task: audit the repo"), user("read every file")]
     for n in range(200):
         history += _step(f"c{n}", 30)
@@ -462,16 +469,7 @@ async def test_the_recall_tool_s_page_named_by_its_call_alone_is_not_sized_again
     # Found by hostile run DS: a recalled page whose result names no tool (its call does) was
     # taken for output the kept turn's cut could shorten, so each call sized the cut again,
     # reading every original, to leave the page (exempt) as it was.
-    from agentctx.strategies import deterministic
-
-    sized: list[int] = []
-    real = deterministic._deep_enough
-
-    def counted(*args: object, **kwargs: object) -> object:
-        sized.append(1)
-        return real(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(deterministic, "_deep_enough", counted)
+    sized = _sizings(monkeypatch)
     page = "\n".join(f"recalled line {i}" for i in range(150))
     history: list[Message] = [
         user("task: fix lex()"),
