@@ -362,7 +362,7 @@ class ContextManager:
         # leave out: what no fit explained, those media, and the raw history's length and
         # rewinds then, the history it applies to and those grown from it (see `_calibrate`).
         self._refused_media: tuple[int, float, int, int] | None = None
-        self._unsent = (0, 0)  # `_sent` and the messages after it's count, this call
+        self._unsent = (0, 0)  # `_sent`, and the count of what follows it, as this call has them
         # Such a refusal of a view whose only media are the task's and the latest user
         # message's, which no compaction leaves out: what no fit explained, those media, the
         # raw history's length and rewinds then, and the raw indices of the two messages.
