@@ -774,11 +774,12 @@ class ContextManager:
         return state.tokens
 
     def _kept_excess(self) -> int:
-        """What `_view_tokens` lays on the media of the task and the latest user message, of
-        a refusal's excess no fit explained when the view held no other media: those
-        messages cost it in every view that still shows them, on the history refused or one
-        grown from it, until a usage report is taken (compacting the rest until it fits, or
-        saying at once that it cannot). O(log view)."""
+        """What `_view_tokens` lays on the media of the user messages compaction keeps (the
+        task, the latest user message, the newest complete turn's question), of a refusal's
+        excess no fit explained when the view held no other media: those messages cost it in
+        every view that still shows them, on the history refused or one grown from it, until
+        a usage report is taken (compacting the rest until it fits, or saying at once that it
+        cannot). All of it, as the provider counted: no margin. O(log view)."""
         refused = self._refused_kept
         if refused is None:
             return 0
@@ -786,14 +787,7 @@ class ContextManager:
         state = self._state
         if len(state.raw) < raw or len(state.cuts) != cuts:  # cut back or edited since
             return 0
-        view, origins = state.view, state.origins
-        vector = self._counter.vector
-        shown = 0.0
-        for i in holders:
-            j = bisect.bisect_left(origins, i)
-            if j < len(view) and origins[j] == i and isinstance(view[j], UserMessage):
-                shown += vector(view[j])[-1]
-        return math.ceil(excess * _REFUSED_MARGIN * min(shown, media) / media)
+        return math.ceil(excess * min(self._media_in(holders), media) / media)
 
     def _media_share(self) -> float:
         """What `_view_tokens` lays on each token of media the view may leave out, of a
@@ -811,21 +805,31 @@ class ContextManager:
 
     def _media_left(self) -> float:
         """Uncalibrated tokens of the media in the view that compaction may leave out: all
-        but the task's and the latest user message's (images of tool results give way, even
-        the newest turn's). Found without a scan: a read costs O(log view)."""
+        but those of the user messages it keeps (`_media_holders`; images of tool results give
+        way, even the newest turn's). Found without a scan: a read costs O(log view)."""
+        media = self._state.vector()[-1] - self._media_in(self._media_holders())
+        return max(0.0, media)
+
+    def _media_holders(self) -> tuple[int, ...]:
+        """Raw indices of the user messages whose media no compaction leaves out: the task,
+        the latest user message and the newest complete turn's question."""
+        state = self._state
+        turn = state.complete_turn()
+        ends = (task_index(state.raw), state.latest_user(), None if turn is None else turn[0])
+        return tuple(dict.fromkeys(i for i in ends if i is not None))
+
+    def _media_in(self, holders: Sequence[int]) -> float:
+        """Uncalibrated media tokens of the user messages at raw indices ``holders`` that the
+        view shows. O(holders log view)."""
         state = self._state
         view, origins = state.view, state.origins
-        kept: set[int] = set()
-        task = next((j for j, m in enumerate(view[:2]) if isinstance(m, UserMessage)), None)
-        if task is not None:
-            kept.add(task)
-        latest = state.latest_user()
-        if latest is not None:
-            j = bisect.bisect_left(origins, latest)
-            if j < len(view) and origins[j] == latest and isinstance(view[j], UserMessage):
-                kept.add(j)
         vector = self._counter.vector
-        return max(0.0, state.vector()[-1] - sum(vector(view[j])[-1] for j in kept))
+        media = 0.0
+        for i in holders:
+            j = bisect.bisect_left(origins, i)
+            if j < len(view) and origins[j] == i and isinstance(view[j], UserMessage):
+                media += vector(view[j])[-1]
+        return media
 
     def _rendered_tokens(self) -> int:
         """`_view_tokens` of the view as it renders after the decisions taken so far."""
@@ -1598,11 +1602,10 @@ class ContextManager:
                 media = self._media_left()
                 history = (len(state.raw), len(state.cuts))
                 self._refused_media = (excess, media, *history) if media > 0 else None
-                # With none, what holds media is the task and the latest user message: they
+                # With none, what holds media is the user messages compaction keeps: they
                 # carry it (the counts say at once whether the budget can be met with them).
-                ends = (task_index(state.raw), state.latest_user())
-                holders = tuple(dict.fromkeys(i for i in ends if i is not None))
-                kept = state.vector()[-1] if media <= 0 else 0.0
+                holders = self._media_holders()
+                kept = self._media_in(holders) if media <= 0 else 0.0
                 self._refused_kept = (excess, kept, *history, holders) if kept > 0 else None
                 return False
             # More than the model could read, and more than any calibration makes of this
