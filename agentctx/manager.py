@@ -856,13 +856,13 @@ class ContextManager:
             return budget
         unsent = state.view[bisect.bisect_left(state.origins, self._sent) :]
         counted = counter.count_many(unsent)
-        # A calibration that prices a class of content below its base estimate can price a
-        # new message of it further below what it costs (a write's long arguments, 18 % short
-        # on a pi session): the margin is taken on the base estimate where that is higher,
-        # and the difference added. At most the limit's worth of them can be sent: a result
-        # far over it is cut down before it goes out, and a margin sized on it would leave no
-        # budget to decide on.
-        base = round(sum(sum(counter.vector(m)) for m in unsent))
+        # A calibration that prices a class of text below its base estimate can price a new
+        # message of it further below what it costs (a write's long arguments, 18 % short on
+        # a pi session): the margin is taken on the base estimate where that is higher, and
+        # the difference added (media as calibrated: their base estimate is a floor's guess).
+        # At most the limit's worth of them can be sent: a result far over it is cut down
+        # before it goes out, and a margin sized on it would leave no budget to decide on.
+        base = counter.count_unshrunk(unsent)
         highest = min(max(counted, base), limit)
         margin = math.ceil(highest * _UNSENT_MARGIN) + min(max(0, base - counted), limit)
         return budget.lowered(margin) if tokens + margin > budget.limit else budget

@@ -297,16 +297,24 @@ class MessageCounter:
 
     @property
     def base_spread(self) -> float:
-        """How many times its calibrated tokens a message's base (uncalibrated) estimate can
-        be: 1.0 unless the calibration prices some slot below its base estimate."""
+        """How many times its calibrated tokens a message's `count_unshrunk` can be: 1.0
+        unless the calibration prices some class of text below its base estimate."""
         return self._base_spread
+
+    def count_unshrunk(self, messages: Iterable[Message]) -> int:
+        """Tokens of ``messages`` with no class of text priced below its base estimate (the
+        per-message and media slots calibrated as they are): what a new message may cost
+        where the calibration prices its class lower than it turns out to be."""
+        text = self._fixed
+        mult = [max(1.0, m) if i < text else m for i, m in enumerate(self._mult)]
+        return round(sum(sum(map(mul, mult, self.vector(m))) for m in messages))
 
     def _set_multipliers(self) -> None:
         mult = self._mult = self._calibration.multipliers
         prose, json_slot = self._quick_slots
         quick = max(min(mult[prose], mult[json_slot]), 1e-9)
         self._spread = max(1.0, max(mult[: self._fixed]) / quick)
-        self._base_spread = max(1.0, 1 / max(min(mult), 1e-9))
+        self._base_spread = max(1.0, 1 / max(min(mult[: self._fixed]), 1e-9))
 
     @property
     def overhead(self) -> int:
