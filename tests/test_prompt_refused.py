@@ -912,6 +912,15 @@ def _billed(view: list[Message], short: int) -> int:
     return sum(map(plain.count_full, view)) + images * short
 
 
+async def _refused_first(ctx: ContextManager, raw: list[Message], short: int) -> tuple[int, int]:
+    """Prepare ``raw``, then observe the provider refusing the view at what it bills: that
+    count, and the session's estimate of the view before it."""
+    counted = _billed(await ctx.prepare(raw), short)
+    estimate = ctx.prompt_tokens
+    ctx.observe(_Error(f"prompt is too long: {counted} tokens > 200000 maximum"))
+    return counted, estimate
+
+
 async def test_a_refusal_of_media_only_the_latest_user_message_holds_raises_at_the_retry() -> None:
     """Found by a re-run (DQ 3): a refusal far over the estimate of a view whose only media
     are the latest user message's (1,000 icons the provider bills 258 tokens each) counted
@@ -920,10 +929,8 @@ async def test_a_refusal_of_media_only_the_latest_user_message_holds_raises_at_t
     while they are in view, so the retry says at once that the budget cannot be met."""
     raw, short = _icons_asked_about(1_000, 12)
     async with ContextManager(Budget(context_window=200_000, reserve_output=8_000)) as ctx:
-        refused = await ctx.prepare(raw)
-        counted = _billed(refused, short)
-        assert counted > 4 * ctx.prompt_tokens and counted > 200_000
-        ctx.observe(_Error(f"prompt is too long: {counted} tokens > 200000 maximum"))
+        counted, estimate = await _refused_first(ctx, raw, short)
+        assert counted > 4 * estimate and counted > 200_000
         with pytest.raises(BudgetExceededError) as caught:
             await ctx.prepare(raw)
         assert caught.value.tokens > ctx.budget.limit
@@ -939,10 +946,8 @@ async def test_a_refusal_of_media_the_rest_leaves_room_for_is_compacted_to_fit()
     view with the icons, as the provider counts it, is under the budget."""
     raw, short = _icons_asked_about(650, 25)
     async with ContextManager(Budget(context_window=200_000, reserve_output=8_000)) as ctx:
-        refused = await ctx.prepare(raw)
-        counted = _billed(refused, short)
-        assert counted > 4 * ctx.prompt_tokens and counted > 200_000
-        ctx.observe(_Error(f"prompt is too long: {counted} tokens > 200000 maximum"))
+        counted, estimate = await _refused_first(ctx, raw, short)
+        assert counted > 4 * estimate and counted > 200_000
         view = await ctx.prepare(raw)
         assert _billed(view, short) <= ctx.budget.limit
         assert check_view(view, raw) == []
@@ -955,8 +960,7 @@ async def test_media_just_under_the_budget_alone_are_fitted_not_refused_again() 
     What the provider counted is laid as it is."""
     raw, short = _icons_asked_about(730, 10)
     async with ContextManager(Budget(context_window=200_000, reserve_output=8_000)) as ctx:
-        counted = _billed(await ctx.prepare(raw), short)
-        ctx.observe(_Error(f"prompt is too long: {counted} tokens > 200000 maximum"))
+        await _refused_first(ctx, raw, short)
         view = await ctx.prepare(raw)
         assert _billed(view, short) <= ctx.budget.limit
         assert view[-1] == raw[-1]
@@ -970,8 +974,7 @@ async def test_media_in_the_newest_complete_turn_s_question_raise_at_the_retry()
     raw, short = _icons_asked_about(1_000, 12)
     raw += [AssistantMessage.of("Looking at them now."), UserMessage.of("and the broken ones?")]
     async with ContextManager(Budget(context_window=200_000, reserve_output=8_000)) as ctx:
-        counted = _billed(await ctx.prepare(raw), short)
-        ctx.observe(_Error(f"prompt is too long: {counted} tokens > 200000 maximum"))
+        await _refused_first(ctx, raw, short)
         with pytest.raises(BudgetExceededError) as caught:
             await ctx.prepare(raw)
         assert caught.value.protected > ctx.budget.limit

@@ -582,10 +582,7 @@ class DeterministicCompaction:
         cuts to: landing deeper puts the next rewrite further away. The running loop stays as
         it is (its newest result is what the model just asked for), and so does the output of
         ``exempt_tools``."""
-        floor = replace(
-            self._relaxed(_FLOOR_LINES, _FLOOR_CHARS, self.keep_recent_steps),
-            exempt_tools=self.exempt_tools,
-        )
+        floor = self._relaxed(_FLOOR_LINES, _FLOOR_CHARS, self.keep_recent_steps, exempt=True)
         if not floor._cuts_before(ctx.view, ctx.in_flight_start()):
             return  # all at the floor already (sizing the cut would read every original)
         lines, chars = self.max_lines, self.max_chars
@@ -596,10 +593,7 @@ class DeterministicCompaction:
             (lines, chars), _ = _deep_enough(
                 ctx, lines, chars, ctx.prompt_tokens - target, 0, in_loop
             )
-            cut = replace(
-                self._relaxed(lines, chars, self.keep_recent_steps),
-                exempt_tools=self.exempt_tools,
-            )
+            cut = self._relaxed(lines, chars, self.keep_recent_steps, exempt=True)
             cut._truncate(ctx, actions, in_flight=False, again=True)
             ctx.counter.refine(ctx.view)
 
@@ -703,14 +697,17 @@ class DeterministicCompaction:
                 spared.append(j)
         return frozenset(spared)
 
-    def _relaxed(self, lines: int, chars: int, keep: int) -> DeterministicCompaction:
-        """This strategy with the comforts that give way relaxed to these limits."""
+    def _relaxed(
+        self, lines: int, chars: int, keep: int, *, exempt: bool = False
+    ) -> DeterministicCompaction:
+        """This strategy with the comforts that give way relaxed to these limits; with
+        ``exempt``, ``exempt_tools`` still exempt."""
         return DeterministicCompaction(
             max_lines=lines,
             max_chars=chars,
             max_argument_chars=min(self.max_argument_chars, chars),
             keep_recent_steps=keep,
-            exempt_tools=frozenset(),
+            exempt_tools=self.exempt_tools if exempt else frozenset(),
             cold_cache_seconds=self.cold_cache_seconds,
         )
 
