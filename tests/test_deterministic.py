@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentctx.budget import Budget
-from agentctx.events import ContextCompacted, Event
+from agentctx.events import CompactionWarning, ContextCompacted, Event
 from agentctx.ledger import ReplaceSpan
 from agentctx.manager import ContextManager
 from agentctx.messages import (
@@ -355,7 +355,8 @@ async def test_a_landing_above_the_trigger_still_gives_way_to_the_target() -> No
     # Found by hostile run DR: cutting the newest complete turn's output took a landing from
     # above the trigger to just under it, so the comforts did not give way, and the call
     # rewrote the cached prefix to free almost nothing: another rewrite came two calls later.
-    # Above the trigger giving way takes the prompt to the target, as it did.
+    # Above the trigger giving way takes the prompt to the target, as it did. (The call
+    # that brings a huge result only cuts it: back under the budget, it rewrites nothing.)
     history = [user("task: speed up src/x.py")]
     for n in range(3):
         history += _step(f"old{n}", 40)
@@ -365,17 +366,48 @@ async def test_a_landing_above_the_trigger_still_gives_way_to_the_target() -> No
     budget = Budget(context_window=12_000, reserve_output=1_000)
     async with ContextManager(budget) as ctx:
         await ctx.prepare(history)
-        history += _step("big", 3000, thinking=True)
-        view = await ctx.prepare(history)
-        assert_view_ok(view, history)
-        assert ctx.prompt_tokens <= budget.target_tokens + budget.target_tokens // 10
-        rewrites = 0
-        for k in range(10):
+        landings, rewrites = [], 0
+        for k in range(12):
             sent, n = ctx._sent, len(ctx.ledger)
-            history += _step(f"more{k}", 190, thinking=True)
+            history += _step(
+                "big" if k == 0 else f"more{k}", 3000 if k == 0 else 190, thinking=True
+            )
             assert_view_ok(await ctx.prepare(history), history)
-            rewrites += any(d.at.index < sent for d in ctx.ledger.decisions[n:])
-        assert rewrites <= 1
+            if any(d.at.index < sent for d in ctx.ledger.decisions[n:]):
+                rewrites += 1
+                landings.append(ctx.prompt_tokens)
+            elif k == 0:
+                assert budget.trigger_tokens < ctx.prompt_tokens <= budget.limit
+        assert rewrites == len(landings) == 2
+        assert all(t <= budget.target_tokens * 1.5 for t in landings)
+
+
+async def test_a_huge_new_result_cut_under_the_budget_rewrites_nothing_sent() -> None:
+    # Found by hostile run DS (4): a step whose new result alone passed the budget had it
+    # cut (not sent: no cache write), and then the tiers went on to the target, dropping
+    # the step before behind the marker: a rewrite of the cached prefix on every such call,
+    # and the thrash warning.
+    history = [user("task: speed up src/x.py")]
+    for n in range(3):
+        history += _step(f"c{n}", 150)
+    history += [assistant(text="the parser is slow in lex()"), user("now fix lex()")]
+    budget = Budget(context_window=20_000, reserve_output=1_000)
+    events: list[object] = []
+    async with ContextManager(budget) as ctx:
+        ctx.subscribe(events.append)
+        await ctx.prepare(history)
+        rewrites = 0
+        for k in range(11):
+            sent, n = ctx._sent, len(ctx.ledger)
+            history += _step(f"s{k}", 3000)
+            view = await ctx.prepare(history)
+            assert_view_ok(view, history)
+            new = ctx.ledger.decisions[n:]
+            assert any(d.at.index >= sent and d.reason == "truncate" for d in new)
+            rewrites += any(d.at.index < sent for d in new)
+            assert ctx.prompt_tokens <= budget.limit
+    assert rewrites == 1  # once the cut results themselves fill the budget
+    assert not [e for e in events if isinstance(e, CompactionWarning)]
 
 
 async def test_cutting_only_what_was_not_sent_leaves_the_sent_turn_as_it_was() -> None:
@@ -427,14 +459,17 @@ async def test_a_turn_cut_to_the_floor_is_not_sized_again(monkeypatch: pytest.Mo
     async with ContextManager(budget) as ctx:
         await ctx.prepare(history)
         calls = []
-        for k in range(8):
+        for k in range(12):
             history += _step(f"s{k}", 1_600, thinking=True)
-            n, before = len(ctx.ledger), len(sized)
+            sent, n, before = ctx._sent, len(ctx.ledger), len(sized)
             view = await ctx.prepare(history)
             assert_view_ok(view, history)
-            calls.append((len(ctx.ledger) > n, len(sized) - before))
-    deciding = [s for decided, s in calls if decided]
+            rewrote = any(d.at.index < sent for d in ctx.ledger.decisions[n:])
+            calls.append((rewrote, len(sized) - before))
+    # (A call that only cuts its own new result, back under the budget, sizes nothing.)
+    deciding = [s for rewrote, s in calls if rewrote]
     assert len(deciding) >= 2 and deciding[0] > 0 and not any(deciding[1:])
+    assert not any(s for rewrote, s in calls if not rewrote)
 
 
 def _write(cid: str, chars: int) -> list[Message]:

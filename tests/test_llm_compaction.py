@@ -101,7 +101,7 @@ from agentctx.summarizer import (
     normalize_stop_reason,
     serialize_transcript,
 )
-from agentctx.testing import drive
+from agentctx.testing import assert_view_ok, drive
 from agentctx.testing.scripted import Outcome, ScriptedSummarizer
 from agentctx.testing.servers import FakeAnthropic, Reply
 
@@ -2418,3 +2418,42 @@ async def test_a_session_closed_with_its_request_still_running_holds_its_llm_com
             await anyio.sleep(0.02)
             assert not any(isinstance(m, SummaryMessage) and "SECRET-A" in m.text for m in view)
     assert seen[0] == "SECRET-A"
+
+
+@pytest.mark.parametrize("chained", [False, True])
+async def test_a_huge_new_result_cut_under_the_budget_rewrites_nothing_sent(
+    chained: bool,
+) -> None:
+    # Found by hostile run DS (4): a step whose new result alone passed the budget had it
+    # cut, and then the tiers protecting the paid-for span went on to just under the
+    # trigger, dropping the step before: a rewrite of the cached prefix every other call.
+    # Cut down (not sent: no cache write), the prompt is back under the budget: done.
+    def step(cid: str) -> list[Message]:
+        body = "\n".join(f"line {i} of output {cid}" for i in range(3000))
+        return [assistant(call(cid, "read", path=f"src/{cid}.py")), result(cid, body, "read")]
+
+    history: list[Message] = [UserMessage.of("task: speed up src/x.py")]
+    for n in range(3):
+        history += [assistant(call(f"c{n}", "read", path=f"src/c{n}.py"))]
+        history += [result(f"c{n}", "\n".join(f"line {i}" for i in range(150)), "read")]
+    history += [AssistantMessage.of("the parser is slow in lex()"), UserMessage.of("fix lex()")]
+    summarizer = ScriptedSummarizer([], default=briefing())
+    chain, llm = strategy(summarizer)
+    limits = Budget(context_window=20_000, reserve_output=1_000)
+    events: list[object] = []
+    async with ContextManager(limits, strategy=chain if chained else llm) as ctx:
+        ctx.subscribe(events.append)
+        await ctx.prepare(history)
+        rewrites = 0
+        for k in range(11):
+            sent, n = ctx._sent, len(ctx.ledger)
+            history += step(f"s{k}")
+            view = await ctx.prepare(history)
+            assert_view_ok(view, history)
+            new = ctx.ledger.decisions[n:]
+            assert any(d.at.index >= sent and d.reason == "truncate" for d in new)
+            rewrites += any(d.at.index < sent for d in new)
+            assert ctx.prompt_tokens <= limits.limit
+            await settle()
+    assert rewrites == 1  # once the cut results themselves fill the budget
+    assert not [e for e in events if isinstance(e, CompactionWarning)]

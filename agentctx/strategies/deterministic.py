@@ -389,6 +389,14 @@ class DeterministicCompaction:
         target = budget.target_tokens
         slack = _slack(target)
         self._cut_oversized(ctx, actions)
+        if len(ctx.taken) > before_decisions and not cold and not ctx.breaking_cache:
+            # Over the budget on the newest results alone, now cut down (not sent: no cache
+            # write). Back under it, the call is done: going on to the target would rewrite
+            # the cached prefix on every such call, each dropping the step before.
+            ctx.counter.refine(ctx.view)
+            if not self._due(ctx, ctx.prompt_tokens, cold):
+                self._report(ctx, tokens, before_messages, before_decisions, actions)
+                return None
         # Repeat to a fixed point, so calling again with the same history takes nothing new.
         while True:
             taken = len(ctx.taken)

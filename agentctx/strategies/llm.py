@@ -347,8 +347,20 @@ class LlmCompaction:
             self._fallbacks = 0
             self._warned.discard("losing_race")
             return
+        before = len(ctx.view)
+        cut: list[str] = []
+        if isinstance(self.fallback, DeterministicCompaction) and not self._cold(ctx):
+            # Over the budget on the newest results alone: cut down (not sent: no cache
+            # write), the prompt may be back under it, with nothing sent rewritten and no
+            # briefing needed yet.
+            cut = self.fallback.cut_oversized(ctx)
+            if cut and not ctx.breaking_cache:
+                ctx.counter.refine(ctx.view)
+                if ctx.prompt_tokens <= ctx.budget.limit:
+                    self._emit_compacted(ctx, "deterministic", tokens, before, cut, None)
+                    return
         version = ctx.ledger.version
-        await self._protect_briefing(ctx, tokens)
+        await self._protect_briefing(ctx, tokens, before, cut)
         if self._requests_started:
             if ctx.ledger.version != version:
                 self._count_fallback(ctx.emit)
@@ -711,7 +723,9 @@ class LlmCompaction:
         )
         return True
 
-    async def _protect_briefing(self, ctx: CompactionContext, tokens: int) -> None:
+    async def _protect_briefing(
+        self, ctx: CompactionContext, tokens: int, before: int, actions: list[str]
+    ) -> None:
         """Over the limit with nothing to splice: compact without wasting paid work.
 
         While a request is in flight, get just under the trigger by compacting what follows
@@ -722,8 +736,6 @@ class LlmCompaction:
         the fallback takes it to the target, as they would.
         """
         version = ctx.ledger.version
-        before = len(ctx.view)
-        actions: list[str] = []
         job = self._requests.inflight if self.config.protect_paid_work else None
         where = _extent(ctx, job) if job is not None and job.stale is None else None
         if job is not None and where is not None:
@@ -754,7 +766,7 @@ class LlmCompaction:
             actions += await run_tiers(self.fallback, ctx, start=head + 1)
         if not ctx.followed and ctx.prompt_tokens > ctx.budget.limit:
             actions += await run_tiers(self.fallback, ctx)
-        if ctx.ledger.version != version:
+        if ctx.ledger.version != version or actions:
             self._emit_compacted(ctx, "deterministic", tokens, before, actions, None)
 
     def _emit_compacted(
