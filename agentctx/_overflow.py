@@ -31,6 +31,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["Overflow", "overflow_of"]
 
@@ -143,3 +147,20 @@ def _of_group(group: ExceptionGroup[Exception]) -> Overflow | None:
         return None
     counted = [f for f in found if f is not None and f.prompt_tokens is not None]
     return max(counted, key=lambda f: f.prompt_tokens or 0) if counted else found[0]
+
+
+def floor_share(excess: float, images: Sequence[tuple[float, bool]]) -> float:
+    """The part of ``excess``, a refusal's tokens that no calibration explains, that the
+    images marked ``True`` in ``images`` (each image's estimate, and whether compaction keeps
+    it) carry, read as a floor the provider bills every image at and the estimates fall short
+    of (Gemini bills each image 258 tokens, OpenAI's low detail 85): the floor ``F`` with
+    ``sum(max(0, F - estimate)) == excess``, of which each kept image carries ``F`` less its
+    estimate. Many small images cost a refused prompt its excess, one at a time."""
+    estimates = sorted(e for e, _ in images)
+    floor, below = 0.0, 0.0  # below: the sum of the estimates under the floor
+    for k, estimate in enumerate(estimates):
+        below += estimate
+        floor = (excess + below) / (k + 1)
+        if k + 1 == len(estimates) or floor <= estimates[k + 1]:
+            break
+    return min(excess, sum(max(0.0, floor - e) for e, kept in images if kept))

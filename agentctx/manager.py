@@ -47,7 +47,7 @@ from agentctx._follow import (
     view_below,
 )
 from agentctx._log import log, warm_logger
-from agentctx._overflow import Overflow, overflow_of
+from agentctx._overflow import Overflow, floor_share, overflow_of
 from agentctx._usage import ACCEPTED, states_counts_only, usage_of
 from agentctx.boundaries import task_index
 from agentctx.budget import Budget, BudgetExceededError
@@ -66,6 +66,7 @@ from agentctx.ledger import Ledger, protected_positions, shown_positions
 from agentctx.messages import (
     USAGE_RULE,
     AssistantMessage,
+    ImageBlock,
     Message,
     SummaryMessage,
     Usage,
@@ -88,7 +89,7 @@ from agentctx.strategy import (
     take_over,
 )
 from agentctx.tokens import MessageCounter
-from agentctx.tokens.estimate import exact_encoder_needed, load_exact_encoder
+from agentctx.tokens.estimate import exact_encoder_needed, image_tokens, load_exact_encoder
 from agentctx.view import ViewState
 
 if TYPE_CHECKING:
@@ -359,14 +360,15 @@ class ContextManager:
         # calibration corrects it).
         self._reported_view = ((-1, -1), 0, 0)
         # A refusal over four times the estimate, of a view holding media compaction may
-        # leave out: what no fit explained, those media, and the raw history's length and
-        # rewinds then, the history it applies to and those grown from it (see `_calibrate`).
-        self._refused_media: tuple[int, float, int, int] | None = None
+        # leave out: their part of what no fit explained, those media, and the raw history's
+        # length and rewinds then, the history it applies to and those grown from it (see
+        # `_calibrate`).
+        self._refused_media: tuple[float, float, int, int] | None = None
         self._unsent = (0, 0)  # `_sent`, and the count of what follows it, as this call has them
-        # Such a refusal of a view whose only media are the task's and the latest user
-        # message's, which no compaction leaves out: what no fit explained, those media, the
-        # raw history's length and rewinds then, and the raw indices of the two messages.
-        self._refused_kept: tuple[int, float, int, int, tuple[int, ...]] | None = None
+        # Such a refusal's part laid on the media of the user messages no compaction leaves
+        # out (`_media_holders`): that part, those media, the raw history's length and
+        # rewinds then, and the raw indices of those messages.
+        self._refused_kept: tuple[float, float, int, int, tuple[int, ...]] | None = None
         self._report: int | None = None  # prompt tokens of a usage report not applied yet
         self._limit_sent = self.budget.limit  # the hard limit of the last `prepare`
         self._settling = threading.Lock()
@@ -766,20 +768,20 @@ class ContextManager:
         view, _, short = self._reported_view
         if short and view == (state.ledger.version, state.repairs_version):
             return state.tokens + short
+        tokens = state.tokens
         if self._refused_media is not None and (share := self._media_share()):
-            media = min(self._media_left(), self._refused_media[1])
-            return state.tokens + math.ceil(share * media)
+            tokens += math.ceil(share * min(self._media_left(), self._refused_media[1]))
         if self._refused_kept is not None:
-            return state.tokens + self._kept_excess()
-        return state.tokens
+            tokens += self._kept_excess()
+        return tokens
 
     def _kept_excess(self) -> int:
         """What `_view_tokens` lays on the media of the user messages compaction keeps (the
         task, the latest user message, the newest complete turn's question), of a refusal's
-        excess no fit explained when the view held no other media: those messages cost it in
-        every view that still shows them, on the history refused or one grown from it, until
-        a usage report is taken (compacting the rest until it fits, or saying at once that it
-        cannot). All of it, as the provider counted: no margin. O(log view)."""
+        excess no fit explained (all of it, or their part of a floor: `_calibrate`): they
+        cost it in every view that still shows them, on the history refused or one grown
+        from it, until a usage report is taken (compacting the rest until it fits, or saying
+        at once that it cannot). As the provider counted: no margin. O(log view)."""
         refused = self._refused_kept
         if refused is None:
             return 0
@@ -830,6 +832,18 @@ class ContextManager:
             if j < len(view) and origins[j] == i and isinstance(view[j], UserMessage):
                 media += vector(view[j])[-1]
         return media
+
+    def _images(self, holders: Sequence[int]) -> list[tuple[float, bool]]:
+        """The estimate of each image the view shows, and whether compaction keeps it (in a
+        user message at a raw index of ``holders``). O(view): read on a refusal only."""
+        state = self._state
+        kept = set(holders)
+        images: list[tuple[float, bool]] = []
+        for m, i in zip(state.view, state.origins, strict=True):
+            if not isinstance(m, SummaryMessage):
+                keeps = i in kept and isinstance(m, UserMessage)
+                images += ((image_tokens(b), keeps) for b in m.content if type(b) is ImageBlock)
+        return images
 
     def _rendered_tokens(self) -> int:
         """`_view_tokens` of the view as it renders after the decisions taken so far."""
@@ -1601,12 +1615,21 @@ class ContextManager:
                 self._reported_view = (epoch, len(state.raw), excess)
                 media = self._media_left()
                 history = (len(state.raw), len(state.cuts))
-                self._refused_media = (excess, media, *history) if media > 0 else None
-                # With none, what holds media is the user messages compaction keeps: they
-                # carry it (the counts say at once whether the budget can be met with them).
+                # The user messages compaction keeps carry their part, by their media's
+                # estimate: laid all on the rest, leaving those out would clear it, and the
+                # retry go out over the budget (or be refused again) on what they still hold.
+                # Their counts then say at once whether the budget can be met with them.
                 holders = self._media_holders()
-                kept = self._media_in(holders) if media <= 0 else 0.0
-                self._refused_kept = (excess, kept, *history, holders) if kept > 0 else None
+                kept = self._media_in(holders)
+                images = self._images(holders) if media > 0 and kept > 0 else []
+                if images and math.isclose(sum(e for e, _ in images), media + kept):
+                    part = floor_share(excess, images)
+                else:
+                    # Media other than images among them (a document by URL, its cost
+                    # unknown to any estimate): laid on what compaction may leave out.
+                    part = 0.0 if media > 0 else excess
+                self._refused_media = (excess - part, media, *history) if media > 0 else None
+                self._refused_kept = (part, kept, *history, holders) if kept > 0 else None
                 return False
             # More than the model could read, and more than any calibration makes of this
             # view: another request's count (a proxy summing a session, a wrong object).

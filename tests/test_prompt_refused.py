@@ -15,6 +15,8 @@ import anthropic
 import anyio
 import openai
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agentctx import (
     AssistantMessage,
@@ -28,7 +30,7 @@ from agentctx import (
     Usage,
     UserMessage,
 )
-from agentctx._overflow import Overflow, overflow_of
+from agentctx._overflow import Overflow, floor_share, overflow_of
 from agentctx.errors import ConfigError
 from agentctx.providers import anthropic as ant_provider
 from agentctx.providers import openai as oai_provider
@@ -978,3 +980,57 @@ async def test_media_in_the_newest_complete_turn_s_question_raise_at_the_retry()
         with pytest.raises(BudgetExceededError) as caught:
             await ctx.prepare(raw)
         assert caught.value.protected > ctx.budget.limit
+
+
+def _with_screenshot(raw: list[Message]) -> list[Message]:
+    """``raw`` with the first page read as a screenshot too: media compaction may leave out."""
+    from agentctx import ImageBlock, TextBlock, ToolResultMessage
+
+    shot = ImageBlock("image/png", _png(200, 150, 99_999))
+    return [*raw[:2], ToolResultMessage("c0", (TextBlock("page 0"), shot), "read"), *raw[3:]]
+
+
+async def test_a_refusal_of_icons_beside_a_screenshot_raises_at_the_retry() -> None:
+    """Found by a re-run (DU C): the icons the latest user message holds (760, billed 196k)
+    beside one screenshot in an old tool result. The whole excess was laid on the screenshot:
+    leaving it out cleared it, and the retry went out at 197.9k, over the 192k budget (with
+    775 icons it was refused again). Each image carries its part of a floor the estimates
+    fall short of: the retry says at once that the budget cannot be met."""
+    raw, short = _icons_asked_about(760, 30)
+    async with ContextManager(Budget(context_window=200_000, reserve_output=8_000)) as ctx:
+        counted, estimate = await _refused_first(ctx, _with_screenshot(raw), short)
+        assert counted > 4 * estimate and counted > 200_000
+        with pytest.raises(BudgetExceededError) as caught:
+            await ctx.prepare(_with_screenshot(raw))
+        assert caught.value.protected > ctx.budget.limit
+
+
+async def test_a_refusal_of_icons_beside_a_screenshot_is_compacted_to_fit() -> None:
+    """The same with icons that fit alone: the retry leaves the screenshot and the pages out
+    as far as the view, as the provider counts it, fits the budget."""
+    raw, short = _icons_asked_about(700, 30)
+    async with ContextManager(Budget(context_window=200_000, reserve_output=8_000)) as ctx:
+        await _refused_first(ctx, _with_screenshot(raw), short)
+        view = await ctx.prepare(_with_screenshot(raw))
+        assert _billed(view, short) <= ctx.budget.limit
+        assert view[0] == raw[0] and view[-1] == raw[-1]
+
+
+@given(
+    st.lists(st.tuples(st.floats(0, 2_000), st.booleans()), min_size=1, max_size=40),
+    st.floats(0, 1e6),
+)
+def test_a_floor_shares_out_the_whole_excess(
+    images: list[tuple[float, bool]], excess: float
+) -> None:
+    kept = floor_share(excess, images)
+    rest = floor_share(excess, [(e, not k) for e, k in images])
+    assert 0 <= kept <= excess and 0 <= rest <= excess
+    assert kept + rest == pytest.approx(excess, rel=1e-9, abs=1e-6)
+    assert floor_share(excess, [(e, True) for e, _ in images]) == pytest.approx(excess, abs=1e-6)
+
+
+def test_a_floor_is_what_each_small_image_is_short_of() -> None:
+    # 3 icons estimated at 2 and a screenshot at 40, billed 258 each: 3 * 256 + 218 short.
+    images = [(2.0, True), (2.0, True), (2.0, True), (40.0, False)]
+    assert floor_share(3 * 256 + 218, images) == pytest.approx(3 * 256)
