@@ -64,6 +64,7 @@ from agentctx.events import (
 )
 from agentctx.ledger import Ledger, protected_positions, shown_positions
 from agentctx.messages import (
+    MOST_TOKENS,
     USAGE_RULE,
     AssistantMessage,
     ImageBlock,
@@ -173,6 +174,20 @@ def _parse_state(saved: object) -> dict[str, Any] | str:
     ):
         return f"not a state of this version: {preview(saved)}"
     return state
+
+
+def _refusal_part(value: object) -> tuple[float, float, int] | None:
+    """The excess, media and raw history's length a saved refusal's part begins with (see
+    `ContextManager.session_state`), or ``None`` when ``value`` holds no such thing."""
+    if not isinstance(value, list) or len(value) < 3:
+        return None
+    excess, media, raw = value[:3]
+    for tokens in (excess, media):
+        if type(tokens) not in (int, float) or not 0 <= tokens <= MOST_TOKENS:
+            return None  # (NaN fails the range)
+    if type(raw) is not int or not 0 < raw < 1 << 40:
+        return None
+    return float(excess), float(media), raw
 
 
 def _checked(clock: Callable[[], float]) -> Callable[[], float]:
@@ -414,17 +429,24 @@ class ContextManager:
 
     def session_state(self) -> str:
         """What a worker resuming the session needs besides its decisions to count and time
-        as this one does: the calibration, when the model was last called, and what its
-        strategy hands over (a briefing that waits to be spliced: the next worker splices it
-        instead of paying for another) (JSON). A `SessionStateStore` keeps it by itself;
-        resuming by hand, save it with ``ctx.ledger.to_json()`` before the manager closes
-        and pass both back:
+        as this one does: the calibration, when the model was last called, a refusal of the
+        prompt no usage report has answered yet, and what its strategy hands over (a briefing
+        that waits to be spliced: the next worker splices it instead of paying for another)
+        (JSON). A `SessionStateStore` keeps it by itself; resuming by hand, save it with
+        ``ctx.ledger.to_json()`` before the manager closes and pass both back:
         ``ContextManager(..., ledger=Ledger.from_json(saved), state=saved_state)``."""
         state: dict[str, Any] = {
             "version": 1,
             "last_call": self._last_call,
             "calibration": self._counter.calibration_state(),
         }
+        media, kept = self._refused_media, self._refused_kept
+        if media is not None or kept is not None:
+            # A refusal no usage report has answered yet: the next worker's retry counts it.
+            state["refused"] = {
+                "media": None if media is None else media[:3],
+                "kept": None if kept is None else (*kept[:3], kept[4]),
+            }
         # (Checked, never raising: the recall writer asks, off any call of the caller's.)
         handover = state_to_hand_over(self.strategy) if self._handover is _OPEN else self._handover
         if handover is not None:
@@ -443,6 +465,9 @@ class ContextManager:
         handed = state.get("strategy")
         if handed is not None:
             take_over(self.strategy, handed)  # (never raises: its error costs it alone)
+        refused = state.get("refused")
+        if isinstance(refused, dict):
+            self._take_refusal(refused)
         calibration = state.get("calibration")
         counter = self._counter
         # A counter of one's own that is calibrated already keeps its calibration.
@@ -451,6 +476,22 @@ class ContextManager:
         return self._state_not_taken(
             "its calibration does not fit this worker's counter, or the reports saved with it"
         )
+
+    def _take_refusal(self, refused: dict[str, Any]) -> None:
+        """Count a refusal the last worker observed and no usage report answered (the
+        ``refused`` of `session_state`) on the history it refused and those grown from it, as
+        that worker would have. What is no such refusal is left out."""
+        media, kept = refused.get("media"), refused.get("kept")
+        if (part := _refusal_part(media)) is not None:
+            self._refused_media = (*part, 0)
+        if (part := _refusal_part(kept)) is not None and isinstance(kept, list) and len(kept) > 3:
+            holders = kept[3]
+            if (
+                isinstance(holders, list)
+                and 0 < len(holders) <= 3
+                and all(type(i) is int and 0 <= i < part[2] for i in holders)
+            ):
+                self._refused_kept = (*part, 0, tuple(holders))
 
     def _state_not_taken(self, why: str) -> CompactionWarning:
         log.warning("saved session state not taken", why=why)

@@ -8,6 +8,7 @@ a real tokenizer denser than the estimate would refuse it."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -32,6 +33,7 @@ from agentctx import (
 )
 from agentctx._overflow import Overflow, floor_share, overflow_of
 from agentctx.errors import ConfigError
+from agentctx.ledger import Ledger
 from agentctx.providers import anthropic as ant_provider
 from agentctx.providers import openai as oai_provider
 from agentctx.providers.middleware import as_middleware
@@ -1034,3 +1036,51 @@ def test_a_floor_is_what_each_small_image_is_short_of() -> None:
     # 3 icons estimated at 2 and a screenshot at 40, billed 258 each: 3 * 256 + 218 short.
     images = [(2.0, True), (2.0, True), (2.0, True), (40.0, False)]
     assert floor_share(3 * 256 + 218, images) == pytest.approx(3 * 256)
+
+
+async def test_a_worker_taking_the_session_over_after_a_refusal_counts_it(tmp_path: Any) -> None:
+    """Found by a re-run (DU D): a worker that observed a refusal of 1,000 icons stopped; the
+    next worker knew nothing of it and sent the refused view again. The session's saved
+    state carries a refusal no usage report answered: the next worker raises at once, and
+    with icons that fit, compacts the rest to fit them."""
+    from agentctx import SQLiteRecallStore
+
+    path = str(tmp_path / "s.db")
+    limits = Budget(context_window=200_000, reserve_output=8_000)
+    for icons, fits in ((1_000, False), (650, True)):
+        raw, short = _icons_asked_about(icons, 25)
+        session = f"job-{icons}"
+        async with ContextManager(limits, recall=SQLiteRecallStore(path), session_id=session) as a:
+            await _refused_first(a, raw, short)
+        async with ContextManager(limits, recall=SQLiteRecallStore(path), session_id=session) as b:
+            if fits:
+                view = await b.prepare(raw)
+                assert _billed(view, short) <= limits.limit and view[-1] == raw[-1]
+            else:
+                with pytest.raises(BudgetExceededError):
+                    await b.prepare(raw)
+
+
+@pytest.mark.parametrize(
+    "refused",
+    [
+        {"media": None, "kept": [1e6, 100.0, 9, [0, 8]]},  # well formed: taken
+        {"media": [float("nan"), 1, 10], "kept": [-5, 1, 10, [0]]},
+        {"media": [1e6, 1, True], "kept": [1e6, 1, 10, [10]]},
+        {"media": "x", "kept": [1e6, 1, 10, "01"]},
+        {"media": [1e6], "kept": [1e6, 1, 10, [0, 1, 2, 3]]},
+        [1, 2],
+    ],
+)
+async def test_a_saved_refusal_that_is_none_is_left_out(refused: object) -> None:
+    raw, _ = _icons_asked_about(100, 2)
+    state = json.dumps({"version": 1, "last_call": None, "refused": refused})
+    limits = Budget(context_window=200_000, reserve_output=8_000)
+    well_formed = isinstance(refused, dict) and refused["media"] is None
+    async with ContextManager(limits, ledger=Ledger(), state=state) as ctx:
+        if well_formed:
+            with pytest.raises(BudgetExceededError):
+                await ctx.prepare(raw)
+        else:
+            await ctx.prepare(raw)
+            assert ctx.prompt_tokens < 20_000
