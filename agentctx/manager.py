@@ -113,7 +113,8 @@ _BEYOND_QUICK = 2.5
 # The manager whose strategy the current task (or one it started) is running `compact` of.
 _COMPACTING: contextvars.ContextVar[ContextManager] = contextvars.ContextVar("agentctx_compacting")
 _CLOSE_SECONDS = 5.0  # the most a close waits for background work and async subscribers
-_THRASH_CALLS = 3  # prefix rewrites in a row that earn a warning
+_THRASH_CALLS = 3  # prefix rewrites within the last twice as many calls that earn a warning
+_THRASH_WINDOW = (1 << 2 * _THRASH_CALLS) - 1  # those calls, one bit each, newest lowest
 _CACHE_TTL_SECONDS = 300.0  # the providers' default prompt-cache lifetime
 _REFUSED_MARGIN = 1.02  # on the share of a refusal's excess laid on the media a view keeps
 _MOST_OVER_ESTIMATE = 4  # the most calibration scales an estimate by (`Calibration`)
@@ -256,7 +257,8 @@ class ContextManager:
         "_taking_over",
         "_state_noted",
         "_background_done",
-        "_breaks_in_row",
+        "_rewrites",
+        "_thrash_told",
         "_clock",
         "_closed",
         "_closing",
@@ -348,7 +350,8 @@ class ContextManager:
         self._tracer = tracer
         self._resumed = False
         self._startup_events: list[Event] = []
-        self._breaks_in_row = 0
+        self._rewrites = 0  # of the last calls, those that rewrote the cached prefix (bits)
+        self._thrash_told = False
         self._implausible_reported = False  # a report no request of this view could make
         self._close_error: BaseException | None = None  # what the strategy's close() raised
         # A saved ledger is read off the event loop, when the manager is entered or on the
@@ -1221,24 +1224,28 @@ class ContextManager:
                 self._retriable.clear()
 
     def _watch_thrash(self, taken: Sequence[Decision], idle: float | None) -> None:
-        """Warn once per streak when compaction rewrites the cached prefix on several calls
-        in a row: each rewrite re-bills the whole prompt, which costs more than compacting
-        less often and deeper."""
+        """Warn when compaction rewrote the cached prefix on several of the last calls (three
+        of six; a call that only cut what was not sent yet rewrote nothing), once until six
+        calls in a row rewrite nothing: each rewrite re-bills the whole prompt, which costs
+        more than compacting less often and deeper."""
         cold = idle is not None and idle > _CACHE_TTL_SECONDS  # nothing cached to lose
         sent = self._sent
-        if not taken or cold or not any(d.at.index < sent for d in taken):
-            self._breaks_in_row = 0
+        rewrote = bool(taken) and not cold and any(d.at.index < sent for d in taken)
+        window = self._rewrites = ((self._rewrites << 1) | rewrote) & _THRASH_WINDOW
+        if not rewrote:
+            if not window:
+                self._thrash_told = False
             return
-        self._breaks_in_row += 1
-        if self._breaks_in_row == _THRASH_CALLS:
+        if window.bit_count() >= _THRASH_CALLS and not self._thrash_told:
+            self._thrash_told = True
             self._hub.emit(
                 CompactionWarning(
                     "thrash",
-                    f"compaction rewrote the cached prompt on {_THRASH_CALLS} calls in a row "
-                    f"(now {self.prompt_tokens} of {self.budget.limit} tokens): each rewrite "
-                    "re-bills the prompt. Lower the budget's target_ratio (now "
-                    f"{self.budget.target_ratio}) so each compaction frees more, or, with "
-                    "ToolOutputPipeline, raise clear_at_least",
+                    f"compaction rewrote the cached prompt on {window.bit_count()} of the last "
+                    f"{2 * _THRASH_CALLS} calls (now {self.prompt_tokens} of "
+                    f"{self.budget.limit} tokens): each rewrite re-bills the prompt. Lower the "
+                    f"budget's target_ratio (now {self.budget.target_ratio}) so each "
+                    "compaction frees more, or, with ToolOutputPipeline, raise clear_at_least",
                 )
             )
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import anyio
 import pytest
@@ -382,6 +383,33 @@ async def test_a_landing_above_the_trigger_still_gives_way_to_the_target() -> No
         assert all(t <= budget.target_tokens * 1.5 for t in landings)
 
 
+async def test_a_rewrite_lands_deeper_by_cutting_the_loop_s_earlier_output() -> None:
+    # Found by hostile run DV: in a 10k window, each step reading a 3,000-line file, the
+    # rewrites landed at 5.6k of a 900 target, held there by the running loop's recent
+    # steps (their output at tier 1's 200 lines): the next result crossed the budget again,
+    # a rewrite every other call. A rewrite now cuts the loop's earlier output to a quarter
+    # of tier 1's limits too (the newest result, just asked for, stays): deeper, rarer.
+    history = [user("task: speed up src/x.py")]
+    for n in range(3):
+        history += _step(f"c{n}", 30)
+    history += [assistant(text="the parser is slow in lex()"), user("now fix lex()")]
+    budget = Budget(context_window=10_000, reserve_output=1_000)
+    async with ContextManager(budget, recall=MemoryRecallStore(), session_id="s") as ctx:
+        await ctx.prepare(history)
+        landings = []
+        for k in range(12):
+            sent, n = ctx._sent, len(ctx.ledger)
+            history += _step(f"s{k}", 3000)
+            view = await ctx.prepare(history)
+            assert_view_ok(view, history)
+            if any(d.at.index < sent for d in ctx.ledger.decisions[n:]):
+                landings.append(ctx.prompt_tokens)
+                newest = text_of(view[-1].content)  # tier 1's cut of it, not the quarter's
+                assert len(newest.splitlines()) > 50
+    assert 1 <= len(landings) <= 3
+    assert all(t < 0.4 * budget.limit for t in landings)
+
+
 async def test_a_huge_new_result_cut_under_the_budget_rewrites_nothing_sent() -> None:
     # Found by hostile run DS (4): a step whose new result alone passed the budget had it
     # cut (not sent: no cache write), and then the tiers went on to the target, dropping
@@ -431,16 +459,18 @@ async def test_cutting_only_what_was_not_sent_leaves_the_sent_turn_as_it_was() -
 
 
 def _sizings(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """One item for each time the tiers size cutting output shorter (`_deep_enough`), which
-    reads every original in the view."""
+    """One item for each time the tiers size cutting output before the running loop shorter
+    (`_deep_enough` sparing the loop), which reads every original in the view."""
     from agentctx.strategies import deterministic
 
     sized: list[int] = []
     real = deterministic._deep_enough
 
-    def counted(*args: object, **kwargs: object) -> object:
-        sized.append(1)
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+    def counted(*args: Any, **kwargs: Any) -> object:
+        ctx, spare = args[0], args[-1]
+        if spare and min(spare) == ctx.in_flight_start():
+            sized.append(1)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(deterministic, "_deep_enough", counted)
     return sized
@@ -466,9 +496,10 @@ async def test_a_turn_cut_to_the_floor_is_not_sized_again(monkeypatch: pytest.Mo
             assert_view_ok(view, history)
             rewrote = any(d.at.index < sent for d in ctx.ledger.decisions[n:])
             calls.append((rewrote, len(sized) - before))
-    # (A call that only cuts its own new result, back under the budget, sizes nothing.)
+    # (A call that only cuts its own new result, back under the budget, sizes nothing; the
+    # running loop's steps, new on each call, are sized apart.)
     deciding = [s for rewrote, s in calls if rewrote]
-    assert len(deciding) >= 2 and deciding[0] > 0 and not any(deciding[1:])
+    assert len(deciding) >= 2 and not any(deciding[1:])
     assert not any(s for rewrote, s in calls if not rewrote)
 
 

@@ -542,14 +542,18 @@ def limited(tokens: int) -> Budget:
     return Budget(context_window=2_000_000, hard_budget=tokens)
 
 
-async def test_a_rewrite_landing_under_the_trigger_keeps_the_recent_steps_whole() -> None:
+async def test_a_rewrite_landing_under_the_trigger_cuts_the_loop_to_a_quarter_not_a_few_lines() -> (
+    None
+):
     """One running tool loop of equal reads, over the budget: the fallback tiers drop what
     they may, and the newest steps (their ``keep_recent_steps``) hold the prompt above the
-    target but far under the trigger. The rewrite lands there with those outputs whole:
-    giving way (output cut to a few lines, the running loop's included) is for a landing
-    above the trigger, as with the tiers alone. (The tiers ran with their trigger at the
-    target, so they gave way on every such rewrite: the three newest reads were cut from
-    4,469 to 1,131 characters.)"""
+    target, under the trigger. This rewrite breaks the cache anyway: the loop's earlier reads
+    are cut, each with its recall id, to no less than a quarter of tier 1's limits (50 of
+    their 100 lines), so the next rewrite is further away; the newest read, which the model
+    just asked for, stays whole. Giving way (output cut to a few lines) is for a landing above
+    the trigger, as with the tiers alone. (The tiers once ran with their trigger at the
+    target and gave way on every such rewrite: the three newest reads were cut from 4,469 to
+    1,131 characters.)"""
     budget = Budget(context_window=21_000, reserve_output=1_000)
     events: list[Event] = []
     recall = MemoryRecallStore()
@@ -567,12 +571,12 @@ async def test_a_rewrite_landing_under_the_trigger_keeps_the_recent_steps_whole(
             view = await ctx.prepare([*view, *history[-2:]])
             assert n < 40
         assert_view_ok(view, history)
-        landed = ctx.prompt_tokens
-    (compacted,) = [e for e in events if isinstance(e, ContextCompacted)]
-    assert budget.target_tokens < landed < budget.trigger_tokens
-    assert not [act for act in compacted.actions if act.startswith("truncated")]
-    newest = [txt(m) for m in view if isinstance(m, ToolResultMessage)][-3:]
-    assert newest == [txt(m) for m in history[-5::2]]
+        assert ctx.prompt_tokens < budget.trigger_tokens
+    *earlier, newest = [txt(m) for m in view if isinstance(m, ToolResultMessage)][-3:]
+    assert newest == txt(history[-1])
+    for shown, read in zip(earlier, history[-5:-2:2], strict=True):
+        assert "recall_context" in shown and shown != txt(read)
+        assert len(shown.splitlines()) >= 50  # a quarter of tier 1's 200 lines, not a few
 
 
 async def test_the_emergency_fraction_waits_for_the_budget_on_a_warm_cache() -> None:

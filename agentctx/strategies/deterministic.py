@@ -101,6 +101,25 @@ def _hard_limit(ctx: CompactionContext) -> int:
     return ctx.budget.limit if ctx.hard_limit is None else ctx.hard_limit
 
 
+def warm_and_sent(ctx: CompactionContext, cold: bool) -> bool:
+    """Whether rewriting what was sent would cost a cache write in this call: something was
+    sent, the cache is known to be warm (a call's idle time says so: the tiers run for
+    another strategy see none), and no decision of the call rewrote it yet."""
+    return bool(ctx.sent) and ctx.idle_seconds is not None and not cold and not ctx.breaking_cache
+
+
+def _newest_step(view: Sequence[Message]) -> tuple[int, int]:
+    """View positions ``[start, end)`` of the newest step's results (user text sent after
+    them, in their turn, aside); ``start == end`` when the view does not end in results."""
+    end = len(view)
+    while end > 0 and isinstance(view[end - 1], UserMessage):
+        end -= 1  # steering text sent after the results, in their turn
+    start = end
+    while start > 0 and isinstance(view[start - 1], ToolResultMessage):
+        start -= 1
+    return start, end
+
+
 def _ceiling(ctx: CompactionContext) -> int:
     """Where a landing is too high to keep the comforts: the trigger, unless the strategy
     running these tiers says otherwise (`CompactionContext.give_way_above`)."""
@@ -389,7 +408,7 @@ class DeterministicCompaction:
         target = budget.target_tokens
         slack = _slack(target)
         self._cut_oversized(ctx, actions)
-        if len(ctx.taken) > before_decisions and not cold and not ctx.breaking_cache:
+        if len(ctx.taken) > before_decisions and warm_and_sent(ctx, cold):
             # Over the budget on the newest results alone, now cut down (not sent: no cache
             # write). Back under it, the call is done: going on to the target would rewrite
             # the cached prefix on every such call, each dropping the step before.
@@ -469,10 +488,8 @@ class DeterministicCompaction:
         # they are cut in this call whatever else is done, exempt ones too. Sized with them
         # whole, the tiers would drop older, cached history for nothing.
         view = ctx.view
-        newest = len(view)
-        while newest > 0 and isinstance(view[newest - 1], ToolResultMessage):
-            newest -= 1
-        if newest == len(view) or newest <= ctx.in_flight_start():
+        newest, end = _newest_step(view)
+        if newest == end or newest <= ctx.in_flight_start():
             return
         ceiling = _ceiling(ctx) - ctx.counter.overhead
         kept = [view[j] for j in protected_positions(view) if j < newest - 1]
@@ -583,34 +600,62 @@ class DeterministicCompaction:
 
     def _cut_kept(self, ctx: CompactionContext, actions: list[str], target: int) -> None:
         """Landing above the target (under the trigger) once the tiers are done, in a call
-        that rewrites the cached prefix anyway: what holds the prompt there, before the
-        running loop, is what they keep whole (the newest complete turn's steps, whose
-        output and arguments may be cut down, and the recent steps). Those are cut shorter,
-        each with its recall id, as far as the target needs and down to the floor giving way
-        cuts to: landing deeper puts the next rewrite further away. The running loop stays as
-        it is (its newest result is what the model just asked for), and so does the output of
-        ``exempt_tools``."""
-        floor = self._relaxed(_FLOOR_LINES, _FLOOR_CHARS, self.keep_recent_steps, exempt=True)
-        if not floor._cuts_before(ctx.view, ctx.in_flight_start()):
-            return  # all at the floor already (sizing the cut would read every original)
+        that rewrites the cached prefix anyway: what holds the prompt there is what they keep
+        whole (the newest complete turn's steps, whose output and arguments may be cut down,
+        the recent steps, and the running loop). Those are cut shorter, each with its recall
+        id, as far as the target needs: landing deeper puts the next rewrite further away.
+        Before the running loop first, down to the floor giving way cuts to; then in it, all
+        but the newest step's results (what the model just asked for), down to a quarter of
+        tier 1's limits (its arguments to the arguments' limit, as giving way cuts them). The
+        output of ``exempt_tools`` stays as it is."""
+        floors = ((_FLOOR_LINES, _FLOOR_CHARS), self._loop_floor())
+        for in_flight, (lines, chars) in zip((False, True), floors, strict=True):
+            if ctx.prompt_tokens <= target:
+                return
+            loop = ctx.in_flight_start()
+            lo, hi = (loop, _newest_step(ctx.view)[0]) if in_flight else (0, loop)
+            floor = self._relaxed(lines, chars, self.keep_recent_steps, exempt=True)
+            if floor._cuts_in(ctx.view, lo, hi):  # (cheap: sizing reads every original)
+                self._cut_down(ctx, actions, target, (lines, chars), in_flight=in_flight)
+
+    def _loop_floor(self) -> tuple[int, int]:
+        """How short the running loop's output is cut when a landing needs it: a quarter of
+        tier 1's limits (the model read it a step or two ago), never under giving way's."""
+        return max(_FLOOR_LINES, self.max_lines // 4), max(_FLOOR_CHARS, self.max_chars // 4)
+
+    def _cut_down(
+        self,
+        ctx: CompactionContext,
+        actions: list[str],
+        target: int,
+        floor: tuple[int, int],
+        *,
+        in_flight: bool,
+    ) -> None:
+        """Cut the output and arguments before the running loop, or in it (all but the newest
+        step's results), by halving limits, until the prompt is at ``target`` or they are at
+        ``floor`` (lines, characters)."""
+        least_lines, least_chars = floor
         lines, chars = self.max_lines, self.max_chars
-        while ctx.prompt_tokens > target and (lines > _FLOOR_LINES or chars > _FLOOR_CHARS):
+        while ctx.prompt_tokens > target and (lines > least_lines or chars > least_chars):
             view = ctx.view
-            in_loop = frozenset(range(ctx.in_flight_start(), len(view)))
-            lines, chars = max(_FLOOR_LINES, lines // 2), max(_FLOOR_CHARS, chars // 2)
+            newest = frozenset(range(*_newest_step(view)))
+            spare = newest if in_flight else frozenset(range(ctx.in_flight_start(), len(view)))
+            lines, chars = max(least_lines, lines // 2), max(least_chars, chars // 2)
             (lines, chars), _ = _deep_enough(
-                ctx, lines, chars, ctx.prompt_tokens - target, 0, in_loop
+                ctx, lines, chars, ctx.prompt_tokens - target, 0, spare
             )
+            lines, chars = max(least_lines, lines), max(least_chars, chars)
             cut = self._relaxed(lines, chars, self.keep_recent_steps, exempt=True)
-            cut._truncate(ctx, actions, in_flight=False, again=True)
+            cut._truncate(ctx, actions, in_flight=in_flight, again=True, spare=newest)
             ctx.counter.refine(ctx.view)
 
-    def _cuts_before(self, view: Sequence[Message], end: int) -> bool:
-        """Whether tier 1 at this strategy's limits would cut any of ``view[:end]`` as shown:
+    def _cuts_in(self, view: Sequence[Message], lo: int, hi: int) -> bool:
+        """Whether tier 1 at this strategy's limits would cut any of ``view[lo:hi]`` as shown:
         a result's text not of ``exempt_tools`` (named by the result, or by its call), or an
         argument."""
         names: dict[str, str] = {}
-        for m in view[:end]:
+        for m in view[lo:hi]:
             if isinstance(m, AssistantMessage):
                 names.update((c.id, c.name) for c in m.tool_calls)
                 if self._cuttable(m):
@@ -684,12 +729,7 @@ class DeterministicCompaction:
         """View positions of the newest step's results of ``exempt_tools``, which giving way
         leaves whole while the prompt can come under the budget otherwise."""
         view = ctx.view
-        end = len(view)
-        while end > 0 and isinstance(view[end - 1], UserMessage):
-            end -= 1  # steering text sent after the results, in their turn
-        newest = end
-        while newest > 0 and isinstance(view[newest - 1], ToolResultMessage):
-            newest -= 1
+        newest, end = _newest_step(view)
         if newest == end or not self.exempt_tools:
             return frozenset()
         step = view[newest - 1]

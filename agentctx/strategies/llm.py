@@ -91,7 +91,7 @@ from agentctx.errors import ConfigError
 from agentctx.events import CompactionWarning, ContextCompacted, SummaryRejected, SummaryStale
 from agentctx.ledger import ReplaceSpan, anchor, protected_positions
 from agentctx.messages import SummaryMessage
-from agentctx.strategies.deterministic import DeterministicCompaction
+from agentctx.strategies.deterministic import DeterministicCompaction, warm_and_sent
 from agentctx.strategies.llm_config import (
     DEFAULT_RETAIN_TAIL_TOKENS,
     SUMMARY_MARKER,
@@ -349,7 +349,9 @@ class LlmCompaction:
             return
         before = len(ctx.view)
         cut: list[str] = []
-        if isinstance(self.fallback, DeterministicCompaction) and not self._cold(ctx):
+        if isinstance(self.fallback, DeterministicCompaction) and warm_and_sent(
+            ctx, self._cold(ctx)
+        ):
             # Over the budget on the newest results alone: cut down (not sent: no cache
             # write), the prompt may be back under it, with nothing sent rewritten and no
             # briefing needed yet.
@@ -746,7 +748,7 @@ class LlmCompaction:
             fallback, origins = self.fallback, ctx.origins
             end = bisect.bisect_left(origins, where[0])
             if 0 < end < len(ctx.view) and origins[end] == where[0]:
-                actions = await run_tiers(fallback, ctx, start=end, aim=capped(trigger))
+                actions += await run_tiers(fallback, ctx, start=end, aim=capped(trigger))
             origins = ctx.origins
             start = bisect.bisect_left(origins, job.start)
             end = bisect.bisect_left(origins, where[0])
