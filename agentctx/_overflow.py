@@ -149,13 +149,19 @@ def _of_group(group: ExceptionGroup[Exception]) -> Overflow | None:
     return max(counted, key=lambda f: f.prompt_tokens or 0) if counted else found[0]
 
 
+_MOST_FLOOR = 300.0  # tokens: no provider bills an image a floor above this (258, 255, 85)
+
+
 def floor_share(excess: float, images: Sequence[tuple[float, bool]]) -> float:
     """The part of ``excess``, a refusal's tokens that no calibration explains, that the
     images marked ``True`` in ``images`` (each image's estimate, and whether compaction keeps
     it) carry, read as a floor the provider bills every image at and the estimates fall short
-    of (Gemini bills each image 258 tokens, OpenAI's low detail 85): the floor ``F`` with
-    ``sum(max(0, F - estimate)) == excess``, of which each kept image carries ``F`` less its
-    estimate. Many small images cost a refused prompt its excess, one at a time."""
+    of (Gemini bills each image 258 tokens, OpenAI's high detail at least 255, its low detail
+    85): the floor ``F`` with ``sum(max(0, F - estimate)) == excess``, of which each kept
+    image carries ``F`` less its estimate. Many small images cost a refused prompt its
+    excess, one at a time. A floor past any provider's (large images billed far over their
+    estimate, tile by tile) is taken as the highest one: the rest of the excess is left to
+    the images compaction may leave out."""
     estimates = sorted(e for e, _ in images)
     floor, below = 0.0, 0.0  # below: the sum of the estimates under the floor
     for k, estimate in enumerate(estimates):
@@ -163,4 +169,5 @@ def floor_share(excess: float, images: Sequence[tuple[float, bool]]) -> float:
         floor = (excess + below) / (k + 1)
         if k + 1 == len(estimates) or floor <= estimates[k + 1]:
             break
+    floor = min(floor, _MOST_FLOOR)
     return min(excess, sum(max(0.0, floor - e) for e, kept in images if kept))

@@ -183,8 +183,8 @@ def _refusal_part(value: object) -> tuple[float, float, int] | None:
     if not isinstance(value, list) or len(value) < 3:
         return None
     excess, media, raw = value[:3]
-    for tokens in (excess, media):
-        if type(tokens) not in (int, float) or not 0 <= tokens <= MOST_TOKENS:
+    for tokens, least in ((excess, 0), (media, 1)):  # media: a share is laid per token of it
+        if type(tokens) not in (int, float) or not least <= tokens <= MOST_TOKENS:
             return None  # (NaN fails the range)
     if type(raw) is not int or not 0 < raw < 1 << 40:
         return None

@@ -103,18 +103,26 @@ def turns(messages: list[Message]) -> list[list[Message]]:
 
 
 class Replies:
-    """Passes requests to ``inner`` and sets ``replied`` once an answer (or error) is in."""
+    """Passes requests to ``inner`` and counts the answers (or errors) in."""
 
     def __init__(self, inner: OpenAIChatSummarizer) -> None:
         self.inner = inner
         self.model = inner.model
-        self.replied = anyio.Event()
+        self.replies = 0
+        self._replied = anyio.Event()
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
         try:
             return await self.inner.summarize(request)
         finally:
-            self.replied.set()
+            self.replies += 1
+            self._replied.set()
+            self._replied = anyio.Event()
+
+    async def wait_for(self, replies: int) -> None:
+        """Until ``replies`` answers are in."""
+        while self.replies < replies:
+            await self._replied.wait()
 
 
 def spliced(events: list[Event]) -> list[ContextCompacted]:
@@ -181,14 +189,20 @@ async def test_a_real_model_briefing_is_spliced_in_the_background(llm_url: str) 
                 # Hold the loop until the reply: a briefing arriving while the loop goes on
                 # would splice or not depending on how fast the machine is.
                 with anyio.fail_after(HANG + 60):
-                    await replies.replied.wait()
-                failed = [e for e in events if isinstance(e, SummaryRejected | SummaryStale)]
+                    await replies.wait_for(armed)
+                failed = [
+                    e
+                    for e in events
+                    if isinstance(e, SummaryRejected)
+                    or (isinstance(e, SummaryStale) and e.reason != "updated")
+                ]
                 assert not failed, failed
                 assert llm.phase == "ready"
         view = history
     await summarizer.aclose()
     done = spliced(events)
-    assert armed == 1 and len(done) == 1, [type(e).__name__ for e in events]
+    # (An update of the ready briefing may be asked for before the splice.)
+    assert armed >= 1 and len(done) == 1, [type(e).__name__ for e in events]
     briefings = [m for m in view if is_briefing(m)]
     assert len(briefings) == 1 and briefing_text(briefings[0])
     stats = done[0].summary
