@@ -410,11 +410,13 @@ async def test_a_rewrite_lands_deeper_by_cutting_the_loop_s_earlier_output() -> 
     assert all(t < 0.4 * budget.limit for t in landings)
 
 
-async def test_a_huge_new_result_cut_under_the_budget_rewrites_nothing_sent() -> None:
+@pytest.mark.parametrize("arrives", ["alone", "steered", "with_a_step_after"])
+async def test_a_huge_new_result_cut_under_the_budget_rewrites_nothing_sent(arrives: str) -> None:
     # Found by hostile run DS (4): a step whose new result alone passed the budget had it
     # cut (not sent: no cache write), and then the tiers went on to the target, dropping
     # the step before behind the marker: a rewrite of the cached prefix on every such call,
-    # and the thrash warning.
+    # and the thrash warning. Hostile run DV: the same when a hook's text follows the result,
+    # or a second step does (a caller that skipped a model call's prepare).
     history = [user("task: speed up src/x.py")]
     for n in range(3):
         history += _step(f"c{n}", 150)
@@ -428,6 +430,10 @@ async def test_a_huge_new_result_cut_under_the_budget_rewrites_nothing_sent() ->
         for k in range(11):
             sent, n = ctx._sent, len(ctx.ledger)
             history += _step(f"s{k}", 3000)
+            if arrives == "steered":
+                history += [user(f"(hook: lint ok {k})")]
+            elif arrives == "with_a_step_after":
+                history += _step(f"t{k}", 5)
             view = await ctx.prepare(history)
             assert_view_ok(view, history)
             new = ctx.ledger.decisions[n:]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import json
+from bisect import bisect_left
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -486,11 +487,17 @@ class DeterministicCompaction:
         # The newest step's results, kept whole, can hold the prompt above the give-way
         # ceiling with what no tier drops (the protected messages, the step's call): then
         # they are cut in this call whatever else is done, exempt ones too. Sized with them
-        # whole, the tiers would drop older, cached history for nothing.
+        # whole, the tiers would drop older, cached history for nothing. So are the results
+        # of the running loop's other steps not sent yet (a caller that skipped a model
+        # call's `prepare` brings two), which nothing sent would otherwise make room for.
         view = ctx.view
         newest, end = _newest_step(view)
-        if newest == end or newest <= ctx.in_flight_start():
+        loop = ctx.in_flight_start()
+        if newest == end or newest <= loop:
             return
+        if ctx.sent:
+            unsent = bisect_left(ctx.origins, ctx.sent)
+            newest = min(newest, max(unsent, loop + 1))
         ceiling = _ceiling(ctx) - ctx.counter.overhead
         kept = [view[j] for j in protected_positions(view) if j < newest - 1]
         kept += view[newest - 1 :]
