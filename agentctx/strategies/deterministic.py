@@ -496,8 +496,11 @@ class DeterministicCompaction:
         if newest == end or newest <= loop:
             return
         if ctx.sent:
-            unsent = bisect_left(ctx.origins, ctx.sent)
-            newest = min(newest, max(unsent, loop + 1))
+            unsent = max(bisect_left(ctx.origins, ctx.sent), loop + 1)
+            newest = next(
+                (j for j in range(unsent, newest) if isinstance(view[j], ToolResultMessage)),
+                newest,
+            )
         ceiling = _ceiling(ctx) - ctx.counter.overhead
         kept = [view[j] for j in protected_positions(view) if j < newest - 1]
         kept += view[newest - 1 :]
@@ -509,7 +512,8 @@ class DeterministicCompaction:
             return
         # The page the model just recalled stays whole while the prompt can meet the hard
         # budget with it (giving way cuts it last, and only as far as that needs).
-        spare = self._spared(ctx) if whole <= _hard_limit(ctx) - counter.overhead else frozenset()
+        fits = whole <= _hard_limit(ctx) - counter.overhead
+        spare = self._spared(ctx, newest) if fits else frozenset()
         relaxed = self._relaxed(self.max_lines, self.max_chars, self.keep_recent_steps)
         relaxed._truncate(ctx, actions, in_flight=True, start=newest, spare=spare)
 
@@ -732,19 +736,23 @@ class DeterministicCompaction:
             name = shown.tool_name or "tool"
             actions.append(f"left out {k} of {len(gains)} images of a result of {name}")
 
-    def _spared(self, ctx: CompactionContext) -> frozenset[int]:
-        """View positions of the newest step's results of ``exempt_tools``, which giving way
-        leaves whole while the prompt can come under the budget otherwise."""
+    def _spared(self, ctx: CompactionContext, start: int | None = None) -> frozenset[int]:
+        """View positions of the newest step's results of ``exempt_tools`` (and of the steps
+        from view position ``start`` on), which giving way leaves whole while the prompt can
+        come under the budget otherwise."""
         view = ctx.view
         newest, end = _newest_step(view)
         if newest == end or not self.exempt_tools:
             return frozenset()
-        step = view[newest - 1]
-        names = (
-            {c.id: c.name for c in step.tool_calls} if isinstance(step, AssistantMessage) else {}
-        )
+        start = newest if start is None else min(start, newest)
+        names = {
+            c.id: c.name
+            for step in view[start - 1 : end]
+            if isinstance(step, AssistantMessage)
+            for c in step.tool_calls
+        }
         spared: list[int] = []
-        for j in range(newest, end):
+        for j in range(start, end):
             m = view[j]
             if isinstance(m, ToolResultMessage) and (
                 (m.tool_name or names.get(m.tool_call_id)) in self.exempt_tools
