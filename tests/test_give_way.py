@@ -148,3 +148,36 @@ async def test_a_page_recalled_beside_a_long_task_is_not_cut_before_the_budget_n
     ]
     async with ContextManager(budget, recall=MemoryRecallStore(), strategy=_strategy(kind)) as ctx:
         await _page_through(ctx, history, budget, 6)
+
+
+async def test_a_page_recalled_in_an_unsent_step_before_the_newest_is_not_cut() -> None:
+    """Two steps brought in one call (a caller that skipped a model call's prepare): the
+    results of the older one are cut with the newest's when they would hold the prompt over
+    the trigger, but a page it recalled stays whole while the prompt fits the budget with it,
+    as the newest step's does."""
+    budget = Budget(context_window=9_000, reserve_output=1_000)
+    log = "\n".join(
+        f"tests/test_{i}.py::test_{i} {'FAILED' if i % 97 == 0 else 'PASSED'}"
+        for i in range(20_000)
+    )
+    history: list[Message] = [
+        user("Task: list every failing test."),
+        assistant(call("c0", "bash", command="pytest")),
+        result("c0", log, "bash"),
+    ]
+    async with ContextManager(budget, recall=MemoryRecallStore()) as ctx:
+        view = list(await ctx.prepare(history))
+        found = RECALL_ID.search(text_of(view[-1].content))  # type: ignore[union-attr]
+        assert found is not None
+        page = await ctx.handle_recall({"id": found.group(1)})
+        view += [
+            assistant(call("r0", RECALL_TOOL_NAME, id=found.group(1))),
+            result("r0", page, RECALL_TOOL_NAME),
+            assistant(call("s1", "bash", command="ls")),
+            result("s1", "a\nb", "bash"),
+        ]
+        view = list(await ctx.prepare(view))
+        assert_view_ok(view, ctx.raw)
+        assert ctx.prompt_tokens <= budget.limit
+        (shown,) = [m for m in view if isinstance(m, ToolResultMessage) and m.tool_call_id == "r0"]
+        assert text_of(shown.content) == page
