@@ -1663,10 +1663,11 @@ class ContextManager:
                 self._reported_view = (epoch, len(state.raw), excess)
                 media = self._media_left()
                 history = (len(state.raw), len(state.cuts))
-                # The user messages compaction keeps carry their part, by their media's
-                # estimate: laid all on the rest, leaving those out would clear it, and the
-                # retry go out over the budget (or be refused again) on what they still hold.
-                # Their counts then say at once whether the budget can be met with them.
+                # The user messages compaction keeps carry their part (of a floor billed on
+                # every image, `floor_share`): laid all on the rest, leaving those out would
+                # clear it, and the retry go out over the budget (or be refused again) on
+                # what they still hold. Their counts then say at once whether the budget can
+                # be met with them.
                 holders = self._media_holders()
                 kept = self._media_in(holders)
                 images = self._images(holders) if media > 0 and kept > 0 else []

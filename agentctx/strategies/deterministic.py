@@ -408,15 +408,9 @@ class DeterministicCompaction:
         actions: list[str] = []
         target = budget.target_tokens
         slack = _slack(target)
-        self._cut_oversized(ctx, actions)
-        if len(ctx.taken) > before_decisions and warm_and_sent(ctx, cold):
-            # Over the budget on the newest results alone, now cut down (not sent: no cache
-            # write). Back under it, the call is done: going on to the target would rewrite
-            # the cached prefix on every such call, each dropping the step before.
-            ctx.counter.refine(ctx.view)
-            if not self._due(ctx, ctx.prompt_tokens, cold):
-                self._report(ctx, tokens, before_messages, before_decisions, actions)
-                return None
+        if self.cut_new_enough(ctx, actions, cold):
+            self._report(ctx, tokens, before_messages, before_decisions, actions)
+            return None
         # Repeat to a fixed point, so calling again with the same history takes nothing new.
         while True:
             taken = len(ctx.taken)
@@ -454,6 +448,20 @@ class DeterministicCompaction:
                 self._drop_images(ctx, actions, _ceiling(ctx))
         self._report(ctx, tokens, before_messages, before_decisions, actions)
         return None
+
+    def cut_new_enough(self, ctx: CompactionContext, actions: list[str], cold: bool) -> bool:
+        """Cut the newest step's results where they hold the prompt over the budget, as
+        `compact` does first; whether that was all the call needs: the prompt is back under
+        the budget, and the cut touched only what was not sent, in a call that would
+        otherwise rewrite the cached prefix (`warm_and_sent`). Going on to the target then
+        would rewrite it on every step that brings such a result, each dropping the step
+        before. ``actions`` gets what was cut."""
+        taken = len(ctx.taken)
+        self._cut_oversized(ctx, actions)
+        if len(ctx.taken) == taken or not warm_and_sent(ctx, cold):
+            return False
+        ctx.counter.refine(ctx.view)
+        return ctx.prompt_tokens <= ctx.budget.limit
 
     def cut_oversized(self, ctx: CompactionContext) -> list[str]:
         """Over the limit, cut down the newest step's results when, kept whole, they would

@@ -349,18 +349,16 @@ class LlmCompaction:
             return
         before = len(ctx.view)
         cut: list[str] = []
-        if isinstance(self.fallback, DeterministicCompaction) and warm_and_sent(
-            ctx, self._cold(ctx)
+        fallback, cold = self.fallback, self._cold(ctx)
+        # Over the budget on the newest results alone: cut down (not sent: no cache write),
+        # the prompt may be back under it, with no briefing needed yet.
+        if (
+            isinstance(fallback, DeterministicCompaction)
+            and warm_and_sent(ctx, cold)
+            and fallback.cut_new_enough(ctx, cut, cold)
         ):
-            # Over the budget on the newest results alone: cut down (not sent: no cache
-            # write), the prompt may be back under it, with nothing sent rewritten and no
-            # briefing needed yet.
-            cut = self.fallback.cut_oversized(ctx)
-            if cut and not ctx.breaking_cache:
-                ctx.counter.refine(ctx.view)
-                if ctx.prompt_tokens <= ctx.budget.limit:
-                    self._emit_compacted(ctx, "deterministic", tokens, before, cut, None)
-                    return
+            self._emit_compacted(ctx, "deterministic", tokens, before, cut, None)
+            return
         version = ctx.ledger.version
         await self._protect_briefing(ctx, tokens, before, cut)
         if self._requests_started:
