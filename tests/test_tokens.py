@@ -327,6 +327,29 @@ def test_long_even_output_is_sampled_close_to_its_whole_scan() -> None:
     assert Estimator().count(text) == pytest.approx(_whole_scan(text), rel=0.03)
 
 
+def test_a_long_even_output_is_read_8_kb_deep_whatever_its_length(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A new result near the budget is counted in full on the call it arrives: what that
+    count reads is bounded (8 KB of windows), so the call stays under a millisecond."""
+    from agentctx.tokens import estimate
+
+    read: list[int] = []
+    scan = estimate._scan
+
+    def counted(text: str) -> tuple[float, float]:
+        read.append(len(text))
+        return scan(text)
+
+    monkeypatch.setattr(estimate, "_scan", counted)
+    line = "src/pkg/module.py:{i}: value_{i} = compute({i}, 3)"
+    for lines in (200, 2_000, 20_000):
+        text = "\n".join(line.format(i=i) for i in range(lines))
+        read.clear()
+        Estimator().count(text, ContentClass.LOG)
+        assert sum(read) == min(len(text), 8192)
+
+
 def test_a_dense_stretch_in_long_output_is_not_left_to_the_samples() -> None:
     # Plain prose around 6 KB of base64 (three times the tokens a character): sampled, the
     # blob would weigh as much as the windows that happen to land on it; scanned whole, it
