@@ -45,7 +45,9 @@ The strategies, each at its defaults, driven through its own hook as its framewo
   it sent (`_yardstick.run_agentctx`), with a `MemoryRecallStore`, so that what it cleared is
   one ``recall_context`` call away: every request it sends carries that tool's definition,
   counted in its size and cost. ``--target-ratio`` adds
-  the deterministic strategy at other ``Budget.target_ratio`` values.
+  the deterministic strategy at other ``Budget.target_ratio`` values; ``--floor`` a row timing
+  what agentctx's no-decision call cannot leave out (validation, the repair check, quick
+  estimates, the list sent), which sends the whole history.
 
 A summary's own work (the offline summarizer's extraction) stands in for a model's reply: it
 is inside a peer's timed call, which waits for the reply inline, and outside agentctx's, which
@@ -633,6 +635,46 @@ def _none(session: Session, judge: y.Judge, b: int) -> Any:
     return run()
 
 
+FLOOR = "floor (agentctx's checks alone; sends all)"
+
+
+def _floor(session: Session, judge: y.Judge, b: int) -> Any:
+    """What agentctx's call cannot leave out, timed as the strategies are (``--floor``): each
+    request's new messages validated (`check_history`), checked to need no repair
+    (`answered_call_ids`) and counted on quick estimates (a lazy `MessageCounter`), and the
+    list sent copied. No view is kept, nothing is compacted or followed (edits, rewinds), no
+    near-budget count is made: it sends the whole history and is judged so. Its p50 is what
+    a no-decision call of agentctx costs at the least."""
+
+    async def run() -> None:
+        from agentctx.boundaries import answered_call_ids
+        from agentctx.messages import check_history, from_dict, to_dict
+        from agentctx.tokens import MessageCounter
+
+        canon = judge.canon
+        converted = [canon.neutral(m) for m in session.messages]
+        counter = MessageCounter()
+        history: list[Message] = []
+        ids: set[str] = set()
+        tokens = 0
+        for k, i in enumerate(session.calls):
+            n = len(history)
+            history += [from_dict(to_dict(m)) for m in session.messages[n:i]]
+            started = time.perf_counter()
+            new = history[n:]
+            check_history(new, n)
+            answered = answered_call_ids(new, ids)
+            if answered:
+                ids.update(answered)
+            tokens += counter.count_many(new)
+            sent = list(history)
+            ms = (time.perf_counter() - started) * 1000
+            assert len(sent) == i and tokens > 0
+            judge.add(converted[:i], session.times[k], ms=ms)
+
+    return run()
+
+
 def _agentctx(kind: str, target_ratio: float | None = None) -> Callable[..., Any]:
     from agentctx.replay.jobs import DEFAULT_SUMMARIZER_DELAY, build_strategy
 
@@ -782,6 +824,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"only the small Claude Code cells ({', '.join(QUICK)}): a few seconds",
     )
     parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also time what agentctx's no-decision call cannot leave out (validation, the "
+        "repair check, quick estimates, the copy sent), as a row of its own",
+    )
+    parser.add_argument(
         "--target-ratio",
         default="",
         help="also run agentctx's deterministic strategy at these Budget.target_ratio values, "
@@ -793,6 +841,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     canon = y.Canon()
     runners, missing = strategies(ratios)
     selected = select(runners, args.strategies)
+    if args.floor:
+        runners[FLOOR] = _floor
+        selected.append(FLOOR)
     sessions = load_sessions()
     if args.cells:
         cells = [parse_cell(c.strip()) for c in args.cells.split(",") if c.strip()]

@@ -286,6 +286,16 @@ def test_peers_quick_cell_with_the_peers_this_venv_has(peers: ModuleType) -> Non
         assert rows[name][3] != "-"  # observe() is timed for agentctx
 
 
+def test_the_floor_row_sends_everything_and_is_timed(peers: ModuleType) -> None:
+    """``--floor``: agentctx's per-call checks alone, judged as the strategies are. It
+    compacts nothing, so it is judged as sending everything, as ``none`` is."""
+    text = _run(peers, "--cells", CELL, "--strategies", "agentctx.deterministic", "--floor")
+    rows = _rows(text)
+    floor, none = rows[peers.FLOOR], rows["none"]
+    assert floor[4:] == none[4:]  # breaks, cost, over B, paths: the whole history each time
+    assert float(floor[1]) > 0  # its call is timed (p50 in ms)
+
+
 def test_peers_quick_run_with_pydantic_ai_harness(peers: ModuleType) -> None:
     """The pydantic-ai-harness rows, in this interpreter if it has the package, else in
     .venv-bench (scripts/bench makes it); skipped, with the reason, when neither has it."""
