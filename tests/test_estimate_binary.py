@@ -4,6 +4,8 @@ the same characters, which must not move."""
 
 from __future__ import annotations
 
+import base64
+import itertools
 import json
 import random
 
@@ -116,3 +118,94 @@ async def test_a_binary_tool_result_does_not_go_out_over_the_window_unsaid() -> 
         view = await ctx.prepare(history)
     said = any(isinstance(e, BudgetExceeded) for e in events)
     assert exact(view) <= budget.limit or said, (exact(view), ctx.prompt_tokens)
+
+
+# -- dense content the sampling windows do not land on ----------------------------------------
+
+PROSE = "the result of running the test suite shows that every module was imported and checked "
+
+
+def _dense(kind: str, n: int, rng: random.Random) -> str:
+    if kind == "base64":
+        return base64.b64encode(rng.randbytes(n)).decode()[:n]
+    if kind == "hex":
+        return rng.randbytes(n).hex()[:n]
+    if kind == "latin-1":
+        return rng.randbytes(n).decode("latin-1")
+    if kind == "cjk":
+        return "".join(chr(rng.randrange(0x4E00, 0x9FA0)) for _ in range(n))
+    if kind == "minified json":
+        return json.dumps({f"k{i}": rng.randrange(10**9) for i in range(n)}, separators=(",", ":"))[
+            :n
+        ]
+    assert kind == "table"
+    rows = "".join(
+        "|" + "|".join(f"{rng.randrange(100_000):>5}" for _ in range(8)) + "|\n"
+        for _ in range(n // 49 + 1)
+    )
+    return rows[:n]
+
+
+def _between_windows(n: int, kind: str, fill: float, window: int = 512, windows: int = 16) -> str:
+    """Prose of ``n`` characters with ``kind`` filling ``fill`` of every gap between the 16
+    windows a text of that length would be sampled through (the estimator's own layout)."""
+    rng = random.Random(n)
+    chars = list((PROSE * (n // len(PROSE) + 1))[:n])
+    step = (n - window) / (windows - 1)
+    starts = [int(i * step) for i in range(windows)]
+    for a, b in itertools.pairwise(starts):
+        gap = b - (a + window)
+        dense = _dense(kind, int(gap * fill), rng)
+        chars[a + window : a + window + len(dense)] = dense
+    return "".join(chars)
+
+
+@pytest.mark.parametrize("kind", ["base64", "hex", "latin-1", "cjk", "minified json", "table"])
+@pytest.mark.parametrize("n", [12_000, 16_384, 24_000, 60_000])
+@pytest.mark.parametrize("fill", [1.0, 0.3])
+def test_dense_content_between_the_windows_is_scanned(kind: str, n: int, fill: float) -> None:
+    """Found by a hostile run (DX, finding 1): sampled from 8 KB in 16 windows of 512
+    characters, a 9-16 KB result with base64, hex, CJK, binary, a table or minified JSON only
+    between the windows was estimated 12-85 % under its o200k count, and a view went out over
+    the budget with no event (16 KB of 1 KB windows missed it at 27 % on 32 KB). Texts up to
+    16 KB are scanned whole; longer ones whole when the windows are not made like the text."""
+    from agentctx.tokens import estimate
+
+    text = _between_windows(n, kind, fill)
+    units, other = estimate._scan(text)
+    assert Estimator().count(text) == max(1, round(units + other))
+
+
+async def test_dense_content_between_the_windows_does_not_go_out_over_the_budget_unsaid() -> None:
+    """DX, finding 1, as the session met it: a prompt near the limit, then a 16 KB result with
+    base64 between the windows. Sampled, it went out at 41,435 tokens over a 40,000 limit with
+    no event; now the view is within the limit by o200k, or an event says it is not."""
+    from agentctx import Budget, ContextManager, Usage
+    from agentctx.events import BudgetExceeded
+    from agentctx.tokens import MessageCounter
+
+    exact = MessageCounter(o200k, lazy=False)
+    budget = Budget(context_window=56_000, reserve_output=16_000)
+    assert budget.limit == 40_000
+    history: list[Message] = [UserMessage.of("Read the files and explain them.")]
+    events: list[object] = []
+    async with ContextManager(budget, on_over_budget="send") as ctx:
+        ctx.subscribe(events.append)
+        view: list[Message] = []
+        for i in range(40):
+            history += [
+                AssistantMessage((ToolCall(f"c{i}", "read", {"path": f"f{i}.txt"}),)),
+                ToolResultMessage.of(f"c{i}", (PROSE * 60)[: 4_000 + 37 * i], tool_name="read"),
+            ]
+            view = await ctx.prepare(history)
+            ctx.observe(Usage(input_tokens=exact.count_many(view) + 1_500))
+            if exact.count_many(view) + 1_500 > budget.limit - 6_000:
+                break
+        history += [
+            AssistantMessage((ToolCall("big", "read", {"path": "blob.txt"}),)),
+            ToolResultMessage.of("big", _between_windows(16_000, "base64", 1.0), tool_name="read"),
+        ]
+        events.clear()
+        view = await ctx.prepare(history)
+    said = any(isinstance(e, BudgetExceeded) for e in events)
+    assert exact.count_many(view) + 1_500 <= budget.limit or said
