@@ -132,6 +132,10 @@ def _dense(kind: str, n: int, rng: random.Random) -> str:
         return rng.randbytes(n).hex()[:n]
     if kind == "latin-1":
         return rng.randbytes(n).decode("latin-1")
+    if kind == "mixed-case words":
+        letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+        words = ("".join(rng.choices(letters, k=rng.randint(3, 7))) for _ in range(n))
+        return " ".join(words)[:n]
     if kind == "cjk":
         return "".join(chr(rng.randrange(0x4E00, 0x9FA0)) for _ in range(n))
     if kind == "minified json":
@@ -160,7 +164,9 @@ def _between_windows(n: int, kind: str, fill: float, window: int = 512, windows:
     return "".join(chars)
 
 
-@pytest.mark.parametrize("kind", ["base64", "hex", "latin-1", "cjk", "minified json", "table"])
+@pytest.mark.parametrize(
+    "kind", ["base64", "hex", "latin-1", "cjk", "minified json", "table", "mixed-case words"]
+)
 @pytest.mark.parametrize("n", [12_000, 16_384, 24_000, 60_000])
 @pytest.mark.parametrize("fill", [1.0, 0.3])
 def test_dense_content_between_the_windows_is_scanned(kind: str, n: int, fill: float) -> None:
@@ -168,7 +174,8 @@ def test_dense_content_between_the_windows_is_scanned(kind: str, n: int, fill: f
     characters, a 9-16 KB result with base64, hex, CJK, binary, a table or minified JSON only
     between the windows was estimated 12-85 % under its o200k count, and a view went out over
     the budget with no event (16 KB of 1 KB windows missed it at 27 % on 32 KB). Texts up to
-    16 KB are scanned whole; longer ones whole when the windows are not made like the text."""
+    16 KB are scanned whole; longer ones whole when the windows are not made like the text
+    (random mixed-case words between prose words are caught by their capitals)."""
     from agentctx.tokens import estimate
 
     text = _between_windows(n, kind, fill)

@@ -605,14 +605,16 @@ def _scan(text: str) -> tuple[float, float]:
 # windows of _WINDOW chars, extrapolated by length, so a 10 MB tool output costs what an 8 KB
 # one does (a new result near the budget is counted in full on the call it arrives: 0.4 ms,
 # where 16 windows of 1 KB took 0.7; the check below reads a text of up to 64 KB once more,
-# in C, at about 1.3 us a KB). Windows can miss what lies between them: a text of up to
+# in C, at about 1.7 us a KB). Windows can miss what lies between them: a text of up to
 # _WHOLE_UNEVEN chars is scanned whole instead when they disagree by more than _UNEVEN (a dense
 # stretch under one of them) or when, together, they are not made like the whole text
-# (`_unlike`): dense content (base64, hex, CJK, emoji, binary, tables, minified JSON) placed
-# only between them. Sampled from 8 KB with no such check, a 9-16 KB result built that way
-# went out 12-85 % over its estimate, over the budget, with no event (hostile run DX).
-# On the corpus's 23 texts over 16 KB the windows agree within 1.1-2.0x, their estimate moves
-# by 1.5 points against the whole scan's (median; at most 2.7), and none is scanned whole.
+# (`_unlike`): dense content (base64, hex, CJK, emoji, binary, tables, minified JSON, random
+# mixed-case words) placed only between them. Sampled from 8 KB with no such check, a 9-16 KB
+# result built that way went out 12-85 % over its estimate, over the budget, with no event
+# (hostile run DX). Random lowercase words between words still pass it (about 2x prose's
+# tokens a character). On the corpus's 23 texts over 16 KB the windows agree within 1.1-2.0x,
+# their estimate moves by 1.5 points against the whole scan's (median; at most 2.7), and none
+# is scanned whole.
 _SCAN_LIMIT = 16384
 _WINDOWS = 16
 _WINDOW = 512
@@ -621,17 +623,20 @@ _WHOLE_UNEVEN = 65536
 _UNLIKE = 1.5  # how many times the windows' share of a kind of character may be off
 _UNLIKE_SHARE = 0.01  # ... give or take this share of the text
 _NOT_DIGITS = bytes(c for c in range(256) if not 0x30 <= c <= 0x39)
+_NOT_UPPER = bytes(c for c in range(256) if not 0x41 <= c <= 0x5A)
 
 
-def _shares(text: str) -> tuple[float, float, float]:
-    """Shares of ``text``'s UTF-8 bytes that are spaces, digits and beyond ASCII: what sets an
-    o200k text's tokens per character apart (dense text has few spaces, many digits or many
-    bytes a character), in C at about a nanosecond a character."""
+def _shares(text: str) -> tuple[float, float, float, float]:
+    """Shares of ``text``'s UTF-8 bytes that are spaces, digits, capitals and beyond ASCII:
+    what sets an o200k text's tokens per character apart (dense text has few spaces, many
+    digits, capitals mixed in, or many bytes a character), in C at about a nanosecond and a
+    half a character."""
     raw = text.encode("utf-8", "surrogatepass")
     n = len(raw) or 1
     return (
         raw.count(b" ") / n,
         len(raw.translate(None, _NOT_DIGITS)) / n,
+        len(raw.translate(None, _NOT_UPPER)) / n,
         (n - len(text)) / n,
     )
 
