@@ -43,6 +43,7 @@ from agentctx.strategies.deterministic import COMPACTION_MARKER, DeterministicCo
 from agentctx.strategies.pipeline import (
     BudgetPass,
     CondensePass,
+    EmergencyPass,
     ExpiryPass,
     MicroCompact,
     ToolOutputPipeline,
@@ -102,10 +103,13 @@ def txt(m: Message) -> str:
 
 
 async def test_ac1_expired_results_are_replaced_protected_turns_kept() -> None:
+    """Changed: the seed's expired result is 17 characters, which a placeholder would grow;
+    here it is longer (a short one stays: `test_an_expired_result_shorter_than_...`)."""
+    file_a = "content of file A\n" * 10
     history = [
         u("task 1", 40),
         a("c1", age=40),
-        r("c1", "content of file A", 35),
+        r("c1", file_a, 35),
         u("task 2", 20),
         a("c2", age=20),
         r("c2", "content of file B", 15),
@@ -117,8 +121,46 @@ async def test_ac1_expired_results_are_replaced_protected_turns_kept() -> None:
     assert "Tool result expired" in expired and "content of file A" not in expired
     assert "read(path=src/c1.ts)" in expired  # the artifact trail survives
     rid = re.search(r"ctx-[0-9a-f]{16}", expired)
-    assert rid and store.get("s", rid.group()) == "content of file A"
+    assert rid and store.get("s", rid.group()) == file_a
     assert txt(view[5]) == "content of file B"
+
+
+@pytest.mark.parametrize(
+    "passes",
+    [
+        {"l0": ExpiryPass(keep_recent=0)},
+        {"l0": None, "mc": MicroCompact(gap_seconds=600, keep_recent=1)},
+        {"l0": None, "l2": EmergencyPass(usage_fraction=0.001, protect_recent_turns=2)},
+    ],
+    ids=["l0", "mc", "l2"],
+)
+async def test_an_expired_result_shorter_than_its_placeholder_stays(passes: Any) -> None:
+    """Found by hostile testing (FB): an empty or one-word result was expired to a
+    placeholder several times its length, which grew the prompt and pointed recall at next to
+    nothing. One under half its placeholder's length stays, whichever pass expires it; its
+    call's long arguments still go."""
+    long_write = {"path": "src/w.ts", "content": "line\n" * 2000}
+    history: list[Message] = [
+        u("task 1", 40),
+        a("c1", age=40),
+        r("c1", "ok", 35),
+        a("c2", age=39),
+        r("c2", "", 35),
+        AssistantMessage((ToolCall("c3", "write", long_write),), "tool_use", extra=ts(38)),
+        r("c3", "Wrote 10000 bytes", 35, "write"),
+        a("c4", age=37),
+        r("c4", "content of file A " * 20, 35),
+        u("task 2", 20),
+        a("c5", age=20),
+        r("c5", "content of file B", 15),
+        u("task 3", 1),
+    ]
+    view = await run(history, pipeline(**passes))
+    assert [txt(view[j]) for j in (2, 4, 6)] == ["ok", "", "Wrote 10000 bytes"]
+    assert "result expired:" in txt(view[8])
+    call = view[5]
+    assert isinstance(call, AssistantMessage)
+    assert "[cleared: 10000 chars" in call.tool_calls[0].arguments["content"]
 
 
 async def test_ac2_user_shell_output_keeps_its_tail() -> None:
@@ -159,7 +201,7 @@ async def test_ac4_broken_pairing_is_repaired_not_a_reason_to_stop() -> None:
     history = [
         u("task", 60),
         a("c1", "c2", age=59),
-        r("c1", "A" * 100, 58),
+        r("c1", "A" * 1000, 58),
         u("t2", 50),
         r("ghost", "orphan", 50),
         a(age=49),
@@ -228,7 +270,7 @@ async def test_ac10_every_pass_disabled_returns_the_history() -> None:
 def mc_history() -> list[Message]:
     h: list[Message] = [u("task", 70)]
     for k in range(1, 9):
-        h += [a(f"c{k}", age=68 - k / 10), r(f"c{k}", f"content-{k}", 67 - k / 10)]
+        h += [a(f"c{k}", age=68 - k / 10), r(f"c{k}", f"content-{k}\n" * 20, 67 - k / 10)]
     return [*h, a(age=65)]
 
 
@@ -270,7 +312,7 @@ async def test_mc_clears_all_but_the_newest_after_an_idle_gap_and_it_sticks() ->
         assert [("Old tool result expired" in txt(view[j])) for j in (2, 4, 6, 8)] == [True] * 3 + [
             False
         ]
-        assert txt(view[8]) == "content-4"
+        assert txt(view[8]) == "content-4\n" * 20
         now[0] += 5
         later = await ctx.prepare([*history, u("back again")])
         assert later[: len(view)] == view
@@ -355,10 +397,10 @@ async def test_compact_boundary_shields_what_came_before_it() -> None:
         a(age=109),
         SummaryMessage("summary of prior work"),
         a("c3", "c4", "c5", "c6", age=80),
-        r("c3", "fresh-1", 79),
-        r("c4", "fresh-2", 78),
-        r("c5", "fresh-3", 77),
-        r("c6", "fresh-4", 76),
+        r("c3", "fresh-1\n" * 20, 79),
+        r("c4", "fresh-2\n" * 20, 78),
+        r("c5", "fresh-3\n" * 20, 77),
+        r("c6", "fresh-4\n" * 20, 76),
         a(age=65),
     ]
     view = await run(history, pipeline(mc=MicroCompact(keep_recent=1), l0=None, l2=None))
@@ -385,7 +427,7 @@ async def test_l1_protects_recent_turns() -> None:
 async def test_l0_keeps_the_newest_results() -> None:
     history: list[Message] = [u("task", 60)]
     for k, age in enumerate((58, 54, 49, 44, 39, 36, 34, 32), start=1):
-        history += [a(f"c{k}", age=age + 1), r(f"c{k}", f"content-{k}", age)]
+        history += [a(f"c{k}", age=age + 1), r(f"c{k}", f"content-{k}\n" * 20, age)]
     history.append(u("end"))
     view = await run(history, pipeline(l0=ExpiryPass(keep_recent=5, protect_recent_turns=0)))
     assert ["expired" in txt(view[2 * k]) for k in range(1, 9)] == [True] * 3 + [False] * 5
@@ -411,7 +453,8 @@ async def test_arguments_of_completed_calls_are_cleared_with_their_results() -> 
 async def test_recall_ids_are_deterministic_and_session_scoped() -> None:
     """Changed: the seed drew a random id on every call, so each request
     differed from the last; here ids are content-addressed within the session."""
-    history = [u("task 1", 40), a("c1", age=40), r("c1", "content of file A", 35), u("t", 1)]
+    file_a = "content of file A\n" * 10
+    history = [u("task 1", 40), a("c1", age=40), r("c1", file_a, 35), u("t", 1)]
     cfg = pipeline(l0=ExpiryPass(keep_recent=0, protect_recent_turns=1))
     one, two = await run(history, cfg), await run(history, cfg)
     assert txt(one[2]) == txt(two[2])
@@ -422,7 +465,7 @@ async def test_recall_ids_are_deterministic_and_session_scoped() -> None:
         other = await ctx.prepare(history)
     rid = re.search(r"ctx-[0-9a-f]{16}", txt(other[2])).group()  # type: ignore[union-attr]
     assert rid not in txt(one[2])
-    assert store.get("s", rid) is None and store.get("other", rid) == "content of file A"
+    assert store.get("s", rid) is None and store.get("other", rid) == file_a
 
 
 async def test_cache_breaking_decisions_wait_for_a_worthwhile_batch() -> None:

@@ -671,11 +671,13 @@ class Run:
         if not only_if_smaller and self._reuse_unit(("unit", kind, reason, i), m, i):
             return
         text = text_of(m.content)
-        # Beside an image (not recallable, so it stays) only the text is replaced, by
-        # whichever pass: a placeholder longer than that text would grow the result (beside
-        # an image alone, it would point recall at nothing).
+        # A placeholder runs about 3 characters a token, the densest output (hashes, ids)
+        # about 1.5: a result under half its placeholder's length costs less than it, and is
+        # kept (an empty one, "ok", "Wrote 120 bytes"). Beside an image (not recallable, so it
+        # stays) and when forced to the target, only a shorter placeholder replaces it.
+        placeholder = len(self._placeholder(j, kind, text, "ctx-" + "0" * 16))
         smaller = only_if_smaller or any(isinstance(b, ImageBlock) for b in m.content)
-        if smaller and len(self._placeholder(j, kind, text, "ctx-" + "0" * 16)) >= len(text):
+        if placeholder >= (len(text) if smaller else 2 * len(text)):
             # A placeholder as long as the result frees nothing; its call's long arguments may.
             self.claimed.add(i)
             self._clear_arguments(m.tool_call_id, reason, i)
