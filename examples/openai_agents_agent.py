@@ -5,7 +5,8 @@
 
 The filter (``RunConfig.call_model_input_filter``) hands each model call the compacted view
 of the run's input; the run's items (``result.to_input_list()``, a ``Session``) stay whole.
-Its ``hooks`` give each response's usage to the manager.
+Its ``hooks`` give each response's usage to the manager; ``wrap`` has a prompt the API still
+refuses as too long compacted and sent once more.
 """
 
 from __future__ import annotations
@@ -16,7 +17,15 @@ import os
 import sys
 from typing import Any
 
-from agents import Agent, ModelResponse, RunConfig, Runner, Usage, function_tool
+from agents import (
+    Agent,
+    ModelResponse,
+    MultiProvider,
+    RunConfig,
+    Runner,
+    Usage,
+    function_tool,
+)
 from agents.models.interface import Model
 from openai.types.responses import (
     ResponseFunctionToolCall,
@@ -101,7 +110,12 @@ async def main() -> None:
     async with ContextManager(Budget(context_window=8_000, reserve_output=1_000)) as ctx:
         ctx.subscribe(on_event)
         compaction = AgentCtxInputFilter(ctx)
-        config = RunConfig(call_model_input_filter=compaction, tracing_disabled=OFFLINE)
+        config = RunConfig(
+            call_model_input_filter=compaction,
+            # A prompt the API still refuses as too long is compacted and sent once more.
+            model_provider=compaction.wrap(MultiProvider()),
+            tracing_disabled=OFFLINE,
+        )
         result = await Runner.run(
             agent, TASK, run_config=config, hooks=compaction.hooks, max_turns=FILES + 4
         )

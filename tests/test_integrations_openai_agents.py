@@ -35,6 +35,7 @@ from openai.types.responses.response_reasoning_item import Summary
 
 from agentctx import (
     Budget,
+    ConfigError,
     ContextCompacted,
     ContextManager,
     Event,
@@ -391,3 +392,106 @@ async def test_a_batch_mixing_function_and_custom_tool_calls_stays_paired() -> N
             assert validate_responses({"model": "m", "input": sent}, sent) is None, i
             assert sent[0] == items[0]
     assert any(isinstance(e, ContextCompacted) for e in events)
+
+
+# -- a prompt the provider refuses as too long ---------------------------------------------
+
+
+def _refused_items() -> list[TResponseInputItem]:
+    """A run's input that agentctx's first estimate fits and the fake API refuses: its
+    server counts these words at about 1.6x the uncalibrated estimate."""
+    from .test_prompt_refused import responses_history
+
+    return [*responses_history(13), {"role": "user", "content": "Sum them up."}]  # type: ignore[list-item]
+
+
+def _refusing_budget() -> Budget:
+    from .test_prompt_refused import WINDOW
+
+    return Budget(context_window=WINDOW, reserve_output=500)
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+async def test_a_refused_prompt_is_compacted_and_sent_again_by_the_wrapped_model(
+    streamed: bool,
+) -> None:
+    """The SDK's own retries send the same filtered input again, which is refused again: the
+    wrapped model has the manager observe the refusal and sends the input prepared again."""
+    from .test_prompt_refused import WINDOW
+
+    async with (
+        FakeOpenAI(context_window=WINDOW, default=Reply.text("done")) as server,
+        openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="test", max_retries=0) as client,
+        ContextManager(_refusing_budget()) as ctx,
+    ):
+        compaction = AgentCtxInputFilter(ctx)
+        model = compaction.wrap(OpenAIResponsesModel(model="gpt-6-luna", openai_client=client))
+        agent = Agent(name="reader", instructions=SYSTEM, model=model)
+        config = RunConfig(call_model_input_filter=compaction, tracing_disabled=True)
+        if streamed:
+            stream = Runner.run_streamed(
+                agent, _refused_items(), run_config=config, hooks=compaction.hooks
+            )
+            async for _ in stream.stream_events():
+                pass
+            output = stream.final_output
+        else:
+            result = await Runner.run(
+                agent, _refused_items(), run_config=config, hooks=compaction.hooks
+            )
+            output = result.final_output
+    assert output == "done"
+    assert [r.status for r in server.requests] == [400, 200]
+    refused, sent = server.requests
+    assert len(sent.json["input"]) < len(refused.json["input"])
+    assert sent.json["input"][0]["content"] == "Read document 0."  # the task stays
+
+
+async def test_a_wrapped_provider_s_models_send_a_refused_prompt_again() -> None:
+    from agents import OpenAIProvider
+
+    from .test_prompt_refused import WINDOW
+
+    async with (
+        FakeOpenAI(context_window=WINDOW, default=Reply.text("done")) as server,
+        openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="test", max_retries=0) as client,
+        ContextManager(_refusing_budget()) as ctx,
+    ):
+        compaction = AgentCtxInputFilter(ctx)
+        provider = compaction.wrap(OpenAIProvider(openai_client=client, use_responses=True))
+        config = RunConfig(
+            call_model_input_filter=compaction, model_provider=provider, tracing_disabled=True
+        )
+        agent = Agent(name="reader", instructions=SYSTEM, model="gpt-6-luna")
+        result = await Runner.run(agent, _refused_items(), run_config=config)
+    assert result.final_output == "done"
+    assert [r.status for r in server.requests] == [400, 200]
+
+
+async def test_without_the_wrap_a_refused_prompt_fails_the_run_and_other_errors_pass() -> None:
+    """What the wrap is for, and what it leaves alone: a refusal fails an unwrapped run, and
+    an error that is no refusal of the prompt (a refused key) is raised as it came, once."""
+    from .test_prompt_refused import WINDOW
+
+    async with (
+        FakeOpenAI(context_window=WINDOW, default=Reply.text("done")) as server,
+        openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="test", max_retries=0) as client,
+        ContextManager(_refusing_budget()) as ctx,
+    ):
+        compaction = AgentCtxInputFilter(ctx)
+        config = RunConfig(call_model_input_filter=compaction, tracing_disabled=True)
+        bare = Agent(name="r", model=OpenAIResponsesModel(model="m", openai_client=client))
+        with pytest.raises(openai.BadRequestError, match="exceeds the context window"):
+            await Runner.run(bare, _refused_items(), run_config=config)
+        assert [r.status for r in server.requests] == [400]
+    async with (
+        ContextManager(_refusing_budget()) as ctx,
+        openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="x", max_retries=0) as dead,
+    ):
+        compaction = AgentCtxInputFilter(ctx)
+        config = RunConfig(call_model_input_filter=compaction, tracing_disabled=True)
+        model = compaction.wrap(OpenAIResponsesModel(model="m", openai_client=dead))
+        with pytest.raises(openai.APIConnectionError):
+            await Runner.run(Agent(name="r", model=model), "hi", run_config=config)
+    with pytest.raises(ConfigError, match="Model or ModelProvider"):
+        compaction.wrap("gpt-6-luna")  # type: ignore[call-overload]

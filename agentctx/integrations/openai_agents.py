@@ -25,6 +25,12 @@ call `AgentCtxInputFilter.observe_response` from your own hooks' ``on_llm_end``.
 recall store, add `recall_tool` (``recall_tool(ctx)``) to the agent's tools, so the model can
 read back what compaction cleared.
 
+A prompt the provider still refuses as longer than its context window (the estimate fell
+short) fails the run, as the SDK's own retries send the same input again. Wrap the model to
+have it sent once more, compacted to fit: ``Agent(model=compaction.wrap(model))`` for a
+``Model``, or ``RunConfig(model_provider=compaction.wrap(MultiProvider()))`` for models named by
+string (`AgentCtxInputFilter.wrap`).
+
 The conversion is the Responses adapter's, lossless both ways: items that did not change go
 out equal to what came in. Enter the manager around ``Runner.run`` / ``Runner.run_streamed``
 on their event loop. Not for server-managed conversations (``previous_response_id``,
@@ -35,8 +41,9 @@ holds the history.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
+from agentctx._overflow import overflow_of
 from agentctx._usage import usage_of
 from agentctx.adapters.openai_responses import (
     from_openai_responses,
@@ -50,17 +57,20 @@ from agentctx.recall.tool import recall_tool as agentctx_recall_tool
 try:
     # Imported first, so that a missing framework is named as itself.
     import agents  # noqa: F401
-    from agents import FunctionTool, RunHooks
+    from agents import FunctionTool, Model, ModelProvider, RunHooks
     from agents.run_config import CallModelData, ModelInputData
 except ImportError as exc:
     raise MissingExtraError("openai-agents", exc.name, needed_by=__name__) from exc
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from agents import Agent, ModelResponse, RunContextWrapper
     from agents.items import TResponseInputItem
     from agents.tool_context import ToolContext
 
     from agentctx.manager import ContextManager
+    from agentctx.messages import Message
 
 __all__ = ["AgentCtxInputFilter", "AgentCtxRunHooks", "recall_tool"]
 
@@ -154,6 +164,9 @@ class AgentCtxInputFilter:
         self.hooks = AgentCtxRunHooks(manager)
         self._api = api
         self._checked: object = manager.strategy  # the strategy last found to fit
+        # The last input sent, with the history and view it was made of and the items sent
+        # before the view; None once a refusal of it was sent again (`wrap`).
+        self._sent: tuple[list[Any], list[Message], list[Message], list[Any]] | None = None
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         """The model input with its items replaced by the compacted view."""
@@ -162,12 +175,144 @@ class AgentCtxInputFilter:
             self._checked = self.manager.strategy
         items = data.model_data.input
         front, history = split_openai_responses_system(items)
-        view = await self.manager.prepare(from_openai_responses(history))
+        neutral = from_openai_responses(history)
+        view = await self.manager.prepare(neutral)
         # The adapter's dicts are the SDK's input item TypedDicts, built from the same keys.
         compacted = cast("list[TResponseInputItem]", to_openai_responses(view))
         sent = cast("list[TResponseInputItem]", front) + compacted
+        self._sent = (sent, neutral, view, front)
         return ModelInputData(input=sent, instructions=data.model_data.instructions)
+
+    @overload
+    def wrap(self, model: Model) -> Model: ...
+
+    @overload
+    def wrap(self, model: ModelProvider) -> ModelProvider: ...
+
+    def wrap(self, model: Model | ModelProvider) -> Model | ModelProvider:
+        """``model`` (a ``Model``, or a ``ModelProvider`` whose models are wrapped) sending a
+        prompt the provider refuses as longer than its context window once more, compacted to
+        fit: the manager observes the refusal (its counts calibrate on the provider's count)
+        and prepares the run's input again. The error is raised as it came when compacting
+        changes nothing, when the retry is refused too, for a stream that gave events, for an
+        input other than the last this filter made (another run's, on a filter two runs
+        share), and for any other error;
+        `BudgetExceededError` (the refusal as its ``__context__``) when the history cannot be
+        compacted to the provider's count."""
+        if isinstance(model, ModelProvider):
+            return _RefittingProvider(model, self)
+        if isinstance(model, Model):
+            return _Refitting(model, self)
+        raise ConfigError(
+            f"wrap takes an agents Model or ModelProvider, not {type(model).__name__}"
+        )
+
+    async def _refit(self, items: object, error: Exception) -> list[Any] | None:
+        """The input to send again in place of ``items``, refused with ``error``; ``None``
+        when it is not to be sent again (`wrap`)."""
+        sent = self._sent
+        if sent is None or overflow_of(error) is None or not (items is sent[0] or items == sent[0]):
+            return None
+        self._sent = None  # sent again once
+        _, history, view, front = sent
+        self.manager.observe(error)
+        again = await self.manager.prepare(history)
+        if again == view:
+            return None
+        return front + to_openai_responses(again)
 
     def observe_response(self, response: ModelResponse) -> None:
         """Record a response's usage (what `hooks` does), for hooks of your own."""
         _observe(self.manager, response)
+
+
+def _input_replaced(
+    args: tuple[Any, ...], kwargs: dict[str, Any], items: list[Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments of a model call with its ``input`` (the second, by position or name)
+    replaced by ``items``."""
+    if len(args) > 1:
+        return (args[0], items, *args[2:]), kwargs
+    return args, {**kwargs, "input": items}
+
+
+class _Refitting(Model):
+    """``model``, its refused prompts sent once more compacted (`AgentCtxInputFilter.wrap`);
+    anything else it has is its own."""
+
+    def __init__(self, model: Model, compaction: AgentCtxInputFilter) -> None:
+        self._model = model
+        self._compaction = compaction
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    async def _again(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], error: Exception
+    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        items = args[1] if len(args) > 1 else kwargs.get("input")
+        again = await self._compaction._refit(items, error)
+        return None if again is None else _input_replaced(args, kwargs, again)
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        """The model's response; a refused prompt is compacted and sent once more."""
+        try:
+            return await self._model.get_response(*args, **kwargs)
+        except Exception as error:
+            again = await self._again(args, kwargs, error)
+            if again is None:
+                raise
+        return await self._model.get_response(*again[0], **again[1])
+
+    async def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        """The model's stream; a prompt refused before any event is compacted and sent once
+        more."""
+        given = False
+        events = self._model.stream_response(*args, **kwargs)
+        try:
+            async for event in events:
+                given = True
+                yield event
+            return
+        except Exception as error:
+            again = None if given else await self._again(args, kwargs, error)
+            if again is None:
+                raise
+        finally:
+            await _close(events)
+        events = self._model.stream_response(*again[0], **again[1])
+        try:
+            async for event in events:
+                yield event
+        finally:
+            await _close(events)
+
+    async def close(self) -> None:
+        """Close the model."""
+        await self._model.close()
+
+
+async def _close(events: AsyncIterator[Any]) -> None:
+    """Close a stream left early (an async generator holds its connection until closed)."""
+    aclose = getattr(events, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+class _RefittingProvider(ModelProvider):
+    """``provider``, its models wrapped by `AgentCtxInputFilter.wrap`."""
+
+    def __init__(self, provider: ModelProvider, compaction: AgentCtxInputFilter) -> None:
+        self._provider = provider
+        self._compaction = compaction
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._provider, name)
+
+    def get_model(self, model_name: str | None) -> Model:
+        """The provider's model, wrapped."""
+        return _Refitting(self._provider.get_model(model_name), self._compaction)
+
+    async def aclose(self) -> None:
+        """Close the provider."""
+        await self._provider.aclose()
