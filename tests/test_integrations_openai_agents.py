@@ -495,3 +495,33 @@ async def test_without_the_wrap_a_refused_prompt_fails_the_run_and_other_errors_
             await Runner.run(Agent(name="r", model=model), "hi", run_config=config)
     with pytest.raises(ConfigError, match="Model or ModelProvider"):
         compaction.wrap("gpt-6-luna")  # type: ignore[call-overload]
+
+
+async def test_a_wrapped_model_is_the_model_for_everything_else() -> None:
+    """The SDK asks a model for retry advice and cleans it up at a run's end: the wrapped
+    model's own answers, not the base class's; its attributes read through, and a copy of it
+    works."""
+    import copy
+
+    seen: list[object] = []
+
+    class Own(OpenAIResponsesModel):
+        def get_retry_advice(self, request: Any) -> Any:
+            seen.append(("advice", request))
+            return "advice"
+
+        async def _cleanup_on_run_end(self, owner: object) -> None:
+            seen.append(("cleanup", owner))
+
+    async with (
+        openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="x", max_retries=0) as dead,
+        ContextManager(_refusing_budget()) as ctx,
+    ):
+        model = AgentCtxInputFilter(ctx).wrap(Own(model="gpt-6-luna", openai_client=dead))
+        assert model.get_retry_advice("r") == "advice"  # type: ignore[arg-type]
+        await model._cleanup_on_run_end("run")
+        assert seen == [("advice", "r"), ("cleanup", "run")]
+        assert model.model == "gpt-6-luna"  # type: ignore[attr-defined]
+        assert copy.copy(model).model == "gpt-6-luna"  # type: ignore[attr-defined]
+        with pytest.raises(AttributeError):
+            _ = model.no_such_attribute  # type: ignore[attr-defined]

@@ -193,10 +193,11 @@ class AgentCtxInputFilter:
         """``model`` (a ``Model``, or a ``ModelProvider`` whose models are wrapped) sending a
         prompt the provider refuses as longer than its context window once more, compacted to
         fit: the manager observes the refusal (its counts calibrate on the provider's count)
-        and prepares the run's input again. The error is raised as it came when compacting
-        changes nothing, when the retry is refused too, for a stream that gave events, for an
-        input other than the last this filter made (another run's, on a filter two runs
-        share), and for any other error;
+        and prepares the run's input again.
+
+        The error is raised as it came when compacting changes nothing, when the retry is
+        refused too, for a stream that gave events, for an input other than the last this
+        filter made (another run's, on a filter two runs share), and for any other error;
         `BudgetExceededError` (the refusal as its ``__context__``) when the history cannot be
         compacted to the provider's count."""
         if isinstance(model, ModelProvider):
@@ -245,7 +246,7 @@ class _Refitting(Model):
         self._compaction = compaction
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._model, name)
+        return _delegated(self, "_model", name)
 
     async def _again(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], error: Exception
@@ -291,6 +292,25 @@ class _Refitting(Model):
         """Close the model."""
         await self._model.close()
 
+    # What the SDK asks of every model, which the base class answers for itself.
+
+    def get_retry_advice(self, request: Any) -> Any:
+        """The model's own advice on retrying a failed request."""
+        return self._model.get_retry_advice(request)
+
+    async def _cleanup_on_run_end(self, owner: object) -> None:
+        cleanup = getattr(self._model, "_cleanup_on_run_end", None)
+        if cleanup is not None:
+            await cleanup(owner)
+
+
+def _delegated(wrapper: object, field: str, name: str) -> Any:
+    """``name`` of the object ``wrapper`` holds as ``field``; not its own missing fields (a
+    copy made without ``__init__`` reads them before they are set)."""
+    if name.startswith("__") or name == field:
+        raise AttributeError(name)
+    return getattr(object.__getattribute__(wrapper, field), name)
+
 
 async def _close(events: AsyncIterator[Any]) -> None:
     """Close a stream left early (an async generator holds its connection until closed)."""
@@ -307,7 +327,7 @@ class _RefittingProvider(ModelProvider):
         self._compaction = compaction
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._provider, name)
+        return _delegated(self, "_provider", name)
 
     def get_model(self, model_name: str | None) -> Model:
         """The provider's model, wrapped."""
