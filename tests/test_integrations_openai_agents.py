@@ -498,9 +498,9 @@ async def test_without_the_wrap_a_refused_prompt_fails_the_run_and_other_errors_
 
 
 async def test_a_wrapped_model_is_the_model_for_everything_else() -> None:
-    """The SDK asks a model for retry advice and cleans it up at a run's end: the wrapped
-    model's own answers, not the base class's; its attributes read through, and a copy of it
-    works."""
+    """Found by hostile testing (DZ 1, DZ 3): the SDK asks a model for retry advice and cleans
+    it up at a run's end, and the base class answered both for the wrapped model; a copy of it
+    recursed. Its own answers now, its attributes read through, and a copy works."""
     import copy
 
     seen: list[object] = []
@@ -525,3 +525,42 @@ async def test_a_wrapped_model_is_the_model_for_everything_else() -> None:
         assert copy.copy(model).model == "gpt-6-luna"  # type: ignore[attr-defined]
         with pytest.raises(AttributeError):
             _ = model.no_such_attribute  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+async def test_the_sdk_s_own_retry_after_the_resend_sends_the_compacted_input(
+    streamed: bool,
+) -> None:
+    """Found by hostile testing (DZ 2): the compacted resend met a 500, the SDK's retry
+    policy asked again with the refused input, and it went out again, refused: the run failed.
+    Its retries now send what was sent in its place. The SDK's retry advice is the model's
+    own (DZ 1: `provider_suggested` gave up at the first 500 through the wrap)."""
+    from agents import ModelRetrySettings, retry_policies
+
+    from .test_prompt_refused import WINDOW
+
+    policy = retry_policies.any(
+        retry_policies.http_status([500]), retry_policies.provider_suggested()
+    )
+    settings = ModelSettings(retry=ModelRetrySettings(max_retries=3, policy=policy))
+    async with (
+        FakeOpenAI(context_window=WINDOW, default=Reply.text("done")) as server,
+        openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="test", max_retries=0) as client,
+        ContextManager(_refusing_budget()) as ctx,
+    ):
+        server.enqueue(Reply.server_error(500))  # after the refusal: the resend meets it
+        compaction = AgentCtxInputFilter(ctx)
+        model = compaction.wrap(OpenAIResponsesModel(model="gpt-6-luna", openai_client=client))
+        agent = Agent(name="reader", model=model, model_settings=settings)
+        config = RunConfig(call_model_input_filter=compaction, tracing_disabled=True)
+        if streamed:
+            stream = Runner.run_streamed(agent, _refused_items(), run_config=config)
+            async for _ in stream.stream_events():
+                pass
+            output = stream.final_output
+        else:
+            output = (await Runner.run(agent, _refused_items(), run_config=config)).final_output
+    assert output == "done"
+    sizes = [(r.status, len(r.json["input"])) for r in server.requests]
+    assert [status for status, _ in sizes] == [400, 500, 200]
+    assert sizes[1][1] == sizes[2][1] < sizes[0][1]

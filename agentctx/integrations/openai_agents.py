@@ -164,9 +164,12 @@ class AgentCtxInputFilter:
         self.hooks = AgentCtxRunHooks(manager)
         self._api = api
         self._checked: object = manager.strategy  # the strategy last found to fit
-        # The last input sent, with the history and view it was made of and the items sent
-        # before the view; None once a refusal of it was sent again (`wrap`).
-        self._sent: tuple[list[Any], list[Message], list[Message], list[Any]] | None = None
+        # The last input made, with the history and view it was made of, the items sent
+        # before the view, and whether it is the one sent again for a refused input (`wrap`).
+        self._sent: tuple[list[Any], list[Message], list[Message], list[Any], bool] | None = None
+        # The refused input and what was sent in its place: a retry of the SDK's own (a 500
+        # after the resend) asks with the refused one again.
+        self._resent: tuple[object, list[Any]] | None = None
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         """The model input with its items replaced by the compacted view."""
@@ -180,7 +183,7 @@ class AgentCtxInputFilter:
         # The adapter's dicts are the SDK's input item TypedDicts, built from the same keys.
         compacted = cast("list[TResponseInputItem]", to_openai_responses(view))
         sent = cast("list[TResponseInputItem]", front) + compacted
-        self._sent = (sent, neutral, view, front)
+        self._sent, self._resent = (sent, neutral, view, front, False), None
         return ModelInputData(input=sent, instructions=data.model_data.instructions)
 
     @overload
@@ -208,30 +211,47 @@ class AgentCtxInputFilter:
             f"wrap takes an agents Model or ModelProvider, not {type(model).__name__}"
         )
 
-    async def _refit(self, items: object, error: Exception) -> list[Any] | None:
+    def _to_send(self, items: object) -> object:
+        """What to send for ``items``: the input sent in its place, when it was refused."""
+        resent = self._resent
+        if resent is not None and (items is resent[0] or items == resent[0]):
+            return resent[1]
+        return items
+
+    async def _refit(self, items: Any, error: Exception) -> list[Any] | None:
         """The input to send again in place of ``items``, refused with ``error``; ``None``
         when it is not to be sent again (`wrap`)."""
         sent = self._sent
-        if sent is None or overflow_of(error) is None or not (items is sent[0] or items == sent[0]):
+        if (
+            sent is None
+            or sent[4]  # sent again once already
+            or overflow_of(error) is None
+            or not (items is sent[0] or items == sent[0])
+        ):
             return None
-        self._sent = None  # sent again once
-        _, history, view, front = sent
+        _, history, view, front, _ = sent
         self.manager.observe(error)
         again = await self.manager.prepare(history)
         if again == view:
             return None
-        return front + to_openai_responses(again)
+        resent = front + to_openai_responses(again)
+        self._sent, self._resent = (resent, history, again, front, True), (items, resent)
+        return resent
 
     def observe_response(self, response: ModelResponse) -> None:
         """Record a response's usage (what `hooks` does), for hooks of your own."""
         _observe(self.manager, response)
 
 
+def _input_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
+    """The ``input`` of a model call's arguments (the second, by position or name)."""
+    return args[1] if len(args) > 1 else kwargs.get("input")
+
+
 def _input_replaced(
-    args: tuple[Any, ...], kwargs: dict[str, Any], items: list[Any]
+    args: tuple[Any, ...], kwargs: dict[str, Any], items: object
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The arguments of a model call with its ``input`` (the second, by position or name)
-    replaced by ``items``."""
+    """The arguments of a model call with its ``input`` replaced by ``items``."""
     if len(args) > 1:
         return (args[0], items, *args[2:]), kwargs
     return args, {**kwargs, "input": items}
@@ -248,15 +268,22 @@ class _Refitting(Model):
     def __getattr__(self, name: str) -> Any:
         return _delegated(self, "_model", name)
 
+    def _to_send(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        items = _input_of(args, kwargs)
+        to_send = self._compaction._to_send(items)
+        return (args, kwargs) if to_send is items else _input_replaced(args, kwargs, to_send)
+
     async def _again(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], error: Exception
     ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-        items = args[1] if len(args) > 1 else kwargs.get("input")
-        again = await self._compaction._refit(items, error)
+        again = await self._compaction._refit(_input_of(args, kwargs), error)
         return None if again is None else _input_replaced(args, kwargs, again)
 
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
         """The model's response; a refused prompt is compacted and sent once more."""
+        args, kwargs = self._to_send(args, kwargs)
         try:
             return await self._model.get_response(*args, **kwargs)
         except Exception as error:
@@ -268,6 +295,7 @@ class _Refitting(Model):
     async def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         """The model's stream; a prompt refused before any event is compacted and sent once
         more."""
+        args, kwargs = self._to_send(args, kwargs)
         given = False
         events = self._model.stream_response(*args, **kwargs)
         try:
