@@ -134,12 +134,16 @@ async def test_ac1_expired_results_are_replaced_protected_turns_kept() -> None:
     ],
     ids=["l0", "mc", "l2"],
 )
-async def test_an_expired_result_shorter_than_its_placeholder_stays(passes: Any) -> None:
-    """Found by hostile testing (FB): an empty or one-word result was expired to a
-    placeholder several times its length, which grew the prompt and pointed recall at next to
-    nothing. One under half its placeholder's length stays, whichever pass expires it; its
-    call's long arguments still go."""
+async def test_an_expired_result_that_costs_less_than_its_placeholder_stays(
+    passes: Any,
+) -> None:
+    """Found by hostile testing (FB, DY 3): an empty, one-word or short result (a `git
+    status`, an edit's confirmation) was expired to a placeholder costing more tokens than
+    itself, which grew the prompt and pointed recall at next to nothing. Such a result now
+    stays, whichever pass expires it, and its call's long arguments still go; a short result
+    denser than the placeholder (CJK, hex: DY 2) is still replaced."""
     long_write = {"path": "src/w.ts", "content": "line\n" * 2000}
+    status = "On branch main\nChanges not staged for commit:\n\tmodified:   src/app.py\n"
     history: list[Message] = [
         u("task 1", 40),
         a("c1", age=40),
@@ -149,18 +153,98 @@ async def test_an_expired_result_shorter_than_its_placeholder_stays(passes: Any)
         AssistantMessage((ToolCall("c3", "write", long_write),), "tool_use", extra=ts(38)),
         r("c3", "Wrote 10000 bytes", 35, "write"),
         a("c4", age=37),
-        r("c4", "content of file A " * 20, 35),
+        r("c4", status, 35, "bash"),
+        a("c5", age=37),
+        r("c5", "content of file A " * 20, 35),
+        a("c6", age=37),
+        r("c6", "配置管理信息系统的设计与实现方法研究" * 8, 35),  # 144 characters, 80 tokens
+        a("c7", age=37),
+        r("c7", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" * 2, 35),
         u("task 2", 20),
-        a("c5", age=20),
-        r("c5", "content of file B", 15),
+        a("c9", age=20),
+        r("c9", "content of file B", 15),
         u("task 3", 1),
     ]
     view = await run(history, pipeline(**passes))
-    assert [txt(view[j]) for j in (2, 4, 6)] == ["ok", "", "Wrote 10000 bytes"]
-    assert "result expired:" in txt(view[8])
+    kept = [txt(view[j]) for j in (2, 4, 6, 8)]
+    assert kept == ["ok", "", "Wrote 10000 bytes", status]
+    assert all("result expired:" in txt(view[j]) for j in (10, 12, 14))
     call = view[5]
     assert isinstance(call, AssistantMessage)
     assert "[cleared: 10000 chars" in call.tool_calls[0].arguments["content"]
+
+
+async def test_a_cold_compaction_of_short_results_does_not_grow_the_prompt() -> None:
+    """Found by hostile testing (DY 3): a hundred one-line edit confirmations, then an idle
+    gap: micro-compaction expired every one into a longer placeholder, and the event said
+    5,049 -> 5,828 tokens."""
+    history: list[Message] = [u("task", 120)]
+    for k in range(100):
+        history += [a(f"e{k}", age=110 - k / 100), r(f"e{k}", f"Edited src/m{k}.py: 1 line", 109)]
+    events: list[Event] = []
+    mc = pipeline(l0=None, l2=None, mc=MicroCompact(gap_seconds=600, keep_recent=2))
+    async with ContextManager(
+        BIG, strategy=mc, clock=lambda: NOW, recall=MemoryRecallStore()
+    ) as ctx:
+        ctx.subscribe(events.append)
+        view = await ctx.prepare([*history, u("next", 0)])
+        assert_view_ok(view, ctx.raw)
+    grown = [
+        e for e in events if isinstance(e, ContextCompacted) and e.tokens_after > e.tokens_before
+    ]
+    assert not grown, grown
+    assert sum("expired" in txt(m) for m in view if isinstance(m, ToolResultMessage)) == 0
+
+
+async def test_short_results_that_stay_do_not_wake_the_passes() -> None:
+    """Found by hostile testing (DY 1): short results that stay were counted as what a stale
+    batch could free, and woke the passes as each came of age: 12x the runs on a session of
+    1,500 calls where most results are short."""
+    runs = [0]
+    real = pipeline_run.Run.propose_all
+
+    def counted(self: Any) -> None:
+        runs[0] += 1
+        real(self)
+
+    async def session(short: float) -> int:
+        runs[0] = 0
+        rng, clock = random.Random(1), [NOW]
+        budget = Budget(context_window=2_000_000, hard_budget=60_000)
+        async with ContextManager(
+            budget,
+            strategy=ToolOutputPipeline(),
+            clock=lambda: clock[0],
+            recall=MemoryRecallStore(),
+        ) as ctx:
+            history: list[Message] = [UserMessage((TextBlock("Task: fix the cache"),), ts(0))]
+            for n in range(1, 1501):
+                clock[0] += 20
+                stamp = {"timestamp": int(clock[0] * 1000)}
+                if n % 15 == 0:
+                    new: list[Message] = [
+                        AssistantMessage((TextBlock("done with that"),), "stop", extra=stamp),
+                        UserMessage((TextBlock(f"Next step {n}"),), stamp),
+                    ]
+                else:
+                    body = (
+                        rng.choice(["", "ok", "Wrote 120 bytes", "done", "File saved."])
+                        if rng.random() < short
+                        else "\n".join(f"line {k} of m{n}: v = {k * n}" for k in range(60))
+                    )
+                    call = ToolCall(f"c{n}", "read", {"path": f"src/m{n}.py"})
+                    new = [
+                        AssistantMessage((call,), "tool_use", extra=stamp),
+                        ToolResultMessage(f"c{n}", (TextBlock(body),), "read", False, stamp),
+                    ]
+                history = await ctx.prepare([*history, *new])
+                ctx.observe(Usage(input_tokens=ctx.prompt_tokens))
+                await anyio.lowlevel.checkpoint()
+        return runs[0]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pipeline_run.Run, "propose_all", counted)
+        assert await session(0.9) <= 60  # 43 here, 39 before short results stayed, 501 as found
 
 
 async def test_ac2_user_shell_output_keeps_its_tail() -> None:

@@ -225,7 +225,7 @@ class ToolOutputPipeline:
         memos = self._memos
         memo = memos.pop(ctx.session_id, None)
         if memo is None or memo.version != memo_version(ctx):
-            memo = Memo(memo_version(ctx))  # decisions and rewinds change what the passes see
+            memo = Memo(memo_version(ctx), memo)  # decisions and rewinds change what they see
         memos[ctx.session_id] = memo
         while len(memos) > _MEMO_SESSIONS:
             del memos[next(iter(memos))]

@@ -28,8 +28,9 @@ from agentctx.messages import (
     with_text,
 )
 from agentctx.recall.store import escape_literal, recall_id
-from agentctx.strategies.trail import describe_call, put_entry
+from agentctx.strategies.trail import ID_STAND_IN, describe_call, put_entry
 from agentctx.strategies.undecided import raw_calls, undecided
+from agentctx.tokens.estimate import Estimator, default_estimator
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -289,11 +290,19 @@ class Memo:
         "unpaying",
         "unread",
         "version",
+        "worth",
     )
 
-    def __init__(self, version: tuple[int, int]) -> None:
+    def __init__(self, version: tuple[int, int], earlier: Memo | None = None) -> None:
         self.version = version
         self.entries: dict[tuple[Any, ...], tuple[Message, Any]] = {}
+        # Whether a placeholder pays for each result (`Run.pays`), by raw index and
+        # placeholder kind, with the result and its call's message as the view shows them:
+        # made of those alone, so kept for the session (``earlier``'s), not sized again after
+        # every decision.
+        self.worth: dict[tuple[int, str], tuple[Message, Message | None, bool]] = (
+            {} if earlier is None else earlier.worth
+        )
         self.scan: _Scan | None = None
         # Whether the last run, which took nothing, found that no stale batch can pay before
         # the next user turn (`Run.cannot_pay`); and the user turn in which a run last found
@@ -664,30 +673,51 @@ class Run:
         decision = ReplaceArguments(anchor(self.raw, i), call.id, args, reason, rid)
         return decision, freed, f"cleared arguments of {describe_call(call)}", rid, text
 
-    def _expire(self, j: int, kind: str, reason: str, *, only_if_smaller: bool = False) -> None:
+    def _expire(self, j: int, kind: str, reason: str, *, reuse: bool = True) -> None:
+        """Propose replacing result ``view[j]`` by a placeholder, where one pays (`pays`);
+        ``reuse``: its proposals are kept for later calls (`_keep_unit`)."""
         m = self.view[j]
         assert isinstance(m, ToolResultMessage)
         i = self.origins[j]
-        if not only_if_smaller and self._reuse_unit(("unit", kind, reason, i), m, i):
+        if reuse and self._reuse_unit(("unit", kind, reason, i), m, i):
             return
-        text = text_of(m.content)
-        # A placeholder runs about 3 characters a token, the densest output (hashes, ids)
-        # about 1.5: a result under half its placeholder's length costs less than it, and is
-        # kept (an empty one, "ok", "Wrote 120 bytes"). Beside an image (not recallable, so it
-        # stays) and when forced to the target, only a shorter placeholder replaces it.
-        placeholder = len(self._placeholder(j, kind, text, "ctx-" + "0" * 16))
-        smaller = only_if_smaller or any(isinstance(b, ImageBlock) for b in m.content)
-        if placeholder >= (len(text) if smaller else 2 * len(text)):
-            # A placeholder as long as the result frees nothing; its call's long arguments may.
+        if not self.pays(j, kind):
+            # The result stays as it is; its call's long arguments may still go.
             self.claimed.add(i)
             self._clear_arguments(m.tool_call_id, reason, i)
             return
+        text = text_of(m.content)
         rid = self._store(text, ("rid", i), m)
         new = self._placeholder(j, kind, text, rid)
         before = len(self.proposals)
         self._replace(j, new, reason, f"{reason}: {self._name(m)}", rid)
-        if not only_if_smaller:
+        if reuse:
             self._keep_unit(("unit", kind, reason, i), m, self.proposals[before:])
+
+    def pays(self, j: int, kind: str = "Tool result expired") -> bool:
+        """Whether a placeholder of ``kind`` costs fewer tokens than the text of result
+        ``view[j]`` (an empty one, ``ok``, a short ``git status`` or one-line CJK would cost
+        more, and beside an image alone it would point recall at nothing). Both are counted
+        by the default estimator, uncalibrated, so the answer is the message's alone and the
+        same on every call; a text over 4x the placeholder's length pays without counting."""
+        m = self.view[j]
+        assert isinstance(m, ToolResultMessage)
+        found = self.calls.get(m.tool_call_id)  # the placeholder describes the call
+        call = self.view[found[0]] if found is not None else None
+        key = (self.origins[j], kind)
+        known = self.memo.worth.get(key)
+        if known is not None and known[0] is m and known[1] is call:
+            return known[2]
+        text = text_of(m.content)
+        stand_in = ID_STAND_IN if self.ctx.recall is not None else None  # as long as its id
+        placeholder = self._placeholder(j, kind, text, stand_in)
+        if len(text) > 4 * len(placeholder):
+            worth = True
+        else:
+            count = _estimator().count
+            worth = count(placeholder) < count(text)
+        self.memo.worth[key] = (m, call, worth)
+        return worth
 
     # A result due for expiry stays due on every later call until a decision is taken (old
     # results outside the protected turns, near the budget every one): its proposals, with
@@ -758,7 +788,8 @@ class Run:
         age makes more due (L0), so every result outside the turns L0 protects that it has
         not expired yet (an L1 body can still become a placeholder), with its call, and every
         step with thinking or shell output count whole, with a quarter more for what
-        calibration may still add to their estimates."""
+        calibration may still add to their estimates; a result no placeholder pays for counts
+        only its call, where that has arguments long enough to clear (`_ages_alone`)."""
         room = (threshold - 1 - paying) * 4 // 5  # what may join, a quarter more being < left
         l0 = self.cfg.l0
         if l0 is None or room < 0:
@@ -770,8 +801,13 @@ class Run:
         for j in self.results:
             if room < 0:
                 return False
-            if not self._protected(j, l0.protect_recent_turns) and origins[j] not in expired:
-                room -= self._with_call(j)
+            if (
+                not self._protected(j, l0.protect_recent_turns)
+                and origins[j] not in expired
+                and not self._ages_alone(j)
+            ):
+                # What no placeholder pays for stays: its call's long arguments may go.
+                room -= self._with_call(j, result=self.pays(j))
         return room >= 0
 
     def steady(self) -> Steady:
@@ -795,9 +831,11 @@ class Run:
                 at = stamps[j]
                 if at is None or turn_of[j] > protected_from:
                     continue
+                # (asked last: a result whose expiry would change nothing moves neither)
                 if now - at <= l0.expire_seconds:
-                    until = min(until, at + l0.expire_seconds)
-                elif j in recent:
+                    if at + l0.expire_seconds < until and not self._ages_alone(j):
+                        until = at + l0.expire_seconds
+                elif j in recent and not pushable and not self._ages_alone(j):
                     pushable = True
             for j in self.scan.shaped:
                 at = stamps[j]
@@ -811,12 +849,25 @@ class Run:
         # Short of the exact instant: ``now - at > expire`` is what L0 asks, in floats.
         return Steady(until - _ROUNDING, turns, len(results), pushable)
 
-    def _with_call(self, j: int) -> int:
-        """Tokens of the result ``view[j]`` and of the message holding its call."""
+    def _with_call(self, j: int, *, result: bool = True) -> int:
+        """Tokens of the result ``view[j]`` (unless not ``result``) and of the message
+        holding its call."""
         m = self.view[j]
         count = self.ctx.counter.count
         found = self.calls.get(m.tool_call_id)  # type: ignore[union-attr]
-        return count(m) + (count(self.view[found[0]]) if found is not None else 0)
+        call = count(self.view[found[0]]) if found is not None else 0
+        return count(m) + call if result else call
+
+    def _ages_alone(self, j: int) -> bool:
+        """Whether expiring result ``view[j]`` would change nothing: no placeholder pays for
+        it and its call has no argument long enough to clear."""
+        if self.pays(j):
+            return False
+        found = self.calls.get(self.view[j].tool_call_id)  # type: ignore[union-attr]
+        return found is None or not any(
+            isinstance(v, str) and len(v) > self.cfg.argument_chars
+            for v in found[1].arguments.values()
+        )
 
     def _defer_l2(self, picks: list[int]) -> bool:
         # With a proposal about unsent messages the call takes decisions anyway, and these
@@ -1040,7 +1091,7 @@ class Run:
                 if self._protected(j, protect_turns) or j >= self.loop_start or not self._open(j):
                     continue
                 before = len(self.proposals)
-                self._expire(j, "Tool result expired", "budget-forced", only_if_smaller=True)
+                self._expire(j, "Tool result expired", "budget-forced", reuse=False)
                 unit = self.proposals[before:]
                 del self.proposals[before:]
                 if unit:
@@ -1071,3 +1122,13 @@ class Run:
 
 def _json(value: dict[str, Any]) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+_ESTIMATOR: list[Estimator] = []
+
+
+def _estimator() -> Estimator:
+    """The default estimator, made once (it looks for tiktoken when made)."""
+    if not _ESTIMATOR:
+        _ESTIMATOR.append(default_estimator())
+    return _ESTIMATOR[0]
