@@ -6,6 +6,7 @@ proposals a call takes.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -696,8 +697,8 @@ class Run:
 
     def pays(self, j: int, kind: str = "Tool result expired") -> bool:
         """Whether a placeholder of ``kind`` costs fewer tokens than the text of result
-        ``view[j]`` (an empty one, ``ok``, a short ``git status`` or one-line CJK would cost
-        more, and beside an image alone it would point recall at nothing). Both are counted
+        ``view[j]`` (for an empty one, ``ok`` or a short ``git status`` it would cost more,
+        and beside an image alone it would point recall at nothing). Both are counted
         by the default estimator, uncalibrated, so the answer is the message's alone and the
         same on every call; a text over 4x the placeholder's length pays without counting."""
         m = self.view[j]
@@ -1124,11 +1125,7 @@ def _json(value: dict[str, Any]) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-_ESTIMATOR: list[Estimator] = []
-
-
+@functools.cache
 def _estimator() -> Estimator:
     """The default estimator, made once (it looks for tiktoken when made)."""
-    if not _ESTIMATOR:
-        _ESTIMATOR.append(default_estimator())
-    return _ESTIMATOR[0]
+    return default_estimator()
