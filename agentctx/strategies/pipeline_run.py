@@ -700,7 +700,8 @@ class Run:
         ``view[j]`` (for an empty one, ``ok`` or a short ``git status`` it would cost more,
         and beside an image alone it would point recall at nothing). Both are counted
         by the default estimator, uncalibrated, so the answer is the message's alone and the
-        same on every call; a text over 4x the placeholder's length pays without counting."""
+        same on every call; a text over twice the placeholder's length pays without counting
+        (it would need 6 characters a token, a placeholder runs 3)."""
         m = self.view[j]
         assert isinstance(m, ToolResultMessage)
         found = self.calls.get(m.tool_call_id)  # the placeholder describes the call
@@ -712,7 +713,7 @@ class Run:
         text = text_of(m.content)
         stand_in = ID_STAND_IN if self.ctx.recall is not None else None  # as long as its id
         placeholder = self._placeholder(j, kind, text, stand_in)
-        if len(text) > 4 * len(placeholder):
+        if len(text) > 2 * len(placeholder):
             worth = True
         else:
             count = _estimator().count
