@@ -1422,3 +1422,45 @@ async def test_an_owned_edit_of_a_session_whose_ids_the_view_rewrites_is_followe
         assert text_of(view[0].content) == "task (typo fixed)"
         view = await ctx.prepare([*view, *batch(6)])
         assert_view_ok(view, ctx.raw)
+
+
+PIXEL = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5E"
+    "rkJggg=="
+)
+
+
+@pytest.mark.parametrize(
+    "content, failed",
+    [
+        ((TextBlock(""),), True),  # shown as "(the tool failed without output)"
+        ((TextBlock(""), ImageBlock("image/png", PIXEL)), False),  # the blank text left out
+    ],
+    ids=["empty-error", "blank-beside-an-image"],
+)
+async def test_a_result_repair_rewrote_still_has_its_call_s_arguments_cleared(
+    content: tuple[Any, ...], failed: bool
+) -> None:
+    """Found by hostile testing (DY 4): a result repair rewrote was read as decided, so no
+    pass touched it, nor its call's long arguments: a failed write kept its 6,000 characters
+    in every request."""
+    write = {"path": "a.py", "content": "q = 1\n" * 1000}
+    history: list[Message] = [
+        u("task 1", 40),
+        AssistantMessage((ToolCall("c1", "write", write),), "tool_use", extra=ts(40)),
+        ToolResultMessage("c1", content, "write", failed, ts(35)),
+        u("task 2", 20),
+        a("c2", age=20),
+        r("c2", "B" * 300, 15),
+        u("task 3", 1),
+    ]
+    view = await run(history, pipeline(l0=ExpiryPass(keep_recent=0)))
+    call = view[1]
+    assert isinstance(call, AssistantMessage)
+    assert call.tool_calls[0].arguments["content"].startswith("[cleared: 6000 chars")
+    shown = view[2]
+    assert isinstance(shown, ToolResultMessage)
+    if failed:  # as repair says it: the result stays, its placeholder would cost more
+        assert txt(shown) == "(the tool failed without output)"
+    else:
+        assert [b.type for b in shown.content] == ["image"]

@@ -81,6 +81,12 @@ def _repaired(shown: Message, original: Message) -> bool:
     """Whether `repair` alone (renamed tool-call ids, blank text left out) turns ``original``
     into ``shown``."""
     if isinstance(shown, ToolResultMessage) and isinstance(original, ToolResultMessage):
+        if shown.content != original.content:
+            # Repair said a failed tool's empty output, or left out blank text beside others.
+            cleaned = repaired_message(original)
+            if not isinstance(cleaned, ToolResultMessage):
+                return False
+            original = cleaned
         return (
             shown.content == original.content
             and shown.tool_name == original.tool_name
