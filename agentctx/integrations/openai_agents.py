@@ -41,6 +41,7 @@ holds the history.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from agentctx._overflow import overflow_of
@@ -164,9 +165,7 @@ class AgentCtxInputFilter:
         self.hooks = AgentCtxRunHooks(manager)
         self._api = api
         self._checked: object = manager.strategy  # the strategy last found to fit
-        # The last input made, with the history and view it was made of, the items sent
-        # before the view, and whether it is the one sent again for a refused input (`wrap`).
-        self._sent: tuple[list[Any], list[Message], list[Message], list[Any], bool] | None = None
+        self._sent: _Made | None = None  # the last input made (`wrap`)
         # The refused input and what was sent in its place: a retry of the SDK's own (a 500
         # after the resend) asks with the refused one again.
         self._resent: tuple[object, list[Any]] | None = None
@@ -183,7 +182,7 @@ class AgentCtxInputFilter:
         # The adapter's dicts are the SDK's input item TypedDicts, built from the same keys.
         compacted = cast("list[TResponseInputItem]", to_openai_responses(view))
         sent = cast("list[TResponseInputItem]", front) + compacted
-        self._sent, self._resent = (sent, neutral, view, front, False), None
+        self._sent, self._resent = _Made(sent, neutral, view, front), None
         return ModelInputData(input=sent, instructions=data.model_data.instructions)
 
     @overload
@@ -221,26 +220,38 @@ class AgentCtxInputFilter:
     async def _refit(self, items: Any, error: Exception) -> list[Any] | None:
         """The input to send again in place of ``items``, refused with ``error``; ``None``
         when it is not to be sent again (`wrap`)."""
-        sent = self._sent
+        made = self._sent
         if (
-            sent is None
-            or sent[4]  # sent again once already
+            made is None
+            or made.resent  # sent again once already
             or overflow_of(error) is None
-            or not (items is sent[0] or items == sent[0])
+            or not (items is made.input or items == made.input)
         ):
             return None
-        _, history, view, front, _ = sent
         self.manager.observe(error)
-        again = await self.manager.prepare(history)
-        if again == view:
+        again = await self.manager.prepare(made.history)
+        if again == made.view:
             return None
-        resent = front + to_openai_responses(again)
-        self._sent, self._resent = (resent, history, again, front, True), (items, resent)
+        resent = made.front + to_openai_responses(again)
+        self._sent = _Made(resent, made.history, again, made.front, resent=True)
+        self._resent = (items, resent)
         return resent
 
     def observe_response(self, response: ModelResponse) -> None:
         """Record a response's usage (what `hooks` does), for hooks of your own."""
         _observe(self.manager, response)
+
+
+@dataclass(frozen=True, slots=True)
+class _Made:
+    """An input the filter made: what it sends, the history and view it was made of, the
+    items sent before the view, and whether it is the one sent again for a refused input."""
+
+    input: list[Any]
+    history: list[Message]
+    view: list[Message]
+    front: list[Any]
+    resent: bool = False
 
 
 def _input_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:

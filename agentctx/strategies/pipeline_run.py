@@ -655,11 +655,7 @@ class Run:
         call = known[2].get(id(shown))
         if call is None:
             return ()
-        long_args = {
-            k: v
-            for k, v in call.arguments.items()
-            if isinstance(v, str) and len(v) > self.cfg.argument_chars
-        }
+        long_args = self._long_arguments(call)
         if not long_args:
             return ()
         text = escape_literal(_json(dict(long_args)))
@@ -866,10 +862,12 @@ class Run:
         if self.pays(j):
             return False
         found = self.calls.get(self.view[j].tool_call_id)  # type: ignore[union-attr]
-        return found is None or not any(
-            isinstance(v, str) and len(v) > self.cfg.argument_chars
-            for v in found[1].arguments.values()
-        )
+        return found is None or not self._long_arguments(found[1])
+
+    def _long_arguments(self, call: ToolCall) -> dict[str, str]:
+        """The string arguments of ``call`` long enough to clear (``argument_chars``)."""
+        limit = self.cfg.argument_chars
+        return {k: v for k, v in call.arguments.items() if isinstance(v, str) and len(v) > limit}
 
     def _defer_l2(self, picks: list[int]) -> bool:
         # With a proposal about unsent messages the call takes decisions anyway, and these
