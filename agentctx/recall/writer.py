@@ -10,9 +10,12 @@ strategies as ``ctx.recall``; it has the store's ``put``/``get``:
   (proposals nobody took) are dropped: nothing references them, so nothing is written or
   pinned for them.
 - The ledger's references are tracked per decision (`record`: the ids in the decisions just
-  taken; the whole ledger again only after decisions were dropped, on a resync), so a
-  decision costs what it touches, never the length of the history. The ledger JSON the
-  store keeps is the decisions' JSON joined, each serialized once when taken.
+  taken; the whole ledger again only after decisions were dropped, on a resync, each
+  decision read once while the ledger holds it), so a decision costs what it touches, never
+  the length of the history. The ledger JSON the store keeps is the decisions' JSON joined,
+  each serialized once when taken. The ids a dropped decision named stay kept while the raw
+  history names them (`NamedInRaw`: the session's first such rewind reads the history
+  once, about 4 us a message; the next ones only what changed).
 - Writes run off the loop, in the manager's task group: each store call in a worker thread
   under a short deadline (``deadline``), one at a time, in order: pins, entries (in batches),
   then the latest unsaved ledger ("latest unsaved wins": a failed save stays pending until a
@@ -34,14 +37,12 @@ off; a `CompactionWarning` ``no_task_group`` says so once.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,19 +54,10 @@ from agentctx.errors import ConfigError, StoreDataError, StoreError
 from agentctx.events import CompactionWarning, StoreDegraded, StoreRecovered
 from agentctx.ledger import Ledger, ReplaceSpan, decision_json
 from agentctx.messages import (
-    AssistantMessage,
-    ImageBlock,
-    OpaqueBlock,
-    RedactedThinkingBlock,
     SummaryMessage,
-    TextBlock,
-    ThinkingBlock,
-    ToolCall,
-    ToolResultMessage,
-    UserMessage,
-    canonical_json,
     text_of,
 )
+from agentctx.recall._named import RECALL_ID, NamedInRaw
 from agentctx.recall.store import (
     AppendingLedgerStore,
     LedgerStore,
@@ -88,7 +80,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RecallWriter"]
 
-_RID = re.compile(r"ctx-[0-9a-f]{16}")
+_RID = RECALL_ID
 
 
 # How agentctx's own placeholders name the entries they stand for: a marker's or a condensed
@@ -117,65 +109,6 @@ def _vouched(decision: Decision) -> list[str]:
     return ids
 
 
-def _still_named(ids: set[str], raw: Sequence[Message]) -> set[str]:
-    """Those of ``ids`` that messages of ``raw`` name."""
-    named: set[str] = set()
-    for m in raw:
-        # Serialized only where a string names one: all of them took seconds on the loop
-        # for a long session's rewind. (Nested past what the walk takes: serialized.)
-        try:
-            maybe = _names_one(m)
-        except RecursionError:
-            maybe = True
-        if maybe:
-            text = canonical_json(m)
-            named.update(rid for rid in _RID.findall(text) if rid in ids)
-    return named
-
-
-def _names_one(m: Message) -> bool:
-    """Whether a string of ``m`` (any field of it or of its blocks) holds ``ctx-``."""
-    if _holds_id([getattr(m, name) for name in _FIELDS[type(m)]]):
-        return True
-    if isinstance(m, SummaryMessage):
-        return False
-    for b in m.content:
-        if isinstance(b, TextBlock):  # (most blocks: checked without the general walk)
-            if "ctx-" in b.text or (b.extra and _holds_id(b.extra)):
-                return True
-        elif _holds_id([getattr(b, name) for name in _FIELDS[type(b)]]):
-            return True
-    return False
-
-
-# Each message and block type's fields but its content (walked block by block).
-_FIELDS = {
-    t: tuple(f.name for f in dataclasses.fields(t) if f.name != "content" and f.name[0] != "_")
-    for t in (
-        UserMessage,
-        AssistantMessage,
-        ToolResultMessage,
-        SummaryMessage,
-        TextBlock,
-        ThinkingBlock,
-        RedactedThinkingBlock,
-        ImageBlock,
-        ToolCall,
-        OpaqueBlock,
-    )
-}
-
-
-def _holds_id(value: object) -> bool:
-    if isinstance(value, str):
-        return "ctx-" in value
-    if isinstance(value, Mapping):
-        return any(map(_holds_id, value.values())) or any(map(_holds_id, value.keys()))
-    if isinstance(value, list | tuple):
-        return any(map(_holds_id, value))
-    return False
-
-
 _FIRST_BACKOFF = 0.2
 _MAX_BACKOFF = 5.0
 _EXPANSIONS_BYTES = 16 * 1024 * 1024  # recall texts kept expanded, for paging through them
@@ -185,6 +118,17 @@ _Key = tuple[str, str]  # (session id, recall id)
 
 def _size(content: str) -> int:
     return sys.getsizeof(content)
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """A decision as the writer reads it: its JSON (kept where the store saves ledgers),
+    the recall ids it names and those it vouches for (`_vouched`)."""
+
+    decision: Decision
+    json: str
+    ids: tuple[str, ...]
+    vouched: tuple[str, ...]
 
 
 @dataclass(slots=True)
@@ -232,6 +176,7 @@ class RecallWriter:
         "_expansions_bytes",
         "_folded",
         "_keeps_ledger",
+        "_known",
         "_last_error",
         "_ledger",
         "_ledger_dirty",
@@ -247,6 +192,7 @@ class RecallWriter:
         "_missing",
         "_vouched",
         "_name",
+        "_named",
         "_new",
         "_parts",
         "_pins_added",
@@ -296,6 +242,8 @@ class RecallWriter:
         self._ready: OrderedDict[_Key, str] = OrderedDict()  # referenced, not yet written
         self._ready_bytes = 0
         self._live: set[str] = set()  # ids the ledger references
+        self._named = NamedInRaw()  # ... or the raw history does, once the ledger no more
+        self._known: dict[int, _Read] = {}  # the ledger's decisions as read, by their id()
         self._pins_added: set[str] = set()  # changes to `_live` the store was not told yet
         self._pins_removed: set[str] = set()
         self._lost: set[str] = set()  # dropped unwritten (overflow, close)
@@ -524,12 +472,12 @@ class RecallWriter:
             if not n:
                 return
             for d in taken:
-                js = decision_json(d)
-                for rid in _RID.findall(js):
+                read = self._read(d, self._known)
+                for rid in read.ids:
                     self._pin(rid)
-                self._vouched.update(_vouched(d))
+                self._vouched.update(read.vouched)
                 if self._keeps_ledger:
-                    self._parts.append(js)
+                    self._parts.append(read.json)
         else:
             self._rebuild(ledger, raw)
         self._ledger, self._version, self._count = ledger, ledger.version, len(ledger)
@@ -666,13 +614,16 @@ class RecallWriter:
                 self._unkept_bytes -= _size(self._unkept.popitem(last=False)[1])
 
     def _rebuild(self, ledger: Ledger, raw: Sequence[Message]) -> None:
-        parts = [decision_json(d) for d in ledger.decisions]
+        known, self._known = self._known, {}
+        parts: list[str] = []
         live: set[str] = set()
-        for d, js in zip(ledger.decisions, parts, strict=True):
-            live.update(_RID.findall(js))
-            self._vouched.update(_vouched(d))
+        for d in ledger.decisions:
+            read = self._read(d, known)
+            parts.append(read.json)
+            live.update(read.ids)
+            self._vouched.update(read.vouched)
         if gone := self._live - live:
-            live |= _still_named(gone, raw)
+            live |= self._named.named(gone, raw)
         for rid in live - self._live:
             self._pin(rid)
         for rid in self._live - live:
@@ -686,6 +637,18 @@ class RecallWriter:
                 kept += 1
             self._ledger_saved = kept
         self._parts = parts if self._keeps_ledger else []
+
+    def _read(self, decision: Decision, known: dict[int, _Read]) -> _Read:
+        """What the writer needs of ``decision``, from ``known`` if read before: each
+        decision is serialized once while the ledger holds it, however often a rewind has
+        the whole ledger gone through again."""
+        read = known.get(id(decision))
+        if read is None or read.decision is not decision:
+            js = decision_json(decision)
+            json = js if self._keeps_ledger else ""
+            read = _Read(decision, json, tuple(_RID.findall(js)), tuple(_vouched(decision)))
+        self._known[id(decision)] = read
+        return read
 
     def _admit(self) -> set[_Key]:
         """Take what the decisions just taken name into what is to be written; returns
