@@ -348,3 +348,61 @@ async def test_what_is_no_mark_takes_no_room() -> None:
         result["cache_control"] = EPHEMERAL
         history += [{"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}]
     assert marks(await _sent_once(history, system=system, tools=tools)) == [2, 4, 6]
+
+
+def _history(turns: int, chars: int) -> list[dict[str, Any]]:
+    """A task, then ``turns`` tool calls with results of ``chars`` characters."""
+    history: list[dict[str, Any]] = [{"role": "user", "content": "TASK: read the files"}]
+    for i in range(turns):
+        call = {"type": "tool_use", "id": f"t{i}", "name": "read", "input": {"path": f"f{i}"}}
+        body = (f"line of file {i}: " + "x" * 60 + "\n") * (chars // 80)
+        result = {"type": "tool_result", "tool_use_id": f"t{i}", "content": body}
+        history += [{"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}]
+    return history
+
+
+@pytest.mark.parametrize("failure", ["server error", "connection error"])
+async def test_a_retried_request_is_made_as_the_one_that_failed(failure: str) -> None:
+    """(Hostile run EB, 1) The breakpoints of a request were placed against the one before it
+    even when that one failed (a 500, a timeout, a dropped connection after the SDK's own
+    retries): the caller's retry lost the mark where the last answered request ended, and
+    wrote its 25k-token prefix to the cache again instead of reading it."""
+    second = Reply.server_error(500) if failure == "server error" else Reply.disconnect()
+    with FakeAnthropic([Reply.text("ok"), second, Reply.text("ok")], caching="breakpoints") as srv:
+        async with ContextManager(Budget(context_window=200_000)) as ctx:
+            client = anthropic.AsyncAnthropic(base_url=srv.url, api_key="t", max_retries=0)
+            async with ant_provider.wrap(client, ctx, cache_breakpoints=True) as wrapped:
+                history = _history(30, 3000)
+                await wrapped.messages.create(
+                    model=MODEL, max_tokens=100, tools=TOOLS, messages=history
+                )
+                # More blocks than the cache looks back over: a mark where that one ended.
+                history += _history(42, 300)[len(history) :]
+                with pytest.raises((anthropic.InternalServerError, anthropic.APIConnectionError)):
+                    await wrapped.messages.create(
+                        model=MODEL, max_tokens=100, tools=TOOLS, messages=history
+                    )
+                await wrapped.messages.create(
+                    model=MODEL, max_tokens=100, tools=TOOLS, messages=history
+                )
+    first, failed, retried = srv.requests
+    assert failed.json == retried.json  # the same request: what the failed one cached is read
+    assert len(first.json["messages"]) - 1 in marks(retried.json["messages"])
+    assert retried.usage is not None and retried.usage.cache_read > 20_000
+
+
+async def test_a_request_refused_before_it_is_sent_leaves_counts_as_they_were() -> None:
+    """(Hostile run EA, 2) A create refused before anything was sent (an output limit over the
+    window) became the request whose output limit a count asks for: every count raised the
+    same `ConfigError` until a create succeeded."""
+    history: list[dict[str, Any]] = [{"role": "user", "content": "task"}]
+    with FakeAnthropic(script(5)) as srv:
+        async with ContextManager(Budget(context_window=200_000)) as ctx:
+            client = anthropic.AsyncAnthropic(base_url=srv.url, api_key="t", max_retries=0)
+            async with ant_provider.wrap(client, ctx) as wrapped:
+                await wrapped.messages.create(model=MODEL, max_tokens=1000, messages=history)
+                with pytest.raises(ConfigError, match="max_tokens=250000"):
+                    await wrapped.messages.create(model=MODEL, max_tokens=250_000, messages=history)
+                counted = await wrapped.messages.count_tokens(model=MODEL, messages=history)
+                assert counted.input_tokens > 0
+    assert len(srv.requests) == 2  # the create and the count: the refused one was never sent

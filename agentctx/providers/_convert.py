@@ -94,11 +94,16 @@ class Outgoing:
         given: the caller's, one-shot iterators read into lists: what to make it again from.
         view: the view sent; ``None`` when the history went as it was (server-side state, a
             string input): its usage then counts no view of the session's.
+        asked: the request's output limit (``None``: none given).
+        placed: the view and how many messages the request holds, when breakpoints were
+            placed in it.
     """
 
     kwargs: dict[str, Any]
     given: dict[str, Any]
     view: list[Message] | None
+    asked: int | None = None
+    placed: tuple[list[Message], int] | None = None
 
 
 class Compactor:
@@ -123,10 +128,11 @@ class Compactor:
         self.cache_breakpoints = cache_breakpoints
         self._key = "input" if provider == "openai-responses" else "messages"
         self._history = ConvertedHistory(provider)
-        self._sent: list[Message] = []  # the previous view, to find where its cache ends
+        # The last request the provider answered (one refused, failed or not sent is tried
+        # again, and must be made the same): its view, to find where its cache ends, and
+        # its output limit (``None``: none given), with which a count is made.
+        self._sent: list[Message] = []
         self._sent_length = 0
-        # The output limit of the last request that was not a count (``None``: none given),
-        # and whether there was one.
         self._asked: int | None = None
         self._requested = False
         self._said_not_rebuilt = False  # a stream the assembler gave up on was logged
@@ -145,12 +151,10 @@ class Compactor:
         for as much), or, before any, with none (counted against the default reserve, it
         would compact a history that the request after it sends whole).
         """
-        return (await self._compacted(kwargs, count))[0]
+        return (await self._compacted(kwargs, count)).kwargs
 
-    async def _compacted(
-        self, kwargs: Mapping[str, Any], count: bool
-    ) -> tuple[dict[str, Any], list[Message] | None]:
-        """`request`, and the view it sends (``None``: the history goes as it was)."""
+    async def _compacted(self, kwargs: Mapping[str, Any], count: bool) -> Outgoing:
+        """`request`, with the view it sends (``None``: the history goes as it was)."""
         outgoing = dict(kwargs)
         history = kwargs.get(self._key)
         if isinstance(history, Iterable) and not isinstance(history, Sequence | Mapping | bytes):
@@ -163,11 +167,9 @@ class Compactor:
             or kwargs.get("previous_response_id")
             or kwargs.get("conversation")
         ):
-            return outgoing, None
-        max_tokens = self._max_tokens(kwargs)
-        if not count:
-            self._asked, self._requested = max_tokens, True
-        elif max_tokens is None:
+            return Outgoing(outgoing, dict(kwargs), None)
+        max_tokens = asked = self._max_tokens(kwargs)
+        if count and max_tokens is None:
             max_tokens = self._asked if self._requested else 0
         if self.provider == "anthropic":  # its system prompt is no message
             view = await self._prepare(list(history), 0, max_tokens)
@@ -178,10 +180,12 @@ class Compactor:
             room = MAX_BREAKPOINTS - _top_marks(outgoing.get("system"))
             room -= _top_marks(outgoing.get("tools"))
             messages, marked = within_marks(to_anthropic(view), max(0, room))
+            placed = None
             if self.cache_breakpoints and not count:
                 messages = self._place(view, messages, room - marked)
+                placed = (view, len(messages))
             outgoing[self._key] = messages
-            return outgoing, view
+            return Outgoing(outgoing, dict(kwargs), view, asked, placed)
         # Leading system / developer messages are sent as they are.
         if self.provider == "openai-chat":
             system, rest = split_openai_chat_system(history)
@@ -191,15 +195,22 @@ class Compactor:
             render = to_openai_responses
         view = await self._prepare(rest, len(system), max_tokens)
         outgoing[self._key] = [*(plain(m) for m in system), *render(view)]
-        return outgoing, view
+        return Outgoing(outgoing, dict(kwargs), view, asked)
 
     async def to_send(self, kwargs: Mapping[str, Any]) -> Outgoing:
         """The request to send for the SDK call's ``kwargs`` (`request`), what to make it again
         from, and the view it sends."""
         # Read once: the first attempt (or the SDK sending it) would leave a retry nothing.
         given = {k: list(v) if isinstance(v, Iterator) else v for k, v in kwargs.items()}
-        sent, view = await self._compacted(given, False)
-        return Outgoing(sent, given, view)
+        return await self._compacted(given, False)
+
+    def answered(self, request: Outgoing) -> None:
+        """The provider answered ``request`` (a response, or a stream it opened): the next
+        request places its breakpoints against it, and a count asks for its output limit.
+        Until then a retry of a request that failed is made as that request was."""
+        self._asked, self._requested = request.asked, True
+        if request.placed is not None:
+            self._sent, self._sent_length = request.placed
 
     async def resend(self, refused: Outgoing, error: BaseException) -> Outgoing | None:
         """The request ``refused`` again, after ``error`` answered it: when that is the
@@ -249,7 +260,6 @@ class Compactor:
         extends = 0 < len(previous) <= len(view) and all(
             a is b for a, b in zip(previous, view, strict=False)
         )
-        self._sent, self._sent_length = view, len(messages)
         return place_breakpoints(messages, room, previous_end=length - 1 if extends else None)
 
     def record(self, response: object, *, calibrate: bool = True) -> None:
@@ -299,12 +309,16 @@ async def attempt(
     (`Compactor.resend`)."""
     request = await compactor.to_send(kwargs)
     try:
-        return await call(request.kwargs), request
+        result = await call(request.kwargs)
     except Exception as error:
         again = await compactor.resend(request, error)
         if again is None:
             raise
-        return await call(again.kwargs), request
+        result = await call(again.kwargs)
+        compactor.answered(again)
+    else:
+        compactor.answered(request)
+    return result, request
 
 
 def attempt_blocking(
@@ -316,12 +330,16 @@ def attempt_blocking(
     """`attempt` for a blocking ``call``; the session's work runs on the manager's ``loop``."""
     request = loop.call(compactor.to_send, kwargs)
     try:
-        return call(request.kwargs), request
+        result = call(request.kwargs)
     except Exception as error:
         again = loop.call(compactor.resend, request, error)
         if again is None:
             raise
-        return call(again.kwargs), request
+        result = call(again.kwargs)
+        compactor.answered(again)
+    else:
+        compactor.answered(request)
+    return result, request
 
 
 async def send(

@@ -24,13 +24,12 @@ from agentctx.adapters.anthropic import PROVIDER as ANTHROPIC
 from agentctx.adapters.openai_chat import PROVIDER as OPENAI_CHAT
 from agentctx.adapters.openai_responses import PROVIDER as OPENAI_RESPONSES
 from agentctx.errors import ConfigError
-from agentctx.providers._convert import Compactor
+from agentctx.providers._convert import Compactor, Outgoing
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
 
     from agentctx.manager import ContextManager
-    from agentctx.messages import Message
 
 __all__ = ["NativeChecked", "check_native", "native_providers"]
 
@@ -110,9 +109,7 @@ class NativeChecked(Compactor):
 
     _checked: object = None  # the strategy last found fit
 
-    async def _compacted(
-        self, kwargs: Mapping[str, Any], count: bool
-    ) -> tuple[dict[str, Any], list[Message] | None]:
+    async def _compacted(self, kwargs: Mapping[str, Any], count: bool) -> Outgoing:
         """`Compactor._compacted` (what `request` and `to_send` make), or `ConfigError`
         before anything is compacted when the session splices another API's native
         compaction."""
