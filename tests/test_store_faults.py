@@ -489,6 +489,77 @@ def test_sqlite_notices_its_file_removed_or_replaced(tmp_path: Path) -> None:
     store.close()
 
 
+def test_sqlite_notices_its_write_ahead_log_removed_or_replaced(tmp_path: Path) -> None:
+    """(Hostile run EC, 1) Only the database file was checked: with its -wal file removed
+    (a clean-up of stray files), writes went on into the unlinked log, with no event; the
+    next connection to open the file found none of them, nor what the log held before."""
+    path = tmp_path / "agent.db"
+    store = SQLiteRecallStore(path)
+    store.put("s", "before")
+    (tmp_path / "agent.db-wal").unlink()
+    with pytest.raises(StoreError, match="write-ahead log .* removed"):
+        store.put("s", "after")
+    store.close()
+    store = SQLiteRecallStore(path)
+    store.put("s", "before")
+    os.replace(tmp_path / "agent.db-shm", tmp_path / "agent.db-wal")  # another file there
+    with pytest.raises(StoreError, match="write-ahead log .* replaced"):
+        store.put("s", "after")
+    store.close()
+
+
+@pytest.mark.parametrize("damage", ["cut short", "overwritten"])
+def test_sqlite_notices_its_file_damaged_in_place(tmp_path: Path, damage: str) -> None:
+    """(Hostile run EC, 2) A file cut short or overwritten in place (the same file, so the
+    identity check passed) took writes with no error: SQLite notices only when it reads the
+    pages that are gone. A file cut short is said at the next write; one overwritten, when
+    SQLite reads it, as what trying again will not clear (`StoreDataError`)."""
+    path = tmp_path / "agent.db"
+    store = SQLiteRecallStore(path)
+    store.put("s", "before")
+    store._db.execute("PRAGMA wal_checkpoint")  # the pages are in the file
+    with path.open("r+b") as f:
+        if damage == "cut short":
+            f.truncate(1024)
+        else:
+            f.write(os.urandom(path.stat().st_size))
+    if damage == "cut short":
+        with pytest.raises(StoreError, match="cut short while in use"):
+            store.put("s", "after")
+    store.close()
+    with pytest.raises(StoreDataError):
+        SQLiteRecallStore(path).get("s", "ctx-0000000000000000")
+
+
+async def test_a_damaged_sqlite_file_is_unreadable_not_unavailable(tmp_path: Path) -> None:
+    """(Hostile run EC, 2) A worker resuming a malformed file was told its ledger was
+    unavailable (and the model told to try a recall again later): what trying again will
+    not clear is `StoreDataError`, and such a ledger ``ledger_unreadable``."""
+    path = tmp_path / "agent.db"
+    history: list[Message] = []
+    for group in synthetic_session(2, 40, mean_output_lines=30):
+        history += group
+    first = SQLiteRecallStore(path)
+    async with ContextManager(BUDGET, recall=first, session_id="s") as ctx:
+        view = await ctx.prepare(history)
+    first.close()  # the last connection: what the log held is in the file now
+    assert RID.search("".join(map(canonical_json, view)))  # decisions were saved
+    with path.open("r+b") as f:  # the pages after the first two: garbage
+        f.seek(8192)
+        f.write(b"\xff" * (path.stat().st_size - 8192))
+    warnings: list[CompactionWarning] = []
+    store = SQLiteRecallStore(path)
+    async with ContextManager(BUDGET, recall=store, session_id="s") as resumed:
+        resumed.subscribe(
+            lambda e: warnings.append(e) if isinstance(e, CompactionWarning) else None
+        )
+        await resumed.prepare(history)
+    assert [w.code for w in warnings][:1] == ["ledger_unreadable"], warnings
+    with pytest.raises(StoreDataError, match="malformed"):
+        store.load_ledger("s")
+    store.close()
+
+
 @pytest.mark.parametrize("named", ["file: URI", "relative path, then chdir"])
 def test_sqlite_notices_its_file_removed_however_it_was_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named: str

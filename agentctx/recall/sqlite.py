@@ -37,6 +37,16 @@ if TYPE_CHECKING:
 
 __all__ = ["SQLiteRecallStore"]
 
+# What SQLite says of a file that is not, or no longer, a database it can read: what trying
+# again will not clear (`StoreDataError`).
+_DAMAGED = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+
+
+def _store_error(what: str, exc: Exception) -> StoreError:
+    code = getattr(exc, "sqlite_errorcode", None)
+    damaged = code is not None and code & 0xFF in _DAMAGED
+    return (StoreDataError if damaged else StoreError)(f"{what}: {exc}")
+
 
 def _encode(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
@@ -139,9 +149,10 @@ class SQLiteRecallStore:
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS state (session TEXT PRIMARY KEY, json TEXT NOT NULL)"
             )
-            self._file, self._identity = self._opened_file()
+            self._file, self._identity, self._size = self._opened_file()
+            self._wal: tuple[int, int] | None = None
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open recall store {self.path}: {exc}") from exc
+            raise _store_error(f"cannot open recall store {self.path}", exc) from exc
         self._closed = False
         _OPEN.add(self)
 
@@ -196,7 +207,7 @@ class SQLiteRecallStore:
                     ).fetchone()
                 )
             except (sqlite3.Error, UnicodeError) as exc:
-                raise StoreError(f"recall store {self.path}: {exc}") from exc
+                raise _store_error(f"recall store {self.path}", exc) from exc
         if parts:
             return "[" + ", ".join(_decode(part) for (part,) in parts) + "]"
         return None if row is None else _decode(row[0])
@@ -261,10 +272,10 @@ class SQLiteRecallStore:
             self._closed = True
             self._db.close()
 
-    def _opened_file(self) -> tuple[str, tuple[int, int] | None]:
+    def _opened_file(self) -> tuple[str, tuple[int, int] | None, int]:
         """The file SQLite opened, as it names it (absolute, and the one a ``file:`` URI
-        names, which this build reads), so neither a later chdir nor a URI hides it; and its
-        identity. No file for a database in memory."""
+        names, which this build reads), so neither a later chdir nor a URI hides it; its
+        identity and size. No file for a database in memory."""
         # As bytes: a file name need not be UTF-8 (the path it was opened by may not be).
         self._db.text_factory = bytes
         try:
@@ -276,11 +287,16 @@ class SQLiteRecallStore:
             st = os.stat(file) if file else None
         except OSError:
             st = None
-        return file, None if st is None else (st.st_dev, st.st_ino)
+        return file, None if st is None else (st.st_dev, st.st_ino), 0 if st is None else st.st_size
 
     def _check_file(self) -> None:
-        """Raise `StoreError` when the path no longer names the file this store opened (one
-        ``stat``, about a microsecond, per write)."""
+        """Raise `StoreError` when the path no longer names the file this store opened, or
+        its write-ahead log (SQLite would go on writing into a file nobody will read), or
+        when the file was cut short since the last write (SQLite notices only when it reads
+        the pages that are gone, if ever; said once, as a VACUUM elsewhere shrinks it too).
+        Two ``stat`` calls, a few microseconds, per write. (Never a descriptor of the file
+        of its own: closing one drops every POSIX lock the process holds on the file,
+        SQLite's too.)"""
         if self._identity is None:
             return
         try:
@@ -292,6 +308,28 @@ class SQLiteRecallStore:
         if (st.st_dev, st.st_ino) != self._identity:
             raise StoreError(
                 f"recall store {self.path}: the database file was replaced while in use"
+            )
+        size, self._size = self._size, st.st_size
+        if st.st_size < size:
+            raise StoreError(
+                f"recall store {self.path}: the database file was cut short while in use "
+                f"({size} bytes, now {st.st_size}): what it held may be lost"
+            )
+        try:
+            wal = os.stat(self._file + "-wal")
+        except OSError:
+            if self._wal is not None:
+                raise StoreError(
+                    f"recall store {self.path}: its write-ahead log ({self._file}-wal) was "
+                    "removed while in use"
+                ) from None
+            return
+        if self._wal is None:
+            self._wal = (wal.st_dev, wal.st_ino)
+        elif (wal.st_dev, wal.st_ino) != self._wal:
+            raise StoreError(
+                f"recall store {self.path}: its write-ahead log ({self._file}-wal) was "
+                "replaced while in use"
             )
 
     def _transaction(
@@ -317,7 +355,7 @@ class SQLiteRecallStore:
                         self._db.execute("ROLLBACK")
                     raise
             except (sqlite3.Error, UnicodeError) as exc:
-                raise StoreError(f"recall store {self.path}: {exc}") from exc
+                raise _store_error(f"recall store {self.path}", exc) from exc
         return True
 
     def _run(self, sql: str, args: tuple[str | bytes, ...]) -> tuple[str | bytes, ...] | None:
@@ -325,5 +363,6 @@ class SQLiteRecallStore:
             try:
                 row: tuple[str | bytes, ...] | None = self._db.execute(sql, args).fetchone()
             except (sqlite3.Error, UnicodeError) as exc:
-                raise StoreError(f"recall store {self.path}: {exc}") from exc
+                raise _store_error(f"recall store {self.path}", exc) from exc
         return row
+
