@@ -70,7 +70,7 @@ from agentctx.testing import assert_view_ok, synthetic_session
 from .test_recall_redis import free_port
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Sequence
 
 RID = re.compile(r"ctx-[0-9a-f]{16}")
 STALL = 0.3  # seconds; a store call on the loop would take 1-2 s (its timeout, the deadline)
@@ -1150,6 +1150,50 @@ async def test_an_entry_lost_inside_another_is_reported_and_read_again() -> None
         store.forgotten.clear()
         answer = await ctx.handle_recall({"id": outer, "limit": 200_000})
         assert "not kept" not in answer
+
+
+async def test_an_entry_found_missing_after_an_outage_is_not_said_to_be_the_outage() -> None:
+    """(Hostile run EC, 4) A `StoreDegraded` ``missing`` event carried the store's last
+    error, of an outage already over (``Connection refused``) when the store had just
+    answered that it does not hold the entry."""
+
+    class Down(_Forgetful):
+        down = False
+
+        def put_many(self, session_id: str, contents: Sequence[str]) -> list[str]:
+            if self.down:
+                raise StoreError("Connection refused")
+            return super().put_many(session_id, contents)
+
+    store = Down()
+    events: list[object] = []
+    async with ContextManager(
+        Budget(context_window=9_000, reserve_output=1_000), recall=store, session_id="s"
+    ) as ctx:
+        ctx.subscribe(events.append)
+        store.down = True
+        history: list[Message] = [UserMessage.of("task: do things")]
+        for k in range(12):
+            output = "\n".join(f"step {k} line {i} " + "z" * 50 for i in range(250))
+            call = ToolCall(id=f"c{k}", name="run", arguments={"cmd": f"ls {k}"})
+            history += [
+                AssistantMessage(content=(call,)),
+                ToolResultMessage.of(f"c{k}", output, tool_name="run"),
+            ]
+            view = await ctx.prepare(history)
+        store.down = False
+        with anyio.fail_after(10):
+            while not any(isinstance(e, StoreRecovered) for e in events):
+                await ctx.prepare(history)
+                await anyio.sleep(0.05)
+        rid = RID.findall(repr(view))[0]
+        store.forgotten.add(rid)
+        answer = await ctx.handle_recall({"id": rid})
+    assert "no longer holds it" in answer, answer
+    down = next(e for e in events if isinstance(e, StoreDegraded))
+    missing = next(e for e in events if isinstance(e, StoreDegraded) and e.reason == "missing")
+    assert "Connection refused" in down.detail
+    assert "Connection refused" not in missing.detail and missing.lost == (rid,)
 
 
 def _job(i: int, tag: str, lines: int = 3000) -> list[Message]:

@@ -389,7 +389,10 @@ class RecallWriter:
         if rid not in self._missing:
             self._missing.add(rid)
             log.error("recall store lost an entry the session names", id=rid)
-            self._emit(self._degraded_event("missing", (rid,)))
+            # The store answered (a failing one is not asked): the detail is that answer,
+            # not the last error, which may be of an outage long over.
+            detail = "the store holds no entry under this id, written earlier"
+            self._emit(self._degraded_event("missing", (rid,), detail))
 
     async def expanded(self, rid: str) -> str | None:
         """What ``rid`` stands for in full: its entry with the `recall_reference` tokens in
@@ -696,11 +699,13 @@ class RecallWriter:
             or self._release
         )
 
-    def _degraded_event(self, reason: str, lost: tuple[str, ...] = ()) -> StoreDegraded:
+    def _degraded_event(
+        self, reason: str, lost: tuple[str, ...] = (), detail: str | None = None
+    ) -> StoreDegraded:
         return StoreDegraded(
             reason,
             self._name,
-            self._last_error,
+            self._last_error if detail is None else detail,
             len(self._ready),
             self._ready_bytes,
             self._ledger_unsaved,
