@@ -157,6 +157,39 @@ def test_recall_pages_and_grep_a_50k_output() -> None:
     assert "0 lines match '('" in recall_page(store, "s", rid, pattern="(")
 
 
+@pytest.mark.parametrize("fold", ["same length", "other length"])
+def test_a_search_with_more_matches_than_shown_goes_on_from_the_offset_it_gives(fold: str) -> None:
+    """(Hostile run EC, 5) The answer said to "read on from offset=..." where more lines
+    matched than it showed, but a search ignored ``offset``: the same call, made again with
+    it, gave the same answer, and the rest of the matches could not be reached."""
+    store = MemoryRecallStore()
+    lines = [f"{'FAILED' if i % 2 else 'passed'} test_{i}" for i in range(3000)]
+    if fold == "other length":
+        lines[0] += " Straße"  # casefold makes it longer: matched line by line
+    content = "\n".join(lines)
+    rid = store.put("s", content)
+    seen: list[str] = []
+    offset = 0
+    for _ in range(20):
+        answer = recall_page(store, "s", rid, offset=offset, limit=4000, pattern="failed")
+        head, *found = answer.split("\n")
+        seen += [line.split(": ", 1)[1] for line in found]
+        more = re.search(r"search on from offset=(\d+)", head)
+        if more is None:
+            break
+        assert int(more.group(1)) > offset
+        offset = int(more.group(1))
+        assert f"lines from offset {offset} match" in recall_page(
+            store, "s", rid, offset=offset, pattern="failed"
+        )
+    assert seen == [line for line in lines if "FAILED" in line]  # each once, in order
+    numbered = recall_page(store, "s", rid, offset=offset, pattern="failed").split("\n")[1]
+    assert numbered.split(": ")[0] == str(lines.index(numbered.split(": ", 1)[1]) + 1)
+    # An offset inside a line searches from the next one.
+    inside = recall_page(store, "s", rid, offset=len(lines[0]) + 3, pattern="failed")
+    assert inside.split("\n")[1] == "4: FAILED test_3"
+
+
 def test_tool_definitions() -> None:
     assert recall_tool("anthropic")["input_schema"]["required"] == ["id"]
     assert recall_tool("openai-chat")["function"]["name"] == "recall_context"

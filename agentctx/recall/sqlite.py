@@ -365,4 +365,3 @@ class SQLiteRecallStore:
             except (sqlite3.Error, UnicodeError) as exc:
                 raise _store_error(f"recall store {self.path}", exc) from exc
         return row
-

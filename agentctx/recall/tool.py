@@ -122,9 +122,10 @@ def recall_page(
     """The text the tool returns to the model: a page, matching lines, or a clear miss.
 
     A page is ``limit`` characters from ``offset``. With ``pattern`` (literal text, matched
-    case-insensitively within each line) it is the matching lines, numbered from 1: at most
-    ``max_matches`` of them and ``limit`` characters in all, a long line shown around its
-    match. The result never holds a lone surrogate (each becomes U+FFFD, so offsets stay
+    case-insensitively within each line) it is the matching lines that start at ``offset``
+    or after, numbered from 1: at most ``max_matches`` of them and ``limit`` characters in
+    all, a long line shown around its match; where more match, the header says the offset
+    to search on from. The result never holds a lone surrogate (each becomes U+FFFD, so offsets stay
     right). Only a failing store raises (`StoreError`); ``limit`` is not capped here, the
     model's arguments are (`recall_arguments`).
     """
@@ -142,7 +143,8 @@ def recall_page(
         # A store may keep the last fold (the recall writer's, per session): searching one
         # entry again (a model narrowing its pattern) does not fold up to 16 M characters again.
         fold = getattr(store, "casefold", None) or str.casefold
-        return sendable_text(_grep(id, content, pattern, limit, max(1, max_matches), fold))
+        found = _grep(id, content, pattern, limit, max(1, max_matches), fold, max(0, offset))
+        return sendable_text(found)
     total = len(content)
     offset = max(0, offset)
     if offset >= total and offset > 0:
@@ -257,16 +259,22 @@ def _pattern_problem(pattern: str) -> str | None:
 
 
 def _grep(
-    rid: str, content: str, pattern: str, limit: int, max_matches: int, fold: Callable[[str], str]
+    rid: str,
+    content: str,
+    pattern: str,
+    limit: int,
+    max_matches: int,
+    fold: Callable[[str], str],
+    offset: int,
 ) -> str:
     needle = pattern.casefold()
     folded = fold(content)
     # casefold keeps the length of almost every text; when it does not (ß, ligatures), the
     # match positions of the folded text are not positions in ``content``: go line by line.
     if len(folded) == len(content):
-        lines = _matches(content, folded, needle)
+        lines = _matches(content, folded, needle, offset)
     else:
-        lines = _matches_by_line(content, needle)
+        lines = _matches_by_line(content, needle, offset)
     shown: list[str] = []
     used = 0
     count = 0
@@ -291,16 +299,23 @@ def _grep(
     if hidden_at is not None:
         more = (
             f"; {count - len(shown)}{capped} more not shown: use a more specific pattern, "
-            f"or read on from offset={hidden_at}"
+            f"or search on from offset={hidden_at}"
         )
-    head = f"[recall_context {rid}: {count}{capped} lines match {quoted} (literal, any case){more}]"
+    where = f" from offset {offset}" if offset else ""
+    head = (
+        f"[recall_context {rid}: {count}{capped} lines{where} match {quoted} (literal, any "
+        f"case){more}]"
+    )
     return head + "\n" + "\n".join(shown)
 
 
-def _matches(content: str, folded: str, needle: str) -> Iterator[_Match]:
-    """``(line number, line start, line, match position in line)`` per matching line,
-    found by ``str.find`` on the folded text: no Python work per non-matching line."""
-    pos = 0
+def _matches(content: str, folded: str, needle: str, offset: int) -> Iterator[_Match]:
+    """``(line number, line start, line, match position in line)`` per matching line that
+    starts at ``offset`` or after, found by ``str.find`` on the folded text: no Python work
+    per non-matching line."""
+    pos = offset
+    if offset and content[offset - 1 : offset] != "\n":  # inside a line: from the next one
+        pos = content.find("\n", offset) + 1 or len(content)
     number = 1
     counted_to = 0
     while True:
@@ -316,10 +331,10 @@ def _matches(content: str, folded: str, needle: str) -> Iterator[_Match]:
         pos = end + 1
 
 
-def _matches_by_line(content: str, needle: str) -> Iterator[_Match]:
+def _matches_by_line(content: str, needle: str, offset: int) -> Iterator[_Match]:
     start = 0
     for number, line in enumerate(content.split("\n"), start=1):
-        i = line.casefold().find(needle)
+        i = line.casefold().find(needle) if start >= offset else -1
         if i >= 0:
             # Only a long line is shown around its match.
             yield number, start, line, _unfolded(line, i) if len(line) > _LINE_CHARS else None
