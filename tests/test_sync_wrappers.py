@@ -219,3 +219,36 @@ def test_sync_wrapper_splices_a_background_summary() -> None:
     assert any(e.method == "summarized" for e in seen), [e.method for e in seen]
     for request in srv.requests:
         assert_view_ok(from_anthropic(request.json["messages"]), manager.raw)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_closed_mid_call_from_another_thread_raises_the_sdk_error(stream: bool) -> None:
+    """(Hostile run EB, 2) Every error of a blocking call went to the manager's loop to ask
+    whether to send the request again: with the client closed from another thread meanwhile,
+    the SDK's own connection error came out as ``ConfigError`` ("the manager's loop thread
+    is closed"). Only a refusal of the prompt as too long goes to the loop now."""
+    from agentctx.testing import Reply
+
+    history = [{"role": "user", "content": "task"}]
+    with FakeAnthropic([Reply.text("answer", delay=0.5)]) as srv:
+        client = anthropic.Anthropic(base_url=srv.url, api_key="t", max_retries=0)
+        wrapped = ant_provider.wrap(client, ContextManager(Budget(context_window=30_000)))
+        raised: list[BaseException] = []
+
+        def call() -> None:
+            try:
+                reply = wrapped.messages.create(
+                    model="m", max_tokens=100, messages=history, stream=stream
+                )
+                if stream:
+                    list(reply)
+            except BaseException as e:
+                raised.append(e)
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        time.sleep(0.2)
+        wrapped.close()
+        caller.join(10)
+    assert not caller.is_alive()
+    assert [type(e) for e in raised] == [anthropic.APIConnectionError], raised

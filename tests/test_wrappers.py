@@ -11,7 +11,15 @@ import anthropic
 import openai
 import pytest
 
-from agentctx import Budget, ContextCompacted, ContextManager, Event, MemoryRecallStore
+from agentctx import (
+    Budget,
+    ConfigError,
+    ContextCompacted,
+    ContextManager,
+    Event,
+    MemoryRecallStore,
+    UnsupportedMessageError,
+)
 from agentctx.providers import anthropic as ant_provider
 from agentctx.providers import openai as oai_provider
 from agentctx.testing.servers import FakeAnthropic, FakeOpenAI, RecordedRequest, Reply
@@ -381,9 +389,10 @@ async def test_openai_responses_small_budget_stream(small: ContextManager) -> No
 
 
 async def test_wrap_rejects_the_wrong_client(manager: ContextManager) -> None:
-    with pytest.raises(TypeError):
+    # A `ConfigError`, as every error of the library (hostile run EB, 4: a bare TypeError).
+    with pytest.raises(ConfigError, match="got AsyncOpenAI"):
         ant_provider.wrap(openai.AsyncOpenAI(api_key="x"), manager)  # type: ignore[type-var]
-    with pytest.raises(TypeError):
+    with pytest.raises(ConfigError, match="got AsyncAnthropic"):
         oai_provider.wrap(anthropic.AsyncAnthropic(api_key="x"), manager)  # type: ignore[type-var]
 
 
@@ -503,3 +512,26 @@ async def test_a_responses_call_sent_as_it_is_leaves_the_session_s_counts_alone(
         items.append({"role": "user", "content": "more " + "lorem ipsum dolor " * 2500})
         await client.responses.create(model="m", input=items, max_output_tokens=1000)
         assert all(r.status == 200 for r in server.requests), [r.error for r in server.requests]
+
+
+async def test_an_empty_history_is_refused_before_anything_is_sent() -> None:
+    """(Hostile run EB, 3) ``messages=[]`` went to the provider, which refuses it (400 "at
+    least one message is required"), while a history repair leaves empty was refused before
+    sending: both are `UnsupportedMessageError` now, with nothing sent. A Chat history of
+    its system message alone is a request, and is sent."""
+    with FakeAnthropic() as ant, FakeOpenAI() as oai:
+        async with ContextManager(Budget(context_window=30_000)) as manager:
+            client = anthropic.AsyncAnthropic(base_url=ant.url, api_key="t", max_retries=0)
+            async with ant_provider.wrap(client, manager) as wrapped:
+                for ask in (wrapped.messages.create, wrapped.messages.count_tokens):
+                    with pytest.raises(UnsupportedMessageError, match="it is empty"):
+                        await ask(model=MODEL, max_tokens=10, messages=[])
+            chat = openai.AsyncOpenAI(base_url=oai.url + "/v1", api_key="t", max_retries=0)
+            async with oai_provider.wrap(chat, manager) as wrapped_chat:
+                with pytest.raises(UnsupportedMessageError, match="it is empty"):
+                    await wrapped_chat.chat.completions.create(model=MODEL, messages=[])
+                with pytest.raises(UnsupportedMessageError, match="it is empty"):
+                    await wrapped_chat.responses.create(model=MODEL, input=[])
+                system = [{"role": "system", "content": "You are terse."}]
+                await wrapped_chat.chat.completions.create(model=MODEL, messages=system)
+    assert ant.requests == [] and len(oai.requests) == 1

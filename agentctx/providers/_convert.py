@@ -85,6 +85,9 @@ _CACHEABLE = frozenset(
 )
 
 
+_EMPTY = "history: it is empty, and a provider takes no request without messages"
+
+
 @dataclass(frozen=True, slots=True)
 class Outgoing:
     """One request as it is sent.
@@ -179,6 +182,8 @@ class Compactor:
                     outgoing[key] = list(value)
             room = MAX_BREAKPOINTS - _top_marks(outgoing.get("system"))
             room -= _top_marks(outgoing.get("tools"))
+            if not view:  # (what `ContextManager.prepare` gives an empty history)
+                raise UnsupportedMessageError(None, _EMPTY)
             messages, marked = within_marks(to_anthropic(view), max(0, room))
             placed = None
             if self.cache_breakpoints and not count:
@@ -194,6 +199,8 @@ class Compactor:
             system, rest = split_openai_responses_system(history)
             render = to_openai_responses
         view = await self._prepare(rest, len(system), max_tokens)
+        if not view and not system:
+            raise UnsupportedMessageError(None, _EMPTY)
         outgoing[self._key] = [*(plain(m) for m in system), *render(view)]
         return Outgoing(outgoing, dict(kwargs), view, asked)
 
@@ -212,6 +219,11 @@ class Compactor:
         if request.placed is not None:
             self._sent, self._sent_length = request.placed
 
+    def resendable(self, refused: Outgoing, error: BaseException) -> bool:
+        """Whether ``error`` is the provider refusing ``refused`` as longer than its context
+        window, and its history was compacted (`resend` may make it again)."""
+        return refused.view is not None and overflow_of(error) is not None
+
     async def resend(self, refused: Outgoing, error: BaseException) -> Outgoing | None:
         """The request ``refused`` again, after ``error`` answered it: when that is the
         provider refusing the prompt as longer than its context window, the session observes
@@ -221,7 +233,7 @@ class Compactor:
         (nothing to gain from sending it again). `BudgetExceededError` (raised inside the
         ``except`` of ``error``, so that is its ``__context__``) when the history cannot be
         compacted to the provider's count."""
-        if refused.view is None or overflow_of(error) is None:
+        if not self.resendable(refused, error):
             return None
         self.manager.observe(error)
         again = await self.to_send(refused.given)
@@ -332,6 +344,10 @@ def attempt_blocking(
     try:
         result = call(request.kwargs)
     except Exception as error:
+        # Told here, not on the loop: another error is raised as it came, also where the
+        # loop is gone (the client closed from another thread mid-call).
+        if not compactor.resendable(request, error):
+            raise
         again = loop.call(compactor.resend, request, error)
         if again is None:
             raise

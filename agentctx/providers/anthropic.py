@@ -58,7 +58,7 @@ from typing import (
     overload,
 )
 
-from agentctx.errors import MissingExtraError
+from agentctx.errors import ConfigError, MissingExtraError
 from agentctx.providers._blocking import BlockingClient, LoopThread
 from agentctx.providers._convert import (
     Compactor,
@@ -660,6 +660,6 @@ def wrap(
         return WrappedAsyncAnthropic(client, manager, cache_breakpoints=cache_breakpoints)
     if isinstance(client, Anthropic):
         return WrappedAnthropic(client, manager, cache_breakpoints=cache_breakpoints)
-    raise TypeError(
+    raise ConfigError(
         f"wrap() takes an anthropic.AsyncAnthropic or Anthropic, got {type(client).__name__}"
     )

@@ -60,7 +60,7 @@ from typing import (
     overload,
 )
 
-from agentctx.errors import MissingExtraError
+from agentctx.errors import ConfigError, MissingExtraError
 from agentctx.providers._blocking import BlockingClient, LoopThread
 from agentctx.providers._convert import (
     Compactor,
@@ -616,4 +616,4 @@ def wrap(client: A | S, manager: ContextManager) -> WrappedAsyncOpenAI[A] | Wrap
         return WrappedAsyncOpenAI(client, manager)
     if isinstance(client, OpenAI):
         return WrappedOpenAI(client, manager)
-    raise TypeError(f"wrap() takes an openai.AsyncOpenAI or OpenAI, got {type(client).__name__}")
+    raise ConfigError(f"wrap() takes an openai.AsyncOpenAI or OpenAI, got {type(client).__name__}")
