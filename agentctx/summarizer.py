@@ -434,7 +434,8 @@ def serialize_transcript(
     ``argument_chars`` (identifiers matter, repetition does not); thinking, images and opaque
     blocks become placeholders. Past ``total_chars`` the oldest messages are dropped first and
     one line says how many; only a single newest message larger than the cap can overshoot it.
-    Work is bounded by the caps, not by the size of the messages.
+    Work is bounded by the caps, not by the size of the messages. A lone surrogate becomes
+    U+FFFD.
     """
     parts: list[str] = []
     size = 0
@@ -451,7 +452,9 @@ def serialize_transcript(
     parts.reverse()
     if omitted:
         parts.insert(0, _OMITTED.format(n=omitted))
-    return "\n".join(parts)
+    # As all text agentctx sends (`sendable_text`): a tool's undecodable output would fail
+    # every request made of the stretch it is in.
+    return sendable_text("\n".join(parts))
 
 
 def build_prompt(

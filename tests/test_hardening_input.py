@@ -544,6 +544,51 @@ async def test_a_briefing_with_a_lone_surrogate_is_spliced_as_text_a_request_can
     assert spliced
 
 
+@asynccontextmanager
+async def summarizer_closed(summarizer: Any) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        await summarizer.aclose()
+
+
+async def test_a_lone_surrogate_in_the_history_fails_no_summary_request() -> None:
+    """(Hostile run EA, 3) The transcript of a summary request is text agentctx writes, but a
+    tool's undecodable output (a lone surrogate) went into it as it was: the SDK could not
+    encode the request, so every summary of the stretch holding it failed unsent."""
+    from agentctx import Chain, DeterministicCompaction, LlmCompaction, ToolCall
+    from agentctx.messages import ToolResultMessage
+    from agentctx.providers.anthropic_summarizer import AnthropicSummarizer
+    from agentctx.summarizer import serialize_transcript
+    from agentctx.testing import FakeAnthropic, Reply
+
+    odd = ToolResultMessage.of("c1", "bytes: \udc9f end", tool_name="read")
+    assert serialize_transcript([odd]).endswith("bytes: \ufffd end")
+    failed: list[SummaryRejected] = []
+    with FakeAnthropic(default=Reply.text(BRIEFING)) as srv:
+        summarizer = AnthropicSummarizer("claude-haiku-4-5", api_key="t", base_url=srv.url)
+        async with (
+            summarizer_closed(summarizer),
+            ContextManager(
+                Budget(context_window=20_000, reserve_output=2_000),
+                strategy=Chain([LlmCompaction(summarizer), DeterministicCompaction()]),
+            ) as ctx,
+        ):
+            ctx.subscribe(lambda e: failed.append(e) if isinstance(e, SummaryRejected) else None)
+            history: list[Message] = [UserMessage.of("the task")]
+            for i in range(40):
+                mark = "\udc9f" if i == 1 else ""
+                out = f"out {mark} {i}\n" * 300
+                call = ToolCall(id=f"c{i}", name="read", arguments={"path": f"f{i}"})
+                history += [
+                    AssistantMessage.of(tool_calls=[call]),
+                    ToolResultMessage.of(f"c{i}", out, tool_name="read"),
+                ]
+                await ctx.prepare(history)
+                await anyio.sleep(0.02)  # the summary is asked for between calls
+    assert srv.requests and not failed, failed
+
+
 # ---------------------------------------------------------------------------------------
 # Transcript files (item 14)
 
