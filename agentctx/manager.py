@@ -1368,8 +1368,9 @@ class ContextManager:
             if end < len(state.raw):
                 # New messages follow a raw tail the view left out (results answering no
                 # call, a blank summary): a projection caller edited it and went on, an owned
-                # caller never held it. Either way it is not the caller's history any more.
-                self._rebase(end, new, len(history) - len(new))
+                # caller never held it. Either way it is not the caller's history any more;
+                # as no view showed it, its going is no rewind the caller made.
+                self._rebase(end, new, len(history) - len(new), unseen=True)
                 return True
         self._extend(new, len(history) - len(new))
         return seq is state.view
@@ -1455,8 +1456,12 @@ class ContextManager:
         self._fresh = fresh + len(history) - n
         return True
 
-    def _rebase(self, cut: int, new: Sequence[Message], offset: int) -> None:
-        """Cut the raw history back to ``cut``, append ``new`` (at ``offset`` of the input)."""
+    def _rebase(
+        self, cut: int, new: Sequence[Message], offset: int, *, unseen: bool = False
+    ) -> None:
+        """Cut the raw history back to ``cut``, append ``new`` (at ``offset`` of the input).
+        ``unseen``: what is cut is only what the view left out, said (`HistoryResynced`)
+        only where decisions go with it."""
         self._fresh = len(new)
         state = self._state
         check_history(new, offset)
@@ -1482,7 +1487,8 @@ class ContextManager:
         self._rendered_version = state.ledger.version
         self._reported = {r for r in self._reported if r[1] < cut}
         self._sent = min(self._sent, cut)
-        self._hub.emit(HistoryResynced(cut, dropped))
+        if dropped or not unseen:
+            self._hub.emit(HistoryResynced(cut, dropped))
 
     def _report_repairs(self) -> None:
         state = self._state

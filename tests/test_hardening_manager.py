@@ -726,8 +726,10 @@ async def test_messages_after_a_tail_the_view_left_out_replace_that_tail(owned: 
             assert texts(view)[-2:] == [f"answer {k}", f"next {k}"]
             if owned:
                 held = list(view)
-        resyncs = [(e.index, e.dropped_decisions) for e in events if isinstance(e, HistoryResynced)]
-        assert resyncs == [(1, 0)]  # once, where the view's messages end; no decision lost
+        # No view showed that tail and no decision goes with it: it was no rewind of what the
+        # caller held (an owned caller never held it, and the event came on about a third
+        # of owned sessions in a hostile run, EA 4).
+        assert not [e for e in events if isinstance(e, HistoryResynced)]
 
 
 # -- a new message the estimate undercounts ----------------------------------------------
