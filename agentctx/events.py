@@ -339,7 +339,13 @@ class EventHub:
 
     def subscribe(self, callback: Subscriber) -> Callable[[], None]:
         """Call ``callback`` with every event; returns a function that unsubscribes it.
-        Raises `ConfigError` for a generator function, which calling would never run."""
+        Raises `ConfigError` for what is not callable, and for a generator function, which
+        calling would never run."""
+        if not callable(callback):
+            raise ConfigError(
+                f"an event subscriber must be a function or an async function; got "
+                f"{type(callback).__name__} {callback!r:.80}"
+            )
         if inspect.isasyncgenfunction(callback) or inspect.isgeneratorfunction(callback):
             raise ConfigError(
                 f"an event subscriber must be a function or an async function; got the "

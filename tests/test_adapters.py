@@ -548,6 +548,48 @@ def test_anthropic_stream_deltas_it_has_no_recording_of() -> None:
         assemble_anthropic_stream([*events[:2], {"type": "error", "error": {"type": "overloaded"}}])
 
 
+_START = {"type": "message_start", "message": {"id": "m", "role": "assistant", "content": []}}
+_ITEM = {"type": "function_call", "id": "fc", "call_id": "c", "name": "f", "arguments": ""}
+_ADDED = "response.output_item.added"
+
+
+@pytest.mark.parametrize(
+    ("assemble", "events"),
+    [
+        (
+            assemble_anthropic_stream,
+            [_START, {"type": "content_block_start", "index": 0, "content_block": "tool_use"}],
+        ),
+        (
+            assemble_openai_responses_stream,
+            [{"type": _ADDED, "output_index": 0, "item": "function_call"}],
+        ),
+        (
+            assemble_openai_responses_stream,
+            [
+                {"type": _ADDED, "output_index": 0, "item": _ITEM},
+                {"type": _ADDED, "output_index": "1", "item": _ITEM},
+            ],
+        ),
+        (
+            assemble_openai_responses_stream,
+            [
+                {"type": _ADDED, "output_index": None, "item": _ITEM},
+                {"type": _ADDED, "output_index": 0, "item": _ITEM},
+            ],
+        ),
+    ],
+    ids=["block no object", "item no object", "index a string", "index null"],
+)
+def test_a_malformed_stream_event_is_an_unsupported_message(
+    assemble: Callable[[list[dict[str, Any]]], Any], events: list[dict[str, Any]]
+) -> None:
+    """(Hostile run EA, 5) A part that is no object, or output indexes of no one type, raised
+    a bare ValueError or TypeError where the docs promise `UnsupportedMessageError`."""
+    with pytest.raises(UnsupportedMessageError, match="malformed"):
+        assemble(events)
+
+
 def test_anthropic_rejects_what_it_cannot_carry() -> None:
     with pytest.raises(UnsupportedMessageError) as err:
         from_anthropic([{"role": "user", "content": "a"}, {"role": "system", "content": "b"}])

@@ -558,6 +558,15 @@ async def test_a_generator_function_is_no_subscriber() -> None:
             ctx.subscribe(callback)
 
 
+async def test_what_is_not_callable_is_no_subscriber() -> None:
+    """(Hostile run EA, 7) ``subscribe(5)``, ``subscribe(None)`` and ``subscribe("print")``
+    were taken: the mistake showed only at the first event, as a `SubscriberWarning`."""
+    ctx = ContextManager(small_budget())
+    for callback in (5, None, "print"):
+        with pytest.raises(ConfigError, match="must be a function"):
+            ctx.subscribe(callback)  # type: ignore[arg-type]
+
+
 async def test_event_iterator_receives_events() -> None:
     turns = [[user("task")]] + [tool_turn(n, lines=80) for n in range(30)]
     received: list[Event] = []

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from agentctx.errors import UnsupportedMessageError
 
-__all__ = ["MAX_INDEX_GAP", "grow_to"]
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+__all__ = ["MAX_INDEX_GAP", "grow_to", "malformed"]
 
 MAX_INDEX_GAP = 16
 """How far past the parts seen a stream's part (a block, a content or summary part) may be:
@@ -22,3 +26,15 @@ def grow_to(parts: list[dict[str, Any]], index: int, what: str) -> None:
             None, f"stream {what} index {index} far past the {len(parts)} seen"
         )
     parts.extend({} for _ in range(index + 1 - len(parts)))
+
+
+@contextmanager
+def malformed(what: str) -> Iterator[None]:
+    """Turn a lookup on a malformed event (a missing key, an index or a part of the wrong
+    type) into `UnsupportedMessageError` naming ``what``."""
+    try:
+        yield
+    except UnsupportedMessageError:
+        raise
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+        raise UnsupportedMessageError(None, f"malformed {what} ({e!r})") from None

@@ -45,12 +45,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, TypeAlias
 
 from agentctx._usage import usage_of
-from agentctx.adapters._streams import grow_to
+from agentctx.adapters._streams import grow_to, malformed
 from agentctx.boundaries import FAILED_WITHOUT_OUTPUT
 from agentctx.errors import UnsupportedMessageError
 from agentctx.messages import (
@@ -490,7 +490,7 @@ def assemble_anthropic_stream(events: Iterable[Mapping[str, Any]]) -> JSON:
     """
     message: JSON | None = None
     partial: dict[int, str] = {}
-    with _malformed("Anthropic stream"):
+    with malformed("Anthropic stream"):
         for event in events:
             kind = event.get("type")
             if kind in ("ping", "message_stop"):
@@ -527,17 +527,6 @@ def assemble_anthropic_stream(events: Iterable[Mapping[str, Any]]) -> JSON:
     if message is None:
         raise UnsupportedMessageError(None, "stream without message_start")
     return message
-
-
-@contextlib.contextmanager
-def _malformed(what: str) -> Iterator[None]:
-    """Turn a lookup on a malformed event into `UnsupportedMessageError` naming ``what``."""
-    try:
-        yield
-    except UnsupportedMessageError:
-        raise
-    except (KeyError, IndexError, TypeError, AttributeError) as e:
-        raise UnsupportedMessageError(None, f"malformed {what} ({e!r})") from None
 
 
 def _apply_delta(block: JSON, delta: Mapping[str, Any], partial: dict[int, str], i: int) -> None:

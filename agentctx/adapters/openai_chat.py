@@ -52,13 +52,13 @@ sent).
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, TypeAlias, TypeVar
 
 from agentctx._usage import usage_of
+from agentctx.adapters._streams import malformed
 from agentctx.errors import UnsupportedMessageError
 from agentctx.messages import (
     AssistantContent,
@@ -196,17 +196,6 @@ def image_url(block: ImageBlock) -> str:
     if block.source == "url":
         return block.data
     return f"data:{block.media_type};base64,{block.data}"
-
-
-@contextlib.contextmanager
-def malformed(what: str) -> Iterator[None]:
-    """Turn a lookup on a malformed event into `UnsupportedMessageError` naming ``what``."""
-    try:
-        yield
-    except UnsupportedMessageError:
-        raise
-    except (KeyError, IndexError, TypeError, AttributeError) as e:
-        raise UnsupportedMessageError(None, f"malformed {what} ({e!r})") from None
 
 
 def count(d: object, key: str) -> int:

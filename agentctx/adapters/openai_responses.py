@@ -58,14 +58,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from agentctx._usage import usage_of
-from agentctx.adapters._streams import grow_to
+from agentctx.adapters._streams import grow_to, malformed
 from agentctx.adapters.openai_chat import (
     form_ok,
     freeze,
     image_from_url,
     image_url,
     info_of,
-    malformed,
     parse_arguments,
     plain_text,
     render_arguments,
@@ -705,10 +704,10 @@ def assemble_openai_responses_stream(events: Iterable[Mapping[str, Any]]) -> JSO
             elif kind is not None and "content_index" in event:
                 key = "refusal" if kind.startswith("response.refusal") else "text"
                 _text(_slot(item, "content", event["content_index"]), key, kind, event)
-    # The final snapshot's output is authoritative (the server may re-encrypt reasoning
-    # between output_item.done and response.completed); without one, use what streamed.
-    if items and not snapshot.get("output"):
-        snapshot["output"] = [items[k] for k in sorted(items)]
+        # The final snapshot's output is authoritative (the server may re-encrypt reasoning
+        # between output_item.done and response.completed); without one, use what streamed.
+        if items and not snapshot.get("output"):
+            snapshot["output"] = [items[k] for k in sorted(items)]  # (an index of no number)
     return snapshot
 
 
