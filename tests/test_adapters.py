@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from collections.abc import Callable
@@ -1887,3 +1888,52 @@ def test_an_output_item_whose_call_id_is_no_string_rides_as_it_came(call_id: obj
     for kind in ("function_call_output", "local_shell_call_output", "computer_call_output"):
         items = [{"type": kind, "call_id": call_id}, {"type": "computer_call", "call_id": call_id}]
         assert to_openai_responses(from_openai_responses(items)) == items
+
+
+@pytest.mark.parametrize("value", [b"bytes", math.nan, math.inf], ids=["bytes", "nan", "inf"])
+@pytest.mark.parametrize("render", [to_anthropic, to_openai_chat, to_openai_responses])
+def test_arguments_json_cannot_hold_are_refused_by_every_adapter(
+    render: Callable[[list[Message]], Any], value: object
+) -> None:
+    """(Hostile run EA, 6) Arguments holding bytes made the OpenAI adapters raise a bare
+    TypeError; NaN went into an Anthropic request as ``NaN``, and the SDK failed to send it
+    (ValueError). Each adapter now refuses them, naming the message."""
+    call = ToolCall("a", "f", {"x": value})
+    history = [
+        UserMessage.of("t"),
+        AssistantMessage.of(tool_calls=[call]),
+        ToolResultMessage.of("a", "r"),
+    ]
+    with pytest.raises(UnsupportedMessageError) as err:
+        render(history)
+    assert err.value.index == 1
+
+
+def test_a_tool_use_input_json_cannot_hold_is_refused_when_read() -> None:
+    with pytest.raises(UnsupportedMessageError) as err:
+        from_anthropic(
+            [
+                {"role": "user", "content": "t"},
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "a", "name": "f", "input": {"x": b"1"}}],
+                },
+            ]
+        )
+    assert err.value.index == 1
+
+
+def test_a_model_s_nan_in_chat_arguments_goes_back_as_written() -> None:
+    """Python parses ``NaN`` in a model's arguments, which JSON does not hold: the call goes
+    back as the model wrote it, not refused, as any arguments kept as written."""
+    written = '{"x":NaN}'
+    call = {"id": "a", "type": "function", "function": {"name": "f", "arguments": written}}
+    params = [
+        {"role": "user", "content": "t"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "a", "content": "r"},
+    ]
+    assert to_openai_chat(from_openai_chat(params))[1]["tool_calls"][0]["function"] == {
+        "name": "f",
+        "arguments": written,
+    }

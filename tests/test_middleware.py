@@ -74,3 +74,16 @@ async def test_openai_chat_middleware_keeps_the_system_message() -> None:
 def test_unknown_provider_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="gemini"):
         as_middleware(ContextManager(100_000), "gemini")  # type: ignore[arg-type]
+
+
+async def test_a_request_that_is_no_mapping_is_an_unsupported_message() -> None:
+    """(Hostile run EA, 9) A request that is no dict of keyword arguments raised a bare
+    AttributeError from deep inside the compaction."""
+    from agentctx import UnsupportedMessageError
+
+    async def call_next(request: dict[str, Any]) -> Any:
+        raise AssertionError("nothing is sent")
+
+    middleware = as_middleware(ContextManager(Budget(context_window=30_000)), "anthropic")
+    with pytest.raises(UnsupportedMessageError, match="request of type list"):
+        await middleware([{"role": "user", "content": "t"}], call_next)  # type: ignore[arg-type]

@@ -67,6 +67,7 @@ from agentctx.messages import (
     ToolResultMessage,
     UserContent,
     UserMessage,
+    json_problem,
 )
 
 __all__ = [
@@ -116,7 +117,7 @@ def _plain_text(blocks: tuple[object, ...]) -> bool:
 # Blocks
 
 
-def _render_block(block: object, index: int) -> JSON:
+def _render_block(block: object, index: int | None) -> JSON:
     """One neutral block as an Anthropic content block (modeled fields win over extras)."""
     match block:
         case TextBlock(text, extra):
@@ -135,6 +136,9 @@ def _render_block(block: object, index: int) -> JSON:
         case RedactedThinkingBlock(data, extra):
             return {**extra, "type": "redacted_thinking", "data": data}
         case ToolCall(id_, name, arguments, extra):
+            # What JSON cannot hold (bytes, NaN) the SDK fails to send: refused here, typed.
+            if problem := json_problem(arguments, "tool call arguments", finite=True):
+                raise UnsupportedMessageError(index, problem)
             return {**extra, "type": "tool_use", "id": id_, "name": name, "input": dict(arguments)}
         case OpaqueBlock(provider, payload) if provider == PROVIDER:
             return dict(payload)
@@ -143,7 +147,9 @@ def _render_block(block: object, index: int) -> JSON:
     raise UnsupportedMessageError(index, f"{type(block).__name__} in an Anthropic message")
 
 
-def _parse_block(b: Mapping[str, Any]) -> TextBlock | ImageBlock | AssistantContent:
+def _parse_block(
+    b: Mapping[str, Any], index: int | None = None
+) -> TextBlock | ImageBlock | AssistantContent:
     """The neutral block for an Anthropic block; opaque unless it renders back exactly."""
     kind = b.get("type")
     block: TextBlock | ImageBlock | AssistantContent | None = None
@@ -166,7 +172,7 @@ def _parse_block(b: Mapping[str, Any]) -> TextBlock | ImageBlock | AssistantCont
     elif kind == "tool_use" and _all_of(b, id=str, name=str, input=Mapping):
         extra = _freeze(_rest(b, "type", "id", "name", "input"))
         block = ToolCall(b["id"], b["name"], b["input"], extra)
-    if block is not None and _render_block(block, 0) == b:
+    if block is not None and _render_block(block, index) == b:
         return block
     return OpaqueBlock(PROVIDER, b)
 
@@ -185,7 +191,7 @@ def _user_block(b: Mapping[str, Any]) -> UserContent:
 
 
 def _assistant_block(b: Mapping[str, Any], index: int | None) -> AssistantContent:
-    block = _parse_block(b)
+    block = _parse_block(b, index)
     if isinstance(block, OpaqueBlock) and b.get("type") == "tool_use":
         # Opaque, its result would answer no call (and be dropped as an orphan): the API
         # refuses the block anyway ("tool_use.input: Input should be a valid dictionary").

@@ -155,9 +155,12 @@ def plain_text(blocks: Sequence[object]) -> bool:
 
 def dumps_arguments(arguments: Mapping[str, Any]) -> str:
     """Tool arguments as OpenAI writes them: compact JSON, UTF-8 kept (of any mapping). A lone
-    surrogate (a model's JSON can escape half a pair) stays escaped: UTF-8 cannot carry it."""
+    surrogate (a model's JSON can escape half a pair) stays escaped: UTF-8 cannot carry it.
+    `TypeError` or `ValueError` for what JSON cannot hold (bytes, NaN)."""
     return sendable_json(
-        json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), default=_as_dict)
+        json.dumps(
+            arguments, ensure_ascii=False, separators=(",", ":"), default=_as_dict, allow_nan=False
+        )
     )
 
 
@@ -175,14 +178,26 @@ def parse_arguments(raw: str) -> tuple[Mapping[str, Any], str | None]:
         return {}, raw
     if not isinstance(value, dict):
         return {}, raw
-    return value, None if dumps_arguments(value) == raw else raw
+    try:
+        again = dumps_arguments(value)
+    except ValueError:  # NaN, which Python parses and JSON does not hold: kept as written
+        return value, raw
+    return value, None if again == raw else raw
 
 
-def render_arguments(arguments: Mapping[str, Any], raw: object) -> str:
+def render_arguments(arguments: Mapping[str, Any], raw: object, index: int | None = None) -> str:
     """The arguments string: ``raw`` while it still says ``arguments`` (`written_arguments`),
-    else fresh JSON."""
+    else fresh JSON; `UnsupportedMessageError` (naming message ``index``) for arguments JSON
+    cannot hold (bytes, NaN), which the request could not carry."""
     written = written_arguments(arguments, raw)
-    return dumps_arguments(arguments) if written is None else written
+    if written is not None:
+        return written
+    try:
+        return dumps_arguments(arguments)
+    except (TypeError, ValueError) as e:
+        raise UnsupportedMessageError(
+            index, f"tool call arguments JSON cannot hold ({e})"
+        ) from None
 
 
 def image_from_url(url: str, extra: Mapping[str, Any]) -> ImageBlock:
@@ -300,18 +315,18 @@ def _call(tc: Mapping[str, Any]) -> ToolCall | OpaqueBlock:
     return OpaqueBlock(CALL_PROVIDER, tc)
 
 
-def _render_call(call: ToolCall) -> JSON:
+def _render_call(call: ToolCall, index: int | None = None) -> JSON:
     if call.extra.get("type") == _CUSTOM:
         text = call.arguments.get("input")
         if not isinstance(text, str):  # arguments a caller's own strategy replaced
-            text = render_arguments(call.arguments, None)
+            text = render_arguments(call.arguments, None, index)
         custom = {**call.extra.get("custom", _EMPTY), "name": call.name, "input": text}
         return {**rest(call.extra, "custom"), "id": call.id, "custom": custom}
     extra = rest(call.extra, "arguments", "function")
     fn = {
         **call.extra.get("function", _EMPTY),
         "name": call.name,
-        "arguments": render_arguments(call.arguments, call.extra.get("arguments")),
+        "arguments": render_arguments(call.arguments, call.extra.get("arguments"), index),
     }
     return {**extra, "id": call.id, "type": "function", "function": fn}
 
@@ -527,7 +542,7 @@ def _render_assistant(d: JSON, m: AssistantMessage, info: Mapping[str, Any], ind
         elif isinstance(b, TextBlock):
             texts.append(b)
         elif isinstance(b, ToolCall):
-            calls.append(_render_call(b))
+            calls.append(_render_call(b, index))
         elif isinstance(b, OpaqueBlock) and b.provider == CALL_PROVIDER:
             calls.append(dict(b.payload))
         elif isinstance(b, OpaqueBlock) and b.provider == AUDIO_PROVIDER:

@@ -257,18 +257,18 @@ def _custom_call(item: Mapping[str, Any]) -> ToolCall | OpaqueBlock:
     return OpaqueBlock(PROVIDER, item)
 
 
-def _render_call(call: ToolCall) -> JSON:
+def _render_call(call: ToolCall, index: int | None = None) -> JSON:
     if call.extra.get("type") == _CUSTOM_CALL:
         text = call.arguments.get("input")
         if not isinstance(text, str):  # arguments a caller's own strategy replaced
-            text = render_arguments(call.arguments, None)
+            text = render_arguments(call.arguments, None, index)
         return {**call.extra, "call_id": call.id, "name": call.name, "input": text}
     return {
         **rest(call.extra, "arguments"),
         "type": "function_call",
         "call_id": call.id,
         "name": call.name,
-        "arguments": render_arguments(call.arguments, call.extra.get("arguments")),
+        "arguments": render_arguments(call.arguments, call.extra.get("arguments"), index),
     }
 
 
@@ -341,7 +341,7 @@ def _render_items(blocks: Sequence[AssistantContent], index: int) -> list[JSON]:
             continue
         open_item = None
         if isinstance(b, ToolCall):
-            items.append(_render_call(b))
+            items.append(_render_call(b, index))
         elif isinstance(b, ThinkingBlock | RedactedThinkingBlock):
             items.append(_render_reasoning(b))
         elif b.provider == PROVIDER:

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from agentctx.errors import UnsupportedMessageError
 from agentctx.providers._convert import Provider, attempt
 from agentctx.providers._native import NativeChecked, check_native
 
@@ -51,6 +52,10 @@ def as_middleware(
     check_native(manager, (provider,))  # (after the compactor, which refuses an unknown one)
 
     async def middleware(request: Mapping[str, Any], call_next: CallNext) -> Any:
+        if not isinstance(request, Mapping):
+            raise UnsupportedMessageError(
+                None, f"request of type {type(request).__name__} (the SDK call's keyword arguments)"
+            )
         response, outgoing = await attempt(compactor, request, call_next)
         if not request.get("stream"):
             compactor.record(response, calibrate=outgoing.view is not None)
