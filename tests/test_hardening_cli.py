@@ -155,6 +155,29 @@ def test_ctrl_c_is_a_line_and_exit_130(
     assert capsys.readouterr().err == "agentctx: interrupted\n"
 
 
+def test_an_output_the_terminal_cannot_encode_says_so(tmp_path: Path) -> None:
+    """(Hostile run EA, 9) With stdout in ASCII, replaying a file named ``é.jsonl`` printed
+    "'ascii' codec can't encode character": a line, but not that stdout's encoding is why."""
+    _pi_file(tmp_path, CALLED, "é.jsonl")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentctx",
+            "replay",
+            str(tmp_path / "é.jsonl"),
+            "--strategy",
+            "none",
+        ],
+        capture_output=True,
+        env={**os.environ, "PYTHONIOENCODING": "ascii"},
+        timeout=120,
+    )
+    err = done.stderr.decode()
+    assert done.returncode == 2 and err.count("\n") == 1, err
+    assert "this terminal's encoding (ascii)" in err and "PYTHONIOENCODING=utf-8" in err
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes on this system")
 def test_a_folder_names_every_entry_it_skips(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -861,6 +861,12 @@ def main(argv: Sequence[str] | None = None, *, console: Console | None = None) -
         # One line whatever the error holds (a path or a parser message with a newline in
         # it, or no message at all, like MemoryError's): never a traceback.
         text = " ".join(str(exc).split()) or type(exc).__name__
+        if isinstance(exc, UnicodeEncodeError):  # what the report holds, not the input
+            encoding = getattr(sys.stdout, "encoding", None) or "?"
+            text = (
+                f"the output cannot be written in this terminal's encoding ({encoding}): "
+                f"{text}; set PYTHONIOENCODING=utf-8, or write the report to a file (--report)"
+            )
         print(printable(f"agentctx: {text}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
