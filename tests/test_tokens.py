@@ -1049,6 +1049,21 @@ def test_scripts_that_share_lead_bytes_are_priced_by_how_o200k_merges_them(scrip
     assert 0.88 <= ratio <= 1.5, ratio
 
 
+@pytest.mark.parametrize(
+    "digits",
+    ["०१२३४५६७८९", "০১২৩৪৫৬৭৮৯", "௦௧௨௩௪௫௬௭௮௯", "๐๑๒๓๔๕๖๗๘๙"],
+    ids=["deva", "beng", "taml", "thai"],
+)
+def test_the_digits_of_those_scripts_are_not_priced_as_their_letters(digits: str) -> None:
+    """(Hostile run ED, 2) A token every two letters put the scripts' own digits, a token or
+    two each, at a quarter of their cost (a table of Thai numerals at 0.32 of o200k)."""
+    from agentctx.tokens.exact import ExactCounter
+
+    text = "\n".join(" | ".join(digits[i:] + digits[:i] for i in range(10)) for _ in range(20))
+    ratio = Estimator().count(text) / ExactCounter("o200k_base").count(text)
+    assert 0.7 <= ratio <= 1.5, ratio
+
+
 def test_scripts_o200k_spells_out_byte_by_byte_cost_two_or_three_tokens_a_character() -> None:
     from agentctx.tokens.exact import ExactCounter
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from agentctx.errors import ConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     from agentctx.messages import (
         ImageBlock,
@@ -234,12 +234,12 @@ _AT_START = 0b11101111  # what may begin a text: all but lane 4, which needs a s
 # Latin-1 are mostly these. Private-use characters (icon fonts) have no merges, a token a
 # UTF-8 byte: "p" led by 0xEE holds only them (U+E000-EFFF), "f" led by 0xEF (the rest,
 # U+F000-F8FF, and fullwidth ，, U+FFFD) and "q" led by 0xF3-0xF4 (U+F0000-10FFFF, and tags)
-# are told apart by the second byte. "i" led by 0xE0-0xE1 (U+0800-1FFF: the Indic scripts,
-# Thai, Lao, Tibetan, Georgian, Ethiopic, Cherokee, Mongolian...) holds scripts o200k merges
-# well and scripts it spells out byte by byte, also told apart by the second byte
-# (`_THREE_BYTE_SCRIPTS`).
+# are told apart by the second byte. "i" led by 0xE0 (U+0800-0FFF: the Indic scripts, Thai,
+# Lao, Tibetan) and "j" led by 0xE1 (U+1000-1FFF: Georgian, Ethiopic, Cherokee, Mongolian...)
+# hold scripts o200k merges well and scripts it spells out byte by byte, told apart by the
+# bytes after the lead (`_THREE_BYTE_SCRIPTS`).
 _UNMERGED_2, _SIGN_2, _LATIN1_2, _PRIVATE_3, _SOME_PRIVATE_3, _SOME_PRIVATE_4 = b"uclpfq"
-_INDIC_3 = ord("i")
+_E0_3, _E1_3 = b"ij"
 _HEBREW_2 = ord("h")
 
 
@@ -260,8 +260,10 @@ def _script_class(lead: int) -> int:
         return _SOME_PRIVATE_3
     if lead in (0xF3, 0xF4):
         return _SOME_PRIVATE_4
-    if lead in (0xE0, 0xE1):
-        return _INDIC_3
+    if lead == 0xE0:
+        return _E0_3
+    if lead == 0xE1:
+        return _E1_3
     return ord("3") if 0xE0 <= lead < 0xF0 else ord("4")
 
 
@@ -352,22 +354,95 @@ _ESCAPE = 0.982
 _SCRIPT_RATES = (0.39, 0.748, 1.5)  # per non-ASCII character of 2, 3, 4 UTF-8 bytes
 _HEBREW = 0.5  # per Hebrew letter (U+05C0-05FF): fewer merges than the other 2-byte scripts
 _UNMERGED = 2.0  # per character of a 2-byte script o200k has no merges for (see _SCRIPT)
-# Characters of U+0800-1FFF (see _SCRIPT) by what o200k makes of them, a token about every
-# two (measured on translated UI text and prose: 0.37-0.42), two or three (one a UTF-8 byte,
-# with no merges): the difference from the 3-byte rate each adds. The blocks not listed
-# (Gurmukhi, Gujarati, Oriya, Sinhala, Khmer, Myanmar...) cost about that rate.
-_THREE_BYTE_SCRIPTS = tuple(
-    (re.compile(chars), tokens - _SCRIPT_RATES[1])
-    for chars, tokens in (
-        # Devanagari, Bengali, Tamil, Telugu, Kannada, Malayalam, Thai; Georgian
-        (rb"\xe0[\xa4-\xa7\xae-\xb5\xb8\xb9]|\xe1[\x82\x83]", 0.5),
-        # Lao, Tibetan; Ethiopic; Greek Extended
-        (rb"\xe0[\xba-\xbf]|\xe1[\x88-\x8d\xbc-\xbf]", 2.0),
-        # Samaritan, Mandaic; Hangul Jamo (Korean decomposed, NFD), Cherokee, Canadian
-        # Syllabics, Mongolian
-        (rb"\xe0[\xa0\xa1]|\xe1[\x84-\x87\x8e-\x99\xa0-\xa2]", 3.0),
+# Characters of U+0800-1FFF (see _SCRIPT) by what o200k makes of them: about a token every two
+# (letters of the Indic scripts, Thai and Georgian, measured on translated UI text and prose:
+# 0.37-0.42), two or three (one a UTF-8 byte, with no merges). The rest cost about the 3-byte
+# rate: Gurmukhi, Gujarati, Oriya, Sinhala, Khmer, Myanmar (but for Shan's letters),
+# Vietnamese's letters, and Devanagari's and Bengali's digits and Vedic marks.
+_MERGED_3, _SPELLED_2, _SPELLED_3 = 0.5, 2.0, 3.0
+
+
+def _on(values: Iterable[int]) -> bytes:
+    """A translation table giving 1 for ``values``, 0 for any other byte."""
+    members = set(values)
+    return bytes(int(c in members) for c in range(256))
+
+
+# A character's block is the high byte of its UTF-16 code unit, and where a block of 256 holds
+# two scripts, its low byte tells them apart: each set of characters is a bit mask (one bit a
+# character, from `int.from_bytes` of a translation), and a count its bits, all in C.
+_HIGH = {h: _on([h]) for h in (0x08, 0x09, 0x0B, 0x0C, 0x0D, 0x0E, 0x10, 0x13, 0x18)}
+_HIGHS_SPELLED_2 = _on([0x0F, 0x12, 0x1F])  # Tibetan; Ethiopic; Greek Extended
+_HIGHS_SPELLED_3 = _on([0x11, 0x14, 0x15, 0x16])  # Hangul Jamo; Canadian Syllabics
+_LOW_HALF, _HIGH_HALF = _on(range(0x80)), _on(range(0x80, 0x100))
+_LOWS = {
+    "digits 6": _on(range(0x66, 0x70)),
+    "digits E": _on(range(0xE6, 0xF0)),
+    "digits 6 and E": _on([*range(0x66, 0x70), *range(0xE6, 0xF0)]),
+    "Thai digits": _on(range(0x50, 0x5A)),
+    "Vedic stress": _on(range(0x51, 0x55)),
+    "Georgian": _on(range(0xC0, 0x100)),  # U+10C0-10FF
+    "Myanmar Extended": _on(range(0x80, 0xA0)),  # U+1080-109F (Shan)
+    "Cherokee": _on(range(0xA0, 0x100)),  # U+13A0-13FF
+    "Mongolian": _on(range(0xB0)),  # U+1800-18AF
+}
+
+
+def _by_block(text: str) -> float:
+    """What the characters of U+0800-1FFF in ``text`` cost beyond the 3-byte rate."""
+    units = text.encode("utf-16-be", "surrogatepass")
+    highs, lows = units[0::2], units[1::2]
+
+    def mask(table: bytes, of: bytes) -> int:
+        return _from_bytes(of.translate(table), "little")
+
+    blocks: dict[int, int] = {}
+
+    def count(high: int, low: bytes | None = None) -> int:
+        bits = blocks.get(high)
+        if bits is None:
+            bits = blocks[high] = mask(_HIGH[high], highs)
+        return (bits if low is None or not bits else bits & mask(low, lows)).bit_count()
+
+    lows_of = _LOWS
+    # The digits of Tamil, Telugu, Kannada, Malayalam and Thai have no merges: two tokens
+    # each; Devanagari's and Bengali's one, about the 3-byte rate.
+    digits = (
+        count(0x0B, lows_of["digits E"])
+        + count(0x0C, lows_of["digits 6 and E"])
+        + count(0x0D, lows_of["digits 6"])
+        + count(0x0E, lows_of["Thai digits"])
     )
-)
+    merged = (
+        count(0x09)  # Devanagari, Bengali
+        - count(0x09, lows_of["digits 6 and E"])
+        - count(0x09, lows_of["Vedic stress"])
+        + count(0x0B, _HIGH_HALF)  # Tamil
+        + count(0x0C)  # Telugu, Kannada
+        + count(0x0D, _LOW_HALF)  # Malayalam
+        + count(0x0E, _LOW_HALF)  # Thai
+        - digits
+        + count(0x10, lows_of["Georgian"])
+    )
+    cherokee = count(0x13, lows_of["Cherokee"])
+    spelled_2 = (
+        mask(_HIGHS_SPELLED_2, highs).bit_count()
+        + count(0x13)  # Ethiopic, but for Cherokee
+        - cherokee
+        + count(0x0E, _HIGH_HALF)  # Lao
+        + count(0x10, lows_of["Myanmar Extended"])
+        + digits
+    )
+    spelled_3 = (
+        mask(_HIGHS_SPELLED_3, highs).bit_count()
+        + cherokee
+        + count(0x08, _LOW_HALF)  # Samaritan, Mandaic
+        + count(0x18, lows_of["Mongolian"])
+    )
+    r3 = _SCRIPT_RATES[1]
+    return (_MERGED_3 - r3) * merged + (_SPELLED_2 - r3) * spelled_2 + (_SPELLED_3 - r3) * spelled_3
+
+
 _LATIN1_SIGN = 1.0  # U+00A0-00BF (see _SCRIPT)
 _C1_EXTRA = 0.9  # U+0080-009F cost this more than a sign
 _C1 = re.compile(rb"\xc2[\x80-\x9f]")
@@ -562,10 +637,8 @@ def _scan(text: str) -> tuple[float, float]:
             other += _UNMERGED * scripts.count(_UNMERGED_2)
         if _HEBREW_2 in scripts:
             other += _HEBREW * scripts.count(_HEBREW_2)
-        if _INDIC_3 in scripts:
-            other += r3 * scripts.count(_INDIC_3)
-            for chars, extra in _THREE_BYTE_SCRIPTS:
-                other += extra * len(chars.findall(raw))
+        if _E0_3 in scripts or _E1_3 in scripts:
+            other += r3 * (scripts.count(_E0_3) + scripts.count(_E1_3)) + _by_block(text)
         if _SIGN_2 in scripts:
             other += _LATIN1_SIGN * scripts.count(_SIGN_2) + _C1_EXTRA * len(_C1.findall(raw))
         if _PRIVATE_3 in scripts:
