@@ -65,6 +65,7 @@ __all__ = [
     "fingerprint",
     "from_dict",
     "is_instruction",
+    "finite_json",
     "json_problem",
     "sendable_json",
     "sendable_text",
@@ -879,6 +880,18 @@ def json_problem(value: Mapping[str, Any], what: str, *, finite: bool = False) -
         except (ValueError, RecursionError):
             return f"{what} nested too deep or inside themselves"
     return None
+
+
+def finite_json(value: Any) -> Any:
+    """``value`` with each NaN or infinity (a model's JSON Python parsed) as ``None``, which
+    JSON holds: what a decision keeps of arguments it cuts (the rest stays as it was)."""
+    if isinstance(value, float) and not isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {key: finite_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_json(item) for item in value]
+    return value
 
 
 def _scalar_problem(item: object, what: str, finite: bool) -> str | None:

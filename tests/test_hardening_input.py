@@ -544,6 +544,48 @@ async def test_a_briefing_with_a_lone_surrogate_is_spliced_as_text_a_request_can
     assert spliced
 
 
+@pytest.mark.parametrize("strategy", ["default", "pipeline"])
+async def test_a_model_s_nan_in_long_arguments_leaves_them_as_written(strategy: str) -> None:
+    """(Hostile run ED, 5) A model's ``NaN`` in a Chat call's arguments (Python parses it)
+    beside a long file body: cutting the body made a `ReplaceArguments` keeping the NaN,
+    which the ledger refuses, so every call raised `ConfigError` once compaction reached
+    that call. Uncut, they go back as the model wrote them; cut, the NaN kept beside the
+    cut is null, which JSON holds."""
+    from agentctx import Chain, DeterministicCompaction, ToolOutputPipeline
+    from agentctx.adapters import from_openai_chat, to_openai_chat
+    from agentctx.testing import assert_view_ok
+
+    body = "\n".join(f"row {i}, value {i * 3}" for i in range(4000))
+    written = '{"path":"data.csv","threshold":NaN,"content":' + json.dumps(body) + "}"
+    call = {"id": "c1", "type": "function", "function": {"name": "write", "arguments": written}}
+    chat: list[dict[str, Any]] = [
+        {"role": "user", "content": "write the data file"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "written"},
+    ]
+    chosen = (
+        DeterministicCompaction()
+        if strategy == "default"
+        else Chain([ToolOutputPipeline(), DeterministicCompaction()])
+    )
+    async with ContextManager(
+        Budget(context_window=16_000, reserve_output=1_000), strategy=chosen
+    ) as ctx:
+        for k in range(30):
+            chat += [
+                {"role": "assistant", "content": f"step {k} " + "ok " * 200},
+                {"role": "user", "content": f"next {k} " + "more " * 200},
+            ]
+            history = from_openai_chat(chat)
+            view = await ctx.prepare(history)
+            assert_view_ok(view, history)
+            for m in to_openai_chat(view):
+                for c in m.get("tool_calls") or ():
+                    sent = c["function"]["arguments"]
+                    assert sent == written or ('"threshold":null' in sent and len(sent) < 1000)
+    assert len(ctx.ledger) > 0  # compacted
+
+
 @asynccontextmanager
 async def summarizer_closed(summarizer: Any) -> AsyncIterator[None]:
     try:

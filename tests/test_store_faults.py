@@ -509,26 +509,43 @@ def test_sqlite_notices_its_write_ahead_log_removed_or_replaced(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("damage", ["cut short", "overwritten"])
-def test_sqlite_notices_its_file_damaged_in_place(tmp_path: Path, damage: str) -> None:
+def test_sqlite_damaged_in_place_is_unreadable_for_the_next_reader(
+    tmp_path: Path, damage: str
+) -> None:
     """(Hostile run EC, 2) A file cut short or overwritten in place (the same file, so the
-    identity check passed) took writes with no error: SQLite notices only when it reads the
-    pages that are gone. A file cut short is said at the next write; one overwritten, when
-    SQLite reads it, as what trying again will not clear (`StoreDataError`)."""
+    identity check passes) is noticed when SQLite reads the pages that changed: what it
+    holds then cannot be read however often one tries, `StoreDataError`, not `StoreError`."""
     path = tmp_path / "agent.db"
     store = SQLiteRecallStore(path)
-    store.put("s", "before")
-    store._db.execute("PRAGMA wal_checkpoint")  # the pages are in the file
+    rid = store.put("s", "before")
+    store.close()  # the last connection: what the log held is in the file
     with path.open("r+b") as f:
         if damage == "cut short":
             f.truncate(1024)
         else:
             f.write(os.urandom(path.stat().st_size))
-    if damage == "cut short":
-        with pytest.raises(StoreError, match="cut short while in use"):
-            store.put("s", "after")
-    store.close()
     with pytest.raises(StoreDataError):
-        SQLiteRecallStore(path).get("s", "ctx-0000000000000000")
+        SQLiteRecallStore(path).get("s", rid)
+
+
+def test_a_vacuum_elsewhere_is_no_fault(tmp_path: Path) -> None:
+    """(Hostile run ED, 1) The file's size was checked at each write: a VACUUM from another
+    connection, which shrinks the file and loses nothing, was said to have cut it short."""
+    path = tmp_path / "agent.db"
+    store = SQLiteRecallStore(path)
+    kept = store.put("s", "kept")
+    for k in range(200):
+        store.put("old", f"entry {k} " + "x" * 4000)
+    store.forget("old")
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the pages are in the file
+    store.put("s", "between")
+    other.execute("VACUUM")
+    other.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the file shrinks
+    other.close()
+    store.put("s", "after")  # no StoreError
+    assert store.get("s", kept) == "kept"
+    store.close()
 
 
 async def test_a_damaged_sqlite_file_is_unreadable_not_unavailable(tmp_path: Path) -> None:

@@ -149,7 +149,7 @@ class SQLiteRecallStore:
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS state (session TEXT PRIMARY KEY, json TEXT NOT NULL)"
             )
-            self._file, self._identity, self._size = self._opened_file()
+            self._file, self._identity = self._opened_file()
             self._wal: tuple[int, int] | None = None
         except sqlite3.Error as exc:
             raise _store_error(f"cannot open recall store {self.path}", exc) from exc
@@ -272,10 +272,10 @@ class SQLiteRecallStore:
             self._closed = True
             self._db.close()
 
-    def _opened_file(self) -> tuple[str, tuple[int, int] | None, int]:
+    def _opened_file(self) -> tuple[str, tuple[int, int] | None]:
         """The file SQLite opened, as it names it (absolute, and the one a ``file:`` URI
-        names, which this build reads), so neither a later chdir nor a URI hides it; its
-        identity and size. No file for a database in memory."""
+        names, which this build reads), so neither a later chdir nor a URI hides it; and its
+        identity. No file for a database in memory."""
         # As bytes: a file name need not be UTF-8 (the path it was opened by may not be).
         self._db.text_factory = bytes
         try:
@@ -287,16 +287,15 @@ class SQLiteRecallStore:
             st = os.stat(file) if file else None
         except OSError:
             st = None
-        return file, None if st is None else (st.st_dev, st.st_ino), 0 if st is None else st.st_size
+        return file, None if st is None else (st.st_dev, st.st_ino)
 
     def _check_file(self) -> None:
         """Raise `StoreError` when the path no longer names the file this store opened, or
-        its write-ahead log (SQLite would go on writing into a file nobody will read), or
-        when the file was cut short since the last write (SQLite notices only when it reads
-        the pages that are gone, if ever; said once, as a VACUUM elsewhere shrinks it too).
-        Two ``stat`` calls, a few microseconds, per write. (Never a descriptor of the file
-        of its own: closing one drops every POSIX lock the process holds on the file,
-        SQLite's too.)"""
+        its write-ahead log: SQLite would go on writing into a file nobody will read. Two
+        ``stat`` calls, a few microseconds, per write. (Never a descriptor of the file of
+        its own: closing one drops every POSIX lock the process holds on the file, SQLite's
+        too. Nor its size: a VACUUM elsewhere shrinks it as much as a file cut short does,
+        which SQLite tells when it reads the pages that are gone.)"""
         if self._identity is None:
             return
         try:
@@ -308,12 +307,6 @@ class SQLiteRecallStore:
         if (st.st_dev, st.st_ino) != self._identity:
             raise StoreError(
                 f"recall store {self.path}: the database file was replaced while in use"
-            )
-        size, self._size = self._size, st.st_size
-        if st.st_size < size:
-            raise StoreError(
-                f"recall store {self.path}: the database file was cut short while in use "
-                f"({size} bytes, now {st.st_size}): what it held may be lost"
             )
         try:
             wal = os.stat(self._file + "-wal")

@@ -58,6 +58,8 @@ from agentctx.messages import (
     ToolResultContent,
     ToolResultMessage,
     UserMessage,
+    finite_json,
+    json_problem,
     text_fields,
     text_of,
     with_text,
@@ -890,6 +892,8 @@ class DeterministicCompaction:
                     note = self._recall_note(ctx, whole)
                     rid = note.removeprefix("recall_context id=") or None
                     new_args, _ = self._shrink_arguments(arguments, note)
+                    if json_problem(new_args, "", finite=True):
+                        new_args = finite_json(new_args)  # a model's NaN, kept beside the cut
                     pending.append(
                         ReplaceArguments(anchor(raw, i), call.id, new_args, "truncate", rid)
                     )
