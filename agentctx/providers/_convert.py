@@ -214,8 +214,10 @@ class Compactor:
     def answered(self, request: Outgoing) -> None:
         """The provider answered ``request`` (a response, or a stream it opened): the next
         request places its breakpoints against it, and a count asks for its output limit.
-        Until then a retry of a request that failed is made as that request was."""
-        self._asked, self._requested = request.asked, True
+        Until then a retry of a request that failed is made as that request was. (One sent
+        as it was, server-side state, says nothing of the next one's limit.)"""
+        if request.view is not None:
+            self._asked, self._requested = request.asked, True
         if request.placed is not None:
             self._sent, self._sent_length = request.placed
 
