@@ -237,7 +237,8 @@ _AT_START = 0b11101111  # what may begin a text: all but lane 4, which needs a s
 # are told apart by the second byte. "i" led by 0xE0 (U+0800-0FFF: the Indic scripts, Thai,
 # Lao, Tibetan) and "j" led by 0xE1 (U+1000-1FFF: Georgian, Ethiopic, Cherokee, Mongolian...)
 # hold scripts o200k merges well and scripts it spells out byte by byte, told apart by the
-# bytes after the lead (`_THREE_BYTE_SCRIPTS`).
+# bytes of their UTF-16 code units (`_by_block`); "h" led by 0xD7 is Hebrew's letters, which
+# merge less than the other 2-byte scripts'.
 _UNMERGED_2, _SIGN_2, _LATIN1_2, _PRIVATE_3, _SOME_PRIVATE_3, _SOME_PRIVATE_4 = b"uclpfq"
 _E0_3, _E1_3 = b"ij"
 _HEBREW_2 = ord("h")
