@@ -65,7 +65,7 @@ __all__ = [
     "fingerprint",
     "from_dict",
     "is_instruction",
-    "finite_json",
+    "finite_arguments",
     "json_problem",
     "sendable_json",
     "sendable_text",
@@ -882,15 +882,22 @@ def json_problem(value: Mapping[str, Any], what: str, *, finite: bool = False) -
     return None
 
 
-def finite_json(value: Any) -> Any:
-    """``value`` with each NaN or infinity (a model's JSON Python parsed) as ``None``, which
-    JSON holds: what a decision keeps of arguments it cuts (the rest stays as it was)."""
+def finite_arguments(arguments: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``arguments`` with each NaN or infinity (a model's JSON Python parsed) as ``None``,
+    which JSON holds: what a decision keeps of arguments it cuts. ``arguments`` themselves
+    when they hold none."""
+    if json_problem(arguments, "", finite=True) is None:
+        return arguments
+    return _finite(arguments)  # type: ignore[no-any-return]
+
+
+def _finite(value: Any) -> Any:
     if isinstance(value, float) and not isfinite(value):
         return None
     if isinstance(value, Mapping):
-        return {key: finite_json(item) for key, item in value.items()}
+        return {key: _finite(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [finite_json(item) for item in value]
+        return [_finite(item) for item in value]
     return value
 
 

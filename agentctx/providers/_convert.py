@@ -154,10 +154,11 @@ class Compactor:
         for as much), or, before any, with none (counted against the default reserve, it
         would compact a history that the request after it sends whole).
         """
-        return (await self._compacted(kwargs, count)).kwargs
+        return (await self._compacted(dict(kwargs), count)).kwargs
 
-    async def _compacted(self, kwargs: Mapping[str, Any], count: bool) -> Outgoing:
-        """`request`, with the view it sends (``None``: the history goes as it was)."""
+    async def _compacted(self, kwargs: dict[str, Any], count: bool) -> Outgoing:
+        """`request`, with the view it sends (``None``: the history goes as it was);
+        ``kwargs`` are what to make it again from (`Outgoing.given`)."""
         outgoing = dict(kwargs)
         history = kwargs.get(self._key)
         if isinstance(history, Iterable) and not isinstance(history, Sequence | Mapping | bytes):
@@ -170,7 +171,7 @@ class Compactor:
             or kwargs.get("previous_response_id")
             or kwargs.get("conversation")
         ):
-            return Outgoing(outgoing, dict(kwargs), None)
+            return Outgoing(outgoing, kwargs, None)
         max_tokens = asked = self._max_tokens(kwargs)
         if count and max_tokens is None:
             max_tokens = self._asked if self._requested else 0
@@ -190,7 +191,7 @@ class Compactor:
                 messages = self._place(view, messages, room - marked)
                 placed = (view, len(messages))
             outgoing[self._key] = messages
-            return Outgoing(outgoing, dict(kwargs), view, asked, placed)
+            return Outgoing(outgoing, kwargs, view, asked, placed)
         # Leading system / developer messages are sent as they are.
         if self.provider == "openai-chat":
             system, rest = split_openai_chat_system(history)
@@ -202,7 +203,7 @@ class Compactor:
         if not view and not system:
             raise UnsupportedMessageError(None, _EMPTY)
         outgoing[self._key] = [*(plain(m) for m in system), *render(view)]
-        return Outgoing(outgoing, dict(kwargs), view, asked)
+        return Outgoing(outgoing, kwargs, view, asked)
 
     async def to_send(self, kwargs: Mapping[str, Any]) -> Outgoing:
         """The request to send for the SDK call's ``kwargs`` (`request`), what to make it again

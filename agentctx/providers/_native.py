@@ -109,7 +109,7 @@ class NativeChecked(Compactor):
 
     _checked: object = None  # the strategy last found fit
 
-    async def _compacted(self, kwargs: Mapping[str, Any], count: bool) -> Outgoing:
+    async def _compacted(self, kwargs: dict[str, Any], count: bool) -> Outgoing:
         """`Compactor._compacted` (what `request` and `to_send` make), or `ConfigError`
         before anything is compacted when the session splices another API's native
         compaction."""

@@ -80,9 +80,6 @@ if TYPE_CHECKING:
 
 __all__ = ["RecallWriter"]
 
-_RID = RECALL_ID
-
-
 # How agentctx's own placeholders name the entries they stand for: a marker's or a condensed
 # line's note, a briefing's last line. Text a tool printed or a model wrote may name any id.
 _ID_NOTE = r"recall_context id=ctx-[0-9a-f]{16}"
@@ -103,7 +100,7 @@ def _vouched(decision: Decision) -> list[str]:
     for m in decision.replacement:
         text = m.text if isinstance(m, SummaryMessage) else text_of(getattr(m, "content", ()))
         if note := _OWN_NOTE.match(text):
-            ids += _RID.findall(note.group(1))
+            ids += RECALL_ID.findall(note.group(1))
         if entry := _BRIEFING_ENTRY.search(text):
             ids.append(entry.group(1))
     return ids
@@ -344,7 +341,7 @@ class RecallWriter:
                 "recall store took it (the store was down or behind)."
             )
         try:
-            content = await self.expanded(rid) if _RID.fullmatch(rid) else None
+            content = await self.expanded(rid) if RECALL_ID.fullmatch(rid) else None
         except StoreDataError as exc:
             return (
                 f'[recall_context] id "{rid}" cannot be read from the recall store ({exc}); '
@@ -649,7 +646,7 @@ class RecallWriter:
         if read is None or read.decision is not decision:
             js = decision_json(decision)
             json = js if self._keeps_ledger else ""
-            read = _Read(decision, json, tuple(_RID.findall(js)), tuple(_vouched(decision)))
+            read = _Read(decision, json, tuple(RECALL_ID.findall(js)), tuple(_vouched(decision)))
         self._known[id(decision)] = read
         return read
 

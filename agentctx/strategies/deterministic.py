@@ -58,8 +58,7 @@ from agentctx.messages import (
     ToolResultContent,
     ToolResultMessage,
     UserMessage,
-    finite_json,
-    json_problem,
+    finite_arguments,
     text_fields,
     text_of,
     with_text,
@@ -892,10 +891,9 @@ class DeterministicCompaction:
                     note = self._recall_note(ctx, whole)
                     rid = note.removeprefix("recall_context id=") or None
                     new_args, _ = self._shrink_arguments(arguments, note)
-                    if json_problem(new_args, "", finite=True):
-                        new_args = finite_json(new_args)  # a model's NaN, kept beside the cut
+                    cut_args = finite_arguments(new_args)  # a model's NaN beside the cut: null
                     pending.append(
-                        ReplaceArguments(anchor(raw, i), call.id, new_args, "truncate", rid)
+                        ReplaceArguments(anchor(raw, i), call.id, cut_args, "truncate", rid)
                     )
                     actions.append(f"truncated arguments of {describe_call(call)}")
         for decision in pending:

@@ -23,9 +23,8 @@ from agentctx.messages import (
     TextBlock,
     ToolResultMessage,
     UserMessage,
-    finite_json,
+    finite_arguments,
     is_instruction,
-    json_problem,
     sent_at,
     text_of,
     with_text,
@@ -669,9 +668,9 @@ class Run:
             head = value.split("\n", 1)[0][:200] + "\n" if key in _COMMAND_KEYS else ""
             args[key] = f"{head}[cleared: {len(value)} chars{note}]"
         freed = sum(len(v) - len(str(args[k])) for k, v in long_args.items()) // 4
-        if json_problem(args, "", finite=True):
-            args = finite_json(args)  # a model's NaN, kept beside the cut: as null
-        decision = ReplaceArguments(anchor(self.raw, i), call.id, args, reason, rid)
+        # A model's NaN kept beside the cut: as null.
+        kept = finite_arguments(args)
+        decision = ReplaceArguments(anchor(self.raw, i), call.id, kept, reason, rid)
         return decision, freed, f"cleared arguments of {describe_call(call)}", rid, text
 
     def _expire(self, j: int, kind: str, reason: str, *, reuse: bool = True) -> None:

@@ -25,12 +25,14 @@ import math
 import re
 import threading
 from dataclasses import dataclass, field
+from functools import partial
+from operator import eq
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agentctx.errors import ConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Sequence
 
     from agentctx.messages import (
         ImageBlock,
@@ -240,8 +242,7 @@ _AT_START = 0b11101111  # what may begin a text: all but lane 4, which needs a s
 # bytes of their UTF-16 code units (`_by_block`); "h" led by 0xD7 is Hebrew's letters, which
 # merge less than the other 2-byte scripts'.
 _UNMERGED_2, _SIGN_2, _LATIN1_2, _PRIVATE_3, _SOME_PRIVATE_3, _SOME_PRIVATE_4 = b"uclpfq"
-_E0_3, _E1_3 = b"ij"
-_HEBREW_2 = ord("h")
+_E0_3, _E1_3, _HEBREW_2 = b"ijh"
 
 
 def _script_class(lead: int) -> int:
@@ -363,29 +364,25 @@ _UNMERGED = 2.0  # per character of a 2-byte script o200k has no merges for (see
 _MERGED_3, _SPELLED_2, _SPELLED_3 = 0.5, 2.0, 3.0
 
 
-def _on(values: Iterable[int]) -> bytes:
-    """A translation table giving 1 for ``values``, 0 for any other byte."""
-    members = set(values)
-    return bytes(int(c in members) for c in range(256))
-
-
 # A character's block is the high byte of its UTF-16 code unit, and where a block of 256 holds
 # two scripts, its low byte tells them apart: each set of characters is a bit mask (one bit a
 # character, from `int.from_bytes` of a translation), and a count its bits, all in C.
-_HIGH = {h: _on([h]) for h in (0x08, 0x09, 0x0B, 0x0C, 0x0D, 0x0E, 0x10, 0x13, 0x18)}
-_HIGHS_SPELLED_2 = _on([0x0F, 0x12, 0x1F])  # Tibetan; Ethiopic; Greek Extended
-_HIGHS_SPELLED_3 = _on([0x11, 0x14, 0x15, 0x16])  # Hangul Jamo; Canadian Syllabics
-_LOW_HALF, _HIGH_HALF = _on(range(0x80)), _on(range(0x80, 0x100))
+_HIGH = {
+    h: _byte_table(partial(eq, h)) for h in (0x08, 0x09, 0x0B, 0x0C, 0x0D, 0x0E, 0x10, 0x13, 0x18)
+}
+_HIGHS_SPELLED_2 = _byte_table(lambda c: c in (0x0F, 0x12, 0x1F))  # Tibetan; Ethiopic; Greek Ext.
+_HIGHS_SPELLED_3 = _byte_table(lambda c: c in (0x11, 0x14, 0x15, 0x16))  # Jamo; Syllabics
+_LOW_HALF, _HIGH_HALF = _byte_table(lambda c: c < 0x80), _byte_table(lambda c: c >= 0x80)
 _LOWS = {
-    "digits 6": _on(range(0x66, 0x70)),
-    "digits E": _on(range(0xE6, 0xF0)),
-    "digits 6 and E": _on([*range(0x66, 0x70), *range(0xE6, 0xF0)]),
-    "Thai digits": _on(range(0x50, 0x5A)),
-    "Vedic stress": _on(range(0x51, 0x55)),
-    "Georgian": _on(range(0xC0, 0x100)),  # U+10C0-10FF
-    "Myanmar Extended": _on(range(0x80, 0xA0)),  # U+1080-109F (Shan)
-    "Cherokee": _on(range(0xA0, 0x100)),  # U+13A0-13FF
-    "Mongolian": _on(range(0xB0)),  # U+1800-18AF
+    "digits 6": _byte_table(lambda c: 0x66 <= c < 0x70),
+    "digits E": _byte_table(lambda c: 0xE6 <= c < 0xF0),
+    "digits 6 and E": _byte_table(lambda c: 0x66 <= c < 0x70 or 0xE6 <= c < 0xF0),
+    "Thai digits": _byte_table(lambda c: 0x50 <= c < 0x5A),
+    "Vedic stress": _byte_table(lambda c: 0x51 <= c < 0x55),
+    "Georgian": _byte_table(lambda c: c >= 0xC0),  # U+10C0-10FF
+    "Myanmar Extended": _byte_table(lambda c: 0x80 <= c < 0xA0),  # U+1080-109F (Shan)
+    "Cherokee": _byte_table(lambda c: c >= 0xA0),  # U+13A0-13FF
+    "Mongolian": _byte_table(lambda c: c < 0xB0),  # U+1800-18AF
 }
 
 
@@ -405,40 +402,39 @@ def _by_block(text: str) -> float:
             bits = blocks[high] = mask(_HIGH[high], highs)
         return (bits if low is None or not bits else bits & mask(low, lows)).bit_count()
 
-    lows_of = _LOWS
     # The digits of Tamil, Telugu, Kannada, Malayalam and Thai have no merges: two tokens
     # each; Devanagari's and Bengali's one, about the 3-byte rate.
     digits = (
-        count(0x0B, lows_of["digits E"])
-        + count(0x0C, lows_of["digits 6 and E"])
-        + count(0x0D, lows_of["digits 6"])
-        + count(0x0E, lows_of["Thai digits"])
+        count(0x0B, _LOWS["digits E"])
+        + count(0x0C, _LOWS["digits 6 and E"])
+        + count(0x0D, _LOWS["digits 6"])
+        + count(0x0E, _LOWS["Thai digits"])
     )
     merged = (
         count(0x09)  # Devanagari, Bengali
-        - count(0x09, lows_of["digits 6 and E"])
-        - count(0x09, lows_of["Vedic stress"])
+        - count(0x09, _LOWS["digits 6 and E"])
+        - count(0x09, _LOWS["Vedic stress"])
         + count(0x0B, _HIGH_HALF)  # Tamil
         + count(0x0C)  # Telugu, Kannada
         + count(0x0D, _LOW_HALF)  # Malayalam
         + count(0x0E, _LOW_HALF)  # Thai
         - digits
-        + count(0x10, lows_of["Georgian"])
+        + count(0x10, _LOWS["Georgian"])
     )
-    cherokee = count(0x13, lows_of["Cherokee"])
+    cherokee = count(0x13, _LOWS["Cherokee"])
     spelled_2 = (
         mask(_HIGHS_SPELLED_2, highs).bit_count()
         + count(0x13)  # Ethiopic, but for Cherokee
         - cherokee
         + count(0x0E, _HIGH_HALF)  # Lao
-        + count(0x10, lows_of["Myanmar Extended"])
+        + count(0x10, _LOWS["Myanmar Extended"])
         + digits
     )
     spelled_3 = (
         mask(_HIGHS_SPELLED_3, highs).bit_count()
         + cherokee
         + count(0x08, _LOW_HALF)  # Samaritan, Mandaic
-        + count(0x18, lows_of["Mongolian"])
+        + count(0x18, _LOWS["Mongolian"])
     )
     r3 = _SCRIPT_RATES[1]
     return (_MERGED_3 - r3) * merged + (_SPELLED_2 - r3) * spelled_2 + (_SPELLED_3 - r3) * spelled_3
